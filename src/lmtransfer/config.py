@@ -1,0 +1,167 @@
+"""Typed, validated parameters: one model per `params.yaml` section.
+
+Validation happens before any stage does real work, so a typo such as
+`model.n_layer` or an impossible value such as `d_model` not divisible by
+`n_heads` stops with one message naming the key, not a traceback an hour later.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+
+class ConfigError(ValueError):
+    """A parameter problem, phrased for the person editing params.yaml."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DataParams(Section):
+    source: Literal["movies-en", "files"] = "movies-en"
+    max_examples: int = Field(0, ge=0)
+    max_corpus_lines: int = Field(0, ge=0)
+    valid_fraction: float = Field(0.1, gt=0, lt=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    corpus_valid_fraction: float = Field(0.02, gt=0, lt=1)
+    add_train_to_corpus: bool = True
+    seed: int = 0
+    # Only for `source: files` (a tab-separated labeled file and a plain-text corpus).
+    labeled_path: str = ""
+    corpus_path: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "DataParams":
+        if self.valid_fraction + self.test_fraction >= 0.9:
+            raise ValueError("data.valid_fraction + data.test_fraction must leave at least 10% for training")
+        if self.source == "files":
+            for key in ("labeled_path", "corpus_path"):
+                if not getattr(self, key):
+                    raise ValueError(f"data.{key} is required when data.source is 'files'")
+        return self
+
+
+class TokenizerParams(Section):
+    vocab_size: int = Field(4000, ge=16)
+    model_type: Literal["unigram", "bpe"] = "unigram"
+    character_coverage: float = Field(1.0, gt=0, le=1)
+    max_training_lines: int = Field(500_000, ge=1)
+
+
+class ModelParams(Section):
+    n_layers: int = Field(4, ge=1)
+    d_model: int = Field(200, ge=2)
+    n_heads: int = Field(2, ge=1)
+    d_ff: int = Field(200, ge=1)
+    dropout: float = Field(0.1, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelParams":
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+            )
+        if self.d_model % 2:
+            raise ValueError(f"model.d_model ({self.d_model}) must be even for the sinusoidal encoding")
+        return self
+
+
+class PretrainParams(Section):
+    epochs: int = Field(1, ge=1)
+    max_steps: int = Field(0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    seq_len: int = Field(64, ge=2)
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    grad_clip: float = Field(0.5, gt=0)
+    eval_every: int = Field(200, ge=1)
+    eval_batches: int = Field(20, ge=1)
+    prompts: list[str] = Field(default_factory=lambda: ["the movie", "i think"])
+    generate_tokens: int = Field(20, ge=1)
+    temperature: float = Field(0.8, gt=0)
+    top_k: int = Field(40, ge=0)
+
+
+class FinetuneParams(Section):
+    epochs: int = Field(4, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-4, gt=0)
+    max_len: int = Field(64, ge=3)
+    pooling: Literal["last", "mean"] = "last"
+    freeze_backbone: bool = False
+    grad_clip: float = Field(0.5, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_steps: int = Field(50, ge=0)
+
+
+class TrainParams(Section):
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    num_threads: int = Field(0, ge=0)
+    log_every: int = Field(50, ge=1)
+
+
+class EvaluateParams(Section):
+    batch_size: int = Field(64, ge=1)
+
+
+class PlotParams(Section):
+    dpi: int = Field(120, ge=30, le=600)
+
+
+class Params(Section):
+    data: DataParams = DataParams()
+    tokenizer: TokenizerParams = TokenizerParams()
+    model: ModelParams = ModelParams()
+    pretrain: PretrainParams = PretrainParams()
+    finetune: FinetuneParams = FinetuneParams()
+    train: TrainParams = TrainParams()
+    evaluate: EvaluateParams = EvaluateParams()
+    plot: PlotParams = PlotParams()
+
+    def sections(self, *names: str) -> dict[str, dict[str, Any]]:
+        """The named sections as plain dicts (what a stage declares and logs)."""
+        return {name: getattr(self, name).model_dump() for name in names}
+
+
+def _describe(error: dict) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        return f"{key}: unknown parameter (check the spelling; see params.yaml in the repository for the known keys)"
+    if not key:
+        return message
+    if message.startswith(key):
+        return message
+    return f"{key}: {message}"
+
+
+def parse_params(raw: Any, origin: str = "params") -> Params:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        problems = "\n  ".join(_describe(e) for e in exc.errors())
+        raise ConfigError(f"{origin}: invalid parameters:\n  {problems}") from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate a params file; YAML 1.2 so `3e-4` is a float, not a string."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: parameter file not found")
+    try:
+        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, origin=str(path))

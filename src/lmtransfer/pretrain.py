@@ -1,0 +1,187 @@
+"""Language-model pretraining: next-token prediction on packed sequences.
+
+Documents are concatenated (each framed by BOS ... EOS) and cut into windows of
+`seq_len + 1` tokens, so no compute is spent on padding. Each epoch starts the
+windows at a new random offset and visits them in a new random order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .config import PretrainParams
+from .model import LanguageModel
+from .optim import make_optimizer, optimizer_step, warmup_cosine
+from .runtime import autocast
+
+MetricsLogger = Callable[[dict[str, float], int], None]
+
+
+def _no_log(metrics: dict[str, float], step: int) -> None:
+    pass
+
+
+class PackedBatches:
+    """(inputs, targets) batches of shape (batch_size, seq_len) cut from one flat token array."""
+
+    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0):
+        if ids.size < seq_len + 1:
+            raise ValueError(
+                f"the corpus has {ids.size} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
+                "lower pretrain.seq_len or add text"
+            )
+        self.ids = torch.from_numpy(ids.astype(np.int64))
+        self.seq_len, self.batch_size = seq_len, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def windows(self, offset: int) -> int:
+        return (self.ids.numel() - 1 - offset) // self.seq_len
+
+    def steps_per_epoch(self) -> int:
+        return max(1, math.ceil(self.windows(self.seq_len - 1) / self.batch_size))
+
+    def epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        offset = int(torch.randint(0, self.seq_len, (1,), generator=self.generator))
+        n_windows = self.windows(offset)
+        if n_windows == 0:
+            offset, n_windows = 0, self.windows(0)
+        starts = offset + torch.randperm(n_windows, generator=self.generator) * self.seq_len
+        for begin in range(0, n_windows, self.batch_size):
+            yield self._gather(starts[begin : begin + self.batch_size])
+
+    def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Fixed, ordered windows: the same validation batches every time."""
+        starts = torch.arange(self.windows(0)) * self.seq_len
+        for batch_index, begin in enumerate(range(0, len(starts), self.batch_size)):
+            if batch_index >= max_batches:
+                break
+            yield self._gather(starts[begin : begin + self.batch_size])
+
+    def _gather(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = starts.unsqueeze(1) + torch.arange(self.seq_len + 1)
+        window = self.ids[index]
+        return window[:, :-1], window[:, 1:]
+
+
+@torch.no_grad()
+def evaluate_lm(model: LanguageModel, batches: PackedBatches, max_batches: int, device: torch.device) -> float:
+    """Mean next-token cross-entropy over fixed validation windows."""
+    model.eval()
+    total, count = 0.0, 0
+    for inputs, targets in batches.sequential(max_batches):
+        with autocast(device):
+            loss = model.loss(inputs.to(device), targets.to(device))
+        total += float(loss) * targets.numel()
+        count += targets.numel()
+    model.train()
+    return total / max(1, count)
+
+
+@dataclass
+class PretrainResult:
+    steps: int
+    train_log: list[dict] = field(default_factory=list)  # step, epoch, train_loss, lr, tokens_per_s
+    valid_log: list[dict] = field(default_factory=list)  # step, val_loss, val_perplexity
+    tokens_seen: int = 0
+    seconds: float = 0.0
+
+    @property
+    def final_val_loss(self) -> float:
+        return self.valid_log[-1]["val_loss"]
+
+
+def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
+    return params.max_steps or params.epochs * batches.steps_per_epoch()
+
+
+def pretrain(
+    model: LanguageModel,
+    train_ids: np.ndarray,
+    valid_ids: np.ndarray,
+    params: PretrainParams,
+    device: torch.device,
+    seed: int = 0,
+    log_every: int = 50,
+    log_metrics: MetricsLogger = _no_log,
+) -> PretrainResult:
+    train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, seed)
+    valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, seed)
+    steps = total_steps(params, train_batches)
+    model.to(device).train()
+    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
+    scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
+    result = PretrainResult(steps=steps)
+
+    def validate(step: int) -> None:
+        val_loss = evaluate_lm(model, valid_batches, params.eval_batches, device)
+        row = {"step": step, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}
+        result.valid_log.append(row)
+        log_metrics({"val_loss": val_loss, "val_perplexity": row["val_perplexity"]}, step)
+
+    validate(0)
+    start = window_start = time.perf_counter()
+    window_loss, window_batches, window_tokens = 0.0, 0, 0
+    step, epoch = 0, 0
+    progress = tqdm(total=steps, desc="pretrain", unit="step", mininterval=1.0, dynamic_ncols=True)
+    while step < steps:
+        epoch += 1
+        for inputs, targets in train_batches.epoch():
+            inputs, targets = inputs.to(device), targets.to(device)
+            with autocast(device):
+                loss = model.loss(inputs, targets)
+            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+            step += 1
+            window_loss += float(loss)
+            window_batches += 1
+            window_tokens += targets.numel()
+            result.tokens_seen += targets.numel()
+            if step % log_every == 0 or step == steps:
+                elapsed = time.perf_counter() - window_start
+                row = {
+                    "step": step,
+                    "epoch": epoch,
+                    "train_loss": window_loss / window_batches,
+                    "lr": scheduler.get_last_lr()[0],
+                    "tokens_per_s": window_tokens / max(elapsed, 1e-9),
+                }
+                result.train_log.append(row)
+                log_metrics({k: v for k, v in row.items() if k != "step"}, step)
+                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+                window_loss, window_batches, window_tokens = 0.0, 0, 0
+                window_start = time.perf_counter()
+            if step % params.eval_every == 0 and step != steps:
+                validate(step)
+            progress.update(1)
+            if step >= steps:
+                break
+    progress.close()
+    validate(step)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def generate_samples(
+    model: LanguageModel, sp, prompts: list[str], params: PretrainParams, device: torch.device, seed: int = 0
+) -> list[dict[str, str]]:
+    """Greedy and sampled continuations of fixed prompts: a visible check of what the LM learned."""
+    from .tokenizer import BOS_ID, EOS_ID
+
+    model.eval()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    samples = []
+    for prompt in prompts:
+        prompt_ids = torch.tensor([[BOS_ID, *sp.encode(prompt)]], device=device)
+        for mode, temperature in (("greedy", 0.0), ("sampled", params.temperature)):
+            out = model.generate(
+                prompt_ids, params.generate_tokens, temperature, params.top_k, eos_id=EOS_ID, generator=generator
+            )
+            continuation = sp.decode(out[0, prompt_ids.size(1) :].tolist())
+            samples.append({"prompt": prompt, "mode": mode, "continuation": continuation})
+    return samples

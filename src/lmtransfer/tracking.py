@@ -1,0 +1,152 @@
+"""MLflow tracking: one run per executed stage, grouped per pipeline execution.
+
+The store lives at the repository root (SQLite `mlflow.db` + `mlartifacts/`).
+DVC sets DVC_ROOT to the main repository even for `dvc exp run --temp` and
+queued runs, so those land in the same store instead of a temp copy DVC
+deletes. `MLFLOW_TRACKING_URI` overrides everything (e.g. a shared server).
+
+Grouping: every stage run is a child of one "pipeline" parent run, identified
+by LMTRANSFER_PIPELINE_ID if set, else the DVC experiment name, else the `dvc`
+process that launched the stage (all stages of one `dvc repro` share it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
+PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
+DEFAULT_EXPERIMENT = "lmtransfer"
+TAG_PREFIX = "lmtransfer."
+
+
+def project_root() -> Path:
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return Path(top).resolve()
+    except (OSError, subprocess.CalledProcessError):
+        return Path.cwd().resolve()
+
+
+def tracking_uri(root: Path | None = None) -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(root or project_root()) / 'mlflow.db'}"
+
+
+def artifact_location(root: Path | None = None) -> str:
+    return ((root or project_root()) / "mlartifacts").as_uri()
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _dvc_ancestor() -> str | None:
+    """The launching `dvc` process as 'pid-start_time', so one `dvc repro` = one group."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with dvc
+        return None
+    try:
+        for process in psutil.Process().parents():
+            command = " ".join(process.cmdline()[:2])
+            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
+                return f"{process.pid}-{int(process.create_time())}"
+    except psutil.Error:
+        return None
+    return None
+
+
+def pipeline_id() -> str:
+    if os.environ.get(PIPELINE_ENV):
+        return os.environ[PIPELINE_ENV]
+    if os.environ.get("DVC_EXP_NAME"):
+        return f"exp-{os.environ['DVC_EXP_NAME']}"
+    ancestor = _dvc_ancestor()
+    if ancestor:
+        return f"repro-{ancestor}"
+    return f"standalone-{uuid.uuid4().hex[:12]}"
+
+
+def _quiet_mlflow_logs() -> None:
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _experiment_id(client, name: str, root: Path) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return client.create_experiment(name)
+    return client.create_experiment(name, artifact_location=artifact_location(root))
+
+
+def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str]) -> str:
+    """Find or create the parent run that groups this pipeline execution's stages."""
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{TAG_PREFIX}pipeline_id` = '{group}' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
+        max_results=1,
+    )
+    if found:
+        return found[0].info.run_id
+    name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
+    run = client.create_run(experiment_id, run_name=name, tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline"})
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """{'model': {'d_model': 200}} -> {'model.d_model': 200}: the keys of params.yaml."""
+    flat = {}
+    for section, values in sections.items():
+        for key, value in values.items():
+            flat[f"{section}.{key}"] = value
+    return flat
+
+
+@contextmanager
+def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None) -> Iterator[Any]:
+    """Open the MLflow run of one stage execution; yields the active run.
+
+    Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    _quiet_mlflow_logs()
+    root = project_root()
+    mlflow.set_tracking_uri(tracking_uri(root))
+    client = MlflowClient()
+    experiment_id = _experiment_id(client, os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT), root)
+    group = pipeline_id()
+    common_tags = {
+        f"{TAG_PREFIX}pipeline_id": group,
+        "git_commit": git_commit(),
+        **({"dvc_exp_name": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
+        **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
+    }
+    parent_id = _pipeline_parent(client, experiment_id, group, common_tags)
+    # The parent is already finished, which start_run(parent_run_id=...) refuses; the tag nests it all the same.
+    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, "mlflow.parentRunId": parent_id}
+    if upstream_run_id:
+        tags["upstream_run_id"] = upstream_run_id
+    with mlflow.start_run(experiment_id=experiment_id, run_name=stage, tags=tags) as run:
+        mlflow.log_params(flatten(params))
+        yield run

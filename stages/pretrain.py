@@ -1,0 +1,61 @@
+"""Stage pretrain: next-token pretraining of the Transformer LM, plus sample generations."""
+
+import mlflow
+import numpy as np
+
+from lmtransfer.checkpoint import save_checkpoint
+from lmtransfer.config import load_params
+from lmtransfer.io import read_json, require_file, write_json, write_text, write_tsv
+from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
+from lmtransfer.paths import METRICS, PARAMS, PRETRAINED, TOKENIZED, TOKENIZER_MODEL
+from lmtransfer.pretrain import generate_samples, pretrain
+from lmtransfer.runtime import configure
+from lmtransfer.stage import stage_main
+from lmtransfer.tokenizer import PAD_ID, load_tokenizer
+from lmtransfer.tracking import stage_run
+
+
+@stage_main("pretrain")
+def main() -> None:
+    params = load_params(PARAMS)
+    meta = read_json(require_file(TOKENIZED / "meta.json", "tokenized data"))
+    train_ids = np.load(require_file(TOKENIZED / "corpus_train.npy", "tokenized corpus"))
+    valid_ids = np.load(require_file(TOKENIZED / "corpus_valid.npy", "tokenized corpus"))
+    sp = load_tokenizer(TOKENIZER_MODEL)
+    device = configure(params.train)
+    config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=PAD_ID, **params.model.model_dump())
+    model = LanguageModel(config)
+    with stage_run("pretrain", params.sections("model", "pretrain", "train")) as run:
+        mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
+        print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens")
+        result = pretrain(
+            model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
+            log_metrics=mlflow.log_metrics,
+        )
+        samples = generate_samples(model, sp, params.pretrain.prompts, params.pretrain, device, params.train.seed)
+        sample_text = "\n".join(f"[{s['mode']}] {s['prompt']} -> {s['continuation']}" for s in samples) + "\n"
+        summary = {
+            "steps": result.steps,
+            "tokens_seen": result.tokens_seen,
+            "seconds": round(result.seconds, 2),
+            "tokens_per_second": round(result.tokens_seen / max(result.seconds, 1e-9), 1),
+            "initial_val_loss": result.valid_log[0]["val_loss"],
+            "val_loss": result.final_val_loss,
+            "val_perplexity": result.valid_log[-1]["val_perplexity"],
+            "n_parameters": count_parameters(model),
+        }
+        save_checkpoint(PRETRAINED, model, "language_model", config, mlflow_run_id=run.info.run_id)
+        write_tsv(METRICS / "pretrain" / "train.tsv", result.train_log)
+        write_tsv(METRICS / "pretrain" / "valid.tsv", result.valid_log)
+        write_text(METRICS / "pretrain" / "samples.txt", sample_text)
+        write_json(METRICS / "pretrain.json", summary)
+        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items()})
+        mlflow.log_text(sample_text, "samples.txt")
+        mlflow.log_artifact(str(PRETRAINED))
+    print(sample_text, end="")
+    print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
+          f"{summary['tokens_per_second']:.0f} tokens/s -> {PRETRAINED}")
+
+
+if __name__ == "__main__":
+    main()
