@@ -16,12 +16,11 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 from torch.nn import functional as F
-from tqdm import tqdm
 
 from .config import FinetuneParams
 from .model import Classifier
 from .optim import make_optimizer, optimizer_step, warmup_cosine
-from .runtime import autocast
+from .runtime import autocast, progress_bar
 from .tokenizer import EOS_ID, PAD_ID, LabeledSplit
 
 EpochCallback = Callable[[dict[str, float]], None]
@@ -112,19 +111,18 @@ def finetune(
             model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
         loss_sum, correct, seen = 0.0, 0, 0
         epoch_start = time.perf_counter()
-        progress = tqdm(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch",
-                        mininterval=1.0, dynamic_ncols=True)
+        progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
         for ids, labels in classification_batches(train, params.batch_size, params.max_len, generator):
             ids, labels = ids.to(device), labels.to(device)
             with autocast(device):
                 logits = model(ids).float()
             loss = F.cross_entropy(logits, labels)
             optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-            loss_sum += float(loss) * len(labels)
+            loss_sum += loss.item() * len(labels)
             correct += int((logits.argmax(-1) == labels).sum())
             seen += len(labels)
             progress.update(1)
-            progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}")
+            progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
         progress.close()
         probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)
         val_accuracy = float((probabilities.argmax(-1) == valid.labels).mean())

@@ -14,12 +14,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from .config import PretrainParams
 from .model import LanguageModel
 from .optim import make_optimizer, optimizer_step, warmup_cosine
-from .runtime import autocast
+from .runtime import autocast, progress_bar
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 
@@ -129,7 +128,7 @@ def pretrain(
     start = window_start = time.perf_counter()
     window_loss, window_batches, window_tokens = 0.0, 0, 0
     step, epoch = 0, 0
-    progress = tqdm(total=steps, desc="pretrain", unit="step", mininterval=1.0, dynamic_ncols=True)
+    progress = progress_bar(total=steps, desc="pretrain", unit="step")
     while step < steps:
         epoch += 1
         for inputs, targets in train_batches.epoch():
@@ -138,7 +137,7 @@ def pretrain(
                 loss = model.loss(inputs, targets)
             optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
             step += 1
-            window_loss += float(loss)
+            window_loss += loss.item()
             window_batches += 1
             window_tokens += targets.numel()
             result.tokens_seen += targets.numel()
@@ -153,7 +152,7 @@ def pretrain(
                 }
                 result.train_log.append(row)
                 log_metrics({k: v for k, v in row.items() if k != "step"}, step)
-                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
                 window_loss, window_batches, window_tokens = 0.0, 0, 0
                 window_start = time.perf_counter()
             if step % params.eval_every == 0 and step != steps:

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from .config import TrainParams
 
@@ -47,3 +48,11 @@ def configure(params: TrainParams) -> torch.device:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return device
+
+
+def progress_bar(**kwargs) -> tqdm:
+    """A live bar on a terminal; in logs (DVC, CI) a line every 30 s instead of a flood."""
+    import sys
+
+    interactive = sys.stderr.isatty()
+    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, **kwargs)
