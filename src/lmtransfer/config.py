@@ -164,4 +164,6 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
     except YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
     return parse_params(raw, origin=str(path))

@@ -102,7 +102,9 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
     corpus_valid = [corpus[i] for i in np.sort(order[:n_valid])]
     corpus_train = [corpus[i] for i in np.sort(order[n_valid:])]
     if params.add_train_to_corpus:
-        corpus_train += [t for t in splits["train"]["text"] if dedup_key(t) not in seen]
+        # Compare against the lines actually kept: a train text equal to a line the cap dropped still joins.
+        kept = held_out | {dedup_key(line) for line in corpus_train} | {dedup_key(line) for line in corpus_valid}
+        corpus_train += [t for t in splits["train"]["text"] if dedup_key(t) not in kept]
     return PreparedData(splits, corpus_train, corpus_valid, raw.label_names)
 
 

@@ -1,0 +1,45 @@
+# One command to set up and run everything:  make run   |   make test   |   make ui
+# The virtual environment is built once (.venv) and rebuilt when the requirements change.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+UI_PORT ?= 5000
+
+.PHONY: venv run test test-fast ui summary bench clean-outputs
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	@echo "installing pinned dependencies into $(VENV) (first time: a few minutes)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## run the whole pipeline on the built-in data, then show the results
+run: venv
+	dvc repro
+	@echo; dvc metrics show; echo
+	@echo "figures in plots/; MLflow UI: make ui"
+
+## the test suite (unit tests + one end-to-end dvc repro on tiny data)
+test: venv
+	$(BIN)/python -m pytest
+
+## unit tests only (skips the end-to-end pipeline test)
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow"
+
+## MLflow UI on the project's store (http://127.0.0.1:$(UI_PORT))
+ui: venv
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
+
+summary: venv
+	$(BIN)/lmtransfer summary
+
+## training-speed benchmark: prints tokens/s for a few model sizes side by side
+bench: venv
+	$(BIN)/python benchmarks/throughput.py

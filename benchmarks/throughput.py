@@ -1,0 +1,71 @@
+"""Training throughput (tokens/s) of the language model for a few sizes, measured side by side.
+
+Numbers, not pass/fail: machines are noisy, so compare rows of one run, e.g.
+
+    python benchmarks/throughput.py                 # default sizes on the auto-selected device
+    python benchmarks/throughput.py --device cpu --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
+from lmtransfer.optim import make_optimizer
+from lmtransfer.runtime import autocast, select_device
+
+SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)
+    ("reference D=200 N=4, V=4000", 4000, 200, 4, 2, 200),
+    ("same, V=8000", 8000, 200, 4, 2, 200),
+    ("narrow D=128 N=4, V=4000", 4000, 128, 4, 2, 128),
+    ("deep D=200 N=6, V=4000", 4000, 200, 6, 2, 200),
+]
+
+
+def tokens_per_second(model: LanguageModel, device, batch_size: int, seq_len: int, steps: int) -> float:
+    optimizer = make_optimizer(model.parameters(), 1e-3, 0.0)
+    ids = torch.randint(0, model.head.out_features, (batch_size, seq_len + 1), device=device)
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+
+    def step() -> None:
+        with autocast(device):
+            loss = model.loss(inputs, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return steps * batch_size * seq_len / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    device = select_device(args.device)
+    torch.manual_seed(0)
+    print(f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps")
+    baseline = None
+    for label, vocab, d_model, n_layers, n_heads, d_ff in SIZES:
+        model = LanguageModel(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)).to(device)
+        rate = tokens_per_second(model, device, args.batch_size, args.seq_len, args.steps)
+        baseline = baseline or rate
+        print(f"{label:<30} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}")
+
+
+if __name__ == "__main__":
+    main()

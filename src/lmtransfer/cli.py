@@ -1,0 +1,135 @@
+"""`lmtransfer` command line: look inside the model, talk to the LM, classify new text.
+
+    lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
+    lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
+    lmtransfer predict "a wonderful, moving film" "dull and far too long"
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import paths
+
+
+def parameter_table(vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int) -> str:
+    """Per-block parameter counts, measured on real modules, next to their closed-form totals."""
+    from .model import Classifier, LanguageModel, ModelConfig, count_parameters, expected_base_parameters
+
+    config = ModelConfig(vocab_size, d_model, n_layers, n_heads, d_ff, dropout=0.0)
+    classifier, language_model = Classifier(config, n_classes), LanguageModel(config)
+    base = classifier.base
+    layer = base.layers.layers[0]
+    rows = [("token embedding (V x D)", count_parameters(base.token_embedding), f"{vocab_size} x {d_model}")]
+    blocks = [
+        ("self-attention (4(D^2+D))", layer.self_attn),
+        ("feed-forward (2DF+F+D)", (layer.linear1, layer.linear2)),
+        ("layer norms (4D)", (layer.norm1, layer.norm2)),
+    ]
+    for name, modules in blocks:
+        modules = modules if isinstance(modules, tuple) else (modules,)
+        per_layer = sum(count_parameters(m) for m in modules)
+        rows.append((f"{name} x {n_layers}", per_layer * n_layers, f"{per_layer:,} per layer"))
+    rows.append(("positional encoding (fixed)", 0, "sinusoidal buffer"))
+    rows.append(("= base", count_parameters(base), f"formula {expected_base_parameters(vocab_size, d_model, n_layers, d_ff):,}"))
+    rows.append(("classification head (D x C + C)", count_parameters(classifier.head), f"C = {n_classes}"))
+    rows.append(("language-model head (D x V + V)", count_parameters(language_model.head), f"V = {vocab_size}"))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"V={vocab_size} D={d_model} N={n_layers} A={n_heads} F={d_ff} C={n_classes}", ""]
+    lines += [f"{name:<{width}}  {count:>12,}  {note}" for name, count, note in rows]
+    lines += [
+        "",
+        f"{'classifier total':<{width}}  {count_parameters(classifier):>12,}",
+        f"{'language model total':<{width}}  {count_parameters(language_model):>12,}",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_summary(args: argparse.Namespace) -> None:
+    if args.d_model % args.n_heads:
+        raise SystemExit(f"error: --d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
+    print(parameter_table(args.vocab_size, args.d_model, args.n_layers, args.n_heads, args.d_ff, args.n_classes))
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    import torch
+
+    from .checkpoint import build_language_model, load_checkpoint
+    from .tokenizer import BOS_ID, EOS_ID, load_tokenizer
+
+    model = build_language_model(load_checkpoint(args.checkpoint, expected_kind="language_model")).eval()
+    sp = load_tokenizer(args.tokenizer)
+    generator = torch.Generator().manual_seed(args.seed)
+    prompt = torch.tensor([[BOS_ID, *sp.encode(args.prompt)]])
+    for _ in range(args.samples):
+        out = model.generate(prompt, args.tokens, args.temperature, args.top_k, eos_id=EOS_ID, generator=generator)
+        print(f"{args.prompt}{' ' if args.prompt else ''}{sp.decode(out[0, prompt.size(1):].tolist())}")
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from .checkpoint import build_classifier, load_checkpoint
+    from .finetune import predict
+    from .runtime import select_device
+    from .tokenizer import LabeledSplit, encode_documents, load_tokenizer
+
+    payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
+    model = build_classifier(payload)
+    sp = load_tokenizer(args.tokenizer)
+    texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise SystemExit("error: no text given (pass texts as arguments or on standard input)")
+    ids, offsets = encode_documents(sp, texts)
+    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
+    probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
+    names = payload["label_names"]
+    for text, row in zip(texts, probabilities):
+        best = int(row.argmax())
+        print(f"{names[best]}\t{row[best]:.3f}\t{text}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    summary = commands.add_parser("summary", help="parameter table per block, with the closed-form totals")
+    summary.add_argument("--vocab-size", type=int, default=100)
+    summary.add_argument("--d-model", type=int, default=200)
+    summary.add_argument("--n-layers", type=int, default=4)
+    summary.add_argument("--n-heads", type=int, default=2)
+    summary.add_argument("--d-ff", type=int, default=200)
+    summary.add_argument("--n-classes", type=int, default=2)
+    summary.set_defaults(func=cmd_summary)
+
+    generate = commands.add_parser("generate", help="continue a prompt with the pretrained language model")
+    generate.add_argument("prompt", nargs="?", default="")
+    generate.add_argument("--tokens", type=int, default=30)
+    generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    generate.add_argument("--top-k", type=int, default=40)
+    generate.add_argument("--samples", type=int, default=3)
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED)
+    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZER_MODEL)
+    generate.set_defaults(func=cmd_generate)
+
+    predict_parser = commands.add_parser("predict", help="label + probability for new texts (args or stdin)")
+    predict_parser.add_argument("texts", nargs="*")
+    predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained"))
+    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZER_MODEL)
+    predict_parser.set_defaults(func=cmd_predict)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The real pipeline, end to end: `dvc repro` in a temporary git copy on tiny generated data.
+
+Slow-ish (about two minutes on 2 cores): it starts every stage as DVC would and
+checks each stage's outputs, the MLflow runs and their lineage, and that a
+parameter change reruns only the stages that read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+POSITIVE = ["great", "wonderful", "moving", "brilliant", "funny", "charming", "superb"]
+NEGATIVE = ["awful", "boring", "dull", "clumsy", "tedious", "bland", "dreadful"]
+NEUTRAL = ["the", "film", "movie", "story", "actors", "plot", "was", "is", "a", "and", "script", "ending"]
+
+TINY_PARAMS = {
+    "data": {"source": "files", "labeled_path": "raw/labeled.tsv", "corpus_path": "raw/corpus.txt",
+             "valid_fraction": 0.15, "test_fraction": 0.2},
+    "tokenizer": {"vocab_size": 60},
+    "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 16},
+    "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
+                 "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the film"]},
+    "finetune": {"epochs": 2, "batch_size": 16, "max_len": 24, "warmup_steps": 2},
+    "train": {"log_every": 4},
+}
+
+
+def _sentence(rng: random.Random, sentiment: list[str]) -> str:
+    words = rng.sample(NEUTRAL, 4) + rng.sample(sentiment, 2)
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def write_tiny_data(root: Path) -> None:
+    rng = random.Random(0)
+    raw = root / "raw"
+    raw.mkdir()
+    rows = ["text\tlabel"]
+    for index in range(160):
+        label = index % 2
+        rows.append(f"{_sentence(rng, POSITIVE if label else NEGATIVE)} {index}\t{'pos' if label else 'neg'}")
+    (raw / "labeled.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    corpus = [_sentence(rng, rng.choice([POSITIVE, NEGATIVE])) + f" line {i}" for i in range(400)]
+    (raw / "corpus.txt").write_text("\n".join(corpus) + "\n", encoding="utf-8")
+
+
+def _merge(base: dict, override: dict) -> dict:
+    for key, value in override.items():
+        if isinstance(value, dict):
+            _merge(base.setdefault(key, {}), value)
+        else:
+            base[key] = value
+    return base
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("pipeline")
+    for name in ("dvc.yaml", ".dvcignore", "params.yaml"):
+        shutil.copy(REPO / name, root / name)
+    for name in ("stages", "src", ".dvc"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("tmp", "cache", "__pycache__"))
+    yaml = YAML()
+    params = _merge(yaml.load((root / "params.yaml").read_text()), TINY_PARAMS)
+    with open(root / "params.yaml", "w") as handle:
+        yaml.dump(params, handle)
+    write_tiny_data(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_", "LMTRANSFER_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = str(root / "src")  # the copy's code, not the installed checkout's
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
+               DVC_NO_ANALYTICS="1")
+    run(["git", "init", "-q"], root, env)
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-qm", "tiny pipeline"], root, env)
+    run(["dvc", "repro"], root, env)
+    return root, env
+
+
+def test_every_stage_writes_its_outputs(pipeline_repo):
+    root, _ = pipeline_repo
+    for path in [
+        "data/prepared/train.tsv", "data/prepared/corpus_train.txt", "data/prepared/meta.json",
+        "data/tokenized/spm.model", "data/tokenized/corpus_train.npy", "data/tokenized/test.npz",
+        "models/pretrained.pt", "models/finetuned_pretrained.pt", "models/finetuned_scratch.pt",
+        "metrics/pretrain.json", "metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv",
+        "metrics/pretrain/samples.txt", "metrics/finetune_pretrained/epochs.tsv",
+        "metrics/finetune_scratch/epochs.tsv", "metrics/evaluate.json",
+        "plots/finetune_accuracy.png", "plots/pretrain.png", "plots/confusion.png", "plots/finetune_loss.png",
+    ]:
+        assert (root / path).is_file() and (root / path).stat().st_size > 0, path
+    assert (root / "plots/finetune_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    evaluation = json.loads((root / "metrics/evaluate.json").read_text())
+    for variant in ("pretrained", "scratch"):
+        assert 0.0 <= evaluation[variant]["accuracy"] <= 1.0
+        assert set(evaluation[variant]["f1_per_class"]) == {"neg", "pos"}
+    assert evaluation["accuracy_gap"] == pytest.approx(
+        evaluation["pretrained"]["accuracy"] - evaluation["scratch"]["accuracy"])
+    epochs = (root / "metrics/finetune_scratch/epochs.tsv").read_text().splitlines()
+    assert epochs[0].split("\t")[:5] == ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
+    assert len(epochs) == 1 + TINY_PARAMS["finetune"]["epochs"]
+
+
+def test_pipeline_is_up_to_date_after_repro(pipeline_repo):
+    root, env = pipeline_repo
+    assert "up to date" in run(["dvc", "status"], root, env).lower()
+
+
+def _stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> set[str]:
+    params_file = root / "params.yaml"
+    original = params_file.read_text()
+    try:
+        yaml = YAML()
+        params = yaml.load(original)
+        section, name = key.split(".")
+        params[section][name] = yaml.load(value)
+        with open(params_file, "w") as handle:
+            yaml.dump(params, handle)
+        status = json.loads(run(["dvc", "status", "--json"], root, env) or "{}")
+        return {stage.split(":")[-1] for stage in status}
+    finally:
+        params_file.write_text(original)
+
+
+def test_a_parameter_change_reruns_only_the_stages_that_read_it(pipeline_repo):
+    root, env = pipeline_repo
+    # dvc status lists the changed stages; their downstream stages rerun through changed deps.
+    assert _stages_to_rerun(root, env, "model.n_layers", "2") == {"pretrain", "finetune_scratch"}
+    assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == {"finetune_pretrained", "finetune_scratch"}
+    assert _stages_to_rerun(root, env, "pretrain.lr", "0.002") == {"pretrain"}
+    assert _stages_to_rerun(root, env, "tokenizer.vocab_size", "50") == {"tokenize"}
+    dry = run(["dvc", "repro", "--dry", "-f", "finetune_scratch", "--downstream"], root, env)
+    assert "'pretrain'" not in dry and "'prepare'" not in dry
+
+
+def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo):
+    root, _ = pipeline_repo
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    runs = client.search_runs([experiment.experiment_id])
+    stages = {r.data.tags.get("stage"): r for r in runs if r.data.tags.get("lmtransfer.kind") == "stage"}
+    assert set(stages) == {"prepare", "tokenize", "pretrain", "finetune_pretrained", "finetune_scratch",
+                           "evaluate", "plot"}
+    parents = [r for r in runs if r.data.tags.get("lmtransfer.kind") == "pipeline"]
+    assert len(parents) == 1
+    assert {r.data.tags["mlflow.parentRunId"] for r in stages.values()} == {parents[0].info.run_id}
+    assert all(r.info.status == "FINISHED" for r in stages.values())
+    # lineage: the pretrained fine-tune consumed the pretrain run's checkpoint
+    assert stages["finetune_pretrained"].data.tags["upstream_run_id"] == stages["pretrain"].info.run_id
+    # declared params are logged with their params.yaml keys
+    assert stages["finetune_scratch"].data.params["model.d_model"] == "16"
+    assert "model.d_model" not in stages["finetune_pretrained"].data.params
+    # per-epoch curves share keys across both fine-tunes, step = epoch
+    for name in ("finetune_pretrained", "finetune_scratch"):
+        history = client.get_metric_history(stages[name].info.run_id, "val_accuracy")
+        assert sorted(m.step for m in history) == [1, 2]
+    assert client.get_metric_history(stages["pretrain"].info.run_id, "val_loss")
+
+
+def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
+    root, env = pipeline_repo
+    run(["git", "add", "-A"], root, env)  # as a user would: commit the results, then experiment
+    run(["git", "commit", "-qm", "results"], root, env)
+    run(["dvc", "exp", "run", "--temp", "-n", "tiny-temp", "-S", "finetune.lr=0.001"], root, env)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.dvc_exp_name = 'tiny-temp'")
+    stages = {r.data.tags.get("stage") for r in runs if r.data.tags.get("lmtransfer.kind") == "stage"}
+    assert stages == {"finetune_pretrained", "finetune_scratch", "evaluate", "plot"}
+    for r in runs:
+        if r.data.tags.get("stage") == "finetune_scratch":
+            assert len(client.get_metric_history(r.info.run_id, "val_accuracy")) == 2
+
+
+def test_a_bad_parameter_stops_the_stage_naming_the_key(pipeline_repo):
+    root, env = pipeline_repo
+    params_file = root / "params.yaml"
+    original = params_file.read_text()
+    try:
+        params_file.write_text(original.replace("n_heads: 2", "n_heads: 3"))
+        result = subprocess.run([sys.executable, "stages/pretrain.py"], cwd=root, env=env, capture_output=True,
+                                text=True)
+        assert result.returncode == 1
+        assert "model.d_model" in result.stderr and "model.n_heads" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        params_file.write_text(original)

@@ -1,0 +1,191 @@
+"""Sentencepiece training, special ids, flat id arrays, and the tokenize stage's files."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import sentencepiece as spm
+
+from lmtransfer.config import TokenizerParams
+from lmtransfer.data.prepare import SPLITS, PreparedData, read_split, write_prepared
+from lmtransfer.io import read_json
+from lmtransfer.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    MASK_PIECE,
+    MODEL_FILE,
+    PAD_ID,
+    UNK_ID,
+    LabeledSplit,
+    TokenizerError,
+    encode_documents,
+    id_dtype,
+    tokenize_prepared,
+    train_sentencepiece,
+)
+
+WORDS = (
+    "the a an film movie was is good bad great story plot actor actress scene funny dull long short and but "
+    "very director music camera script ending beginning character hero villain love hate boring exciting slow "
+    "fast brilliant awful simple clever dark bright quiet loud sad happy strange normal"
+).split()
+VOCAB = 72
+
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10)))
+
+
+def _lines(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [_sentence(rng) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(_lines(400, seed=0)) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def sp(corpus_file):
+    model = train_sentencepiece(corpus_file, TokenizerParams(vocab_size=VOCAB))
+    return spm.SentencePieceProcessor(model_proto=model)
+
+
+def test_trained_tokenizer_has_the_fixed_special_ids(sp):
+    assert sp.get_piece_size() == VOCAB
+    assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    mask_id = sp.piece_to_id(MASK_PIECE)
+    assert mask_id not in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+    assert sp.id_to_piece(mask_id) == MASK_PIECE
+    assert sp.is_control(mask_id)
+
+
+def test_training_is_reproducible(corpus_file):
+    params = TokenizerParams(vocab_size=VOCAB)
+    assert train_sentencepiece(corpus_file, params, seed=1) == train_sentencepiece(corpus_file, params, seed=1)
+
+
+def test_bpe_model_type_is_supported(corpus_file):
+    model = train_sentencepiece(corpus_file, TokenizerParams(vocab_size=VOCAB, model_type="bpe"))
+    bpe = spm.SentencePieceProcessor(model_proto=model)
+    assert bpe.get_piece_size() == VOCAB and bpe.bos_id() == BOS_ID
+
+
+def test_too_large_vocab_size_names_the_parameter(corpus_file):
+    with pytest.raises(TokenizerError, match=r"tokenizer\.vocab_size"):
+        train_sentencepiece(corpus_file, TokenizerParams(vocab_size=5000))
+
+
+def test_encode_documents_frames_each_document_with_bos_and_eos(sp):
+    texts = ["the film was good", "bad", "a very long and boring story about a hero", "", "sad music"]
+    ids, offsets = encode_documents(sp, texts)
+    assert ids.dtype == np.uint16 and ids.ndim == 1
+    assert offsets.dtype == np.int64
+    assert offsets.shape == (len(texts) + 1,)
+    assert offsets[0] == 0 and offsets[-1] == ids.size
+    assert np.all(np.diff(offsets) >= 2)
+    for index, text in enumerate(texts):
+        document = ids[offsets[index] : offsets[index + 1]]
+        assert document[0] == BOS_ID and document[-1] == EOS_ID
+        assert not np.isin(document[1:-1], [PAD_ID, BOS_ID, EOS_ID]).any()
+        assert sp.decode(document[1:-1].tolist()) == text
+
+
+def test_encode_documents_does_not_depend_on_chunk_size(sp):
+    texts = _lines(11, seed=5)
+    ids, offsets = encode_documents(sp, texts)
+    chunked_ids, chunked_offsets = encode_documents(sp, iter(texts), chunk_size=3)
+    assert np.array_equal(ids, chunked_ids) and np.array_equal(offsets, chunked_offsets)
+
+
+def test_encode_documents_of_nothing_is_empty(sp):
+    ids, offsets = encode_documents(sp, [])
+    assert ids.size == 0 and offsets.tolist() == [0]
+
+
+def test_id_dtype_switches_to_int32_beyond_uint16():
+    assert id_dtype(65_536) == np.uint16
+    assert id_dtype(65_537) == np.int32
+
+
+# --- the tokenize stage -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tokenize")
+    rng = random.Random(1)
+    sizes = {"train": 40, "valid": 8, "test": 12}
+    splits = {
+        name: pd.DataFrame({"text": [_sentence(rng) for _ in range(n)], "label": [i % 2 for i in range(n)]})
+        for name, n in sizes.items()
+    }
+    corpus_train = _lines(300, seed=2) + splits["train"]["text"].tolist()
+    data = PreparedData(splits, corpus_train, _lines(20, seed=3), ["neg", "pos"])
+    prepared = root / "prepared"
+    write_prepared(data, prepared, source="files")
+    out = root / "tokenized"
+    meta = tokenize_prepared(prepared, out, TokenizerParams(vocab_size=VOCAB), seed=0)
+    return prepared, out, meta, data
+
+
+def test_tokenize_prepared_writes_the_expected_files(tokenized):
+    _, out, meta, _ = tokenized
+    names = {p.name for p in out.iterdir()}
+    expected = {MODEL_FILE, "spm.vocab", "meta.json", "corpus_train.npy", "corpus_valid.npy"}
+    assert expected | {f"{name}.npz" for name in SPLITS} == names
+    assert read_json(out / "meta.json") == meta
+    assert len((out / "spm.vocab").read_text(encoding="utf-8").splitlines()) == VOCAB
+
+
+def test_tokenize_prepared_meta_describes_the_vocabulary_and_counts(tokenized):
+    _, out, meta, data = tokenized
+    assert meta["vocab_size"] == VOCAB
+    assert (meta["pad_id"], meta["unk_id"], meta["bos_id"], meta["eos_id"]) == (0, 1, 2, 3)
+    sp = spm.SentencePieceProcessor(model_file=str(out / MODEL_FILE))
+    assert meta["mask_id"] == sp.piece_to_id(MASK_PIECE)
+    assert meta["label_names"] == ["neg", "pos"]
+    for name in ("corpus_train", "corpus_valid"):
+        ids = np.load(out / f"{name}.npy")
+        assert ids.dtype == np.uint16
+        assert meta["tokens"][name] == ids.size
+        lines = getattr(data, name)
+        assert int((ids == BOS_ID).sum()) == int((ids == EOS_ID).sum()) == len(lines)
+    assert meta["examples"] == {name: len(data.splits[name]) for name in SPLITS}
+
+
+def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
+    prepared, out, meta, _ = tokenized
+    sp = spm.SentencePieceProcessor(model_file=str(out / MODEL_FILE))
+    for name in SPLITS:
+        split = LabeledSplit.load(out, name)
+        table = read_split(prepared, name)
+        assert len(split) == len(table) == meta["examples"][name]
+        assert split.offsets.shape == (len(split) + 1,)
+        assert split.offsets[-1] == split.ids.size == meta["tokens"][name]
+        assert np.array_equal(split.lengths(), np.diff(split.offsets))
+        assert split.lengths().sum() == split.ids.size
+        assert np.array_equal(split.labels, table["label"].to_numpy())
+        for index in range(len(split)):
+            sequence = split.sequence(index)
+            assert len(sequence) == split.lengths()[index]
+            assert sequence[0] == BOS_ID and sequence[-1] == EOS_ID
+            assert sp.decode(sequence[1:-1].tolist()) == table["text"][index]
+
+
+def test_loading_an_empty_split_is_an_error(tmp_path):
+    empty = np.zeros(0, dtype=np.uint16)
+    np.savez(tmp_path / "valid.npz", ids=empty, offsets=np.zeros(1, dtype=np.int64), labels=np.zeros(0, dtype=np.int64))
+    with pytest.raises(ValueError, match="valid"):
+        LabeledSplit.load(tmp_path, "valid")
+
+
+def test_loading_a_missing_split_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="test.npz"):
+        LabeledSplit.load(tmp_path, "test")
