@@ -260,9 +260,9 @@ def test_pad_batch_right_pads_with_the_padding_id():
     assert PAD_ID == 0
 
 
-def test_pad_batch_truncation_keeps_eos_last():
-    batch = pad_batch([np.array([2, 5, 6, 7, 8, 9, 3], dtype=np.uint16), np.array([2, 5, 3], dtype=np.uint16)], max_len=4)
-    assert batch.tolist() == [[2, 5, 6, EOS_ID], [2, 5, 3, PAD_ID]]
+def test_pad_batch_truncation_keeps_the_first_max_len_tokens():
+    batch = pad_batch([np.array([2, 5, 6, 7, 8, 9], dtype=np.uint16), np.array([2, 5, 6], dtype=np.uint16)], max_len=4)
+    assert batch.tolist() == [[2, 5, 6, 7], [2, 5, 6, PAD_ID]]
 
 
 # --- metrics ------------------------------------------------------------------------------

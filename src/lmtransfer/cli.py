@@ -74,7 +74,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     from .checkpoint import build_classifier, load_checkpoint
     from .finetune import predict
     from .runtime import select_device
-    from .tokenizer import LabeledSplit, encode_documents, load_tokenizer
+    from .tokenizer import LabeledSplit, encode_for_classification, load_tokenizer
 
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
     model = build_classifier(payload)
@@ -82,7 +82,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise SystemExit("error: no text given (pass texts as arguments or on standard input)")
-    ids, offsets = encode_documents(sp, texts)
+    ids, offsets = encode_for_classification(sp, texts)
     split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
     probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
     names = payload["label_names"]

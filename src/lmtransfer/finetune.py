@@ -1,8 +1,8 @@
 """Fine-tuning for classification: one code path for the pretrained and the scratch model.
 
-Sequences are right-padded per batch (padding id 0) and truncated to
-`max_len` keeping the final EOS, so last-token pooling always reads a token that
-has seen the whole (kept) text. Batches group similar lengths to waste little
+Sequences are right-padded per batch (padding id 0) and truncated to their
+first `max_len` tokens, so last-token pooling reads the last kept piece, which
+has seen all of the kept text. Batches group similar lengths to waste little
 compute on padding.
 """
 
@@ -21,18 +21,17 @@ from .config import FinetuneParams
 from .model import Classifier
 from .optim import make_optimizer, optimizer_step, warmup_cosine
 from .runtime import autocast, progress_bar
-from .tokenizer import EOS_ID, PAD_ID, LabeledSplit
+from .tokenizer import PAD_ID, LabeledSplit
 
 EpochCallback = Callable[[dict[str, float]], None]
 
 
 def pad_batch(sequences: list[np.ndarray], max_len: int) -> torch.Tensor:
-    """Right-pad to the longest sequence; longer ones keep their first max_len-1 tokens + EOS."""
+    """Right-pad to the longest sequence; longer ones keep their first max_len tokens."""
     width = min(max_len, max(len(s) for s in sequences))
     batch = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)
     for row, sequence in enumerate(sequences):
-        if len(sequence) > width:
-            sequence = np.concatenate([sequence[: width - 1], [EOS_ID]])
+        sequence = sequence[:width]
         batch[row, : len(sequence)] = torch.from_numpy(sequence.astype(np.int64))
     return batch
 
