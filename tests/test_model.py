@@ -21,16 +21,6 @@ from lmtransfer.model import (
 )
 
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny models gain nothing from threads, and OpenMP spinning on a busy machine costs 100x."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 TINY = ModelConfig(vocab_size=50, d_model=16, n_layers=2, n_heads=2, d_ff=32, dropout=0.1)
 
 
