@@ -22,8 +22,8 @@ venv: $(STAMP)
 ## run the whole pipeline on the built-in data, then show the results
 run: venv
 	dvc repro
-	@echo; dvc metrics show; echo
-	@echo "figures in plots/; MLflow UI: make ui"
+	@echo; lmtransfer results; echo
+	@echo "figures: plots/*.png | sample generations: metrics/pretrain/samples.txt | MLflow UI: make ui"
 
 ## the test suite (unit tests + one end-to-end dvc repro on tiny data)
 test: venv

@@ -89,6 +89,8 @@ def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
                DVC_NO_ANALYTICS="1")
     run(["git", "init", "-q"], root, env)
+    run(["git", "config", "user.name", "lmtransfer tests"], root, env)  # a clean CI machine has no identity
+    run(["git", "config", "user.email", "tests@lmtransfer.invalid"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "tiny pipeline"], root, env)
     run(["dvc", "repro"], root, env)
@@ -145,7 +147,7 @@ def test_a_parameter_change_reruns_only_the_stages_that_read_it(pipeline_repo):
     # dvc status lists the changed stages; their downstream stages rerun through changed deps.
     assert _stages_to_rerun(root, env, "model.n_layers", "2") == {"pretrain", "finetune_scratch"}
     assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == {"finetune_pretrained", "finetune_scratch"}
-    assert _stages_to_rerun(root, env, "pretrain.lr", "0.002") == {"pretrain"}
+    assert _stages_to_rerun(root, env, "pretrain.lr", "0.0123") == {"pretrain"}
     assert _stages_to_rerun(root, env, "tokenizer.vocab_size", "50") == {"tokenize"}
     dry = run(["dvc", "repro", "--dry", "-f", "finetune_scratch", "--downstream"], root, env)
     assert "'pretrain'" not in dry and "'prepare'" not in dry
@@ -207,3 +209,19 @@ def test_a_bad_parameter_stops_the_stage_naming_the_key(pipeline_repo):
         assert "Traceback" not in result.stderr
     finally:
         params_file.write_text(original)
+
+
+def test_the_cli_uses_the_pipeline_models(pipeline_repo):
+    root, env = pipeline_repo
+    lmtransfer = [sys.executable, "-m", "lmtransfer.cli"]
+    predicted = run([*lmtransfer, "predict", "a great and wonderful film", "an awful boring plot"], root, env)
+    lines = predicted.strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        label, probability, _ = line.split("\t")
+        assert label in {"neg", "pos"} and 0.5 <= float(probability) <= 1.0
+    report = run([*lmtransfer, "results"], root, env)
+    assert "accuracy" in report and "val acc (pretrained)" in report
+    generated = run([*lmtransfer, "generate", "the film", "--tokens", "5", "--samples", "2"], root, env)
+    assert len(generated.strip().splitlines()) == 2
+    assert all(line.startswith("the film") for line in generated.strip().splitlines())

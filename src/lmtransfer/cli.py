@@ -3,6 +3,7 @@
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
+    lmtransfer results                      # test scores and curves of the last `dvc repro`
 """
 
 from __future__ import annotations
@@ -91,6 +92,38 @@ def cmd_predict(args: argparse.Namespace) -> None:
         print(f"{names[best]}\t{row[best]:.3f}\t{text}")
 
 
+def results_report(metrics_dir: Path = paths.METRICS) -> str:
+    """The experiment's answer in a few lines: test scores, the gap, validation accuracy per epoch."""
+    from .io import read_json, read_tsv, require_file
+
+    evaluation = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
+    pretraining = read_json(require_file(metrics_dir / "pretrain.json", "pretraining metrics"))
+    epochs = {v: read_tsv(require_file(metrics_dir / f"finetune_{v}" / "epochs.tsv", "fine-tuning metrics"))
+              for v in paths.VARIANTS}
+    lines = [
+        f"{'test':<12}{'pretrained':>12}{'scratch':>12}{'gap':>10}",
+        f"{'accuracy':<12}{evaluation['pretrained']['accuracy']:>12.4f}{evaluation['scratch']['accuracy']:>12.4f}"
+        f"{evaluation['accuracy_gap']:>+10.4f}",
+        f"{'macro-F1':<12}{evaluation['pretrained']['macro_f1']:>12.4f}{evaluation['scratch']['macro_f1']:>12.4f}"
+        f"{evaluation['macro_f1_gap']:>+10.4f}",
+        "",
+        f"{'epoch':<12}{'val acc (pretrained)':>22}{'val acc (scratch)':>20}",
+    ]
+    for pretrained, scratch in zip(epochs["pretrained"], epochs["scratch"]):
+        lines.append(f"{pretrained['epoch']:<12}{float(pretrained['val_accuracy']):>22.4f}"
+                     f"{float(scratch['val_accuracy']):>20.4f}")
+    lines += [
+        "",
+        f"pretraining: {pretraining['steps']} steps, {pretraining['tokens_seen']:,} tokens, "
+        f"validation perplexity {pretraining['val_perplexity']:.1f}, {pretraining['tokens_per_second']:,.0f} tokens/s",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_results(args: argparse.Namespace) -> None:
+    print(results_report(args.metrics))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -114,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED)
     generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZER_MODEL)
     generate.set_defaults(func=cmd_generate)
+
+    results = commands.add_parser("results", help="test scores and validation curves of the last pipeline run")
+    results.add_argument("--metrics", type=Path, default=paths.METRICS)
+    results.set_defaults(func=cmd_results)
 
     predict_parser = commands.add_parser("predict", help="label + probability for new texts (args or stdin)")
     predict_parser.add_argument("texts", nargs="*")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from typing import Callable
 
 from .config import ConfigError
@@ -21,8 +22,10 @@ def stage_main(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
     def decorate(main: Callable[[], None]) -> Callable[[], None]:
         @functools.wraps(main)
         def run() -> None:
+            start = time.perf_counter()
             try:
                 main()
+                print(f"{name}: done in {time.perf_counter() - start:.1f} s", flush=True)
             except EXPECTED_ERRORS as exc:
                 if os.environ.get("LMTRANSFER_DEBUG"):
                     raise
