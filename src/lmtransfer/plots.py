@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .io import atomic_path  # noqa: E402
 
@@ -37,6 +38,7 @@ def plot_finetune_accuracy(epochs: dict[str, Rows], path: Path, dpi: int) -> Pat
                   label=f"{variant} (train)")
     axis.axhline(0.5, color="grey", linewidth=0.8, linestyle=":", label="chance (2 classes)")
     axis.set(xlabel="epoch", ylabel="accuracy", title="Fine-tuning: pretrained vs from scratch")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     return _save(figure, path, dpi)
@@ -49,6 +51,7 @@ def plot_finetune_loss(epochs: dict[str, Rows], path: Path, dpi: int) -> Path:
         axis.plot(x, _column(rows, "val_loss"), "o-", color=COLORS[variant], label=f"{variant} (validation)")
         axis.plot(x, _column(rows, "train_loss"), "--", color=COLORS[variant], alpha=0.6, label=f"{variant} (train)")
     axis.set(xlabel="epoch", ylabel="cross-entropy loss", title="Fine-tuning loss")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     return _save(figure, path, dpi)
@@ -75,9 +78,11 @@ def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
         matrix = evaluation[variant]["confusion_matrix"]["rows_actual_columns_predicted"]
         labels = evaluation[variant]["confusion_matrix"]["labels"]
         axis.imshow(matrix, cmap="Blues")
+        darkest = max(max(row) for row in matrix) or 1
         for i, row in enumerate(matrix):
             for j, count in enumerate(row):
-                axis.text(j, i, str(count), ha="center", va="center")
+                color = "white" if count > 0.6 * darkest else "black"  # readable on dark and light cells
+                axis.text(j, i, str(count), ha="center", va="center", color=color)
         axis.set_xticks(range(len(labels)), labels)
         axis.set_yticks(range(len(labels)), labels)
         accuracy = evaluation[variant]["accuracy"]
