@@ -98,7 +98,7 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
 
     evaluation = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
     pretraining = read_json(require_file(metrics_dir / "pretrain.json", "pretraining metrics"))
-    epochs = {v: read_tsv(require_file(metrics_dir / f"finetune_{v}" / "epochs.tsv", "fine-tuning metrics"))
+    epochs = {v: read_tsv(require_file(paths.finetune_epochs(v, metrics_dir), "fine-tuning metrics"))
               for v in paths.VARIANTS}
     lines = [
         f"{'test':<12}{'pretrained':>12}{'scratch':>12}{'gap':>10}",

@@ -21,5 +21,5 @@ def finetune_metrics(variant: str) -> Path:
     return METRICS / f"finetune_{variant}.json"
 
 
-def finetune_epochs(variant: str) -> Path:
-    return METRICS / f"finetune_{variant}" / "epochs.tsv"
+def finetune_epochs(variant: str, metrics_dir: Path = METRICS) -> Path:
+    return metrics_dir / f"finetune_{variant}" / "epochs.tsv"

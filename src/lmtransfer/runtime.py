@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -52,7 +53,5 @@ def configure(params: TrainParams) -> torch.device:
 
 def progress_bar(**kwargs) -> tqdm:
     """A live bar on a terminal; in logs (DVC, CI) a line every 30 s instead of a flood."""
-    import sys
-
     interactive = sys.stderr.isatty()
     return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, **kwargs)

@@ -1,9 +1,9 @@
 """Sentencepiece tokenizer and compact token-id arrays.
 
 Pretraining documents are framed BOS ... EOS; labeled texts BOS ... (see
-`encode_for_classification`). Special ids are fixed so every model agrees on them: 0 padding, 1 unknown,
-2 begin-of-sequence, 3 end-of-sequence, 4 a reserved mask token for a future
-masked-LM objective. Token ids are stored as flat numpy arrays (uint16 when the
+`encode_for_classification`). Special ids are fixed so every model agrees on
+them: 0 padding, 1 unknown, 2 begin-of-sequence, 3 end-of-sequence, 4 a
+reserved mask token for a future masked-LM objective. Token ids are stored as flat numpy arrays (uint16 when the
 vocabulary allows) plus offsets: a 1M-token corpus is 2 MB, not a list of lists.
 """
 

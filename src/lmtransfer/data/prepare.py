@@ -82,13 +82,14 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
             )
 
     held_out = {dedup_key(text) for name in ("valid", "test") for text in splits[name]["text"]}
-    corpus, seen = [], set(held_out)
+    corpus, corpus_keys, seen = [], [], set(held_out)
     for document in raw.corpus:
         document = normalize_text(document)
         key = dedup_key(document)
         if document and key not in seen:
             seen.add(key)
             corpus.append(document)
+            corpus_keys.append(key)
     rng = np.random.default_rng(params.seed + 1)
     order = rng.permutation(len(corpus))
     if params.max_corpus_lines:
@@ -103,7 +104,7 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
     corpus_train = [corpus[i] for i in np.sort(order[n_valid:])]
     if params.add_train_to_corpus:
         # Compare against the lines actually kept: a train text equal to a line the cap dropped still joins.
-        kept = held_out | {dedup_key(line) for line in corpus_train} | {dedup_key(line) for line in corpus_valid}
+        kept = held_out | {corpus_keys[i] for i in order}
         corpus_train += [t for t in splits["train"]["text"] if dedup_key(t) not in kept]
     return PreparedData(splits, corpus_train, corpus_valid, raw.label_names)
 
