@@ -16,7 +16,7 @@ from lmtransfer.model import Classifier, ModelConfig, count_parameters
 from lmtransfer.paths import PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_metrics, finetuned_checkpoint
 from lmtransfer.runtime import configure
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import PAD_ID, LabeledSplit
+from lmtransfer.tokenizer import LabeledSplit
 from lmtransfer.tracking import stage_run
 
 
@@ -36,10 +36,12 @@ def main() -> None:
     device = configure(params.train)
     if variant == "pretrained":
         payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
-        model = classifier_from_pretrained(payload, len(label_names), params.finetune.pooling, meta["vocab_size"])
+        model = classifier_from_pretrained(
+            payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
+        )
         sections, upstream = ("finetune", "train"), payload.get("mlflow_run_id")
     else:
-        config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=PAD_ID, **params.model.model_dump())
+        config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=meta["pad_id"], **params.model.model_dump())
         model = Classifier(config, len(label_names), params.finetune.pooling)
         sections, upstream = ("model", "finetune", "train"), None
     stage = f"finetune_{variant}"

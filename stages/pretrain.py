@@ -1,17 +1,19 @@
-"""Stage pretrain: next-token pretraining of the Transformer LM, plus sample generations."""
+"""Stage pretrain: next-token pretraining of the Transformer LM (or loading `pretrain.init_from`), plus samples."""
 
 import mlflow
 import numpy as np
 
 from lmtransfer.checkpoint import save_checkpoint
+from lmtransfer.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.config import load_params
+from lmtransfer.data.files import resolve_input
 from lmtransfer.io import read_json, require_file, write_json, write_text, write_tsv
 from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
-from lmtransfer.paths import METRICS, PARAMS, PRETRAINED, TOKENIZED, TOKENIZER_MODEL
-from lmtransfer.pretrain import generate_samples, pretrain
+from lmtransfer.paths import METRICS, PARAMS, PRETRAINED, TOKENIZED
+from lmtransfer.pretrain import evaluate_imported, generate_samples, pretrain
 from lmtransfer.runtime import configure
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import PAD_ID, load_tokenizer
+from lmtransfer.tokenizer import load_tokenizer
 from lmtransfer.tracking import stage_run
 
 
@@ -19,20 +21,31 @@ from lmtransfer.tracking import stage_run
 def main() -> None:
     params = load_params(PARAMS)
     meta = read_json(require_file(TOKENIZED / "meta.json", "tokenized data"))
-    train_ids = np.load(require_file(TOKENIZED / "corpus_train.npy", "tokenized corpus"))
-    valid_ids = np.load(require_file(TOKENIZED / "corpus_valid.npy", "tokenized corpus"))
-    sp = load_tokenizer(TOKENIZER_MODEL)
+    train_ids = np.load(require_file(TOKENIZED / "corpus_train.npy", "tokenized corpus"), mmap_mode="r")
+    valid_ids = np.load(require_file(TOKENIZED / "corpus_valid.npy", "tokenized corpus"), mmap_mode="r")
+    tokenizer = load_tokenizer(TOKENIZED)
     device = configure(params.train)
-    config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=PAD_ID, **params.model.model_dump())
+    config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=meta["pad_id"], **params.model.model_dump())
     model = LanguageModel(config)
+    weights = None
+    if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
+        weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
+        load_into_language_model(weights, model)
     with stage_run("pretrain", params.sections("model", "pretrain", "train")) as run:
         mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
-        print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens")
-        result = pretrain(
-            model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
-            log_metrics=mlflow.log_metrics,
-        )
-        samples = generate_samples(model, sp, params.pretrain.prompts, params.pretrain, device, params.train.seed)
+        if weights is not None:
+            mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
+            for note in weights.notes:
+                print(f"pretrain: {note}")
+            print(f"pretrain: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
+            result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, device)
+        else:
+            print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens")
+            result = pretrain(
+                model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
+                log_metrics=mlflow.log_metrics,
+            )
+        samples = generate_samples(model, tokenizer, params.pretrain.prompts, params.pretrain, device, params.train.seed)
         sample_text = "\n".join(f"[{s['mode']}] {s['prompt']} -> {s['continuation']}" for s in samples) + "\n"
         summary = {
             "steps": result.steps,
@@ -44,7 +57,8 @@ def main() -> None:
             "val_perplexity": result.valid_log[-1]["val_perplexity"],
             "n_parameters": count_parameters(model),
         }
-        save_checkpoint(PRETRAINED, model, "language_model", config, mlflow_run_id=run.info.run_id)
+        extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
+        save_checkpoint(PRETRAINED, model, "language_model", config, mlflow_run_id=run.info.run_id, **extras)
         write_tsv(METRICS / "pretrain" / "train.tsv", result.train_log)
         write_tsv(METRICS / "pretrain" / "valid.tsv", result.valid_log)
         write_text(METRICS / "pretrain" / "samples.txt", sample_text)

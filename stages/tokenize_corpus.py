@@ -1,4 +1,4 @@
-"""Stage tokenize: train sentencepiece on the pretraining corpus, encode everything to id arrays.
+"""Stage tokenize: train (or load) the tokenizer, encode corpus and labeled splits to id arrays.
 
 (Not named tokenize.py: that would shadow the standard library module of the same name.)
 """
@@ -8,7 +8,7 @@ import mlflow
 from lmtransfer.config import load_params
 from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import tokenize_prepared
+from lmtransfer.tokenize_data import tokenize_prepared
 from lmtransfer.tracking import stage_run
 
 
@@ -18,9 +18,12 @@ def main() -> None:
     with stage_run("tokenize", params.sections("tokenizer")):
         meta = tokenize_prepared(PREPARED, TOKENIZED, params.tokenizer)
         mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})
+        mlflow.log_metrics({f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()})
         mlflow.log_metric("vocab_size", meta["vocab_size"])
-        mlflow.log_artifact(str(TOKENIZED / "spm.model"))
-    print(f"tokenize: vocabulary {meta['vocab_size']}, tokens {meta['tokens']} -> {TOKENIZED}")
+        mlflow.set_tag("tokenizer_scheme", meta["scheme"])
+        for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
+            mlflow.log_artifact(str(artifact))
+    print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED}")
 
 
 if __name__ == "__main__":

@@ -90,9 +90,36 @@ def test_fractions_that_leave_no_training_data_are_rejected():
     assert "data.valid_fraction" in message and "data.test_fraction" in message
 
 
-def test_files_source_requires_both_paths():
-    message = _error_for({"data": {"source": "files", "labeled_path": "a.tsv"}})
-    assert "data.corpus_path" in message
+def test_files_source_requires_a_train_file_and_nothing_else():
+    assert "data.train" in _error_for({"data": {"source": "files"}})
+    params = parse_params({"data": {"source": "files", "train": "a.csv"}})
+    assert (params.data.valid, params.data.test, params.data.corpus) == ("", "", [])
+
+
+def test_file_keys_with_a_built_in_source_are_rejected_not_ignored():
+    message = _error_for({"data": {"source": "reviews-zh", "corpus": ["x.txt"]}})
+    assert "data.corpus" in message and "reviews-zh" in message
+
+
+def test_a_single_corpus_path_becomes_a_list():
+    params = parse_params({"data": {"source": "files", "train": "a.csv", "corpus": "big/*.txt"}})
+    assert params.data.corpus == ["big/*.txt"]
+
+
+def test_unknown_format_and_encoding_name_their_keys():
+    assert "data.format" in _error_for({"data": {"source": "files", "train": "a", "format": "xml"}})
+    assert "data.encoding" in _error_for({"data": {"encoding": "klingon-8"}})
+
+
+def test_pieces_need_an_existing_tokenizer_and_a_dictionary_needs_a_segmenter_for_text():
+    pieces = {"source": "files", "train": "train.spm", "format": "pieces"}
+    assert "tokenizer.vocab_file" in _error_for({"data": pieces})
+    assert parse_params({"data": pieces, "tokenizer": {"vocab_file": "dict.txt"}}).data.corpus_pieces
+    text = {"source": "files", "train": "train.csv"}
+    assert "tokenizer.model_file" in _error_for({"data": text, "tokenizer": {"vocab_file": "dict.txt"}})
+    mixed = {**pieces, "corpus": ["fr.txt"]}  # pieces labeled, raw-text corpus: the corpus needs cutting
+    assert "tokenizer.model_file" in _error_for({"data": mixed, "tokenizer": {"vocab_file": "dict.txt"}})
+    parse_params({"data": mixed, "tokenizer": {"vocab_file": "dict.txt", "model_file": "spm.model"}})
 
 
 def test_several_problems_are_all_reported():

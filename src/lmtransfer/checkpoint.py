@@ -53,13 +53,19 @@ def build_classifier(payload: dict[str, Any]) -> Classifier:
     return model
 
 
-def classifier_from_pretrained(payload: dict[str, Any], n_classes: int, pooling: str, vocab_size: int) -> Classifier:
+def classifier_from_pretrained(
+    payload: dict[str, Any], n_classes: int, pooling: str, vocab_size: int, pad_id: int | None = None
+) -> Classifier:
     """Transfer: keep the pretrained base, put a fresh classification head on it."""
     config = model_config_of(payload)
     if config.vocab_size != vocab_size:
         raise ValueError(
             f"the pretrained model has a vocabulary of {config.vocab_size} but the tokenized data has "
             f"{vocab_size}; rerun pretrain after changing tokenizer.vocab_size"
+        )
+    if pad_id is not None and config.pad_id != pad_id:
+        raise ValueError(
+            f"the pretrained model pads with id {config.pad_id} but the tokenized data uses {pad_id}; rerun pretrain"
         )
     model = Classifier(config, n_classes, pooling)
     base_state = {k.removeprefix("base."): v for k, v in payload["state_dict"].items() if k.startswith("base.")}

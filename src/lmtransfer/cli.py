@@ -1,6 +1,8 @@
 """`lmtransfer` command line: look inside the model, talk to the LM, classify new text.
 
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
+    lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
+    lmtransfer summary --params params.yaml      # the model params.yaml builds (V from data/tokenized)
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
     lmtransfer results                      # test scores and curves of the last `dvc repro`
@@ -49,6 +51,19 @@ def parameter_table(vocab_size: int, d_model: int, n_layers: int, n_heads: int, 
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
+    if args.vocab_file:
+        from .tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+
+        args.vocab_size = DictionaryTokenizer(read_fairseq_dictionary(args.vocab_file)).vocab_size
+    if args.params:
+        from .config import load_params
+        from .io import read_json, require_file
+
+        model = load_params(args.params).model
+        args.d_model, args.n_layers, args.n_heads, args.d_ff = model.d_model, model.n_layers, model.n_heads, model.d_ff
+        if not args.vocab_file:
+            meta = read_json(require_file(paths.TOKENIZED / "meta.json", "tokenized data"))
+            args.vocab_size, args.n_classes = meta["vocab_size"], len(meta["label_names"])
     if args.d_model % args.n_heads:
         raise SystemExit(f"error: --d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
     print(parameter_table(args.vocab_size, args.d_model, args.n_layers, args.n_heads, args.d_ff, args.n_classes))
@@ -58,15 +73,17 @@ def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
     from .checkpoint import build_language_model, load_checkpoint
-    from .tokenizer import BOS_ID, EOS_ID, load_tokenizer
+    from .tokenizer import load_tokenizer
 
     model = build_language_model(load_checkpoint(args.checkpoint, expected_kind="language_model")).eval()
-    sp = load_tokenizer(args.tokenizer)
+    tokenizer = load_tokenizer(args.tokenizer)
     generator = torch.Generator().manual_seed(args.seed)
-    prompt = torch.tensor([[BOS_ID, *sp.encode(args.prompt)]])
+    prompt = torch.tensor([[tokenizer.bos_id, *tokenizer.encode(args.prompt)]])
     for _ in range(args.samples):
-        out = model.generate(prompt, args.tokens, args.temperature, args.top_k, eos_id=EOS_ID, generator=generator)
-        print(f"{args.prompt}{' ' if args.prompt else ''}{sp.decode(out[0, prompt.size(1):].tolist())}")
+        out = model.generate(
+            prompt, args.tokens, args.temperature, args.top_k, eos_id=tokenizer.eos_id, generator=generator
+        )
+        print(f"{args.prompt}{' ' if args.prompt else ''}{tokenizer.decode(out[0, prompt.size(1):].tolist())}")
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
@@ -79,11 +96,11 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
     model = build_classifier(payload)
-    sp = load_tokenizer(args.tokenizer)
+    tokenizer = load_tokenizer(args.tokenizer)
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise SystemExit("error: no text given (pass texts as arguments or on standard input)")
-    ids, offsets = encode_for_classification(sp, texts)
+    ids, offsets = encode_for_classification(tokenizer, texts)
     split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
     probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
     names = payload["label_names"]
@@ -135,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--n-heads", type=int, default=2)
     summary.add_argument("--d-ff", type=int, default=200)
     summary.add_argument("--n-classes", type=int, default=2)
+    summary.add_argument("--vocab-file", type=Path, help="a fairseq dictionary: V = its lines + 4 special ids")
+    summary.add_argument("--params", type=Path, help="take D, N, A, F from this params file (V, C from data/tokenized)")
     summary.set_defaults(func=cmd_summary)
 
     generate = commands.add_parser("generate", help="continue a prompt with the pretrained language model")
@@ -145,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--samples", type=int, default=3)
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED)
-    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZER_MODEL)
+    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED, help="the tokenized data directory (or a file in it)")
     generate.set_defaults(func=cmd_generate)
 
     results = commands.add_parser("results", help="test scores and validation curves of the last pipeline run")
@@ -155,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict_parser = commands.add_parser("predict", help="label + probability for new texts (args or stdin)")
     predict_parser.add_argument("texts", nargs="*")
     predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained"))
-    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZER_MODEL)
+    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED, help="the tokenized data directory (or a file in it)")
     predict_parser.set_defaults(func=cmd_predict)
     return parser
 

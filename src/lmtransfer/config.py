@@ -7,10 +7,11 @@ Validation happens before any stage does real work, so a typo such as
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -23,8 +24,12 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
+FILE_KEYS = ("train", "valid", "test", "corpus")
+
+
 class DataParams(Section):
-    source: Literal["movies-en", "files"] = "movies-en"
+    source: Literal["movies-en", "reviews-zh", "files"] = "movies-en"
     max_examples: int = Field(0, ge=0)
     max_corpus_lines: int = Field(0, ge=0)
     valid_fraction: float = Field(0.1, gt=0, lt=1)
@@ -32,19 +37,61 @@ class DataParams(Section):
     corpus_valid_fraction: float = Field(0.02, gt=0, lt=1)
     add_train_to_corpus: bool = True
     seed: int = 0
-    # Only for `source: files` (a tab-separated labeled file and a plain-text corpus).
-    labeled_path: str = ""
-    corpus_path: str = ""
+    # Only for `source: files`. Paths are relative to the repository root.
+    train: str = ""
+    valid: str = ""  # '' = carved from train (stratified, data.valid_fraction)
+    test: str = ""  # '' = carved from train (stratified, data.test_fraction)
+    format: Literal[LABELED_FORMATS] = "auto"  # type: ignore[valid-type]
+    text_column: str = "text"
+    label_column: str = "label"
+    corpus: list[str] = Field(default_factory=list)  # files or globs, one document per line
+    corpus_format: Literal["text", "pieces"] = "text"
+    encoding: str = "utf-8"
+
+    @field_validator("corpus", mode="before")
+    @classmethod
+    def _one_path_is_a_list(cls, value: Any) -> Any:
+        """`-S data.corpus=big.txt` gives a string; a single path is a one-item list."""
+        if isinstance(value, str):
+            return [value] if value else []
+        return value
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, utf-16, gb18030, latin-1)") from None
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "DataParams":
         if self.valid_fraction + self.test_fraction >= 0.9:
             raise ValueError("data.valid_fraction + data.test_fraction must leave at least 10% for training")
         if self.source == "files":
-            for key in ("labeled_path", "corpus_path"):
-                if not getattr(self, key):
-                    raise ValueError(f"data.{key} is required when data.source is 'files'")
+            if not self.train:
+                raise ValueError("data.train is required when data.source is 'files' (a labeled file)")
+            if not (self.text_column and self.label_column):
+                raise ValueError("data.text_column and data.label_column must not be empty")
+        else:
+            used = [key for key in FILE_KEYS if getattr(self, key)]
+            if used:
+                raise ValueError(
+                    f"data.{used[0]} is only read when data.source is 'files' (data.source is {self.source!r})"
+                )
         return self
+
+    @property
+    def labeled_pieces(self) -> bool:
+        return self.source == "files" and self.format == "pieces"
+
+    @property
+    def corpus_pieces(self) -> bool:
+        """The corpus is pre-cut into pieces; without corpus files it is the labeled train texts."""
+        if self.source != "files":
+            return False
+        return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
 
 
 class TokenizerParams(Section):
@@ -52,6 +99,9 @@ class TokenizerParams(Section):
     model_type: Literal["unigram", "bpe"] = "unigram"
     character_coverage: float = Field(1.0, gt=0, le=1)
     max_training_lines: int = Field(500_000, ge=1)
+    # Existing tokenizers (paths relative to the repository root); either replaces training one.
+    model_file: str = ""  # a sentencepiece .model: cuts raw text into pieces
+    vocab_file: str = ""  # a fairseq dictionary (`<piece> <count>` per line): the id space
 
 
 class ModelParams(Section):
@@ -87,6 +137,7 @@ class PretrainParams(Section):
     generate_tokens: int = Field(20, ge=1)
     temperature: float = Field(0.8, gt=0)
     top_k: int = Field(40, ge=0)
+    init_from: str = ""  # a checkpoint to load instead of training (ours or the original layout)
 
 
 class FinetuneParams(Section):
@@ -125,6 +176,22 @@ class Params(Section):
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()
     plot: PlotParams = PlotParams()
+
+    @model_validator(mode="after")
+    def _check_tokenizer_fits_data(self) -> "Params":
+        pieces = self.data.labeled_pieces or self.data.corpus_pieces
+        raw_text = not (self.data.labeled_pieces and self.data.corpus_pieces)
+        if pieces and not (self.tokenizer.model_file or self.tokenizer.vocab_file):
+            raise ValueError(
+                "data in `pieces` format is already tokenized: set tokenizer.vocab_file (its dictionary) "
+                "or tokenizer.model_file (its sentencepiece model) so the pieces map to the right ids"
+            )
+        if self.tokenizer.vocab_file and raw_text and not self.tokenizer.model_file:
+            raise ValueError(
+                "tokenizer.vocab_file only maps pieces to ids; raw text also needs tokenizer.model_file "
+                "(the sentencepiece model that produced those pieces)"
+            )
+        return self
 
     def sections(self, *names: str) -> dict[str, dict[str, Any]]:
         """The named sections as plain dicts (what a stage declares and logs)."""

@@ -26,10 +26,10 @@ from .tokenizer import PAD_ID, LabeledSplit
 EpochCallback = Callable[[dict[str, float]], None]
 
 
-def pad_batch(sequences: list[np.ndarray], max_len: int) -> torch.Tensor:
+def pad_batch(sequences: list[np.ndarray], max_len: int, pad_id: int = PAD_ID) -> torch.Tensor:
     """Right-pad to the longest sequence; longer ones keep their first max_len tokens."""
     width = min(max_len, max(len(s) for s in sequences))
-    batch = torch.full((len(sequences), width), PAD_ID, dtype=torch.long)
+    batch = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     for row, sequence in enumerate(sequences):
         sequence = sequence[:width]
         batch[row, : len(sequence)] = torch.from_numpy(sequence.astype(np.int64))
@@ -37,7 +37,8 @@ def pad_batch(sequences: list[np.ndarray], max_len: int) -> torch.Tensor:
 
 
 def classification_batches(
-    split: LabeledSplit, batch_size: int, max_len: int, generator: np.random.Generator | None = None
+    split: LabeledSplit, batch_size: int, max_len: int, generator: np.random.Generator | None = None,
+    pad_id: int = PAD_ID,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Shuffled, length-bucketed batches when a generator is given; in order otherwise."""
     if generator is None:
@@ -53,7 +54,7 @@ def classification_batches(
             batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
         batches = [batches[i] for i in generator.permutation(len(batches))]
     for indices in batches:
-        ids = pad_batch([split.sequence(i) for i in indices], max_len)
+        ids = pad_batch([split.sequence(i) for i in indices], max_len, pad_id)
         yield ids, torch.from_numpy(split.labels[indices])
 
 
@@ -64,7 +65,7 @@ def predict(
     """Class probabilities for every example, and the mean cross-entropy loss."""
     model.eval()
     probabilities, total_loss = [], 0.0
-    for ids, labels in classification_batches(split, batch_size, max_len):
+    for ids, labels in classification_batches(split, batch_size, max_len, pad_id=model.base.config.pad_id):
         with autocast(device):
             logits = model(ids.to(device)).float()
         total_loss += float(F.cross_entropy(logits, labels.to(device), reduction="sum"))
@@ -111,7 +112,9 @@ def finetune(
         loss_sum, correct, seen = 0.0, 0, 0
         epoch_start = time.perf_counter()
         progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
-        for ids, labels in classification_batches(train, params.batch_size, params.max_len, generator):
+        for ids, labels in classification_batches(
+            train, params.batch_size, params.max_len, generator, pad_id=model.base.config.pad_id
+        ):
             ids, labels = ids.to(device), labels.to(device)
             with autocast(device):
                 logits = model(ids).float()

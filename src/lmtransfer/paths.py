@@ -5,9 +5,9 @@ from pathlib import Path
 PARAMS = Path("params.yaml")
 PREPARED = Path("data/prepared")
 TOKENIZED = Path("data/tokenized")
-TOKENIZER_MODEL = TOKENIZED / "spm.model"
 MODELS = Path("models")
 PRETRAINED = MODELS / "pretrained.pt"
+INPUTS = Path("data/inputs.json")  # what the validate stage checked: the external files and their hashes
 METRICS = Path("metrics")
 PLOTS = Path("plots")
 VARIANTS = ("pretrained", "scratch")

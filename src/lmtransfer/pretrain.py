@@ -36,12 +36,12 @@ class PackedBatches:
                 f"the corpus has {ids.size} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
                 "lower pretrain.seq_len or add text"
             )
-        self.ids = torch.from_numpy(ids.astype(np.int64))
+        self.ids = ids  # kept as stored (uint16, possibly memory-mapped): a huge corpus is never copied whole
         self.seq_len, self.batch_size = seq_len, batch_size
         self.generator = torch.Generator().manual_seed(seed)
 
     def windows(self, offset: int) -> int:
-        return (self.ids.numel() - 1 - offset) // self.seq_len
+        return (self.ids.size - 1 - offset) // self.seq_len
 
     def steps_per_epoch(self) -> int:
         return max(1, math.ceil(self.windows(self.seq_len - 1) / self.batch_size))
@@ -65,7 +65,7 @@ class PackedBatches:
 
     def _gather(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         index = starts.unsqueeze(1) + torch.arange(self.seq_len + 1)
-        window = self.ids[index]
+        window = torch.from_numpy(np.asarray(self.ids[index.numpy()], dtype=np.int64))
         return window[:, :-1], window[:, 1:]
 
 
@@ -94,6 +94,20 @@ class PretrainResult:
     @property
     def final_val_loss(self) -> float:
         return self.valid_log[-1]["val_loss"]
+
+
+def evaluate_imported(
+    model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams, device: torch.device
+) -> PretrainResult:
+    """For a loaded checkpoint (`pretrain.init_from`): no training, the same loss measurements at step 0."""
+    model.to(device)
+    train_loss = evaluate_lm(model, PackedBatches(train_ids, params.seq_len, params.batch_size), params.eval_batches, device)
+    val_loss = evaluate_lm(model, PackedBatches(valid_ids, params.seq_len, params.batch_size), params.eval_batches, device)
+    return PretrainResult(
+        steps=0,
+        train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0, "tokens_per_s": 0.0}],
+        valid_log=[{"step": 0, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}],
+    )
 
 
 def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
@@ -167,20 +181,18 @@ def pretrain(
 
 
 def generate_samples(
-    model: LanguageModel, sp, prompts: list[str], params: PretrainParams, device: torch.device, seed: int = 0
+    model: LanguageModel, tokenizer, prompts: list[str], params: PretrainParams, device: torch.device, seed: int = 0
 ) -> list[dict[str, str]]:
     """Greedy and sampled continuations of fixed prompts: a visible check of what the LM learned."""
-    from .tokenizer import BOS_ID, EOS_ID
-
     model.eval()
     generator = torch.Generator(device=device).manual_seed(seed)
     samples = []
     for prompt in prompts:
-        prompt_ids = torch.tensor([[BOS_ID, *sp.encode(prompt)]], device=device)
+        prompt_ids = torch.tensor([[tokenizer.bos_id, *tokenizer.encode(prompt)]], device=device)
         for mode, temperature in (("greedy", 0.0), ("sampled", params.temperature)):
             out = model.generate(
-                prompt_ids, params.generate_tokens, temperature, params.top_k, eos_id=EOS_ID, generator=generator
+                prompt_ids, params.generate_tokens, temperature, params.top_k, eos_id=tokenizer.eos_id, generator=generator
             )
-            continuation = sp.decode(out[0, prompt_ids.size(1) :].tolist())
+            continuation = tokenizer.decode(out[0, prompt_ids.size(1) :].tolist())
             samples.append({"prompt": prompt, "mode": mode, "continuation": continuation})
     return samples

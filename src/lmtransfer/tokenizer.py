@@ -1,9 +1,17 @@
-"""Sentencepiece tokenizer and compact token-id arrays.
+"""Tokenizers and compact token-id arrays.
 
-Pretraining documents are framed BOS ... EOS; labeled texts BOS ... (see
-`encode_for_classification`). Special ids are fixed so every model agrees on
-them: 0 padding, 1 unknown, 2 begin-of-sequence, 3 end-of-sequence, 4 a
-reserved mask token for a future masked-LM objective. Token ids are stored as flat numpy arrays (uint16 when the
+One interface, `Tokenizer`, over three id spaces:
+* a sentencepiece model trained on the corpus (the default): 0 padding, 1 unknown,
+  2 begin-of-sequence, 3 end-of-sequence, 4 a reserved `<mask>` for a future
+  masked-LM objective;
+* an existing sentencepiece model (`tokenizer.model_file`): its own special ids,
+  with any it lacks (often padding) appended after its pieces;
+* a fairseq-style dictionary (`tokenizer.vocab_file`), the original experiment's
+  convention: 0 `<sos>`, 1 `<pad>`, 2 `<eos>`, 3 `<oov>`, then the dictionary's
+  pieces in file order; raw text is cut into pieces by `tokenizer.model_file`.
+
+Texts are framed BOS ... EOS for pretraining and BOS ... for classification (see
+`encode_for_classification`). Ids are stored as flat numpy arrays (uint16 when the
 vocabulary allows) plus offsets: a 1M-token corpus is 2 MB, not a list of lists.
 """
 
@@ -11,20 +19,153 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import sentencepiece as spm
 
 from .config import TokenizerParams
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # of a tokenizer this project trains
 MASK_PIECE = "<mask>"
 MODEL_FILE = "spm.model"
+DICTIONARY_FILE = "dict.txt"
+DICTIONARY_SPECIALS = ("<sos>", "<pad>", "<eos>", "<oov>")
+FAIRSEQ_OVERWRITE = "#fairseq:overwrite"
+PIECE_SPACE = "\u2581"
 
 
 class TokenizerError(ValueError):
     pass
+
+
+# --- the interface ----------------------------------------------------------------------
+
+
+class Tokenizer:
+    """Raw text or ready-made pieces -> ids, and ids -> text."""
+
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    scheme: str
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def piece_id(self, piece: str) -> int:
+        raise NotImplementedError
+
+    def pieces_to_ids(self, line: str) -> list[int]:
+        """A line of space-separated pieces (already tokenized data), without re-tokenizing."""
+        return [self.piece_id(piece) for piece in line.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+    def special_ids(self) -> dict[str, int]:
+        return {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A sentencepiece model; special ids it does not define are appended after its pieces."""
+
+    scheme = "sentencepiece"
+
+    def __init__(self, model_bytes: bytes, origin: str = "sentencepiece model"):
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+        except (RuntimeError, TypeError) as exc:
+            raise TokenizerError(f"{origin}: not a sentencepiece model ({exc})") from None
+        self.model_bytes = model_bytes
+        size = self.sp.get_piece_size()
+        own = {"pad": self.sp.pad_id(), "unk": self.sp.unk_id(), "bos": self.sp.bos_id(), "eos": self.sp.eos_id()}
+        missing = [name for name, value in own.items() if value < 0]
+        self.appended = {name: size + index for index, name in enumerate(missing)}
+        ids = {**own, **self.appended}
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = ids["pad"], ids["unk"], ids["bos"], ids["eos"]
+        self.vocab_size = size + len(missing)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts)
+
+    def piece_id(self, piece: str) -> int:
+        return self.sp.piece_to_id(piece)
+
+    def decode(self, ids: list[int]) -> str:
+        size = self.sp.get_piece_size()
+        return self.sp.decode([i for i in ids if i < size])
+
+    def pieces(self) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())] + [
+            f"<{name}>" for name in self.appended
+        ]
+
+
+class DictionaryTokenizer(Tokenizer):
+    """A fairseq-style dictionary as the id space; an optional sentencepiece model segments raw text."""
+
+    scheme = "dictionary"
+
+    def __init__(self, pieces: list[str], segmenter: SentencePieceTokenizer | None = None):
+        self.entries = list(DICTIONARY_SPECIALS) + pieces
+        self.ids = {piece: index for index, piece in enumerate(self.entries)}
+        self.bos_id, self.pad_id, self.eos_id, self.unk_id = range(4)
+        self.vocab_size = len(self.entries)
+        self.segmenter = segmenter
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if self.segmenter is None:
+            raise TokenizerError("raw text needs tokenizer.model_file to be cut into the dictionary's pieces")
+        return [[self.piece_id(p) for p in pieces] for pieces in self.segmenter.sp.encode(texts, out_type=str)]
+
+    def piece_id(self, piece: str) -> int:
+        return self.ids.get(piece, self.unk_id)
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self.entries[i] for i in ids if 4 <= i < self.vocab_size]
+        return "".join(pieces).replace(PIECE_SPACE, " ").strip()
+
+    def pieces(self) -> list[str]:
+        return self.entries
+
+
+def read_fairseq_dictionary(path: Path) -> list[str]:
+    """`<piece> <count>` per line (an optional `#fairseq:overwrite` flag allowed); pieces in file order."""
+    pieces: list[str] = []
+    seen: dict[str, int] = {}
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path}, line {number}"
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise TokenizerError(f"{where}: not UTF-8 text ({exc.reason}) (tokenizer.vocab_file)") from None
+            fields = line.split(" ")
+            overwrite = fields[-1] == FAIRSEQ_OVERWRITE
+            if overwrite:
+                fields = fields[:-1]
+            if len(fields) != 2 or not fields[0] or not fields[1].lstrip("-").isdigit():
+                raise TokenizerError(
+                    f"{where}: expected '<piece> <count>', got {line[:60]!r} (tokenizer.vocab_file must be a "
+                    "fairseq dictionary: one piece and its integer count per line, separated by one space)"
+                )
+            piece = fields[0]
+            if piece in seen and not overwrite:
+                raise TokenizerError(f"{where}: the piece {piece!r} repeats line {seen[piece]} (tokenizer.vocab_file)")
+            seen[piece] = number
+            pieces.append(piece)
+    if not pieces:
+        raise TokenizerError(f"{path}: the dictionary is empty (tokenizer.vocab_file)")
+    return pieces
+
+
+# --- building one from params, and saving / loading it with the tokenized data -----------
 
 
 def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 0) -> bytes:
@@ -59,93 +200,116 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
     return model.getvalue()
 
 
-def load_tokenizer(path: Path) -> spm.SentencePieceProcessor:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: sentencepiece model not found (run the tokenize stage)")
-    return spm.SentencePieceProcessor(model_file=str(path))
+def existing_tokenizer(params: TokenizerParams, resolve=Path) -> Tokenizer | None:
+    """The tokenizer named by tokenizer.model_file / vocab_file, or None when one must be trained."""
+    segmenter = None
+    if params.model_file:
+        path = resolve(params.model_file, "tokenizer.model_file")
+        segmenter = SentencePieceTokenizer(Path(path).read_bytes(), f"{path} (tokenizer.model_file)")
+    if params.vocab_file:
+        path = resolve(params.vocab_file, "tokenizer.vocab_file")
+        return DictionaryTokenizer(read_fairseq_dictionary(Path(path)), segmenter)
+    return segmenter
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
+    """The files `load_tokenizer` needs, plus a readable `vocab.txt` (id, piece)."""
+    segmenter = tokenizer if isinstance(tokenizer, SentencePieceTokenizer) else tokenizer.segmenter
+    if segmenter is not None:
+        (directory / MODEL_FILE).write_bytes(segmenter.model_bytes)
+    if isinstance(tokenizer, DictionaryTokenizer):
+        pieces = tokenizer.entries[len(DICTIONARY_SPECIALS):]
+        (directory / DICTIONARY_FILE).write_text("".join(f"{p} 1\n" for p in pieces), encoding="utf-8")
+    lines = (f"{index}\t{piece}" for index, piece in enumerate(tokenizer.pieces()))
+    (directory / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """The tokenizer the tokenize stage used (pass its output directory, or a file inside it)."""
+    directory = Path(directory)
+    if directory.is_file():
+        directory = directory.parent
+    model, dictionary = directory / MODEL_FILE, directory / DICTIONARY_FILE
+    segmenter = SentencePieceTokenizer(model.read_bytes(), str(model)) if model.is_file() else None
+    if dictionary.is_file():
+        return DictionaryTokenizer(read_fairseq_dictionary(dictionary), segmenter)
+    if segmenter is None:
+        raise FileNotFoundError(f"{directory}: no tokenizer found (run the tokenize stage, e.g. `dvc repro`)")
+    return segmenter
+
+
+# --- flat id arrays ------------------------------------------------------------------------
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
 
 
-def encode_documents(
-    sp: spm.SentencePieceProcessor, texts: Iterable[str], add_eos: bool = True, chunk_size: int = 4096
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encode texts as BOS + pieces (+ EOS); returns (flat ids, offsets of length n+1)."""
-    dtype = id_dtype(sp.get_piece_size())
-    pieces: list[np.ndarray] = []
-    lengths: list[int] = []
+def encode_stream(
+    tokenizer: Tokenizer, lines: Iterable[str], pieces: bool = False, add_eos: bool = True, chunk_size: int = 4096
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(flat ids, lengths) per chunk of lines, each framed BOS + pieces [+ EOS]: a corpus of any size streams."""
+    dtype = id_dtype(tokenizer.vocab_size)
+    tail = [tokenizer.eos_id] if add_eos else []
     batch: list[str] = []
 
-    def flush() -> None:
-        for ids in sp.encode(batch, add_bos=True, add_eos=add_eos):
-            pieces.append(np.asarray(ids, dtype=dtype))
-            lengths.append(len(ids))
+    def flush() -> tuple[np.ndarray, np.ndarray]:
+        encoded = [tokenizer.pieces_to_ids(t) for t in batch] if pieces else tokenizer.encode_batch(batch)
         batch.clear()
+        return np.fromiter(
+            (i for ids in encoded for i in (tokenizer.bos_id, *ids, *tail)), dtype=dtype
+        ), np.fromiter((len(ids) + 1 + len(tail) for ids in encoded), dtype=np.int64)
 
-    for text in texts:
+    for text in lines:
         batch.append(text)
         if len(batch) >= chunk_size:
-            flush()
+            yield flush()
     if batch:
-        flush()
-    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+        yield flush()
+
+
+def encode_documents(
+    tokenizer: Tokenizer, texts: Iterable[str], add_eos: bool = True, pieces: bool = False, chunk_size: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
+    """Encode texts as BOS + pieces (+ EOS); returns (flat ids, offsets of length n+1)."""
+    chunks = list(encode_stream(tokenizer, texts, pieces, add_eos, chunk_size))
+    flat = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, id_dtype(tokenizer.vocab_size))
+    lengths = np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0, np.int64)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return flat, offsets
 
 
-# --- the tokenize stage's on-disk layout ----------------------------------------
-
-
-def encode_for_classification(sp: spm.SentencePieceProcessor, texts: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+def encode_for_classification(
+    tokenizer: Tokenizer, texts: Iterable[str], pieces: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """BOS + pieces, no EOS: the pooled last token must be the text's own last piece.
 
     In the packed pretraining stream EOS is always followed by BOS, so the LM learns nothing
     about the text at EOS; the last real piece is where it summarised the text to predict what
     comes next. (Measured: dropping EOS gave the pretrained classifier +2-3 points.)
     """
-    return encode_documents(sp, texts, add_eos=False)
+    return encode_documents(tokenizer, texts, add_eos=False, pieces=pieces)
 
 
-def tokenize_prepared(prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0) -> dict:
-    """Train the tokenizer on the pretraining corpus and encode corpus and labeled splits."""
-    from .data.prepare import SPLITS, read_split
-    from .io import atomic_directory, read_json, require_file, write_json
-
-    prepared_meta = read_json(require_file(prepared_dir / "meta.json", "prepared data"))
-    corpus_train = require_file(prepared_dir / "corpus_train.txt", "pretraining corpus")
-    model_bytes = train_sentencepiece(corpus_train, params, seed)
-    sp = spm.SentencePieceProcessor(model_proto=model_bytes)
-    meta = {
-        "vocab_size": sp.get_piece_size(),
-        "pad_id": PAD_ID,
-        "unk_id": UNK_ID,
-        "bos_id": BOS_ID,
-        "eos_id": EOS_ID,
-        "mask_id": sp.piece_to_id(MASK_PIECE),
-        "label_names": prepared_meta["label_names"],
-        "tokens": {},
-        "examples": {},
-    }
-    with atomic_directory(out_dir) as tmp:
-        (tmp / MODEL_FILE).write_bytes(model_bytes)
-        vocab = "\n".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):.4f}" for i in range(sp.get_piece_size()))
-        (tmp / "spm.vocab").write_text(vocab + "\n", encoding="utf-8")
-        for name in ("corpus_train", "corpus_valid"):
-            with open(prepared_dir / f"{name}.txt", encoding="utf-8") as lines:
-                ids, _ = encode_documents(sp, (line.rstrip("\n") for line in lines if line.strip()))
-            np.save(tmp / f"{name}.npy", ids)
-            meta["tokens"][name] = int(ids.size)
-        for name in SPLITS:
-            split = read_split(prepared_dir, name)
-            ids, offsets = encode_for_classification(sp, split["text"])
-            np.savez(tmp / f"{name}.npz", ids=ids, offsets=offsets, labels=split["label"].to_numpy(np.int64))
-            meta["tokens"][name] = int(ids.size)
-            meta["examples"][name] = len(split)
-        write_json(tmp / "meta.json", meta)
-    return meta
+def write_id_stream(chunks: Iterable[np.ndarray], path: Path, dtype: np.dtype) -> int:
+    """Stream id chunks into a .npy file without holding them all in memory; returns the token count."""
+    raw = path.with_suffix(".raw")
+    total = 0
+    with open(raw, "wb") as handle:
+        for chunk in chunks:
+            chunk.astype(dtype, copy=False).tofile(handle)
+            total += chunk.size
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
+    if total:
+        source = np.memmap(raw, dtype=dtype, mode="r", shape=(total,))
+        for start in range(0, total, 1 << 24):
+            array[start : start + (1 << 24)] = source[start : start + (1 << 24)]
+        del source
+    array.flush()
+    del array
+    raw.unlink()
+    return total
 
 
 class LabeledSplit:

@@ -7,23 +7,31 @@ from which every valid/test text is removed.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
 from ..config import DataParams
 from ..io import atomic_directory, write_json
+from ..runtime import progress_bar
 from .sources import RawData
 
 SPLITS = ("train", "valid", "test")
 _WHITESPACE = re.compile(r"\s+")
+PIECE_SPACE = "\u2581"  # sentencepiece's visible space, "▁"
 
 
-class EmptySplitError(ValueError):
-    """A split or the corpus came out empty: the data or the fractions need changing."""
+class SplitError(ValueError):
+    """A split came out unusable (empty, one class, unknown labels): the data or the fractions need changing."""
+
+
+class EmptySplitError(SplitError):
+    """A split or the corpus came out empty."""
 
 
 def normalize_text(text: str) -> str:
@@ -35,14 +43,33 @@ def dedup_key(text: str) -> str:
     return normalize_text(text).casefold()
 
 
+def hashed_key(text: str) -> bytes:
+    """8 bytes per corpus line instead of the line itself: dedup of a huge corpus stays small."""
+    return hashlib.blake2b(dedup_key(text).encode("utf-8"), digest_size=8).digest()
+
+
+def pieces_to_text(pieces: str) -> str:
+    """`▁Un ▁petit ▁livre` -> `Un petit livre`: how sentencepiece pieces join back into text."""
+    return "".join(pieces.split()).replace(PIECE_SPACE, " ").strip()
+
+
 def deduplicate_labeled(table: pd.DataFrame) -> pd.DataFrame:
     """Drop empty texts and repeats; a text seen with two different labels is dropped entirely."""
-    table = table.assign(text=table["text"].map(normalize_text))
+    table = table[["text", "label"]].assign(text=table["text"].map(normalize_text))
     table = table[table["text"] != ""]
     key = table["text"].map(dedup_key)
     labels_per_text = table.groupby(key)["label"].transform("nunique")
     table = table[labels_per_text == 1]
     return table[~key[table.index].duplicated()].reset_index(drop=True)
+
+
+def infer_label_names(labels) -> list[str]:
+    """Class ids in a predictable order: numeric labels numerically (2 before 10), others alphabetically."""
+    unique = set(labels)
+    try:
+        return sorted(unique, key=lambda label: (int(label), label))
+    except ValueError:
+        return sorted(unique)
 
 
 def stratified_split(labels: np.ndarray, valid_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
@@ -60,7 +87,118 @@ def stratified_split(labels: np.ndarray, valid_fraction: float, test_fraction: f
 
 
 @dataclass
+class LabeledData:
+    splits: dict[str, pd.DataFrame]  # text (str), label (int class id)
+    label_names: list[str]
+    removed: dict[str, int]  # what deduplication and leak removal dropped, for the record
+
+
+def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
+    """Deduplicate each split, drop train texts that also sit in valid/test, carve missing splits."""
+    given = {name: deduplicate_labeled(table) for name, table in raw.splits.items()}
+    removed = {f"duplicates_{name}": len(raw.splits[name]) - len(table) for name, table in given.items()}
+    train = given["train"]
+    held_out = {dedup_key(t) for name in ("valid", "test") if name in given for t in given[name]["text"]}
+    leaked = train["text"].map(dedup_key).isin(held_out)
+    if "valid" in given and "test" in given:
+        test_keys = set(given["test"]["text"].map(dedup_key))
+        in_test = given["valid"]["text"].map(dedup_key).isin(test_keys)
+        removed["valid_texts_also_in_test"] = int(in_test.sum())
+        given["valid"] = given["valid"][~in_test].reset_index(drop=True)
+    removed["train_texts_also_in_valid_or_test"] = int(leaked.sum())
+    train = train[~leaked].reset_index(drop=True)
+
+    if params.max_examples and len(train) > params.max_examples:
+        keep = np.random.default_rng(params.seed).choice(len(train), params.max_examples, replace=False)
+        train = train.iloc[np.sort(keep)].reset_index(drop=True)
+    label_names = raw.label_names or infer_label_names(train["label"])
+    for name, table in {**given, "train": train}.items():
+        unknown = sorted(set(table["label"]) - set(label_names))
+        if unknown:
+            raise SplitError(
+                f"split '{name}' ({raw.origins.get(name, 'data')}) has label(s) {unknown[:5]} that the training "
+                f"data does not have; the classes are {label_names}"
+            )
+    ids = {name: index for index, name in enumerate(label_names)}
+    splits = {name: table.assign(label=table["label"].map(ids).astype(np.int64)) for name, table in given.items()}
+    splits["train"] = train.assign(label=train["label"].map(ids).astype(np.int64))
+    carve = {name: getattr(params, f"{name}_fraction") if name not in given else 0.0 for name in ("valid", "test")}
+    if carve["valid"] or carve["test"]:
+        indices = stratified_split(splits["train"]["label"].to_numpy(), carve["valid"], carve["test"], params.seed)
+        pool = splits["train"]
+        splits["train"] = pool.iloc[indices["train"]].reset_index(drop=True)
+        for name in ("valid", "test"):
+            if carve[name]:
+                splits[name] = pool.iloc[indices[name]].reset_index(drop=True)
+    splits = {name: splits[name] for name in SPLITS}
+    for name, split in splits.items():
+        _check_split(name, split, label_names, len(train), raw.origins.get(name))
+    return LabeledData(splits, label_names, removed)
+
+
+def _check_split(name: str, split: pd.DataFrame, label_names: list[str], n_train: int, origin: str | None) -> None:
+    source = f"data.{name} ({origin})" if origin else f"{n_train} labeled examples after deduplication"
+    if split.empty:
+        raise EmptySplitError(
+            f"split '{name}' is empty ({source}); provide more examples, raise data.max_examples "
+            "or adjust data.valid_fraction / data.test_fraction"
+        )
+    classes = split["label"].unique()
+    if len(classes) < 2:
+        raise SplitError(
+            f"split '{name}' has a single class ({label_names[classes[0]]!r}, {len(split)} examples; {source}): "
+            "a classifier needs at least two classes to learn or to be measured on"
+        )
+
+
+def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> Iterator[tuple[str, str]]:
+    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, nothing kept in memory.
+
+    Every round(1/corpus_valid_fraction)-th kept line (the first included) goes to the
+    pretraining validation part: deterministic, evenly spread, and needs no second pass.
+    """
+    convert_held_out = pieces_to_text if raw.labeled_pieces and not raw.corpus_pieces else (lambda t: t)
+    comparable = raw.labeled_pieces == raw.corpus_pieces or raw.labeled_pieces
+    seen: set[bytes] = set()
+    if comparable:
+        seen = {hashed_key(convert_held_out(t)) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
+    kept = 0
+
+    def accept(document: str) -> tuple[str, str] | None:
+        nonlocal kept
+        document = normalize_text(document)
+        key = hashed_key(document)
+        if not document or key in seen:
+            return None
+        seen.add(key)
+        part = "valid" if _is_validation_line(kept, params.corpus_valid_fraction) else "train"
+        kept += 1
+        return part, document
+
+    corpus_lines = 0
+    for document in raw.corpus:
+        if params.max_corpus_lines and corpus_lines >= params.max_corpus_lines:
+            break
+        item = accept(document)
+        if item:
+            corpus_lines += 1
+            yield item
+    if params.add_train_to_corpus and comparable:
+        for text in labeled.splits["train"]["text"]:
+            item = accept(convert_held_out(text))
+            if item:
+                yield item
+
+
+def _is_validation_line(index: int, fraction: float) -> bool:
+    """Line 0, then one line each time index * fraction passes a whole number."""
+    return index == 0 or int((index + 1) * fraction) > int(index * fraction)
+
+
+@dataclass
 class PreparedData:
+    """Everything `prepare` produces, in memory (tests and small data; the stage streams instead)."""
+
     splits: dict[str, pd.DataFrame]
     corpus_train: list[str]
     corpus_valid: list[str]
@@ -68,62 +206,48 @@ class PreparedData:
 
 
 def prepare(raw: RawData, params: DataParams) -> PreparedData:
-    labeled = deduplicate_labeled(raw.labeled)
-    if params.max_examples and len(labeled) > params.max_examples:
-        keep = np.random.default_rng(params.seed).choice(len(labeled), params.max_examples, replace=False)
-        labeled = labeled.iloc[np.sort(keep)].reset_index(drop=True)
-    indices = stratified_split(labeled["label"].to_numpy(), params.valid_fraction, params.test_fraction, params.seed)
-    splits = {name: labeled.iloc[idx].reset_index(drop=True) for name, idx in indices.items()}
-    for name, split in splits.items():
-        if split.empty:
-            raise EmptySplitError(
-                f"split '{name}' is empty ({len(labeled)} labeled examples after deduplication); "
-                "raise data.max_examples or adjust data.valid_fraction / data.test_fraction"
-            )
+    labeled = prepare_labeled(raw, params)
+    parts: dict[str, list[str]] = {"train": [], "valid": []}
+    for part, document in corpus_documents(raw, labeled, params):
+        parts[part].append(document)
+    _check_corpus(len(parts["train"]), len(parts["valid"]))
+    return PreparedData(labeled.splits, parts["train"], parts["valid"], labeled.label_names)
 
-    held_out = {dedup_key(text) for name in ("valid", "test") for text in splits[name]["text"]}
-    corpus, corpus_keys, seen = [], [], set(held_out)
-    for document in raw.corpus:
-        document = normalize_text(document)
-        key = dedup_key(document)
-        if document and key not in seen:
-            seen.add(key)
-            corpus.append(document)
-            corpus_keys.append(key)
-    rng = np.random.default_rng(params.seed + 1)
-    order = rng.permutation(len(corpus))
-    if params.max_corpus_lines:
-        order = order[: params.max_corpus_lines]
-    n_valid = max(1, int(round(len(order) * params.corpus_valid_fraction)))
-    if len(order) <= n_valid:
+
+def _check_corpus(n_train: int, n_valid: int) -> None:
+    if n_train == 0 or n_valid == 0:
         raise EmptySplitError(
-            f"the unlabeled corpus has {len(order)} usable lines: too few for a pretraining split; "
-            "raise data.max_corpus_lines or provide more text"
+            f"the pretraining corpus has {n_train + n_valid} usable lines: too few to split off a validation part; "
+            "add corpus files (data.corpus), raise data.max_corpus_lines or set data.add_train_to_corpus: true"
         )
-    corpus_valid = [corpus[i] for i in np.sort(order[:n_valid])]
-    corpus_train = [corpus[i] for i in np.sort(order[n_valid:])]
-    if params.add_train_to_corpus:
-        # Compare against the lines actually kept: a train text equal to a line the cap dropped still joins.
-        kept = held_out | {corpus_keys[i] for i in order}
-        corpus_train += [t for t in splits["train"]["text"] if dedup_key(t) not in kept]
-    return PreparedData(splits, corpus_train, corpus_valid, raw.label_names)
 
 
-def write_prepared(data: PreparedData, out_dir: Path, source: str) -> dict:
-    """Write splits as TSV, corpus as text, plus meta.json with counts; all or nothing."""
+def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str) -> dict:
+    """Write splits as TSV and the corpus as text, streamed, plus meta.json with counts; all or nothing."""
+    labeled = prepare_labeled(raw, params)
     counts = {}
     with atomic_directory(out_dir) as tmp:
-        for name, split in data.splits.items():
+        for name, split in labeled.splits.items():
             split.to_csv(tmp / f"{name}.tsv", sep="\t", index=False)
-            counts[name] = {data.label_names[k]: int(v) for k, v in split["label"].value_counts().sort_index().items()}
-        for name, lines in (("corpus_train", data.corpus_train), ("corpus_valid", data.corpus_valid)):
-            (tmp / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            per_class = split["label"].value_counts().sort_index()
+            counts[name] = {labeled.label_names[k]: int(v) for k, v in per_class.items()}
+        lines = {"train": 0, "valid": 0}
+        with open(tmp / "corpus_train.txt", "w", encoding="utf-8") as train_file, \
+                open(tmp / "corpus_valid.txt", "w", encoding="utf-8") as valid_file:
+            files = {"train": train_file, "valid": valid_file}
+            for part, document in progress_bar(iterable=corpus_documents(raw, labeled, params), desc="corpus", unit=" lines"):
+                files[part].write(document + "\n")
+                lines[part] += 1
+        _check_corpus(lines["train"], lines["valid"])
         meta = {
             "source": source,
-            "label_names": data.label_names,
-            "examples": {name: len(split) for name, split in data.splits.items()},
+            "label_names": labeled.label_names,
+            "labeled_format": "pieces" if raw.labeled_pieces else "text",
+            "corpus_format": "pieces" if raw.corpus_pieces else "text",
+            "examples": {name: len(split) for name, split in labeled.splits.items()},
             "examples_per_class": counts,
-            "corpus_lines": {"train": len(data.corpus_train), "valid": len(data.corpus_valid)},
+            "corpus_lines": lines,
+            "removed": labeled.removed,
         }
         write_json(tmp / "meta.json", meta)
     return meta

