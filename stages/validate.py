@@ -13,10 +13,11 @@ from lmtransfer.stage import stage_main
 
 @stage_main("validate")
 def main() -> None:
-    manifest = check_inputs(load_params(PARAMS))
-    write_json(INPUTS, manifest)
-    described = ", ".join(f"{e['key']}={e['path']}" for e in manifest["inputs"])
-    print(f"validate: inputs ok ({described}) -> {INPUTS}")
+    manifests = check_inputs(load_params(PARAMS))
+    for name, entries in manifests.items():
+        write_json(INPUTS / f"{name}.json", {"inputs": entries})
+    described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)
+    print(f"validate: inputs ok ({described}) -> {INPUTS}/")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ NEGATIVE = ["awful", "boring", "dull", "clumsy", "tedious", "bland", "dreadful"]
 NEUTRAL = ["the", "film", "movie", "story", "actors", "plot", "was", "is", "a", "and", "script", "ending"]
 
 TINY_PARAMS = {
-    "data": {"source": "files", "labeled_path": "raw/labeled.tsv", "corpus_path": "raw/corpus.txt",
+    "data": {"source": "files", "train": "raw/labeled.tsv", "corpus": ["raw/corpus*.txt"],
              "valid_fraction": 0.15, "test_fraction": 0.2},
     "tokenizer": {"vocab_size": 60},
     "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 16},
@@ -48,12 +48,14 @@ def write_tiny_data(root: Path) -> None:
     raw = root / "raw"
     raw.mkdir()
     rows = ["text\tlabel"]
-    for index in range(160):
-        label = index % 2
-        rows.append(f"{_sentence(rng, POSITIVE if label else NEGATIVE)} {index}\t{'pos' if label else 'neg'}")
+    classes = [("neg", NEGATIVE), ("neutral", NEUTRAL), ("pos", POSITIVE)]  # three string classes
+    for index in range(180):
+        name, words = classes[index % 3]
+        rows.append(f"{_sentence(rng, words)} {index}\t{name}")
     (raw / "labeled.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     corpus = [_sentence(rng, rng.choice([POSITIVE, NEGATIVE])) + f" line {i}" for i in range(400)]
-    (raw / "corpus.txt").write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    (raw / "corpus-a.txt").write_text("\n".join(corpus[:250]) + "\n", encoding="utf-8")
+    (raw / "corpus-b.txt").write_text("\n".join(corpus[250:]) + "\n", encoding="utf-8")
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -113,7 +115,7 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
     evaluation = json.loads((root / "metrics/evaluate.json").read_text())
     for variant in ("pretrained", "scratch"):
         assert 0.0 <= evaluation[variant]["accuracy"] <= 1.0
-        assert set(evaluation[variant]["f1_per_class"]) == {"neg", "pos"}
+        assert set(evaluation[variant]["f1_per_class"]) == {"neg", "neutral", "pos"}
     assert evaluation["accuracy_gap"] == pytest.approx(
         evaluation["pretrained"]["accuracy"] - evaluation["scratch"]["accuracy"])
     epochs = (root / "metrics/finetune_scratch/epochs.tsv").read_text().splitlines()
@@ -121,9 +123,33 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
     assert len(epochs) == 1 + TINY_PARAMS["finetune"]["epochs"]
 
 
+def _changed_stages(root: Path, env: dict[str, str]) -> set[str]:
+    """What `dvc status` would rerun, leaving out validate (it runs every time, by design)."""
+    status = json.loads(run(["dvc", "status", "--json"], root, env) or "{}")
+    return {stage.split(":")[-1] for stage in status} - {"validate"}
+
+
 def test_pipeline_is_up_to_date_after_repro(pipeline_repo):
     root, env = pipeline_repo
-    assert "up to date" in run(["dvc", "status"], root, env).lower()
+    assert _changed_stages(root, env) == set()
+    manifest = json.loads((root / "data/inputs/data.json").read_text())
+    assert json.loads((root / "data/inputs/checkpoint.json").read_text()) == {"inputs": []}
+    assert {(e["key"], e["path"]) for e in manifest["inputs"]} == {
+        ("data.train", "raw/labeled.tsv"), ("data.corpus", "raw/corpus-a.txt"), ("data.corpus", "raw/corpus-b.txt")}
+
+
+def test_editing_an_input_file_reruns_the_stages_that_read_it(pipeline_repo):
+    root, env = pipeline_repo
+    corpus = root / "raw/corpus-b.txt"
+    original = corpus.read_bytes()
+    try:
+        corpus.write_bytes(original + b"one more line about a dull film\n")
+        run(["dvc", "repro", "validate"], root, env)  # what every `dvc repro` starts with
+        assert _changed_stages(root, env) == {"prepare"}  # and everything downstream through changed outputs
+    finally:
+        corpus.write_bytes(original)
+        run(["dvc", "repro", "validate"], root, env)
+    assert _changed_stages(root, env) == set()
 
 
 def _stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> set[str]:
@@ -136,8 +162,7 @@ def _stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> s
         params[section][name] = yaml.load(value)
         with open(params_file, "w") as handle:
             yaml.dump(params, handle)
-        status = json.loads(run(["dvc", "status", "--json"], root, env) or "{}")
-        return {stage.split(":")[-1] for stage in status}
+        return _changed_stages(root, env)
     finally:
         params_file.write_text(original)
 
@@ -196,6 +221,44 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
             assert len(client.get_metric_history(r.info.run_id, "val_accuracy")) == 2
 
 
+def _fingerprint(root: Path) -> dict[str, bytes]:
+    outputs = ["data/prepared", "data/tokenized", "models", "metrics", "plots"]
+    return {str(p): p.read_bytes() for out in outputs for p in sorted((root / out).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("broken", ["missing file", "empty text", "single class", "bad encoding", "bad column"])
+def test_a_broken_input_stops_dvc_repro_with_a_clear_message_and_leaves_outputs_intact(pipeline_repo, broken):
+    root, env = pipeline_repo
+    params_file, before = root / "params.yaml", _fingerprint(root)
+    original = params_file.read_text()
+    bad = root / "raw/bad.csv"
+    contents = {
+        "empty text": "text,label\na fine film,pos\n   ,neg\nbad film,neg\n",
+        "single class": "text,label\n" + "".join(f"a fine film {i},pos\n" for i in range(40)),
+        "bad encoding": "text,label\na fine film,pos\n".encode() + b"caf\xe9 au lait,neg\n",
+        "bad column": "review,label\na fine film,pos\n",
+    }
+    expected = {"missing file": "raw/nowhere.csv", "empty text": "line 3", "single class": "single class",
+                "bad encoding": "line 3", "bad column": "data.text_column"}
+    try:
+        if broken in contents:
+            content = contents[broken]
+            bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+        target = "raw/nowhere.csv" if broken == "missing file" else "raw/bad.csv"
+        params_file.write_text(original.replace("raw/labeled.tsv", target))
+        result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert "validate: error:" in output and expected[broken] in output, output[-2000:]
+        assert "Traceback" not in output
+        assert "Running stage 'prepare'" not in output
+        assert _fingerprint(root) == before
+    finally:
+        params_file.write_text(original)
+        bad.unlink(missing_ok=True)
+        run(["dvc", "repro", "validate"], root, env)
+
+
 def test_a_bad_parameter_stops_the_stage_naming_the_key(pipeline_repo):
     root, env = pipeline_repo
     params_file = root / "params.yaml"
@@ -219,7 +282,7 @@ def test_the_cli_uses_the_pipeline_models(pipeline_repo):
     assert len(lines) == 2
     for line in lines:
         label, probability, _ = line.split("\t")
-        assert label in {"neg", "pos"} and 0.5 <= float(probability) <= 1.0
+        assert label in {"neg", "neutral", "pos"} and 1 / 3 <= float(probability) <= 1.0
     report = run([*lmtransfer, "results"], root, env)
     assert "accuracy" in report and "val acc (pretrained)" in report
     generated = run([*lmtransfer, "generate", "the film", "--tokens", "5", "--samples", "2"], root, env)

@@ -5,56 +5,37 @@ on a bad input would leave the earlier results gone. Checking everything here,
 in a cheap stage at the head of the graph, means a broken input stops the
 pipeline while every output produced so far is still in place.
 
-The stage also writes a manifest of the external files (path, size, sha256).
-It runs on every `dvc repro` (`always_changed`), and `prepare`, `tokenize` and
-`pretrain` depend on the manifest: editing a data file, the tokenizer files or
-the checkpoint named in params.yaml reruns exactly what reads them, even though
-DVC cannot list files chosen in params.yaml as dependencies itself.
+The stage also writes manifests of the external files (path, size, sha256), one
+per reader: `data/inputs/data.json` (prepare), `tokenizer.json` (tokenize) and
+`checkpoint.json` (pretrain). It runs on every `dvc repro` (`always_changed`), so
+editing a data file, the tokenizer files or the checkpoint named in params.yaml
+reruns exactly the stage that reads it, even though DVC cannot take files chosen
+in params.yaml as dependencies itself.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from .config import Params
-from .data.files import iter_lines, label_file_for, resolve_input
-from .data.prepare import prepare_labeled
+from .data.files import label_file_for, resolve_input
+from .data.prepare import count_corpus, prepare_labeled
 from .data.sources import load_source, sha256_of
 from .model import ModelConfig
 from .tokenizer import PAD_ID, existing_tokenizer
 
 
-def scan_text_file(path: Path, encoding: str, key: str) -> str:
-    """Decode every line (an error names the line) and return the file's sha256, in one pass."""
-    digest = hashlib.sha256()
-    non_blank = False
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            digest.update(raw)
-            try:
-                text = raw.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise ValueError(
-                    f"{path}, line {number}: not valid {encoding} text ({exc.reason} at byte {exc.start}); "
-                    f"convert the file or set data.encoding (read because of {key})"
-                ) from None
-            non_blank = non_blank or bool(text.strip())
-    if not non_blank:
-        raise ValueError(f"{path}: the file has no text, only blank lines (set by {key})")
-    return digest.hexdigest()
-
-
-def _entry(key: str, given: str, path: Path, sha256: str | None = None) -> dict[str, Any]:
-    return {"key": key, "path": given, "bytes": path.stat().st_size, "sha256": sha256 or sha256_of(path)}
+def _entry(key: str, given: str, path: Path) -> dict[str, Any]:
+    return {"key": key, "path": given, "bytes": path.stat().st_size, "sha256": sha256_of(path)}
 
 
 def check_data(params: Params) -> list[dict[str, Any]]:
     """Read the labeled data and split it (as `prepare` will), scan the corpus; return their manifest entries."""
     data = params.data
     raw = load_source(data)
-    prepare_labeled(raw, data)
+    labeled = prepare_labeled(raw, data)
+    count_corpus(raw, labeled, data)  # streams the corpus once: every line decodes, both parts non-empty
     if data.source != "files":
         return [{"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256}]
     entries = []
@@ -65,17 +46,24 @@ def check_data(params: Params) -> list[dict[str, Any]]:
             labels = label_file_for(Path(origin))
             entries.append(_entry(key, str(labels), labels))
     for path in getattr(raw.corpus, "paths", []):
-        entries.append(_entry("data.corpus", str(path), path, scan_text_file(path, data.encoding, "data.corpus")))
+        entries.append(_entry("data.corpus", str(path), path))
     return entries
 
 
-def check_tokenizer_and_checkpoint(params: Params) -> list[dict[str, Any]]:
-    """Load the named tokenizer files and checkpoint, and check that their id spaces and shapes agree."""
+def check_tokenizer(params: Params) -> list[dict[str, Any]]:
+    """Load the named tokenizer files (a malformed dictionary line or model stops here)."""
     entries = []
     for key in ("model_file", "vocab_file"):
         if getattr(params.tokenizer, key):
             path = resolve_input(getattr(params.tokenizer, key), f"tokenizer.{key}")
             entries.append(_entry(f"tokenizer.{key}", getattr(params.tokenizer, key), path))
+    existing_tokenizer(params.tokenizer, resolve=resolve_input)
+    return entries
+
+
+def check_checkpoint(params: Params) -> list[dict[str, Any]]:
+    """The checkpoint to start from must fit the id space and the model that params.yaml describe."""
+    entries = []
     tokenizer = existing_tokenizer(params.tokenizer, resolve=resolve_input)
     if params.pretrain.init_from:
         from .checkpoint_import import check_compatible, read_checkpoint_weights
@@ -89,6 +77,6 @@ def check_tokenizer_and_checkpoint(params: Params) -> list[dict[str, Any]]:
     return entries
 
 
-def check_inputs(params: Params) -> dict[str, Any]:
-    """Every check, then the manifest `prepare`, `tokenize` and `pretrain` depend on."""
-    return {"inputs": check_data(params) + check_tokenizer_and_checkpoint(params)}
+def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
+    """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
+    return {"data": check_data(params), "tokenizer": check_tokenizer(params), "checkpoint": check_checkpoint(params)}

@@ -138,7 +138,7 @@ class DictionaryTokenizer(Tokenizer):
 def read_fairseq_dictionary(path: Path) -> list[str]:
     """`<piece> <count>` per line (an optional `#fairseq:overwrite` flag allowed); pieces in file order."""
     pieces: list[str] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, int | str] = {special: "reserved" for special in DICTIONARY_SPECIALS}
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             where = f"{path}, line {number}"
@@ -157,7 +157,11 @@ def read_fairseq_dictionary(path: Path) -> list[str]:
                 )
             piece = fields[0]
             if piece in seen and not overwrite:
-                raise TokenizerError(f"{where}: the piece {piece!r} repeats line {seen[piece]} (tokenizer.vocab_file)")
+                first = "is reserved for ids 0-3" if seen[piece] == "reserved" else f"repeats line {seen[piece]}"
+                raise TokenizerError(
+                    f"{where}: the piece {piece!r} {first} (tokenizer.vocab_file; mark a deliberate repeat "
+                    f"with {FAIRSEQ_OVERWRITE} as fairseq does)"
+                )
             seen[piece] = number
             pieces.append(piece)
     if not pieces:

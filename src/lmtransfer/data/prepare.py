@@ -214,6 +214,15 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
     return PreparedData(labeled.splits, parts["train"], parts["valid"], labeled.label_names)
 
 
+def count_corpus(raw: RawData, labeled: LabeledData, params: DataParams) -> dict[str, int]:
+    """Lines per corpus part, streamed (what validate runs so an empty corpus stops before prepare)."""
+    lines = {"train": 0, "valid": 0}
+    for part, _ in corpus_documents(raw, labeled, params):
+        lines[part] += 1
+    _check_corpus(lines["train"], lines["valid"])
+    return lines
+
+
 def _check_corpus(n_train: int, n_valid: int) -> None:
     if n_train == 0 or n_valid == 0:
         raise EmptySplitError(
