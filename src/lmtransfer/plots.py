@@ -28,15 +28,22 @@ def _column(rows: Rows, key: str) -> list[float]:
     return [float(row[key]) for row in rows]
 
 
-def plot_finetune_accuracy(epochs: dict[str, Rows], path: Path, dpi: int) -> Path:
-    """The central figure: validation accuracy per epoch, pretrained vs scratch."""
+def majority_share(confusion: list[list[int]]) -> float:
+    """Accuracy of always answering the most frequent class (rows of the confusion matrix are true classes)."""
+    totals = [sum(row) for row in confusion]
+    return max(totals) / max(sum(totals), 1)
+
+
+def plot_finetune_accuracy(epochs: dict[str, Rows], path: Path, dpi: int, baseline: float | None = None) -> Path:
+    """The central figure: validation accuracy per epoch, pretrained vs scratch, over the majority-class baseline."""
     figure, axis = plt.subplots(figsize=(6.5, 4.2))
     for variant, rows in epochs.items():
         x = _column(rows, "epoch")
         axis.plot(x, _column(rows, "val_accuracy"), "o-", color=COLORS[variant], label=f"{variant} (validation)")
         axis.plot(x, _column(rows, "train_accuracy"), "--", color=COLORS[variant], alpha=0.6,
                   label=f"{variant} (train)")
-    axis.axhline(0.5, color="grey", linewidth=0.8, linestyle=":", label="chance (2 classes)")
+    if baseline is not None:
+        axis.axhline(baseline, color="grey", linewidth=0.8, linestyle=":", label=f"majority class ({baseline:.0%})")
     axis.set(xlabel="epoch", ylabel="accuracy", title="Fine-tuning: pretrained vs from scratch")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
