@@ -8,17 +8,15 @@ parameter change reruns only the stages that read it.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pipeline_repo import make_repo, run
 from ruamel.yaml import YAML
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 POSITIVE = ["great", "wonderful", "moving", "brilliant", "funny", "charming", "superb"]
@@ -58,43 +56,10 @@ def write_tiny_data(root: Path) -> None:
     (raw / "corpus-b.txt").write_text("\n".join(corpus[250:]) + "\n", encoding="utf-8")
 
 
-def _merge(base: dict, override: dict) -> dict:
-    for key, value in override.items():
-        if isinstance(value, dict):
-            _merge(base.setdefault(key, {}), value)
-        else:
-            base[key] = value
-    return base
-
-
-def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("pipeline")
-    for name in ("dvc.yaml", ".dvcignore", "params.yaml"):
-        shutil.copy(REPO / name, root / name)
-    for name in ("stages", "src", ".dvc"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("tmp", "cache", "__pycache__"))
-    yaml = YAML()
-    params = _merge(yaml.load((root / "params.yaml").read_text()), TINY_PARAMS)
-    with open(root / "params.yaml", "w") as handle:
-        yaml.dump(params, handle)
-    write_tiny_data(root)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_", "LMTRANSFER_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["PYTHONPATH"] = str(root / "src")  # the copy's code, not the installed checkout's
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
-               DVC_NO_ANALYTICS="1")
-    run(["git", "init", "-q"], root, env)
-    run(["git", "config", "user.name", "lmtransfer tests"], root, env)  # a clean CI machine has no identity
-    run(["git", "config", "user.email", "tests@lmtransfer.invalid"], root, env)
-    run(["git", "add", "-A"], root, env)
-    run(["git", "commit", "-qm", "tiny pipeline"], root, env)
+    env = make_repo(root, TINY_PARAMS, write_tiny_data)
     run(["dvc", "repro"], root, env)
     return root, env
 

@@ -157,9 +157,13 @@ def read_labeled(path: Path, params: DataParams, key: str) -> pd.DataFrame:
             where = table.loc[blank.idxmax(), "where"]
             what = "text" if column == "text" else "label"
             raise DataSourceError(
-                f"{path}, {where}: empty {what} ({blank.sum()} such rows in this file; set by {key})"
+                f"{path}, {where}: empty {what} ({_rows(int(blank.sum()))} like this in the file; set by {key})"
             )
     return table.reset_index(drop=True)
+
+
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
 
 
 def _select_columns(table: pd.DataFrame, path: Path, params: DataParams, where: list[str]) -> pd.DataFrame:

