@@ -222,3 +222,14 @@ def test_loading_an_empty_split_is_an_error(tmp_path):
 def test_loading_a_missing_split_names_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="test.npz"):
         LabeledSplit.load(tmp_path, "test")
+
+
+def test_prompts_are_read_as_pieces_when_only_a_dictionary_is_given():
+    from lmtransfer.pretrain import _encode_prompt
+    from lmtransfer.tokenizer import DictionaryTokenizer
+
+    dictionary = DictionaryTokenizer(["\u2581Ce", "\u2581livre", "\u2581est"])
+    with pytest.raises(TokenizerError, match="tokenizer.model_file"):
+        dictionary.encode("Ce livre")
+    assert _encode_prompt(dictionary, "\u2581Ce \u2581livre \u2581inconnu") == [4, 5, 3]
+    assert dictionary.decode([0, 4, 5, 6, 2]) == "Ce livre est"

@@ -180,6 +180,16 @@ def pretrain(
     return result
 
 
+def _encode_prompt(tokenizer, prompt: str) -> list[int]:
+    """Raw text when the tokenizer can cut it; with only a dictionary, the prompt is read as pieces."""
+    from .tokenizer import TokenizerError
+
+    try:
+        return tokenizer.encode(prompt)
+    except TokenizerError:
+        return tokenizer.pieces_to_ids(prompt)
+
+
 def generate_samples(
     model: LanguageModel, tokenizer, prompts: list[str], params: PretrainParams, device: torch.device, seed: int = 0
 ) -> list[dict[str, str]]:
@@ -188,7 +198,7 @@ def generate_samples(
     generator = torch.Generator(device=device).manual_seed(seed)
     samples = []
     for prompt in prompts:
-        prompt_ids = torch.tensor([[tokenizer.bos_id, *tokenizer.encode(prompt)]], device=device)
+        prompt_ids = torch.tensor([[tokenizer.bos_id, *_encode_prompt(tokenizer, prompt)]], device=device)
         for mode, temperature in (("greedy", 0.0), ("sampled", params.temperature)):
             out = model.generate(
                 prompt_ids, params.generate_tokens, temperature, params.top_k, eos_id=tokenizer.eos_id, generator=generator
