@@ -23,7 +23,7 @@ from .data.files import label_file_for, resolve_input
 from .data.prepare import count_corpus, prepare_labeled
 from .data.sources import load_source, sha256_of
 from .model import ModelConfig
-from .tokenizer import PAD_ID, existing_tokenizer
+from .tokenizer import PAD_ID, Tokenizer, existing_tokenizer
 
 
 def _entry(key: str, given: str, path: Path) -> dict[str, Any]:
@@ -50,21 +50,19 @@ def check_data(params: Params) -> list[dict[str, Any]]:
     return entries
 
 
-def check_tokenizer(params: Params) -> list[dict[str, Any]]:
+def check_tokenizer(params: Params) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
     """Load the named tokenizer files (a malformed dictionary line or model stops here)."""
     entries = []
     for key in ("model_file", "vocab_file"):
         if getattr(params.tokenizer, key):
             path = resolve_input(getattr(params.tokenizer, key), f"tokenizer.{key}")
             entries.append(_entry(f"tokenizer.{key}", getattr(params.tokenizer, key), path))
-    existing_tokenizer(params.tokenizer, resolve=resolve_input)
-    return entries
+    return existing_tokenizer(params.tokenizer, resolve=resolve_input), entries
 
 
-def check_checkpoint(params: Params) -> list[dict[str, Any]]:
-    """The checkpoint to start from must fit the id space and the model that params.yaml describe."""
+def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
+    """The checkpoint to start from must fit the id space (None: one to be trained) and the model."""
     entries = []
-    tokenizer = existing_tokenizer(params.tokenizer, resolve=resolve_input)
     if params.pretrain.init_from:
         from .checkpoint_import import check_compatible, read_checkpoint_weights
 
@@ -79,4 +77,6 @@ def check_checkpoint(params: Params) -> list[dict[str, Any]]:
 
 def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
-    return {"data": check_data(params), "tokenizer": check_tokenizer(params), "checkpoint": check_checkpoint(params)}
+    data = check_data(params)
+    tokenizer, tokenizer_files = check_tokenizer(params)
+    return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}
