@@ -40,6 +40,7 @@ ui: venv
 summary: venv
 	$(BIN)/lmtransfer summary
 
-## training-speed benchmark: prints tokens/s for a few model sizes side by side
+## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels
 bench: venv
 	$(BIN)/python benchmarks/throughput.py
+	$(BIN)/python benchmarks/cpu_kernels.py

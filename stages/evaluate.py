@@ -1,44 +1,75 @@
-"""Stage evaluate: both fine-tuned models on the test split, and the transfer gap."""
+"""Stage evaluate: every fine-tuned seed of both variants on the test split, the gap and its uncertainty."""
 
 import mlflow
 
 from lmtransfer.checkpoint import load_checkpoint
 from lmtransfer.config import load_params
-from lmtransfer.evaluate import evaluate_classifier, transfer_gap
-from lmtransfer.io import write_json, write_text
-from lmtransfer.paths import METRICS, PARAMS, TOKENIZED, VARIANTS, finetuned_checkpoint
+from lmtransfer.evaluate import SeedResult, evaluate_classifier, mean_curves, transfer_report
+from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
+from lmtransfer.paths import (
+    BASELINE_METRICS, METRICS, PARAMS, TOKENIZED, VARIANTS, finetune_epochs, finetuned_checkpoint,
+)
 from lmtransfer.runtime import select_device
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenizer import LabeledSplit
-from lmtransfer.tracking import stage_run
+from lmtransfer.tracking import run_that_wrote, stage_run
 
 
 @stage_main("evaluate")
 def main() -> None:
     params = load_params(PARAMS)
+    seeds = params.finetune.seeds
     test = LabeledSplit.load(TOKENIZED, "test")
-    payloads = {v: load_checkpoint(finetuned_checkpoint(v), expected_kind="classifier") for v in VARIANTS}
-    upstream = ",".join(payloads[v]["mlflow_run_id"] for v in VARIANTS)
+    baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
+    checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
+                   for s in seeds}
+    upstream = ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
     device = select_device("auto")
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
-        results, confusion = {}, {}
-        for variant, payload in payloads.items():
+        mlflow.log_param("finetune.seeds", seeds)
+        results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
+        confusion, prediction_rows = {}, {v: ["seed,actual,predicted"] for v in VARIANTS}
+        for (variant, seed), path in checkpoints.items():
+            payload = load_checkpoint(path, expected_kind="classifier")
             metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
-            confusion[variant] = metrics.pop("confusion_matrix")
-            results[variant] = metrics
+            epochs = read_tsv(require_file(finetune_epochs(variant, seed), "fine-tuning metrics"))
+            history = [{key: float(value) for key, value in row.items()} for row in epochs]
+            results[variant].append(SeedResult(seed, metrics, predicted, predicted == test.labels, history))
             names = payload["label_names"]
-            rows = ["actual,predicted"] + [f"{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
-            write_text(METRICS / "evaluate" / f"predictions_{variant}.csv", "\n".join(rows) + "\n")
-            mlflow.log_metrics({f"{variant}_test_{k}": v for k, v in metrics.items() if isinstance(v, float)})
-        results.update(transfer_gap(results))
-        write_json(METRICS / "evaluate.json", results)
+            prediction_rows[variant] += [f"{seed},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
+            matrix = metrics["confusion_matrix"]
+            pooled = confusion.setdefault(variant, {"labels": matrix["labels"], "seeds": [],
+                                                    "rows_actual_columns_predicted": None})
+            pooled["seeds"].append(seed)
+            rows = matrix["rows_actual_columns_predicted"]
+            total = pooled["rows_actual_columns_predicted"]
+            pooled["rows_actual_columns_predicted"] = rows if total is None else [
+                [a + b for a, b in zip(r, t)] for r, t in zip(rows, total)]
+            mlflow.log_metrics({f"{variant}_test_accuracy": metrics["accuracy"],
+                                f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
+        report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate)
+        write_json(METRICS / "evaluate.json", report)
         write_json(METRICS / "evaluate" / "confusion.json", confusion)
-        mlflow.log_metrics({k: results[k] for k in ("accuracy_gap", "macro_f1_gap")})
-        mlflow.log_dict(confusion, "confusion.json")
-    for variant in VARIANTS:
-        print(f"evaluate: {variant:>10}: test accuracy {results[variant]['accuracy']:.4f}, "
-              f"macro-F1 {results[variant]['macro_f1']:.4f}")
-    print(f"evaluate: pretrained - scratch accuracy gap {results['accuracy_gap']:+.4f}")
+        write_tsv(METRICS / "evaluate" / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
+        for variant, rows in prediction_rows.items():
+            write_text(METRICS / "evaluate" / f"predictions_{variant}.csv", "\n".join(rows) + "\n")
+        mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
+        mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS
+                            for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")})
+        mlflow.log_metric("baseline_accuracy", report["baseline"]["accuracy"])
+        mlflow.log_dict(report, "evaluate.json")
+    print(headline(report))
+
+
+def headline(report: dict) -> str:
+    gap = report["gap"]
+    lines = [f"evaluate: {variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
+             f"± {report[variant]['accuracy_std']:.4f} over {report['n_seeds']} seeds "
+             f"(epoch-1 validation {report[variant]['first_epoch_val_accuracy_mean']:.4f})" for variant in VARIANTS]
+    lines.append(f"evaluate:   baseline: test accuracy {report['baseline']['accuracy']:.4f} (TF-IDF + logistic regression)")
+    lines.append(f"evaluate: gap {gap['accuracy_mean']:+.4f}, 95% CI [{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], "
+                 f"p = {gap['p_value']:.4f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

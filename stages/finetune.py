@@ -1,7 +1,10 @@
-"""Stage finetune_pretrained / finetune_scratch: the same fine-tuning, two initialisations.
+"""Stage finetune_pretrained@<seed> / finetune_scratch@<seed>: the same fine-tuning, two initialisations.
 
-    python stages/finetune.py --init pretrained   # base from models/pretrained.pt
-    python stages/finetune.py --init scratch      # same network, random weights
+    python stages/finetune.py --init pretrained --seed 0   # base from models/pretrained.pt
+    python stages/finetune.py --init scratch --seed 0      # same network, random weights
+
+dvc.yaml runs one stage per variant and seed in `finetune.seeds`, so adding a seed
+runs only that seed's two fine-tunes.
 """
 
 import argparse
@@ -13,53 +16,58 @@ from lmtransfer.config import load_params
 from lmtransfer.finetune import finetune
 from lmtransfer.io import read_json, require_file, write_json, write_tsv
 from lmtransfer.model import Classifier, ModelConfig, count_parameters
-from lmtransfer.paths import PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_metrics, finetuned_checkpoint
-from lmtransfer.runtime import configure
+from lmtransfer.paths import (
+    PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+)
+from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenizer import LabeledSplit
-from lmtransfer.tracking import stage_run
+from lmtransfer.tracking import run_that_wrote, stage_run, tag_checkpoint
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--init", choices=["pretrained", "scratch"], required=True)
+    parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
     return parser.parse_args()
 
 
 @stage_main("finetune")
 def main() -> None:
-    variant = parse_args().init
+    args = parse_args()
+    variant, seed = args.init, args.seed
+    stage = f"finetune_{variant}@{seed}"
     params = load_params(PARAMS)
     meta = read_json(require_file(TOKENIZED / "meta.json", "tokenized data"))
     train, valid = LabeledSplit.load(TOKENIZED, "train"), LabeledSplit.load(TOKENIZED, "valid")
     label_names = meta["label_names"]
-    device = configure(params.train)
+    device = configure(params.train, seed=seed)
     if variant == "pretrained":
         payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
         model = classifier_from_pretrained(
             payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
         )
-        sections, upstream = ("finetune", "train"), payload.get("mlflow_run_id")
+        sections, upstream = ("finetune", "train"), run_that_wrote(PRETRAINED)
     else:
         config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=meta["pad_id"], **params.model.model_dump())
         model = Classifier(config, len(label_names), params.finetune.pooling)
         sections, upstream = ("model", "finetune", "train"), None
-    stage = f"finetune_{variant}"
-    with stage_run(stage, params.sections(*sections), upstream_run_id=upstream) as run:
-        mlflow.set_tags({"variant": variant, "device": str(device), "n_parameters": count_parameters(model)})
+    with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
+        mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
+                         "n_parameters": count_parameters(model)})
+        mlflow.log_param("seed", seed)
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
         result = finetune(
-            model, train, valid, params.finetune, device, params.train.seed,
+            model, train, valid, params.finetune, device, seed,
             on_epoch=lambda row: mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
             desc=stage,
         )
         model.load_state_dict(result.best_state)
-        checkpoint = finetuned_checkpoint(variant)
+        checkpoint = finetuned_checkpoint(variant, seed)
         save_checkpoint(
             checkpoint, model, "classifier", model.base.config,
             n_classes=len(label_names), pooling=params.finetune.pooling, label_names=label_names,
-            max_len=params.finetune.max_len, variant=variant, mlflow_run_id=run.info.run_id,
-            upstream_run_id=upstream or "",
+            max_len=params.finetune.max_len, variant=variant, seed=seed,
         )
         summary = {
             "best_val_accuracy": result.best_val_accuracy,
@@ -67,11 +75,15 @@ def main() -> None:
             "first_epoch_val_accuracy": result.history[0]["val_accuracy"],
             "final_val_accuracy": result.history[-1]["val_accuracy"],
             "final_train_accuracy": result.history[-1]["train_accuracy"],
-            "seconds": round(result.seconds, 2),
+            **environment_facts(),
         }
-        write_tsv(finetune_epochs(variant), result.history)
-        write_json(finetune_metrics(variant), summary)
-        mlflow.log_metrics({k: float(v) for k, v in summary.items()})
+        write_tsv(finetune_epochs(variant, seed), result.history)
+        write_json(finetune_summary(variant, seed), summary)
+        write_json(timings_file(f"finetune_{variant}_seed{seed}"), {"seconds": round(result.seconds, 2),
+                                                                    "epoch_seconds": result.epoch_seconds})
+        mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+        mlflow.log_metric("seconds", result.seconds)
+        tag_checkpoint(checkpoint)
         mlflow.log_artifact(str(checkpoint))
     print(f"{stage}: best val accuracy {result.best_val_accuracy:.4f} at epoch {result.best_epoch} -> {checkpoint}")
 

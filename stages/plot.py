@@ -4,7 +4,7 @@ import mlflow
 
 from lmtransfer.config import load_params
 from lmtransfer.io import read_json, read_tsv, require_file
-from lmtransfer.paths import METRICS, PARAMS, PLOTS, VARIANTS, finetune_epochs
+from lmtransfer.paths import BASELINE_METRICS, METRICS, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_epochs
 from lmtransfer.plots import (
     majority_share,
     plot_confusion,
@@ -13,25 +13,30 @@ from lmtransfer.plots import (
     plot_pretraining,
 )
 from lmtransfer.stage import stage_main
+from lmtransfer.tokenizer import LabeledSplit
 from lmtransfer.tracking import stage_run
 
 
 @stage_main("plot")
 def main() -> None:
     params = load_params(PARAMS)
-    dpi = params.plot.dpi
-    epochs = {v: read_tsv(require_file(finetune_epochs(v), "fine-tuning metrics")) for v in VARIANTS}
+    dpi, seeds = params.plot.dpi, params.finetune.seeds
+    runs = {v: [read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics")) for s in seeds] for v in VARIANTS}
+    best_epochs = {v: [read_json(require_file(finetune_epochs(v, s).with_suffix(".json"), "fine-tuning metrics"))
+                       ["best_epoch"] for s in seeds] for v in VARIANTS}
     pretrain_train = read_tsv(require_file(METRICS / "pretrain" / "train.tsv", "pretraining metrics"))
     pretrain_valid = read_tsv(require_file(METRICS / "pretrain" / "valid.tsv", "pretraining metrics"))
     evaluation = read_json(require_file(METRICS / "evaluate" / "confusion.json", "evaluation results"))
-    test_metrics = read_json(require_file(METRICS / "evaluate.json", "evaluation results"))
+    report = read_json(require_file(METRICS / "evaluate.json", "evaluation results"))
+    baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
     for variant in VARIANTS:
-        evaluation[variant] = {"confusion_matrix": evaluation[variant], **test_metrics[variant]}
-    baseline = majority_share(evaluation["scratch"]["confusion_matrix"]["rows_actual_columns_predicted"])
+        evaluation[variant] = {"confusion_matrix": evaluation[variant], "accuracy": report[variant]["accuracy_mean"]}
+    majority = majority_share(LabeledSplit.load(TOKENIZED, "valid").labels)  # the split the curves are measured on
     with stage_run("plot", params.sections("plot")):
         figures = [
-            plot_finetune_accuracy(epochs, PLOTS / "finetune_accuracy.png", dpi, baseline),
-            plot_finetune_loss(epochs, PLOTS / "finetune_loss.png", dpi),
+            plot_finetune_accuracy(runs, PLOTS / "finetune_accuracy.png", dpi, majority,
+                                   baseline["valid_accuracy"], best_epochs),
+            plot_finetune_loss(runs, PLOTS / "finetune_loss.png", dpi),
             plot_pretraining(pretrain_train, pretrain_valid, PLOTS / "pretrain.png", dpi),
             plot_confusion(evaluation, PLOTS / "confusion.png", dpi),
         ]

@@ -9,12 +9,12 @@ from lmtransfer.config import load_params
 from lmtransfer.data.files import resolve_input
 from lmtransfer.io import read_json, require_file, write_json, write_text, write_tsv
 from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
-from lmtransfer.paths import METRICS, PARAMS, PRETRAINED, TOKENIZED
-from lmtransfer.pretrain import evaluate_imported, generate_samples, pretrain
-from lmtransfer.runtime import configure
+from lmtransfer.paths import METRICS, PARAMS, PRETRAINED, TOKENIZED, timings_file
+from lmtransfer.pretrain import adapt_to_task, evaluate_imported, generate_samples, pretrain
+from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import load_tokenizer
-from lmtransfer.tracking import stage_run
+from lmtransfer.tokenizer import LabeledSplit, load_tokenizer
+from lmtransfer.tracking import stage_run, tag_checkpoint
 
 
 @stage_main("pretrain")
@@ -31,7 +31,7 @@ def main() -> None:
     if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
         weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
         load_into_language_model(weights, model)
-    with stage_run("pretrain", params.sections("model", "pretrain", "train")) as run:
+    with stage_run("pretrain", params.sections("model", "pretrain", "train")):
         mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
         if weights is not None:
             mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
@@ -45,30 +45,55 @@ def main() -> None:
                 model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
                 log_metrics=mlflow.log_metrics,
             )
+        adaptation = None
+        if params.pretrain.adapt_epochs:
+            train_texts, valid_texts = (LabeledSplit.load(TOKENIZED, name).text_stream(meta["eos_id"])
+                                        for name in ("train", "valid"))
+            print(f"pretrain: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
+                  f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
+            adaptation = adapt_to_task(
+                model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
+                params.train.log_every, log_metrics=mlflow.log_metrics, first_step=result.steps,
+            )
+        phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
+        train_log = [{**row, "phase": name} for name, phase in phases for row in phase.train_log]
+        valid_log = [{**row, "phase": name} for name, phase in phases for row in phase.valid_log]
         samples = generate_samples(model, tokenizer, params.pretrain.prompts, params.pretrain, device, params.train.seed)
         sample_text = "\n".join(f"[{s['mode']}] {s['prompt']} -> {s['continuation']}" for s in samples) + "\n"
         summary = {
+            "val_perplexity": result.valid_log[-1]["val_perplexity"],
+            "val_loss": result.final_val_loss,
+            "initial_val_loss": result.valid_log[0]["val_loss"],
             "steps": result.steps,
             "tokens_seen": result.tokens_seen,
-            "seconds": round(result.seconds, 2),
-            "tokens_per_second": round(result.tokens_seen / max(result.seconds, 1e-9), 1),
-            "initial_val_loss": result.valid_log[0]["val_loss"],
-            "val_loss": result.final_val_loss,
-            "val_perplexity": result.valid_log[-1]["val_perplexity"],
-            "n_parameters": count_parameters(model),
         }
+        if adaptation:
+            summary.update({
+                "task_initial_val_perplexity": adaptation.valid_log[0]["val_perplexity"],
+                "task_val_perplexity": adaptation.valid_log[-1]["val_perplexity"],
+                "adapt_steps": adaptation.steps,
+                "adapt_tokens_seen": adaptation.tokens_seen,
+            })
+        summary.update({"n_parameters": count_parameters(model), **environment_facts()})
+        seconds = sum(phase.seconds for _, phase in phases)
+        timings = {"seconds": round(seconds, 2),
+                   "tokens_per_second": round(sum(p.tokens_seen for _, p in phases) / max(seconds, 1e-9), 1),
+                   "throughput": [row for _, phase in phases for row in phase.throughput]}
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
-        save_checkpoint(PRETRAINED, model, "language_model", config, mlflow_run_id=run.info.run_id, **extras)
-        write_tsv(METRICS / "pretrain" / "train.tsv", result.train_log)
-        write_tsv(METRICS / "pretrain" / "valid.tsv", result.valid_log)
+        save_checkpoint(PRETRAINED, model, "language_model", config, **extras)
+        tag_checkpoint(PRETRAINED)
+        write_tsv(METRICS / "pretrain" / "train.tsv", train_log)
+        write_tsv(METRICS / "pretrain" / "valid.tsv", valid_log)
         write_text(METRICS / "pretrain" / "samples.txt", sample_text)
         write_json(METRICS / "pretrain.json", summary)
-        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items()})
+        write_json(timings_file("pretrain"), timings)
+        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+        mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})
         mlflow.log_text(sample_text, "samples.txt")
         mlflow.log_artifact(str(PRETRAINED))
     print(sample_text, end="")
     print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
-          f"{summary['tokens_per_second']:.0f} tokens/s -> {PRETRAINED}")
+          f"{timings['tokens_per_second']:.0f} tokens/s -> {PRETRAINED}")
 
 
 if __name__ == "__main__":

@@ -189,3 +189,15 @@ def test_a_params_file_that_is_not_utf8_raises_config_error_naming_it(tmp_path):
 
 def test_config_error_is_a_value_error():
     assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("seeds, message", [([0, 0], "repeated seed"), ([], "at least 1"), ([-1], "non-negative")])
+def test_bad_fine_tuning_seeds_name_the_key(seeds, message):
+    with pytest.raises(ConfigError, match=r"finetune\.seeds") as error:
+        parse_params({"finetune": {"seeds": seeds}})
+    assert message in str(error.value)
+
+
+def test_an_unknown_tokenizer_normalization_names_the_key():
+    with pytest.raises(ConfigError, match=r"tokenizer\.normalization"):
+        parse_params({"tokenizer": {"normalization": "lowercase"}})

@@ -30,7 +30,8 @@ TINY_PARAMS = {
     "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 16},
     "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
                  "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the film"]},
-    "finetune": {"epochs": 2, "batch_size": 16, "max_len": 24, "warmup_steps": 2},
+    "finetune": {"epochs": 2, "batch_size": 16, "max_len": 24, "warmup_steps": 2, "seeds": [0, 1]},
+    "baseline": {"c_values": [0.5, 2.0]},
     "train": {"log_every": 4},
 }
 
@@ -61,7 +62,30 @@ def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("pipeline")
     env = make_repo(root, TINY_PARAMS, write_tiny_data)
     run(["dvc", "repro"], root, env)
+    FIRST_RUN.update(_results(root))
     return root, env
+
+
+FIRST_RUN: dict[str, bytes] = {}  # the result files right after the first `dvc repro`
+
+
+def _results(root: Path) -> dict[str, bytes]:
+    """Everything a run produces that must not vary: dvc.lock (hashes of data, models) and metrics/."""
+    files = {"dvc.lock": (root / "dvc.lock").read_bytes()}
+    files.update({str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "metrics").rglob("*")) if p.is_file()})
+    return files
+
+
+def test_a_second_run_from_scratch_gives_byte_identical_results(pipeline_repo, tmp_path):
+    """Same commit, params and data, a fresh copy: every result file and every output hash is the same."""
+    root, _ = pipeline_repo
+    env = make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
+    run(["dvc", "repro"], tmp_path, env)
+    second = _results(tmp_path)
+    assert sorted(second) == sorted(FIRST_RUN)
+    different = [name for name in FIRST_RUN if FIRST_RUN[name] != second[name]]
+    assert different == []
+    assert b"seconds" not in second["metrics/pretrain.json"] and b"tokens_per_s" not in second["metrics/pretrain/train.tsv"]
 
 
 def test_every_stage_writes_its_outputs(pipeline_repo):
@@ -69,23 +93,41 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
     for path in [
         "data/prepared/train.tsv", "data/prepared/corpus_train.txt", "data/prepared/meta.json",
         "data/tokenized/spm.model", "data/tokenized/corpus_train.npy", "data/tokenized/test.npz",
-        "models/pretrained.pt", "models/finetuned_pretrained.pt", "models/finetuned_scratch.pt",
+        "models/pretrained.pt", *[f"models/finetuned/{v}/seed{s}.pt" for v in VARIANTS for s in (0, 1)],
         "metrics/pretrain.json", "metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv",
-        "metrics/pretrain/samples.txt", "metrics/finetune_pretrained/epochs.tsv",
-        "metrics/finetune_scratch/epochs.tsv", "metrics/evaluate.json",
+        "metrics/pretrain/samples.txt", *[f"metrics/finetune/{v}/seed{s}.{e}" for v in VARIANTS for s in (0, 1)
+                                          for e in ("tsv", "json")],
+        "metrics/baseline.json", "metrics/evaluate.json", "metrics/evaluate/curves.tsv",
         "plots/finetune_accuracy.png", "plots/pretrain.png", "plots/confusion.png", "plots/finetune_loss.png",
     ]:
         assert (root / path).is_file() and (root / path).stat().st_size > 0, path
     assert (root / "plots/finetune_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     evaluation = json.loads((root / "metrics/evaluate.json").read_text())
-    for variant in ("pretrained", "scratch"):
-        assert 0.0 <= evaluation[variant]["accuracy"] <= 1.0
-        assert set(evaluation[variant]["f1_per_class"]) == {"neg", "neutral", "pos"}
-    assert evaluation["accuracy_gap"] == pytest.approx(
-        evaluation["pretrained"]["accuracy"] - evaluation["scratch"]["accuracy"])
-    epochs = (root / "metrics/finetune_scratch/epochs.tsv").read_text().splitlines()
-    assert epochs[0].split("\t")[:5] == ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
+    assert list(evaluation)[0] == "gap"  # the headline first, so `dvc metrics show` leads with it
+    for variant in VARIANTS:
+        report = evaluation[variant]
+        assert len(report["accuracy_per_seed"]) == 2 and all(0 <= a <= 1 for a in report["accuracy_per_seed"])
+        assert report["accuracy_mean"] == pytest.approx(sum(report["accuracy_per_seed"]) / 2)
+        assert report["accuracy_std"] >= 0 and "first_epoch_val_accuracy_mean" in report
+        assert len(report["val_accuracy_mean_per_epoch"]) == TINY_PARAMS["finetune"]["epochs"]
+        seed0 = json.loads((root / f"metrics/finetune/{variant}/seed0.json").read_text())
+        seed1 = json.loads((root / f"metrics/finetune/{variant}/seed1.json").read_text())
+        assert report["first_epoch_val_accuracy_mean"] == pytest.approx(
+            (seed0["first_epoch_val_accuracy"] + seed1["first_epoch_val_accuracy"]) / 2)
+    gap = evaluation["gap"]
+    assert gap["accuracy_mean"] == pytest.approx(
+        evaluation["pretrained"]["accuracy_mean"] - evaluation["scratch"]["accuracy_mean"])
+    assert gap["ci95_low"] <= gap["accuracy_mean"] <= gap["ci95_high"] and 0 < gap["p_value"] <= 1
+    baseline = json.loads((root / "metrics/baseline.json").read_text())
+    assert evaluation["baseline"]["accuracy"] == baseline["accuracy"] and baseline["best_c"] in (0.5, 2.0)
+    epochs = (root / "metrics/finetune/scratch/seed1.tsv").read_text().splitlines()
+    assert epochs[0].split("\t") == ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
     assert len(epochs) == 1 + TINY_PARAMS["finetune"]["epochs"]
+    assert json.loads((root / "timings/pretrain.json").read_text())["tokens_per_second"] > 0
+
+
+VARIANTS = ("pretrained", "scratch")
+FINETUNES = {f"finetune_{v}@{s}" for v in VARIANTS for s in (0, 1)}
 
 
 def _changed_stages(root: Path, env: dict[str, str]) -> set[str]:
@@ -135,12 +177,35 @@ def _stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> s
 def test_a_parameter_change_reruns_only_the_stages_that_read_it(pipeline_repo):
     root, env = pipeline_repo
     # dvc status lists the changed stages; their downstream stages rerun through changed deps.
-    assert _stages_to_rerun(root, env, "model.n_layers", "2") == {"pretrain", "finetune_scratch"}
-    assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == {"finetune_pretrained", "finetune_scratch"}
+    assert _stages_to_rerun(root, env, "model.n_layers", "2") == {"pretrain", "finetune_scratch@0",
+                                                                   "finetune_scratch@1"}
+    assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == FINETUNES
     assert _stages_to_rerun(root, env, "pretrain.lr", "0.0123") == {"pretrain"}
     assert _stages_to_rerun(root, env, "tokenizer.vocab_size", "50") == {"tokenize"}
-    dry = run(["dvc", "repro", "--dry", "-f", "finetune_scratch", "--downstream"], root, env)
-    assert "'pretrain'" not in dry and "'prepare'" not in dry
+    assert _stages_to_rerun(root, env, "baseline.c_values", "[1.0]") == {"baseline"}
+    assert _stages_to_rerun(root, env, "evaluate.bootstrap_samples", "500") == {"evaluate"}
+    dry = run(["dvc", "repro", "--dry", "-f", "finetune_scratch@0", "--downstream"], root, env)
+    assert "'pretrain'" not in dry and "'prepare'" not in dry and "'baseline'" not in dry
+
+
+def test_adding_a_seed_runs_only_that_seeds_fine_tunes_and_what_follows(pipeline_repo):
+    root, env = pipeline_repo
+    params_file = root / "params.yaml"
+    original = params_file.read_text()
+    try:
+        params_file.write_text(original.replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
+        assert _changed_stages(root, env) == {"finetune_pretrained@2", "finetune_scratch@2", "evaluate", "plot"}
+        log = run(["dvc", "repro"], root, env)
+        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
+        assert ran == {"finetune_pretrained@2", "finetune_scratch@2", "evaluate", "plot"}
+        evaluation = json.loads((root / "metrics/evaluate.json").read_text())
+        assert evaluation["n_seeds"] == 3 and len(evaluation["scratch"]["accuracy_per_seed"]) == 3
+        assert evaluation["scratch"]["accuracy_per_seed"][:2] == json.loads(FIRST_RUN["metrics/evaluate.json"])[
+            "scratch"]["accuracy_per_seed"]
+    finally:
+        params_file.write_text(original)
+        run(["dvc", "repro"], root, env)  # back to two seeds: evaluate and plot only
+    assert _changed_stages(root, env) == set()
 
 
 def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo):
@@ -149,24 +214,35 @@ def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("lmtransfer")
-    runs = client.search_runs([experiment.experiment_id])
-    stages = {r.data.tags.get("stage"): r for r in runs if r.data.tags.get("lmtransfer.kind") == "stage"}
-    assert set(stages) == {"prepare", "tokenize", "pretrain", "finetune_pretrained", "finetune_scratch",
-                           "evaluate", "plot"}
-    parents = [r for r in runs if r.data.tags.get("lmtransfer.kind") == "pipeline"]
-    assert len(parents) == 1
-    assert {r.data.tags["mlflow.parentRunId"] for r in stages.values()} == {parents[0].info.run_id}
-    assert all(r.info.status == "FINISHED" for r in stages.values())
-    # lineage: the pretrained fine-tune consumed the pretrain run's checkpoint
-    assert stages["finetune_pretrained"].data.tags["upstream_run_id"] == stages["pretrain"].info.run_id
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
+    first = [r for r in runs if r.data.tags["lmtransfer.pipeline_id"] == runs[-1].data.tags["lmtransfer.pipeline_id"]]
+    by_name = {r.info.run_name: r for r in first}
+    assert set(by_name) == {"prepare", "tokenize", "baseline", "pretrain", "evaluate", "plot"} | FINETUNES
+    parents = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'pipeline'")
+    assert {r.data.tags["mlflow.parentRunId"] for r in first} == {parents[-1].info.run_id}
+    assert all(r.info.status == "FINISHED" for r in first)
+    # lineage through checkpoint hashes: each pretrained fine-tune consumed the pretrain run's checkpoint,
+    # evaluate consumed every fine-tune
+    pretrain_id = by_name["pretrain"].info.run_id
+    for seed in (0, 1):
+        tuned = by_name[f"finetune_pretrained@{seed}"]
+        assert tuned.data.tags["upstream_run_id"] == pretrain_id
+        assert tuned.data.tags["stage"] == "finetune_pretrained" and tuned.data.params["seed"] == str(seed)
+    assert set(by_name["evaluate"].data.tags["upstream_run_id"].split(",")) == {
+        by_name[name].info.run_id for name in FINETUNES}
     # declared params are logged with their params.yaml keys
-    assert stages["finetune_scratch"].data.params["model.d_model"] == "16"
-    assert "model.d_model" not in stages["finetune_pretrained"].data.params
+    assert by_name["finetune_scratch@0"].data.params["model.d_model"] == "16"
+    assert "model.d_model" not in by_name["finetune_pretrained@0"].data.params
     # per-epoch curves share keys across both fine-tunes, step = epoch
-    for name in ("finetune_pretrained", "finetune_scratch"):
-        history = client.get_metric_history(stages[name].info.run_id, "val_accuracy")
+    for name in FINETUNES:
+        history = client.get_metric_history(by_name[name].info.run_id, "val_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
-    assert client.get_metric_history(stages["pretrain"].info.run_id, "val_loss")
+    assert client.get_metric_history(pretrain_id, "val_loss")
+    # artifacts in the project's mlartifacts/, as the README says (not MLflow's default mlruns/)
+    assert by_name["pretrain"].info.artifact_uri.startswith((root / "mlartifacts").as_uri())
+    assert any((root / "mlartifacts").rglob("samples.txt")) and not (root / "mlruns").exists()
+    assert by_name["evaluate"].data.metrics["gap_accuracy_mean"] == pytest.approx(
+        json.loads(FIRST_RUN["metrics/evaluate.json"])["gap"]["accuracy_mean"])
 
 
 def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
@@ -179,8 +255,8 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("lmtransfer")
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.dvc_exp_name = 'tiny-temp'")
-    stages = {r.data.tags.get("stage") for r in runs if r.data.tags.get("lmtransfer.kind") == "stage"}
-    assert stages == {"finetune_pretrained", "finetune_scratch", "evaluate", "plot"}
+    stages = {r.info.run_name for r in runs if r.data.tags.get("lmtransfer.kind") == "stage"}
+    assert stages == FINETUNES | {"evaluate", "plot"}
     for r in runs:
         if r.data.tags.get("stage") == "finetune_scratch":
             assert len(client.get_metric_history(r.info.run_id, "val_accuracy")) == 2
@@ -249,7 +325,7 @@ def test_the_cli_uses_the_pipeline_models(pipeline_repo):
         label, probability, _ = line.split("\t")
         assert label in {"neg", "neutral", "pos"} and 1 / 3 <= float(probability) <= 1.0
     report = run([*lmtransfer, "results"], root, env)
-    assert "accuracy" in report and "val acc (pretrained)" in report
+    assert "accuracy" in report and "val acc pretrained" in report and "TF-IDF" in report and "95% CI" in report
     generated = run([*lmtransfer, "generate", "the film", "--tokens", "5", "--samples", "2"], root, env)
     assert len(generated.strip().splitlines()) == 2
     assert all(line.startswith("the film") for line in generated.strip().splitlines())

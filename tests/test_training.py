@@ -21,7 +21,7 @@ from lmtransfer.config import FinetuneParams, PretrainParams
 from lmtransfer.finetune import classification_batches, finetune, pad_batch, predict
 from lmtransfer.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.optim import warmup_cosine
+from lmtransfer.optim import make_optimizer, warmup_cosine
 from lmtransfer.pretrain import PackedBatches, pretrain
 from lmtransfer.tokenizer import BOS_ID, EOS_ID, PAD_ID, LabeledSplit
 
@@ -175,7 +175,7 @@ def _finetune_params(**overrides) -> FinetuneParams:
     return FinetuneParams(**{**values, **overrides})
 
 
-HISTORY_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "epoch_seconds"}
+HISTORY_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}  # no timings: results only
 
 
 @pytest.mark.parametrize("pooling", ["last", "mean"])
@@ -424,3 +424,30 @@ def test_tsv_round_trip(tmp_path):
     assert lmio.read_tsv(path) == [{"step": "1", "loss": "0.123457"}, {"step": "2", "loss": "2"}]
     with pytest.raises(ValueError, match="no rows"):
         lmio.write_tsv(tmp_path / "empty.tsv", [])
+
+
+def test_discriminative_learning_rates_go_down_from_the_head_to_the_embedding():
+    from lmtransfer.finetune import discriminative_param_groups
+
+    model = Classifier(CLS_CONFIG, 2)
+    groups = discriminative_param_groups(model, lr=1e-3, head_lr_multiplier=10, layer_lr_decay=0.5)
+    n_layers = CLS_CONFIG.n_layers
+    assert [g["lr"] for g in groups] == pytest.approx([1e-2] + [1e-3 * 0.5**d for d in range(n_layers)]
+                                                      + [1e-3 * 0.5**n_layers])
+    assert groups[0]["params"] == list(model.head.parameters())
+    assert groups[-1]["params"] == [model.base.token_embedding.weight]
+    every = [id(p) for g in groups for p in g["params"]]
+    assert sorted(every) == sorted(id(p) for p in model.parameters())  # each parameter exactly once
+
+
+def test_the_scheduler_scales_each_groups_own_learning_rate():
+    from lmtransfer.finetune import discriminative_param_groups
+
+    model = Classifier(CLS_CONFIG, 2)
+    optimizer = make_optimizer(discriminative_param_groups(model, 1e-3, 4.0, 0.5), 1e-3, 0.0)
+    scheduler = warmup_cosine(optimizer, warmup_steps=4, total_steps=20)
+    assert [g["lr"] for g in optimizer.param_groups][:2] == pytest.approx([4e-3 / 4, 1e-3 / 4])
+    for _ in range(4):
+        optimizer.step()
+        scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups][:2] == pytest.approx([4e-3, 1e-3])

@@ -1,12 +1,14 @@
 """Checkpoints: weights plus everything needed to rebuild and use the model.
 
 A checkpoint is a plain dict (loadable with `weights_only=True`): the model
-config, the head kind, label names, the MLflow run that produced it (for
-lineage) and the state dict.
+config, the head kind, label names and the state dict. The MLflow run that
+produced it is found through its sha256 (`tracking.run_that_wrote`), not stored
+inside, so a checkpoint is byte-identical whenever its weights are.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,14 @@ from .model import Classifier, LanguageModel, ModelConfig
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, kind: str, config: ModelConfig, **extra: Any) -> None:
+    """Same weights, same bytes: serialised in memory (torch names the archive after the file, and the
+    temporary file's name is random) and free of run ids, so dvc.lock only changes when the model does."""
     state = {key: value.detach().cpu() for key, value in model.state_dict().items()}
     payload = {"kind": kind, "model_config": config.to_dict(), "state_dict": state, **extra}
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        tmp.write_bytes(buffer.getvalue())
 
 
 def load_checkpoint(path: str | Path, expected_kind: str | None = None) -> dict[str, Any]:

@@ -110,30 +110,41 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 
 def results_report(metrics_dir: Path = paths.METRICS) -> str:
-    """The experiment's answer in a few lines: test scores, the gap, validation accuracy per epoch."""
-    from .io import read_json, read_tsv, require_file
+    """The experiment's answer in a few lines: test scores over seeds, the gap with its interval, the baseline,
+    and mean validation accuracy per epoch."""
+    from .io import read_json, require_file
 
-    evaluation = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
+    report = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
     pretraining = read_json(require_file(metrics_dir / "pretrain.json", "pretraining metrics"))
-    epochs = {v: read_tsv(require_file(paths.finetune_epochs(v, metrics_dir), "fine-tuning metrics"))
-              for v in paths.VARIANTS}
+    gap, n_seeds = report["gap"], report["n_seeds"]
+
+    def spread(variant: str, key: str) -> str:
+        return f"{report[variant][f'{key}_mean']:.4f} ± {report[variant][f'{key}_std']:.4f}"
+
     lines = [
-        f"{'test':<12}{'pretrained':>12}{'scratch':>12}{'gap':>10}",
-        f"{'accuracy':<12}{evaluation['pretrained']['accuracy']:>12.4f}{evaluation['scratch']['accuracy']:>12.4f}"
-        f"{evaluation['accuracy_gap']:>+10.4f}",
-        f"{'macro-F1':<12}{evaluation['pretrained']['macro_f1']:>12.4f}{evaluation['scratch']['macro_f1']:>12.4f}"
-        f"{evaluation['macro_f1_gap']:>+10.4f}",
+        f"test ({report['n_test_examples']} examples; mean ± std over {n_seeds} seeds)",
+        f"  {'':<34}{'accuracy':>18}{'macro-F1':>18}",
+        f"  {'pretrained':<34}{spread('pretrained', 'accuracy'):>18}{spread('pretrained', 'macro_f1'):>18}",
+        f"  {'from scratch':<34}{spread('scratch', 'accuracy'):>18}{spread('scratch', 'macro_f1'):>18}",
+        f"  {'TF-IDF + logistic regression':<34}{report['baseline']['accuracy']:>18.4f}"
+        f"{report['baseline']['macro_f1']:>18.4f}",
+        f"  gap (pretrained - scratch): {gap['accuracy_mean']:+.4f} accuracy, 95% CI "
+        f"[{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], paired permutation p = {gap['p_value']:.4g}",
         "",
-        f"{'epoch':<12}{'val acc (pretrained)':>22}{'val acc (scratch)':>20}",
+        f"  {'epoch':<8}{'val acc pretrained':>20}{'val acc scratch':>18}{'gap':>10}",
     ]
-    for pretrained, scratch in zip(epochs["pretrained"], epochs["scratch"]):
-        lines.append(f"{pretrained['epoch']:<12}{float(pretrained['val_accuracy']):>22.4f}"
-                     f"{float(scratch['val_accuracy']):>20.4f}")
+    curves = zip(report["pretrained"]["val_accuracy_mean_per_epoch"], report["scratch"]["val_accuracy_mean_per_epoch"])
+    for epoch, (pretrained, scratch) in enumerate(curves, start=1):
+        lines.append(f"  {epoch:<8}{pretrained:>20.4f}{scratch:>18.4f}{pretrained - scratch:>+10.4f}")
     lines += [
+        f"  (TF-IDF baseline on the same validation split: {report['baseline']['valid_accuracy']:.4f})",
         "",
         f"pretraining: {pretraining['steps']} steps, {pretraining['tokens_seen']:,} tokens, "
-        f"validation perplexity {pretraining['val_perplexity']:.1f}, {pretraining['tokens_per_second']:,.0f} tokens/s",
+        f"validation perplexity {pretraining['val_perplexity']:.1f}",
     ]
+    timings = paths.timings_file("pretrain")
+    if timings.is_file():
+        lines[-1] += f", {read_json(timings)['tokens_per_second']:,.0f} tokens/s on this machine"
     return "\n".join(lines)
 
 
@@ -173,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     predict_parser = commands.add_parser("predict", help="label + probability for new texts (args or stdin)")
     predict_parser.add_argument("texts", nargs="*")
-    predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained"))
+    predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained", 0),
+                                help="a fine-tuned model (default: the pretrained variant, seed 0)")
     predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED, help="the tokenized data directory (or a file in it)")
     predict_parser.set_defaults(func=cmd_predict)
     return parser

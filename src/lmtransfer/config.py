@@ -98,6 +98,9 @@ class TokenizerParams(Section):
     vocab_size: int = Field(4000, ge=16)
     model_type: Literal["unigram", "bpe"] = "unigram"
     character_coverage: float = Field(1.0, gt=0, le=1)
+    # sentencepiece's text normalisation, applied to the corpus, the labeled texts and every later input
+    # alike. The default also folds case: movies-en's dialogue corpus is lower case, its reviews are not.
+    normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = "nmt_nfkc_cf"
     max_training_lines: int = Field(500_000, ge=1)
     # Existing tokenizers (paths relative to the repository root); either replaces training one.
     model_file: str = ""  # a sentencepiece .model: cuts raw text into pieces
@@ -138,18 +141,37 @@ class PretrainParams(Section):
     temperature: float = Field(0.8, gt=0)
     top_k: int = Field(40, ge=0)
     init_from: str = ""  # a checkpoint to load instead of training (ours or the original layout)
+    # ULMFiT's second step: after the corpus, the language model keeps training on the labeled *train*
+    # texts alone (labels unused) for this many epochs, so it learns the task's kind of text.
+    adapt_epochs: int = Field(0, ge=0)
+    adapt_lr: float = Field(1e-3, gt=0)
 
 
 class FinetuneParams(Section):
+    # Each variant is fine-tuned once per seed (one DVC stage each), all from the same pretrained checkpoint.
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
     epochs: int = Field(4, ge=1)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(3e-4, gt=0)
+    # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
+    # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
+    head_lr_multiplier: float = Field(1.0, gt=0)
+    layer_lr_decay: float = Field(1.0, gt=0, le=1)
     max_len: int = Field(64, ge=3)
     pooling: Literal["last", "mean"] = "last"
     freeze_backbone: bool = False
     grad_clip: float = Field(0.5, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     warmup_steps: int = Field(50, ge=0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"finetune.seeds has a repeated seed: {seeds}")
+        if any(seed < 0 for seed in seeds):
+            raise ValueError(f"finetune.seeds must be non-negative integers: {seeds}")
+        return seeds
 
 
 class TrainParams(Section):
@@ -159,8 +181,36 @@ class TrainParams(Section):
     log_every: int = Field(50, ge=1)
 
 
+
 class EvaluateParams(Section):
     batch_size: int = Field(64, ge=1)
+    bootstrap_samples: int = Field(10_000, ge=100)  # resamples of seeds x test examples for the gap's 95% interval
+    permutation_samples: int = Field(10_000, ge=100)  # sign flips for the paired test's p-value
+    seed: int = 0  # of the resampling, so the interval is the same number on every run
+
+
+class BaselineParams(Section):
+    """TF-IDF + logistic regression, C tuned on the validation split."""
+
+    word_ngrams: list[int] = Field(default_factory=lambda: [1, 2], min_length=2, max_length=2)
+    char_ngrams: list[int] = Field(default_factory=lambda: [2, 5], min_length=2, max_length=2)
+    min_df: int = Field(1, ge=1)
+    c_values: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0], min_length=1)
+    max_iter: int = Field(1000, ge=10)
+
+    @field_validator("word_ngrams", "char_ngrams")
+    @classmethod
+    def _ngram_range(cls, value: list[int]) -> list[int]:
+        if not 1 <= value[0] <= value[1]:
+            raise ValueError(f"an n-gram range is [low, high] with 1 <= low <= high, got {value}")
+        return value
+
+    @field_validator("c_values")
+    @classmethod
+    def _positive(cls, value: list[float]) -> list[float]:
+        if any(c <= 0 for c in value):
+            raise ValueError(f"baseline.c_values must all be positive, got {value}")
+        return value
 
 
 class PlotParams(Section):
@@ -175,6 +225,7 @@ class Params(Section):
     finetune: FinetuneParams = FinetuneParams()
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()
+    baseline: BaselineParams = BaselineParams()
     plot: PlotParams = PlotParams()
 
     @model_validator(mode="after")

@@ -1,14 +1,38 @@
-"""Test-set evaluation of both fine-tuned models and the transfer gap between them."""
+"""Test-set evaluation: every fine-tuned seed of both variants, their spread, and the transfer gap.
+
+A single seed's 2-5 point gap can be noise; the report gives each variant's mean,
+standard deviation and per-seed values, and the pretrained-minus-scratch gap with a
+95% interval and a p-value (see `statistics`), beside the TF-IDF baseline.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .checkpoint import build_classifier
+from .config import EvaluateParams
 from .finetune import predict
 from .metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
+from .statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
 from .tokenizer import LabeledSplit
+
+
+@dataclass
+class SeedResult:
+    """One fine-tuned model on the test split, plus its validation curve."""
+
+    seed: int
+    metrics: dict
+    predicted: np.ndarray
+    correct: np.ndarray  # bool per test example
+    epochs: list[dict[str, float]]  # the fine-tuning history: epoch, train/val loss and accuracy
+
+    @property
+    def val_accuracy_per_epoch(self) -> list[float]:
+        return [row["val_accuracy"] for row in self.epochs]
 
 
 def evaluate_classifier(
@@ -31,8 +55,72 @@ def evaluate_classifier(
     return metrics, predicted
 
 
-def transfer_gap(results: dict[str, dict]) -> dict[str, float]:
+def variant_report(results: list[SeedResult]) -> dict:
+    """Mean, std and per-seed values of the test scores and of validation accuracy per epoch."""
+    report: dict = {}
+    for key in ("accuracy", "macro_f1"):
+        stats = summarize([r.metrics[key] for r in results])
+        report.update({f"{key}_mean": stats["mean"], f"{key}_std": stats["std"], f"{key}_per_seed": stats["per_seed"]})
+    first = summarize([r.val_accuracy_per_epoch[0] for r in results])
+    report["first_epoch_val_accuracy_mean"] = first["mean"]
+    report["first_epoch_val_accuracy_std"] = first["std"]
+    report["first_epoch_val_accuracy_per_seed"] = first["per_seed"]
+    curves = np.array([r.val_accuracy_per_epoch for r in results])
+    report["val_accuracy_mean_per_epoch"] = [float(v) for v in curves.mean(axis=0)]
+    report["val_accuracy_std_per_epoch"] = [float(v) for v in (curves.std(axis=0, ddof=1) if len(results) > 1
+                                                               else np.zeros(curves.shape[1]))]
+    report["loss_mean"] = float(np.mean([r.metrics["loss"] for r in results]))
+    report["seeds"] = [r.seed for r in results]
+    return report
+
+
+CURVE_KEYS = ("val_accuracy", "train_loss", "val_loss", "train_accuracy")
+
+
+def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: float) -> list[dict[str, float]]:
+    """Per epoch, each variant's mean over seeds: the table `dvc plots` draws (one column per line)."""
+    n_epochs = min(len(r.epochs) for runs in results.values() for r in runs)
+    rows = []
+    for epoch in range(n_epochs):
+        row: dict[str, float] = {"epoch": epoch + 1}
+        for key in CURVE_KEYS:
+            for variant, runs in results.items():
+                row[f"{key}_{variant}"] = float(np.mean([r.epochs[epoch][key] for r in runs]))
+        row["val_accuracy_baseline"] = baseline_valid_accuracy
+        rows.append(row)
+    return rows
+
+
+def transfer_report(
+    pretrained: list[SeedResult], scratch: list[SeedResult], baseline: dict, params: EvaluateParams
+) -> dict:
+    """The headline first (the gap and its uncertainty), then each variant, then the baseline."""
+    if [r.seed for r in pretrained] != [r.seed for r in scratch]:
+        raise ValueError("pretrained and scratch must be evaluated on the same seeds (they are paired by seed)")
+    correct_pretrained = np.stack([r.correct for r in pretrained])
+    correct_scratch = np.stack([r.correct for r in scratch])
+    low, high = paired_bootstrap_interval(
+        correct_pretrained, correct_scratch, params.bootstrap_samples, seed=params.seed
+    )
+    pretrained_report, scratch_report = variant_report(pretrained), variant_report(scratch)
+    gap = {
+        "accuracy_mean": pretrained_report["accuracy_mean"] - scratch_report["accuracy_mean"],
+        "ci95_low": low,
+        "ci95_high": high,
+        "p_value": paired_permutation_p_value(
+            correct_pretrained, correct_scratch, params.permutation_samples, seed=params.seed
+        ),
+        "macro_f1_mean": pretrained_report["macro_f1_mean"] - scratch_report["macro_f1_mean"],
+        "first_epoch_val_accuracy_mean": (
+            pretrained_report["first_epoch_val_accuracy_mean"] - scratch_report["first_epoch_val_accuracy_mean"]
+        ),
+    }
     return {
-        "accuracy_gap": results["pretrained"]["accuracy"] - results["scratch"]["accuracy"],
-        "macro_f1_gap": results["pretrained"]["macro_f1"] - results["scratch"]["macro_f1"],
+        "gap": gap,
+        "pretrained": pretrained_report,
+        "scratch": scratch_report,
+        "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"],
+                     "valid_accuracy": baseline["valid_accuracy"]},
+        "n_seeds": len(pretrained),
+        "n_test_examples": int(correct_pretrained.shape[1]),
     }

@@ -9,7 +9,12 @@ import torch
 from torch import nn
 
 
-def make_optimizer(parameters: Iterable[nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(parameters: Iterable, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW over trainable parameters; `parameters` may also be param groups, each with its own lr."""
+    parameters = list(parameters)
+    if parameters and isinstance(parameters[0], dict):
+        groups = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in parameters]
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay)
     return torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=lr, weight_decay=weight_decay)
 
 

@@ -7,19 +7,28 @@ PREPARED = Path("data/prepared")
 TOKENIZED = Path("data/tokenized")
 MODELS = Path("models")
 PRETRAINED = MODELS / "pretrained.pt"
+FINETUNED = MODELS / "finetuned"  # <variant>/seed<N>.pt, one per fine-tuning stage
 INPUTS = Path("data/inputs")  # what the validate stage checked: external files and hashes, one manifest per reader
 METRICS = Path("metrics")
+FINETUNE_METRICS = METRICS / "finetune"  # <variant>/seed<N>.json (summary) and seed<N>.tsv (per epoch)
+BASELINE_METRICS = METRICS / "baseline.json"
 PLOTS = Path("plots")
+# Wall-clock figures (seconds, tokens/s): git-ignored and not DVC outputs, so results stay byte-identical.
+TIMINGS = Path("timings")
 VARIANTS = ("pretrained", "scratch")
 
 
-def finetuned_checkpoint(variant: str) -> Path:
-    return MODELS / f"finetuned_{variant}.pt"
+def finetuned_checkpoint(variant: str, seed: int) -> Path:
+    return FINETUNED / variant / f"seed{seed}.pt"
 
 
-def finetune_metrics(variant: str) -> Path:
-    return METRICS / f"finetune_{variant}.json"
+def finetune_summary(variant: str, seed: int, metrics_dir: Path = METRICS) -> Path:
+    return metrics_dir / "finetune" / variant / f"seed{seed}.json"
 
 
-def finetune_epochs(variant: str, metrics_dir: Path = METRICS) -> Path:
-    return metrics_dir / f"finetune_{variant}" / "epochs.tsv"
+def finetune_epochs(variant: str, seed: int, metrics_dir: Path = METRICS) -> Path:
+    return metrics_dir / "finetune" / variant / f"seed{seed}.tsv"
+
+
+def timings_file(stage: str) -> Path:
+    return TIMINGS / f"{stage}.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -28,53 +29,85 @@ def _column(rows: Rows, key: str) -> list[float]:
     return [float(row[key]) for row in rows]
 
 
-def majority_share(confusion: list[list[int]]) -> float:
-    """Accuracy of always answering the most frequent class (rows of the confusion matrix are true classes)."""
-    totals = [sum(row) for row in confusion]
-    return max(totals) / max(sum(totals), 1)
+def majority_share(labels) -> float:
+    """Accuracy of always answering the most frequent class of these labels."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64))
+    return float(counts.max() / max(counts.sum(), 1))
 
 
-def plot_finetune_accuracy(epochs: dict[str, Rows], path: Path, dpi: int, baseline: float | None = None) -> Path:
-    """The central figure: validation accuracy per epoch, pretrained vs scratch, over the majority-class baseline."""
-    figure, axis = plt.subplots(figsize=(6.5, 4.2))
-    for variant, rows in epochs.items():
-        x = _column(rows, "epoch")
-        axis.plot(x, _column(rows, "val_accuracy"), "o-", color=COLORS[variant], label=f"{variant} (validation)")
-        axis.plot(x, _column(rows, "train_accuracy"), "--", color=COLORS[variant], alpha=0.6,
-                  label=f"{variant} (train)")
+def _mean_band(axis, runs: list[Rows], key: str, color: str, label: str, style: str = "o-") -> None:
+    """Mean over seeds as a line, the seeds' min-max range as a band (one seed: just the line)."""
+    epochs = _column(runs[0], "epoch")
+    values = np.array([_column(rows, key) for rows in runs])
+    axis.plot(epochs, values.mean(axis=0), style, color=color, label=f"{label} (mean of {len(runs)} seeds)"
+              if len(runs) > 1 else label)
+    if len(runs) > 1:
+        axis.fill_between(epochs, values.min(axis=0), values.max(axis=0), color=color, alpha=0.18, linewidth=0)
+
+
+def plot_finetune_accuracy(
+    runs: dict[str, list[Rows]], path: Path, dpi: int, majority: float | None = None,
+    baseline: float | None = None, best_epochs: dict[str, list[int]] | None = None,
+) -> Path:
+    """The central figure: validation accuracy per epoch, pretrained vs scratch, mean over seeds with their range.
+
+    Reference lines: the TF-IDF baseline's and the majority class's accuracy on the same validation split.
+    """
+    figure, axis = plt.subplots(figsize=(9.5, 4.4))
+    for variant, variant_runs in runs.items():
+        _mean_band(axis, variant_runs, "val_accuracy", COLORS[variant], f"{variant}, validation")
+        _mean_band(axis, variant_runs, "train_accuracy", COLORS[variant], f"{variant}, train", style="--")
+        for rows, best in zip(variant_runs, (best_epochs or {}).get(variant, [])):
+            accuracy = {int(float(r["epoch"])): float(r["val_accuracy"]) for r in rows}[best]
+            axis.plot([best], [accuracy], "*", color=COLORS[variant], markersize=9, alpha=0.7)
     if baseline is not None:
-        axis.axhline(baseline, color="grey", linewidth=0.8, linestyle=":", label=f"majority class ({baseline:.0%})")
+        axis.axhline(baseline, color="tab:green", linewidth=1.2, linestyle="-.",
+                     label=f"TF-IDF + logistic regression ({baseline:.1%})")
+    if majority is not None:
+        axis.axhline(majority, color="grey", linewidth=0.8, linestyle=":", label=f"majority class ({majority:.0%})")
+    if best_epochs:
+        axis.plot([], [], "*", color="black", label="kept checkpoint (best validation epoch)")
     axis.set(xlabel="epoch", ylabel="accuracy", title="Fine-tuning: pretrained vs from scratch")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: no line hidden
     return _save(figure, path, dpi)
 
 
-def plot_finetune_loss(epochs: dict[str, Rows], path: Path, dpi: int) -> Path:
-    figure, axis = plt.subplots(figsize=(6.5, 4.2))
-    for variant, rows in epochs.items():
-        x = _column(rows, "epoch")
-        axis.plot(x, _column(rows, "val_loss"), "o-", color=COLORS[variant], label=f"{variant} (validation)")
-        axis.plot(x, _column(rows, "train_loss"), "--", color=COLORS[variant], alpha=0.6, label=f"{variant} (train)")
+def plot_finetune_loss(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
+    figure, axis = plt.subplots(figsize=(6.8, 4.4))
+    for variant, variant_runs in runs.items():
+        _mean_band(axis, variant_runs, "val_loss", COLORS[variant], f"{variant}, validation")
+        _mean_band(axis, variant_runs, "train_loss", COLORS[variant], f"{variant}, train", style="--")
     axis.set(xlabel="epoch", ylabel="cross-entropy loss", title="Fine-tuning loss")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=7)
     return _save(figure, path, dpi)
 
 
 def plot_pretraining(train_rows: Rows, valid_rows: Rows, path: Path, dpi: int) -> Path:
+    """Loss and perplexity per step; a second phase (adaptation to the task's texts) is drawn apart,
+    since its validation texts are the task's, not the corpus's."""
     figure, (loss_axis, ppl_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    phase_style = {"corpus": ("tab:red", "corpus"), "task": ("tab:purple", "task texts")}
     loss_axis.plot(_column(train_rows, "step"), _column(train_rows, "train_loss"), label="train", color="tab:green")
-    loss_axis.plot(_column(valid_rows, "step"), _column(valid_rows, "val_loss"), "o-", label="validation",
-                   color="tab:red")
-    loss_axis.set(xlabel="step", ylabel="next-token loss (nats)", title="Pretraining loss")
-    ppl_axis.plot(_column(valid_rows, "step"), _column(valid_rows, "val_perplexity"), "o-", color="tab:red")
-    ppl_axis.set(xlabel="step", ylabel="perplexity", yscale="log", title="Validation perplexity")
+    for phase, (color, name) in phase_style.items():
+        rows = [row for row in valid_rows if row.get("phase", "corpus") == phase]
+        if not rows:
+            continue
+        loss_axis.plot(_column(rows, "step"), _column(rows, "val_loss"), "o-", color=color,
+                       label=f"validation ({name})")
+        ppl_axis.plot(_column(rows, "step"), _column(rows, "val_perplexity"), "o-", color=color, label=name)
+    adapt_start = [float(row["step"]) for row in valid_rows if row.get("phase") == "task"][:1]
     for axis in (loss_axis, ppl_axis):
+        for step in adapt_start:
+            axis.axvline(step, color="grey", linestyle=":", linewidth=0.8)
         axis.grid(alpha=0.3)
-    loss_axis.legend()
+    loss_axis.set(xlabel="step", ylabel="next-token loss (nats)", title="Pretraining loss")
+    ppl_axis.set(xlabel="step", ylabel="perplexity", yscale="log", title="Validation perplexity")
+    loss_axis.legend(fontsize=8)
+    ppl_axis.legend(fontsize=8)
     return _save(figure, path, dpi)
 
 
@@ -93,5 +126,7 @@ def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
         axis.set_xticks(range(len(labels)), labels)
         axis.set_yticks(range(len(labels)), labels)
         accuracy = evaluation[variant]["accuracy"]
-        axis.set(xlabel="predicted", ylabel="actual", title=f"{variant}: test accuracy {accuracy:.3f}")
+        seeds = evaluation[variant]["confusion_matrix"].get("seeds", [])
+        pooled = f", {len(seeds)} seeds pooled" if len(seeds) > 1 else ""
+        axis.set(xlabel="predicted", ylabel="actual", title=f"{variant}: test accuracy {accuracy:.3f}{pooled}")
     return _save(figure, path, dpi)

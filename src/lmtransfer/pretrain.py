@@ -86,7 +86,8 @@ def evaluate_lm(model: LanguageModel, batches: PackedBatches, max_batches: int, 
 @dataclass
 class PretrainResult:
     steps: int
-    train_log: list[dict] = field(default_factory=list)  # step, epoch, train_loss, lr, tokens_per_s
+    train_log: list[dict] = field(default_factory=list)  # step, epoch, train_loss, lr
+    throughput: list[dict] = field(default_factory=list)  # step, tokens_per_s: timings, kept apart from results
     valid_log: list[dict] = field(default_factory=list)  # step, val_loss, val_perplexity
     tokens_seen: int = 0
     seconds: float = 0.0
@@ -105,7 +106,7 @@ def evaluate_imported(
     val_loss = evaluate_lm(model, PackedBatches(valid_ids, params.seq_len, params.batch_size), params.eval_batches, device)
     return PretrainResult(
         steps=0,
-        train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0, "tokens_per_s": 0.0}],
+        train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
         valid_log=[{"step": 0, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}],
     )
 
@@ -123,7 +124,10 @@ def pretrain(
     seed: int = 0,
     log_every: int = 50,
     log_metrics: MetricsLogger = _no_log,
+    first_step: int = 0,
+    desc: str = "pretrain",
 ) -> PretrainResult:
+    """Next-token training; logged steps count from `first_step` (a second phase continues the first's curve)."""
     train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, seed)
     valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, seed)
     steps = total_steps(params, train_batches)
@@ -134,15 +138,15 @@ def pretrain(
 
     def validate(step: int) -> None:
         val_loss = evaluate_lm(model, valid_batches, params.eval_batches, device)
-        row = {"step": step, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}
+        row = {"step": first_step + step, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}
         result.valid_log.append(row)
-        log_metrics({"val_loss": val_loss, "val_perplexity": row["val_perplexity"]}, step)
+        log_metrics({"val_loss": val_loss, "val_perplexity": row["val_perplexity"]}, first_step + step)
 
     validate(0)
     start = window_start = time.perf_counter()
     window_loss, window_batches, window_tokens = 0.0, 0, 0
     step, epoch = 0, 0
-    progress = progress_bar(total=steps, desc="pretrain", unit="step")
+    progress = progress_bar(total=steps, desc=desc, unit="step")
     while step < steps:
         epoch += 1
         for inputs, targets in train_batches.epoch():
@@ -158,15 +162,17 @@ def pretrain(
             if step % log_every == 0 or step == steps:
                 elapsed = time.perf_counter() - window_start
                 row = {
-                    "step": step,
+                    "step": first_step + step,
                     "epoch": epoch,
                     "train_loss": window_loss / window_batches,
                     "lr": scheduler.get_last_lr()[0],
-                    "tokens_per_s": window_tokens / max(elapsed, 1e-9),
                 }
+                tokens_per_s = window_tokens / max(elapsed, 1e-9)
                 result.train_log.append(row)
-                log_metrics({k: v for k, v in row.items() if k != "step"}, step)
-                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
+                result.throughput.append({"step": first_step + step, "tokens_per_s": round(tokens_per_s, 1)})
+                log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
+                            first_step + step)
+                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
                 window_loss, window_batches, window_tokens = 0.0, 0, 0
                 window_start = time.perf_counter()
             if step % params.eval_every == 0 and step != steps:
@@ -178,6 +184,29 @@ def pretrain(
     validate(step)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def adapt_to_task(
+    model: LanguageModel,
+    train_texts: np.ndarray,
+    valid_texts: np.ndarray,
+    params: PretrainParams,
+    device: torch.device,
+    seed: int = 0,
+    log_every: int = 50,
+    log_metrics: MetricsLogger = _no_log,
+    first_step: int = 0,
+) -> PretrainResult:
+    """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused.
+
+    The general corpus teaches language; this phase teaches the kind of text the classifier will read.
+    `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps.
+    """
+    steps = params.adapt_epochs * PackedBatches(train_texts, params.seq_len, params.batch_size).steps_per_epoch()
+    phase = params.model_copy(update={"epochs": params.adapt_epochs, "max_steps": 0, "lr": params.adapt_lr,
+                                      "warmup_steps": max(1, steps // 10)})
+    return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
+                    first_step=first_step, desc="adapt")
 
 
 def _encode_prompt(tokenizer, prompt: str) -> list[int]:

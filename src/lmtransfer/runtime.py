@@ -37,9 +37,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def configure(params: TrainParams) -> torch.device:
-    """Seed, set CPU threads, pick the device; called once at the start of each training stage."""
-    seed_everything(params.seed)
+def environment_facts() -> dict[str, str | int]:
+    """What CPU results depend on besides code, params and data: the kernels' instruction set and the threads.
+
+    Stored beside the results, so a difference between two machines is explained, not a mystery.
+    """
+    return {"cpu_kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
+
+
+def configure(params: TrainParams, seed: int | None = None) -> torch.device:
+    """Seed (train.seed unless given), set CPU threads, pick the device; called once by each training stage."""
+    seed_everything(params.seed if seed is None else seed)
     if params.num_threads:
         torch.set_num_threads(params.num_threads)
     elif "OMP_NUM_THREADS" not in os.environ:

@@ -183,6 +183,7 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
             vocab_size=params.vocab_size,
             model_type=params.model_type,
             character_coverage=params.character_coverage,
+            normalization_rule_name=params.normalization,
             input_sentence_size=params.max_training_lines,
             shuffle_input_sentence=True,
             pad_id=PAD_ID,
@@ -340,3 +341,9 @@ class LabeledSplit:
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+    def text_stream(self, eos_id: int) -> np.ndarray:
+        """The texts alone, each closed by EOS and concatenated, as the pretraining corpus is: labels unused."""
+        ends = self.offsets[1:]
+        stream = np.insert(self.ids, ends, eos_id)
+        return stream.astype(self.ids.dtype, copy=False)

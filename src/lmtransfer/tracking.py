@@ -12,6 +12,7 @@ process that launched the stage (all stages of one `dvc repro` share it).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import subprocess
@@ -25,6 +26,7 @@ EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
 PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
 DEFAULT_EXPERIMENT = "lmtransfer"
 TAG_PREFIX = "lmtransfer."
+CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
 
 
 def project_root() -> Path:
@@ -88,11 +90,12 @@ def _quiet_mlflow_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _experiment_id(client, name: str, root: Path) -> str:
+def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
+    """Find or create the experiment; in the project's own store its artifacts go to `mlartifacts/`."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
-    if os.environ.get("MLFLOW_TRACKING_URI"):
+    if user_store:
         return client.create_experiment(name)
     return client.create_experiment(name, artifact_location=artifact_location(root))
 
@@ -122,8 +125,10 @@ def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 @contextmanager
-def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None) -> Iterator[Any]:
-    """Open the MLflow run of one stage execution; yields the active run.
+def stage_run(
+    stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None, run_name: str | None = None
+) -> Iterator[Any]:
+    """Open the MLflow run of one stage execution (named `run_name`, default the stage); yields the active run.
 
     Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block.
     """
@@ -132,9 +137,11 @@ def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: st
 
     _quiet_mlflow_logs()
     root = project_root()
+    # Read before set_tracking_uri(), which itself exports MLFLOW_TRACKING_URI into this process.
+    user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))
     mlflow.set_tracking_uri(tracking_uri(root))
     client = MlflowClient()
-    experiment_id = _experiment_id(client, os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT), root)
+    experiment_id = _experiment_id(client, os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT), root, user_store)
     group = pipeline_id()
     common_tags = {
         f"{TAG_PREFIX}pipeline_id": group,
@@ -147,6 +154,40 @@ def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: st
     tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, "mlflow.parentRunId": parent_id}
     if upstream_run_id:
         tags["upstream_run_id"] = upstream_run_id
-    with mlflow.start_run(experiment_id=experiment_id, run_name=stage, tags=tags) as run:
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
         mlflow.log_params(flatten(params))
         yield run
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tag_checkpoint(path: str | Path) -> None:
+    """Tag the active run with the sha256 of the checkpoint it wrote: lineage that keeps checkpoints byte-identical."""
+    import mlflow
+
+    mlflow.set_tag(CHECKPOINT_TAG, file_sha256(path))
+
+
+def run_that_wrote(path: str | Path) -> str:
+    """The id of the latest run tagged with this checkpoint's sha256 ('' when the store has none)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    mlflow.set_tracking_uri(tracking_uri())
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
+    if experiment is None:
+        return ""
+    found = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{CHECKPOINT_TAG}` = '{file_sha256(path)}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return found[0].info.run_id if found else ""

@@ -1,0 +1,73 @@
+"""What pinning the CPU kernels to AVX2 costs: training tokens/s with pinned vs native kernels, side by side.
+
+lmtransfer pins PyTorch/MKL/oneDNN to AVX2 kernels so that results are the same on every
+AVX2 machine (see the README, "Reproducibility"). Kernels are chosen when torch loads, so
+each setting runs in its own process; the settings alternate over several rounds and the
+median is printed, with the ratio.
+
+    python benchmarks/cpu_kernels.py            # pretraining and fine-tuning steps, reference model
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+MEASURE = r"""
+import json, time, torch
+from lmtransfer.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.optim import make_optimizer
+torch.manual_seed(0)
+config = ModelConfig(vocab_size=4000, d_model=200, n_layers=4, n_heads=2, d_ff=200)
+results = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
+for name, model, shape in (("pretrain (32 x 64, LM head over 4,000 ids)", LanguageModel(config), (32, 65)),
+                           ("fine-tune (32 x 40, classifier)", Classifier(config, 2), (32, 40))):
+    optimizer = make_optimizer(model.parameters(), 1e-4, 0.0)
+    ids = torch.randint(5, 4000, shape)
+    labels = torch.randint(0, 2, (shape[0],))
+    def step():
+        if isinstance(model, LanguageModel):
+            loss = model.loss(ids[:, :-1], ids[:, 1:])
+        else:
+            loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        optimizer.zero_grad(); loss.backward(); optimizer.step()
+    for _ in range(3):
+        step()
+    start, steps = time.perf_counter(), 25
+    for _ in range(steps):
+        step()
+    tokens = steps * shape[0] * (shape[1] - 1 if isinstance(model, LanguageModel) else shape[1])
+    results[name] = tokens / (time.perf_counter() - start)
+print(json.dumps(results))
+"""
+SETTINGS = {"pinned (AVX2, the default)": {}, "native (LMTRANSFER_CPU_KERNELS=native)": {"LMTRANSFER_CPU_KERNELS": "native"}}
+
+
+def run(extra_env: dict[str, str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+    env.update(extra_env)
+    out = subprocess.run([sys.executable, "-c", MEASURE], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main(rounds: int = 3) -> None:
+    samples: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+    for _ in range(rounds):
+        for name, env in SETTINGS.items():
+            samples[name].append(run(env))
+    pinned, native = (samples[name] for name in SETTINGS)
+    workloads = [k for k in pinned[0] if k not in ("capability", "threads")]
+    print(f"kernels: pinned -> {pinned[0]['capability']}, native -> {native[0]['capability']}; "
+          f"{pinned[0]['threads']} threads; median of {rounds} alternating rounds")
+    print(f"{'workload':<45}{'pinned tok/s':>14}{'native tok/s':>14}{'pinned/native':>15}")
+    for workload in workloads:
+        a = statistics.median(s[workload] for s in pinned)
+        b = statistics.median(s[workload] for s in native)
+        print(f"{workload:<45}{a:>14,.0f}{b:>14,.0f}{a / b:>15.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""lmtransfer: pretrain a Transformer LM, fine-tune it, compare it with the same network from scratch.
+
+Importing the package pins PyTorch's CPU kernels to the AVX2 instruction set (unless
+LMTRANSFER_CPU_KERNELS=native). PyTorch, MKL and oneDNN otherwise pick their kernels
+per CPU (AVX-512 on one machine, AVX2 on the next), and those kernels round
+differently, so the same commit and params gave different metrics on two machines
+of the same type. The variables must be set before torch is first imported, which
+is why this happens here, in the package's first import.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+KERNELS_ENV = "LMTRANSFER_CPU_KERNELS"  # avx2 (default): same numbers on every AVX2 CPU; native: fastest
+_PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def _cpu_has_avx2() -> bool:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            return any(line.startswith("flags") and " avx2" in line for line in info)
+    except OSError:  # not Linux: leave the libraries' own choice
+        return False
+
+
+def pin_cpu_kernels() -> dict[str, str]:
+    """Set the kernel-choice variables (those the user has not set already); returns what was set."""
+    if os.environ.get(KERNELS_ENV, "avx2").lower() == "native" or not _cpu_has_avx2():
+        return {}
+    pinned = {name: value for name, value in _PINNED.items() if name not in os.environ}
+    os.environ.update(pinned)
+    return pinned
+
+
+pin_cpu_kernels()
