@@ -195,7 +195,7 @@ class BaselineParams(Section):
     word_ngrams: list[int] = Field(default_factory=lambda: [1, 2], min_length=2, max_length=2)
     char_ngrams: list[int] = Field(default_factory=lambda: [2, 5], min_length=2, max_length=2)
     min_df: int = Field(1, ge=1)
-    c_values: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0], min_length=1)
+    c_values: list[float] = Field(default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0], min_length=1)
     max_iter: int = Field(1000, ge=10)
 
     @field_validator("word_ngrams", "char_ngrams")
