@@ -52,3 +52,15 @@ def test_the_baseline_never_sees_test_labels():
 def test_bad_baseline_params_name_the_key(section, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         parse_params({"baseline": section})
+
+
+def test_the_baseline_handles_more_than_two_classes():
+    rng = random.Random(3)
+    words = {0: BAD, 1: FILLER, 2: GOOD}
+
+    def texts(n):
+        labels = [i % 3 for i in range(n)]
+        return [" ".join(rng.sample(FILLER, 4) + [rng.choice(words[y])] * 2) for y in labels], np.array(labels)
+
+    result = run_baseline(*texts(150), *texts(45), *texts(60), params=BaselineParams(c_values=[1.0]))
+    assert set(result.test_predictions) <= {0, 1, 2} and result.accuracy > 0.8

@@ -38,8 +38,8 @@ COURSE_PARAMS = {
     "tokenizer": {"model_file": "raw/course/sentencepiece.bpe.model", "vocab_file": "raw/course/dict.txt"},
     "model": {"n_layers": N_LAYERS, "d_model": D_MODEL, "n_heads": 2, "d_ff": D_FF},
     "pretrain": {"init_from": "raw/course/pretrained.pt", "batch_size": 4, "seq_len": 16, "eval_batches": 2,
-                 "generate_tokens": 4, "prompts": ["Ce livre est"]},
-    "finetune": {"epochs": 2, "batch_size": 8, "max_len": 32, "warmup_steps": 2},
+                 "generate_tokens": 4, "prompts": ["Ce livre est"], "adapt_epochs": 0},
+    "finetune": {"epochs": 2, "batch_size": 8, "max_len": 32, "warmup_steps": 2, "seeds": [0]},
     "train": {"log_every": 4},
 }
 
@@ -137,8 +137,10 @@ def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo
     assert prepared["label_names"] == ["0", "1"] and prepared["labeled_format"] == "pieces"
     evaluation = json.loads((root / "metrics/evaluate.json").read_text())
     for variant in ("pretrained", "scratch"):
-        assert set(evaluation[variant]["f1_per_class"]) == {"0", "1"}
-    checkpoint = torch.load(root / "models/finetuned_pretrained.pt", weights_only=True)
+        assert set(evaluation[variant]["f1_per_class_mean"]) == {"0", "1"}
+        assert evaluation[variant]["accuracy_std"] == 0.0 and len(evaluation[variant]["accuracy_per_seed"]) == 1
+    assert evaluation["gap"]["ci95_low"] <= evaluation["gap"]["accuracy_mean"] <= evaluation["gap"]["ci95_high"]
+    checkpoint = torch.load(root / "models/finetuned/pretrained/seed0.pt", weights_only=True)
     assert checkpoint["label_names"] == ["0", "1"] and checkpoint["model_config"]["pad_id"] == 1
 
 

@@ -109,11 +109,12 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
         assert len(report["accuracy_per_seed"]) == 2 and all(0 <= a <= 1 for a in report["accuracy_per_seed"])
         assert report["accuracy_mean"] == pytest.approx(sum(report["accuracy_per_seed"]) / 2)
         assert report["accuracy_std"] >= 0 and "first_epoch_val_accuracy_mean" in report
+        assert set(report["f1_per_class_mean"]) == {"neg", "neutral", "pos"}
         assert len(report["val_accuracy_mean_per_epoch"]) == TINY_PARAMS["finetune"]["epochs"]
         seed0 = json.loads((root / f"metrics/finetune/{variant}/seed0.json").read_text())
         seed1 = json.loads((root / f"metrics/finetune/{variant}/seed1.json").read_text())
-        assert report["first_epoch_val_accuracy_mean"] == pytest.approx(
-            (seed0["first_epoch_val_accuracy"] + seed1["first_epoch_val_accuracy"]) / 2)
+        assert report["first_epoch_val_accuracy_mean"] == pytest.approx(  # the curves are stored to 6 digits
+            (seed0["first_epoch_val_accuracy"] + seed1["first_epoch_val_accuracy"]) / 2, abs=1e-5)
     gap = evaluation["gap"]
     assert gap["accuracy_mean"] == pytest.approx(
         evaluation["pretrained"]["accuracy_mean"] - evaluation["scratch"]["accuracy_mean"])
@@ -193,7 +194,11 @@ def test_adding_a_seed_runs_only_that_seeds_fine_tunes_and_what_follows(pipeline
     params_file = root / "params.yaml"
     original = params_file.read_text()
     try:
-        params_file.write_text(original.replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
+        yaml = YAML()
+        params = yaml.load(original)
+        params["finetune"]["seeds"] = [0, 1, 2]
+        with open(params_file, "w") as handle:
+            yaml.dump(params, handle)
         assert _changed_stages(root, env) == {"finetune_pretrained@2", "finetune_scratch@2", "evaluate", "plot"}
         log = run(["dvc", "repro"], root, env)
         ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}

@@ -15,6 +15,7 @@ import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
+from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import FeatureUnion, make_pipeline
 
 from .config import BaselineParams
@@ -36,7 +37,11 @@ def tfidf_logistic_regression(params: BaselineParams, c: float):
         ("chars", TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(params.char_ngrams), sublinear_tf=True,
                                   min_df=params.min_df)),
     ])
-    classifier = LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear", random_state=0)
+    # liblinear is fast on sparse TF-IDF but binary only: one-vs-rest makes it serve any number of classes
+    # (for two classes it is the plain binary model).
+    classifier = OneVsRestClassifier(
+        LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear", random_state=0)
+    )
     return make_pipeline(features, classifier)
 
 

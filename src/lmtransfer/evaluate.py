@@ -69,6 +69,8 @@ def variant_report(results: list[SeedResult]) -> dict:
     report["val_accuracy_mean_per_epoch"] = [float(v) for v in curves.mean(axis=0)]
     report["val_accuracy_std_per_epoch"] = [float(v) for v in (curves.std(axis=0, ddof=1) if len(results) > 1
                                                                else np.zeros(curves.shape[1]))]
+    names = list(results[0].metrics["f1_per_class"])
+    report["f1_per_class_mean"] = {n: float(np.mean([r.metrics["f1_per_class"][n] for r in results])) for n in names}
     report["loss_mean"] = float(np.mean([r.metrics["loss"] for r in results]))
     report["seeds"] = [r.seed for r in results]
     return report
