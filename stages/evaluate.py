@@ -4,7 +4,7 @@ import mlflow
 
 from lmtransfer.checkpoint import load_checkpoint
 from lmtransfer.config import load_params
-from lmtransfer.evaluate import SeedResult, evaluate_classifier, mean_curves, transfer_report
+from lmtransfer.evaluate import SeedResult, evaluate_classifier, mean_curves, pooled_confusion, transfer_report
 from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.paths import (
     BASELINE_METRICS, METRICS, PARAMS, TOKENIZED, VARIANTS, finetune_epochs, finetuned_checkpoint,
@@ -28,25 +28,18 @@ def main() -> None:
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
         mlflow.log_param("finetune.seeds", seeds)
         results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
-        confusion, prediction_rows = {}, {v: ["seed,actual,predicted"] for v in VARIANTS}
+        prediction_rows = {v: ["seed,actual,predicted"] for v in VARIANTS}
         for (variant, seed), path in checkpoints.items():
             payload = load_checkpoint(path, expected_kind="classifier")
             metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
             epochs = read_tsv(require_file(finetune_epochs(variant, seed), "fine-tuning metrics"))
             history = [{key: float(value) for key, value in row.items()} for row in epochs]
-            results[variant].append(SeedResult(seed, metrics, predicted, predicted == test.labels, history))
+            results[variant].append(SeedResult(seed, metrics, predicted == test.labels, history))
             names = payload["label_names"]
             prediction_rows[variant] += [f"{seed},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
-            matrix = metrics["confusion_matrix"]
-            pooled = confusion.setdefault(variant, {"labels": matrix["labels"], "seeds": [],
-                                                    "rows_actual_columns_predicted": None})
-            pooled["seeds"].append(seed)
-            rows = matrix["rows_actual_columns_predicted"]
-            total = pooled["rows_actual_columns_predicted"]
-            pooled["rows_actual_columns_predicted"] = rows if total is None else [
-                [a + b for a, b in zip(r, t)] for r, t in zip(rows, total)]
             mlflow.log_metrics({f"{variant}_test_accuracy": metrics["accuracy"],
                                 f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
+        confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate)
         write_json(METRICS / "evaluate.json", report)
         write_json(METRICS / "evaluate" / "confusion.json", confusion)

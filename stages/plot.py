@@ -4,7 +4,7 @@ import mlflow
 
 from lmtransfer.config import load_params
 from lmtransfer.io import read_json, read_tsv, require_file
-from lmtransfer.paths import BASELINE_METRICS, METRICS, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_epochs
+from lmtransfer.paths import BASELINE_METRICS, METRICS, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_epochs, finetune_summary
 from lmtransfer.plots import (
     majority_share,
     plot_confusion,
@@ -22,7 +22,7 @@ def main() -> None:
     params = load_params(PARAMS)
     dpi, seeds = params.plot.dpi, params.finetune.seeds
     runs = {v: [read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics")) for s in seeds] for v in VARIANTS}
-    best_epochs = {v: [read_json(require_file(finetune_epochs(v, s).with_suffix(".json"), "fine-tuning metrics"))
+    best_epochs = {v: [read_json(require_file(finetune_summary(v, s), "fine-tuning metrics"))
                        ["best_epoch"] for s in seeds] for v in VARIANTS}
     pretrain_train = read_tsv(require_file(METRICS / "pretrain" / "train.tsv", "pretraining metrics"))
     pretrain_valid = read_tsv(require_file(METRICS / "pretrain" / "valid.tsv", "pretraining metrics"))

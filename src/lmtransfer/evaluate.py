@@ -26,7 +26,6 @@ class SeedResult:
 
     seed: int
     metrics: dict
-    predicted: np.ndarray
     correct: np.ndarray  # bool per test example
     epochs: list[dict[str, float]]  # the fine-tuning history: epoch, train/val loss and accuracy
 
@@ -74,6 +73,14 @@ def variant_report(results: list[SeedResult]) -> dict:
     report["loss_mean"] = float(np.mean([r.metrics["loss"] for r in results]))
     report["seeds"] = [r.seed for r in results]
     return report
+
+
+def pooled_confusion(results: list[SeedResult]) -> dict:
+    """One variant's test confusion matrix summed over its seeds (what the confusion figures show)."""
+    matrices = [r.metrics["confusion_matrix"] for r in results]
+    total = np.sum([m["rows_actual_columns_predicted"] for m in matrices], axis=0)
+    return {"labels": matrices[0]["labels"], "seeds": [r.seed for r in results],
+            "rows_actual_columns_predicted": total.tolist()}
 
 
 CURVE_KEYS = ("val_accuracy", "train_loss", "val_loss", "train_accuracy")

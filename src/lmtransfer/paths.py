@@ -22,12 +22,12 @@ def finetuned_checkpoint(variant: str, seed: int) -> Path:
     return FINETUNED / variant / f"seed{seed}.pt"
 
 
-def finetune_summary(variant: str, seed: int, metrics_dir: Path = METRICS) -> Path:
-    return metrics_dir / "finetune" / variant / f"seed{seed}.json"
+def finetune_summary(variant: str, seed: int) -> Path:
+    return FINETUNE_METRICS / variant / f"seed{seed}.json"
 
 
-def finetune_epochs(variant: str, seed: int, metrics_dir: Path = METRICS) -> Path:
-    return metrics_dir / "finetune" / variant / f"seed{seed}.tsv"
+def finetune_epochs(variant: str, seed: int) -> Path:
+    return FINETUNE_METRICS / variant / f"seed{seed}.tsv"
 
 
 def timings_file(stage: str) -> Path:

@@ -176,11 +176,9 @@ def tag_checkpoint(path: str | Path) -> None:
 
 def run_that_wrote(path: str | Path) -> str:
     """The id of the latest run tagged with this checkpoint's sha256 ('' when the store has none)."""
-    import mlflow
     from mlflow import MlflowClient
 
-    mlflow.set_tracking_uri(tracking_uri())
-    client = MlflowClient()
+    client = MlflowClient(tracking_uri=tracking_uri())  # not mlflow.set_tracking_uri: it exports the variable
     experiment = client.get_experiment_by_name(os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
     if experiment is None:
         return ""
