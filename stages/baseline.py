@@ -4,8 +4,8 @@ import mlflow
 
 from lmtransfer.baseline import run_baseline
 from lmtransfer.config import load_params
-from lmtransfer.data.prepare import read_split
-from lmtransfer.io import read_json, require_file, write_json
+from lmtransfer.data.prepared import SPLITS, read_prepared_meta, read_split
+from lmtransfer.io import write_json
 from lmtransfer.paths import BASELINE_METRICS, PARAMS, PREPARED
 from lmtransfer.stage import stage_main
 from lmtransfer.tracking import stage_run
@@ -14,12 +14,11 @@ from lmtransfer.tracking import stage_run
 @stage_main("baseline")
 def main() -> None:
     params = load_params(PARAMS)
-    require_file(PREPARED / "meta.json", "prepared data")
-    splits = {name: read_split(PREPARED, name) for name in ("train", "valid", "test")}
-    label_names = read_json(PREPARED / "meta.json")["label_names"]
+    label_names = read_prepared_meta(PREPARED)["label_names"]
+    splits = {name: read_split(PREPARED, name) for name in SPLITS}
     with stage_run("baseline", params.sections("baseline")):
         result = run_baseline(
-            *[item for name in ("train", "valid", "test")
+            *[item for name in SPLITS
               for item in (splits[name]["text"].tolist(), splits[name]["label"].to_numpy())],
             params=params.baseline,
         )

@@ -7,11 +7,12 @@ from lmtransfer.config import load_params
 from lmtransfer.evaluate import SeedResult, evaluate_classifier, mean_curves, pooled_confusion, transfer_report
 from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.paths import (
-    BASELINE_METRICS, METRICS, PARAMS, TOKENIZED, VARIANTS, finetune_epochs, finetuned_checkpoint,
+    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, TOKENIZED, VARIANTS, finetune_epochs,
+    finetuned_checkpoint, predictions_file,
 )
 from lmtransfer.runtime import select_device
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import LabeledSplit
+from lmtransfer.tokenized import load_labeled_split
 from lmtransfer.tracking import run_that_wrote, stage_run
 
 
@@ -19,7 +20,7 @@ from lmtransfer.tracking import run_that_wrote, stage_run
 def main() -> None:
     params = load_params(PARAMS)
     seeds = params.finetune.seeds
-    test = LabeledSplit.load(TOKENIZED, "test")
+    test = load_labeled_split(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
     checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
                    for s in seeds}
@@ -41,11 +42,11 @@ def main() -> None:
                                 f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
         confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate)
-        write_json(METRICS / "evaluate.json", report)
-        write_json(METRICS / "evaluate" / "confusion.json", confusion)
-        write_tsv(METRICS / "evaluate" / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
+        write_json(EVALUATE_REPORT, report)
+        write_json(EVALUATE_DETAILS / "confusion.json", confusion)
+        write_tsv(EVALUATE_DETAILS / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
         for variant, rows in prediction_rows.items():
-            write_text(METRICS / "evaluate" / f"predictions_{variant}.csv", "\n".join(rows) + "\n")
+            write_text(predictions_file(variant), "\n".join(rows) + "\n")
         mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
         mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS
                             for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")})

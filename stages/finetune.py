@@ -14,32 +14,38 @@ import mlflow
 from lmtransfer.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint
 from lmtransfer.config import load_params
 from lmtransfer.finetune import finetune
-from lmtransfer.io import read_json, require_file, write_json, write_tsv
+from lmtransfer.io import write_json, write_tsv
 from lmtransfer.model import Classifier, ModelConfig, count_parameters
 from lmtransfer.paths import (
-    PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+    PARAMS, PRETRAINED, TOKENIZED, VARIANTS, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
 from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import LabeledSplit
+from lmtransfer.tokenized import load_labeled_split, read_tokenized_meta
 from lmtransfer.tracking import run_that_wrote, stage_run, tag_checkpoint
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--init", choices=["pretrained", "scratch"], required=True)
+    parser.add_argument("--init", choices=VARIANTS, required=True)
     parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
     return parser.parse_args()
 
 
-@stage_main("finetune")
+def stage_name() -> str:
+    """`finetune_pretrained@0`: the name dvc.yaml gives this stage, in its log lines and its MLflow run."""
+    args = parse_args()
+    return f"finetune_{args.init}@{args.seed}"
+
+
+@stage_main(stage_name)
 def main() -> None:
     args = parse_args()
     variant, seed = args.init, args.seed
-    stage = f"finetune_{variant}@{seed}"
+    stage = stage_name()
     params = load_params(PARAMS)
-    meta = read_json(require_file(TOKENIZED / "meta.json", "tokenized data"))
-    train, valid = LabeledSplit.load(TOKENIZED, "train"), LabeledSplit.load(TOKENIZED, "valid")
+    meta = read_tokenized_meta(TOKENIZED)
+    train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
     label_names = meta["label_names"]
     device = configure(params.train, seed=seed)
     if variant == "pretrained":
@@ -49,7 +55,7 @@ def main() -> None:
         )
         sections, upstream = ("finetune", "train"), run_that_wrote(PRETRAINED)
     else:
-        config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=meta["pad_id"], **params.model.model_dump())
+        config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"])
         model = Classifier(config, len(label_names), params.finetune.pooling)
         sections, upstream = ("model", "finetune", "train"), None
     with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):

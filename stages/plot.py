@@ -4,16 +4,14 @@ import mlflow
 
 from lmtransfer.config import load_params
 from lmtransfer.io import read_json, read_tsv, require_file
-from lmtransfer.paths import BASELINE_METRICS, METRICS, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_epochs, finetune_summary
-from lmtransfer.plots import (
-    majority_share,
-    plot_confusion,
-    plot_finetune_accuracy,
-    plot_finetune_loss,
-    plot_pretraining,
+from lmtransfer.metrics import majority_share
+from lmtransfer.paths import (
+    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, PLOTS, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG,
+    TOKENIZED, VARIANTS, finetune_epochs, finetune_summary,
 )
+from lmtransfer.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss, plot_pretraining
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import LabeledSplit
+from lmtransfer.tokenized import load_labeled_split
 from lmtransfer.tracking import stage_run
 
 
@@ -24,14 +22,14 @@ def main() -> None:
     runs = {v: [read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics")) for s in seeds] for v in VARIANTS}
     best_epochs = {v: [read_json(require_file(finetune_summary(v, s), "fine-tuning metrics"))
                        ["best_epoch"] for s in seeds] for v in VARIANTS}
-    pretrain_train = read_tsv(require_file(METRICS / "pretrain" / "train.tsv", "pretraining metrics"))
-    pretrain_valid = read_tsv(require_file(METRICS / "pretrain" / "valid.tsv", "pretraining metrics"))
-    evaluation = read_json(require_file(METRICS / "evaluate" / "confusion.json", "evaluation results"))
-    report = read_json(require_file(METRICS / "evaluate.json", "evaluation results"))
+    pretrain_train = read_tsv(require_file(PRETRAIN_TRAIN_LOG, "pretraining metrics"))
+    pretrain_valid = read_tsv(require_file(PRETRAIN_VALID_LOG, "pretraining metrics"))
+    evaluation = read_json(require_file(EVALUATE_DETAILS / "confusion.json", "evaluation results"))
+    report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
     for variant in VARIANTS:
         evaluation[variant] = {"confusion_matrix": evaluation[variant], "accuracy": report[variant]["accuracy_mean"]}
-    majority = majority_share(LabeledSplit.load(TOKENIZED, "valid").labels)  # the split the curves are measured on
+    majority = majority_share(load_labeled_split(TOKENIZED, "valid").labels)  # the split the curves are measured on
     with stage_run("plot", params.sections("plot")):
         figures = [
             plot_finetune_accuracy(runs, PLOTS / "finetune_accuracy.png", dpi, majority,

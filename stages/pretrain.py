@@ -1,31 +1,34 @@
 """Stage pretrain: next-token pretraining of the Transformer LM (or loading `pretrain.init_from`), plus samples."""
 
 import mlflow
-import numpy as np
 
 from lmtransfer.checkpoint import save_checkpoint
 from lmtransfer.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.config import load_params
-from lmtransfer.data.files import resolve_input
-from lmtransfer.io import read_json, require_file, write_json, write_text, write_tsv
+from lmtransfer.generation import format_samples, generate_samples
+from lmtransfer.input_files import resolve_input
+from lmtransfer.io import write_json, write_text, write_tsv
 from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
-from lmtransfer.paths import METRICS, PARAMS, PRETRAINED, TOKENIZED, timings_file
-from lmtransfer.pretrain import adapt_to_task, evaluate_imported, generate_samples, pretrain
+from lmtransfer.paths import (
+    PARAMS, PRETRAIN_SAMPLES, PRETRAIN_SUMMARY, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, PRETRAINED, TOKENIZED,
+    timings_file,
+)
+from lmtransfer.pretrain import adapt_to_task, evaluate_imported, pretrain
 from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import LabeledSplit, load_tokenizer
+from lmtransfer.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
+from lmtransfer.tokenizer import load_tokenizer
 from lmtransfer.tracking import stage_run, tag_checkpoint
 
 
 @stage_main("pretrain")
 def main() -> None:
     params = load_params(PARAMS)
-    meta = read_json(require_file(TOKENIZED / "meta.json", "tokenized data"))
-    train_ids = np.load(require_file(TOKENIZED / "corpus_train.npy", "tokenized corpus"), mmap_mode="r")
-    valid_ids = np.load(require_file(TOKENIZED / "corpus_valid.npy", "tokenized corpus"), mmap_mode="r")
+    meta = read_tokenized_meta(TOKENIZED)
+    train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
     tokenizer = load_tokenizer(TOKENIZED)
     device = configure(params.train)
-    config = ModelConfig(vocab_size=meta["vocab_size"], pad_id=meta["pad_id"], **params.model.model_dump())
+    config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"])
     model = LanguageModel(config)
     weights = None
     if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
@@ -47,7 +50,7 @@ def main() -> None:
             )
         adaptation = None
         if params.pretrain.adapt_epochs:
-            train_texts, valid_texts = (LabeledSplit.load(TOKENIZED, name).text_stream(meta["eos_id"])
+            train_texts, valid_texts = (load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"])
                                         for name in ("train", "valid"))
             print(f"pretrain: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
                   f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
@@ -58,8 +61,9 @@ def main() -> None:
         phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
         train_log = [{**row, "phase": name} for name, phase in phases for row in phase.train_log]
         valid_log = [{**row, "phase": name} for name, phase in phases for row in phase.valid_log]
-        samples = generate_samples(model, tokenizer, params.pretrain.prompts, params.pretrain, device, params.train.seed)
-        sample_text = "\n".join(f"[{s['mode']}] {s['prompt']} -> {s['continuation']}" for s in samples) + "\n"
+        samples = generate_samples(model, tokenizer, params.pretrain.prompts, params.pretrain.generate_tokens,
+                                   params.pretrain.temperature, params.pretrain.top_k, device, params.train.seed)
+        sample_text = format_samples(samples)
         summary = {
             "val_perplexity": result.valid_log[-1]["val_perplexity"],
             "val_loss": result.final_val_loss,
@@ -82,10 +86,10 @@ def main() -> None:
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
         save_checkpoint(PRETRAINED, model, "language_model", config, **extras)
         tag_checkpoint(PRETRAINED)
-        write_tsv(METRICS / "pretrain" / "train.tsv", train_log)
-        write_tsv(METRICS / "pretrain" / "valid.tsv", valid_log)
-        write_text(METRICS / "pretrain" / "samples.txt", sample_text)
-        write_json(METRICS / "pretrain.json", summary)
+        write_tsv(PRETRAIN_TRAIN_LOG, train_log)
+        write_tsv(PRETRAIN_VALID_LOG, valid_log)
+        write_text(PRETRAIN_SAMPLES, sample_text)
+        write_json(PRETRAIN_SUMMARY, summary)
         write_json(timings_file("pretrain"), timings)
         mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
         mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})

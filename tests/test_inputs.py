@@ -22,23 +22,15 @@ import pytest
 from lmtransfer.checkpoint import save_checkpoint
 from lmtransfer.checkpoint_import import CheckpointImportError
 from lmtransfer.config import ConfigError, parse_params
-from lmtransfer.data.prepare import (
-    EmptySplitError,
-    SplitError,
-    prepare,
-    prepare_labeled,
-    read_split,
-    write_prepared,
-)
-from lmtransfer.data.sources import DataSourceError, load_source
+from lmtransfer.data.prepare import prepare, prepare_labeled, write_prepared
+from lmtransfer.data.prepared import read_split
+from lmtransfer.data.sources import load_source
+from lmtransfer.errors import DataSourceError, EmptySplitError, InputFileError, SplitError
 from lmtransfer.inputs import check_inputs
 from lmtransfer.model import LanguageModel, ModelConfig
 from lmtransfer.tokenize_data import tokenize_prepared
-from lmtransfer.tokenizer import (
-    DictionaryTokenizer,
-    TokenizerError,
-    read_fairseq_dictionary,
-)
+from lmtransfer.errors import TokenizerError
+from lmtransfer.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -277,7 +269,7 @@ def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the
 
 
 def test_missing_train_file_names_the_file_and_the_key():
-    with pytest.raises(DataSourceError, match=r"nope\.csv: file not found \(set by data\.train\)"):
+    with pytest.raises(InputFileError, match=r"nope\.csv: file not found \(set by data\.train\)"):
         check_inputs(files_params(train="nope.csv"))
 
 
@@ -289,20 +281,20 @@ def test_a_corpus_glob_matching_nothing_names_the_pattern_and_the_key():
 
 def test_missing_vocab_file_names_the_file_and_the_key():
     write_pieces_data()
-    with pytest.raises(DataSourceError, match=r"dict\.txt: file not found \(set by tokenizer\.vocab_file\)"):
+    with pytest.raises(InputFileError, match=r"dict\.txt: file not found \(set by tokenizer\.vocab_file\)"):
         check_inputs(pieces_params())
 
 
 def test_missing_init_from_checkpoint_names_the_file_and_the_key():
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
     params = files_params(train="train.csv", pretrain={"init_from": "models/old.pt"})
-    with pytest.raises(DataSourceError, match=r"models/old\.pt: file not found \(set by pretrain\.init_from\)"):
+    with pytest.raises(InputFileError, match=r"models/old\.pt: file not found \(set by pretrain\.init_from\)"):
         check_inputs(params)
 
 
 def test_an_empty_file_is_rejected_naming_it():
     Path("train.csv").write_bytes(b"")
-    with pytest.raises(DataSourceError, match=r"train\.csv: the file is empty \(set by data\.train\)"):
+    with pytest.raises(InputFileError, match=r"train\.csv: the file is empty \(set by data\.train\)"):
         check_inputs(files_params(train="train.csv"))
 
 

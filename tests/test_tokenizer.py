@@ -10,8 +10,12 @@ import pytest
 import sentencepiece as spm
 
 from lmtransfer.config import DataParams, TokenizerParams
-from lmtransfer.data.prepare import SPLITS, read_split, write_prepared
-from lmtransfer.data.sources import RawData
+from lmtransfer.data.prepare import write_prepared
+from lmtransfer.data.prepared import SPLITS, read_split
+from lmtransfer.data.raw import RawData
+from lmtransfer.errors import TokenizerError
+from lmtransfer.generation import encode_prompt
+from lmtransfer.tokenized import LabeledSplit, load_labeled_split
 from lmtransfer.io import read_json
 from lmtransfer.tokenize_data import tokenize_prepared
 from lmtransfer.tokenizer import (
@@ -21,9 +25,7 @@ from lmtransfer.tokenizer import (
     MODEL_FILE,
     PAD_ID,
     UNK_ID,
-    LabeledSplit,
     SentencePieceTokenizer,
-    TokenizerError,
     encode_documents,
     id_dtype,
     load_tokenizer,
@@ -196,7 +198,7 @@ def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
     prepared, out, meta, _ = tokenized
     sp = spm.SentencePieceProcessor(model_file=str(out / MODEL_FILE))
     for name in SPLITS:
-        split = LabeledSplit.load(out, name)
+        split = load_labeled_split(out, name)
         table = read_split(prepared, name)
         assert len(split) == len(table) == meta["examples"][name]
         assert split.offsets.shape == (len(split) + 1,)
@@ -216,20 +218,19 @@ def test_loading_an_empty_split_is_an_error(tmp_path):
     empty = np.zeros(0, dtype=np.uint16)
     np.savez(tmp_path / "valid.npz", ids=empty, offsets=np.zeros(1, dtype=np.int64), labels=np.zeros(0, dtype=np.int64))
     with pytest.raises(ValueError, match="valid"):
-        LabeledSplit.load(tmp_path, "valid")
+        load_labeled_split(tmp_path, "valid")
 
 
 def test_loading_a_missing_split_names_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="test.npz"):
-        LabeledSplit.load(tmp_path, "test")
+        load_labeled_split(tmp_path, "test")
 
 
 def test_prompts_are_read_as_pieces_when_only_a_dictionary_is_given():
-    from lmtransfer.pretrain import _encode_prompt
     from lmtransfer.tokenizer import DictionaryTokenizer
 
     dictionary = DictionaryTokenizer(["\u2581Ce", "\u2581livre", "\u2581est"])
     with pytest.raises(TokenizerError, match="tokenizer.model_file"):
         dictionary.encode("Ce livre")
-    assert _encode_prompt(dictionary, "\u2581Ce \u2581livre \u2581inconnu") == [4, 5, 3]
+    assert encode_prompt(dictionary, "\u2581Ce \u2581livre \u2581inconnu") == [0, 4, 5, 3]
     assert dictionary.decode([0, 4, 5, 6, 2]) == "Ce livre est"

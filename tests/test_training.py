@@ -18,12 +18,15 @@ from lmtransfer.checkpoint import (
     save_checkpoint,
 )
 from lmtransfer.config import FinetuneParams, PretrainParams
-from lmtransfer.finetune import classification_batches, finetune, pad_batch, predict
+from lmtransfer.datasets import PackedBatches, classification_batches, pad_batch
+from lmtransfer.finetune import finetune
+from lmtransfer.inference import predict
 from lmtransfer.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.optim import make_optimizer, warmup_cosine
-from lmtransfer.pretrain import PackedBatches, pretrain
-from lmtransfer.tokenizer import BOS_ID, EOS_ID, PAD_ID, LabeledSplit
+from lmtransfer.pretrain import pretrain
+from lmtransfer.tokenized import LabeledSplit
+from lmtransfer.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 CPU = torch.device("cpu")
 LM_CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
@@ -234,7 +237,7 @@ def test_predict_returns_probabilities_in_split_order():
 def test_shuffled_classification_batches_cover_each_example_once():
     split = _separable_split(50, seed=2)
     seen = []
-    for ids, labels in classification_batches(split, 8, 16, np.random.default_rng(0)):
+    for ids, labels in classification_batches(split, 8, 16, PAD_ID, np.random.default_rng(0)):
         assert ids.size(0) == labels.size(0) <= 8
         seen += [(tuple(row[row != PAD_ID].tolist()), int(label)) for row, label in zip(ids, labels)]
     expected = [(tuple(split.sequence(i).tolist()), int(split.labels[i])) for i in range(len(split))]
@@ -245,14 +248,14 @@ def test_shuffled_classification_batches_cover_each_example_once():
 
 
 def test_pad_batch_right_pads_with_the_padding_id():
-    batch = pad_batch([np.array([2, 5, 3]), np.array([2, 5, 6, 7, 3]), np.array([2, 3])], max_len=10)
+    batch = pad_batch([np.array([2, 5, 3]), np.array([2, 5, 6, 7, 3]), np.array([2, 3])], max_len=10, pad_id=PAD_ID)
     assert batch.dtype == torch.long
     assert batch.tolist() == [[2, 5, 3, PAD_ID, PAD_ID], [2, 5, 6, 7, 3], [2, 3, PAD_ID, PAD_ID, PAD_ID]]
     assert PAD_ID == 0
 
 
 def test_pad_batch_truncation_keeps_the_first_max_len_tokens():
-    batch = pad_batch([np.array([2, 5, 6, 7, 8, 9], dtype=np.uint16), np.array([2, 5, 6], dtype=np.uint16)], max_len=4)
+    batch = pad_batch([np.array([2, 5, 6, 7, 8, 9], dtype=np.uint16), np.array([2, 5, 6], dtype=np.uint16)], max_len=4, pad_id=PAD_ID)
     assert batch.tolist() == [[2, 5, 6, 7], [2, 5, 6, PAD_ID]]
 
 

@@ -9,14 +9,18 @@ inside, so a checkpoint is byte-identical whenever its weights are.
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from .errors import CheckpointError
 from .io import atomic_path, require_file
 from .model import Classifier, LanguageModel, ModelConfig
+
+BASE_PREFIX = "base."
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, kind: str, config: ModelConfig, **extra: Any) -> None:
@@ -30,17 +34,55 @@ def save_checkpoint(path: str | Path, model: nn.Module, kind: str, config: Model
         tmp.write_bytes(buffer.getvalue())
 
 
-def load_checkpoint(path: str | Path, expected_kind: str | None = None) -> dict[str, Any]:
-    path = require_file(path, "checkpoint")
+def read_torch_file(path: str | Path, key: str = "") -> Any:
+    """torch.load with weights_only=True (a checkpoint never runs code); every failure names the file.
+
+    `key` is the params.yaml key that named the file, if any, so the message says what to change.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint file not found" + (f"; check {key}" if key else
+                              " (run the stage that produces it, e.g. `dvc repro`)"))
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for corrupt files
-        raise ValueError(f"{path}: not a readable checkpoint ({exc})") from None
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError, KeyError...
+        raise CheckpointError(_describe_load_failure(path, exc, key)) from None
+
+
+def _describe_load_failure(path: Path, exc: Exception, key: str) -> str:
+    """Tell a file that pickles custom objects apart from one that is simply unreadable."""
+    text = str(exc)
+    check = f"; check {key}" if key else ""
+    custom = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if custom:
+        return (
+            f"{path}: the file pickles custom objects ({custom.group(1)}), probably a whole model saved "
+            f"with torch.save(model); it is only read with weights_only=True, which never runs code from "
+            f"a file. Re-save just the weights where that class is importable, e.g. "
+            f"torch.save({{'model_state_dict': model.state_dict()}}, path){check}"
+        )
+    lines = text.split("WeightsUnpickler error:")[-1].strip().splitlines()
+    detail = f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
+    return (
+        f"{path}: not a readable PyTorch checkpoint (corrupted, truncated or not written by torch.save; "
+        f"{detail}){check}"
+    )
+
+
+def load_checkpoint(path: str | Path, expected_kind: str | None = None) -> dict[str, Any]:
+    """One of our checkpoints (a dict with kind, model_config, state_dict), of the expected kind."""
+    path = require_file(path, "checkpoint")
+    payload = read_torch_file(path)
     if not isinstance(payload, dict) or "state_dict" not in payload or "model_config" not in payload:
-        raise ValueError(f"{path}: not an lmtransfer checkpoint (no model_config/state_dict)")
+        raise CheckpointError(f"{path}: not an lmtransfer checkpoint (no model_config/state_dict)")
     if expected_kind and payload.get("kind") != expected_kind:
-        raise ValueError(f"{path}: holds a {payload.get('kind')!r} model, expected {expected_kind!r}")
+        raise CheckpointError(f"{path}: holds a {payload.get('kind')!r} model, expected {expected_kind!r}")
     return payload
+
+
+def base_state(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """The shared base's tensors, keyed as `TransformerBase` names them (the `base.` prefix removed)."""
+    return {k.removeprefix(BASE_PREFIX): v for k, v in state_dict.items() if k.startswith(BASE_PREFIX)}
 
 
 def model_config_of(payload: dict[str, Any]) -> ModelConfig:
@@ -65,15 +107,14 @@ def classifier_from_pretrained(
     """Transfer: keep the pretrained base, put a fresh classification head on it."""
     config = model_config_of(payload)
     if config.vocab_size != vocab_size:
-        raise ValueError(
+        raise CheckpointError(
             f"the pretrained model has a vocabulary of {config.vocab_size} but the tokenized data has "
             f"{vocab_size}; rerun pretrain after changing tokenizer.vocab_size"
         )
     if pad_id is not None and config.pad_id != pad_id:
-        raise ValueError(
+        raise CheckpointError(
             f"the pretrained model pads with id {config.pad_id} but the tokenized data uses {pad_id}; rerun pretrain"
         )
     model = Classifier(config, n_classes, pooling)
-    base_state = {k.removeprefix("base."): v for k, v in payload["state_dict"].items() if k.startswith("base.")}
-    model.base.load_state_dict(base_state)
+    model.base.load_state_dict(base_state(payload["state_dict"]))
     return model

@@ -27,24 +27,11 @@ from typing import Any
 
 import torch
 
+from .checkpoint import BASE_PREFIX, base_state, read_torch_file
+from .errors import CheckpointError
 from .model import LanguageModel, ModelConfig, sinusoidal_positions
 
 INIT_KEY = "pretrain.init_from"
-
-LAYER_TENSORS = (
-    "self_attn.in_proj_weight",
-    "self_attn.in_proj_bias",
-    "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias",
-    "linear1.weight",
-    "linear1.bias",
-    "linear2.weight",
-    "linear2.bias",
-    "norm1.weight",
-    "norm1.bias",
-    "norm2.weight",
-    "norm2.bias",
-)
 
 # Our key prefixes, and the original layout's name for each.
 OUR_EMBEDDING = "base.token_embedding.weight"
@@ -66,7 +53,7 @@ POSITION_TOLERANCE = 1e-3  # float32 sin/cos of large arguments differ by ~1e-4 
 KEYS_SHOWN = 8
 
 
-class CheckpointImportError(ValueError):
+class CheckpointImportError(CheckpointError):
     """A checkpoint that cannot start this model, phrased for the person editing params.yaml."""
 
 
@@ -102,32 +89,11 @@ def read_checkpoint_weights(path: str | Path) -> ImportedWeights:
 
 
 def _load_payload(path: Path) -> Any:
-    """torch.load with weights_only=True; every failure becomes a message naming the file."""
-    if not path.is_file():
-        raise CheckpointImportError(f"{path}: checkpoint file not found; check {INIT_KEY}")
+    """The file's contents, read safely; a missing or unreadable file names pretrain.init_from."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError, KeyError...
-        raise CheckpointImportError(_describe_load_failure(path, exc)) from None
-
-
-def _describe_load_failure(path: Path, exc: Exception) -> str:
-    """Tell a file that pickles custom objects apart from one that is simply unreadable."""
-    text = str(exc)
-    custom = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-    if custom:
-        return (
-            f"{path}: the file pickles custom objects ({custom.group(1)}), probably a whole model saved "
-            f"with torch.save(model); it is only read with weights_only=True, which never runs code from "
-            f"a file. Re-save just the weights where that class is importable, e.g. "
-            f"torch.save({{'model_state_dict': model.state_dict()}}, path), and point {INIT_KEY} at that file"
-        )
-    lines = text.split("WeightsUnpickler error:")[-1].strip().splitlines()
-    detail = f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
-    return (
-        f"{path}: not a readable PyTorch checkpoint (corrupted, truncated or not written by torch.save; "
-        f"{detail}); check {INIT_KEY}"
-    )
+        return read_torch_file(path, INIT_KEY)
+    except CheckpointError as exc:
+        raise CheckpointImportError(str(exc)) from None
 
 
 def _unwrap(payload: Any, origin: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
@@ -333,7 +299,7 @@ def _count_layers(state: dict[str, Any], layout: str, origin: str) -> int:
 
 def _reject_unexpected_base_keys(state: dict[str, Any], base: dict[str, Any], layout: str, origin: str) -> None:
     """Dropping a base tensor (say a final norm) silently would change the model: refuse instead."""
-    extra = [_source_key(layout, k) for k in state if k.startswith("base.") and k not in base]
+    extra = [_source_key(layout, k) for k in state if k.startswith(BASE_PREFIX) and k not in base]
     if extra:
         raise CheckpointImportError(
             f"{origin}: tensors this model has no place for: {', '.join(extra)}; loading without them would "
@@ -428,9 +394,8 @@ def check_compatible(weights: ImportedWeights, config: ModelConfig, origin: str)
 def load_into_language_model(weights: ImportedWeights, model: LanguageModel) -> None:
     """Copy the imported weights in: the whole base strictly, the head only if it is an LM head."""
     check_compatible(weights, model.base.config, weights.origin)
-    base_state = {k.removeprefix("base."): v for k, v in weights.state_dict.items() if k.startswith("base.")}
     try:
-        model.base.load_state_dict(base_state, strict=True)
+        model.base.load_state_dict(base_state(weights.state_dict), strict=True)
         if weights.has_lm_head:
             head_state = {k.removeprefix(OUR_HEAD): v for k, v in weights.state_dict.items() if k.startswith(OUR_HEAD)}
             model.head.load_state_dict(head_state, strict=True)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from . import paths
+from .errors import LmtransferError
 
 
 def parameter_table(vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int) -> str:
@@ -73,26 +74,23 @@ def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
     from .checkpoint import build_language_model, load_checkpoint
+    from .generation import continue_prompt
     from .tokenizer import load_tokenizer
 
     model = build_language_model(load_checkpoint(args.checkpoint, expected_kind="language_model")).eval()
     tokenizer = load_tokenizer(args.tokenizer)
     generator = torch.Generator().manual_seed(args.seed)
-    prompt = torch.tensor([[tokenizer.bos_id, *tokenizer.encode(args.prompt)]])
     for _ in range(args.samples):
-        out = model.generate(
-            prompt, args.tokens, args.temperature, args.top_k, eos_id=tokenizer.eos_id, generator=generator
-        )
-        print(f"{args.prompt}{' ' if args.prompt else ''}{tokenizer.decode(out[0, prompt.size(1):].tolist())}")
+        continuation = continue_prompt(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k,
+                                       generator)
+        print(f"{args.prompt}{' ' if args.prompt else ''}{continuation}")
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    import numpy as np
-
     from .checkpoint import build_classifier, load_checkpoint
-    from .finetune import predict
+    from .inference import classify_texts
     from .runtime import select_device
-    from .tokenizer import LabeledSplit, encode_for_classification, load_tokenizer
+    from .tokenizer import load_tokenizer
 
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
     model = build_classifier(payload)
@@ -100,9 +98,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise SystemExit("error: no text given (pass texts as arguments or on standard input)")
-    ids, offsets = encode_for_classification(tokenizer, texts)
-    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
-    probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
+    probabilities = classify_texts(model, tokenizer, texts, payload["max_len"], select_device("auto"))
     names = payload["label_names"]
     for text, row in zip(texts, probabilities):
         best = int(row.argmax())
@@ -195,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (FileNotFoundError, ValueError) as exc:
+    except (LmtransferError, FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

@@ -15,9 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-
-class ConfigError(ValueError):
-    """A parameter problem, phrased for the person editing params.yaml."""
+from .errors import ConfigError
 
 
 class Section(BaseModel):

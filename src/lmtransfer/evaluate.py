@@ -14,10 +14,10 @@ import torch
 
 from .checkpoint import build_classifier
 from .config import EvaluateParams
-from .finetune import predict
+from .inference import predict
 from .metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from .statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
-from .tokenizer import LabeledSplit
+from .tokenized import LabeledSplit
 
 
 @dataclass

@@ -1,9 +1,7 @@
 """Fine-tuning for classification: one code path for the pretrained and the scratch model.
 
-Sequences are right-padded per batch (padding id 0) and truncated to their
-first `max_len` tokens, so last-token pooling reads the last kept piece, which
-has seen all of the kept text. Batches group similar lengths to waste little
-compute on padding.
+Per epoch: shuffled, length-bucketed batches (`datasets.classification_batches`),
+one clipped AdamW step each, then validation; the best epoch's weights are kept.
 """
 
 from __future__ import annotations
@@ -11,66 +9,21 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
-import torch
 from torch.nn import functional as F
 
 from .config import FinetuneParams
+from .datasets import classification_batches
+from .inference import predict
 from .model import Classifier
 from .optim import make_optimizer, optimizer_step, warmup_cosine
-from .runtime import autocast, progress_bar
-from .tokenizer import PAD_ID, LabeledSplit
+from .progress import progress_bar
+from .runtime import autocast
+from .tokenized import LabeledSplit
 
 EpochCallback = Callable[[dict[str, float]], None]
-
-
-def pad_batch(sequences: list[np.ndarray], max_len: int, pad_id: int = PAD_ID) -> torch.Tensor:
-    """Right-pad to the longest sequence; longer ones keep their first max_len tokens."""
-    width = min(max_len, max(len(s) for s in sequences))
-    batch = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        sequence = sequence[:width]
-        batch[row, : len(sequence)] = torch.from_numpy(sequence.astype(np.int64))
-    return batch
-
-
-def classification_batches(
-    split: LabeledSplit, batch_size: int, max_len: int, generator: np.random.Generator | None = None,
-    pad_id: int = PAD_ID,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Shuffled, length-bucketed batches when a generator is given; in order otherwise."""
-    if generator is None:
-        batches = [np.arange(i, min(i + batch_size, len(split))) for i in range(0, len(split), batch_size)]
-    else:
-        order = generator.permutation(len(split))
-        lengths = split.lengths()
-        bucket = batch_size * 50
-        batches = []
-        for begin in range(0, len(order), bucket):
-            chunk = order[begin : begin + bucket]
-            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-        batches = [batches[i] for i in generator.permutation(len(batches))]
-    for indices in batches:
-        ids = pad_batch([split.sequence(i) for i in indices], max_len, pad_id)
-        yield ids, torch.from_numpy(split.labels[indices])
-
-
-@torch.no_grad()
-def predict(
-    model: Classifier, split: LabeledSplit, batch_size: int, max_len: int, device: torch.device
-) -> tuple[np.ndarray, float]:
-    """Class probabilities for every example, and the mean cross-entropy loss."""
-    model.eval()
-    probabilities, total_loss = [], 0.0
-    for ids, labels in classification_batches(split, batch_size, max_len, pad_id=model.base.config.pad_id):
-        with autocast(device):
-            logits = model(ids.to(device)).float()
-        total_loss += float(F.cross_entropy(logits, labels.to(device), reduction="sum"))
-        probabilities.append(torch.softmax(logits, dim=-1).cpu().numpy())
-    return np.concatenate(probabilities), total_loss / len(split)
 
 
 @dataclass
@@ -130,7 +83,7 @@ def finetune(
         epoch_start = time.perf_counter()
         progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
         for ids, labels in classification_batches(
-            train, params.batch_size, params.max_len, generator, pad_id=model.base.config.pad_id
+            train, params.batch_size, params.max_len, model.base.config.pad_id, generator
         ):
             ids, labels = ids.to(device), labels.to(device)
             with autocast(device):

@@ -18,16 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .checkpoint_import import check_compatible, read_checkpoint_weights
 from .config import Params
-from .data.files import label_file_for, resolve_input
+from .data.files import label_file_for
 from .data.prepare import count_corpus, prepare_labeled
-from .data.sources import load_source, sha256_of
+from .data.sources import load_source
+from .input_files import manifest_entry, resolve_input
 from .model import ModelConfig
 from .tokenizer import PAD_ID, Tokenizer, existing_tokenizer
-
-
-def _entry(key: str, given: str, path: Path) -> dict[str, Any]:
-    return {"key": key, "path": given, "bytes": path.stat().st_size, "sha256": sha256_of(path)}
 
 
 def check_data(params: Params) -> list[dict[str, Any]]:
@@ -41,12 +39,12 @@ def check_data(params: Params) -> list[dict[str, Any]]:
     entries = []
     for name, origin in raw.origins.items():
         key = f"data.{name}"
-        entries.append(_entry(key, getattr(data, name), Path(origin)))
+        entries.append(manifest_entry(key, getattr(data, name), Path(origin)))
         if data.labeled_pieces:
             labels = label_file_for(Path(origin))
-            entries.append(_entry(key, str(labels), labels))
+            entries.append(manifest_entry(key, str(labels), labels))
     for path in getattr(raw.corpus, "paths", []):
-        entries.append(_entry("data.corpus", str(path), path))
+        entries.append(manifest_entry("data.corpus", str(path), path))
     return entries
 
 
@@ -56,22 +54,20 @@ def check_tokenizer(params: Params) -> tuple[Tokenizer | None, list[dict[str, An
     for key in ("model_file", "vocab_file"):
         if getattr(params.tokenizer, key):
             path = resolve_input(getattr(params.tokenizer, key), f"tokenizer.{key}")
-            entries.append(_entry(f"tokenizer.{key}", getattr(params.tokenizer, key), path))
-    return existing_tokenizer(params.tokenizer, resolve=resolve_input), entries
+            entries.append(manifest_entry(f"tokenizer.{key}", getattr(params.tokenizer, key), path))
+    return existing_tokenizer(params.tokenizer), entries
 
 
 def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
     """The checkpoint to start from must fit the id space (None: one to be trained) and the model."""
     entries = []
     if params.pretrain.init_from:
-        from .checkpoint_import import check_compatible, read_checkpoint_weights
-
         path = resolve_input(params.pretrain.init_from, "pretrain.init_from")
         vocab_size = tokenizer.vocab_size if tokenizer else params.tokenizer.vocab_size
         pad_id = tokenizer.pad_id if tokenizer else PAD_ID
-        config = ModelConfig(vocab_size=vocab_size, pad_id=pad_id, **params.model.model_dump())
+        config = ModelConfig.from_params(params.model, vocab_size, pad_id)
         check_compatible(read_checkpoint_weights(path), config, str(path))
-        entries.append(_entry("pretrain.init_from", params.pretrain.init_from, path))
+        entries.append(manifest_entry("pretrain.init_from", params.pretrain.init_from, path))
     return entries
 
 

@@ -6,12 +6,16 @@ within one directory is atomic on POSIX and Windows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from .errors import MissingOutputError
 
 
 def _umask() -> int:
@@ -75,15 +79,22 @@ def require_file(path: str | Path, what: str) -> Path:
     """Fail early, naming the file and what produces it, instead of deep inside a stage."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: {what} not found (run the stage that produces it, e.g. `dvc repro`)")
+        raise MissingOutputError(f"{path}: {what} not found (run the stage that produces it, e.g. `dvc repro`)")
     return path
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MB blocks (checkpoints and corpora can be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """Build a directory beside `path` and swap it in only when complete."""
-    import shutil
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))

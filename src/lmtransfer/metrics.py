@@ -28,3 +28,9 @@ def per_class_f1(matrix: np.ndarray) -> np.ndarray:
 
 def macro_f1(matrix: np.ndarray) -> float:
     return float(per_class_f1(matrix).mean())
+
+
+def majority_share(labels) -> float:
+    """Accuracy of always answering the most frequent class of these labels: the floor of any classifier."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64))
+    return float(counts.max() / max(counts.sum(), 1))

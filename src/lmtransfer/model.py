@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +28,11 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_params(cls, model_params: Any, vocab_size: int, pad_id: int) -> "ModelConfig":
+        """The network `params.yaml`'s `model.*` describes over a tokenizer's id space (V and padding id)."""
+        return cls(vocab_size=vocab_size, pad_id=pad_id, **model_params.model_dump())
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:

@@ -12,8 +12,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .io import atomic_path  # noqa: E402
+from .paths import VARIANTS  # noqa: E402
 
-COLORS = {"pretrained": "tab:blue", "scratch": "tab:orange"}
+COLORS = dict(zip(VARIANTS, ("tab:blue", "tab:orange")))
 Rows = list[dict[str, str]]
 
 
@@ -27,12 +28,6 @@ def _save(figure, path: Path, dpi: int) -> Path:
 
 def _column(rows: Rows, key: str) -> list[float]:
     return [float(row[key]) for row in rows]
-
-
-def majority_share(labels) -> float:
-    """Accuracy of always answering the most frequent class of these labels."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64))
-    return float(counts.max() / max(counts.sum(), 1))
 
 
 def _mean_band(axis, runs: list[Rows], key: str, color: str, label: str, style: str = "o-") -> None:
@@ -112,7 +107,7 @@ def plot_pretraining(train_rows: Rows, valid_rows: Rows, path: Path, dpi: int) -
 
 
 def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
-    variants = [v for v in ("pretrained", "scratch") if v in evaluation]
+    variants = [v for v in VARIANTS if v in evaluation]
     figure, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 4), squeeze=False)
     for axis, variant in zip(axes[0], variants):
         matrix = evaluation[variant]["confusion_matrix"]["rows_actual_columns_predicted"]

@@ -1,8 +1,8 @@
-"""Language-model pretraining: next-token prediction on packed sequences.
+"""Language-model pretraining: next-token prediction on packed sequences (`datasets.PackedBatches`).
 
-Documents are concatenated (each framed by BOS ... EOS) and cut into windows of
-`seq_len + 1` tokens, so no compute is spent on padding. Each epoch starts the
-windows at a new random offset and visits them in a new random order.
+The loop reads top to bottom: batches, loss, one clipped AdamW step, logging every
+`log_every` steps, validation every `eval_every` steps. A second phase (ULMFiT's
+adaptation to the task's texts) is the same loop with its own schedule.
 """
 
 from __future__ import annotations
@@ -10,63 +10,23 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import torch
 
 from .config import PretrainParams
+from .datasets import PackedBatches
 from .model import LanguageModel
 from .optim import make_optimizer, optimizer_step, warmup_cosine
-from .runtime import autocast, progress_bar
+from .progress import progress_bar
+from .runtime import autocast
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 
 
 def _no_log(metrics: dict[str, float], step: int) -> None:
     pass
-
-
-class PackedBatches:
-    """(inputs, targets) batches of shape (batch_size, seq_len) cut from one flat token array."""
-
-    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0):
-        if ids.size < seq_len + 1:
-            raise ValueError(
-                f"the corpus has {ids.size} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
-                "lower pretrain.seq_len or add text"
-            )
-        self.ids = ids  # kept as stored (uint16, possibly memory-mapped): a huge corpus is never copied whole
-        self.seq_len, self.batch_size = seq_len, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def windows(self, offset: int) -> int:
-        return (self.ids.size - 1 - offset) // self.seq_len
-
-    def steps_per_epoch(self) -> int:
-        return max(1, math.ceil(self.windows(self.seq_len - 1) / self.batch_size))
-
-    def epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        offset = int(torch.randint(0, self.seq_len, (1,), generator=self.generator))
-        n_windows = self.windows(offset)
-        if n_windows == 0:
-            offset, n_windows = 0, self.windows(0)
-        starts = offset + torch.randperm(n_windows, generator=self.generator) * self.seq_len
-        for begin in range(0, n_windows, self.batch_size):
-            yield self._gather(starts[begin : begin + self.batch_size])
-
-    def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Fixed, ordered windows: the same validation batches every time."""
-        starts = torch.arange(self.windows(0)) * self.seq_len
-        for batch_index, begin in enumerate(range(0, len(starts), self.batch_size)):
-            if batch_index >= max_batches:
-                break
-            yield self._gather(starts[begin : begin + self.batch_size])
-
-    def _gather(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        index = starts.unsqueeze(1) + torch.arange(self.seq_len + 1)
-        window = torch.from_numpy(np.asarray(self.ids[index.numpy()], dtype=np.int64))
-        return window[:, :-1], window[:, 1:]
 
 
 @torch.no_grad()
@@ -207,31 +167,3 @@ def adapt_to_task(
                                       "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
                     first_step=first_step, desc="adapt")
-
-
-def _encode_prompt(tokenizer, prompt: str) -> list[int]:
-    """Raw text when the tokenizer can cut it; with only a dictionary, the prompt is read as pieces."""
-    from .tokenizer import TokenizerError
-
-    try:
-        return tokenizer.encode(prompt)
-    except TokenizerError:
-        return tokenizer.pieces_to_ids(prompt)
-
-
-def generate_samples(
-    model: LanguageModel, tokenizer, prompts: list[str], params: PretrainParams, device: torch.device, seed: int = 0
-) -> list[dict[str, str]]:
-    """Greedy and sampled continuations of fixed prompts: a visible check of what the LM learned."""
-    model.eval()
-    generator = torch.Generator(device=device).manual_seed(seed)
-    samples = []
-    for prompt in prompts:
-        prompt_ids = torch.tensor([[tokenizer.bos_id, *_encode_prompt(tokenizer, prompt)]], device=device)
-        for mode, temperature in (("greedy", 0.0), ("sampled", params.temperature)):
-            out = model.generate(
-                prompt_ids, params.generate_tokens, temperature, params.top_k, eos_id=tokenizer.eos_id, generator=generator
-            )
-            continuation = tokenizer.decode(out[0, prompt_ids.size(1) :].tolist())
-            samples.append({"prompt": prompt, "mode": mode, "continuation": continuation})
-    return samples

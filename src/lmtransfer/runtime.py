@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import sys
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from .config import TrainParams
+from .errors import DeviceError
 
 
 def select_device(requested: str = "auto") -> torch.device:
@@ -20,7 +19,7 @@ def select_device(requested: str = "auto") -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if cuda else "mps" if mps else "cpu")
     if (requested == "cuda" and not cuda) or (requested == "mps" and not mps):
-        raise RuntimeError(f"train.device={requested!r} but no {requested.upper()} device is available; use 'auto'")
+        raise DeviceError(f"train.device={requested!r} but no {requested.upper()} device is available; use 'auto'")
     return torch.device(requested)
 
 
@@ -57,9 +56,3 @@ def configure(params: TrainParams, seed: int | None = None) -> torch.device:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return device
-
-
-def progress_bar(**kwargs) -> tqdm:
-    """A live bar on a terminal; in logs (DVC, CI) a line every 30 s instead of a flood."""
-    interactive = sys.stderr.isatty()
-    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, **kwargs)

@@ -1,4 +1,4 @@
-"""What every stage script shares: known errors become one clear line, not a traceback."""
+"""What every stage script shares: expected problems become one clear line, not a traceback."""
 
 from __future__ import annotations
 
@@ -8,28 +8,27 @@ import sys
 import time
 from typing import Callable
 
-from .config import ConfigError
-from .data.prepare import EmptySplitError
-from .data.sources import DataSourceError
-from .tokenizer import TokenizerError
-
-EXPECTED_ERRORS = (ConfigError, DataSourceError, EmptySplitError, TokenizerError, FileNotFoundError, ValueError)
+from .errors import LmtransferError
 
 
-def stage_main(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
-    """Decorator for a stage's main(): expected problems print `<stage>: error: ...` and exit 1."""
+def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """Decorator for a stage's main(): prints `<stage>: done in N s`, or `<stage>: error: ...` and exits 1.
+
+    `name` may be a function, for a stage whose name comes from its arguments (`finetune_scratch@2`).
+    """
 
     def decorate(main: Callable[[], None]) -> Callable[[], None]:
         @functools.wraps(main)
         def run() -> None:
             start = time.perf_counter()
+            label = name() if callable(name) else name
             try:
                 main()
-                print(f"{name}: done in {time.perf_counter() - start:.1f} s", flush=True)
-            except EXPECTED_ERRORS as exc:
+                print(f"{label}: done in {time.perf_counter() - start:.1f} s", flush=True)
+            except LmtransferError as exc:
                 if os.environ.get("LMTRANSFER_DEBUG"):
                     raise
-                print(f"{name}: error: {exc}", file=sys.stderr)
+                print(f"{label}: error: {exc}", file=sys.stderr)
                 sys.exit(1)
 
         return run

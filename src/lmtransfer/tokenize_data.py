@@ -14,10 +14,10 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .config import TokenizerParams
-from .data.files import resolve_input
-from .data.prepare import SPLITS, read_split
-from .io import atomic_directory, read_json, require_file, write_json
-from .runtime import progress_bar
+from .data.prepared import SPLITS, corpus_path, read_corpus, read_prepared_meta, read_split
+from .io import atomic_directory
+from .progress import progress_bar
+from .tokenized import LabeledSplit, write_corpus_part, write_labeled_split, write_tokenized_meta
 from .tokenizer import (
     MASK_PIECE,
     SentencePieceTokenizer,
@@ -28,7 +28,6 @@ from .tokenizer import (
     id_dtype,
     save_tokenizer,
     train_sentencepiece,
-    write_id_stream,
 )
 
 UNKNOWN_WARNING = 0.05  # warn when more than 5% of the pieces map to the unknown id
@@ -36,18 +35,11 @@ UNKNOWN_WARNING = 0.05  # warn when more than 5% of the pieces map to the unknow
 
 def build_tokenizer(prepared_dir: Path, params: TokenizerParams, seed: int = 0) -> Tokenizer:
     """tokenizer.vocab_file / model_file when set, else sentencepiece trained on the pretraining corpus."""
-    tokenizer = existing_tokenizer(params, resolve=resolve_input)
+    tokenizer = existing_tokenizer(params)
     if tokenizer is not None:
         return tokenizer
-    corpus = require_file(prepared_dir / "corpus_train.txt", "pretraining corpus")
+    corpus = corpus_path(prepared_dir, "train")
     return SentencePieceTokenizer(train_sentencepiece(corpus, params, seed), "trained sentencepiece model")
-
-
-def _corpus_lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                yield line.rstrip("\n")
 
 
 def _counting_unknown(chunks, unk_id: int, counts: dict[str, int]) -> Iterator[np.ndarray]:
@@ -61,7 +53,7 @@ def tokenize_prepared(
     prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0, warn: Callable[[str], None] = print
 ) -> dict:
     """Encode everything `prepare` wrote into `out_dir` (written whole or not at all)."""
-    prepared = read_json(require_file(prepared_dir / "meta.json", "prepared data"))
+    prepared = read_prepared_meta(prepared_dir)
     corpus_pieces = prepared.get("corpus_format") == "pieces"
     labeled_pieces = prepared.get("labeled_format") == "pieces"
     tokenizer = build_tokenizer(prepared_dir, params, seed)
@@ -78,22 +70,23 @@ def tokenize_prepared(
     dtype = id_dtype(tokenizer.vocab_size)
     with atomic_directory(out_dir) as tmp:
         save_tokenizer(tokenizer, tmp)
-        for name in ("corpus_train", "corpus_valid"):
+        for part in ("train", "valid"):
+            name = f"corpus_{part}"
             counts = {"unknown": 0, "framing": 0}
-            lines = progress_bar(iterable=_corpus_lines(prepared_dir / f"{name}.txt"), desc=name, unit=" lines")
+            lines = progress_bar(iterable=read_corpus(prepared_dir, part), desc=name, unit=" lines")
             chunks = _counting_unknown(encode_stream(tokenizer, lines, pieces=corpus_pieces), tokenizer.unk_id, counts)
-            total = write_id_stream(chunks, tmp / f"{name}.npy", dtype)
+            total = write_corpus_part(tmp, part, chunks, dtype)
             meta["tokens"][name] = total
             meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
         for name in SPLITS:
             split = read_split(prepared_dir, name)
             ids, offsets = encode_for_classification(tokenizer, split["text"], pieces=labeled_pieces)
-            np.savez(tmp / f"{name}.npz", ids=ids, offsets=offsets, labels=split["label"].to_numpy(np.int64))
+            write_labeled_split(tmp, name, LabeledSplit(ids, offsets, split["label"].to_numpy(np.int64)))
             meta["tokens"][name] = int(ids.size)
             meta["examples"][name] = len(split)
             pieces = ids.size - len(split)
             meta["unknown_rate"][name] = round(int(np.count_nonzero(ids == tokenizer.unk_id)) / max(pieces, 1), 6)
-        write_json(tmp / "meta.json", meta)
+        write_tokenized_meta(tmp, meta)
     for name, rate in meta["unknown_rate"].items():
         if rate > UNKNOWN_WARNING:
             warn(f"tokenize: warning: {rate:.1%} of the pieces of '{name}' are not in the vocabulary "

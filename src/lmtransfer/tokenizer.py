@@ -1,4 +1,4 @@
-"""Tokenizers and compact token-id arrays.
+"""Tokenizers: text or ready-made pieces to ids and back, and the files that store a tokenizer.
 
 One interface, `Tokenizer`, over three id spaces:
 * a sentencepiece model trained on the corpus (the default): 0 padding, 1 unknown,
@@ -11,8 +11,10 @@ One interface, `Tokenizer`, over three id spaces:
   pieces in file order; raw text is cut into pieces by `tokenizer.model_file`.
 
 Texts are framed BOS ... EOS for pretraining and BOS ... for classification (see
-`encode_for_classification`). Ids are stored as flat numpy arrays (uint16 when the
-vocabulary allows) plus offsets: a 1M-token corpus is 2 MB, not a list of lists.
+`encode_for_classification`). Encoded texts are flat numpy arrays (uint16 when the
+vocabulary allows) plus offsets: a 1M-token corpus is 2 MB, not a list of lists
+(stored by `tokenized`). `save_tokenizer` / `load_tokenizer` write and read the
+tokenizer's own files (spm.model, dict.txt, vocab.txt).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import numpy as np
 import sentencepiece as spm
 
 from .config import TokenizerParams
+from .errors import MissingOutputError, TokenizerError
+from .input_files import resolve_input
+from .text import PIECE_SPACE
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # of a tokenizer this project trains
 MASK_PIECE = "<mask>"
@@ -32,11 +37,7 @@ MODEL_FILE = "spm.model"
 DICTIONARY_FILE = "dict.txt"
 DICTIONARY_SPECIALS = ("<sos>", "<pad>", "<eos>", "<oov>")
 FAIRSEQ_OVERWRITE = "#fairseq:overwrite"
-PIECE_SPACE = "\u2581"
-
-
-class TokenizerError(ValueError):
-    pass
+VOCAB_LISTING = "vocab.txt"
 
 
 # --- the interface ----------------------------------------------------------------------
@@ -205,15 +206,15 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
     return model.getvalue()
 
 
-def existing_tokenizer(params: TokenizerParams, resolve=Path) -> Tokenizer | None:
+def existing_tokenizer(params: TokenizerParams) -> Tokenizer | None:
     """The tokenizer named by tokenizer.model_file / vocab_file, or None when one must be trained."""
     segmenter = None
     if params.model_file:
-        path = resolve(params.model_file, "tokenizer.model_file")
-        segmenter = SentencePieceTokenizer(Path(path).read_bytes(), f"{path} (tokenizer.model_file)")
+        path = resolve_input(params.model_file, "tokenizer.model_file")
+        segmenter = SentencePieceTokenizer(path.read_bytes(), f"{path} (tokenizer.model_file)")
     if params.vocab_file:
-        path = resolve(params.vocab_file, "tokenizer.vocab_file")
-        return DictionaryTokenizer(read_fairseq_dictionary(Path(path)), segmenter)
+        path = resolve_input(params.vocab_file, "tokenizer.vocab_file")
+        return DictionaryTokenizer(read_fairseq_dictionary(path), segmenter)
     return segmenter
 
 
@@ -226,7 +227,7 @@ def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
         pieces = tokenizer.entries[len(DICTIONARY_SPECIALS):]
         (directory / DICTIONARY_FILE).write_text("".join(f"{p} 1\n" for p in pieces), encoding="utf-8")
     lines = (f"{index}\t{piece}" for index, piece in enumerate(tokenizer.pieces()))
-    (directory / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / VOCAB_LISTING).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
@@ -239,7 +240,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if dictionary.is_file():
         return DictionaryTokenizer(read_fairseq_dictionary(dictionary), segmenter)
     if segmenter is None:
-        raise FileNotFoundError(f"{directory}: no tokenizer found (run the tokenize stage, e.g. `dvc repro`)")
+        raise MissingOutputError(f"{directory}: no tokenizer found (run the tokenize stage, e.g. `dvc repro`)")
     return segmenter
 
 
@@ -295,55 +296,3 @@ def encode_for_classification(
     comes next. (Measured: dropping EOS gave the pretrained classifier +2-3 points.)
     """
     return encode_documents(tokenizer, texts, add_eos=False, pieces=pieces)
-
-
-def write_id_stream(chunks: Iterable[np.ndarray], path: Path, dtype: np.dtype) -> int:
-    """Stream id chunks into a .npy file without holding them all in memory; returns the token count."""
-    raw = path.with_suffix(".raw")
-    total = 0
-    with open(raw, "wb") as handle:
-        for chunk in chunks:
-            chunk.astype(dtype, copy=False).tofile(handle)
-            total += chunk.size
-    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
-    if total:
-        source = np.memmap(raw, dtype=dtype, mode="r", shape=(total,))
-        for start in range(0, total, 1 << 24):
-            array[start : start + (1 << 24)] = source[start : start + (1 << 24)]
-        del source
-    array.flush()
-    del array
-    raw.unlink()
-    return total
-
-
-class LabeledSplit:
-    """Token sequences of one labeled split, as views into one flat array."""
-
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, labels: np.ndarray):
-        self.ids, self.offsets, self.labels = ids, offsets, labels
-
-    @classmethod
-    def load(cls, tokenized_dir: Path, name: str) -> "LabeledSplit":
-        from .io import require_file
-
-        with np.load(require_file(Path(tokenized_dir) / f"{name}.npz", f"tokenized '{name}' split")) as data:
-            split = cls(data["ids"], data["offsets"], data["labels"])
-        if len(split) == 0:
-            raise ValueError(f"{tokenized_dir}/{name}.npz: the '{name}' split is empty")
-        return split
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def sequence(self, index: int) -> np.ndarray:
-        return self.ids[self.offsets[index] : self.offsets[index + 1]]
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def text_stream(self, eos_id: int) -> np.ndarray:
-        """The texts alone, each closed by EOS and concatenated, as the pretraining corpus is: labels unused."""
-        ends = self.offsets[1:]
-        stream = np.insert(self.ids, ends, eos_id)
-        return stream.astype(self.ids.dtype, copy=False)

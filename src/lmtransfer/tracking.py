@@ -12,7 +12,6 @@ process that launched the stage (all stages of one `dvc repro` share it).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import subprocess
@@ -21,6 +20,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from .io import sha256_of
 
 EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
 PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
@@ -159,19 +160,11 @@ def stage_run(
         yield run
 
 
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tag_checkpoint(path: str | Path) -> None:
     """Tag the active run with the sha256 of the checkpoint it wrote: lineage that keeps checkpoints byte-identical."""
     import mlflow
 
-    mlflow.set_tag(CHECKPOINT_TAG, file_sha256(path))
+    mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
 
 
 def run_that_wrote(path: str | Path) -> str:
@@ -184,7 +177,7 @@ def run_that_wrote(path: str | Path) -> str:
         return ""
     found = client.search_runs(
         [experiment.experiment_id],
-        filter_string=f"tags.`{CHECKPOINT_TAG}` = '{file_sha256(path)}'",
+        filter_string=f"tags.`{CHECKPOINT_TAG}` = '{sha256_of(path)}'",
         order_by=["attributes.start_time DESC"],
         max_results=1,
     )

@@ -14,12 +14,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pandas as pd
 
 from ..config import DataParams
-from .sources import DataSourceError
+from ..errors import DataSourceError
+from ..input_files import resolve_input
+from .raw import RawData
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",
@@ -31,25 +33,6 @@ FORMAT_BY_SUFFIX = {
     ".pq": "parquet",
 }
 LABEL_SUFFIX = ".label"
-
-
-def resolve_input(path: str, key: str) -> Path:
-    """A relative path is looked up from the working directory, then from the repository root.
-
-    `dvc exp run --temp` runs in a copy of the repository that lacks git-ignored files;
-    DVC_ROOT still points at the original, where they live.
-    """
-    candidate = Path(path).expanduser()
-    if not candidate.is_absolute() and not candidate.exists() and os.environ.get("DVC_ROOT"):
-        rooted = Path(os.environ["DVC_ROOT"]) / candidate
-        if rooted.exists():
-            candidate = rooted
-    if not candidate.is_file():
-        what = "is a directory, not a file" if candidate.is_dir() else "file not found"
-        raise DataSourceError(f"{path}: {what} (set by {key})")
-    if candidate.stat().st_size == 0:
-        raise DataSourceError(f"{path}: the file is empty (set by {key})")
-    return candidate
 
 
 def expand_corpus(patterns: list[str]) -> list[Path]:
@@ -114,6 +97,19 @@ class CorpusFiles:
             for _, line in iter_lines(path, self.encoding, "data.corpus"):
                 if line.strip():
                     yield line
+
+
+def load_files(params: DataParams) -> RawData:
+    """The user's labeled files (train, optional valid/test) and optional corpus files."""
+    splits, origins = {}, {}
+    for name in ("train", "valid", "test"):
+        if getattr(params, name):
+            key = f"data.{name}"
+            path = resolve_input(getattr(params, name), key)
+            splits[name], origins[name] = read_labeled(path, params, key), str(path)
+    corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
+    return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
+                   corpus_pieces=params.corpus_pieces, origins=origins)
 
 
 # --- labeled files -------------------------------------------------------------------

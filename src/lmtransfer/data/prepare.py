@@ -8,7 +8,6 @@ from which every valid/test text is removed.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -17,40 +16,15 @@ import numpy as np
 import pandas as pd
 
 from ..config import DataParams
-from ..io import atomic_directory, write_json
-from ..runtime import progress_bar
-from .sources import RawData
-
-SPLITS = ("train", "valid", "test")
-_WHITESPACE = re.compile(r"\s+")
-PIECE_SPACE = "\u2581"  # sentencepiece's visible space, "▁"
-
-
-class SplitError(ValueError):
-    """A split came out unusable (empty, one class, unknown labels): the data or the fractions need changing."""
-
-
-class EmptySplitError(SplitError):
-    """A split or the corpus came out empty."""
-
-
-def normalize_text(text: str) -> str:
-    """One line, single spaces: tabs and newlines would break the TSV files downstream."""
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-def dedup_key(text: str) -> str:
-    return normalize_text(text).casefold()
+from ..errors import EmptySplitError, SplitError
+from ..text import dedup_key, normalize_text, pieces_to_text
+from .prepared import SPLITS, write_prepared_dir
+from .raw import RawData
 
 
 def hashed_key(text: str) -> bytes:
     """8 bytes per corpus line instead of the line itself: dedup of a huge corpus stays small."""
     return hashlib.blake2b(dedup_key(text).encode("utf-8"), digest_size=8).digest()
-
-
-def pieces_to_text(pieces: str) -> str:
-    """`▁Un ▁petit ▁livre` -> `Un petit livre`: how sentencepiece pieces join back into text."""
-    return "".join(pieces.split()).replace(PIECE_SPACE, " ").strip()
 
 
 def deduplicate_labeled(table: pd.DataFrame) -> pd.DataFrame:
@@ -232,35 +206,11 @@ def _check_corpus(n_train: int, n_valid: int) -> None:
 
 
 def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str) -> dict:
-    """Write splits as TSV and the corpus as text, streamed, plus meta.json with counts; all or nothing."""
+    """Split, stream the corpus and write `data/prepared/` (see `prepared`); returns its meta."""
     labeled = prepare_labeled(raw, params)
-    counts = {}
-    with atomic_directory(out_dir) as tmp:
-        for name, split in labeled.splits.items():
-            split.to_csv(tmp / f"{name}.tsv", sep="\t", index=False)
-            per_class = split["label"].value_counts().sort_index()
-            counts[name] = {labeled.label_names[k]: int(v) for k, v in per_class.items()}
-        lines = {"train": 0, "valid": 0}
-        with open(tmp / "corpus_train.txt", "w", encoding="utf-8") as train_file, \
-                open(tmp / "corpus_valid.txt", "w", encoding="utf-8") as valid_file:
-            files = {"train": train_file, "valid": valid_file}
-            for part, document in progress_bar(iterable=corpus_documents(raw, labeled, params), desc="corpus", unit=" lines"):
-                files[part].write(document + "\n")
-                lines[part] += 1
-        _check_corpus(lines["train"], lines["valid"])
-        meta = {
-            "source": source,
-            "label_names": labeled.label_names,
-            "labeled_format": "pieces" if raw.labeled_pieces else "text",
-            "corpus_format": "pieces" if raw.corpus_pieces else "text",
-            "examples": {name: len(split) for name, split in labeled.splits.items()},
-            "examples_per_class": counts,
-            "corpus_lines": lines,
-            "removed": labeled.removed,
-        }
-        write_json(tmp / "meta.json", meta)
-    return meta
-
-
-def read_split(prepared_dir: Path, name: str) -> pd.DataFrame:
-    return pd.read_csv(prepared_dir / f"{name}.tsv", sep="\t", dtype={"text": str, "label": int}, keep_default_na=False)
+    description = {"source": source, "labeled_format": "pieces" if raw.labeled_pieces else "text",
+                   "corpus_format": "pieces" if raw.corpus_pieces else "text"}
+    return write_prepared_dir(
+        out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params), description,
+        labeled.removed, check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]),
+    )

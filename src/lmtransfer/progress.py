@@ -1,0 +1,13 @@
+"""Progress for long loops: a live bar on a terminal, a line every 30 s in logs (DVC, CI)."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+
+def progress_bar(**kwargs) -> tqdm:
+    """tqdm with a refresh rate that suits where the output goes: no flood of lines in a log file."""
+    interactive = sys.stderr.isatty()
+    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, **kwargs)

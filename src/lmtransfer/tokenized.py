@@ -1,0 +1,104 @@
+"""The `data/tokenized/` folder's id arrays, written and read here only.
+
+    corpus_train.npy corpus_valid.npy  the corpus as one flat id array per part (memory-mapped on read)
+    train.npz valid.npz test.npz       a labeled split: flat ids, offsets (n+1), labels
+    meta.json                          vocabulary size, special ids, label names, counts, unknown rates
+
+The tokenizer's own files sit beside them (`tokenizer.save_tokenizer`). Nothing here
+needs torch or the tokenizer, so a stage that only reads ids imports neither.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .errors import EmptySplitError
+from .io import read_json, require_file, write_json
+
+META = "meta.json"
+
+
+def _corpus_file(directory: Path, part: str) -> Path:
+    return Path(directory) / f"corpus_{part}.npy"
+
+
+def _split_file(directory: Path, name: str) -> Path:
+    return Path(directory) / f"{name}.npz"
+
+
+class LabeledSplit:
+    """Token sequences of one labeled split, as views into one flat array."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, labels: np.ndarray):
+        self.ids, self.offsets, self.labels = ids, offsets, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def sequence(self, index: int) -> np.ndarray:
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def text_stream(self, eos_id: int) -> np.ndarray:
+        """The texts alone, each closed by EOS and concatenated, as the pretraining corpus is: labels unused."""
+        ends = self.offsets[1:]
+        stream = np.insert(self.ids, ends, eos_id)
+        return stream.astype(self.ids.dtype, copy=False)
+
+
+# --- writing (the tokenize stage) -------------------------------------------------------------
+
+
+def write_corpus_part(directory: Path, part: str, chunks: Iterable[np.ndarray], dtype: np.dtype) -> int:
+    """Stream id chunks into a .npy file without holding them all in memory; returns the token count."""
+    path = _corpus_file(directory, part)
+    raw = path.with_suffix(".raw")
+    total = 0
+    with open(raw, "wb") as handle:
+        for chunk in chunks:
+            chunk.astype(dtype, copy=False).tofile(handle)
+            total += chunk.size
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
+    if total:
+        source = np.memmap(raw, dtype=dtype, mode="r", shape=(total,))
+        for start in range(0, total, 1 << 24):
+            array[start : start + (1 << 24)] = source[start : start + (1 << 24)]
+        del source
+    array.flush()
+    del array
+    raw.unlink()
+    return total
+
+
+def write_labeled_split(directory: Path, name: str, split: LabeledSplit) -> None:
+    np.savez(_split_file(directory, name), ids=split.ids, offsets=split.offsets, labels=split.labels)
+
+
+def write_tokenized_meta(directory: Path, meta: dict[str, Any]) -> None:
+    write_json(Path(directory) / META, meta)
+
+
+# --- reading (pretrain, fine-tune, evaluate, plot) -------------------------------------------
+
+
+def read_tokenized_meta(directory: Path) -> dict[str, Any]:
+    return read_json(require_file(Path(directory) / META, "tokenized data"))
+
+
+def load_corpus(directory: Path, part: str) -> np.ndarray:
+    """One corpus part, memory-mapped: a corpus larger than memory is never copied whole."""
+    return np.load(require_file(_corpus_file(directory, part), "tokenized corpus"), mmap_mode="r")
+
+
+def load_labeled_split(directory: Path, name: str) -> LabeledSplit:
+    path = require_file(_split_file(directory, name), f"tokenized '{name}' split")
+    with np.load(path) as data:
+        split = LabeledSplit(data["ids"], data["offsets"], data["labels"])
+    if len(split) == 0:
+        raise EmptySplitError(f"{path}: the '{name}' split is empty (rerun prepare and tokenize)")
+    return split
