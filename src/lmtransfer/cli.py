@@ -87,10 +87,13 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
+    import numpy as np
+
     from .checkpoint import build_classifier, load_checkpoint
-    from .inference import classify_texts
+    from .inference import predict
     from .runtime import select_device
-    from .tokenizer import load_tokenizer
+    from .tokenized import LabeledSplit
+    from .tokenizer import encode_for_classification, load_tokenizer
 
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
     model = build_classifier(payload)
@@ -98,7 +101,9 @@ def cmd_predict(args: argparse.Namespace) -> None:
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise SystemExit("error: no text given (pass texts as arguments or on standard input)")
-    probabilities = classify_texts(model, tokenizer, texts, payload["max_len"], select_device("auto"))
+    ids, offsets = encode_for_classification(tokenizer, texts)  # as the training texts were: BOS + pieces
+    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
+    probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
     names = payload["label_names"]
     for text, row in zip(texts, probabilities):
         best = int(row.argmax())

@@ -1,4 +1,4 @@
-"""Using a classifier: class probabilities for a split (validation, test) or for new texts."""
+"""Using a classifier: class probabilities for every example of a split (validation, test, new texts)."""
 
 from __future__ import annotations
 
@@ -25,13 +25,3 @@ def predict(
         total_loss += float(F.cross_entropy(logits, labels.to(device), reduction="sum"))
         probabilities.append(torch.softmax(logits, dim=-1).cpu().numpy())
     return np.concatenate(probabilities), total_loss / len(split)
-
-
-def classify_texts(model: Classifier, tokenizer, texts: list[str], max_len: int, device: torch.device) -> np.ndarray:
-    """Probabilities for new raw texts, encoded exactly as the training texts were (BOS + pieces)."""
-    from .tokenizer import encode_for_classification
-
-    ids, offsets = encode_for_classification(tokenizer, texts)
-    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
-    probabilities, _ = predict(model, split, 64, max_len, device)
-    return probabilities

@@ -1,0 +1,104 @@
+"""Which project modules each stage script can run: the import closure DVC must see as deps.
+
+DVC reruns a stage only when a declared dependency changes, so every module a
+stage imports (directly, through another module, or inside a function) must be
+one of its `deps` in dvc.yaml. Modules that cannot change a stage's outputs
+(MLflow logging, error wrapping, progress bars) are exempt and not followed.
+
+    python tests/import_closure.py          # each stage's closure, as dvc.yaml deps
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PACKAGE = "lmtransfer"
+# Cannot change what a stage writes: they log, print or wrap errors. Not followed, and not to be declared
+# (declaring them would rerun stages for nothing).
+EXEMPT = {
+    "lmtransfer.tracking": "MLflow logging",
+    "lmtransfer.stage": "turns expected errors into one line",
+    "lmtransfer.errors": "error classes: messages only",
+    "lmtransfer.progress": "progress bars",
+}
+
+
+def module_file(module: str) -> Path | None:
+    """src/lmtransfer/a/b.py or src/lmtransfer/a/b/__init__.py for `lmtransfer.a.b`; None if neither."""
+    base = SRC.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _under_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def imported_modules(path: Path, module: str | None) -> set[str]:
+    """Project modules `path` imports anywhere (module level or inside functions), as dotted names."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    package = (module if path.name == "__init__.py" else module.rpartition(".")[0]) if module else ""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if _under_type_checking(node, parents):
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            # `from .data import prepare` imports the submodule; `from .io import read_json` the module.
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name.split(".")[0] == PACKAGE and module_file(name))
+    return found
+
+
+def with_parents(module: str) -> set[str]:
+    """Importing a.b.c runs a/__init__.py and a/b/__init__.py first."""
+    parts = module.split(".")
+    return {".".join(parts[: i + 1]) for i in range(len(parts))}
+
+
+def closure(script: Path) -> set[str]:
+    """Every non-exempt project module importing `script` can execute."""
+    seen: set[str] = set()
+    pending = [m for name in imported_modules(script, None) for m in with_parents(name)]
+    while pending:
+        module = pending.pop()
+        if module in seen or module in EXEMPT:
+            continue
+        seen.add(module)
+        pending += [m for name in imported_modules(module_file(module), module) for m in with_parents(name)]
+    return seen
+
+
+def closure_files(script: Path) -> set[str]:
+    """The closure as repository-relative paths, the way dvc.yaml lists deps."""
+    return {module_file(m).relative_to(REPO).as_posix() for m in closure(script)}
+
+
+def main() -> None:
+    for script in sorted((REPO / "stages").glob("*.py")):
+        print(f"{script.relative_to(REPO)}:")
+        for path in sorted(closure_files(script)):
+            print(f"  - {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The code's shape: dvc.yaml's deps are each stage's import closure, and no module imports in a circle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from import_closure import EXEMPT, REPO, SRC, closure_files, imported_modules, module_file
+from ruamel.yaml import YAML
+
+STAGES = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+def _declared_sources(deps: list[str]) -> set[str]:
+    """Project source files a stage declares; a folder stands for every .py file in it."""
+    files: set[str] = set()
+    for dep in deps:
+        path = REPO / dep
+        if not dep.startswith("src/"):
+            continue
+        if path.is_dir():
+            files |= {p.relative_to(REPO).as_posix() for p in path.rglob("*.py")}
+        else:
+            files.add(dep)
+    return files
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_every_module_a_stage_can_run_is_one_of_its_deps(stage):
+    definition = STAGES[stage]
+    script = definition["cmd"].split()[1]
+    assert script in definition["deps"], f"{stage}: its own script {script} is not a dep"
+    needed = closure_files(REPO / script)
+    declared = _declared_sources(definition["deps"])
+    missing, needless = sorted(needed - declared), sorted(declared - needed)
+    hint = "run `python tests/import_closure.py` for the right list"
+    assert not missing, f"{stage} imports these but dvc.yaml does not list them (edits would not rerun it): {missing}; {hint}"
+    assert not needless, f"{stage} lists these but never imports them (edits rerun it for nothing): {needless}; {hint}"
+
+
+def test_the_closure_follows_function_level_and_relative_imports(tmp_path):
+    """The check itself: a module imported inside a function, and `from . import x`, count."""
+    script = tmp_path / "stage.py"
+    script.write_text("def main():\n    from lmtransfer.cli import main as cli\n")
+    files = closure_files(script)
+    assert "src/lmtransfer/cli.py" in files and "src/lmtransfer/paths.py" in files  # `from . import paths`
+    assert "src/lmtransfer/generation.py" in files  # imported inside cmd_generate
+    assert "src/lmtransfer/__init__.py" in files  # a package's __init__ runs on import
+    assert not any(f"src/{m.replace('.', '/')}.py" in files for m in EXEMPT)
+
+
+def _all_modules() -> list[str]:
+    return sorted(".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+                  for p in SRC.rglob("*.py"))
+
+
+def test_no_module_imports_in_a_circle():
+    """Counting function-level imports too: a cycle broken only by a local import is still a cycle."""
+    graph = {m: {i for i in imported_modules(module_file(m), m) if i != m} for m in _all_modules()}
+    state: dict[str, str] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                cycle = trail[trail.index(target):] + [target] if target in trail else [module, target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, trail + [target])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+
+
+def test_stage_scripts_stay_thin():
+    """Training logic lives in the library: a stage script parses params, calls it, writes outputs."""
+    for script in sorted((REPO / "stages").glob("*.py")):
+        lines = [line for line in script.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        assert len(lines) < 110, f"{script.name} has {len(lines)} lines: move logic into src/lmtransfer/"
+        assert "for epoch" not in script.read_text() and ".backward(" not in script.read_text(), script.name
+
+
+def test_each_stored_format_has_one_home():
+    """File names of the prepared and tokenized folders are spelled in one module each."""
+    for needle, home in (('"corpus_{part}.txt"', "data/prepared.py"), ('f"{name}.npz"', "tokenized.py"),
+                         ('f"corpus_{part}.npy"', "tokenized.py")):
+        holders = [p.relative_to(SRC / "lmtransfer").as_posix() for p in SRC.rglob("*.py") if needle in p.read_text()]
+        assert holders == [home], f"{needle} spelled in {holders}"
+    sources = [p for p in list(SRC.rglob("*.py")) + list((REPO / "stages").glob("*.py"))]
+    for pattern in ("np.savez(", "np.load(", "torch.load("):
+        users = sorted(p.name for p in sources if pattern in p.read_text())
+        allowed = {"np.savez(": ["tokenized.py"], "np.load(": ["tokenized.py"], "torch.load(": ["checkpoint.py"]}
+        assert users == allowed[pattern], f"{pattern} used in {users}"
