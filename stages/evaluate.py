@@ -4,7 +4,9 @@ import mlflow
 
 from lmtransfer.checkpoint import load_checkpoint
 from lmtransfer.config import load_params
-from lmtransfer.evaluate import SeedResult, evaluate_classifier, mean_curves, pooled_confusion, transfer_report
+from lmtransfer.evaluate import (
+    SeedResult, evaluate_classifier, headline_metrics, mean_curves, pooled_confusion, transfer_report,
+)
 from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.paths import (
     BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, TOKENIZED, VARIANTS, finetune_epochs,
@@ -13,7 +15,7 @@ from lmtransfer.paths import (
 from lmtransfer.runtime import select_device
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_labeled_split
-from lmtransfer.tracking import run_that_wrote, stage_run
+from lmtransfer.tracking import log_to_pipeline, run_that_wrote, stage_run
 
 
 @stage_main("evaluate")
@@ -52,6 +54,7 @@ def main() -> None:
                             for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")})
         mlflow.log_metric("baseline_accuracy", report["baseline"]["accuracy"])
         mlflow.log_dict(report, "evaluate.json")
+        log_to_pipeline(headline_metrics(report))
     print(headline(report))
 
 

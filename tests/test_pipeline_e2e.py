@@ -248,6 +248,18 @@ def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo
     assert any((root / "mlartifacts").rglob("samples.txt")) and not (root / "mlruns").exists()
     assert by_name["evaluate"].data.metrics["gap_accuracy_mean"] == pytest.approx(
         json.loads(FIRST_RUN["metrics/evaluate.json"])["gap"]["accuracy_mean"])
+    # the pipeline run: every param of params.yaml, the headline, and a duration that spans its stages
+    parent = client.get_run(parents[-1].info.run_id)
+    report = json.loads(FIRST_RUN["metrics/evaluate.json"])
+    assert parent.data.params["model.d_model"] == "16" and parent.data.params["finetune.seeds"] == "[0, 1]"
+    assert parent.data.metrics["test_accuracy_pretrained"] == pytest.approx(report["pretrained"]["accuracy_mean"])
+    assert parent.data.metrics["test_accuracy_gap"] == pytest.approx(report["gap"]["accuracy_mean"])
+    assert parent.data.metrics["n_seeds"] == 2 and "pretrain_val_perplexity" in parent.data.metrics
+    assert parent.info.status == "FINISHED"
+    assert parent.info.start_time <= min(r.info.start_time for r in first)
+    assert parent.info.end_time >= max(r.info.end_time for r in first)
+    # MLflow 3's UI opens a model-training experiment on its runs, not on the GenAI traces page
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):

@@ -133,3 +133,19 @@ def transfer_report(
         "n_seeds": len(pretrained),
         "n_test_examples": int(correct_pretrained.shape[1]),
     }
+
+
+def headline_metrics(report: dict) -> dict[str, float]:
+    """The answer in flat keys, for places that show a row per run (the MLflow pipeline run)."""
+    gap = report["gap"]
+    return {
+        "test_accuracy_pretrained": report["pretrained"]["accuracy_mean"],
+        "test_accuracy_scratch": report["scratch"]["accuracy_mean"],
+        "test_accuracy_gap": gap["accuracy_mean"],
+        "test_accuracy_gap_ci95_low": gap["ci95_low"],
+        "test_accuracy_gap_ci95_high": gap["ci95_high"],
+        "test_accuracy_gap_p_value": gap["p_value"],
+        "epoch1_val_accuracy_gap": gap["first_epoch_val_accuracy_mean"],
+        "baseline_test_accuracy": report["baseline"]["accuracy"],
+        "n_seeds": report["n_seeds"],
+    }

@@ -7,7 +7,13 @@ deletes. `MLFLOW_TRACKING_URI` overrides everything (e.g. a shared server).
 
 Grouping: every stage run is a child of one "pipeline" parent run, identified
 by LMTRANSFER_PIPELINE_ID if set, else the DVC experiment name, else the `dvc`
-process that launched the stage (all stages of one `dvc repro` share it).
+process that launched the stage (all stages of one `dvc repro` share it). The
+parent carries every parameter of params.yaml, lasts from its first stage's start
+to its last stage's end, and receives the headline (`log_to_pipeline`), so the
+experiment's run table compares pipeline executions at a glance.
+
+The experiment is tagged as a model-training experiment (`mlflow.experimentKind`),
+so MLflow 3's UI opens it on its runs rather than on the GenAI traces page.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
 DEFAULT_EXPERIMENT = "lmtransfer"
 TAG_PREFIX = "lmtransfer."
 CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI's "model training" kind: opens on the runs table
+PARENT_TAG = "mlflow.parentRunId"
 
 
 def project_root() -> Path:
@@ -94,15 +103,32 @@ def _quiet_mlflow_logs() -> None:
 def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
     """Find or create the experiment; in the project's own store its artifacts go to `mlartifacts/`."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    if user_store:
-        return client.create_experiment(name)
-    return client.create_experiment(name, artifact_location=artifact_location(root))
+    if experiment is None:
+        location = None if user_store else artifact_location(root)
+        experiment_id = client.create_experiment(name, artifact_location=location,
+                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        return experiment_id
+    if EXPERIMENT_KIND_TAG not in experiment.tags:  # a store made by an older version: tag it once
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment.experiment_id
 
 
-def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str]) -> str:
+def _all_params(root: Path) -> dict[str, Any]:
+    """Every key of params.yaml (flattened), for the pipeline run: one row per execution in the run table."""
+    from ruamel.yaml import YAML
+
+    path = Path("params.yaml") if Path("params.yaml").is_file() else root / "params.yaml"
+    try:
+        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError):
+        return {}
+    return flatten({section: values for section, values in raw.items() if isinstance(values, dict)})
+
+
+def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str], root: Path) -> str:
     """Find or create the parent run that groups this pipeline execution's stages."""
+    from mlflow.entities import Param
+
     found = client.search_runs(
         [experiment_id],
         filter_string=f"tags.`{TAG_PREFIX}pipeline_id` = '{group}' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
@@ -112,8 +138,26 @@ def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[s
         return found[0].info.run_id
     name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
     run = client.create_run(experiment_id, run_name=name, tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline"})
-    client.set_terminated(run.info.run_id)
+    params = [Param(key, str(value)) for key, value in _all_params(root).items()]
+    for begin in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run.info.run_id, params=params[begin : begin + 100])
     return run.info.run_id
+
+
+def log_to_pipeline(metrics: dict[str, float], tags: dict[str, str] | None = None) -> None:
+    """Put headline numbers on the pipeline run that groups the active stage run (call inside stage_run)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    parent_id = client.get_run(mlflow.active_run().info.run_id).data.tags.get(PARENT_TAG)
+    if not parent_id:
+        return
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    client.log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                     tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
 
 
 def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -150,14 +194,21 @@ def stage_run(
         **({"dvc_exp_name": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
         **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
     }
-    parent_id = _pipeline_parent(client, experiment_id, group, common_tags)
-    # The parent is already finished, which start_run(parent_run_id=...) refuses; the tag nests it all the same.
-    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, "mlflow.parentRunId": parent_id}
+    parent_id = _pipeline_parent(client, experiment_id, group, common_tags, root)
+    # The parent may be finished already (an earlier stage ended it), which start_run(parent_run_id=...)
+    # refuses; the tag nests the run all the same.
+    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id}
     if upstream_run_id:
         tags["upstream_run_id"] = upstream_run_id
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
-        mlflow.log_params(flatten(params))
-        yield run
+    status = "FAILED"
+    try:
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
+            mlflow.log_params(flatten(params))
+            yield run
+        status = "FINISHED"
+    finally:
+        # The pipeline run spans its stages: it ends when the latest one ends, failed if that one failed.
+        client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
 
 
 def tag_checkpoint(path: str | Path) -> None:
