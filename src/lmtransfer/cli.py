@@ -3,6 +3,7 @@
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
     lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
     lmtransfer summary --params params.yaml      # the model params.yaml builds (V from data/tokenized)
+    lmtransfer params                            # every parameter: default and meaning
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
     lmtransfer results                      # test scores and curves of the last `dvc repro`
@@ -67,6 +68,17 @@ def cmd_summary(args: argparse.Namespace) -> None:
     if args.d_model % args.n_heads:
         raise SystemExit(f"error: --d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
     print(parameter_table(args.vocab_size, args.d_model, args.n_layers, args.n_heads, args.d_ff, args.n_classes))
+
+
+def cmd_params(args: argparse.Namespace) -> None:
+    from .params_doc import params_table, update_readme
+
+    if "readme" not in vars(args):
+        print(params_table(), end="")
+    elif update_readme(args.readme):
+        print(f"{args.readme}: parameter table regenerated")
+    else:
+        print(f"{args.readme}: parameter table already up to date")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -166,6 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--vocab-file", type=Path, help="a fairseq dictionary: V = its lines + 4 special ids")
     summary.add_argument("--params", type=Path, help="take D, N, A, F from this params file (V, C from data/tokenized)")
     summary.set_defaults(func=cmd_summary)
+
+    params = commands.add_parser(
+        "params", help="every parameter of params.yaml: its default and meaning (Markdown)",
+        description="Every key of params.yaml with its default and meaning, grouped by section with the stages "
+                    "that read it, as the Markdown table in the README.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                        help="instead of printing, replace the table between the params-table markers of FILE "
+                             "(e.g. README.md); default: print it")
+    params.set_defaults(func=cmd_params)
 
     generate = commands.add_parser("generate", help="continue a prompt with the pretrained language model")
     generate.add_argument("prompt", nargs="?", default="")

@@ -41,10 +41,10 @@ class DataParams(Section):
         0, ge=0, description="cap on unlabeled corpus lines: the first N unique ones (0 = all)"
     )
     valid_fraction: float = Field(
-        0.1, gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is ''"
+        0.1, gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is `''`"
     )
     test_fraction: float = Field(
-        0.2, gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is ''"
+        0.2, gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is `''`"
     )
     corpus_valid_fraction: float = Field(
         0.02, gt=0, lt=1, description="share of corpus lines held out to measure the pretraining perplexity"
@@ -58,8 +58,8 @@ class DataParams(Section):
         "", description="`files` only: the labeled file (`.csv`, `.tsv`, `.jsonl`, `.parquet`, or pieces with a "
         "parallel `.label` file); paths are relative to the repository root"
     )
-    valid: str = Field("", description="`files` only: labeled validation file; '' = carved from train")
-    test: str = Field("", description="`files` only: labeled test file; '' = carved from train")
+    valid: str = Field("", description="`files` only: labeled validation file; `''` = carved from train")
+    test: str = Field("", description="`files` only: labeled test file; `''` = carved from train")
     format: Literal[LABELED_FORMATS] = Field(  # type: ignore[valid-type]
         "auto", description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
         "or `pieces` (space-separated sentencepiece pieces)"
@@ -142,7 +142,7 @@ class TokenizerParams(Section):
         "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
     )
     max_training_lines: int = Field(
-        500_000, ge=1, description="corpus lines sentencepiece samples to train on"
+        500_000, ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model"
     )
     # Existing tokenizers (paths relative to the repository root); either replaces training one.
     model_file: str = Field(
@@ -162,7 +162,7 @@ class ModelParams(Section):
     )
     n_heads: int = Field(2, ge=1, description="A: attention heads per layer")
     d_ff: int = Field(200, ge=1, description="F: hidden units of each layer's feed-forward block")
-    dropout: float = Field(0.1, ge=0, lt=1, description="dropout on the embeddings, attention and feed-forward outputs")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout rate after the embedding and inside every layer")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelParams":
@@ -182,7 +182,9 @@ class PretrainParams(Section):
     )
     batch_size: int = Field(32, ge=1, description="sequences per step")
     seq_len: int = Field(64, ge=2, description="tokens per sequence: the corpus is packed into windows this long")
-    lr: float = Field(2e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay")
+    lr: float = Field(
+        2e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
+    )
     warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
     grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
@@ -216,10 +218,13 @@ class FinetuneParams(Section):
         default_factory=lambda: [0, 1, 2], min_length=1,
         description="one fine-tune per variant and seed, all from the same pretrained model",
     )
-    epochs: int = Field(2, ge=1, description="passes over the labeled train split")
+    epochs: int = Field(
+        2, ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
+    )
     batch_size: int = Field(32, ge=1, description="texts per step")
     lr: float = Field(
-        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer: warm-up, then cosine decay"
+        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer: linear warm-up, then cosine "
+        "decay to a tenth of it"
     )
     # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
     # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
@@ -276,11 +281,11 @@ class BaselineParams(Section):
 
     word_ngrams: list[int] = Field(
         default_factory=lambda: [1, 2], min_length=2, max_length=2,
-        description="[low, high]: the word n-grams of the TF-IDF features",
+        description="[low, high]: lengths of the word n-grams among the TF-IDF features",
     )
     char_ngrams: list[int] = Field(
         default_factory=lambda: [2, 5], min_length=2, max_length=2,
-        description="[low, high]: the character n-grams, inside word boundaries",
+        description="[low, high]: lengths of the character n-grams (inside word boundaries)",
     )
     min_df: int = Field(1, ge=1, description="n-grams in fewer train texts than this are dropped")
     c_values: list[float] = Field(
