@@ -24,9 +24,28 @@ def test_empty_mapping_gives_the_documented_defaults():
     assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (4, 200, 2, 200)
     assert params.model.dropout == 0.1
     assert params.data.source == "movies-en"
-    assert params.finetune.pooling == "last"
-    assert params.pretrain.lr == 1e-3
+    assert params.finetune.pooling == "mean"
+    assert (params.finetune.epochs, params.finetune.head_lr_multiplier) == (2, 30.0)
+    assert params.pretrain.lr == 2e-3
+    assert (params.pretrain.max_steps, params.pretrain.adapt_epochs) == (500, 5)
     assert params.tokenizer.vocab_size == 4000
+
+
+def test_the_defaults_are_the_values_shipped_in_params_yaml():
+    """A key left out of a params file means what the repository's params.yaml says, and the generated
+    parameter table (`lmtransfer params`) shows the values a run actually uses."""
+    shipped = load_params(REPO_PARAMS)
+    for section in Params.model_fields:
+        values, defaults = getattr(shipped, section).model_dump(), getattr(Params(), section).model_dump()
+        differing = {key: (values[key], defaults[key]) for key in defaults if values[key] != defaults[key]}
+        assert not differing, f"{section}: params.yaml value vs model default: {differing}"
+    assert shipped == Params()
+
+
+def test_every_parameter_has_a_description():
+    for section, field in Params.model_fields.items():
+        for key, info in field.annotation.model_fields.items():
+            assert info.description and info.description.strip(), f"{section}.{key} has no description"
 
 
 def test_a_section_overrides_only_its_own_keys():

@@ -1,11 +1,12 @@
 """`lmtransfer` command line: look inside the model, talk to the LM, classify new text.
 
+    lmtransfer summary                           # the model params.yaml configures, block by block
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
     lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
-    lmtransfer summary --params params.yaml      # the model params.yaml builds (V from data/tokenized)
+    lmtransfer params                            # every parameter: default and meaning
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
-    lmtransfer results                      # test scores and curves of the last `dvc repro`
+    lmtransfer results                           # test scores and curves of the last `dvc repro`
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from . import paths
 from .errors import LmtransferError
 
 
-def parameter_table(vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int) -> str:
-    """Per-block parameter counts, measured on real modules, next to their closed-form totals."""
+def parameter_table(
+    vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int, origin: str = ""
+) -> str:
+    """Per-block parameter counts, measured on real modules, next to their closed-form totals.
+    `origin` (where the sizes came from) goes under the first line."""
     from .model import Classifier, LanguageModel, ModelConfig, count_parameters, expected_base_parameters
 
     config = ModelConfig(vocab_size, d_model, n_layers, n_heads, d_ff, dropout=0.0)
@@ -41,7 +45,8 @@ def parameter_table(vocab_size: int, d_model: int, n_layers: int, n_heads: int, 
     rows.append(("classification head (D x C + C)", count_parameters(classifier.head), f"C = {n_classes}"))
     rows.append(("language-model head (D x V + V)", count_parameters(language_model.head), f"V = {vocab_size}"))
     width = max(len(r[0]) for r in rows)
-    lines = [f"V={vocab_size} D={d_model} N={n_layers} A={n_heads} F={d_ff} C={n_classes}", ""]
+    lines = [f"V={vocab_size} D={d_model} N={n_layers} A={n_heads} F={d_ff} C={n_classes}"]
+    lines += [origin, ""] if origin else [""]
     lines += [f"{name:<{width}}  {count:>12,}  {note}" for name, count, note in rows]
     lines += [
         "",
@@ -51,23 +56,126 @@ def parameter_table(vocab_size: int, d_model: int, n_layers: int, n_heads: int, 
     return "\n".join(lines)
 
 
+SHAPE = {"d_model": "D", "n_layers": "N", "n_heads": "A", "d_ff": "F"}
+DEFAULT_PARAMS = Path("params.yaml")  # compared by identity: an explicit `--params params.yaml` must exist
+
+
+def _existing(path: Path, named_by: str) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file ({named_by})")
+    return path
+
+
+def dictionary_size(path: Path, named_by: str) -> int:
+    """V of a fairseq dictionary: its entries + the 4 special ids."""
+    from .tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+
+    return DictionaryTokenizer(read_fairseq_dictionary(_existing(path, named_by))).vocab_size
+
+
+def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
+    """V as the tokenize stage will make it, without running it: the dictionary's entries + 4 special ids,
+    an existing sentencepiece model's pieces (+ any specials it lacks), or the size to train."""
+    from .tokenizer import SentencePieceTokenizer
+
+    if tokenizer.vocab_file:
+        path = root / tokenizer.vocab_file
+        return dictionary_size(path, "tokenizer.vocab_file"), f"tokenizer.vocab_file ({path})"
+    if tokenizer.model_file:
+        path = _existing(root / tokenizer.model_file, "tokenizer.model_file")
+        model = SentencePieceTokenizer(path.read_bytes(), f"{path} (tokenizer.model_file)")
+        return model.vocab_size, f"tokenizer.model_file ({path})"
+    return tokenizer.vocab_size, "tokenizer.vocab_size"
+
+
+def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
+    """V, C, D, N, A, F of the model the project is configured to build, and where each came from (one line,
+    plus a note when the tokenized data no longer matches the tokenizer params).
+
+    A flag wins; else D, N, A, F from the params file (the model defaults when the default file is missing),
+    V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
+    """
+    from .config import Params, load_params
+    from .io import read_json
+
+    params_file: Path = args.params
+    have_params = params_file.is_file() or params_file is not DEFAULT_PARAMS
+    params = load_params(params_file) if have_params else Params()
+    root = params_file.parent  # paths in params.yaml are relative to the repository root, where it lives
+    meta_file = root / paths.TOKENIZED / "meta.json"
+    meta = read_json(meta_file) if meta_file.is_file() else None
+    flags = vars(args)  # the override flags are absent unless given (default=SUPPRESS)
+    sizes: dict[str, int] = {}
+    origins: dict[str, str] = {}
+
+    if "vocab_size" in flags:
+        sizes["V"], origins["V"] = args.vocab_size, "from --vocab-size"
+    elif "vocab_file" in flags:
+        sizes["V"] = dictionary_size(args.vocab_file, "--vocab-file")
+        origins["V"] = f"from --vocab-file ({args.vocab_file}: {sizes['V'] - 4:,} entries + 4 special ids)"
+    elif meta is not None:
+        sizes["V"], origins["V"] = meta["vocab_size"], f"from {meta_file}"
+    else:
+        sizes["V"], source = vocab_size_from_tokenizer_params(params.tokenizer, root)
+        origins["V"] = f"from {source} in {params_file}" if have_params else f"from {source} (default)"
+
+    if "n_classes" in flags:
+        sizes["C"], origins["C"] = args.n_classes, "from --n-classes"
+    elif meta is not None:
+        sizes["C"], origins["C"] = len(meta["label_names"]), f"from {meta_file}"
+    else:
+        sizes["C"], origins["C"] = 2, f"= 2, assumed (no {meta_file} yet; --n-classes sets it)"
+
+    model_origin = f"from {params_file}" if have_params else (
+        f"from the model defaults (no {params_file} here; --params names one)"
+    )
+    for key, letter in SHAPE.items():
+        if key in flags:
+            sizes[letter], origins[letter] = flags[key], f"from --{key.replace('_', '-')}"
+        else:
+            sizes[letter], origins[letter] = getattr(params.model, key), model_origin
+    if sizes["D"] % sizes["A"]:
+        raise SystemExit(
+            f"error: D = {sizes['D']} ({origins['D']}) must be divisible by A = {sizes['A']} ({origins['A']})"
+        )
+    if sizes["D"] % 2:
+        raise SystemExit(f"error: D = {sizes['D']} ({origins['D']}) must be even for the sinusoidal positions")
+
+    grouped: dict[str, list[str]] = {}
+    for letter in ("V", "C", "D", "N", "A", "F"):
+        grouped.setdefault(origins[letter], []).append(letter)
+    lines = ["; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())]
+    if have_params and origins["V"] == f"from {meta_file}":
+        lines += _stale_vocabulary_note(sizes["V"], params.tokenizer, root, params_file)
+    return sizes, "\n".join(lines)
+
+
+def _stale_vocabulary_note(vocab_size: int, tokenizer, root: Path, params_file: Path) -> list[str]:
+    """data/tokenized is the last tokenize run's: say so when the tokenizer params now give another V."""
+    try:
+        configured, source = vocab_size_from_tokenizer_params(tokenizer, root)
+    except (OSError, ValueError):  # a broken tokenizer file is the validate stage's to report
+        return []
+    if configured == vocab_size:
+        return []
+    return [f"note: {source} in {params_file} now gives V = {configured}; the tokenized data is older "
+            "(`dvc repro tokenize` updates it; --vocab-size shows the other size)"]
+
+
 def cmd_summary(args: argparse.Namespace) -> None:
-    if args.vocab_file:
-        from .tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+    sizes, origin = configured_model(args)
+    print(parameter_table(sizes["V"], sizes["D"], sizes["N"], sizes["A"], sizes["F"], sizes["C"], origin))
 
-        args.vocab_size = DictionaryTokenizer(read_fairseq_dictionary(args.vocab_file)).vocab_size
-    if args.params:
-        from .config import load_params
-        from .io import read_json, require_file
 
-        model = load_params(args.params).model
-        args.d_model, args.n_layers, args.n_heads, args.d_ff = model.d_model, model.n_layers, model.n_heads, model.d_ff
-        if not args.vocab_file:
-            meta = read_json(require_file(paths.TOKENIZED / "meta.json", "tokenized data"))
-            args.vocab_size, args.n_classes = meta["vocab_size"], len(meta["label_names"])
-    if args.d_model % args.n_heads:
-        raise SystemExit(f"error: --d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
-    print(parameter_table(args.vocab_size, args.d_model, args.n_layers, args.n_heads, args.d_ff, args.n_classes))
+def cmd_params(args: argparse.Namespace) -> None:
+    from .params_doc import params_table, update_readme
+
+    if "readme" not in vars(args):
+        print(params_table(), end="")
+    elif update_readme(args.readme):
+        print(f"{args.readme}: parameter table regenerated")
+    else:
+        print(f"{args.readme}: parameter table already up to date")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -86,6 +194,29 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(f"{args.prompt}{' ' if args.prompt else ''}{continuation}")
 
 
+HOW_TO_PASS_TEXTS = (
+    'pass them as arguments (lmtransfer predict "a wonderful film" "dull") or one per line on standard input '
+    "(lmtransfer predict < reviews.txt)"
+)
+
+
+def texts_to_classify(arguments: list[str]) -> list[str]:
+    """The texts from the command line, else from piped standard input (one per line, blank lines skipped).
+    Checked before any model loads: an empty text or a terminal waiting for input is a usage error."""
+    for number, text in enumerate(arguments, start=1):
+        if not text.strip():
+            which = f"text {number} of {len(arguments)}" if len(arguments) > 1 else "the text"
+            raise SystemExit(f"error: {which} is empty: there is nothing to classify in {text!r}")
+    if arguments:
+        return arguments
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SystemExit(f"error: no texts to classify: {HOW_TO_PASS_TEXTS}")
+    texts = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {HOW_TO_PASS_TEXTS}")
+    return texts
+
+
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
@@ -95,12 +226,10 @@ def cmd_predict(args: argparse.Namespace) -> None:
     from .tokenized import LabeledSplit
     from .tokenizer import encode_for_classification, load_tokenizer
 
+    texts = texts_to_classify(getattr(args, "texts", []))
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
     model = build_classifier(payload)
     tokenizer = load_tokenizer(args.tokenizer)
-    texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    if not texts:
-        raise SystemExit("error: no text given (pass texts as arguments or on standard input)")
     ids, offsets = encode_for_classification(tokenizer, texts)  # as the training texts were: BOS + pieces
     split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
     probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
@@ -153,41 +282,111 @@ def cmd_results(args: argparse.Namespace) -> None:
     print(results_report(args.metrics))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
+def _bounded(kind: type, low: float, name: str):
+    """An argparse type: `kind` values >= low, rejected with a message saying so."""
 
-    summary = commands.add_parser("summary", help="parameter table per block, with the closed-form totals")
-    summary.add_argument("--vocab-size", type=int, default=100)
-    summary.add_argument("--d-model", type=int, default=200)
-    summary.add_argument("--n-layers", type=int, default=4)
-    summary.add_argument("--n-heads", type=int, default=2)
-    summary.add_argument("--d-ff", type=int, default=200)
-    summary.add_argument("--n-classes", type=int, default=2)
-    summary.add_argument("--vocab-file", type=Path, help="a fairseq dictionary: V = its lines + 4 special ids")
-    summary.add_argument("--params", type=Path, help="take D, N, A, F from this params file (V, C from data/tokenized)")
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {name}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    return convert
+
+
+POSITIVE = _bounded(int, 1, "an integer")
+NON_NEGATIVE = _bounded(int, 0, "an integer")
+NON_NEGATIVE_FLOAT = _bounded(float, 0, "a number")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The module docstring's examples kept as written (top level); each option's default in its help."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=HelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, description: str = "") -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, help=help, description=description or help, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
+
+    summary = command(
+        "summary", "parameter table per block, with the closed-form totals",
+        "Parameter counts per block of the model the project is configured to build, with the closed-form "
+        "totals. D, N, A, F come from --params (model.*); V and C from data/tokenized/meta.json once the "
+        "tokenize stage has run, else V from the tokenizer params and C = 2 (stated as an assumption). "
+        "Each flag below overrides one value.",
+    )
+    from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
+    summary.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
+                         help="the params file whose model to describe (without the default file: the model "
+                              "defaults)")
+    vocabulary = summary.add_mutually_exclusive_group()
+    vocabulary.add_argument("--vocab-size", type=POSITIVE, default=argparse.SUPPRESS, metavar="V",
+                            help=f"token ids ({from_data})")
+    vocabulary.add_argument("--vocab-file", type=Path, default=argparse.SUPPRESS, metavar="DICT",
+                            help="V = the entries of this fairseq dictionary + 4 special ids (default: as --vocab-size)")
+    summary.add_argument("--d-model", type=POSITIVE, default=argparse.SUPPRESS, metavar="D",
+                         help="model width (default: model.d_model of --params)")
+    summary.add_argument("--n-layers", type=POSITIVE, default=argparse.SUPPRESS, metavar="N",
+                         help="Transformer layers (default: model.n_layers of --params)")
+    summary.add_argument("--n-heads", type=POSITIVE, default=argparse.SUPPRESS, metavar="A",
+                         help="attention heads (default: model.n_heads of --params)")
+    summary.add_argument("--d-ff", type=POSITIVE, default=argparse.SUPPRESS, metavar="F",
+                         help="feed-forward units per layer (default: model.d_ff of --params)")
+    summary.add_argument("--n-classes", type=POSITIVE, default=argparse.SUPPRESS, metavar="C",
+                         help="classes of the classification head (default: the labels in "
+                              "data/tokenized/meta.json, else 2)")
     summary.set_defaults(func=cmd_summary)
 
-    generate = commands.add_parser("generate", help="continue a prompt with the pretrained language model")
-    generate.add_argument("prompt", nargs="?", default="")
-    generate.add_argument("--tokens", type=int, default=30)
-    generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    generate.add_argument("--top-k", type=int, default=40)
-    generate.add_argument("--samples", type=int, default=3)
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED)
-    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED, help="the tokenized data directory (or a file in it)")
+    params = command(
+        "params", "every parameter of params.yaml: its default and meaning (Markdown)",
+        "Every key of params.yaml with its default and meaning, grouped by section with the stages that read "
+        "it, as the Markdown table in the README.",
+    )
+    params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                        help="instead of printing, replace the table between the params-table markers of FILE "
+                             "(e.g. README.md); default: print it")
+    params.set_defaults(func=cmd_params)
+
+    generate = command("generate", "continue a prompt with the pretrained language model")
+    generate.add_argument("prompt", nargs="?", default="",
+                          help="the text to continue; '' starts from the begin-of-text id alone (default: %(default)r)")
+    generate.add_argument("--tokens", type=POSITIVE, default=30,
+                          help="new tokens to generate, at most (stops early at end-of-text)")
+    generate.add_argument("--temperature", type=NON_NEGATIVE_FLOAT, default=0.8,
+                          help="sampling temperature, >= 0; 0 = greedy (always the likeliest token)")
+    generate.add_argument("--top-k", type=NON_NEGATIVE, default=40,
+                          help="sample among the k likeliest tokens; 0 = among all")
+    generate.add_argument("--samples", type=POSITIVE, default=3, help="continuations to print")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED, help="a language-model checkpoint")
+    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
+                          help="the tokenized data directory (or a file in it)")
     generate.set_defaults(func=cmd_generate)
 
-    results = commands.add_parser("results", help="test scores and validation curves of the last pipeline run")
-    results.add_argument("--metrics", type=Path, default=paths.METRICS)
+    results = command("results", "test scores and validation curves of the last pipeline run")
+    results.add_argument("--metrics", type=Path, default=paths.METRICS,
+                         help="the metrics directory the pipeline wrote")
     results.set_defaults(func=cmd_results)
 
-    predict_parser = commands.add_parser("predict", help="label + probability for new texts (args or stdin)")
-    predict_parser.add_argument("texts", nargs="*")
+    predict_parser = command(
+        "predict", "label + probability for new texts (arguments or standard input)",
+        "Label and probability for each text, with a fine-tuned classifier. Texts come from the arguments, "
+        "else from piped standard input, one per line (blank lines skipped).",
+    )
+    predict_parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar="TEXT",
+                                help="texts to classify (default: the lines of standard input)")
     predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained", 0),
-                                help="a fine-tuned model (default: the pretrained variant, seed 0)")
-    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED, help="the tokenized data directory (or a file in it)")
+                                help="a fine-tuned classifier checkpoint; the default is the pretrained variant, "
+                                     "seed 0")
+    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
+                                help="the tokenized data directory (or a file in it)")
     predict_parser.set_defaults(func=cmd_predict)
     return parser
 

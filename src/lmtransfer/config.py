@@ -3,6 +3,10 @@
 Validation happens before any stage does real work, so a typo such as
 `model.n_layer` or an impossible value such as `d_model` not divisible by
 `n_heads` stops with one message naming the key, not a traceback an hour later.
+
+Each section's defaults are the values shipped in params.yaml, and each field's
+`description` is its documentation: `lmtransfer params` renders the table the
+README shows (see params_doc.py).
 """
 
 from __future__ import annotations
@@ -27,24 +31,51 @@ FILE_KEYS = ("train", "valid", "test", "corpus")
 
 
 class DataParams(Section):
-    source: Literal["movies-en", "reviews-zh", "files"] = "movies-en"
-    max_examples: int = Field(0, ge=0)
-    max_corpus_lines: int = Field(0, ge=0)
-    valid_fraction: float = Field(0.1, gt=0, lt=1)
-    test_fraction: float = Field(0.2, gt=0, lt=1)
-    corpus_valid_fraction: float = Field(0.02, gt=0, lt=1)
-    add_train_to_corpus: bool = True
-    seed: int = 0
+    source: Literal["movies-en", "reviews-zh", "files"] = Field(
+        "movies-en", description="`movies-en` or `reviews-zh` (built in), or `files` (your own: `data.train` and below)"
+    )
+    max_examples: int = Field(0, ge=0, description="cap on labeled training examples after deduplication (0 = all)")
+    max_corpus_lines: int = Field(
+        0, ge=0, description="cap on unlabeled corpus lines: the first N unique ones (0 = all)"
+    )
+    valid_fraction: float = Field(
+        0.1, gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is `''`"
+    )
+    test_fraction: float = Field(
+        0.2, gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is `''`"
+    )
+    corpus_valid_fraction: float = Field(
+        0.02, gt=0, lt=1, description="share of corpus lines held out to measure the pretraining perplexity"
+    )
+    add_train_to_corpus: bool = Field(
+        True, description="the labeled *train* texts also join the pretraining corpus (valid and test texts never do)"
+    )
+    seed: int = Field(0, description="seed of the stratified train/valid/test split")
     # Only for `source: files`. Paths are relative to the repository root.
-    train: str = ""
-    valid: str = ""  # '' = carved from train (stratified, data.valid_fraction)
-    test: str = ""  # '' = carved from train (stratified, data.test_fraction)
-    format: Literal[LABELED_FORMATS] = "auto"  # type: ignore[valid-type]
-    text_column: str = "text"
-    label_column: str = "label"
-    corpus: list[str] = Field(default_factory=list)  # files or globs, one document per line
-    corpus_format: Literal["text", "pieces"] = "text"
-    encoding: str = "utf-8"
+    train: str = Field(
+        "", description="`files` only: the labeled file (`.csv`, `.tsv`, `.jsonl`, `.parquet`, or pieces with a "
+        "parallel `.label` file); paths are relative to the repository root"
+    )
+    valid: str = Field("", description="`files` only: labeled validation file; `''` = carved from train")
+    test: str = Field("", description="`files` only: labeled test file; `''` = carved from train")
+    format: Literal[LABELED_FORMATS] = Field(  # type: ignore[valid-type]
+        "auto", description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
+        "or `pieces` (space-separated sentencepiece pieces)"
+    )
+    text_column: str = Field("text", description="column (JSONL: field) holding the text")
+    label_column: str = Field(
+        "label", description="column (JSONL: field) holding the label: any strings or integers, 2 classes or more"
+    )
+    corpus: list[str] = Field(
+        default_factory=list,
+        description="`files` only: unlabeled text, files or globs, one document per line (streamed: any size)",
+    )
+    corpus_format: Literal["text", "pieces"] = Field(
+        "text", description="`text`, or `pieces` when the corpus is already cut into sentencepiece pieces"
+    )
+    encoding: str = Field(
+        "utf-8", description="text encoding of the labeled and corpus files (e.g. `utf-16`, `gb18030`, `latin-1`)"
+    )
 
     @field_validator("corpus", mode="before")
     @classmethod
@@ -93,24 +124,43 @@ class DataParams(Section):
 
 
 class TokenizerParams(Section):
-    vocab_size: int = Field(4000, ge=16)
-    model_type: Literal["unigram", "bpe"] = "unigram"
-    character_coverage: float = Field(1.0, gt=0, le=1)
+    vocab_size: int = Field(
+        4000, ge=16, description="pieces of the sentencepiece model trained on the corpus, specials included "
+        "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)"
+    )
+    model_type: Literal["unigram", "bpe"] = Field("unigram", description="sentencepiece algorithm: `unigram` or `bpe`")
+    character_coverage: float = Field(
+        1.0, gt=0, le=1, description="share of the corpus's characters the pieces cover; the rarest others become "
+        "`<unk>` (e.g. 0.9995 for Chinese)"
+    )
     # sentencepiece's text normalisation, applied to the corpus, the labeled texts and every later input
     # alike. The default also folds case: movies-en's dialogue corpus is lower case, its reviews are not.
-    normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = "nmt_nfkc_cf"
-    max_training_lines: int = Field(500_000, ge=1)
+    normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = Field(
+        "nmt_nfkc_cf", description="sentencepiece's normalisation rule, applied to every text: `nmt_nfkc_cf` = NFKC + "
+        "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
+    )
+    max_training_lines: int = Field(
+        500_000, ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model"
+    )
     # Existing tokenizers (paths relative to the repository root); either replaces training one.
-    model_file: str = ""  # a sentencepiece .model: cuts raw text into pieces
-    vocab_file: str = ""  # a fairseq dictionary (`<piece> <count>` per line): the id space
+    model_file: str = Field(
+        "", description="an existing sentencepiece `.model` to use instead of training one; it cuts raw text into "
+        "pieces"
+    )
+    vocab_file: str = Field(
+        "", description="a fairseq dictionary (`<piece> <count>` per line) as the id space: 0 `<sos>`, 1 `<pad>`, "
+        "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`"
+    )
 
 
 class ModelParams(Section):
-    n_layers: int = Field(4, ge=1)
-    d_model: int = Field(200, ge=2)
-    n_heads: int = Field(2, ge=1)
-    d_ff: int = Field(200, ge=1)
-    dropout: float = Field(0.1, ge=0, lt=1)
+    n_layers: int = Field(4, ge=1, description="N: Transformer layers")
+    d_model: int = Field(
+        200, ge=2, description="D: width of the embeddings and hidden states (even, divisible by `model.n_heads`)"
+    )
+    n_heads: int = Field(2, ge=1, description="A: attention heads per layer")
+    d_ff: int = Field(200, ge=1, description="F: hidden units of each layer's feed-forward block")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout rate after the embedding and inside every layer")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelParams":
@@ -124,43 +174,72 @@ class ModelParams(Section):
 
 
 class PretrainParams(Section):
-    epochs: int = Field(1, ge=1)
-    max_steps: int = Field(0, ge=0)
-    batch_size: int = Field(32, ge=1)
-    seq_len: int = Field(64, ge=2)
-    lr: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    grad_clip: float = Field(0.5, gt=0)
-    eval_every: int = Field(200, ge=1)
-    eval_batches: int = Field(20, ge=1)
-    prompts: list[str] = Field(default_factory=lambda: ["the movie", "i think"])
-    generate_tokens: int = Field(20, ge=1)
-    temperature: float = Field(0.8, gt=0)
-    top_k: int = Field(40, ge=0)
-    init_from: str = ""  # a checkpoint to load instead of training (ours or the original layout)
+    epochs: int = Field(1, ge=1, description="passes over the corpus, when `pretrain.max_steps` is 0")
+    max_steps: int = Field(
+        500, ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)"
+    )
+    batch_size: int = Field(32, ge=1, description="sequences per step")
+    seq_len: int = Field(64, ge=2, description="tokens per sequence: the corpus is packed into windows this long")
+    lr: float = Field(
+        2e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
+    )
+    warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
+    eval_every: int = Field(200, ge=1, description="steps between validation loss and perplexity measurements")
+    eval_batches: int = Field(20, ge=1, description="batches per validation measurement")
+    prompts: list[str] = Field(
+        default_factory=lambda: ["the movie was", "i think that", "this film is"],
+        description="continued greedily and by sampling after pretraining (`metrics/pretrain/samples.txt`)",
+    )
+    generate_tokens: int = Field(20, ge=1, description="tokens generated per prompt")
+    temperature: float = Field(0.8, gt=0, description="sampling temperature of the sampled continuations")
+    top_k: int = Field(40, ge=0, description="sample among the k likeliest tokens (0 = all)")
+    init_from: str = Field(
+        "", description="a checkpoint to load instead of pretraining (ours or the original course layout; '' = "
+        "pretrain here)"
+    )
     # ULMFiT's second step: after the corpus, the language model keeps training on the labeled *train*
     # texts alone (labels unused) for this many epochs, so it learns the task's kind of text.
-    adapt_epochs: int = Field(0, ge=0)
-    adapt_lr: float = Field(1e-3, gt=0)
+    adapt_epochs: int = Field(
+        5, ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
+        "second step; 0 = off)"
+    )
+    adapt_lr: float = Field(
+        1e-3, gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
+    )
 
 
 class FinetuneParams(Section):
     # Each variant is fine-tuned once per seed (one DVC stage each), all from the same pretrained checkpoint.
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
-    epochs: int = Field(4, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(3e-4, gt=0)
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2], min_length=1,
+        description="one fine-tune per variant and seed, all from the same pretrained model",
+    )
+    epochs: int = Field(
+        2, ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
+    )
+    batch_size: int = Field(32, ge=1, description="texts per step")
+    lr: float = Field(
+        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer: linear warm-up, then cosine "
+        "decay to a tenth of it"
+    )
     # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
     # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
-    head_lr_multiplier: float = Field(1.0, gt=0)
-    layer_lr_decay: float = Field(1.0, gt=0, le=1)
-    max_len: int = Field(64, ge=3)
-    pooling: Literal["last", "mean"] = "last"
-    freeze_backbone: bool = False
-    grad_clip: float = Field(0.5, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_steps: int = Field(50, ge=0)
+    head_lr_multiplier: float = Field(30.0, gt=0, description="the new classification head learns at lr × this")
+    layer_lr_decay: float = Field(
+        1.0, gt=0, le=1, description="each layer below the top learns at this × the one above, the embedding last "
+        "(1.0 = off; ULMFiT used 0.38)"
+    )
+    max_len: int = Field(64, ge=3, description="tokens per text; longer texts keep their first `max_len`")
+    pooling: Literal["last", "mean"] = Field(
+        "mean", description="what the head reads: `mean` (of the non-padding tokens) or `last` (the last non-padding "
+        "token)"
+    )
+    freeze_backbone: bool = Field(False, description="train the head only; the base's weights stay as they are")
+    grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    warmup_steps: int = Field(20, ge=0, description="steps of linear learning-rate warm-up")
 
     @field_validator("seeds")
     @classmethod
@@ -173,28 +252,45 @@ class FinetuneParams(Section):
 
 
 class TrainParams(Section):
-    seed: int = 0
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    num_threads: int = Field(0, ge=0)
-    log_every: int = Field(50, ge=1)
+    seed: int = Field(0, description="pretraining seed: initial weights, batch order, sample generations")
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
+    )
+    num_threads: int = Field(
+        0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
+    )
+    log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
 
 
 
 class EvaluateParams(Section):
-    batch_size: int = Field(64, ge=1)
-    bootstrap_samples: int = Field(10_000, ge=100)  # resamples of seeds x test examples for the gap's 95% interval
-    permutation_samples: int = Field(10_000, ge=100)  # sign flips for the paired test's p-value
-    seed: int = 0  # of the resampling, so the interval is the same number on every run
+    batch_size: int = Field(64, ge=1, description="test texts per batch")
+    bootstrap_samples: int = Field(
+        10_000, ge=100, description="resamples of seeds × test examples for the gap's 95% interval"
+    )
+    permutation_samples: int = Field(
+        10_000, ge=100, description="sign flips for the paired permutation test's p-value"
+    )
+    seed: int = Field(0, description="seed of the resampling: the interval is the same on every run")
 
 
 class BaselineParams(Section):
     """TF-IDF + logistic regression, C tuned on the validation split."""
 
-    word_ngrams: list[int] = Field(default_factory=lambda: [1, 2], min_length=2, max_length=2)
-    char_ngrams: list[int] = Field(default_factory=lambda: [2, 5], min_length=2, max_length=2)
-    min_df: int = Field(1, ge=1)
-    c_values: list[float] = Field(default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0], min_length=1)
-    max_iter: int = Field(1000, ge=10)
+    word_ngrams: list[int] = Field(
+        default_factory=lambda: [1, 2], min_length=2, max_length=2,
+        description="[low, high]: lengths of the word n-grams among the TF-IDF features",
+    )
+    char_ngrams: list[int] = Field(
+        default_factory=lambda: [2, 5], min_length=2, max_length=2,
+        description="[low, high]: lengths of the character n-grams (inside word boundaries)",
+    )
+    min_df: int = Field(1, ge=1, description="n-grams in fewer train texts than this are dropped")
+    c_values: list[float] = Field(
+        default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0], min_length=1,
+        description="inverse regularisation strengths tried; the best on the validation split is kept",
+    )
+    max_iter: int = Field(1000, ge=10, description="solver iterations per logistic-regression fit")
 
     @field_validator("word_ngrams", "char_ngrams")
     @classmethod
@@ -212,7 +308,7 @@ class BaselineParams(Section):
 
 
 class PlotParams(Section):
-    dpi: int = Field(120, ge=30, le=600)
+    dpi: int = Field(120, ge=30, le=600, description="resolution of the PNG figures")
 
 
 class Params(Section):
