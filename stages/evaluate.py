@@ -4,7 +4,9 @@ import mlflow
 
 from lmtransfer.checkpoint import load_checkpoint
 from lmtransfer.config import load_params
-from lmtransfer.evaluate import SeedResult, evaluate_classifier, mean_curves, pooled_confusion, transfer_report
+from lmtransfer.evaluate import (
+    SeedResult, evaluate_classifier, headline_metrics, mean_curves, pooled_confusion, transfer_report,
+)
 from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.paths import (
     BASELINE_METRICS, METRICS, PARAMS, TOKENIZED, VARIANTS, finetune_epochs, finetuned_checkpoint,
@@ -21,6 +23,7 @@ def main() -> None:
     seeds = params.finetune.seeds
     test = LabeledSplit.load(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
+    pretraining = read_json(require_file(METRICS / "pretrain.json", "pretraining results"))
     checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
                    for s in seeds}
     upstream = ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
@@ -42,6 +45,7 @@ def main() -> None:
         confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate)
         write_json(METRICS / "evaluate.json", report)
+        write_json(METRICS / "headline.json", headline_metrics(report, pretraining))
         write_json(METRICS / "evaluate" / "confusion.json", confusion)
         write_tsv(METRICS / "evaluate" / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
         for variant, rows in prediction_rows.items():

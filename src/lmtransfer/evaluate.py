@@ -133,3 +133,28 @@ def transfer_report(
         "n_seeds": len(pretrained),
         "n_test_examples": int(correct_pretrained.shape[1]),
     }
+
+
+def headline_metrics(report: dict, pretraining: dict) -> dict:
+    """The answer in ten flat numbers (`metrics/headline.json`, the one file `dvc.yaml` declares as metrics),
+    so `dvc metrics show` fits on one row and `dvc exp show` compares experiments on what matters.
+
+    `report` is `transfer_report`'s (metrics/evaluate.json, which keeps every detail), `pretraining` the
+    pretrain stage's summary (metrics/pretrain.json). Accuracies are test accuracies, mean over seeds; `gap` is
+    pretrained minus scratch, `ci95_low`/`ci95_high` its 95% interval and `p_value` its paired test (the names
+    of evaluate.json's `gap.*`, kept short so the columns fit a terminal); `gap_val_epoch1` the gap in validation
+    accuracy after one epoch; `lm_val_ppl` the language model's validation perplexity on the held-out corpus.
+    """
+    gap = report["gap"]
+    return {
+        "acc_pretrained": report["pretrained"]["accuracy_mean"],
+        "acc_scratch": report["scratch"]["accuracy_mean"],
+        "gap": gap["accuracy_mean"],
+        "ci95_low": gap["ci95_low"],
+        "ci95_high": gap["ci95_high"],
+        "p_value": gap["p_value"],
+        "gap_val_epoch1": gap["first_epoch_val_accuracy_mean"],
+        "acc_baseline": report["baseline"]["accuracy"],
+        "lm_val_ppl": pretraining["val_perplexity"],
+        "n_seeds": report["n_seeds"],
+    }
