@@ -9,8 +9,8 @@ from lmtransfer.evaluate import (
 )
 from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.paths import (
-    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, TOKENIZED, VARIANTS, finetune_epochs,
-    finetuned_checkpoint, predictions_file,
+    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
+    finetune_epochs, finetuned_checkpoint, predictions_file,
 )
 from lmtransfer.runtime import select_device
 from lmtransfer.stage import stage_main
@@ -24,6 +24,7 @@ def main() -> None:
     seeds = params.finetune.seeds
     test = load_labeled_split(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
+    pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
     checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
                    for s in seeds}
     upstream = ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
@@ -44,7 +45,9 @@ def main() -> None:
                                 f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
         confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate)
+        headline = headline_metrics(report, pretraining)
         write_json(EVALUATE_REPORT, report)
+        write_json(HEADLINE, headline)
         write_json(EVALUATE_DETAILS / "confusion.json", confusion)
         write_tsv(EVALUATE_DETAILS / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
         for variant, rows in prediction_rows.items():
@@ -54,11 +57,11 @@ def main() -> None:
                             for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")})
         mlflow.log_metric("baseline_accuracy", report["baseline"]["accuracy"])
         mlflow.log_dict(report, "evaluate.json")
-        log_to_pipeline(headline_metrics(report))
-    print(headline(report))
+        log_to_pipeline(headline)
+    print(summary_lines(report))
 
 
-def headline(report: dict) -> str:
+def summary_lines(report: dict) -> str:
     gap = report["gap"]
     lines = [f"evaluate: {variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
              f"± {report[variant]['accuracy_std']:.4f} over {report['n_seeds']} seeds "

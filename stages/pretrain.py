@@ -18,7 +18,7 @@ from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokenizer import load_tokenizer
-from lmtransfer.tracking import log_to_pipeline, stage_run, tag_checkpoint
+from lmtransfer.tracking import stage_run, tag_checkpoint
 
 
 @stage_main("pretrain")
@@ -94,7 +94,6 @@ def main() -> None:
         mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
         mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})
         mlflow.log_text(sample_text, "samples.txt")
-        log_to_pipeline({"pretrain_val_perplexity": summary["val_perplexity"]})
         mlflow.log_artifact(str(PRETRAINED))
     print(sample_text, end="")
     print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "

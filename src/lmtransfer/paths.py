@@ -20,7 +20,8 @@ PRETRAIN_VALID_LOG = METRICS / "pretrain" / "valid.tsv"
 PRETRAIN_SAMPLES = METRICS / "pretrain" / "samples.txt"
 FINETUNE_METRICS = METRICS / "finetune"  # <variant>/seed<N>.json (summary) and seed<N>.tsv (per epoch)
 BASELINE_METRICS = METRICS / "baseline.json"
-EVALUATE_REPORT = METRICS / "evaluate.json"
+EVALUATE_REPORT = METRICS / "evaluate.json"  # every detail of the test evaluation
+HEADLINE = METRICS / "headline.json"  # the answer in ten flat numbers: the one file dvc.yaml declares as metrics
 EVALUATE_DETAILS = METRICS / "evaluate"  # confusion.json, curves.tsv, predictions_<variant>.csv
 PLOTS = Path("plots")
 # Wall-clock figures (seconds, tokens/s): git-ignored and not DVC outputs, so results stay byte-identical.
