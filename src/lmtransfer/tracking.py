@@ -12,8 +12,9 @@ parent carries every parameter of params.yaml, lasts from its first stage's star
 to its last stage's end, and receives the headline (`log_to_pipeline`), so the
 experiment's run table compares pipeline executions at a glance.
 
-The experiment is tagged as a model-training experiment (`mlflow.experimentKind`),
-so MLflow 3's UI opens it on its runs rather than on the GenAI traces page.
+The experiment is tagged as a model-training experiment (`mlflow.experimentKind`).
+MLflow 3.17's UI still opens on its GenAI pages unless its "Model training" switch
+is on; `ui_link` gives the address that turns it on (`make ui` prints it).
 """
 
 from __future__ import annotations
@@ -142,6 +143,22 @@ def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[s
     for begin in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
         client.log_batch(run.info.run_id, params=params[begin : begin + 100])
     return run.info.run_id
+
+
+UI_WORKFLOW = "workflowType=machine_learning"  # the UI's "Model training" switch; the UI remembers it
+
+
+def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> str:
+    """The UI address that opens the project's experiment on its runs table (the store is never created here)."""
+    from mlflow import MlflowClient
+
+    store = (root or project_root()) / "mlflow.db"
+    if os.environ.get("MLFLOW_TRACKING_URI") or store.is_file():
+        experiment = MlflowClient(tracking_uri=tracking_uri(root)).get_experiment_by_name(
+            os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
+        if experiment is not None:
+            return f"{base}/#/experiments/{experiment.experiment_id}?{UI_WORKFLOW}"
+    return f"{base}/#/experiments?{UI_WORKFLOW}"
 
 
 def log_to_pipeline(metrics: dict[str, float], tags: dict[str, str] | None = None) -> None:
