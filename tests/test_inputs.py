@@ -538,3 +538,67 @@ def test_the_validate_stage_reports_a_missing_file_in_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == "validate: error: gone.csv: file not found (set by data.train)"
     assert not (tmp_path / "data").exists()  # nothing written
+
+
+# === D. values that used to become silent wrong results, and misleading messages ===============
+
+
+def test_a_label_spelled_nan_is_a_missing_label_not_a_third_class():
+    rows = reviews(["pos", "neg"], 6)
+    rows[3] = (rows[3][0], "NaN")
+    rows[7] = (rows[7][0], "null")
+    write_csv("train.csv", rows)
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 5: missing label 'NaN' \(2 rows like this"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_jsonl_labels_true_and_1_are_one_class_as_documented():
+    lines = [json.dumps({"text": f"good film {i}", "label": [1, True][i % 2]}) for i in range(8)]
+    lines += [json.dumps({"text": f"bad film {i}", "label": [0, False][i % 2]}) for i in range(8)]
+    write("train.jsonl", "\n".join(lines) + "\n")
+    raw = load_source(files_params(train="train.jsonl").data)
+    assert set(raw.splits["train"]["label"]) == {"0", "1"}
+
+
+def test_a_jsonl_text_given_as_a_list_is_refused_naming_the_line():
+    lines = [json.dumps({"text": f"film {i}", "label": i % 2}) for i in range(6)]
+    lines[2] = json.dumps({"text": ["quite", "ending"], "label": 0})
+    write("train.jsonl", "\n".join(lines) + "\n")
+    with pytest.raises(DataSourceError, match=r"train\.jsonl, line 3: the text \(data\.text_column 'text'\) "
+                                              r"is a list, not a string"):
+        check_inputs(files_params(train="train.jsonl"))
+
+
+def test_a_parquet_text_stored_as_bytes_is_decoded_not_stringified():
+    table = pd.DataFrame({"text": [f"quite ending {i}".encode() for i in range(10)], "label": [0, 1] * 5})
+    table.to_parquet("train.parquet")
+    texts = load_source(files_params(train="train.parquet").data).splits["train"]["text"]
+    assert texts[0] == "quite ending 0" and not any(t.startswith("b'") for t in texts)
+
+
+def test_nul_bytes_in_the_corpus_name_the_line():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write("corpus.txt", "a line\nanother line\nbroken \x00 line\n")
+    with pytest.raises(DataSourceError, match=r"corpus\.txt, line 3: holds a NUL byte"):
+        check_inputs(files_params(train="train.csv", corpus=["corpus.txt"]))
+
+
+def test_a_header_naming_a_column_twice_is_reported_with_both_positions():
+    write("train.csv", "text,label,text\n" + "".join(f"film {i},{i % 2},again {i}\n" for i in range(8)))
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 1: the header names column 'text' more than "
+                                              r"once \(columns 1, 3\)"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_a_stray_quote_is_reported_where_its_record_starts_not_at_the_end_of_the_file():
+    rows = [f"review {i} of the film,{i % 2}" for i in range(2000)]
+    rows[1000] = '"review with a stray quote,1'  # file line 1002 (the header is line 1): opens a field
+    write("train.csv", "text,label\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 1002: not valid CSV \(reading on to line 2001\)"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_valid_naming_the_same_file_as_train_says_so():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(DataSourceError, match=r"train\.csv: data\.valid and data\.train name the same file"):
+        check_inputs(files_params(train="train.csv", valid="./train.csv"))

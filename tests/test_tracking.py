@@ -17,3 +17,46 @@ def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatc
     client.create_experiment("other")
     experiment_id = client.create_experiment("lmtransfer")
     assert ui_link("http://h:1", tmp_path) == f"http://h:1/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
+def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
+    """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    from lmtransfer.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, _process_tag, stage_run
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "kill-test")
+    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, signal\nfrom lmtransfer.tracking import stage_run\n"
+         "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), signal.SIGKILL)\n"],
+        env={**os.environ}, capture_output=True, text=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    (orphan,) = client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'pretrain'")
+    assert orphan.info.status == "RUNNING"
+    killed_pipeline = orphan.data.tags["mlflow.parentRunId"]
+    assert client.get_run(killed_pipeline).info.status == "RUNNING"
+    # a run whose process is alive (this one) is left alone
+    alive = client.create_run(experiment.experiment_id, run_name="pretrain",
+                              tags={PROCESS_TAG: _process_tag(), "lmtransfer.kind": "stage"})
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
+    try:
+        with stage_run("pretrain", {"pretrain": {"lr": 0.1}}) as run:
+            new_id = run.info.run_id
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert client.get_run(orphan.info.run_id).info.status == "KILLED"
+    assert client.get_run(killed_pipeline).info.status == "KILLED"
+    assert client.get_run(alive.info.run_id).info.status == "RUNNING"
+    assert client.get_run(new_id).data.tags[PREVIOUS_ATTEMPT_TAG] == orphan.info.run_id
+    assert client.get_run(new_id).info.status == "FINISHED"

@@ -38,6 +38,8 @@ CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI's "model training" kind: opens on the runs table
 PARENT_TAG = "mlflow.parentRunId"
+PROCESS_TAG = f"{TAG_PREFIX}process"  # host:pid:start, to recognise a run whose process died
+PREVIOUS_ATTEMPT_TAG = f"{TAG_PREFIX}previous_attempt"  # a killed earlier run of the same stage
 
 
 def project_root() -> Path:
@@ -161,6 +163,51 @@ def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> st
     return f"{base}/#/experiments?{UI_WORKFLOW}"
 
 
+def _process_tag() -> str:
+    """'host:pid:start time' of this process: enough to tell later whether it is still alive."""
+    import socket
+
+    import psutil
+
+    process = psutil.Process()
+    return f"{socket.gethostname()}:{process.pid}:{int(process.create_time())}"
+
+
+def _is_alive(tag: str) -> bool:
+    """Whether the process a run was tagged with still runs (on another host: assumed alive)."""
+    import socket
+
+    import psutil
+
+    try:
+        host, pid, started = tag.rsplit(":", 2)
+        if host != socket.gethostname():
+            return True
+        return int(psutil.Process(int(pid)).create_time()) == int(started)
+    except (ValueError, psutil.Error):
+        return False
+
+
+def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
+    """Runs of this stage still RUNNING although their process is gone (killed, power cut) are marked KILLED.
+
+    Called when the stage runs again; returns their ids so the new run can link to them.
+    """
+    stale = client.search_runs(
+        [experiment_id],
+        filter_string=f"attributes.run_name = '{run_name}' and attributes.status = 'RUNNING' "
+                      f"and tags.`{TAG_PREFIX}kind` = 'stage'",
+    )
+    orphans = [run for run in stale if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
+    for run in orphans:
+        client.set_terminated(run.info.run_id, status="KILLED")
+        client.set_tag(run.info.run_id, f"{TAG_PREFIX}note", "its process ended without closing the run")
+        parent_id = run.data.tags.get(PARENT_TAG)
+        if parent_id and client.get_run(parent_id).info.status == "RUNNING":  # its pipeline stopped with it
+            client.set_terminated(parent_id, status="KILLED")
+    return [run.info.run_id for run in orphans]
+
+
 def log_to_pipeline(metrics: dict[str, float], tags: dict[str, str] | None = None) -> None:
     """Put headline numbers on the pipeline run that groups the active stage run (call inside stage_run)."""
     import mlflow
@@ -214,9 +261,13 @@ def stage_run(
     parent_id = _pipeline_parent(client, experiment_id, group, common_tags, root)
     # The parent may be finished already (an earlier stage ended it), which start_run(parent_run_id=...)
     # refuses; the tag nests the run all the same.
-    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id}
+    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
+            PROCESS_TAG: _process_tag()}
     if upstream_run_id:
         tags["upstream_run_id"] = upstream_run_id
+    orphans = close_orphaned_runs(client, experiment_id, run_name or stage)
+    if orphans:
+        tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
     status = "FAILED"
     try:
         with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:

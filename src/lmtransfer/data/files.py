@@ -94,7 +94,12 @@ class CorpusFiles:
 
     def __iter__(self) -> Iterator[str]:
         for path in self.paths:
-            for _, line in iter_lines(path, self.encoding, "data.corpus"):
+            for number, line in iter_lines(path, self.encoding, "data.corpus"):
+                if "\x00" in line:
+                    raise DataSourceError(
+                        f"{path}, line {number}: holds a NUL byte: binary data, or a file in another encoding "
+                        f"than data.encoding ({self.encoding})? (set by data.corpus)"
+                    )
                 if line.strip():
                     yield line
 
@@ -106,6 +111,13 @@ def load_files(params: DataParams) -> RawData:
         if getattr(params, name):
             key = f"data.{name}"
             path = resolve_input(getattr(params, name), key)
+            for other, other_path in origins.items():
+                if os.path.samefile(path, other_path):
+                    raise DataSourceError(
+                        f"{getattr(params, name)}: data.{name} and data.{other} name the same file; every {name} "
+                        f"text would also be a {other} text. Give {key} its own file, or leave it '' to carve it "
+                        "from data.train"
+                    )
             splits[name], origins[name] = read_labeled(path, params, key), str(path)
     corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
     return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
@@ -162,28 +174,70 @@ def _rows(count: int) -> str:
     return f"{count} row" if count == 1 else f"{count} rows"
 
 
+MISSING_LABELS = {"nan", "na", "n/a", "null", "none"}  # how a missing value is spelled in exported tables
+
+
 def _select_columns(table: pd.DataFrame, path: Path, params: DataParams, where: list[str]) -> pd.DataFrame:
+    """`text` and `label` as clean strings; a value that would silently become a wrong text or class stops here."""
     for key in ("text_column", "label_column"):
         column = getattr(params, key)
         if column not in table.columns:
             found = ", ".join(map(str, table.columns[:10]))
             raise DataSourceError(f"{path}: no column {column!r} (data.{key}); the columns are: {found}")
-    return pd.DataFrame({
-        "text": table[params.text_column].map(_as_text),
-        "label": table[params.label_column].map(_as_label),
-        "where": where,
-    })
+    texts, labels = [], []
+    for text, label, place in zip(table[params.text_column], table[params.label_column], where):
+        texts.append(_as_text(text, f"{path}, {place}", params))
+        labels.append(_as_label(label, f"{path}, {place}", params))
+    missing = [i for i, label in enumerate(labels) if label.casefold() in MISSING_LABELS]
+    if missing:
+        raise DataSourceError(
+            f"{path}, {where[missing[0]]}: missing label {labels[missing[0]]!r} ({_rows(len(missing))} like this in "
+            f"the file; data.label_column {params.label_column!r}): it would become a class of its own; "
+            "give every row a label or remove the unlabeled rows"
+        )
+    return pd.DataFrame({"text": texts, "label": labels, "where": where})
 
 
-def _as_text(value) -> str:
-    return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+def _is_missing(value) -> bool:
+    return value is None or (isinstance(value, float) and pd.isna(value))
 
 
-def _as_label(value) -> str:
-    """1, 1.0, '1' and True-as-1 all name the same class; strings are kept as they are."""
-    if isinstance(value, float) and value.is_integer():
+def _as_text(value, place: str, params: DataParams) -> str:
+    """A text must be text: bytes are decoded (data.encoding), a list or object is refused, never stringified."""
+    if _is_missing(value):
+        return ""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode(params.encoding)
+        except UnicodeDecodeError as exc:
+            raise DataSourceError(f"{place}: the text is bytes that are not {params.encoding} ({exc.reason}); "
+                                  "set data.encoding") from None
+    elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise DataSourceError(
+            f"{place}: the text (data.text_column {params.text_column!r}) is a {type(value).__name__}, not a string; "
+            "join it into one string per row"
+        )
+    value = str(value)
+    if "\x00" in value:
+        raise DataSourceError(f"{place}: the text holds a NUL byte: binary data, or a file in another encoding "
+                              f"than data.encoding ({params.encoding})?")
+    return value
+
+
+def _as_label(value, place: str, params: DataParams) -> str:
+    """1, 1.0, '1' and true name the same class (true = 1, false = 0); strings are kept as they are."""
+    if _is_missing(value):
+        return ""
+    if isinstance(value, bool):
         value = int(value)
-    return _as_text(value).strip()
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif not isinstance(value, (str, int, float)):
+        raise DataSourceError(
+            f"{place}: the label (data.label_column {params.label_column!r}) is a {type(value).__name__}, "
+            "not a single value"
+        )
+    return str(value).strip()
 
 
 def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
@@ -198,6 +252,13 @@ def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.Da
             if header is None:
                 raise DataSourceError(f"{path}: the file is empty (set by {key})")
             header[0] = header[0].removeprefix("\ufeff")
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:
+                columns = ", ".join(str(i + 1) for i, name in enumerate(header) if name == repeated[0])
+                raise DataSourceError(
+                    f"{path}, line 1: the header names column {repeated[0]!r} more than once (columns {columns}); "
+                    "give every column its own name"
+                )
             rows, where = [], []
             first_line = reader.line_num + 1
             for record in reader:
@@ -211,7 +272,12 @@ def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.Da
                     where.append(f"line {first_line}")
                 first_line = reader.line_num + 1
         except csv.Error as exc:
-            raise DataSourceError(f"{path}, line {reader.line_num}: not valid {fmt.upper()} ({exc})") from None
+            # A stray quote opens a field that swallows the following lines; the record began at first_line.
+            reached = f" (reading on to line {reader.line_num})" if reader.line_num > first_line else ""
+            hint = "; a stray '\"' there?" if '"' in str(exc) or "end of data" in str(exc) else ""
+            raise DataSourceError(
+                f"{path}, line {first_line}: not valid {fmt.upper()}{reached}: {exc}{hint}"
+            ) from None
     return _select_columns(pd.DataFrame(rows, columns=header, dtype=str), path, params, where)
 
 
