@@ -1,5 +1,6 @@
 """Stage baseline: TF-IDF + logistic regression on the same splits, the reference line for every result."""
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.baseline import run_baseline

@@ -1,5 +1,6 @@
 """Stage evaluate: every fine-tuned seed of both variants on the test split, the gap and its uncertainty."""
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.checkpoint import load_checkpoint

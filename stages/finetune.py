@@ -9,6 +9,7 @@ runs only that seed's two fine-tunes.
 
 import argparse
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint

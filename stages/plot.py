@@ -1,5 +1,6 @@
 """Stage plot: the experiment's figures from the metrics files."""
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.config import load_params

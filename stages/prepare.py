@@ -1,5 +1,6 @@
 """Stage prepare: raw source -> deduplicated, stratified splits + pretraining corpus."""
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.config import load_params

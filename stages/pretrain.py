@@ -1,5 +1,6 @@
 """Stage pretrain: next-token pretraining of the Transformer LM (or loading `pretrain.init_from`), plus samples."""
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.checkpoint import save_checkpoint

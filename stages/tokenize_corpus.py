@@ -3,6 +3,7 @@
 (Not named tokenize.py: that would shadow the standard library module of the same name.)
 """
 
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
 from lmtransfer.config import load_params

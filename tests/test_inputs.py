@@ -602,3 +602,19 @@ def test_valid_naming_the_same_file_as_train_says_so():
     write_csv("train.csv", reviews(["pos", "neg"], 10))
     with pytest.raises(DataSourceError, match=r"train\.csv: data\.valid and data\.train name the same file"):
         check_inputs(files_params(train="train.csv", valid="./train.csv"))
+
+
+def test_a_fifo_as_input_is_not_called_a_missing_file():
+    os.mkfifo("corpus.fifo")
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(InputFileError, match=r"corpus\.fifo: is not a regular file \(a pipe, socket or device\)"):
+        check_inputs(files_params(train="train.csv", corpus=["corpus.fifo"]))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_an_unavailable_device_stops_validate_in_one_line_before_any_data_is_read():
+    from lmtransfer.errors import DeviceError
+
+    raw = {"data": {"source": "files", "train": "missing.csv"}, "train": {"device": "cuda"}}
+    with pytest.raises(DeviceError, match=r"train\.device='cuda' but no CUDA device is available"):
+        check_inputs(parse_params(raw))

@@ -60,3 +60,49 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
     assert client.get_run(alive.info.run_id).info.status == "RUNNING"
     assert client.get_run(new_id).data.tags[PREVIOUS_ATTEMPT_TAG] == orphan.info.run_id
     assert client.get_run(new_id).info.status == "FINISHED"
+
+
+CI_VARIABLES = ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS", "CI", "CIRCLECI", "GITLAB_CI", "JENKINS_URL", "TRAVIS",
+                "TF_BUILD", "BITBUCKET_BUILD_NUMBER", "CODEBUILD_BUILD_ARN", "BUILDKITE", "TEAMCITY_VERSION",
+                "CLOUD_RUN_EXECUTION", "RUNBOT_HOST_URL", "RUNBOT_BUILD_NAME", "RUNBOT_WORKER_ID")
+
+
+def _python(code: str, **env: str):
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in CI_VARIABLES and not k.startswith(("MLFLOW_", "DO_NOT"))}
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+
+
+def test_mlflow_telemetry_is_off_once_lmtransfer_is_imported():
+    """As a stage imports them: lmtransfer first, then mlflow. Outside CI (where MLflow would report)."""
+    result = _python(
+        "import lmtransfer, mlflow\n"
+        "from mlflow.telemetry.client import get_telemetry_client\n"
+        "from mlflow.telemetry.utils import _IS_IN_CI_ENV_OR_TESTING\n"
+        "assert not _IS_IN_CI_ENV_OR_TESTING, 'the check needs an environment where MLflow would report'\n"
+        "print(get_telemetry_client() is None)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
+
+
+def test_a_user_can_turn_mlflow_telemetry_back_on():
+    result = _python("import os, lmtransfer; print(os.environ['MLFLOW_DISABLE_TELEMETRY'])",
+                     MLFLOW_DISABLE_TELEMETRY="false")
+    assert result.stdout.strip() == "false", result.stderr
+
+
+def test_every_stage_imports_lmtransfer_before_mlflow_and_torch():
+    """The kernels are pinned and telemetry turned off when lmtransfer loads: it must load first."""
+    import ast
+    from pathlib import Path
+
+    for script in sorted(Path(__file__).resolve().parents[1].joinpath("stages").glob("*.py")):
+        imports = [node for node in ast.parse(script.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        names = [(n.names[0].name if isinstance(n, ast.Import) else n.module).split(".")[0] for n in imports]
+        ours = names.index("lmtransfer")
+        later = [name for name in names[:ours] if name in ("mlflow", "torch", "numpy", "pandas", "sklearn")]
+        assert not later, f"{script.name} imports {later} before lmtransfer"

@@ -454,3 +454,9 @@ def test_the_scheduler_scales_each_groups_own_learning_rate():
         optimizer.step()
         scheduler.step()
     assert [g["lr"] for g in optimizer.param_groups][:2] == pytest.approx([4e-3, 1e-3])
+
+
+def test_too_short_a_stream_is_named_in_the_message():
+    """The validation part is usually the short one: the message must not call it the corpus."""
+    with pytest.raises(ValueError, match=r"the corpus's validation part has 16 tokens, fewer than pretrain\.seq_len"):
+        PackedBatches(np.arange(16), seq_len=16, batch_size=2, what="the corpus's validation part")

@@ -6,6 +6,10 @@ per CPU (AVX-512 on one machine, AVX2 on the next), and those kernels round
 differently, so the same commit and params gave different metrics on two machines
 of the same type. The variables must be set before torch is first imported, which
 is why this happens here, in the package's first import.
+
+It also turns MLflow's telemetry off (MLFLOW_DISABLE_TELEMETRY=true unless the user
+set it): the pipeline promises no network use but the pinned dataset download, and
+MLflow decides on telemetry when it is imported, so this too must come first.
 """
 
 from __future__ import annotations
@@ -37,3 +41,4 @@ def pin_cpu_kernels() -> dict[str, str]:
 
 
 pin_cpu_kernels()
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # MLFLOW_DISABLE_TELEMETRY=false turns it back on

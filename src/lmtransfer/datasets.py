@@ -24,10 +24,11 @@ class PackedBatches:
     new random order.
     """
 
-    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0):
+    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0, what: str = "corpus"):
+        """`what` names the token stream in messages (`the corpus's validation part`)."""
         if ids.size < seq_len + 1:
             raise ConfigError(
-                f"the corpus has {ids.size} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
+                f"{what} has {ids.size:,} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
                 "lower pretrain.seq_len or add text"
             )
         self.ids = ids  # kept as stored (uint16, possibly memory-mapped): a huge corpus is never copied whole

@@ -23,7 +23,12 @@ def resolve_input(path: str, key: str) -> Path:
         if rooted.exists():
             candidate = rooted
     if not candidate.is_file():
-        what = "is a directory, not a file" if candidate.is_dir() else "file not found"
+        if candidate.is_dir():
+            what = "is a directory, not a file"
+        elif candidate.exists():
+            what = "is not a regular file (a pipe, socket or device): it can be read only once; save it to a file"
+        else:
+            what = "file not found"
         raise InputFileError(f"{path}: {what} (set by {key})")
     if candidate.stat().st_size == 0:
         raise InputFileError(f"{path}: the file is empty (set by {key})")

@@ -25,6 +25,7 @@ from .data.prepare import count_corpus, prepare_labeled
 from .data.sources import load_source
 from .input_files import manifest_entry, resolve_input
 from .model import ModelConfig
+from .runtime import select_device
 from .tokenizer import PAD_ID, Tokenizer, existing_tokenizer
 
 
@@ -73,6 +74,7 @@ def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[s
 
 def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
+    select_device(params.train.device)  # train.device=cuda on a machine without CUDA stops here, in one line
     data = check_data(params)
     tokenizer, tokenizer_files = check_tokenizer(params)
     return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}

@@ -35,6 +35,7 @@ SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
         "plot": ("seeds",),
     },
     "train": {
+        "validate": ("device",),
         "pretrain": None,
         "finetune_pretrained": ("device", "num_threads"),
         "finetune_scratch": ("device", "num_threads"),

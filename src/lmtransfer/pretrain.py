@@ -23,6 +23,7 @@ from .progress import progress_bar
 from .runtime import autocast
 
 MetricsLogger = Callable[[dict[str, float], int], None]
+TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
 
 
 def _no_log(metrics: dict[str, float], step: int) -> None:
@@ -62,8 +63,10 @@ def evaluate_imported(
 ) -> PretrainResult:
     """For a loaded checkpoint (`pretrain.init_from`): no training, the same loss measurements at step 0."""
     model.to(device)
-    train_loss = evaluate_lm(model, PackedBatches(train_ids, params.seq_len, params.batch_size), params.eval_batches, device)
-    val_loss = evaluate_lm(model, PackedBatches(valid_ids, params.seq_len, params.batch_size), params.eval_batches, device)
+    train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, what="the corpus's training part")
+    valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, what="the corpus's validation part")
+    train_loss = evaluate_lm(model, train_batches, params.eval_batches, device)
+    val_loss = evaluate_lm(model, valid_batches, params.eval_batches, device)
     return PretrainResult(
         steps=0,
         train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
@@ -86,10 +89,11 @@ def pretrain(
     log_metrics: MetricsLogger = _no_log,
     first_step: int = 0,
     desc: str = "pretrain",
+    data_name: str = "the corpus",
 ) -> PretrainResult:
     """Next-token training; logged steps count from `first_step` (a second phase continues the first's curve)."""
-    train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, seed)
-    valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, seed)
+    train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, seed, f"{data_name}'s training part")
+    valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, seed, f"{data_name}'s validation part")
     steps = total_steps(params, train_batches)
     model.to(device).train()
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
@@ -162,8 +166,9 @@ def adapt_to_task(
     The general corpus teaches language; this phase teaches the kind of text the classifier will read.
     `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps.
     """
-    steps = params.adapt_epochs * PackedBatches(train_texts, params.seq_len, params.batch_size).steps_per_epoch()
+    steps = params.adapt_epochs * PackedBatches(train_texts, params.seq_len, params.batch_size,
+                                                what=TASK_TEXTS).steps_per_epoch()
     phase = params.model_copy(update={"epochs": params.adapt_epochs, "max_steps": 0, "lr": params.adapt_lr,
                                       "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
-                    first_step=first_step, desc="adapt")
+                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS)
