@@ -108,9 +108,7 @@ def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         location = None if user_store else artifact_location(root)
-        experiment_id = client.create_experiment(name, artifact_location=location,
-                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
-        return experiment_id
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     if EXPERIMENT_KIND_TAG not in experiment.tags:  # a store made by an older version: tag it once
         client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return experiment.experiment_id
@@ -208,20 +206,15 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
     return [run.info.run_id for run in orphans]
 
 
-def log_to_pipeline(metrics: dict[str, float], tags: dict[str, str] | None = None) -> None:
+def log_to_pipeline(metrics: dict[str, float]) -> None:
     """Put headline numbers on the pipeline run that groups the active stage run (call inside stage_run)."""
     import mlflow
     from mlflow import MlflowClient
+    from mlflow.entities import Metric
 
-    client = MlflowClient()
-    parent_id = client.get_run(mlflow.active_run().info.run_id).data.tags.get(PARENT_TAG)
-    if not parent_id:
-        return
-    from mlflow.entities import Metric, RunTag
-
+    parent_id = mlflow.active_run().data.tags[PARENT_TAG]  # stage_run created the run with this tag
     now = int(time.time() * 1000)
-    client.log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                     tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
+    MlflowClient().log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
 
 
 def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -95,11 +95,7 @@ class CorpusFiles:
     def __iter__(self) -> Iterator[str]:
         for path in self.paths:
             for number, line in iter_lines(path, self.encoding, "data.corpus"):
-                if "\x00" in line:
-                    raise DataSourceError(
-                        f"{path}, line {number}: holds a NUL byte: binary data, or a file in another encoding "
-                        f"than data.encoding ({self.encoding})? (set by data.corpus)"
-                    )
+                refuse_nul(line, f"{path}, line {number}", self.encoding, after=" (set by data.corpus)")
                 if line.strip():
                     yield line
 
@@ -122,6 +118,13 @@ def load_files(params: DataParams) -> RawData:
     corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
     return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
                    corpus_pieces=params.corpus_pieces, origins=origins)
+
+
+def refuse_nul(text: str, place: str, encoding: str, subject: str = "", after: str = "") -> None:
+    """A NUL byte is never text: binary data, or a file read in the wrong encoding (UTF-16 as UTF-8)."""
+    if "\x00" in text:
+        raise DataSourceError(f"{place}: {subject}holds a NUL byte: binary data, or a file in another encoding "
+                              f"than data.encoding ({encoding})?{after}")
 
 
 # --- labeled files -------------------------------------------------------------------
@@ -218,9 +221,7 @@ def _as_text(value, place: str, params: DataParams) -> str:
             "join it into one string per row"
         )
     value = str(value)
-    if "\x00" in value:
-        raise DataSourceError(f"{place}: the text holds a NUL byte: binary data, or a file in another encoding "
-                              f"than data.encoding ({params.encoding})?")
+    refuse_nul(value, place, params.encoding, subject="the text ")
     return value
 
 
