@@ -7,13 +7,13 @@ from lmtransfer.config import load_params
 from lmtransfer.io import read_json, read_tsv, require_file
 from lmtransfer.metrics import majority_share
 from lmtransfer.paths import (
-    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, PLOTS, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG,
+    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PLOTS, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG,
     TOKENIZED, VARIANTS, finetune_epochs, finetune_summary,
 )
 from lmtransfer.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss, plot_pretraining
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_labeled_split
-from lmtransfer.tracking import stage_run
+from lmtransfer.tracking import log_to_pipeline, stage_run
 
 
 @stage_main("plot")
@@ -41,6 +41,9 @@ def main() -> None:
         ]
         for figure in figures:
             mlflow.log_artifact(str(figure), "figures")
+        # The last stage puts the answer on the pipeline run too: evaluate is skipped when the fine-tuned
+        # models come out identical (a fresh clone's `make run`), and the run must still carry it.
+        log_to_pipeline(read_json(require_file(HEADLINE, "headline metrics")))
     print("plot: " + ", ".join(str(f) for f in figures))
 
 
