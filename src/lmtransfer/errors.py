@@ -46,3 +46,7 @@ class MissingOutputError(LmtransferError, FileNotFoundError):
 
 class DeviceError(LmtransferError, RuntimeError):
     """The requested device (train.device) is not available on this machine."""
+
+
+class TrackingStoreError(LmtransferError, RuntimeError):
+    """The local MLflow store cannot be used as it is (half-migrated, unreadable)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .io import sha256_of
+from .tracking_store import STORE_NAME, ensure_store
 
 EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
 PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
@@ -57,7 +58,14 @@ def project_root() -> Path:
 def tracking_uri(root: Path | None = None) -> str:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{(root or project_root()) / 'mlflow.db'}"
+    return f"sqlite:///{(root or project_root()) / STORE_NAME}"
+
+
+def usable_tracking_uri(root: Path | None = None) -> str:
+    """`tracking_uri`, with the local store built or checked first (see `tracking_store`)."""
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        ensure_store((root or project_root()) / STORE_NAME)
+    return tracking_uri(root)
 
 
 def artifact_location(root: Path | None = None) -> str:
@@ -152,7 +160,7 @@ def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> st
     """The UI address that opens the project's experiment on its runs table (the store is never created here)."""
     from mlflow import MlflowClient
 
-    store = (root or project_root()) / "mlflow.db"
+    store = (root or project_root()) / STORE_NAME
     if os.environ.get("MLFLOW_TRACKING_URI") or store.is_file():
         experiment = MlflowClient(tracking_uri=tracking_uri(root)).get_experiment_by_name(
             os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
@@ -241,7 +249,7 @@ def stage_run(
     root = project_root()
     # Read before set_tracking_uri(), which itself exports MLFLOW_TRACKING_URI into this process.
     user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))
-    mlflow.set_tracking_uri(tracking_uri(root))
+    mlflow.set_tracking_uri(usable_tracking_uri(root))
     client = MlflowClient()
     experiment_id = _experiment_id(client, os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT), root, user_store)
     group = pipeline_id()
@@ -283,7 +291,7 @@ def run_that_wrote(path: str | Path) -> str:
     """The id of the latest run tagged with this checkpoint's sha256 ('' when the store has none)."""
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri())  # not mlflow.set_tracking_uri: it exports the variable
+    client = MlflowClient(tracking_uri=usable_tracking_uri())  # not mlflow.set_tracking_uri: it exports the variable
     experiment = client.get_experiment_by_name(os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
     if experiment is None:
         return ""
