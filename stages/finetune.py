@@ -20,6 +20,7 @@ from lmtransfer.model import Classifier, ModelConfig, count_parameters
 from lmtransfer.paths import (
     PARAMS, PRETRAINED, TOKENIZED, VARIANTS, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
+from lmtransfer.resume import Snapshots, fingerprint
 from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_labeled_split, read_tokenized_meta
@@ -33,9 +34,9 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def stage_name() -> str:
+def stage_name(args: argparse.Namespace | None = None) -> str:
     """`finetune_pretrained@0`: the name dvc.yaml gives this stage, in its log lines and its MLflow run."""
-    args = parse_args()
+    args = args or parse_args()
     return f"finetune_{args.init}@{args.seed}"
 
 
@@ -43,7 +44,7 @@ def stage_name() -> str:
 def main() -> None:
     args = parse_args()
     variant, seed = args.init, args.seed
-    stage = stage_name()
+    stage = stage_name(args)
     params = load_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
@@ -59,6 +60,9 @@ def main() -> None:
         config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"])
         model = Classifier(config, len(label_names), params.finetune.pooling)
         sections, upstream = ("model", "finetune", "train"), None
+    inputs = [TOKENIZED] + ([PRETRAINED] if variant == "pretrained" else [])
+    snapshots = Snapshots(stage, fingerprint(stage, params.sections(*sections), inputs, device),
+                          params.train.resume_every)
     with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
         mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
                          "n_parameters": count_parameters(model)})
@@ -67,7 +71,7 @@ def main() -> None:
         result = finetune(
             model, train, valid, params.finetune, device, seed,
             on_epoch=lambda row: mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
-            desc=stage,
+            desc=stage, snapshots=snapshots,
         )
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, seed)
@@ -92,6 +96,7 @@ def main() -> None:
         mlflow.log_metric("seconds", result.seconds)
         tag_checkpoint(checkpoint)
         mlflow.log_artifact(str(checkpoint))
+    snapshots.clear()
     print(f"{stage}: best val accuracy {result.best_val_accuracy:.4f} at epoch {result.best_epoch} -> {checkpoint}")
 
 

@@ -15,6 +15,7 @@ from lmtransfer.paths import (
     timings_file,
 )
 from lmtransfer.pretrain import adapt_to_task, evaluate_imported, pretrain
+from lmtransfer.resume import Snapshots, fingerprint
 from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
@@ -35,7 +36,9 @@ def main() -> None:
     if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
         weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
         load_into_language_model(weights, model)
-    with stage_run("pretrain", params.sections("model", "pretrain", "train")):
+    sections = params.sections("model", "pretrain", "train")
+    snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED], device), params.train.resume_every)
+    with stage_run("pretrain", sections):
         mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
         if weights is not None:
             mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
@@ -47,7 +50,7 @@ def main() -> None:
             print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens")
             result = pretrain(
                 model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
-                log_metrics=mlflow.log_metrics,
+                log_metrics=mlflow.log_metrics, snapshots=snapshots,
             )
         adaptation = None
         if params.pretrain.adapt_epochs:
@@ -57,7 +60,7 @@ def main() -> None:
                   f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
             adaptation = adapt_to_task(
                 model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
-                params.train.log_every, log_metrics=mlflow.log_metrics, first_step=result.steps,
+                params.train.log_every, log_metrics=mlflow.log_metrics, first_step=result.steps, snapshots=snapshots,
             )
         phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
         train_log = [{**row, "phase": name} for name, phase in phases for row in phase.train_log]
@@ -96,6 +99,7 @@ def main() -> None:
         mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})
         mlflow.log_text(sample_text, "samples.txt")
         mlflow.log_artifact(str(PRETRAINED))
+    snapshots.clear()
     print(sample_text, end="")
     print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
           f"{timings['tokens_per_second']:.0f} tokens/s -> {PRETRAINED}")

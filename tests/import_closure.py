@@ -6,6 +6,7 @@ one of its `deps` in dvc.yaml. Modules that cannot change a stage's outputs
 (MLflow logging, error wrapping, progress bars) are exempt and not followed.
 
     python tests/import_closure.py          # each stage's closure, as dvc.yaml deps
+    python tests/import_closure.py --write  # rewrite the src/ deps of every stage in dvc.yaml to match
 """
 
 from __future__ import annotations
@@ -94,7 +95,28 @@ def closure_files(script: Path) -> set[str]:
     return {module_file(m).relative_to(REPO).as_posix() for m in closure(script)}
 
 
+def write_dvc_yaml(path: Path = REPO / "dvc.yaml") -> None:
+    """Replace each stage's src/ deps with its closure, in place (comments and order kept)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes, yaml.width = True, 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    document = yaml.load(path)
+    for stage in document["stages"].values():
+        deps = stage.get("deps", [])
+        script = next(d for d in deps if str(d).startswith("stages/"))
+        first = next(i for i, d in enumerate(deps) if str(d).startswith("src/"))
+        kept = [d for d in deps if not str(d).startswith("src/")]
+        closure = sorted(closure_files(REPO / script))
+        deps[:] = kept[:first] + closure + kept[first:]
+    yaml.dump(document, path)
+
+
 def main() -> None:
+    if "--write" in sys.argv[1:]:
+        write_dvc_yaml()
+        return
     for script in sorted((REPO / "stages").glob("*.py")):
         print(f"{script.relative_to(REPO)}:")
         for path in sorted(closure_files(script)):

@@ -260,6 +260,11 @@ class TrainParams(Section):
         0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
     )
     log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
+    resume_every: int = Field(
+        100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
+        "`dvc repro` after a kill continues from the last one with the same result; 0 = none. "
+        "Not a DVC dependency: it never changes a result",
+    )
 
 
 

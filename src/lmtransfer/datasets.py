@@ -41,13 +41,14 @@ class PackedBatches:
     def steps_per_epoch(self) -> int:
         return max(1, math.ceil(self.windows(self.seq_len - 1) / self.batch_size))
 
-    def epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def epoch(self, skip: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One pass in a new random order; `skip` leaves out its first batches (a resumed epoch)."""
         offset = int(torch.randint(0, self.seq_len, (1,), generator=self.generator))
         n_windows = self.windows(offset)
         if n_windows == 0:
             offset, n_windows = 0, self.windows(0)
         starts = offset + torch.randperm(n_windows, generator=self.generator) * self.seq_len
-        for begin in range(0, n_windows, self.batch_size):
+        for begin in range(skip * self.batch_size, n_windows, self.batch_size):
             yield self._gather(starts[begin : begin + self.batch_size])
 
     def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

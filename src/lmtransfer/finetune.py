@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -20,6 +20,7 @@ from .inference import predict
 from .model import Classifier
 from .optim import make_optimizer, optimizer_step, warmup_cosine
 from .progress import progress_bar
+from .resume import Snapshots, rng_state, set_rng_state
 from .runtime import autocast
 from .tokenized import LabeledSplit
 
@@ -65,7 +66,10 @@ def finetune(
     seed: int = 0,
     on_epoch: EpochCallback | None = None,
     desc: str = "finetune",
+    snapshots: Snapshots | None = None,
 ) -> FinetuneResult:
+    """Train the classifier `params.epochs` epochs; with `snapshots`, save after each epoch and resume from the
+    last one saved (its epochs are passed to `on_epoch` again, so a new MLflow run is complete)."""
     model.to(device)
     set_backbone_frozen(model, params.freeze_backbone)
     groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
@@ -73,9 +77,21 @@ def finetune(
     steps_per_epoch = -(-len(train) // params.batch_size)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs)
     generator = np.random.default_rng(seed)
-    result = FinetuneResult()
-    start = time.perf_counter()
-    for epoch in range(1, params.epochs + 1):
+    result, done = FinetuneResult(), 0
+    saved = snapshots.load("epochs") if snapshots else None
+    if saved:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        generator.bit_generator.state = saved["batch_order"]
+        result, done = FinetuneResult(**saved["result"]), len(saved["result"]["history"])
+        print(f"{desc}: resumed from the snapshot after epoch {done} of {params.epochs}", flush=True)
+        for row in result.history:
+            if on_epoch:
+                on_epoch(row)
+    start = time.perf_counter() - result.seconds
+    for epoch in range(done + 1, params.epochs + 1):
         model.train()
         if params.freeze_backbone:
             model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
@@ -117,5 +133,10 @@ def finetune(
         )
         if on_epoch:
             on_epoch(row)
-    result.seconds = time.perf_counter() - start
+        result.seconds = time.perf_counter() - start
+        if snapshots and epoch < params.epochs:
+            snapshots.save("epochs", {
+                "result": asdict(result), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
+            })
     return result

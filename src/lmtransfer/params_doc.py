@@ -36,7 +36,7 @@ SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     },
     "train": {
         "validate": ("device",),
-        "pretrain": None,
+        "pretrain": ("seed", "device", "num_threads", "log_every"),  # not resume_every: it changes no result
         "finetune_pretrained": ("device", "num_threads"),
         "finetune_scratch": ("device", "num_threads"),
     },

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -20,6 +20,7 @@ from .datasets import PackedBatches
 from .model import LanguageModel
 from .optim import make_optimizer, optimizer_step, warmup_cosine
 from .progress import progress_bar
+from .resume import Snapshots, rng_state, set_rng_state
 from .runtime import autocast
 
 MetricsLogger = Callable[[dict[str, float], int], None]
@@ -78,6 +79,18 @@ def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
     return params.max_steps or params.epochs * batches.steps_per_epoch()
 
 
+@dataclass
+class _Position:
+    """Where training is: what a resume snapshot needs besides weights, optimizer and generators."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # batches done in the current epoch
+    window_loss: float = 0.0  # the current logging window's sums
+    window_batches: int = 0
+    window_tokens: int = 0
+
+
 def pretrain(
     model: LanguageModel,
     train_ids: np.ndarray,
@@ -90,15 +103,22 @@ def pretrain(
     first_step: int = 0,
     desc: str = "pretrain",
     data_name: str = "the corpus",
+    snapshots: Snapshots | None = None,
+    phase: str = "corpus",
 ) -> PretrainResult:
-    """Next-token training; logged steps count from `first_step` (a second phase continues the first's curve)."""
+    """Next-token training; logged steps count from `first_step` (a second phase continues the first's curve).
+
+    With `snapshots`, the state is saved every `snapshots.every` steps and at the end under `phase`, and a
+    matching snapshot is resumed from: its logged rows are logged again, so the new MLflow run is complete.
+    """
     train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, seed, f"{data_name}'s training part")
     valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, seed, f"{data_name}'s validation part")
     steps = total_steps(params, train_batches)
     model.to(device).train()
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
-    result = PretrainResult(steps=steps)
+    result, at = PretrainResult(steps=steps), _Position()
+    epoch_order = train_batches.generator.get_state()  # the generator before the current epoch drew its order
 
     def validate(step: int) -> None:
         val_loss = evaluate_lm(model, valid_batches, params.eval_batches, device)
@@ -106,48 +126,86 @@ def pretrain(
         result.valid_log.append(row)
         log_metrics({"val_loss": val_loss, "val_perplexity": row["val_perplexity"]}, first_step + step)
 
-    validate(0)
-    start = window_start = time.perf_counter()
-    window_loss, window_batches, window_tokens = 0.0, 0, 0
-    step, epoch = 0, 0
-    progress = progress_bar(total=steps, desc=desc, unit="step")
-    while step < steps:
-        epoch += 1
-        for inputs, targets in train_batches.epoch():
+    def snapshot(done: bool) -> None:
+        snapshots.save(phase, {
+            "done": done, "position": asdict(at), "result": asdict(result), "epoch_order": epoch_order,
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": rng_state(device),
+        })
+
+    saved = snapshots.load(phase) if snapshots else None
+    if saved:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        result, at, epoch_order = PretrainResult(**saved["result"]), _Position(**saved["position"]), saved["epoch_order"]
+        train_batches.generator.set_state(epoch_order)
+        _log_again(result, log_metrics)
+        print(f"{desc}: resumed from the snapshot at step {at.step} of {steps}", flush=True)
+        if saved["done"]:
+            return result
+    else:
+        validate(0)
+    start, window_start = time.perf_counter() - result.seconds, time.perf_counter()
+    progress = progress_bar(total=steps, initial=at.step, desc=desc, unit="step")
+    while at.step < steps:
+        if at.batch == 0:  # a new epoch; a resumed one replays its order from the saved generator state
+            at.epoch += 1
+            epoch_order = train_batches.generator.get_state()
+        for inputs, targets in train_batches.epoch(skip=at.batch):
             inputs, targets = inputs.to(device), targets.to(device)
             with autocast(device):
                 loss = model.loss(inputs, targets)
             optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-            step += 1
-            window_loss += loss.item()
-            window_batches += 1
-            window_tokens += targets.numel()
+            at.step += 1
+            at.batch += 1
+            at.window_loss += loss.item()
+            at.window_batches += 1
+            at.window_tokens += targets.numel()
             result.tokens_seen += targets.numel()
-            if step % log_every == 0 or step == steps:
+            if at.step % log_every == 0 or at.step == steps:
                 elapsed = time.perf_counter() - window_start
                 row = {
-                    "step": first_step + step,
-                    "epoch": epoch,
-                    "train_loss": window_loss / window_batches,
+                    "step": first_step + at.step,
+                    "epoch": at.epoch,
+                    "train_loss": at.window_loss / at.window_batches,
                     "lr": scheduler.get_last_lr()[0],
                 }
-                tokens_per_s = window_tokens / max(elapsed, 1e-9)
+                tokens_per_s = at.window_tokens / max(elapsed, 1e-9)
                 result.train_log.append(row)
-                result.throughput.append({"step": first_step + step, "tokens_per_s": round(tokens_per_s, 1)})
+                result.throughput.append({"step": first_step + at.step, "tokens_per_s": round(tokens_per_s, 1)})
                 log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
-                            first_step + step)
+                            first_step + at.step)
                 progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
-                window_loss, window_batches, window_tokens = 0.0, 0, 0
+                at.window_loss, at.window_batches, at.window_tokens = 0.0, 0, 0
                 window_start = time.perf_counter()
-            if step % params.eval_every == 0 and step != steps:
-                validate(step)
+            if at.step % params.eval_every == 0 and at.step != steps:
+                validate(at.step)
             progress.update(1)
-            if step >= steps:
+            if at.step >= steps:
                 break
+            if snapshots and snapshots.due(at.step):
+                result.seconds = time.perf_counter() - start
+                snapshot(done=False)
+        else:
+            at.batch = 0  # the epoch ran out
     progress.close()
-    validate(step)
+    validate(at.step)
     result.seconds = time.perf_counter() - start
+    if snapshots:
+        snapshot(done=True)  # a kill in a later phase resumes there, not here
     return result
+
+
+def _log_again(result: PretrainResult, log_metrics: MetricsLogger) -> None:
+    """Log a resumed phase's rows so far into the new run (the killed run holds them too)."""
+    speeds = {row["step"]: row["tokens_per_s"] for row in result.throughput}
+    for row in result.train_log:
+        log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": speeds[row["step"]]},
+                    row["step"])
+    for row in result.valid_log:
+        log_metrics({"val_loss": row["val_loss"], "val_perplexity": row["val_perplexity"]}, row["step"])
 
 
 def adapt_to_task(
@@ -160,6 +218,7 @@ def adapt_to_task(
     log_every: int = 50,
     log_metrics: MetricsLogger = _no_log,
     first_step: int = 0,
+    snapshots: Snapshots | None = None,
 ) -> PretrainResult:
     """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused.
 
@@ -171,4 +230,4 @@ def adapt_to_task(
     phase = params.model_copy(update={"epochs": params.adapt_epochs, "max_steps": 0, "lr": params.adapt_lr,
                                       "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
-                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS)
+                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task")
