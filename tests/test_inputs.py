@@ -56,11 +56,9 @@ def reviews(labels: list[str], per_class: int, prefix: str = "review") -> list[t
 
 
 def files_params(tokenizer: dict | None = None, pretrain: dict | None = None, model: dict | None = None, **data):
-    raw = {"data": {"source": "files", **data}}
-    if tokenizer:
-        raw["tokenizer"] = tokenizer
-    if pretrain:
-        raw["pretrain"] = pretrain
+    """Params for files written by a test: a handful of lines, so short windows and a tiny vocabulary."""
+    raw = {"data": {"source": "files", **data}, "tokenizer": {"vocab_size": 30, **(tokenizer or {})},
+           "pretrain": {"seq_len": 4, **(pretrain or {})}}
     if model:
         raw["model"] = model
     return parse_params(raw)
@@ -217,7 +215,8 @@ def test_a_corpus_glob_streams_every_file_and_held_out_texts_stay_out_of_the_cor
     write_csv("test.csv", [("a test review we must never pretrain on", "pos"), ("another test review", "neg")])
     write("corpus/a.txt", "first document\nsecond document\n\n")
     write("corpus/b.txt", "third document\nA TEST review we must never   pretrain on\nfourth document\n")
-    params = files_params(train="train.csv", test="test.csv", corpus="corpus/*.txt", add_train_to_corpus=False)
+    params = files_params(train="train.csv", test="test.csv", corpus="corpus/*.txt", add_train_to_corpus=False,
+                          tokenizer={"vocab_size": 21})  # what sentencepiece can make of four short lines
 
     prepared = prepare(load_source(params.data), params.data)
 
@@ -232,7 +231,7 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
     write_csv("valid.csv", [("valid one", "pos"), ("valid two", "neg")])
     write("corpus.txt", "some document\nanother document\n")
-    params = files_params(train="train.csv", valid="valid.csv", corpus="corpus.txt")
+    params = files_params(train="train.csv", valid="valid.csv", corpus="corpus.txt", tokenizer={"vocab_size": 34})
 
     first = entries_of(check_inputs(params))
     assert [(e["key"], e["path"]) for e in first] == [
@@ -510,7 +509,8 @@ def written_manifest_entries(workdir: Path) -> list[dict]:
 def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_untouched(tmp_path):
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
-    write("params.yaml", json.dumps({"data": {"source": "files", "train": "train.csv"}}))  # JSON is YAML
+    write("params.yaml", json.dumps({"data": {"source": "files", "train": "train.csv"},  # JSON is YAML
+                                     "tokenizer": {"vocab_size": 30}}))  # what sentencepiece can make of it
 
     good = run_validate_stage(tmp_path)
     assert good.returncode == 0, good.stderr
@@ -618,3 +618,57 @@ def test_an_unavailable_device_stops_validate_in_one_line_before_any_data_is_rea
     raw = {"data": {"source": "files", "train": "missing.csv"}, "train": {"device": "cuda"}}
     with pytest.raises(DeviceError, match=r"train\.device='cuda' but no CUDA device is available"):
         check_inputs(parse_params(raw))
+
+
+def test_a_seq_len_longer_than_the_corpus_validation_part_stops_validate_naming_the_part_and_key():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write("corpus.txt", "".join(f"corpus line number {i}\n" for i in range(60)))
+    params = files_params(train="train.csv", corpus=["corpus.txt"], pretrain={"seq_len": 400}, add_train_to_corpus=False)
+    with pytest.raises(ConfigError) as error:
+        check_inputs(params)
+    # one line in 50 is held out (corpus_valid_fraction 0.02): lines 0 and 49, of 20 and 21 characters
+    assert str(error.value) == ("the corpus's valid part has 2 lines of 41 characters in all, at most 127 tokens: "
+                                "fewer than pretrain.seq_len + 1 = 401; lower pretrain.seq_len or add text")
+
+
+def test_a_seq_len_longer_than_the_task_texts_stops_validate_when_adaptation_reads_them():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write_csv("valid.csv", [("good", "pos"), ("bad", "neg")])
+    write("corpus.txt", "".join(f"a long corpus line that fills many windows, number {i}\n" for i in range(200)))
+    adapting = files_params(train="train.csv", valid="valid.csv", corpus=["corpus.txt"],
+                            pretrain={"seq_len": 32, "adapt_epochs": 1}, tokenizer={"vocab_size": 60})
+    with pytest.raises(ConfigError, match=r"^the labeled valid texts \(pretrain\.adapt_epochs\) has 2 lines of 7 "
+                                          r"characters in all, at most 25 tokens: fewer than pretrain\.seq_len \+ 1 = 33"):
+        check_inputs(adapting)
+    check_inputs(files_params(train="train.csv", valid="valid.csv", corpus=["corpus.txt"],
+                              pretrain={"seq_len": 32, "adapt_epochs": 0}, tokenizer={"vocab_size": 60}))
+
+
+def test_a_vocab_size_too_large_for_a_small_corpus_stops_validate_with_the_largest_possible():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(TokenizerError) as error:
+        check_inputs(files_params(train="train.csv", tokenizer={"vocab_size": 4000}))
+    assert str(error.value) == ("tokenizer.vocab_size=4000 is too large for this corpus: sentencepiece can make at "
+                                "most 34 pieces of it; lower tokenizer.vocab_size or add text")
+    with pytest.raises(TokenizerError, match=r"^tokenizer\.vocab_size=16 is too small for this corpus: its characters "
+                                             r"and the special pieces need at least \d+; raise tokenizer\.vocab_size"):
+        check_inputs(files_params(train="train.csv", tokenizer={"vocab_size": 16}))
+
+
+def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_representative():
+    from lmtransfer.data.prepare import MAX_DOCUMENT_CHARS, split_long_line
+
+    words = [f"word{i % 997}" for i in range(200_000)]  # about 1.6 million characters on one line
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write("corpus.txt", " ".join(words) + "\n" + "".join(f"short line {i}\n" for i in range(300)))
+    prepared = prepare(load_source(files_params(train="train.csv", corpus=["corpus.txt"]).data),
+                       files_params(train="train.csv", corpus=["corpus.txt"]).data)
+    valid_chars = sum(map(len, prepared.corpus_valid))
+    train_chars = sum(map(len, prepared.corpus_train))
+    assert 0.005 < valid_chars / (valid_chars + train_chars) < 0.05  # about corpus_valid_fraction (0.02), not ~100%
+    assert max(map(len, prepared.corpus_valid + prepared.corpus_train)) <= MAX_DOCUMENT_CHARS
+    kept = [w for d in split_long_line(" ".join(words)) for w in d.split()]
+    assert kept == words  # cut at spaces: no word lost or split
+    assert split_long_line("x" * 25) == ["x" * 25]
+    assert split_long_line("ab cd ef", limit=5) == ["ab cd", "ef"]
+    assert split_long_line("abcdefgh ij", limit=3) == ["abc", "def", "gh", "ij"]  # no space: cut at the limit

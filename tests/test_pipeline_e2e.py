@@ -8,13 +8,16 @@ parameter change reruns only the stages that read it.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from pipeline_repo import make_repo, run
+from pipeline_repo import make_repo, merge, run
 from ruamel.yaml import YAML
 
 pytestmark = pytest.mark.slow
@@ -284,12 +287,95 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
             assert len(client.get_metric_history(r.info.run_id, "val_accuracy")) == 2
 
 
+def _kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str) -> None:
+    """Start `dvc repro`; once a resume snapshot matching `snapshot_glob` exists, wait a random moment and
+    kill -9 the whole process group (dvc and its stage), as a power cut or an OOM kill would."""
+    repro = subprocess.Popen(["dvc", "repro"], cwd=root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list(root.glob(snapshot_glob)) and repro.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(random.uniform(0.0, 0.3))  # anywhere in the stage: training, writing outputs, logging
+    if repro.poll() is None:
+        os.killpg(repro.pid, signal.SIGKILL)
+    repro.wait()
+
+
+def test_kill_9_during_pretraining_and_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(
+    pipeline_repo, tmp_path
+):
+    """Killed twice at random moments (pretrain, then a fine-tune), `dvc repro` finishes with every result
+    byte-identical to the uninterrupted run's, no MLflow run left RUNNING and no snapshot left behind."""
+    resumable = merge(json.loads(json.dumps(TINY_PARAMS)), {"train": {"resume_every": 1}})  # not a DVC param
+    env = make_repo(tmp_path, resumable, write_tiny_data)
+    _kill_repro_when(tmp_path, env, ".resume/pretrain/*.pt")
+    _kill_repro_when(tmp_path, env, ".resume/finetune_*/*.pt")
+    run(["dvc", "repro"], tmp_path, env)
+    assert FIRST_RUN and _results(tmp_path) == FIRST_RUN  # the fixture's uninterrupted run
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    runs = client.search_runs([experiment.experiment_id])
+    assert {r.info.status for r in runs} <= {"FINISHED", "KILLED"} and "FINISHED" in {r.info.status for r in runs}
+    assert not list((tmp_path / ".resume").rglob("*.pt"))
+
+
+NETWORK_RECORDER = """
+import os, socket
+_log = os.environ["NETWORK_LOG"]
+
+def _record(what):
+    with open(_log, "a") as handle:
+        handle.write(f"{os.getpid()} {what}\\n")
+
+_connect, _connect_ex, _getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+def connect(self, address):
+    if self.family != socket.AF_UNIX:
+        _record(f"connect {address!r}")
+    return _connect(self, address)
+
+def connect_ex(self, address):
+    if self.family != socket.AF_UNIX:
+        _record(f"connect_ex {address!r}")
+    return _connect_ex(self, address)
+
+def getaddrinfo(host, *args, **kwargs):
+    _record(f"getaddrinfo {host!r}")
+    return _getaddrinfo(host, *args, **kwargs)
+
+socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
+"""
+
+
+def test_a_full_run_opens_no_network_connection(tmp_path):
+    """Every Python process of `dvc repro` (dvc and each stage) records any DNS lookup or socket connection;
+    with the data on disk (here: files), there is none: no MLflow telemetry, no hub, no update check."""
+    env = make_repo(tmp_path / "repo", {**TINY_PARAMS, "pretrain": {**TINY_PARAMS["pretrain"], "max_steps": 2},
+                                         "finetune": {**TINY_PARAMS["finetune"], "epochs": 1, "seeds": [0]}},
+                    write_tiny_data)
+    recorder = tmp_path / "recorder"
+    recorder.mkdir()
+    (recorder / "sitecustomize.py").write_text(NETWORK_RECORDER)
+    log = tmp_path / "network.log"
+    log.write_text("")
+    env = {**env, "PYTHONPATH": f"{recorder}{os.pathsep}{env['PYTHONPATH']}", "NETWORK_LOG": str(log)}
+    probe = subprocess.run([sys.executable, "-c", "import socket; socket.getaddrinfo('localhost', 80)"], env=env)
+    assert probe.returncode == 0 and "getaddrinfo 'localhost'" in log.read_text()  # the recorder works
+    log.write_text("")
+    run(["dvc", "repro"], tmp_path / "repo", env)
+    assert (tmp_path / "repo/metrics/headline.json").is_file()
+    assert log.read_text() == ""
+
+
 def _fingerprint(root: Path) -> dict[str, bytes]:
-    outputs = ["data/prepared", "data/tokenized", "models", "metrics", "plots"]
+    outputs = ["data/inputs", "data/prepared", "data/tokenized", "models", "metrics", "plots"]
     return {str(p): p.read_bytes() for out in outputs for p in sorted((root / out).rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("broken", ["missing file", "empty text", "single class", "bad encoding", "bad column"])
+@pytest.mark.parametrize("broken", ["missing file", "empty text", "single class", "bad encoding", "bad column",
+                                    "vocab too large", "windows too long"])
 def test_a_broken_input_stops_dvc_repro_with_a_clear_message_and_leaves_outputs_intact(pipeline_repo, broken):
     root, env = pipeline_repo
     params_file, before = root / "params.yaml", _fingerprint(root)
@@ -301,14 +387,22 @@ def test_a_broken_input_stops_dvc_repro_with_a_clear_message_and_leaves_outputs_
         "bad encoding": "text,label\na fine film,pos\n".encode() + b"caf\xe9 au lait,neg\n",
         "bad column": "review,label\na fine film,pos\n",
     }
+    bad_params = {"vocab too large": ("vocab_size: 60", "vocab_size: 5000"),  # fails in tokenize unless checked
+                  "windows too long": ("seq_len: 16", "seq_len: 5000")}  # fails in pretrain unless checked
     expected = {"missing file": "raw/nowhere.csv", "empty text": "line 3", "single class": "single class",
-                "bad encoding": "line 3", "bad column": "data.text_column"}
+                "bad encoding": "line 3", "bad column": "data.text_column",
+                "vocab too large": "tokenizer.vocab_size=5000 is too large for this corpus",
+                "windows too long": "fewer than pretrain.seq_len + 1 = 5001"}
     try:
         if broken in contents:
             content = contents[broken]
             bad.write_bytes(content if isinstance(content, bytes) else content.encode())
-        target = "raw/nowhere.csv" if broken == "missing file" else "raw/bad.csv"
-        params_file.write_text(original.replace("raw/labeled.tsv", target))
+        if broken in bad_params:
+            assert original.count(bad_params[broken][0]) == 1
+            params_file.write_text(original.replace(*bad_params[broken]))
+        else:
+            target = "raw/nowhere.csv" if broken == "missing file" else "raw/bad.csv"
+            params_file.write_text(original.replace("raw/labeled.tsv", target))
         result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
         output = result.stdout + result.stderr
         assert result.returncode != 0

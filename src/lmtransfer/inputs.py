@@ -15,28 +15,35 @@ in params.yaml as dependencies itself.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from .checkpoint_import import check_compatible, read_checkpoint_weights
 from .config import Params
 from .data.files import label_file_for
-from .data.prepare import count_corpus, prepare_labeled
+from .data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
+from .errors import ConfigError
 from .data.sources import load_source
 from .input_files import manifest_entry, resolve_input
 from .model import ModelConfig
 from .runtime import select_device
-from .tokenizer import PAD_ID, Tokenizer, existing_tokenizer
+from .tokenizer import PAD_ID, Tokenizer, existing_tokenizer, train_sentencepiece
+
+TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)
+MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers
 
 
-def check_data(params: Params) -> list[dict[str, Any]]:
-    """Read the labeled data and split it (as `prepare` will), scan the corpus; return their manifest entries."""
+def check_data(params: Params) -> tuple[list[dict[str, Any]], LabeledData, CorpusScan]:
+    """Read the labeled data and split it (as `prepare` will), scan the corpus; return their manifest entries,
+    the splits and what the scan found."""
     data = params.data
     raw = load_source(data)
     labeled = prepare_labeled(raw, data)
-    count_corpus(raw, labeled, data)  # streams the corpus once: every line decodes, both parts non-empty
+    # streams the corpus once: every line decodes, both parts non-empty; a small one is kept for a tokenizer trial
+    scan = scan_corpus(raw, labeled, data, keep_chars=TOKENIZER_TRIAL_CHARS)
     if data.source != "files":
-        return [{"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256}]
+        return [{"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256}], labeled, scan
     entries = []
     for name, origin in raw.origins.items():
         key = f"data.{name}"
@@ -46,17 +53,42 @@ def check_data(params: Params) -> list[dict[str, Any]]:
             entries.append(manifest_entry(key, str(labels), labels))
     for path in getattr(raw.corpus, "paths", []):
         entries.append(manifest_entry("data.corpus", str(path), path))
-    return entries
+    return entries, labeled, scan
 
 
-def check_tokenizer(params: Params) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
-    """Load the named tokenizer files (a malformed dictionary line or model stops here)."""
+def check_stream_lengths(params: Params, labeled: LabeledData, scan: CorpusScan) -> None:
+    """Every token stream pretraining cuts into `pretrain.seq_len` windows must hold one; one surely too short
+    (even at the most tokens its characters can give) stops here rather than in `pretrain`."""
+    streams = {f"the corpus's {part} part": (scan.chars[part], scan.lines[part])
+               for part in ("train", "valid")}
+    if params.pretrain.adapt_epochs and not params.pretrain.init_from:
+        for name in ("train", "valid"):
+            texts = labeled.splits[name]["text"]
+            streams[f"the labeled {name} texts (pretrain.adapt_epochs)"] = (int(texts.str.len().sum()), len(texts))
+    for what, (chars, lines) in streams.items():
+        most = MAX_TOKENS_PER_CHAR * chars + 2 * lines  # + each document's BOS and EOS
+        if most < params.pretrain.seq_len + 1:
+            raise ConfigError(
+                f"{what} has {lines:,} lines of {chars:,} characters in all, at most {most:,} tokens: fewer than "
+                f"pretrain.seq_len + 1 = {params.pretrain.seq_len + 1}; lower pretrain.seq_len or add text"
+            )
+
+
+def check_tokenizer(params: Params, scan: CorpusScan) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
+    """Load the named tokenizer files (a malformed dictionary line or model stops here); with none named and a
+    small corpus, train the tokenizer once as a trial, so a `tokenizer.vocab_size` too large stops here."""
     entries = []
     for key in ("model_file", "vocab_file"):
         if getattr(params.tokenizer, key):
             path = resolve_input(getattr(params.tokenizer, key), f"tokenizer.{key}")
             entries.append(manifest_entry(f"tokenizer.{key}", getattr(params.tokenizer, key), path))
-    return existing_tokenizer(params.tokenizer), entries
+    tokenizer = existing_tokenizer(params.tokenizer)
+    if tokenizer is None and scan.train_text is not None:
+        with tempfile.TemporaryDirectory() as directory:
+            corpus = Path(directory) / "corpus_train.txt"
+            corpus.write_text("\n".join(scan.train_text) + "\n", encoding="utf-8")
+            train_sentencepiece(corpus, params.tokenizer)
+    return tokenizer, entries
 
 
 def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
@@ -75,6 +107,7 @@ def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[s
 def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
     select_device(params.train.device)  # train.device=cuda on a machine without CUDA stops here, in one line
-    data = check_data(params)
-    tokenizer, tokenizer_files = check_tokenizer(params)
+    data, labeled, scan = check_data(params)
+    check_stream_lengths(params, labeled, scan)
+    tokenizer, tokenizer_files = check_tokenizer(params, scan)
     return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}

@@ -20,6 +20,7 @@ tokenizer's own files (spm.model, dict.txt, vocab.txt).
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -197,6 +198,19 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
         )
     except RuntimeError as exc:
         message = str(exc)
+        most = re.search(r"value <= (\d+)", message)
+        if most:
+            raise TokenizerError(
+                f"tokenizer.vocab_size={params.vocab_size} is too large for this corpus: sentencepiece can make "
+                f"at most {int(most.group(1)):,} pieces of it; lower tokenizer.vocab_size or add text"
+            ) from None
+        least = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+        if least:
+            raise TokenizerError(
+                f"tokenizer.vocab_size={params.vocab_size} is too small for this corpus: its characters and the "
+                f"special pieces need at least {int(least.group(1)):,}; raise tokenizer.vocab_size "
+                "(or lower tokenizer.character_coverage)"
+            ) from None
         if "Vocabulary size" in message or "vocab_size" in message:
             raise TokenizerError(
                 f"tokenizer.vocab_size={params.vocab_size} is too large for this corpus ({message.strip()}); "

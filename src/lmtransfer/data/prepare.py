@@ -22,6 +22,9 @@ from .prepared import SPLITS, write_prepared_dir
 from .raw import RawData
 
 
+MAX_DOCUMENT_CHARS = 20_000  # a longer corpus line becomes several documents (see split_long_line)
+
+
 def hashed_key(text: str) -> bytes:
     """8 bytes per corpus line instead of the line itself: dedup of a huge corpus stays small."""
     return hashlib.blake2b(dedup_key(text).encode("utf-8"), digest_size=8).digest()
@@ -138,30 +141,44 @@ def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> 
         seen = {hashed_key(convert_held_out(t)) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
     kept = 0
 
-    def accept(document: str) -> tuple[str, str] | None:
+    def accept(line: str) -> list[tuple[str, str]]:
         nonlocal kept
-        document = normalize_text(document)
-        key = hashed_key(document)
-        if not document or key in seen:
-            return None
-        seen.add(key)
-        part = "valid" if _is_validation_line(kept, params.corpus_valid_fraction) else "train"
-        kept += 1
-        return part, document
+        accepted = []
+        for document in split_long_line(normalize_text(line)):
+            key = hashed_key(document)
+            if not document or key in seen:
+                continue
+            seen.add(key)
+            accepted.append(("valid" if _is_validation_line(kept, params.corpus_valid_fraction) else "train", document))
+            kept += 1
+        return accepted
 
     corpus_lines = 0
-    for document in raw.corpus:
+    for line in raw.corpus:
         if params.max_corpus_lines and corpus_lines >= params.max_corpus_lines:
             break
-        item = accept(document)
-        if item:
-            corpus_lines += 1
-            yield item
+        items = accept(line)
+        corpus_lines += bool(items)
+        yield from items
     if params.add_train_to_corpus and comparable:
         for text in labeled.splits["train"]["text"]:
-            item = accept(convert_held_out(text))
-            if item:
-                yield item
+            yield from accept(convert_held_out(text))
+
+
+def split_long_line(line: str, limit: int = MAX_DOCUMENT_CHARS) -> list[str]:
+    """A line of at most `limit` characters as it is; a longer one cut at spaces into documents of at most `limit`.
+
+    The validation hold-out takes whole documents, so one enormous line (a book on one line) would
+    otherwise become all of it, or none. A run of more than `limit` characters without a space is cut
+    where it reaches the limit.
+    """
+    documents = []
+    while len(line) > limit:
+        cut = line.rfind(" ", 1, limit + 1)
+        cut = cut if cut > 0 else limit
+        documents.append(line[:cut].strip())
+        line = line[cut:].strip()
+    return documents + [line]
 
 
 def _is_validation_line(index: int, fraction: float) -> bool:
@@ -188,13 +205,28 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
     return PreparedData(labeled.splits, parts["train"], parts["valid"], labeled.label_names)
 
 
-def count_corpus(raw: RawData, labeled: LabeledData, params: DataParams) -> dict[str, int]:
-    """Lines per corpus part, streamed (what validate runs so an empty corpus stops before prepare)."""
-    lines = {"train": 0, "valid": 0}
-    for part, _ in corpus_documents(raw, labeled, params):
-        lines[part] += 1
-    _check_corpus(lines["train"], lines["valid"])
-    return lines
+@dataclass
+class CorpusScan:
+    """What validate learns from one streamed pass over the corpus: lines and characters per part, and the
+    training part itself when it is small (a tokenizer trial costs next to nothing then)."""
+
+    lines: dict[str, int]
+    chars: dict[str, int]
+    train_text: list[str] | None
+
+
+def scan_corpus(raw: RawData, labeled: LabeledData, params: DataParams, keep_chars: int = 0) -> CorpusScan:
+    """Stream the corpus as `prepare` will (an empty part stops here); keep its training part up to `keep_chars`."""
+    scan = CorpusScan({"train": 0, "valid": 0}, {"train": 0, "valid": 0}, [])
+    for part, document in corpus_documents(raw, labeled, params):
+        scan.lines[part] += 1
+        scan.chars[part] += len(document)
+        if part == "train" and scan.train_text is not None:
+            scan.train_text.append(document)
+            if scan.chars["train"] > keep_chars:
+                scan.train_text = None
+    _check_corpus(scan.lines["train"], scan.lines["valid"])
+    return scan
 
 
 def _check_corpus(n_train: int, n_valid: int) -> None:
