@@ -352,6 +352,7 @@ socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, c
 def test_a_full_run_opens_no_network_connection(tmp_path):
     """Every Python process of `dvc repro` (dvc and each stage) records any DNS lookup or socket connection;
     with the data on disk (here: files), there is none: no MLflow telemetry, no hub, no update check."""
+    (tmp_path / "repo").mkdir()
     env = make_repo(tmp_path / "repo", {**TINY_PARAMS, "pretrain": {**TINY_PARAMS["pretrain"], "max_steps": 2},
                                          "finetune": {**TINY_PARAMS["finetune"], "epochs": 1, "seeds": [0]}},
                     write_tiny_data)
