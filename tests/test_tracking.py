@@ -62,6 +62,50 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
     assert client.get_run(new_id).info.status == "FINISHED"
 
 
+def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_killed(tmp_path, monkeypatch):
+    """Killed between a stage closing its own run and closing the pipeline run: the next stage closes it."""
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    from lmtransfer.tracking import stage_run
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "killed-between")
+    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    killed = subprocess.run(  # dies in the pipeline run's closing call, after the stage's run finished
+        [sys.executable, "-c", "import os, signal\nfrom mlflow import MlflowClient\n"
+         "from lmtransfer.tracking import stage_run\n"
+         "close = MlflowClient.set_terminated\n"
+         "def die_on_pipeline(self, run_id, *a, **k):\n"
+         "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline':\n"
+         "        os.kill(os.getpid(), signal.SIGKILL)\n"
+         "    return close(self, run_id, *a, **k)\n"
+         "MlflowClient.set_terminated = die_on_pipeline\n"
+         "with stage_run('prepare', {}):\n    pass\n"],
+        env={**os.environ}, capture_output=True, text=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    (pipeline,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'pipeline'")
+    (stage,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
+    assert (pipeline.info.status, stage.info.status) == ("RUNNING", "FINISHED")
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
+    try:
+        with stage_run("tokenize", {}):
+            pass
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert client.get_run(pipeline.info.run_id).info.status == "KILLED"
+    running = client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'RUNNING'")
+    assert running == []
+
+
 CI_VARIABLES = ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS", "CI", "CIRCLECI", "GITLAB_CI", "JENKINS_URL", "TRAVIS",
                 "TF_BUILD", "BITBUCKET_BUILD_NUMBER", "CODEBUILD_BUILD_ARN", "BUILDKITE", "TEAMCITY_VERSION",
                 "CLOUD_RUN_EXECUTION", "RUNBOT_HOST_URL", "RUNBOT_BUILD_NAME", "RUNBOT_WORKER_ID")

@@ -146,7 +146,9 @@ def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[s
     if found:
         return found[0].info.run_id
     name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
-    run = client.create_run(experiment_id, run_name=name, tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline"})
+    # The creating stage's process: the parent stays RUNNING only until that stage ends (see close_orphaned_runs).
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline", PROCESS_TAG: _process_tag()})
     params = [Param(key, str(value)) for key, value in _all_params(root).items()]
     for begin in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
         client.log_batch(run.info.run_id, params=params[begin : begin + 100])
@@ -206,12 +208,24 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
     )
     orphans = [run for run in stale if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
     for run in orphans:
-        client.set_terminated(run.info.run_id, status="KILLED")
-        client.set_tag(run.info.run_id, f"{TAG_PREFIX}note", "its process ended without closing the run")
+        _mark_killed(client, run.info.run_id)
         parent_id = run.data.tags.get(PARENT_TAG)
         if parent_id and client.get_run(parent_id).info.status == "RUNNING":  # its pipeline stopped with it
             client.set_terminated(parent_id, status="KILLED")
+    # A pipeline run is RUNNING only until its first stage ends; a kill just after that stage closed its own
+    # run leaves it RUNNING with no stage to find it by, so it is found by the process that created it.
+    pipelines = client.search_runs(
+        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
+    )
+    for run in pipelines:
+        if PROCESS_TAG in run.data.tags and not _is_alive(run.data.tags[PROCESS_TAG]):
+            _mark_killed(client, run.info.run_id)
     return [run.info.run_id for run in orphans]
+
+
+def _mark_killed(client, run_id: str) -> None:
+    client.set_terminated(run_id, status="KILLED")
+    client.set_tag(run_id, f"{TAG_PREFIX}note", "its process ended without closing the run")
 
 
 def log_to_pipeline(metrics: dict[str, float]) -> None:
