@@ -57,7 +57,7 @@ def main() -> None:
         )
         sections, upstream = ("finetune", "train"), run_that_wrote(PRETRAINED)
     else:
-        config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"])
+        config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
         model = Classifier(config, len(label_names), params.finetune.pooling)
         sections, upstream = ("model", "finetune", "train"), None
     inputs = [TOKENIZED] + ([PRETRAINED] if variant == "pretrained" else [])

@@ -1,4 +1,5 @@
-"""Stage pretrain: next-token pretraining of the Transformer LM (or loading `pretrain.init_from`), plus samples."""
+"""Stage pretrain: next-token or masked-token pretraining of the Transformer LM (or loading `pretrain.init_from`),
+plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
@@ -6,15 +7,18 @@ import mlflow
 from lmtransfer.checkpoint import save_checkpoint
 from lmtransfer.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.config import load_params
-from lmtransfer.generation import format_samples, generate_samples
+from lmtransfer.generation import pretraining_samples
 from lmtransfer.input_files import resolve_input
 from lmtransfer.io import write_json, write_text, write_tsv
-from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
+from lmtransfer.model import ModelConfig, count_parameters
+from lmtransfer.objectives import Objective
 from lmtransfer.paths import (
     PARAMS, PRETRAIN_SAMPLES, PRETRAIN_SUMMARY, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, PRETRAINED, TOKENIZED,
     timings_file,
 )
-from lmtransfer.pretrain import adapt_to_task, evaluate_imported, pretrain
+from lmtransfer.pretrain import (
+    adapt_to_task, evaluate_imported, phase_logs, pretrain, pretrain_summary, pretrain_timings,
+)
 from lmtransfer.resume import Snapshots, fingerprint
 from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
@@ -29,9 +33,10 @@ def main() -> None:
     meta = read_tokenized_meta(TOKENIZED)
     train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
     tokenizer = load_tokenizer(TOKENIZED)
+    objective = Objective.from_params(params.pretrain, meta)  # before any work: mlm needs a <mask> token
     device = configure(params.train)
-    config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"])
-    model = LanguageModel(config)
+    config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
+    model = objective.build_model(config)
     weights = None
     if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
         weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
@@ -45,12 +50,14 @@ def main() -> None:
             for note in weights.notes:
                 print(f"pretrain: {note}")
             print(f"pretrain: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
-            result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, device)
+            result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, device, objective)
         else:
-            print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens")
+            print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens, "
+                  f"objective {objective.name}{' + next-sentence prediction' if objective.next_sentence else ''} "
+                  f"({config.attention} attention)")
             result = pretrain(
                 model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
-                log_metrics=mlflow.log_metrics, snapshots=snapshots,
+                log_metrics=mlflow.log_metrics, snapshots=snapshots, objective=objective,
             )
         adaptation = None
         if params.pretrain.adapt_epochs:
@@ -61,41 +68,25 @@ def main() -> None:
             adaptation = adapt_to_task(
                 model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
                 params.train.log_every, log_metrics=mlflow.log_metrics, first_step=result.steps, snapshots=snapshots,
+                objective=objective,
             )
         phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
-        train_log = [{**row, "phase": name} for name, phase in phases for row in phase.train_log]
-        valid_log = [{**row, "phase": name} for name, phase in phases for row in phase.valid_log]
-        samples = generate_samples(model, tokenizer, params.pretrain.prompts, params.pretrain.generate_tokens,
-                                   params.pretrain.temperature, params.pretrain.top_k, device, params.train.seed)
-        sample_text = format_samples(samples)
-        summary = {
-            "val_perplexity": result.valid_log[-1]["val_perplexity"],
-            "val_loss": result.final_val_loss,
-            "initial_val_loss": result.valid_log[0]["val_loss"],
-            "steps": result.steps,
-            "tokens_seen": result.tokens_seen,
-        }
-        if adaptation:
-            summary.update({
-                "task_initial_val_perplexity": adaptation.valid_log[0]["val_perplexity"],
-                "task_val_perplexity": adaptation.valid_log[-1]["val_perplexity"],
-                "adapt_steps": adaptation.steps,
-                "adapt_tokens_seen": adaptation.tokens_seen,
-            })
-        summary.update({"n_parameters": count_parameters(model), **environment_facts()})
-        seconds = sum(phase.seconds for _, phase in phases)
-        timings = {"seconds": round(seconds, 2),
-                   "tokens_per_second": round(sum(p.tokens_seen for _, p in phases) / max(seconds, 1e-9), 1),
-                   "throughput": [row for _, phase in phases for row in phase.throughput]}
+        train_log, valid_log = phase_logs(phases)
+        sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
+                                          device, params.train.seed)
+        summary = {**pretrain_summary(phases, objective), "n_parameters": count_parameters(model),
+                   **environment_facts()}
+        timings = pretrain_timings(phases)
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
-        save_checkpoint(PRETRAINED, model, "language_model", config, **extras)
+        save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras)
         tag_checkpoint(PRETRAINED)
         write_tsv(PRETRAIN_TRAIN_LOG, train_log)
         write_tsv(PRETRAIN_VALID_LOG, valid_log)
         write_text(PRETRAIN_SAMPLES, sample_text)
         write_json(PRETRAIN_SUMMARY, summary)
         write_json(timings_file("pretrain"), timings)
-        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
         mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})
         mlflow.log_text(sample_text, "samples.txt")
         mlflow.log_artifact(str(PRETRAINED))

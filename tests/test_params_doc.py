@@ -47,7 +47,8 @@ def test_the_table_has_one_row_per_key_of_params_yaml_with_the_shipped_value():
 def test_each_section_names_the_stages_that_read_it():
     table = params_table()
     assert "**`data`**, read by `validate`, `prepare`" in table
-    assert "**`pretrain`**, read by `validate` (`init_from`), `pretrain`" in table
+    assert ("**`pretrain`**, read by `validate` (`init_from`, `objective`), `pretrain`, `finetune_scratch@<seed>` "
+            "(`objective`)") in table
     assert "`finetune_pretrained@<seed>` (all but `seeds`)" in table and "`evaluate` (`seeds`)" in table
 
 

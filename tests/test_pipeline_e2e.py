@@ -190,6 +190,11 @@ def test_a_parameter_change_reruns_only_the_stages_that_read_it(pipeline_repo):
                                                                    "finetune_scratch@1"}
     assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == FINETUNES
     assert _stages_to_rerun(root, env, "pretrain.lr", "0.0123") == {"pretrain"}
+    # the objective sets the attention (model.attention: auto), so the scratch twin's architecture changes with it
+    assert _stages_to_rerun(root, env, "pretrain.objective", "mlm") == {"pretrain", "finetune_scratch@0",
+                                                                         "finetune_scratch@1"}
+    assert _stages_to_rerun(root, env, "pretrain.mask_prob", "0.2") == {"pretrain"}
+    assert _stages_to_rerun(root, env, "pretrain.nsp", "true") == {"pretrain"}
     assert _stages_to_rerun(root, env, "tokenizer.vocab_size", "50") == {"tokenize"}
     assert _stages_to_rerun(root, env, "baseline.c_values", "[1.0]") == {"baseline"}
     assert _stages_to_rerun(root, env, "evaluate.bootstrap_samples", "500") == {"evaluate"}
@@ -446,3 +451,29 @@ def test_the_cli_uses_the_pipeline_models(pipeline_repo):
     generated = run([*lmtransfer, "generate", "the film", "--tokens", "5", "--samples", "2"], root, env)
     assert len(generated.strip().splitlines()) == 2
     assert all(line.startswith("the film") for line in generated.strip().splitlines())
+
+
+def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path):
+    """`dvc exp run -S pretrain.objective=mlm` (+ next-sentence prediction): every stage through evaluate and plot,
+    a bidirectional model on both sides of the comparison, fill-in-the-blank samples, `lmtransfer fill`."""
+    env = make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
+    run(["dvc", "exp", "run", "-S", "pretrain.objective=mlm", "-S", "pretrain.nsp=true"], tmp_path, env)
+    summary = json.loads((tmp_path / "metrics/pretrain.json").read_text())
+    assert summary["objective"] == "mlm" and summary["next_sentence"] is True
+    assert 0 <= summary["val_masked_accuracy"] <= 1 and 0 <= summary["val_nsp_accuracy"] <= 1
+    samples = (tmp_path / "metrics/pretrain/samples.txt").read_text()
+    assert samples.startswith("[fill] the film <mask> -> ") and samples.count(" | ") == 4
+    valid_log = (tmp_path / "metrics/pretrain/valid.tsv").read_text().splitlines()
+    assert valid_log[0].split("\t") == ["step", "val_loss", "val_perplexity", "val_masked_accuracy", "val_nsp_loss",
+                                        "val_nsp_accuracy", "phase"]
+    assert json.loads((tmp_path / "metrics/evaluate.json").read_text())["n_seeds"] == 2
+    assert all((tmp_path / "plots" / name).stat().st_size > 0 for name in ("finetune_accuracy.png", "pretrain.png"))
+    code = ("import sys, torch; from lmtransfer.checkpoint import read_torch_file; "
+            "print([read_torch_file(p)['model_config']['causal'] for p in sys.argv[1:]])")
+    checkpoints = ["models/pretrained.pt", "models/finetuned/pretrained/seed0.pt", "models/finetuned/scratch/seed1.pt"]
+    assert run([sys.executable, "-c", code, *checkpoints], tmp_path, env).strip() == "[False, False, False]"
+    filled = run(["lmtransfer", "fill", "the <mask> was great", "--top-k", "3"], tmp_path, env)
+    assert filled.splitlines()[0] == "the <mask> was great" and len(filled.splitlines()) == 4
+    refused = subprocess.run(["lmtransfer", "generate", "the film"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True)
+    assert refused.returncode != 0 and "cannot continue a text left to right" in refused.stderr

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from lmtransfer.config import FinetuneParams, PretrainParams
 from lmtransfer.finetune import finetune
 from lmtransfer.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.objectives import Objective
 from lmtransfer.pretrain import adapt_to_task, pretrain
 from lmtransfer.resume import Snapshots, fingerprint
 from lmtransfer.tokenized import LabeledSplit
@@ -34,10 +36,14 @@ class Interrupted(Exception):
     """Stands in for a kill: raised from the logging callback at a chosen step."""
 
 
-def _pretrain_both_phases(snapshots: Snapshots | None, stop_at: int | None = None, model_seed: int = 0):
+MASKED = {"pad_id": 0, "unk_id": 1, "bos_id": BOS_ID, "eos_id": EOS_ID, "mask_id": 4, "vocab_size": 24}
+
+
+def _pretrain_both_phases(snapshots: Snapshots | None, stop_at: int | None = None, model_seed: int = 0,
+                          objective: Objective = Objective()):
     """The pretrain stage's two phases (corpus, then the task's texts); `stop_at` interrupts at that logged step."""
     torch.manual_seed(model_seed)
-    model = LanguageModel(CONFIG)
+    model = objective.build_model(replace(CONFIG, causal=objective.name == "clm"))
     logged: list[tuple[int, dict]] = []
 
     def log(metrics: dict, step: int) -> None:
@@ -46,9 +52,9 @@ def _pretrain_both_phases(snapshots: Snapshots | None, stop_at: int | None = Non
         logged.append((step, {k: v for k, v in metrics.items() if k != "tokens_per_s"}))
 
     corpus = pretrain(model, CORPUS, CORPUS[:400], PARAMS, CPU, seed=3, log_every=3, log_metrics=log,
-                      snapshots=snapshots)
+                      snapshots=snapshots, objective=objective)
     task = adapt_to_task(model, TASK, TASK[:200], PARAMS, CPU, seed=3, log_every=3, log_metrics=log,
-                         first_step=corpus.steps, snapshots=snapshots)
+                         first_step=corpus.steps, snapshots=snapshots, objective=objective)
     return model, corpus, task, logged
 
 
@@ -80,6 +86,22 @@ def test_pretraining_resumed_after_an_interruption_ends_bit_for_bit_like_an_unin
     # the new run logs the whole curve, the part before the kill included (in another order: MLflow sorts by step)
     assert sorted(map(repr, relogged)) == sorted(map(repr, logged))
     assert len(resumed_corpus.throughput) == len(corpus.throughput)
+
+
+@pytest.mark.parametrize("nsp", [False, True])
+def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tmp_path, nsp):
+    """Masks are drawn from torch's global generator, which the snapshots save: the same tokens are masked."""
+    objective = Objective.from_params(PARAMS.model_copy(update={"objective": "mlm", "nsp": nsp}), MASKED)
+    model, corpus, task, logged = _pretrain_both_phases(None, objective=objective)
+    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
+    for stop_at in (15, 43):  # during the corpus phase, then during the adaptation
+        with pytest.raises(Interrupted):
+            _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
+    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9,
+                                                                                  objective=objective)
+    assert _same_weights(resumed_model, model)
+    assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
+    assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == nsp
 
 
 def test_a_snapshot_of_another_configuration_is_deleted_not_resumed(tmp_path, uninterrupted, capsys):
@@ -185,7 +207,7 @@ def test_a_pretraining_process_killed_at_a_random_step_resumes_to_the_same_weigh
 
     uninterrupted = start(reference, tmp_path / "unused")
     uninterrupted.communicate()
-    kill_at = random.Random().randint(4, 60)
+    kill_at = random.Random().randint(4, 47)  # both phases log 48 steps: the kill lands before the end
     killed = start(resumed, root)
     for line in killed.stdout:
         if int(line) >= kill_at:

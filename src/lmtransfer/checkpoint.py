@@ -18,9 +18,10 @@ from torch import nn
 
 from .errors import CheckpointError
 from .io import atomic_path, require_file
-from .model import Classifier, LanguageModel, ModelConfig
+from .model import Classifier, LanguageModel, MaskedLanguageModel, ModelConfig, fold_segment_a
 
 BASE_PREFIX = "base."
+SEGMENT_EMBEDDING = "segment_embedding.weight"
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, kind: str, config: ModelConfig, **extra: Any) -> None:
@@ -89,8 +90,18 @@ def model_config_of(payload: dict[str, Any]) -> ModelConfig:
     return ModelConfig(**payload["model_config"])
 
 
+def objective_of(payload: dict[str, Any]) -> str:
+    """`clm` or `mlm`: what a language-model checkpoint was pretrained for (older checkpoints: `clm`)."""
+    return payload.get("objective", "clm")
+
+
 def build_language_model(payload: dict[str, Any]) -> LanguageModel:
-    model = LanguageModel(model_config_of(payload))
+    """The pretrained network as it was trained: a causal LM, or a masked LM (with its NSP parts, if any)."""
+    config = model_config_of(payload)
+    if objective_of(payload) == "mlm":
+        model = MaskedLanguageModel(config, next_sentence=payload.get("next_sentence", False))
+    else:
+        model = LanguageModel(config)
     model.load_state_dict(payload["state_dict"])
     return model
 
@@ -115,6 +126,15 @@ def classifier_from_pretrained(
         raise CheckpointError(
             f"the pretrained model pads with id {config.pad_id} but the tokenized data uses {pad_id}; rerun pretrain"
         )
+    if config.causal and pooling == "first":
+        raise CheckpointError("finetune.pooling: first reads position 0, which the pretrained causal model lets "
+                              "see only itself; use last or mean")
+    if not config.causal and pooling == "last":
+        raise CheckpointError("finetune.pooling: last suits a causal model; the pretrained model is bidirectional "
+                              f"(objective {objective_of(payload)}): use first or mean")
     model = Classifier(config, n_classes, pooling)
-    model.base.load_state_dict(base_state(payload["state_dict"]))
+    state = base_state(payload["state_dict"])
+    if SEGMENT_EMBEDDING in payload["state_dict"]:  # pretrained with next-sentence prediction
+        state = fold_segment_a(state, payload["state_dict"][SEGMENT_EMBEDDING])
+    model.base.load_state_dict(state)
     return model

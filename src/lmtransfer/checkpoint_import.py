@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from .checkpoint import BASE_PREFIX, base_state, read_torch_file
+from .checkpoint import BASE_PREFIX, SEGMENT_EMBEDDING, base_state, read_torch_file
 from .errors import CheckpointError
-from .model import LanguageModel, ModelConfig, sinusoidal_positions
+from .model import LanguageModel, ModelConfig, fold_segment_a, sinusoidal_positions
 
 INIT_KEY = "pretrain.init_from"
 
@@ -37,6 +37,7 @@ INIT_KEY = "pretrain.init_from"
 OUR_EMBEDDING = "base.token_embedding.weight"
 OUR_LAYERS = "base.layers.layers."
 OUR_HEAD = "head."
+NEXT_SENTENCE_HEAD = "next_sentence_head."
 ORIGINAL_EMBEDDING = "base.encoder.weight"
 ORIGINAL_POSITIONS = "base.pos_encoder.pe"
 ORIGINAL_LAYERS = "base.transformer_encoder.layers."
@@ -69,6 +70,8 @@ class ImportedWeights:
     notes: list[str] = field(default_factory=list)
     origin: str = "checkpoint"  # the file, so later messages can name it
     n_heads: int | None = None  # only known for our own checkpoints (model_config)
+    causal: bool = True  # attention direction; the original course's model is causal
+    objective: str = "clm"
 
 
 # --- reading --------------------------------------------------------------------------
@@ -106,7 +109,7 @@ def _unwrap(payload: Any, origin: str) -> tuple[dict[str, Any], dict[str, Any], 
     for wrapper_key in ("model_state_dict", "state_dict"):
         inner = payload.get(wrapper_key)
         if isinstance(inner, Mapping):
-            meta = {k: payload[k] for k in ("kind", "model_config") if k in payload}
+            meta = {k: payload[k] for k in ("kind", "model_config", "objective", "next_sentence") if k in payload}
             ignored = [str(k) for k in payload if k != wrapper_key and k not in meta]
             return dict(inner), meta, ignored
     return dict(payload), {}, []
@@ -161,10 +164,19 @@ def _from_original(state: dict[str, Any], origin: str, notes: list[str]) -> dict
 
 
 def _from_ours(state: dict[str, Any], origin: str, notes: list[str]) -> dict[str, Any]:
-    """Our keys already fit; only a stray positional buffer (never saved by now) is checked and dropped."""
+    """Our keys already fit; only a stray positional buffer (never saved by now) is checked and dropped, and a
+    next-sentence model's segment A is folded into the token embedding (its pair-only parts are dropped)."""
     state = dict(state)
     if OUR_POSITIONS in state:
         _check_positions(state.pop(OUR_POSITIONS), state[OUR_EMBEDDING], OUR_POSITIONS, OUR_EMBEDDING, origin)
+    if SEGMENT_EMBEDDING in state and isinstance(state.get(OUR_EMBEDDING), torch.Tensor):
+        folded = fold_segment_a({"token_embedding.weight": state[OUR_EMBEDDING]}, state.pop(SEGMENT_EMBEDDING))
+        state[OUR_EMBEDDING] = folded["token_embedding.weight"]
+        dropped = [key for key in state if key.startswith(NEXT_SENTENCE_HEAD)]
+        for key in dropped:
+            del state[key]
+        notes.append("next-sentence prediction's segment A embedding folded into the token embedding; "
+                     f"dropped {', '.join(dropped)}")
     return state
 
 
@@ -238,6 +250,8 @@ def _assemble(
         notes=notes,
         origin=origin,
         n_heads=_n_heads_of(meta) if layout == "lmtransfer" else None,
+        causal=bool(meta.get("model_config", {}).get("causal", True)) if layout == "lmtransfer" else True,
+        objective=str(meta.get("objective", "clm")),
     )
 
 
@@ -380,6 +394,13 @@ def check_compatible(weights: ImportedWeights, config: ModelConfig, origin: str)
         problems.append(
             f"model_config.n_heads is {weights.n_heads} but model.n_heads is {config.n_heads}: "
             f"set model.n_heads: {weights.n_heads}"
+        )
+    if weights.causal != config.causal:
+        attention = "causal" if weights.causal else "bidirectional"
+        problems.append(
+            f"the checkpoint's attention is {attention} (pretrained with objective {weights.objective}) but "
+            f"pretrain.objective / model.attention give {config.attention}: set pretrain.objective: "
+            f"{weights.objective}"
         )
     if len(problems) == 1:
         raise CheckpointImportError(f"{origin}: {problems[0]}")

@@ -5,6 +5,7 @@
     lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
     lmtransfer params                            # every parameter: default and meaning
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
+    lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
     lmtransfer results                           # test scores and curves of the last `dvc repro`
 """
@@ -145,9 +146,25 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     for letter in ("V", "C", "D", "N", "A", "F"):
         grouped.setdefault(origins[letter], []).append(letter)
     lines = ["; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())]
+    lines.append(attention_line(params, sizes["D"]))
     if have_params and origins["V"] == f"from {meta_file}":
         lines += _stale_vocabulary_note(sizes["V"], params.tokenizer, root, params_file)
     return sizes, "\n".join(lines)
+
+
+def attention_line(params, d_model: int) -> str:
+    """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
+    from .model import ModelConfig, MaskedLanguageModel, count_parameters
+
+    objective = params.pretrain.objective
+    line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "
+            f"(model.attention {params.model.attention}, pretrain.objective {objective})")
+    if params.pretrain.nsp:
+        tiny = MaskedLanguageModel(ModelConfig(1, d_model, 1, 1, 1, causal=False), next_sentence=True)
+        extra = count_parameters(tiny.segment_embedding) + count_parameters(tiny.next_sentence_head)
+        line += (f"; next-sentence prediction adds {extra:,} parameters while pretraining (segment embeddings "
+                 "2 x D, head D x 2 + 2), folded away for the classifier")
+    return line
 
 
 def _stale_vocabulary_note(vocab_size: int, tokenizer, root: Path, params_file: Path) -> list[str]:
@@ -181,17 +198,47 @@ def cmd_params(args: argparse.Namespace) -> None:
 def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
-    from .checkpoint import build_language_model, load_checkpoint
+    from .checkpoint import build_language_model, load_checkpoint, objective_of
     from .generation import continue_prompt
     from .tokenizer import load_tokenizer
 
-    model = build_language_model(load_checkpoint(args.checkpoint, expected_kind="language_model")).eval()
+    payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
+    if objective_of(payload) == "mlm":
+        raise SystemExit(
+            f"error: {args.checkpoint} is a masked language model (pretrain.objective: mlm): it predicts blanks from "
+            f"both sides and cannot continue a text left to right; try lmtransfer fill \"{args.prompt or 'the movie was'} "
+            f"<mask>\""
+        )
+    model = build_language_model(payload).eval()
     tokenizer = load_tokenizer(args.tokenizer)
     generator = torch.Generator().manual_seed(args.seed)
     for _ in range(args.samples):
         continuation = continue_prompt(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k,
                                        generator)
         print(f"{args.prompt}{' ' if args.prompt else ''}{continuation}")
+
+
+def cmd_fill(args: argparse.Namespace) -> None:
+    from .checkpoint import build_language_model, load_checkpoint, objective_of
+    from .generation import MASK_TEXT, fill_blanks, mask_id_of
+    from .tokenizer import load_tokenizer
+
+    if not args.prompt.strip():
+        raise SystemExit(f"error: the prompt is empty: write a text with {MASK_TEXT} where a word is missing")
+    payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
+    if objective_of(payload) != "mlm":
+        raise SystemExit(
+            f"error: {args.checkpoint} is a causal (next-token) language model: it reads only the left context, so "
+            f"it cannot fill a blank from both sides; pretrain with pretrain.objective: mlm, or continue a prompt "
+            f"with `lmtransfer generate`"
+        )
+    model = build_language_model(payload)
+    tokenizer = load_tokenizer(args.tokenizer)
+    prompt = args.prompt if MASK_TEXT in args.prompt else f"{args.prompt} {MASK_TEXT}"
+    for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id_of(tokenizer), args.top_k), 1):
+        print(f"{MASK_TEXT} {number}:" if prompt.count(MASK_TEXT) > 1 else f"{prompt}")
+        for word, probability in blank:
+            print(f"  {probability:.3f}  {word}")
 
 
 HOW_TO_PASS_TEXTS = (
@@ -369,6 +416,17 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
                           help="the tokenized data directory (or a file in it)")
     generate.set_defaults(func=cmd_generate)
+
+    fill = command("fill", "the likeliest words for each <mask> of a prompt, with a masked language model",
+                   "The likeliest words for each <mask> of the prompt (one is appended when it has none), with "
+                   "a checkpoint pretrained with pretrain.objective: mlm.")
+    fill.add_argument("prompt", nargs="?", default="the movie was <mask> good",
+                      help="a text with <mask> where a word is missing")
+    fill.add_argument("--top-k", type=POSITIVE, default=5, help="predictions shown per blank")
+    fill.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED, help="a masked-LM checkpoint")
+    fill.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
+                      help="the tokenized data directory (or a file in it)")
+    fill.set_defaults(func=cmd_fill)
 
     results = command("results", "test scores and validation curves of the last pipeline run")
     results.add_argument("--metrics", type=Path, default=paths.METRICS,

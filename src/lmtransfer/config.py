@@ -161,6 +161,12 @@ class ModelParams(Section):
     n_heads: int = Field(2, ge=1, description="A: attention heads per layer")
     d_ff: int = Field(200, ge=1, description="F: hidden units of each layer's feed-forward block")
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout rate after the embedding and inside every layer")
+    # Attention direction is architecture (the scratch twin must match the pretrained model), but it follows
+    # from the objective: `auto` resolves it from `pretrain.objective`, so one -S switches both.
+    attention: Literal["auto", "causal", "bidirectional"] = Field(
+        "auto", description="`causal` (position i sees positions <= i), `bidirectional` (every position sees the "
+        "whole text), or `auto`: causal for `pretrain.objective: clm`, bidirectional for `mlm`"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "ModelParams":
@@ -208,6 +214,18 @@ class PretrainParams(Section):
     adapt_lr: float = Field(
         1e-3, gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
     )
+    objective: Literal["clm", "mlm"] = Field(
+        "clm", description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
+        "modelling (bidirectional attention; prompts become fill-in-the-blank samples)"
+    )
+    mask_prob: float = Field(
+        0.15, gt=0, lt=1, description="`mlm`: share of each sequence's tokens chosen for prediction (of them 80% "
+        "become `<mask>`, 10% a random token, 10% stay)"
+    )
+    nsp: bool = Field(
+        False, description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
+        "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
+    )
 
 
 class FinetuneParams(Section):
@@ -232,9 +250,9 @@ class FinetuneParams(Section):
         "(1.0 = off; ULMFiT used 0.38)"
     )
     max_len: int = Field(64, ge=3, description="tokens per text; longer texts keep their first `max_len`")
-    pooling: Literal["last", "mean"] = Field(
-        "mean", description="what the head reads: `mean` (of the non-padding tokens) or `last` (the last non-padding "
-        "token)"
+    pooling: Literal["last", "mean", "first"] = Field(
+        "mean", description="what the head reads: `mean` (of the non-padding tokens), `last` (the last non-padding "
+        "token: causal models) or `first` (the begin-of-text token, BERT's [CLS]: bidirectional models)"
     )
     freeze_backbone: bool = Field(False, description="train the head only; the base's weights stay as they are")
     grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
@@ -326,6 +344,39 @@ class Params(Section):
     evaluate: EvaluateParams = EvaluateParams()
     baseline: BaselineParams = BaselineParams()
     plot: PlotParams = PlotParams()
+
+    @property
+    def causal_attention(self) -> bool:
+        """`model.attention` resolved: `auto` follows `pretrain.objective`."""
+        if self.model.attention == "auto":
+            return self.pretrain.objective == "clm"
+        return self.model.attention == "causal"
+
+    @model_validator(mode="after")
+    def _check_objective_fits_model(self) -> "Params":
+        """Refuse combinations that would train something other than what the keys say."""
+        objective, attention = self.pretrain.objective, self.model.attention
+        if objective == "clm" and attention == "bidirectional":
+            raise ValueError("model.attention: bidirectional lets every position see the token it must predict "
+                             "under pretrain.objective: clm (next-token prediction); use causal or auto, or "
+                             "pretrain.objective: mlm")
+        if objective == "mlm" and attention == "causal":
+            raise ValueError("model.attention: causal hides the right context that pretrain.objective: mlm "
+                             "predicts masked tokens from; use bidirectional or auto, or pretrain.objective: clm")
+        if self.pretrain.nsp and objective != "mlm":
+            raise ValueError("pretrain.nsp: true needs pretrain.objective: mlm (next-sentence prediction is "
+                             "BERT's second task)")
+        if self.pretrain.nsp and self.pretrain.seq_len < 8:
+            raise ValueError(f"pretrain.nsp: a sentence pair needs pretrain.seq_len >= 8, got {self.pretrain.seq_len}")
+        pooling = self.finetune.pooling
+        if self.causal_attention and pooling == "first":
+            raise ValueError(f"finetune.pooling: first reads position 0, which a causal model "
+                             f"(pretrain.objective: {objective}) lets see only itself; use last or mean")
+        if not self.causal_attention and pooling == "last":
+            raise ValueError(f"finetune.pooling: last suits a causal model, where only the last token has seen the "
+                             f"whole text; with bidirectional attention (pretrain.objective: {objective}) use "
+                             "first (BERT's [CLS]) or mean")
+        return self
 
     @model_validator(mode="after")
     def _check_tokenizer_fits_data(self) -> "Params":

@@ -28,7 +28,7 @@ from .data.sources import load_source
 from .input_files import manifest_entry, resolve_input
 from .model import ModelConfig
 from .runtime import select_device
-from .tokenizer import PAD_ID, Tokenizer, existing_tokenizer, train_sentencepiece
+from .tokenizer import MASK_PIECE, PAD_ID, Tokenizer, existing_tokenizer, train_sentencepiece
 
 TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)
 MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers
@@ -98,10 +98,24 @@ def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[s
         path = resolve_input(params.pretrain.init_from, "pretrain.init_from")
         vocab_size = tokenizer.vocab_size if tokenizer else params.tokenizer.vocab_size
         pad_id = tokenizer.pad_id if tokenizer else PAD_ID
-        config = ModelConfig.from_params(params.model, vocab_size, pad_id)
+        config = ModelConfig.from_params(params.model, vocab_size, pad_id, params.causal_attention)
         check_compatible(read_checkpoint_weights(path), config, str(path))
         entries.append(manifest_entry("pretrain.init_from", params.pretrain.init_from, path))
     return entries
+
+
+def check_objective(params: Params, tokenizer: Tokenizer | None) -> None:
+    """Masked language modelling needs a `<mask>` id: the tokenizer the pipeline trains reserves one, a given
+    one (None here: trained later) may not."""
+    if params.pretrain.objective == "mlm" and tokenizer is not None and not params.pretrain.init_from:
+        mask_id = tokenizer.piece_id(MASK_PIECE)
+        if mask_id == tokenizer.unk_id:
+            given = "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
+            raise ConfigError(
+                f"pretrain.objective: mlm needs a <mask> token, and the tokenizer {given} names has none; use the "
+                "tokenizer the pipeline trains (tokenizer.model_file and tokenizer.vocab_file '') or "
+                "pretrain.objective: clm"
+            )
 
 
 def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
@@ -110,4 +124,5 @@ def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     data, labeled, scan = check_data(params)
     check_stream_lengths(params, labeled, scan)
     tokenizer, tokenizer_files = check_tokenizer(params, scan)
+    check_objective(params, tokenizer)
     return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}

@@ -1,8 +1,10 @@
 """The Transformer of the experiment, readable in one file.
 
-A causal encoder ("base") shared by two heads: a language-model head for
-pretraining and a classification head for fine-tuning. Transfer learning is
-"keep the base, swap the head".
+An encoder ("base") shared by two heads: a language-model head for pretraining
+and a classification head for fine-tuning. Transfer learning is "keep the base,
+swap the head". The base is causal for next-token prediction (`clm`) and
+bidirectional for BERT's masked language modelling (`mlm`), which may add
+next-sentence prediction (segment embeddings and a binary head on position 0).
 """
 
 from __future__ import annotations
@@ -25,14 +27,21 @@ class ModelConfig:
     d_ff: int = 200
     dropout: float = 0.1
     pad_id: int = 0
+    causal: bool = True  # position i attends to positions <= i only; False: to every non-padding position
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def attention(self) -> str:
+        return "causal" if self.causal else "bidirectional"
+
     @classmethod
-    def from_params(cls, model_params: Any, vocab_size: int, pad_id: int) -> "ModelConfig":
-        """The network `params.yaml`'s `model.*` describes over a tokenizer's id space (V and padding id)."""
-        return cls(vocab_size=vocab_size, pad_id=pad_id, **model_params.model_dump())
+    def from_params(cls, model_params: Any, vocab_size: int, pad_id: int, causal: bool = True) -> "ModelConfig":
+        """The network `params.yaml`'s `model.*` describes over a tokenizer's id space (V and padding id);
+        `causal` is the resolved `model.attention` (`Params.causal_attention`)."""
+        shape = {k: v for k, v in model_params.model_dump().items() if k != "attention"}
+        return cls(vocab_size=vocab_size, pad_id=pad_id, causal=causal, **shape)
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
@@ -68,7 +77,7 @@ def causal_mask(seq_len: int, device: torch.device | None = None) -> torch.Tenso
 
 
 class TransformerBase(nn.Module):
-    """Embedding x sqrt(D) + positions, dropout, N post-norm causal encoder layers."""
+    """Embedding x sqrt(D) + positions, dropout, N post-norm encoder layers (causal unless config says not)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -89,9 +98,18 @@ class TransformerBase(nn.Module):
 
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) -> hidden states (B, T, D). padding_mask is True at padding."""
-        x = self.token_embedding(ids) * math.sqrt(self.config.d_model)
+        return self.encode(self.embed(ids), padding_mask)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings x sqrt(D): where next-sentence prediction adds its segment embeddings."""
+        return self.token_embedding(ids) * math.sqrt(self.config.d_model)
+
+    def encode(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Embedded tokens (B, T, D) -> hidden states: positions, dropout, the layers."""
         x = self.dropout(self.positions(x))
-        mask = causal_mask(ids.size(1), ids.device)
+        if not self.config.causal:
+            return self.layers(x, src_key_padding_mask=padding_mask)
+        mask = causal_mask(x.size(1), x.device)
         return self.layers(x, mask=mask, src_key_padding_mask=padding_mask, is_causal=True)
 
 
@@ -109,6 +127,10 @@ class LanguageModel(nn.Module):
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self(ids)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+    def losses(self, ids: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What the training loop reads: `loss` (the one it minimises) and any other measurements."""
+        return {"loss": self.loss(ids, targets)}
 
     @torch.no_grad()
     def generate(
@@ -138,6 +160,66 @@ class LanguageModel(nn.Module):
         return ids
 
 
+IGNORE_INDEX = -100  # a target that is not scored (cross_entropy's default ignore_index)
+
+
+class MaskedLanguageModel(LanguageModel):
+    """BERT's objective: a bidirectional base predicts the masked tokens from both sides (`masking.py` chooses
+    them); with `next_sentence`, segment embeddings and a binary head on position 0 also tell whether the
+    second segment followed the first in the corpus.
+
+    The segment embeddings live here, not in the base, so the base (and so the classifier and its parameter
+    count) is the same network for every objective; `fold_segment_a` carries segment A into a classifier.
+    """
+
+    def __init__(self, config: ModelConfig, next_sentence: bool = False):
+        if config.causal:
+            raise ValueError("a masked language model needs bidirectional attention (ModelConfig.causal=False)")
+        super().__init__(config)
+        self.next_sentence = next_sentence
+        if next_sentence:
+            self.segment_embedding = nn.Embedding(2, config.d_model)
+            self.next_sentence_head = nn.Linear(config.d_model, 2)
+
+    def hidden(self, ids: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.base.embed(ids)
+        if self.next_sentence:
+            x = x + self.segment_embedding(segments if segments is not None else torch.zeros_like(ids))
+        return self.base.encode(x, ids.eq(self.base.config.pad_id))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.hidden(ids))
+
+    def losses(
+        self, ids: torch.Tensor, targets: torch.Tensor, segments: torch.Tensor | None = None,
+        is_next: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Cross-entropy at the masked positions only (targets IGNORE_INDEX elsewhere): the head runs on those
+        alone. With `is_next`, plus next-sentence prediction's cross-entropy; `loss` is their sum."""
+        hidden = self.hidden(ids, segments)
+        chosen = targets.ne(IGNORE_INDEX)
+        logits = self.head(hidden[chosen]).float()
+        masked = F.cross_entropy(logits, targets[chosen])
+        out = {"loss": masked, "masked_accuracy": (logits.argmax(-1) == targets[chosen]).float().mean()}
+        if is_next is not None:
+            nsp_logits = self.next_sentence_head(hidden[:, 0]).float()
+            nsp_loss = F.cross_entropy(nsp_logits, is_next)
+            out.update(loss=masked + nsp_loss, masked_loss=masked, nsp_loss=nsp_loss,
+                       nsp_accuracy=(nsp_logits.argmax(-1) == is_next).float().mean())
+        return out
+
+    def generate(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise ValueError("a masked language model (pretrain.objective: mlm) fills in blanks from both sides; it "
+                         "cannot continue a text left to right: use `lmtransfer fill \"the movie was <mask> good\"`")
+
+
+def fold_segment_a(base_state: dict[str, torch.Tensor], segment_embedding: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A base state for one-segment inputs (a classifier's): segment A's vector folded into the token embedding,
+    exact because E x sqrt(D) + s = (E + s / sqrt(D)) x sqrt(D). The base keeps its plain shape and size."""
+    embedding = base_state["token_embedding.weight"]
+    return {**base_state, "token_embedding.weight": embedding + segment_embedding[0] / math.sqrt(embedding.size(1))}
+
+
 def pool_last_token(hidden: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
     """The last non-padding position: the only one that has seen the whole (right-padded) text."""
     last = (~padding_mask).sum(dim=1) - 1
@@ -150,7 +232,13 @@ def pool_mean(hidden: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
     return (hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
 
 
-POOLING = {"last": pool_last_token, "mean": pool_mean}
+def pool_first_token(hidden: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+    """Position 0, the begin-of-text token every text starts with: BERT's [CLS]. Only a bidirectional base
+    lets it see the text after it."""
+    return hidden[:, 0]
+
+
+POOLING = {"last": pool_last_token, "mean": pool_mean, "first": pool_first_token}
 
 
 class Classifier(nn.Module):

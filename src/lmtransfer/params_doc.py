@@ -27,7 +27,7 @@ SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "data": {"validate": None, "prepare": None},
     "tokenizer": {"validate": None, "tokenize": None},
     "model": {"validate": None, "pretrain": None, "finetune_scratch": None},
-    "pretrain": {"validate": ("init_from",), "pretrain": None},
+    "pretrain": {"validate": ("init_from", "objective"), "pretrain": None, "finetune_scratch": ("objective",)},
     "finetune": {
         "finetune_pretrained": _FINETUNE_RECIPE,
         "finetune_scratch": _FINETUNE_RECIPE,

@@ -1,4 +1,4 @@
-"""Language-model pretraining: next-token prediction on packed sequences (`datasets.PackedBatches`).
+"""Language-model pretraining: next-token or masked-token prediction (`objectives.Objective`).
 
 The loop reads top to bottom: batches, loss, one clipped AdamW step, logging every
 `log_every` steps, validation every `eval_every` steps. A second phase (ULMFiT's
@@ -17,7 +17,8 @@ import torch
 
 from .config import PretrainParams
 from .datasets import PackedBatches
-from .model import LanguageModel
+from .model import IGNORE_INDEX, LanguageModel
+from .objectives import Objective
 from .optim import make_optimizer, optimizer_step, warmup_cosine
 from .progress import progress_bar
 from .resume import Snapshots, rng_state, set_rng_state
@@ -32,17 +33,36 @@ def _no_log(metrics: dict[str, float], step: int) -> None:
 
 
 @torch.no_grad()
-def evaluate_lm(model: LanguageModel, batches: PackedBatches, max_batches: int, device: torch.device) -> float:
-    """Mean next-token cross-entropy over fixed validation windows."""
+def evaluate_lm(model: LanguageModel, batches, max_batches: int, device: torch.device) -> dict[str, float]:
+    """Each of `model.losses` averaged over fixed validation batches: per scored token (the loss, masked
+    accuracy), per sentence pair (`nsp_*`)."""
     model.eval()
-    total, count = 0.0, 0
-    for inputs, targets in batches.sequential(max_batches):
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for batch in batches.sequential(max_batches):
+        batch = [tensor.to(device) for tensor in batch]
         with autocast(device):
-            loss = model.loss(inputs.to(device), targets.to(device))
-        total += float(loss) * targets.numel()
-        count += targets.numel()
+            losses = model.losses(*batch)
+        scored = int(batch[1].ne(IGNORE_INDEX).sum())
+        for key, value in losses.items():
+            weight = batch[0].size(0) if key.startswith("nsp") else scored
+            sums[key] = sums.get(key, 0.0) + float(value) * weight
+            counts[key] = counts.get(key, 0) + weight
     model.train()
-    return total / max(1, count)
+    return {key: total / max(1, counts[key]) for key, total in sums.items()}
+
+
+def validation_row(model: LanguageModel, valid_sets: tuple, max_batches: int, device: torch.device) -> dict:
+    """val_loss and val_perplexity (of the next token, or of the masked tokens), then the objective's extras."""
+    windows, pairs = valid_sets
+    scores = evaluate_lm(model, windows, max_batches, device)
+    row = {"val_loss": scores["loss"], "val_perplexity": math.exp(min(scores["loss"], 50.0))}
+    if "masked_accuracy" in scores:
+        row["val_masked_accuracy"] = scores["masked_accuracy"]
+    if pairs is not None:
+        pair_scores = evaluate_lm(model, pairs, max_batches, device)
+        row.update(val_nsp_loss=pair_scores["nsp_loss"], val_nsp_accuracy=pair_scores["nsp_accuracy"])
+    return row
 
 
 @dataclass
@@ -60,18 +80,18 @@ class PretrainResult:
 
 
 def evaluate_imported(
-    model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams, device: torch.device
+    model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams, device: torch.device,
+    objective: Objective = Objective(),
 ) -> PretrainResult:
     """For a loaded checkpoint (`pretrain.init_from`): no training, the same loss measurements at step 0."""
     model.to(device)
-    train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, what="the corpus's training part")
-    valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, what="the corpus's validation part")
-    train_loss = evaluate_lm(model, train_batches, params.eval_batches, device)
-    val_loss = evaluate_lm(model, valid_batches, params.eval_batches, device)
+    train_sets = objective.valid_batches(train_ids, params, 0, "the corpus's training part")
+    valid_sets = objective.valid_batches(valid_ids, params, 0, "the corpus's validation part")
+    train_loss = evaluate_lm(model, train_sets[0], params.eval_batches, device)["loss"]
     return PretrainResult(
         steps=0,
         train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
-        valid_log=[{"step": 0, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}],
+        valid_log=[{"step": 0, **validation_row(model, valid_sets, params.eval_batches, device)}],
     )
 
 
@@ -89,6 +109,7 @@ class _Position:
     window_loss: float = 0.0  # the current logging window's sums
     window_batches: int = 0
     window_tokens: int = 0
+    window_extras: dict[str, float] = field(default_factory=dict)  # the objective's other measurements
 
 
 def pretrain(
@@ -105,14 +126,16 @@ def pretrain(
     data_name: str = "the corpus",
     snapshots: Snapshots | None = None,
     phase: str = "corpus",
+    objective: Objective = Objective(),
 ) -> PretrainResult:
-    """Next-token training; logged steps count from `first_step` (a second phase continues the first's curve).
+    """Language-model training (`objective`: next-token by default); logged steps count from `first_step` (a second
+    phase continues the first's curve).
 
     With `snapshots`, the state is saved every `snapshots.every` steps and at the end under `phase`, and a
     matching snapshot is resumed from: its logged rows are logged again, so the new MLflow run is complete.
     """
-    train_batches = PackedBatches(train_ids, params.seq_len, params.batch_size, seed, f"{data_name}'s training part")
-    valid_batches = PackedBatches(valid_ids, params.seq_len, params.batch_size, seed, f"{data_name}'s validation part")
+    train_batches = objective.train_batches(train_ids, params, seed, f"{data_name}'s training part")
+    valid_sets = objective.valid_batches(valid_ids, params, seed, f"{data_name}'s validation part")
     steps = total_steps(params, train_batches)
     model.to(device).train()
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
@@ -121,10 +144,9 @@ def pretrain(
     epoch_order = train_batches.generator.get_state()  # the generator before the current epoch drew its order
 
     def validate(step: int) -> None:
-        val_loss = evaluate_lm(model, valid_batches, params.eval_batches, device)
-        row = {"step": first_step + step, "val_loss": val_loss, "val_perplexity": math.exp(min(val_loss, 50.0))}
-        result.valid_log.append(row)
-        log_metrics({"val_loss": val_loss, "val_perplexity": row["val_perplexity"]}, first_step + step)
+        scores = validation_row(model, valid_sets, params.eval_batches, device)
+        result.valid_log.append({"step": first_step + step, **scores})
+        log_metrics(scores, first_step + step)
 
     def snapshot(done: bool) -> None:
         snapshots.save(phase, {
@@ -153,17 +175,20 @@ def pretrain(
         if at.batch == 0:  # a new epoch; a resumed one replays its order from the saved generator state
             at.epoch += 1
             epoch_order = train_batches.generator.get_state()
-        for inputs, targets in train_batches.epoch(skip=at.batch):
-            inputs, targets = inputs.to(device), targets.to(device)
+        for batch in train_batches.epoch(skip=at.batch):
+            batch = [tensor.to(device) for tensor in batch]  # inputs, targets[, segments, is_next]
             with autocast(device):
-                loss = model.loss(inputs, targets)
-            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+                losses = model.losses(*batch)
+            optimizer_step(losses["loss"], model, optimizer, scheduler, params.grad_clip)
             at.step += 1
             at.batch += 1
-            at.window_loss += loss.item()
+            at.window_loss += losses["loss"].item()
+            for key, value in losses.items():
+                if key != "loss":
+                    at.window_extras[key] = at.window_extras.get(key, 0.0) + value.item()
             at.window_batches += 1
-            at.window_tokens += targets.numel()
-            result.tokens_seen += targets.numel()
+            at.window_tokens += batch[0].numel()
+            result.tokens_seen += batch[0].numel()
             if at.step % log_every == 0 or at.step == steps:
                 elapsed = time.perf_counter() - window_start
                 row = {
@@ -171,6 +196,7 @@ def pretrain(
                     "epoch": at.epoch,
                     "train_loss": at.window_loss / at.window_batches,
                     "lr": scheduler.get_last_lr()[0],
+                    **{f"train_{key}": total / at.window_batches for key, total in at.window_extras.items()},
                 }
                 tokens_per_s = at.window_tokens / max(elapsed, 1e-9)
                 result.train_log.append(row)
@@ -178,7 +204,7 @@ def pretrain(
                 log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
                             first_step + at.step)
                 progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
-                at.window_loss, at.window_batches, at.window_tokens = 0.0, 0, 0
+                at.window_loss, at.window_batches, at.window_tokens, at.window_extras = 0.0, 0, 0, {}
                 window_start = time.perf_counter()
             if at.step % params.eval_every == 0 and at.step != steps:
                 validate(at.step)
@@ -205,7 +231,7 @@ def _log_again(result: PretrainResult, log_metrics: MetricsLogger) -> None:
         log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": speeds[row["step"]]},
                     row["step"])
     for row in result.valid_log:
-        log_metrics({"val_loss": row["val_loss"], "val_perplexity": row["val_perplexity"]}, row["step"])
+        log_metrics({k: v for k, v in row.items() if k != "step"}, row["step"])
 
 
 def adapt_to_task(
@@ -219,15 +245,65 @@ def adapt_to_task(
     log_metrics: MetricsLogger = _no_log,
     first_step: int = 0,
     snapshots: Snapshots | None = None,
+    objective: Objective = Objective(),
 ) -> PretrainResult:
     """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused.
 
     The general corpus teaches language; this phase teaches the kind of text the classifier will read.
-    `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps.
+    `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps; masked
+    language modelling adapts without next-sentence prediction (the task's texts are independent sentences).
     """
     steps = params.adapt_epochs * PackedBatches(train_texts, params.seq_len, params.batch_size,
                                                 what=TASK_TEXTS).steps_per_epoch()
     phase = params.model_copy(update={"epochs": params.adapt_epochs, "max_steps": 0, "lr": params.adapt_lr,
                                       "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
-                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task")
+                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task",
+                    objective=objective.without_next_sentence())
+
+
+Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted
+
+
+def phase_logs(phases: Phases) -> tuple[list[dict], list[dict]]:
+    """The train and validation rows of every phase, tagged with it (`metrics/pretrain/*.tsv`); a column one phase
+    lacks (next-sentence scores during the adaptation) is left empty in its rows."""
+    logs = []
+    for which in ("train_log", "valid_log"):
+        rows = [{**row, "phase": name} for name, phase in phases for row in getattr(phase, which)]
+        columns = list(dict.fromkeys(key for row in rows for key in row if key != "phase")) + ["phase"]
+        logs.append([{key: row.get(key, "") for key in columns} for row in rows])
+    return logs[0], logs[1]
+
+
+def pretrain_summary(phases: Phases, objective: Objective) -> dict:
+    """`metrics/pretrain.json`: where the corpus phase ended (and the adaptation, if any)."""
+    result = phases[0][1]
+    summary = {
+        "objective": objective.name,
+        "next_sentence": objective.next_sentence,
+        "val_perplexity": result.valid_log[-1]["val_perplexity"],
+        "val_loss": result.final_val_loss,
+        "initial_val_loss": result.valid_log[0]["val_loss"],
+        "steps": result.steps,
+        "tokens_seen": result.tokens_seen,
+    }
+    summary.update({key: value for key, value in result.valid_log[-1].items()  # the objective's extras
+                    if key.startswith(("val_masked", "val_nsp"))})
+    if len(phases) > 1:
+        adaptation = phases[1][1]
+        summary.update({
+            "task_initial_val_perplexity": adaptation.valid_log[0]["val_perplexity"],
+            "task_val_perplexity": adaptation.valid_log[-1]["val_perplexity"],
+            "adapt_steps": adaptation.steps,
+            "adapt_tokens_seen": adaptation.tokens_seen,
+        })
+    return summary
+
+
+def pretrain_timings(phases: Phases) -> dict:
+    """Seconds and tokens/s, kept apart from the results (`timings/`, MLflow)."""
+    seconds = sum(phase.seconds for _, phase in phases)
+    return {"seconds": round(seconds, 2),
+            "tokens_per_second": round(sum(p.tokens_seen for _, p in phases) / max(seconds, 1e-9), 1),
+            "throughput": [row for _, phase in phases for row in phase.throughput]}
