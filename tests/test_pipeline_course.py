@@ -252,7 +252,7 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
         assert f"Running stage '{stage}'" not in back
     assert _files(root, *results) == before  # restored byte for byte, the git-tracked metrics included
     shown = json.loads(_dvc(["metrics", "show", "--json"], root, env).splitlines()[-1])
-    workspace = shown["workspace"]["data"]
+    workspace = next(iter(shown.values()))["data"]
     summary = json.loads((root / "metrics/finetune/scratch/seed0.json").read_text())
     assert workspace["metrics/finetune/scratch/seed0.json"]["data"]["best_val_accuracy"] == summary[
         "best_val_accuracy"]
