@@ -64,8 +64,9 @@ def main() -> None:
     snapshots = Snapshots(stage, fingerprint(stage, params.sections(*sections), inputs, device),
                           params.train.resume_every)
     with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
+        trainable = count_parameters(model.head) if params.finetune.freeze_backbone else count_parameters(model)
         mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
-                         "n_parameters": count_parameters(model)})
+                         "n_parameters": count_parameters(model), "n_trainable_parameters": trainable})
         mlflow.log_param("seed", seed)
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
         result = finetune(

@@ -1,4 +1,5 @@
-"""Stage tokenize: train (or load) the tokenizer, encode corpus and labeled splits to id arrays.
+"""Stage tokenize: train (or load) the tokenizer, encode the labeled splits (data/tokenized/) and the corpus
+(data/tokenized_corpus/) to id arrays.
 
 (Not named tokenize.py: that would shadow the standard library module of the same name.)
 """
@@ -7,7 +8,7 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 import mlflow
 
 from lmtransfer.config import load_params
-from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED
+from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenize_data import tokenize_prepared
 from lmtransfer.tracking import stage_run
@@ -24,7 +25,8 @@ def main() -> None:
         mlflow.set_tag("tokenizer_scheme", meta["scheme"])
         for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
             mlflow.log_artifact(str(artifact))
-    print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED}")
+    print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED} "
+          f"(tokenizer, labeled splits), {TOKENIZED_CORPUS} (corpus)")
 
 
 if __name__ == "__main__":

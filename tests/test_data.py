@@ -22,8 +22,10 @@ from lmtransfer.data.movies_en import (
     read_movie_reviews,
 )
 from lmtransfer.data.pinned import verify_checksum
-from lmtransfer.data.prepare import deduplicate_labeled, prepare, stratified_split, write_prepared
-from lmtransfer.data.prepared import SPLITS, read_split
+from lmtransfer.data.prepare import (
+    deduplicate_labeled, describe_removals, prepare, prepare_labeled, stratified_split, write_prepared,
+)
+from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.data.raw import RawData
 from lmtransfer.errors import DataSourceError, EmptySplitError
 from lmtransfer.text import dedup_key
@@ -323,13 +325,15 @@ def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
         back = read_split(out, name)
         assert back["text"].tolist() == splits[name]["text"].tolist()
         assert back["label"].map(meta["label_names"].__getitem__).tolist() == splits[name]["label"].tolist()
-    assert (out / "corpus_train.txt").read_text(encoding="utf-8").splitlines() == corpus[1:]
-    assert (out / "corpus_valid.txt").read_text(encoding="utf-8").splitlines() == corpus[:1]
+    corpus_out = tmp_path / "prepared_corpus"  # the corpus beside the labeled folder, never inside it
+    assert (corpus_out / "corpus_train.txt").read_text(encoding="utf-8").splitlines() == corpus[1:]
+    assert (corpus_out / "corpus_valid.txt").read_text(encoding="utf-8").splitlines() == corpus[:1]
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "test.tsv", "train.tsv", "valid.tsv"]
     assert meta["examples"] == {"train": len(TRICKY), "valid": 2, "test": 2}
     assert meta["examples_per_class"]["train"] == {"neg": 6, "pos": 5}
-    assert meta["corpus_lines"] == {"train": 2, "valid": 1}
-    assert meta["labeled_format"] == meta["corpus_format"] == "text"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]  # no temporary directory left
+    assert read_corpus_meta(out)["corpus_lines"] == {"train": 2, "valid": 1}
+    assert meta["labeled_format"] == read_corpus_meta(out)["corpus_format"] == "text"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
 
 
 def test_write_prepared_replaces_an_existing_directory(tmp_path):
@@ -340,4 +344,59 @@ def test_write_prepared_replaces_an_existing_directory(tmp_path):
     write_prepared(RawData(splits=splits, corpus=["c", "d"]), DataParams(), out, source="files")
     assert not (out / "stale.tsv").exists()
     assert read_split(out, "test")["text"].tolist() == ["test a", "test b"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]
+
+
+# --- given splits: a published test set stays the published test set ------------------------------------------
+
+
+def _given_splits() -> dict[str, pd.DataFrame]:
+    train = [("good book", "1"), ("Good   BOOK", "1"), ("dull plot", "0"), ("in valid too", "1"),
+             ("IN TEST TOO", "0"), ("in both", "1"), ("fine read", "1"), ("slow start", "0"), ("torn pages", "0")]
+    valid = [("in valid too", "1"), ("valid again", "0"), ("valid again", "0"), ("in both", "1"), ("also test", "1")]
+    test = [("in test too", "0"), ("test twice", "1"), ("Test  twice", "1"), ("in both", "1"), ("also test", "0"),
+            ("test twice", "0")]  # a repeat with the other label: kept too, the file is the benchmark
+    return {name: pd.DataFrame(rows, columns=["text", "label"]) for name, rows in
+            (("train", train), ("valid", valid), ("test", test))}
+
+
+def test_given_valid_and_test_are_kept_row_for_row_and_only_train_loses_repeats_and_overlaps(tmp_path):
+    """The course's 2,000 test reviews became 1,965 (35 repeats dropped): no longer the published test set."""
+    given = _given_splits()
+    raw = RawData(splits=given, corpus=["a corpus line", "another corpus line", "a third one"])
+    labeled = prepare_labeled(raw, DataParams(valid_fraction=0.3, test_fraction=0.3))
+
+    for name in ("valid", "test"):  # every row, in order, whitespace normalised only
+        split = labeled.splits[name]
+        assert split["text"].tolist() == [" ".join(t.split()) for t in given[name]["text"]]
+        assert [labeled.label_names[k] for k in split["label"]] == given[name]["label"].tolist()
+    assert labeled.splits["train"]["text"].tolist() == ["good book", "dull plot", "fine read", "slow start",
+                                                        "torn pages"]  # the fractions carve nothing from it
+    assert labeled.removed == {"duplicates_train": 1, "train_texts_also_in_valid": 2, "train_texts_also_in_test": 2,
+                               "train_texts_also_in_valid_or_test": 3}
+    assert labeled.kept_as_given == {"valid": {"rows": 5, "repeated_rows": 1, "rows_also_in_test": 2},
+                                     "test": {"rows": 6, "repeated_rows": 2}}
+
+    meta = write_prepared(raw, DataParams(), tmp_path / "prepared", source="files")
+    assert read_prepared_meta(tmp_path / "prepared") == meta
+    assert meta["examples"] == {"train": 5, "valid": 5, "test": 6}
+    assert meta["removed"] == labeled.removed and meta["kept_as_given"] == labeled.kept_as_given
+    assert describe_removals(meta) == [
+        "train: 1 repeated or label-conflicting texts removed, 3 texts also in valid or test removed (2 in valid, "
+        "2 in test)",
+        "valid: kept as given, 5 rows (1 repeat an earlier row, 2 also in test); none removed",
+        "test: kept as given, 6 rows (2 repeat an earlier row); none removed",
+    ]
+
+
+def test_a_given_test_split_alone_keeps_its_rows_and_valid_is_carved_from_deduplicated_train():
+    given = _given_splits()
+    rows = [(f"train text {i}", str(i % 2)) for i in range(20)] + [("train text 3", "1"), ("test twice", "1")]
+    raw = RawData(splits={"train": pd.DataFrame(rows, columns=["text", "label"]), "test": given["test"]}, corpus=[])
+    labeled = prepare_labeled(raw, DataParams(valid_fraction=0.2))
+    assert len(labeled.splits["test"]) == 6
+    assert labeled.removed == {"duplicates_train": 1, "train_texts_also_in_valid_or_test": 1}
+    assert labeled.kept_as_given == {"test": {"rows": 6, "repeated_rows": 2}}
+    assert len(labeled.splits["valid"]) == 4 and len(labeled.splits["train"]) == 16
+    carved = set(labeled.splits["valid"]["text"]) | set(labeled.splits["train"]["text"])
+    assert len(carved) == 20  # carved splits: deduplicated and disjoint, as before

@@ -23,7 +23,7 @@ from lmtransfer.checkpoint import save_checkpoint
 from lmtransfer.checkpoint_import import CheckpointImportError
 from lmtransfer.config import ConfigError, parse_params
 from lmtransfer.data.prepare import prepare, prepare_labeled, write_prepared
-from lmtransfer.data.prepared import read_split
+from lmtransfer.data.prepared import read_corpus_meta, read_split
 from lmtransfer.data.sources import load_source
 from lmtransfer.errors import DataSourceError, EmptySplitError, InputFileError, SplitError
 from lmtransfer.inputs import check_inputs
@@ -169,7 +169,8 @@ def test_pieces_with_a_fairseq_dictionary_tokenize_to_the_dictionary_ids(tmp_pat
         ("data.train", "train.spm"), ("data.train", "train.label"), ("tokenizer.vocab_file", "dict.txt")]
 
     prepared_meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
-    assert prepared_meta["labeled_format"] == "pieces" and prepared_meta["corpus_format"] == "pieces"
+    assert prepared_meta["labeled_format"] == "pieces"
+    assert read_corpus_meta(tmp_path / "prepared")["corpus_format"] == "pieces"
     warnings: list[str] = []
     meta = tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=warnings.append)
 
@@ -178,7 +179,10 @@ def test_pieces_with_a_fairseq_dictionary_tokenize_to_the_dictionary_ids(tmp_pat
     assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
     on_disk = json.loads((tmp_path / "tokenized" / "meta.json").read_text(encoding="utf-8"))
     assert on_disk["pad_id"] == 1
-    assert set(on_disk["unknown_rate"]) == {"corpus_train", "corpus_valid", "train", "valid", "test"}
+    assert set(on_disk["unknown_rate"]) == {"train", "valid", "test"}  # the corpus's are in tokenized_corpus/
+    corpus_meta = json.loads((tmp_path / "tokenized_corpus" / "meta.json").read_text(encoding="utf-8"))
+    assert set(corpus_meta["unknown_rate"]) == {"corpus_train", "corpus_valid"}
+    assert set(meta["unknown_rate"]) == {"corpus_train", "corpus_valid", "train", "valid", "test"}  # the log's view
 
     expected_id = {piece: 4 + index for index, piece in enumerate(DICTIONARY_PIECES)}
     for name in ("train", "valid", "test"):
@@ -194,7 +198,27 @@ def test_pieces_with_a_fairseq_dictionary_tokenize_to_the_dictionary_ids(tmp_pat
         unknown = sum(p == UNKNOWN_PIECE for p in pieces)
         assert on_disk["unknown_rate"][name] == round(unknown / len(pieces), 6)
     assert on_disk["unknown_rate"]["train"] > 0
-    assert np.load(tmp_path / "tokenized" / "corpus_train.npy")[0] == 0
+    assert np.load(tmp_path / "tokenized_corpus" / "corpus_train.npy")[0] == 0
+
+
+def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_data_byte_identical(tmp_path):
+    """What DVC compares: a corpus edit must not change data/prepared or data/tokenized, or every stage reading
+    them (finetune_scratch, baseline) reruns for bit-identical results."""
+    write_pieces_data()
+    write_dictionary("dict.txt")
+    outputs = {}
+    for corpus in ("▁Un ▁petit ▁film\n▁Un ▁livre\n▁très ▁bon\n", "▁mauvais ▁film\n▁Un ▁bon ▁livre\n. ▁Un\n"):
+        Path("corpus.spm").write_text(corpus, encoding="utf-8")
+        params = files_params(train="train.spm", format="pieces", corpus=["corpus.spm"], corpus_format="pieces",
+                              tokenizer={"vocab_file": "dict.txt"})
+        write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
+        tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=lambda line: None)
+        outputs[corpus] = {name: snapshot(tmp_path / name) for name in
+                           ("prepared", "prepared_corpus", "tokenized", "tokenized_corpus")}
+    first, second = outputs.values()
+    assert first["prepared"] == second["prepared"] and first["tokenized"] == second["tokenized"]
+    assert first["prepared_corpus"] != second["prepared_corpus"]
+    assert first["tokenized_corpus"]["corpus_train.npy"] != second["tokenized_corpus"]["corpus_train.npy"]
 
 
 def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(tmp_path, capsys):
@@ -464,15 +488,17 @@ def test_write_prepared_that_fails_on_the_labels_leaves_the_previous_output_byte
     params = files_params(train="train.csv")
     out = tmp_path / "data" / "prepared"
     write_prepared(load_source(params.data), params.data, out, "files")
-    before = snapshot(out)
-    assert set(before) >= {"train.tsv", "valid.tsv", "test.tsv", "corpus_train.txt", "corpus_valid.txt", "meta.json"}
+    before = snapshot(out.parent)
+    assert set(before) == {"prepared/train.tsv", "prepared/valid.tsv", "prepared/test.tsv", "prepared/meta.json",
+                           "prepared_corpus/corpus_train.txt", "prepared_corpus/corpus_valid.txt",
+                           "prepared_corpus/meta.json"}
 
     write_csv("train.csv", reviews(["pos"], per_class=10))
     with pytest.raises(SplitError, match="single class"):
         write_prepared(load_source(params.data), params.data, out, "files")
 
-    assert snapshot(out) == before
-    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared"]  # no temporary directory left
+    assert snapshot(out.parent) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
 
 
 def test_write_prepared_that_fails_while_writing_the_corpus_leaves_the_previous_output_byte_identical(tmp_path):
@@ -480,14 +506,14 @@ def test_write_prepared_that_fails_while_writing_the_corpus_leaves_the_previous_
     out = tmp_path / "data" / "prepared"
     params = files_params(train="train.csv")
     write_prepared(load_source(params.data), params.data, out, "files")
-    before = snapshot(out)
+    before = snapshot(out.parent)
 
     no_corpus = files_params(train="train.csv", add_train_to_corpus=False)
     with pytest.raises(EmptySplitError, match="pretraining corpus has 0 usable lines"):
         write_prepared(load_source(no_corpus.data), no_corpus.data, out, "files")
 
-    assert snapshot(out) == before
-    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared"]
+    assert snapshot(out.parent) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared", "prepared_corpus"]
 
 
 def run_validate_stage(workdir: Path) -> subprocess.CompletedProcess:

@@ -10,9 +10,8 @@ import torch
 from lmtransfer.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.config import ConfigError, PretrainParams, parse_params
-from lmtransfer.datasets import MaskedWindows, SentencePairs
 from lmtransfer.errors import CheckpointError
-from lmtransfer.masking import TokenMasker
+from lmtransfer.masking import MaskedWindows, SentencePairs, TokenMasker
 from lmtransfer.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.objectives import Objective
 from lmtransfer.pretrain import pretrain

@@ -94,8 +94,8 @@ def test_a_second_run_from_scratch_gives_byte_identical_results(pipeline_repo, t
 def test_every_stage_writes_its_outputs(pipeline_repo):
     root, env = pipeline_repo
     for path in [
-        "data/prepared/train.tsv", "data/prepared/corpus_train.txt", "data/prepared/meta.json",
-        "data/tokenized/spm.model", "data/tokenized/corpus_train.npy", "data/tokenized/test.npz",
+        "data/prepared/train.tsv", "data/prepared_corpus/corpus_train.txt", "data/prepared/meta.json",
+        "data/tokenized/spm.model", "data/tokenized_corpus/corpus_train.npy", "data/tokenized/test.npz",
         "models/pretrained.pt", *[f"models/finetuned/{v}/seed{s}.pt" for v in VARIANTS for s in (0, 1)],
         "metrics/pretrain.json", "metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv",
         "metrics/pretrain/samples.txt", *[f"metrics/finetune/{v}/seed{s}.{e}" for v in VARIANTS for s in (0, 1)
@@ -122,11 +122,13 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
     assert gap["accuracy_mean"] == pytest.approx(
         evaluation["pretrained"]["accuracy_mean"] - evaluation["scratch"]["accuracy_mean"])
     assert gap["ci95_low"] <= gap["accuracy_mean"] <= gap["ci95_high"] and 0 < gap["p_value"] <= 1
-    headline = json.loads((root / "metrics/headline.json").read_text())  # the only declared metrics file
+    headline = json.loads((root / "metrics/headline.json").read_text())  # the answer's one metrics file
     assert headline["gap"] == gap["accuracy_mean"] and headline["n_seeds"] == 2
     assert headline["lm_val_ppl"] == json.loads((root / "metrics/pretrain.json").read_text())["val_perplexity"]
     shown = json.loads(run(["dvc", "metrics", "show", "--json"], root, env))
-    assert [list(rev["data"]) for rev in shown.values()] == [["metrics/headline.json"]]
+    declared = ["metrics/headline.json", "metrics/pretrain.json",  # + the training stages' (for the run-cache)
+                *[f"metrics/finetune/{v}/seed{s}.json" for v in VARIANTS for s in (0, 1)]]
+    assert [sorted(rev["data"]) for rev in shown.values()] == [sorted(declared)]
     baseline = json.loads((root / "metrics/baseline.json").read_text())
     assert evaluation["baseline"]["accuracy"] == baseline["accuracy"] and baseline["best_c"] in (0.5, 2.0)
     epochs = (root / "metrics/finetune/scratch/seed1.tsv").read_text().splitlines()
@@ -376,7 +378,8 @@ def test_a_full_run_opens_no_network_connection(tmp_path):
 
 
 def _fingerprint(root: Path) -> dict[str, bytes]:
-    outputs = ["data/inputs", "data/prepared", "data/tokenized", "models", "metrics", "plots"]
+    outputs = ["data/inputs", "data/prepared", "data/prepared_corpus", "data/tokenized", "data/tokenized_corpus",
+               "models", "metrics", "plots"]
     return {str(p): p.read_bytes() for out in outputs for p in sorted((root / out).rglob("*")) if p.is_file()}
 
 

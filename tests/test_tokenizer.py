@@ -170,9 +170,16 @@ def tokenized(tmp_path_factory):
 def test_tokenize_prepared_writes_the_expected_files(tokenized):
     _, out, meta, _ = tokenized
     names = {p.name for p in out.iterdir()}
-    expected = {MODEL_FILE, "vocab.txt", "meta.json", "corpus_train.npy", "corpus_valid.npy"}
-    assert expected | {f"{name}.npz" for name in SPLITS} == names
-    assert read_json(out / "meta.json") == meta
+    expected = {MODEL_FILE, "vocab.txt", "meta.json"}
+    assert expected | {f"{name}.npz" for name in SPLITS} == names  # the corpus is not here: a fine-tune never reads it
+    assert {p.name for p in out.with_name("tokenized_corpus").iterdir()} == {"corpus_train.npy", "corpus_valid.npy",
+                                                                            "meta.json"}
+    on_disk, corpus_meta = read_json(out / "meta.json"), read_json(out.with_name("tokenized_corpus") / "meta.json")
+    assert set(on_disk["tokens"]) == set(SPLITS) and set(corpus_meta["tokens"]) == {"corpus_train", "corpus_valid"}
+    for key in ("tokens", "unknown_rate"):  # the stage's log shows both
+        assert meta[key] == {**corpus_meta[key], **on_disk[key]}
+    assert {k: v for k, v in meta.items() if k not in ("tokens", "unknown_rate")} == {
+        k: v for k, v in on_disk.items() if k not in ("tokens", "unknown_rate")}
     assert len((out / "vocab.txt").read_text(encoding="utf-8").splitlines()) == VOCAB
     assert load_tokenizer(out).model_bytes == load_tokenizer(out / MODEL_FILE).model_bytes
 
@@ -185,10 +192,10 @@ def test_tokenize_prepared_meta_describes_the_vocabulary_and_counts(tokenized):
     assert meta["mask_id"] == sp.piece_to_id(MASK_PIECE)
     assert meta["label_names"] == ["neg", "pos"]
     for name in ("corpus_train", "corpus_valid"):
-        ids = np.load(out / f"{name}.npy")
+        ids = np.load(out.with_name("tokenized_corpus") / f"{name}.npy")
         assert ids.dtype == np.uint16
         assert meta["tokens"][name] == ids.size
-        lines = (prepared / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+        lines = (prepared.with_name("prepared_corpus") / f"{name}.txt").read_text(encoding="utf-8").splitlines()
         assert int((ids == BOS_ID).sum()) == int((ids == EOS_ID).sum()) == len(lines) > 0
         assert meta["unknown_rate"][name] == 0.0
     assert meta["examples"] == sizes

@@ -19,11 +19,11 @@ from lmtransfer.checkpoint import (
 )
 from lmtransfer.config import FinetuneParams, PretrainParams
 from lmtransfer.datasets import PackedBatches, classification_batches, pad_batch
-from lmtransfer.finetune import finetune
+from lmtransfer.finetune import describe_trainable, finetune, set_backbone_frozen
 from lmtransfer.inference import predict
 from lmtransfer.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.optim import make_optimizer, warmup_cosine
+from lmtransfer.optim import make_optimizer, warmup_constant, warmup_cosine
 from lmtransfer.pretrain import pretrain
 from lmtransfer.tokenized import LabeledSplit
 from lmtransfer.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -288,6 +288,60 @@ def test_perfect_predictions_score_one():
 
 
 # --- learning-rate schedule ----------------------------------------------------------------
+
+
+def test_constant_schedule_keeps_the_base_rate_after_its_warm_up_in_every_group():
+    """The course's schedule: no decay (its lr is 3e-4 on the last step as on the first)."""
+    parameters = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+    optimizer = torch.optim.SGD([{"params": [parameters[0]], "lr": 3e-4}, {"params": [parameters[1]], "lr": 9e-3}])
+    scheduler = warmup_constant(optimizer, warmup_steps=0)
+    rates = []
+    for _ in range(50):
+        rates.append(scheduler.get_last_lr())
+        optimizer.step()
+        scheduler.step()
+    assert all(rate == [3e-4, 9e-3] for rate in rates)
+    optimizer = torch.optim.SGD([parameters[0]], lr=1.0)
+    scheduler = warmup_constant(optimizer, warmup_steps=4)
+    rates = []
+    for _ in range(8):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0])
+
+
+def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate():
+    model = Classifier(CLS_CONFIG, n_classes=2, pooling="last")
+    seen: list[float] = []
+    original_step = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original_step(self, *args, **kwargs)
+
+    ids = np.arange(4, 4 + 16 * 6) % 20 + 4
+    split = LabeledSplit(ids.astype(np.int64), np.arange(0, 16 * 6 + 1, 6), np.arange(16) % 2)
+    params = FinetuneParams(epochs=2, batch_size=4, lr=3e-4, schedule="constant", warmup_steps=0,
+                            head_lr_multiplier=1.0, weight_decay=0.0, max_len=8)
+    torch.optim.AdamW.step = recording_step
+    try:
+        finetune(model, split, split, params, torch.device("cpu"), seed=0)
+    finally:
+        torch.optim.AdamW.step = original_step
+    assert len(seen) == 8 and set(seen) == {3e-4}
+
+
+def test_the_frozen_backbone_log_line_counts_the_trainable_parameters_in_both_variants():
+    model = Classifier(CLS_CONFIG, n_classes=2, pooling="last")
+    total = sum(p.numel() for p in model.parameters())
+    assert describe_trainable(model, False, "finetune_scratch@0") == (
+        f"finetune_scratch@0: {total:,} trainable of {total:,} parameters")
+    set_backbone_frozen(model, True)
+    head = sum(p.numel() for p in model.head.parameters())
+    line = describe_trainable(model, True, "finetune_scratch@0")
+    assert line.startswith(f"finetune_scratch@0: {head:,} trainable of {total:,} parameters (")
+    assert "frozen in both variants" in line and "scratch model trains a head on random features" in line
 
 
 def test_warmup_then_cosine_decay_to_the_floor():

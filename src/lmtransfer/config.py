@@ -239,8 +239,8 @@ class FinetuneParams(Section):
     )
     batch_size: int = Field(32, ge=1, description="texts per step")
     lr: float = Field(
-        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer: linear warm-up, then cosine "
-        "decay to a tenth of it"
+        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer (its course over the steps: "
+        "`finetune.schedule`)"
     )
     # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
     # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
@@ -254,10 +254,17 @@ class FinetuneParams(Section):
         "mean", description="what the head reads: `mean` (of the non-padding tokens), `last` (the last non-padding "
         "token: causal models) or `first` (the begin-of-text token, BERT's [CLS]: bidirectional models)"
     )
-    freeze_backbone: bool = Field(False, description="train the head only; the base's weights stay as they are")
+    freeze_backbone: bool = Field(
+        False, description="train the head only; the base's weights stay as they are. Both variants: the scratch "
+        "model then trains a head on random features (a fair control)"
+    )
     grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
-    warmup_steps: int = Field(20, ge=0, description="steps of linear learning-rate warm-up")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (0 = plain Adam, step for step)")
+    warmup_steps: int = Field(20, ge=0, description="steps of linear learning-rate warm-up (0 = none)")
+    schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="after the warm-up: `cosine` decay to a tenth of `lr` at the last step, or `constant` "
+        "(the original course's: `lr` throughout)"
+    )
 
     @field_validator("seeds")
     @classmethod

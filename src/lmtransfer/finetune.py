@@ -17,8 +17,8 @@ from torch.nn import functional as F
 from .config import FinetuneParams
 from .datasets import classification_batches
 from .inference import predict
-from .model import Classifier
-from .optim import make_optimizer, optimizer_step, warmup_cosine
+from .model import Classifier, count_parameters
+from .optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
 from .progress import progress_bar
 from .resume import Snapshots, rng_state, set_rng_state
 from .runtime import autocast
@@ -57,6 +57,16 @@ def set_backbone_frozen(model: Classifier, frozen: bool) -> None:
         parameter.requires_grad = not frozen
 
 
+def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
+    """The log line that says what actually learns: with a frozen backbone, the head alone, in both variants."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    line = f"{desc}: {trainable:,} trainable of {count_parameters(model):,} parameters"
+    if frozen:
+        line += (" (finetune.freeze_backbone: the base is frozen in both variants, so the scratch model trains a "
+                 "head on random features: the control for the pretrained model's head on learned ones)")
+    return line
+
+
 def finetune(
     model: Classifier,
     train: LabeledSplit,
@@ -75,7 +85,11 @@ def finetune(
     groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
     optimizer = make_optimizer(groups, params.lr, params.weight_decay)
     steps_per_epoch = -(-len(train) // params.batch_size)
-    scheduler = warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs)
+    if params.schedule == "constant":
+        scheduler = warmup_constant(optimizer, params.warmup_steps)
+    else:
+        scheduler = warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs)
+    print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
     generator = np.random.default_rng(seed)
     result, done = FinetuneResult(), 0
     saved = snapshots.load("epochs") if snapshots else None

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from .config import PretrainParams
-from .datasets import MaskedWindows, PackedBatches, SentencePairs
+from .datasets import PackedBatches
 from .errors import ConfigError
-from .masking import TokenMasker
+from .masking import MaskedWindows, SentencePairs, TokenMasker
 from .model import LanguageModel, MaskedLanguageModel, ModelConfig
 
 

@@ -1,4 +1,5 @@
-"""What pretraining and fine-tuning share: AdamW with warm-up and cosine decay, one clipped step."""
+"""What pretraining and fine-tuning share: AdamW with warm-up and cosine decay (or a constant rate), one clipped
+step."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_ste
             return (step + 1) / warmup_steps
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int):
+    """Linear warm-up to the base lr, then the base lr unchanged (the original course trained at a constant rate)."""
+
+    def factor(step: int) -> float:
+        return (step + 1) / warmup_steps if warmup_steps and step < warmup_steps else 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 

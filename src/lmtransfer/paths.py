@@ -1,15 +1,17 @@
 """Where each stage reads and writes, relative to the repository root (mirrors dvc.yaml).
 
-The inside of `data/prepared/` and `data/tokenized/` belongs to `data.prepared` and
-`tokenized`, the modules that write and read those folders.
+The inside of `data/prepared/` and `data/tokenized/` (and of their `*_corpus` siblings) belongs
+to `data.prepared` and `tokenized`, the modules that write and read those folders.
 """
 
 from pathlib import Path
 
 PARAMS = Path("params.yaml")
 INPUTS = Path("data/inputs")  # what the validate stage checked: external files and hashes, one manifest per reader
-PREPARED = Path("data/prepared")
-TOKENIZED = Path("data/tokenized")
+PREPARED = Path("data/prepared")  # the labeled splits (fine-tuning, baseline)
+PREPARED_CORPUS = Path("data/prepared_corpus")  # the pretraining corpus, apart: a corpus change reruns no fine-tune
+TOKENIZED = Path("data/tokenized")  # the tokenizer and the labeled splits as ids
+TOKENIZED_CORPUS = Path("data/tokenized_corpus")  # the corpus as ids: only pretraining reads it
 MODELS = Path("models")
 PRETRAINED = MODELS / "pretrained.pt"
 FINETUNED = MODELS / "finetuned"  # <variant>/seed<N>.pt, one per fine-tuning stage

@@ -14,10 +14,10 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .config import TokenizerParams
-from .data.prepared import SPLITS, corpus_path, read_corpus, read_prepared_meta, read_split
+from .data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
 from .io import atomic_directory
 from .progress import progress_bar
-from .tokenized import LabeledSplit, write_corpus_part, write_labeled_split, write_tokenized_meta
+from .tokenized import LabeledSplit, corpus_dir, write_corpus_part, write_labeled_split, write_tokenized_meta
 from .tokenizer import (
     MASK_PIECE,
     SentencePieceTokenizer,
@@ -52,9 +52,14 @@ def _counting_unknown(chunks, unk_id: int, counts: dict[str, int]) -> Iterator[n
 def tokenize_prepared(
     prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0, warn: Callable[[str], None] = print
 ) -> dict:
-    """Encode everything `prepare` wrote into `out_dir` (written whole or not at all)."""
+    """Encode everything `prepare` wrote: the labeled splits and the tokenizer into `out_dir`, the corpus into
+    `corpus_dir(out_dir)` (each written whole or not at all). Returns both metas merged, for the log.
+
+    The labeled folder holds nothing about the corpus, so with a given tokenizer a corpus change leaves it
+    byte-identical and DVC reruns no stage that reads only the labeled data.
+    """
     prepared = read_prepared_meta(prepared_dir)
-    corpus_pieces = prepared.get("corpus_format") == "pieces"
+    corpus_pieces = read_corpus_meta(prepared_dir).get("corpus_format") == "pieces"
     labeled_pieces = prepared.get("labeled_format") == "pieces"
     tokenizer = build_tokenizer(prepared_dir, params, seed)
     meta = {
@@ -67,17 +72,20 @@ def tokenize_prepared(
         "unknown_rate": {},
         "examples": {},
     }
+    corpus_meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
     dtype = id_dtype(tokenizer.vocab_size)
-    with atomic_directory(out_dir) as tmp:
-        save_tokenizer(tokenizer, tmp)
+    with atomic_directory(corpus_dir(out_dir)) as tmp:
         for part in ("train", "valid"):
             name = f"corpus_{part}"
             counts = {"unknown": 0, "framing": 0}
             lines = progress_bar(iterable=read_corpus(prepared_dir, part), desc=name, unit=" lines")
             chunks = _counting_unknown(encode_stream(tokenizer, lines, pieces=corpus_pieces), tokenizer.unk_id, counts)
             total = write_corpus_part(tmp, part, chunks, dtype)
-            meta["tokens"][name] = total
-            meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
+            corpus_meta["tokens"][name] = total
+            corpus_meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
+        write_tokenized_meta(tmp, corpus_meta)
+    with atomic_directory(out_dir) as tmp:
+        save_tokenizer(tokenizer, tmp)
         for name in SPLITS:
             split = read_split(prepared_dir, name)
             ids, offsets = encode_for_classification(tokenizer, split["text"], pieces=labeled_pieces)
@@ -87,8 +95,10 @@ def tokenize_prepared(
             pieces = ids.size - len(split)
             meta["unknown_rate"][name] = round(int(np.count_nonzero(ids == tokenizer.unk_id)) / max(pieces, 1), 6)
         write_tokenized_meta(tmp, meta)
-    for name, rate in meta["unknown_rate"].items():
+    merged = {**meta, "tokens": {**corpus_meta["tokens"], **meta["tokens"]},
+              "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]}}
+    for name, rate in merged["unknown_rate"].items():
         if rate > UNKNOWN_WARNING:
             warn(f"tokenize: warning: {rate:.1%} of the pieces of '{name}' are not in the vocabulary "
                  "(mapped to the unknown id); does the tokenizer fit this data?")
-    return meta
+    return merged

@@ -1,11 +1,17 @@
-"""The `data/tokenized/` folder's id arrays, written and read here only.
+"""The `data/tokenized/` folder's id arrays and its sibling `data/tokenized_corpus/`, written and read here only.
 
-    corpus_train.npy corpus_valid.npy  the corpus as one flat id array per part (memory-mapped on read)
-    train.npz valid.npz test.npz       a labeled split: flat ids, offsets (n+1), labels
-    meta.json                          vocabulary size, special ids, label names, counts, unknown rates
+    data/tokenized/                    what fine-tuning, evaluation and plots read
+        train.npz valid.npz test.npz   a labeled split: flat ids, offsets (n+1), labels
+        meta.json                      vocabulary size, special ids, label names, split counts, unknown rates
+    data/tokenized_corpus/             what pretraining alone reads
+        corpus_train.npy corpus_valid.npy  the corpus as one flat id array per part (memory-mapped on read)
+        meta.json                          token counts and unknown rates of the two parts
 
-The tokenizer's own files sit beside them (`tokenizer.save_tokenizer`). Nothing here
-needs torch or the tokenizer, so a stage that only reads ids imports neither.
+The tokenizer's own files sit beside the labeled splits (`tokenizer.save_tokenizer`). The corpus
+folder is the labeled folder's sibling `<name>_corpus` (`corpus_dir`): a corpus change leaves
+`data/tokenized/` byte-identical (when the tokenizer does not change), so the scratch fine-tune
+is not rerun. Nothing here needs torch or the tokenizer, so a stage that only reads ids imports
+neither.
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ from .errors import EmptySplitError
 from .io import read_json, require_file, write_json
 
 META = "meta.json"
+
+
+def corpus_dir(directory: Path) -> Path:
+    """Where the corpus ids of the tokenized folder `directory` live: `data/tokenized` -> `data/tokenized_corpus`."""
+    directory = Path(directory)
+    return directory.with_name(f"{directory.name}_corpus")
 
 
 def _corpus_file(directory: Path, part: str) -> Path:
@@ -91,8 +103,9 @@ def read_tokenized_meta(directory: Path) -> dict[str, Any]:
 
 
 def load_corpus(directory: Path, part: str) -> np.ndarray:
-    """One corpus part, memory-mapped: a corpus larger than memory is never copied whole."""
-    return np.load(require_file(_corpus_file(directory, part), "tokenized corpus"), mmap_mode="r")
+    """One corpus part of the tokenized folder `directory` (read from its `_corpus` sibling), memory-mapped: a
+    corpus larger than memory is never copied whole."""
+    return np.load(require_file(_corpus_file(corpus_dir(directory), part), "tokenized corpus"), mmap_mode="r")
 
 
 def load_labeled_split(directory: Path, name: str) -> LabeledSplit:

@@ -8,7 +8,7 @@ from which every valid/test text is removed.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -67,21 +67,44 @@ def stratified_split(labels: np.ndarray, valid_fraction: float, test_fraction: f
 class LabeledData:
     splits: dict[str, pd.DataFrame]  # text (str), label (int class id)
     label_names: list[str]
-    removed: dict[str, int]  # what deduplication and leak removal dropped, for the record
+    removed: dict[str, int]  # what deduplication and leak removal dropped from train, for the record
+    kept_as_given: dict[str, dict[str, int]] = field(default_factory=dict)  # per given split: rows, repeats, overlaps
+
+
+def keep_as_given(table: pd.DataFrame) -> pd.DataFrame:
+    """A given valid/test split, row for row: only whitespace is normalised (a tab would break the TSV).
+
+    A published test set must stay the published test set, repeats and all, or its numbers compare with nothing.
+    """
+    return table[["text", "label"]].assign(text=table["text"].map(normalize_text)).reset_index(drop=True)
+
+
+def repeated_rows(texts: pd.Series) -> int:
+    """Rows whose text (case and spacing ignored) already occurred in an earlier row."""
+    return int(texts.map(dedup_key).duplicated().sum())
+
+
+def _shared(texts: pd.Series, other: pd.Series) -> pd.Series:
+    return texts.map(dedup_key).isin(set(other.map(dedup_key)))
 
 
 def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
-    """Deduplicate each split, drop train texts that also sit in valid/test, carve missing splits."""
-    given = {name: deduplicate_labeled(table) for name, table in raw.splits.items()}
-    removed = {f"duplicates_{name}": len(raw.splits[name]) - len(table) for name, table in given.items()}
-    train = given["train"]
-    held_out = {dedup_key(t) for name in ("valid", "test") if name in given for t in given[name]["text"]}
-    leaked = train["text"].map(dedup_key).isin(held_out)
+    """Given valid/test splits kept row for row; train deduplicated and stripped of every text that is also in a
+    held-out split; missing splits carved from what remains (deduplicated, so disjoint)."""
+    given = {name: keep_as_given(raw.splits[name]) for name in ("valid", "test") if name in raw.splits}
+    train = deduplicate_labeled(raw.splits["train"])
+    removed = {"duplicates_train": len(raw.splits["train"]) - len(train)}
+    kept_as_given: dict[str, dict[str, int]] = {}
+    for name, table in given.items():
+        kept_as_given[name] = {"rows": len(table), "repeated_rows": repeated_rows(table["text"])}
     if "valid" in given and "test" in given:
-        test_keys = set(given["test"]["text"].map(dedup_key))
-        in_test = given["valid"]["text"].map(dedup_key).isin(test_keys)
-        removed["valid_texts_also_in_test"] = int(in_test.sum())
-        given["valid"] = given["valid"][~in_test].reset_index(drop=True)
+        kept_as_given["valid"]["rows_also_in_test"] = int(_shared(given["valid"]["text"], given["test"]["text"]).sum())
+    leaked = pd.Series(False, index=train.index)
+    for name, table in given.items():
+        in_split = _shared(train["text"], table["text"])
+        if len(given) > 1:
+            removed[f"train_texts_also_in_{name}"] = int(in_split.sum())
+        leaked |= in_split
     removed["train_texts_also_in_valid_or_test"] = int(leaked.sum())
     train = train[~leaked].reset_index(drop=True)
 
@@ -110,7 +133,23 @@ def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
     splits = {name: splits[name] for name in SPLITS}
     for name, split in splits.items():
         _check_split(name, split, label_names, len(train), raw.origins.get(name))
-    return LabeledData(splits, label_names, removed)
+    return LabeledData(splits, label_names, removed, kept_as_given)
+
+
+def describe_removals(meta: dict) -> list[str]:
+    """Log lines from the prepared meta: what left train, and what the given splits hold (repeats, overlaps) that a
+    reader of their numbers should know."""
+    removed = meta["removed"]
+    per_split = [f"{removed[key]} in {key.removeprefix('train_texts_also_in_')}" for key in removed
+                 if key in ("train_texts_also_in_valid", "train_texts_also_in_test")]
+    lines = [f"train: {removed['duplicates_train']} repeated or label-conflicting texts removed, "
+             f"{removed['train_texts_also_in_valid_or_test']} texts also in valid or test removed"
+             + (f" ({', '.join(per_split)})" if per_split else "")]
+    for name, facts in meta.get("kept_as_given", {}).items():
+        also = f", {facts['rows_also_in_test']} also in test" if "rows_also_in_test" in facts else ""
+        lines.append(f"{name}: kept as given, {facts['rows']} rows ({facts['repeated_rows']} repeat an earlier row"
+                     f"{also}); none removed")
+    return lines
 
 
 def _check_split(name: str, split: pd.DataFrame, label_names: list[str], n_train: int, origin: str | None) -> None:
@@ -238,11 +277,13 @@ def _check_corpus(n_train: int, n_valid: int) -> None:
 
 
 def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str) -> dict:
-    """Split, stream the corpus and write `data/prepared/` (see `prepared`); returns its meta."""
+    """Split, stream the corpus and write `data/prepared/` and `data/prepared_corpus/` (see `prepared`); returns the
+    labeled folder's meta."""
     labeled = prepare_labeled(raw, params)
     description = {"source": source, "labeled_format": "pieces" if raw.labeled_pieces else "text",
                    "corpus_format": "pieces" if raw.corpus_pieces else "text"}
     return write_prepared_dir(
         out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params), description,
         labeled.removed, check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]),
+        kept_as_given=labeled.kept_as_given,
     )
