@@ -1,5 +1,6 @@
 """Stage baseline: TF-IDF + logistic regression on the same splits, the reference line for every result."""
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 

@@ -9,6 +9,7 @@ runs only that seed's two fine-tunes.
 
 import argparse
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 

@@ -1,5 +1,6 @@
 """Stage plot: the experiment's figures from the metrics files."""
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 

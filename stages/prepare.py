@@ -1,6 +1,7 @@
 """Stage prepare: raw source -> labeled splits (given ones kept as given, train deduplicated and leak-free, missing
 ones carved) in data/prepared/ + the pretraining corpus in data/prepared_corpus/."""
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 

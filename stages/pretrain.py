@@ -1,6 +1,7 @@
 """Stage pretrain: next-token or masked-token pretraining of the Transformer LM (or loading `pretrain.init_from`),
 plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 

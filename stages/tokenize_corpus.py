@@ -4,6 +4,7 @@
 (Not named tokenize.py: that would shadow the standard library module of the same name.)
 """
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 

@@ -4,6 +4,7 @@ Runs on every `dvc repro` (always_changed) and takes a second or so; a broken
 input stops the pipeline here, with every earlier output still in place.
 """
 
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 from lmtransfer.config import load_params
 from lmtransfer.inputs import check_inputs

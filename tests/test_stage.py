@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from lmtransfer.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
@@ -46,3 +49,24 @@ def test_every_expected_error_shares_one_base():
 
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     assert all(issubclass(c, LmtransferError) for c in classes)
+
+
+def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path):
+    """`dvc exp run --temp/--queue` runs the stages in a copy; the editable install points at the main checkout."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "stages").mkdir()
+    shutil.copy(repo / "stages" / "_checkout.py", tmp_path / "stages")
+    (tmp_path / "src" / "lmtransfer").mkdir(parents=True)
+    (tmp_path / "src" / "lmtransfer" / "__init__.py").write_text("WHERE = 'the copy'\n")
+    (tmp_path / "stages" / "probe.py").write_text("import _checkout\nimport lmtransfer\nprint(lmtransfer.WHERE)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "stages/probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "the copy", out.stderr
+    for script in sorted((repo / "stages").glob("*.py")):
+        if script.name != "_checkout.py":
+            text = script.read_text()
+            assert text.index("import _checkout") < text.index("import lmtransfer"), script.name
