@@ -15,6 +15,7 @@ from lmtransfer.model import ModelConfig, count_parameters
 from lmtransfer.objectives import Objective
 from lmtransfer.paths import (
     PARAMS, PRETRAIN_SAMPLES, PRETRAIN_SUMMARY, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, PRETRAINED, TOKENIZED,
+    TOKENIZED_CORPUS,
     timings_file,
 )
 from lmtransfer.pretrain import (
@@ -43,7 +44,7 @@ def main() -> None:
         weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
         load_into_language_model(weights, model)
     sections = params.sections("model", "pretrain", "train")
-    snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED], device), params.train.resume_every)
+    snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED, TOKENIZED_CORPUS], device), params.train.resume_every)
     with stage_run("pretrain", sections):
         mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
         if weights is not None:

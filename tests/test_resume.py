@@ -137,6 +137,16 @@ def test_the_fingerprint_follows_params_inputs_and_device_but_not_resume_every(t
     assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU) != base
 
 
+def test_the_fingerprint_follows_every_file_of_an_input_folder(tmp_path):
+    """A snapshot of training on other data is not resumed: the tokenized folders hold .npy/.json, not code."""
+    folder = tmp_path / "tokenized_corpus"
+    folder.mkdir()
+    (folder / "train.npy").write_bytes(b"ids")
+    base = fingerprint("pretrain", {}, [folder], CPU)
+    (folder / "train.npy").write_bytes(b"other ids")
+    assert fingerprint("pretrain", {}, [folder], CPU) != base
+
+
 def _split(n: int, seed: int) -> LabeledSplit:
     rng = np.random.default_rng(seed)
     sequences = [np.concatenate([[BOS_ID], rng.integers(7, 24, size=rng.integers(2, 9)), [5 + i % 2], [EOS_ID]])

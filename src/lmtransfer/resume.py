@@ -35,12 +35,17 @@ CODE = (Path("src/lmtransfer"), Path("stages"))
 def fingerprint(stage: str, params: dict[str, dict[str, Any]], inputs: Iterable[Path], device: torch.device) -> str:
     """What a snapshot must match to be resumed from (see the module docstring); `params` as `Params.sections`."""
     params = {section: {k: v for k, v in keys.items() if k != "resume_every"} for section, keys in params.items()}
-    files = sorted({p for path in [*inputs, *CODE] for p in ([path] if path.is_file() else path.rglob("*.py"))})
+    files = sorted({*(p for path in inputs for p in _files(path, "*")), *(p for path in CODE for p in _files(path, "*.py"))})
     facts = {
         "stage": stage, "params": params, "torch": torch.__version__, "device": str(device), **environment_facts(),
         "files": {str(p): sha256_of(p) for p in files},
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _files(path: Path, pattern: str) -> list[Path]:
+    """A file, or every file under a folder matching `pattern` (an input folder: all its files; code: *.py)."""
+    return [path] if path.is_file() else [p for p in path.rglob(pattern) if p.is_file()]
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
