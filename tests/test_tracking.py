@@ -19,6 +19,25 @@ def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatc
     assert ui_link("http://h:1", tmp_path) == f"http://h:1/#/experiments/{experiment_id}?workflowType=machine_learning"
 
 
+def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code: str):
+    """Run `code` in a child process that must die of SIGKILL, with the project's store under tmp_path;
+    return a client of that store and its experiment."""
+    import os
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", pipeline_id)
+    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    killed = subprocess.run([sys.executable, "-c", code], env={**os.environ}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return client, client.get_experiment_by_name("lmtransfer")
+
+
 def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
     """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
     import os
@@ -30,18 +49,11 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 
     from lmtransfer.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, _process_tag, stage_run
 
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "kill-test")
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
-    killed = subprocess.run(
-        [sys.executable, "-c", "import os, signal\nfrom lmtransfer.tracking import stage_run\n"
-         "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), signal.SIGKILL)\n"],
-        env={**os.environ}, capture_output=True, text=True,
+    client, experiment = _store_after_a_killed_process(
+        tmp_path, monkeypatch, "kill-test",
+        "import os, signal\nfrom lmtransfer.tracking import stage_run\n"
+        "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
     )
-    assert killed.returncode == -9, killed.stderr
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("lmtransfer")
     (orphan,) = client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'pretrain'")
     assert orphan.info.status == "RUNNING"
     killed_pipeline = orphan.data.tags["mlflow.parentRunId"]
@@ -73,25 +85,18 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
 
     from lmtransfer.tracking import stage_run
 
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "killed-between")
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
-    killed = subprocess.run(  # dies in the pipeline run's closing call, after the stage's run finished
-        [sys.executable, "-c", "import os, signal\nfrom mlflow import MlflowClient\n"
-         "from lmtransfer.tracking import stage_run\n"
-         "close = MlflowClient.set_terminated\n"
-         "def die_on_pipeline(self, run_id, *a, **k):\n"
-         "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline':\n"
-         "        os.kill(os.getpid(), signal.SIGKILL)\n"
-         "    return close(self, run_id, *a, **k)\n"
-         "MlflowClient.set_terminated = die_on_pipeline\n"
-         "with stage_run('prepare', {}):\n    pass\n"],
-        env={**os.environ}, capture_output=True, text=True,
+    client, experiment = _store_after_a_killed_process(  # dies closing the pipeline run, after the stage's
+        tmp_path, monkeypatch, "killed-between",
+        "import os, signal\nfrom mlflow import MlflowClient\n"
+        "from lmtransfer.tracking import stage_run\n"
+        "close = MlflowClient.set_terminated\n"
+        "def die_on_pipeline(self, run_id, *a, **k):\n"
+        "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline':\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return close(self, run_id, *a, **k)\n"
+        "MlflowClient.set_terminated = die_on_pipeline\n"
+        "with stage_run('prepare', {}):\n    pass\n",
     )
-    assert killed.returncode == -9, killed.stderr
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("lmtransfer")
     (pipeline,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'pipeline'")
     (stage,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
     assert (pipeline.info.status, stage.info.status) == ("RUNNING", "FINISHED")
@@ -145,6 +150,8 @@ def test_every_stage_imports_lmtransfer_before_mlflow_and_torch():
     from pathlib import Path
 
     for script in sorted(Path(__file__).resolve().parents[1].joinpath("stages").glob("*.py")):
+        if script.name == "_checkout.py":  # the import path set-up that precedes lmtransfer; it imports sys alone
+            continue
         imports = [node for node in ast.parse(script.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
         names = [(n.names[0].name if isinstance(n, ast.Import) else n.module).split(".")[0] for n in imports]
         ours = names.index("lmtransfer")
