@@ -14,7 +14,7 @@ from lmtransfer.paths import (
     BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
     finetune_epochs, finetuned_checkpoint, predictions_file,
 )
-from lmtransfer.runtime import select_device
+from lmtransfer.runtime import select_device, use_share_of_cores
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_labeled_split
 from lmtransfer.tracking import log_to_pipeline, run_that_wrote, stage_run
@@ -31,6 +31,7 @@ def main() -> None:
                    for s in seeds}
     upstream = ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
     device = select_device("auto")
+    use_share_of_cores()
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
         mlflow.log_param("finetune.seeds", seeds)
         results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}

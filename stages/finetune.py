@@ -73,7 +73,7 @@ def main() -> None:
         result = finetune(
             model, train, valid, params.finetune, device, seed,
             on_epoch=lambda row: mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
-            desc=stage, snapshots=snapshots,
+            desc=stage, snapshots=snapshots, compile_steps=params.train.compile,
         )
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, seed)

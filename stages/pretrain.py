@@ -60,6 +60,7 @@ def main() -> None:
             result = pretrain(
                 model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
                 log_metrics=mlflow.log_metrics, snapshots=snapshots, objective=objective,
+                compile_steps=params.train.compile,
             )
         adaptation = None
         if params.pretrain.adapt_epochs:
@@ -70,7 +71,7 @@ def main() -> None:
             adaptation = adapt_to_task(
                 model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
                 params.train.log_every, log_metrics=mlflow.log_metrics, first_step=result.steps, snapshots=snapshots,
-                objective=objective,
+                objective=objective, compile_steps=params.train.compile,
             )
         phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
         train_log, valid_log = phase_logs(phases)

@@ -10,6 +10,9 @@ is why this happens here, in the package's first import.
 It also turns MLflow's telemetry off (MLFLOW_DISABLE_TELEMETRY=true unless the user
 set it): the pipeline promises no network use but the pinned dataset download, and
 MLflow decides on telemetry when it is imported, so this too must come first.
+
+And when several jobs share the machine (`sharing.py`), OpenMP's waiting threads sleep
+instead of spinning (OMP_WAIT_POLICY, read when torch loads OpenMP).
 """
 
 from __future__ import annotations
@@ -41,4 +44,7 @@ def pin_cpu_kernels() -> dict[str, str]:
 
 
 pin_cpu_kernels()
+from .sharing import parallel_jobs, wait_passively_when_shared  # noqa: E402 - after the pins, before any torch
+
+wait_passively_when_shared(parallel_jobs())
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # MLFLOW_DISABLE_TELEMETRY=false turns it back on

@@ -226,6 +226,11 @@ class PretrainParams(Section):
         False, description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
         "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
     )
+    chunked_loss: Literal["auto", "on", "off"] = Field(
+        "auto", description="`clm`: head and softmax computed a few hundred positions at a time, never the whole "
+        "logits matrix (the same exact softmax; faster and far less memory for a large vocabulary, last digits "
+        "differ); `auto` = on from 16,384 ids"
+    )
 
 
 class FinetuneParams(Section):
@@ -285,6 +290,10 @@ class TrainParams(Section):
         0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
     )
     log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
+    compile: bool = Field(
+        False, description="`torch.compile` the training steps (fused kernels: faster on GPUs after a compile of "
+        "a minute or so; measured slower on a 2-core CPU, README \"Speed\"); the last digits of results differ"
+    )
     resume_every: int = Field(
         100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
         "`dvc repro` after a kill continues from the last one with the same result; 0 = none. "

@@ -21,7 +21,7 @@ from .model import Classifier, count_parameters
 from .optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
 from .progress import progress_bar
 from .resume import Snapshots, rng_state, set_rng_state
-from .runtime import autocast
+from .runtime import autocast, compiled, to_device
 from .tokenized import LabeledSplit
 
 EpochCallback = Callable[[dict[str, float]], None]
@@ -77,10 +77,13 @@ def finetune(
     on_epoch: EpochCallback | None = None,
     desc: str = "finetune",
     snapshots: Snapshots | None = None,
+    compile_steps: bool = False,
 ) -> FinetuneResult:
     """Train the classifier `params.epochs` epochs; with `snapshots`, save after each epoch and resume from the
-    last one saved (its epochs are passed to `on_epoch` again, so a new MLflow run is complete)."""
+    last one saved (its epochs are passed to `on_epoch` again, so a new MLflow run is complete).
+    `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
     model.to(device)
+    forward = compiled(model, compile_steps)
     set_backbone_frozen(model, params.freeze_backbone)
     groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
     optimizer = make_optimizer(groups, params.lr, params.weight_decay)
@@ -115,9 +118,9 @@ def finetune(
         for ids, labels in classification_batches(
             train, params.batch_size, params.max_len, model.base.config.pad_id, generator
         ):
-            ids, labels = ids.to(device), labels.to(device)
+            ids, labels = to_device((ids, labels), device)
             with autocast(device):
-                logits = model(ids).float()
+                logits = forward(ids).float()
             loss = F.cross_entropy(logits, labels)
             optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
             loss_sum += loss.item() * len(labels)

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .lm_loss import IGNORE_INDEX, linear_cross_entropy
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -120,11 +122,14 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.base = TransformerBase(config)
         self.head = nn.Linear(config.d_model, config.vocab_size)
+        self.chunked_loss = False  # how the loss is computed, not what: `lm_loss.py` (pretrain.chunked_loss)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.head(self.base(ids))
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.chunked_loss:
+            return linear_cross_entropy(self.base(ids), self.head.weight, self.head.bias, targets)
         logits = self(ids)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
@@ -158,9 +163,6 @@ class LanguageModel(nn.Module):
             if eos_id is not None and int(next_id) == eos_id:
                 break
         return ids
-
-
-IGNORE_INDEX = -100  # a target that is not scored (cross_entropy's default ignore_index)
 
 
 class MaskedLanguageModel(LanguageModel):

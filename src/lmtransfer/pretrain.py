@@ -22,7 +22,8 @@ from .objectives import Objective
 from .optim import make_optimizer, optimizer_step, warmup_cosine
 from .progress import progress_bar
 from .resume import Snapshots, rng_state, set_rng_state
-from .runtime import autocast
+from .lm_loss import use_chunked_loss
+from .runtime import autocast, compiled, to_device
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
@@ -40,7 +41,7 @@ def evaluate_lm(model: LanguageModel, batches, max_batches: int, device: torch.d
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     for batch in batches.sequential(max_batches):
-        batch = [tensor.to(device) for tensor in batch]
+        batch = to_device(batch, device)
         with autocast(device):
             losses = model.losses(*batch)
         scored = int(batch[1].ne(IGNORE_INDEX).sum())
@@ -127,9 +128,10 @@ def pretrain(
     snapshots: Snapshots | None = None,
     phase: str = "corpus",
     objective: Objective = Objective(),
+    compile_steps: bool = False,
 ) -> PretrainResult:
     """Language-model training (`objective`: next-token by default); logged steps count from `first_step` (a second
-    phase continues the first's curve).
+    phase continues the first's curve). `compile_steps` (`train.compile`) runs the losses through torch.compile.
 
     With `snapshots`, the state is saved every `snapshots.every` steps and at the end under `phase`, and a
     matching snapshot is resumed from: its logged rows are logged again, so the new MLflow run is complete.
@@ -138,6 +140,8 @@ def pretrain(
     valid_sets = objective.valid_batches(valid_ids, params, seed, f"{data_name}'s validation part")
     steps = total_steps(params, train_batches)
     model.to(device).train()
+    model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
+    step_losses = compiled(model.losses, compile_steps)
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     result, at = PretrainResult(steps=steps), _Position()
@@ -176,9 +180,9 @@ def pretrain(
             at.epoch += 1
             epoch_order = train_batches.generator.get_state()
         for batch in train_batches.epoch(skip=at.batch):
-            batch = [tensor.to(device) for tensor in batch]  # inputs, targets[, segments, is_next]
+            batch = to_device(batch, device)  # inputs, targets[, segments, is_next]
             with autocast(device):
-                losses = model.losses(*batch)
+                losses = step_losses(*batch)
             optimizer_step(losses["loss"], model, optimizer, scheduler, params.grad_clip)
             at.step += 1
             at.batch += 1
@@ -246,6 +250,7 @@ def adapt_to_task(
     first_step: int = 0,
     snapshots: Snapshots | None = None,
     objective: Objective = Objective(),
+    compile_steps: bool = False,
 ) -> PretrainResult:
     """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused.
 
@@ -259,7 +264,7 @@ def adapt_to_task(
                                       "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
                     first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task",
-                    objective=objective.without_next_sentence())
+                    objective=objective.without_next_sentence(), compile_steps=compile_steps)
 
 
 Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted

@@ -11,6 +11,7 @@ import torch
 
 from .config import TrainParams
 from .errors import DeviceError
+from .sharing import parallel_jobs, thread_share
 
 
 def select_device(requested: str = "auto") -> torch.device:
@@ -30,6 +31,19 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+def to_device(tensors, device: torch.device) -> list[torch.Tensor]:
+    """A batch onto the training device; on a GPU from pinned memory without waiting for the copy, which then
+    overlaps the kernels still running from the previous step."""
+    if device.type != "cuda":
+        return [tensor.to(device) for tensor in tensors]
+    return [tensor.pin_memory().to(device, non_blocking=True) for tensor in tensors]
+
+
+def compiled(function, enabled: bool):
+    """`train.compile`: the function through torch.compile (fused kernels; the first calls compile), else as is."""
+    return torch.compile(function) if enabled else function
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -44,13 +58,25 @@ def environment_facts() -> dict[str, str | int]:
     return {"cpu_kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 
 
+def use_share_of_cores() -> int:
+    """All cores when alone; cores / jobs when `sharing.parallel_jobs` says others share the machine.
+    OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        jobs = parallel_jobs()
+        torch.set_num_threads(thread_share(jobs))
+        if jobs > 1:
+            print(f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} cores: {jobs} jobs share this machine "
+                  f"(LMTRANSFER_JOBS or DVC queue workers); train.num_threads sets it", flush=True)
+    return torch.get_num_threads()
+
+
 def configure(params: TrainParams, seed: int | None = None) -> torch.device:
     """Seed (train.seed unless given), set CPU threads, pick the device; called once by each training stage."""
     seed_everything(params.seed if seed is None else seed)
     if params.num_threads:
         torch.set_num_threads(params.num_threads)
-    elif "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+    else:
+        use_share_of_cores()
     device = select_device(params.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True

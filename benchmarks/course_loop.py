@@ -1,0 +1,318 @@
+"""Our training loops against the original course's, side by side, in tokens per second.
+
+The course's loop is re-created here as its notebook wrote it: a sequence-first
+`nn.TransformerEncoder` (layout `base.encoder`, `base.pos_encoder`, `base.transformer_encoder`,
+`classifier.decoder`, the names `checkpoint_import.py` reads), a float `-inf` square mask,
+fp32, plain Adam, the language model fed `bptt`-long slices of a batchified stream, the
+classifier fed random batches padded to their longest text, and a Python loop over the batch
+that searches each text's last non-padding token. Ours is the pipeline's own code
+(`pretrain.pretrain`, `finetune.finetune`) with its default params.
+
+Same shape for both: D = 200, 4 layers, 2 heads, F = 200, dropout 0.1; pretraining batch 32 x 64;
+fine-tuning batch 32 over texts of log-normal lengths (median 55 tokens, up to 256), counting real
+(non-padding) tokens. Each kernel setting (pinned AVX2, the default; native) runs in its own
+process, the two loops alternate inside it, and the median of the rounds is printed.
+
+    python benchmarks/course_loop.py                 # everything (about 10 minutes on 2 cores)
+    python benchmarks/course_loop.py --quick         # fewer steps and rounds
+    python benchmarks/course_loop.py --kernels pinned --workloads pretrain-4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT = 200, 4, 2, 200, 0.1
+BATCH, SEQ_LEN, MAX_TEXT = 32, 64, 256
+PAD, BOS, EOS = 0, 2, 3
+WORKLOADS = {  # name: (kind, vocabulary)
+    "pretrain-4000": ("pretrain", 4000),
+    "pretrain-50001": ("pretrain", 50_001),
+    "finetune-4000": ("finetune", 4000),
+    "finetune-50001": ("finetune", 50_001),
+}
+KERNELS = {"pinned": {}, "native": {"LMTRANSFER_CPU_KERNELS": "native"}}
+
+
+# --- the course's model and loops (runs inside the measuring process) -----------------------------------
+
+
+def course_model(vocab_size: int, n_outputs: int):
+    """The course's network: `base` (embedding, positions, seq-first encoder) and `classifier.decoder`."""
+    import torch
+    from torch import nn
+
+    class PositionalEncoding(nn.Module):
+        def __init__(self, d_model: int, dropout: float, max_len: int = 5000):
+            super().__init__()
+            self.dropout = nn.Dropout(p=dropout)
+            position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+            div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+            pe = torch.zeros(max_len, d_model)
+            pe[:, 0::2] = torch.sin(position * div_term)
+            pe[:, 1::2] = torch.cos(position * div_term)
+            self.register_buffer("pe", pe.unsqueeze(0).transpose(0, 1))  # (max_len, 1, D)
+
+        def forward(self, x):
+            return self.dropout(x + self.pe[: x.size(0), :])
+
+    class Base(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src_mask = None
+            self.pos_encoder = PositionalEncoding(D_MODEL, DROPOUT)
+            layer = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, DROPOUT)  # sequence-first
+            self.transformer_encoder = nn.TransformerEncoder(layer, N_LAYERS, enable_nested_tensor=False)
+            self.encoder = nn.Embedding(vocab_size, D_MODEL)
+
+        @staticmethod
+        def square_subsequent_mask(size: int):
+            mask = (torch.triu(torch.ones(size, size)) == 1).transpose(0, 1)
+            return mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, 0.0)
+
+        def forward(self, src):  # (T, B)
+            if self.src_mask is None or self.src_mask.size(0) != len(src):
+                self.src_mask = self.square_subsequent_mask(len(src))
+            src = self.pos_encoder(self.encoder(src) * math.sqrt(D_MODEL))
+            return self.transformer_encoder(src, self.src_mask)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.decoder = nn.Linear(D_MODEL, n_outputs)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base, self.classifier = Base(), Classifier()
+
+    return Model()
+
+
+def course_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> float:
+    """The course's LM loop: batchify into BATCH columns, bptt slices, Adam, clip 0.5; seconds for `steps`."""
+    import torch
+    from torch import nn
+
+    model = course_model(vocab_size, vocab_size)
+    model.train()
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    data = torch.from_numpy(stream.astype("int64"))
+    n_columns = data.size(0) // BATCH
+    data = data[: n_columns * BATCH].view(BATCH, -1).t().contiguous()  # (rows, BATCH): batchify
+    start = 0
+    for step, i in enumerate(range(0, data.size(0) - 1, SEQ_LEN)):
+        if step == warmup:
+            start = time.perf_counter()
+        if step == warmup + steps:
+            return time.perf_counter() - start
+        seq_len = min(SEQ_LEN, len(data) - 1 - i)
+        source, targets = data[i : i + seq_len], data[i + 1 : i + 1 + seq_len].reshape(-1)
+        optimizer.zero_grad()
+        output = model.classifier.decoder(model.base(source))
+        loss = criterion(output.view(-1, vocab_size), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+    raise ValueError("stream too short for the steps asked")
+
+
+def course_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
+    """The course's classifier loop: random batches padded to the longest, a per-text search for its last
+    non-padding token, Adam 3e-4, clip 0.5; seconds of the last epoch."""
+    import numpy as np
+    import torch
+    from torch import nn
+    from torch.nn.utils.rnn import pad_sequence
+
+    model = course_model(vocab_size, 2)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    generator = np.random.default_rng(0)
+    seconds = 0.0
+    for _ in range(epochs):
+        model.train()
+        start = time.perf_counter()
+        order = generator.permutation(len(texts))
+        for begin in range(0, len(order), BATCH):
+            chosen = order[begin : begin + BATCH]
+            batch = pad_sequence([torch.from_numpy(texts[i].astype("int64")) for i in chosen], padding_value=PAD)
+            target = torch.from_numpy(labels[chosen])
+            optimizer.zero_grad()
+            output = model.base(batch)  # (T, B, D)
+            last_vectors = []
+            for column in range(batch.size(1)):
+                last = (batch[:, column] != PAD).nonzero()[-1].item()
+                last_vectors.append(output[last, column])
+            loss = criterion(model.classifier.decoder(torch.stack(last_vectors)), target)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            optimizer.step()
+        seconds = time.perf_counter() - start
+    return seconds
+
+
+# --- ours ----------------------------------------------------------------------------------------------
+
+
+def our_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> float:
+    """`pretrain.pretrain` with the default params; the seconds of its steps after the first `warmup`."""
+    import torch
+
+    from lmtransfer.config import PretrainParams
+    from lmtransfer.model import LanguageModel, ModelConfig
+    from lmtransfer.pretrain import pretrain
+
+    model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT))
+    params = PretrainParams(max_steps=warmup + steps, batch_size=BATCH, seq_len=SEQ_LEN, eval_every=10**6,
+                            eval_batches=1)
+    result = pretrain(model, stream, stream[: 4 * SEQ_LEN], params, torch.device("cpu"), log_every=warmup)
+    seconds, done = 0.0, warmup  # the logged windows after the first: (steps in it) x batch / its tokens/s
+    for row in result.throughput[1:]:
+        seconds += (row["step"] - done) * BATCH * SEQ_LEN / row["tokens_per_s"]
+        done = row["step"]
+    return seconds
+
+
+def our_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
+    """`finetune.finetune` with the default recipe (last-token pooling, as the course); the last epoch's seconds."""
+    import numpy as np
+    import torch
+
+    from lmtransfer.config import FinetuneParams
+    from lmtransfer.finetune import finetune
+    from lmtransfer.model import Classifier, ModelConfig
+    from lmtransfer.tokenized import LabeledSplit
+
+    def split(rows):
+        lengths = np.array([len(texts[i]) for i in rows])
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        ids = np.concatenate([texts[i] for i in rows]).astype(np.uint16 if vocab_size < 65536 else np.uint32)
+        return LabeledSplit(ids, offsets, labels[rows])
+
+    config = ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
+    model = Classifier(config, 2, pooling="last")
+    params = FinetuneParams(epochs=epochs, batch_size=BATCH, max_len=MAX_TEXT, pooling="last")
+    result = finetune(model, split(np.arange(len(texts))), split(np.arange(2)), params, torch.device("cpu"))
+    return result.epoch_seconds[-1]
+
+
+# --- the measuring process -----------------------------------------------------------------------------
+
+
+def synthetic_texts(vocab_size: int, n_texts: int):
+    """Token ids of log-normal lengths (median 55, capped at MAX_TEXT), each BOS ... EOS, and 0/1 labels."""
+    import numpy as np
+
+    generator = np.random.default_rng(1)
+    lengths = np.clip(np.exp(generator.normal(math.log(55), 0.8, n_texts)).astype(int), 4, MAX_TEXT)
+    texts = [np.concatenate([[BOS], generator.integers(5, vocab_size, n - 2), [EOS]]) for n in lengths]
+    return texts, generator.integers(0, 2, n_texts)
+
+
+def sgemm_gflops() -> float:
+    """This process's practical fp32 peak: a large matrix product on all threads."""
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    start, repeats = time.perf_counter(), 5
+    for _ in range(repeats):
+        a @ b
+    return 2 * 2048**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def training_flops_per_token(vocab_size: int, with_head: bool, context: int) -> float:
+    """6 x (weights a token multiplies) + attention's 12 x layers x context x D: forward and backward."""
+    per_layer = 4 * D_MODEL * D_MODEL + 2 * D_MODEL * D_FF
+    weights = N_LAYERS * per_layer + (vocab_size * D_MODEL if with_head else 0)
+    return 6 * weights + 12 * N_LAYERS * context * D_MODEL
+
+
+def measure(workloads: list[str], rounds: int, quick: bool) -> dict:
+    import lmtransfer  # noqa: F401 - pins the kernels unless LMTRANSFER_CPU_KERNELS=native
+    import numpy as np
+    import torch
+
+    results: dict = {"kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+                     "sgemm_gflops": sgemm_gflops()}
+    for name in workloads:
+        kind, vocab = WORKLOADS[name]
+        samples: dict[str, list[float]] = {"course": [], "ours": []}
+        if kind == "pretrain":
+            warmup, steps = (2, 3) if quick or vocab > 10_000 else (3, 12)
+            stream = np.random.default_rng(0).integers(5, vocab, (warmup + steps + 2) * BATCH * SEQ_LEN * 2)
+            stream = stream.astype(np.uint16 if vocab < 65536 else np.uint32)
+            tokens = steps * BATCH * SEQ_LEN
+            for _ in range(rounds):
+                torch.manual_seed(0)
+                samples["course"].append(tokens / course_pretrain_seconds(stream, vocab, warmup, steps))
+                torch.manual_seed(0)
+                samples["ours"].append(tokens / our_pretrain_seconds(stream, vocab, warmup, steps))
+            flops = training_flops_per_token(vocab, True, SEQ_LEN)
+        else:
+            texts, labels = synthetic_texts(vocab, 256 if quick else 640)
+            tokens = sum(len(t) for t in texts)
+            for _ in range(rounds):
+                torch.manual_seed(0)
+                samples["course"].append(tokens / course_finetune_seconds(texts, labels, vocab, 2))
+                torch.manual_seed(0)
+                samples["ours"].append(tokens / our_finetune_seconds(texts, labels, vocab, 2))
+            flops = training_flops_per_token(0, False, 55)
+        results[name] = {loop: statistics.median(values) for loop, values in samples.items()}
+        results[name]["flops_per_token"] = flops
+        print(f"  {name}: {json.dumps({k: round(v) for k, v in results[name].items()})}", file=sys.stderr, flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", choices=[*KERNELS, "both"], default="both")
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="fewer steps and texts, one round")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args()
+    rounds = 1 if args.quick else args.rounds
+    if args.measure:
+        with contextlib.redirect_stdout(sys.stderr):  # the loops' own log lines; stdout carries the JSON
+            measured = measure(args.workloads, rounds, args.quick)
+        print(json.dumps(measured))
+        return
+    settings = list(KERNELS) if args.kernels == "both" else [args.kernels]
+    print(f"batch {BATCH} x {SEQ_LEN} (pretraining), {BATCH} texts (fine-tuning); D={D_MODEL} N={N_LAYERS} "
+          f"A={N_HEADS} F={D_FF}; median of {rounds} round(s)", flush=True)
+    header = (f"{'kernels':<16}{'workload':<17}{'course tok/s':>13}{'ours tok/s':>12}{'ours/course':>12}"
+              f"{'ours GFLOP/s':>14}{'% of sgemm':>11}")
+    rows = []
+    for setting in settings:
+        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+        env.update(KERNELS[setting], TQDM_DISABLE="1")
+        print(f"measuring with {setting} kernels ...", flush=True)
+        command = [sys.executable, __file__, "--measure", "--rounds", str(rounds), "--workloads", *args.workloads]
+        out = subprocess.run(command + (["--quick"] if args.quick else []), env=env, stdout=subprocess.PIPE,
+                             text=True, check=True)
+        measured = json.loads(out.stdout)
+        label = f"{setting} ({measured['kernels']})"
+        for name in args.workloads:
+            course, ours, flops = (measured[name][k] for k in ("course", "ours", "flops_per_token"))
+            gflops = ours * flops / 1e9
+            rows.append(f"{label:<16}{name:<17}{course:>13,.0f}{ours:>12,.0f}{ours / course:>11.2f}x"
+                        f"{gflops:>14.1f}{100 * gflops / measured['sgemm_gflops']:>10.0f}%")
+        rows.append(f"{label:<16}{'sgemm 2048^3':<17}{'':>13}{'':>12}{'':>12}{measured['sgemm_gflops']:>14.1f}"
+                    f"{100:>10.0f}%")
+    print(header)
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The language-model head and its cross-entropy in one pass, a few hundred positions at a time.
+
+With a large vocabulary (the course's V = 50,001) the logits of one batch are the biggest
+tensor of the step: 32 x 64 positions x 50,001 ids = 410 MB of fp32, written by the head,
+read and rewritten by log-softmax, again by its backward, and once more for the head's
+weight gradient. Here each chunk of positions goes through head, softmax and gradient while
+its logits are still in cache, and only the loss and the gradients are kept: the same exact
+softmax over the full vocabulary, computed in a different order (so the last bits of the
+result differ from the one-matrix path, which stays the default for small vocabularies).
+
+The gradients are computed in the forward pass (the loss is a mean, so its gradient is known
+up to the scalar that backward multiplies in); evaluation without gradients skips them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+IGNORE_INDEX = -100  # a target that is not scored (cross_entropy's default ignore_index)
+CHUNK_TOKENS = 256  # positions per chunk: 256 x 50,001 fp32 logits = 51 MB
+AUTO_MIN_VOCAB = 16_384  # `auto` chunks from this vocabulary size on (the built-in V = 4,000 keeps one matrix)
+
+
+def use_chunked_loss(setting: str, vocab_size: int) -> bool:
+    """`pretrain.chunked_loss`: on, off, or auto (on for vocabularies of AUTO_MIN_VOCAB ids and more)."""
+    return setting == "on" or (setting == "auto" and vocab_size >= AUTO_MIN_VOCAB)
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.addmm(bias, hidden, weight.t()) if bias is not None else hidden @ weight.t()
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """mean over scored positions of -log softmax(hidden @ W^T + b)[target]; gradients made chunk by chunk."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk_tokens):  # noqa: D401 - autograd signature
+        scored = targets.ne(IGNORE_INDEX)
+        count = scored.sum().clamp(min=1).to(hidden.dtype)
+        grad_hidden = torch.zeros_like(hidden)
+        grad_weight = torch.zeros_like(weight)
+        grad_bias = torch.zeros_like(bias) if bias is not None else None
+        total = hidden.new_zeros(())
+        for start in range(0, hidden.size(0), chunk_tokens):
+            h = hidden[start : start + chunk_tokens]
+            target = targets[start : start + chunk_tokens]
+            keep = scored[start : start + chunk_tokens]
+            logits = _chunk_logits(h, weight, bias)
+            log_norm = torch.logsumexp(logits, dim=1)
+            rows = torch.arange(h.size(0), device=h.device)
+            picked = logits[rows, target.clamp(min=0)]
+            total += ((log_norm - picked) * keep).sum()
+            # d loss / d logits = (softmax - one-hot) / count on scored rows, 0 elsewhere; in place over the logits
+            grad_logits = logits.sub_(log_norm.unsqueeze(1)).exp_()
+            grad_logits[rows, target.clamp(min=0)] -= 1.0
+            grad_logits.mul_((keep.to(h.dtype) / count).unsqueeze(1))
+            grad_hidden[start : start + chunk_tokens] = grad_logits @ weight
+            grad_weight.addmm_(grad_logits.t(), h)
+            if grad_bias is not None:
+                grad_bias += grad_logits.sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, *(() if grad_bias is None else (grad_bias,)))
+        return total / count
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_hidden, grad_weight, *grad_bias = ctx.saved_tensors
+        bias = grad_bias[0] * grad_loss if grad_bias else None
+        return grad_hidden * grad_loss, grad_weight * grad_loss, bias, None, None
+
+
+@torch.no_grad()
+def _chunked_loss_only(hidden, weight, bias, targets, chunk_tokens) -> torch.Tensor:
+    total, count = hidden.new_zeros(()), targets.ne(IGNORE_INDEX).sum().clamp(min=1)
+    for start in range(0, hidden.size(0), chunk_tokens):
+        logits = _chunk_logits(hidden[start : start + chunk_tokens], weight, bias)
+        total += F.cross_entropy(logits, targets[start : start + chunk_tokens], reduction="sum")
+    return total / count
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> torch.Tensor:
+    """cross_entropy(hidden @ weight^T + bias, targets), mean over targets != IGNORE_INDEX, without the full logits.
+
+    hidden (..., D), targets (...). Computed in fp32 (autocast off): the softmax over a large vocabulary is where
+    low precision hurts most.
+    """
+    hidden, targets = hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)
+    with torch.autocast(hidden.device.type, enabled=False):
+        hidden = hidden.float()
+        if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):
+            return _chunked_loss_only(hidden, weight, bias, targets, chunk_tokens)
+        return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_tokens)

@@ -1,0 +1,194 @@
+"""Faster ways to compute the same thing (the chunked LM loss, torch.compile, fused AdamW, device copies), and
+several jobs sharing one machine's cores.
+
+Each must give what the plain path gives, up to the last bits of float rounding.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from lmtransfer.config import PretrainParams, TrainParams
+from lmtransfer.errors import ConfigError
+from lmtransfer.lm_loss import AUTO_MIN_VOCAB, IGNORE_INDEX, linear_cross_entropy, use_chunked_loss
+from lmtransfer.model import LanguageModel, ModelConfig
+from lmtransfer.optim import make_optimizer
+from lmtransfer.pretrain import pretrain
+from lmtransfer.runtime import configure, to_device
+from lmtransfer.sharing import JOBS_ENV, parallel_jobs, thread_share
+from lmtransfer.tokenizer import BOS_ID, EOS_ID
+
+CPU = torch.device("cpu")
+
+
+def _head_inputs(n: int = 150, d: int = 12, v: int = 97, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=generator, requires_grad=True)
+    weight = (torch.randn(v, d, generator=generator) * 0.3).requires_grad_()
+    bias = (torch.randn(v, generator=generator) * 0.1).requires_grad_()
+    targets = torch.randint(0, v, (n,), generator=generator)
+    return hidden, weight, bias, targets
+
+
+def _loss_and_grads(loss_fn, hidden, weight, bias, targets):
+    for tensor in (hidden, weight, bias):
+        tensor.grad = None
+    loss = loss_fn(hidden, weight, bias, targets)
+    (loss * 3.0).backward()  # an upstream gradient other than 1 reaches every input
+    return loss.detach(), hidden.grad.clone(), weight.grad.clone(), bias.grad.clone()
+
+
+def _full(hidden, weight, bias, targets):
+    return F.cross_entropy(F.linear(hidden, weight, bias), targets)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 150, 1000])
+def test_chunked_loss_and_gradients_equal_the_full_softmax(chunk):
+    inputs = _head_inputs()
+    expected = _loss_and_grads(_full, *inputs)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, chunk), *inputs)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_loss_skips_ignored_targets_like_cross_entropy():
+    hidden, weight, bias, targets = _head_inputs()
+    targets = targets.clone()
+    targets[::3] = IGNORE_INDEX
+    expected = _loss_and_grads(_full, hidden, weight, bias, targets)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 16), hidden, weight, bias, targets)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert got[1][::3].abs().max() == 0  # an ignored position gets no gradient
+
+
+def test_chunked_loss_without_gradients_is_the_same_number():
+    hidden, weight, bias, targets = _head_inputs()
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, bias, targets, 10)
+        assert not loss.requires_grad
+        torch.testing.assert_close(loss, _full(hidden, weight, bias, targets))
+
+
+def test_auto_chunks_large_vocabularies_only():
+    assert not use_chunked_loss("auto", 4000)  # the built-in data: the committed results' one-matrix path
+    assert use_chunked_loss("auto", AUTO_MIN_VOCAB) and use_chunked_loss("auto", 50_001)
+    assert use_chunked_loss("on", 100) and not use_chunked_loss("off", 50_001)
+
+
+PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
+CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
+
+
+def _pretrain(compile_steps: bool = False, **overrides):
+    torch.manual_seed(0)
+    model = LanguageModel(CONFIG)
+    params = PretrainParams(max_steps=12, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
+                            eval_batches=2, **overrides)
+    result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params, CPU, log_every=1,
+                      compile_steps=compile_steps)
+    return model, result
+
+
+def test_pretraining_with_the_chunked_loss_follows_the_same_curve():
+    plain_model, plain = _pretrain(chunked_loss="off")
+    chunked_model, chunked = _pretrain(chunked_loss="on")
+    assert chunked_model.chunked_loss and not plain_model.chunked_loss
+    np.testing.assert_allclose([r["train_loss"] for r in chunked.train_log], [r["train_loss"] for r in plain.train_log],
+                               rtol=1e-4)
+    np.testing.assert_allclose([r["val_loss"] for r in chunked.valid_log], [r["val_loss"] for r in plain.valid_log],
+                               rtol=1e-4)
+
+
+def test_compiled_pretraining_follows_the_same_curve():
+    """train.compile on a CPU: inductor's C++ kernels, the same losses to float rounding."""
+    _, eager = _pretrain()
+    _, compiled = _pretrain(compile_steps=True)
+    np.testing.assert_allclose([r["train_loss"] for r in compiled.train_log], [r["train_loss"] for r in eager.train_log],
+                               rtol=1e-4)
+
+
+def test_fused_adamw_updates_bit_for_bit_like_the_default_loop():
+    """make_optimizer's fused AdamW (one pass per tensor) must not move the committed results by a single bit."""
+    torch.manual_seed(0)
+    start = [torch.randn(40, 30), torch.randn(30)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(6)]
+    finals = []
+    for build in (lambda ps: make_optimizer(ps, 1e-3, 0.01), lambda ps: torch.optim.AdamW(ps, 1e-3, weight_decay=0.01)):
+        params = [p.clone().requires_grad_() for p in start]
+        optimizer = build(params)
+        for step in grads:
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            optimizer.step()
+        finals.append(params)
+    assert make_optimizer([torch.zeros(2, requires_grad=True)], 1e-3, 0.0).defaults["fused"]
+    assert all(torch.equal(a, b) for a, b in zip(*finals))
+
+
+def test_batches_reach_the_cpu_unchanged():
+    batch = (torch.arange(6).view(2, 3), torch.tensor([0, 1]))
+    moved = to_device(batch, CPU)
+    assert all(torch.equal(a, b) for a, b in zip(moved, batch))
+
+
+# --- several jobs on one machine ----------------------------------------------------------------------------
+
+
+def test_each_job_takes_its_share_of_the_cores():
+    assert thread_share(1, cores=8) == 8
+    assert thread_share(3, cores=8) == 2
+    assert thread_share(3, cores=2) == 1  # more jobs than cores: one thread each, never zero
+
+
+def test_lmtransfer_jobs_sets_the_share_and_a_bad_value_is_named(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(JOBS_ENV, "2")
+    configure(TrainParams())
+    assert torch.get_num_threads() == thread_share(2)
+    monkeypatch.setenv(JOBS_ENV, "two")
+    with pytest.raises(ConfigError, match="LMTRANSFER_JOBS='two'"):
+        parallel_jobs()
+
+
+def test_an_explicit_thread_count_wins_over_the_share(monkeypatch):
+    monkeypatch.setenv(JOBS_ENV, "4")
+    configure(TrainParams(num_threads=1))
+    assert torch.get_num_threads() == 1
+
+
+def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeypatch):
+    """Two processes that look like `dvc queue start -j 2`'s workers: a stage shares the cores with two jobs."""
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    before = parallel_jobs()
+    assert before == 1  # outside a DVC stage nothing is counted
+    workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "exp", "queue-worker",
+                                 f"dvc-exp-abc123-{n}@localhost"]) for n in (1, 2)]
+    try:
+        time.sleep(0.2)
+        monkeypatch.setenv("DVC_ROOT", "/somewhere")
+        assert parallel_jobs() == 2
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+    assert parallel_jobs() == 1
+
+
+@pytest.mark.parametrize("jobs, policy", [("1", None), ("3", "PASSIVE")])
+def test_waiting_threads_sleep_only_when_the_machine_is_shared(jobs, policy):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env[JOBS_ENV] = jobs
+    out = subprocess.run([sys.executable, "-c", "import os, lmtransfer; print(os.environ.get('OMP_WAIT_POLICY'))"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(policy)
