@@ -17,48 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from pipeline_repo import make_repo, merge, run
+from pipeline_repo import TINY_PARAMS, make_repo, merge, run, write_tiny_data
 from ruamel.yaml import YAML
 
 pytestmark = pytest.mark.slow
-
-POSITIVE = ["great", "wonderful", "moving", "brilliant", "funny", "charming", "superb"]
-NEGATIVE = ["awful", "boring", "dull", "clumsy", "tedious", "bland", "dreadful"]
-NEUTRAL = ["the", "film", "movie", "story", "actors", "plot", "was", "is", "a", "and", "script", "ending"]
-
-TINY_PARAMS = {
-    "data": {"source": "files", "train": "raw/labeled.tsv", "corpus": ["raw/corpus*.txt"],
-             "valid_fraction": 0.15, "test_fraction": 0.2},
-    "tokenizer": {"vocab_size": 60},
-    "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 16},
-    "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
-                 "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the film"]},
-    "finetune": {"epochs": 2, "batch_size": 16, "max_len": 24, "warmup_steps": 2, "seeds": [0, 1]},
-    "baseline": {"c_values": [0.5, 2.0]},
-    "train": {"log_every": 4},
-}
-
-
-def _sentence(rng: random.Random, sentiment: list[str]) -> str:
-    words = rng.sample(NEUTRAL, 4) + rng.sample(sentiment, 2)
-    rng.shuffle(words)
-    return " ".join(words)
-
-
-def write_tiny_data(root: Path) -> None:
-    rng = random.Random(0)
-    raw = root / "raw"
-    raw.mkdir()
-    rows = ["text\tlabel"]
-    classes = [("neg", NEGATIVE), ("neutral", NEUTRAL), ("pos", POSITIVE)]  # three string classes
-    for index in range(180):
-        name, words = classes[index % 3]
-        rows.append(f"{_sentence(rng, words)} {index}\t{name}")
-    (raw / "labeled.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    corpus = [_sentence(rng, rng.choice([POSITIVE, NEGATIVE])) + f" line {i}" for i in range(400)]
-    (raw / "corpus-a.txt").write_text("\n".join(corpus[:250]) + "\n", encoding="utf-8")
-    (raw / "corpus-b.txt").write_text("\n".join(corpus[250:]) + "\n", encoding="utf-8")
-
 
 @pytest.fixture(scope="module")
 def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:

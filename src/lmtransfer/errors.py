@@ -49,4 +49,4 @@ class DeviceError(LmtransferError, RuntimeError):
 
 
 class TrackingStoreError(LmtransferError, RuntimeError):
-    """The local MLflow store cannot be used as it is (half-migrated, unreadable)."""
+    """The local MLflow store cannot be used as it is (half-migrated, unreadable), or a tracking server is down."""

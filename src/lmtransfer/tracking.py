@@ -3,7 +3,8 @@
 The store lives at the repository root (SQLite `mlflow.db` + `mlartifacts/`).
 DVC sets DVC_ROOT to the main repository even for `dvc exp run --temp` and
 queued runs, so those land in the same store instead of a temp copy DVC
-deletes. `MLFLOW_TRACKING_URI` overrides everything (e.g. a shared server).
+deletes. `MLFLOW_TRACKING_URI` overrides everything, e.g. a shared `mlflow server`
+(README "Beyond one machine"): then no local store is made, and the server must answer.
 
 Grouping: every stage run is a child of one "pipeline" parent run, identified
 by LMTRANSFER_PIPELINE_ID if set, else the DVC experiment name, else the `dvc`
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .io import sha256_of
-from .tracking_store import STORE_NAME, ensure_store
+from .tracking_store import STORE_NAME, check_server, ensure_store
 
 EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
 PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
@@ -62,9 +63,12 @@ def tracking_uri(root: Path | None = None) -> str:
 
 
 def usable_tracking_uri(root: Path | None = None) -> str:
-    """`tracking_uri`, with the local store built or checked first (see `tracking_store`)."""
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
+    """`tracking_uri`, with the local store built or checked first, or a tracking server checked to answer."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
         ensure_store((root or project_root()) / STORE_NAME)
+    elif uri.startswith(("http://", "https://")):
+        check_server(uri)
     return tracking_uri(root)
 
 

@@ -7,14 +7,20 @@ file on which every later stage failed with a long double traceback
 name and linked into place only once complete; a store found half-migrated anyway
 (an older version of this tool, an interrupted `mlflow db upgrade`) is set aside and
 rebuilt when it holds no run, and named in one line when it does.
+
+A tracking server (`MLFLOW_TRACKING_URI=http://...`) is only checked to accept
+connections: MLflow's client retries a refused request for minutes (7 retries,
+exponential backoff) before it fails with a traceback.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .errors import TrackingStoreError
 
@@ -39,6 +45,20 @@ def ensure_store(path: Path) -> Path:
         print(f"tracking: {path.name} was {problem} and held no run; set aside as {aside.name}, building a new one")
     _build(path)
     return path
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Stop in one line, before training starts, when nothing accepts connections at the server's address."""
+    parts = urlsplit(uri)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as error:
+        raise TrackingStoreError(
+            f"MLFLOW_TRACKING_URI={uri}: no tracking server answers at {host}:{port} ({error}); start it "
+            f"(README \"Beyond one machine\") or unset MLFLOW_TRACKING_URI to log to the local {STORE_NAME}"
+        ) from None
 
 
 def store_problem(path: Path) -> str | None:
