@@ -467,3 +467,23 @@ def test_sacrebleu_scores_come_with_their_signatures():
     assert repeated["bleu"] < 20 and repeated["chrf"] < 40
     with pytest.raises(ValueError):
         corpus_scores(["a"], ["a", "b"])
+
+
+# --- summary -----------------------------------------------------------------------------------------------------
+
+
+def test_summary_translation_prints_each_block_and_the_paper_base_total(capsys):
+    from lmtransfer.cli import main
+    from lmtransfer.translation_summary import translation_parameter_table
+
+    config = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=3, n_heads=2, d_ff=24)
+    table = translation_parameter_table(config)
+    total = f"{expected_translation_parameters(config):,}"
+    assert "translation model total" in table and table.count(total) == 2  # measured, then the formula
+    assert "63,082,496" in table
+    main(["summary", "--translation", "--vocab-size", "100", "--d-model", "16", "--n-layers", "2", "--n-heads", "2",
+          "--d-ff", "24"])
+    out = capsys.readouterr().out
+    two_and_two = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=2, n_heads=2,
+                                    d_ff=24)
+    assert f"formula {expected_translation_parameters(two_and_two):,}" in out and "cross-attention" in out
