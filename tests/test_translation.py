@@ -369,6 +369,23 @@ def test_a_masked_lm_with_next_sentence_prediction_warm_starts_with_segment_a_fo
     assert torch.allclose(model.token_embedding.weight, expected)
 
 
+def test_warm_start_reads_a_saved_language_model_checkpoint(tmp_path):
+    """The project's checkpoint format end to end: save_checkpoint -> load_checkpoint -> warm start."""
+    from lmtransfer.checkpoint import load_checkpoint, model_config_of, save_checkpoint
+
+    torch.manual_seed(0)
+    lm = LanguageModel(LM)
+    save_checkpoint(tmp_path / "pretrained.pt", lm, "language_model", LM)
+    payload = load_checkpoint(tmp_path / "pretrained.pt", expected_kind="language_model")
+    config = model_config_of(payload)
+    model = TranslationModel(TranslationConfig.from_language_model(config, tie_output=True, output_bias=False))
+    report = warm_start_from_language_model(model, payload["state_dict"], config)
+    assert torch.equal(model.encoder.layers[1].linear2.weight, lm.base.layers.layers[1].linear2.weight)
+    assert torch.equal(model.decoder.layers[0].norm3.bias, lm.base.layers.layers[0].norm2.bias)
+    assert len(report.fresh) == LM.n_layers * (4 + 2)  # per decoder layer: cross-attention's 4 tensors + its norm's 2
+    assert len(report.fresh) == sum(1 for name, _ in model.named_parameters() if _cross_attention_or_its_norm(name))
+
+
 @pytest.mark.parametrize("change", [{"d_model": 32, "n_heads": 2}, {"n_encoder_layers": 3}, {"vocab_size": 31}])
 def test_warm_start_refuses_a_network_of_another_shape(change):
     model = TranslationModel(TranslationConfig.from_language_model(LM, **change))
