@@ -301,6 +301,7 @@ def test_a_tiny_model_overfits_a_handful_of_pairs_and_then_translates_them_exact
     expected = [t for _, t in PAIRS]
     assert greedy_decode(model, source, BOS, EOS, max_len=8) == expected
     assert beam_search(model, source, BOS, EOS, max_len=8, beam_size=4) == expected
+    assert model.training  # decoding between epochs leaves the model as it found it
 
 
 # --- warm start from the pretrained language model ----------------------------------------------------------------

@@ -15,7 +15,9 @@ With beam_size 1 this is greedy decoding, token for token.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch.nn import functional as F
@@ -30,6 +32,18 @@ def _next_log_probs(model: TranslationModel, prefix: torch.Tensor, memory: torch
     return F.log_softmax(logits.float(), dim=-1)
 
 
+@contextmanager
+def _evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """Dropout off while decoding, and the model's mode restored after: the per-epoch example translations
+    run in the middle of training."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def _strip(tokens: list[int], eos_id: int) -> list[int]:
     return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
 
@@ -38,7 +52,11 @@ def _strip(tokens: list[int], eos_id: int) -> list[int]:
 def greedy_decode(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int,
                   max_len: int) -> list[list[int]]:
     """The most likely next token at every step, for a right-padded batch of sources (B, S)."""
-    model.eval()
+    with _evaluating(model):
+        return _greedy(model, source, bos_id, eos_id, max_len)
+
+
+def _greedy(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> list[list[int]]:
     source_padding = model.padding_mask(source)
     memory = model.encode(source, source_padding)
     prefix = torch.full((source.size(0), 1), bos_id, dtype=torch.long, device=source.device)
@@ -71,8 +89,13 @@ def beam_search(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_
     """The best of `beam_size` hypotheses per source sentence (module docstring: how they are scored)."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    model.eval()
-    batch, k, device = source.size(0), beam_size, source.device
+    with _evaluating(model):
+        return _beam(model, source, bos_id, eos_id, max_len, beam_size, alpha)
+
+
+def _beam(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int, max_len: int, k: int,
+          alpha: float) -> list[list[int]]:
+    batch, device = source.size(0), beam_size, source.device
     source_padding = model.padding_mask(source)
     memory = model.encode(source, source_padding)  # once; each beam reads its sentence's copy
     memory, source_padding = memory.repeat_interleave(k, dim=0), source_padding.repeat_interleave(k, dim=0)
