@@ -95,7 +95,7 @@ def beam_search(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_
 
 def _beam(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int, max_len: int, k: int,
           alpha: float) -> list[list[int]]:
-    batch, device = source.size(0), beam_size, source.device
+    batch, device = source.size(0), source.device
     source_padding = model.padding_mask(source)
     memory = model.encode(source, source_padding)  # once; each beam reads its sentence's copy
     memory, source_padding = memory.repeat_interleave(k, dim=0), source_padding.repeat_interleave(k, dim=0)
