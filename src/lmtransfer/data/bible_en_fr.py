@@ -13,7 +13,7 @@ verses each, all numbered alike (66 books, 1,189 chapters), so verses align by
   '4'     World English Bible 2000       en        the source side; ` for ' in 5,199 verses
                                                    (apostrophes and inner quotes); [words] in 1,508
   'l'     Louis Segond 1910              fr        the target side; (c:v) markers in 1,405 verses
-                                                   (the Hebrew numbering, kept in the text); [..] in 9
+                                                   (its own numbering inside the text); [..] in 9
   'k'     King James Version 1611        en        extra monolingual text
   '3'     Bible in Basic English 1949    en        extra monolingual text
   'o'     Ostervald 1996                 fr        extra monolingual text; (c:v) markers in 1,265 verses
@@ -23,6 +23,9 @@ verses each, all numbered alike (66 books, 1,189 chapters), so verses align by
 No verse is empty. Verse lengths (words) WEB / Segond: mean 24.6 / 23.3, median
 23 / 22, 95th percentile 45 / 42, max 86 / 82. Known misalignment: the WEB puts a
 psalm's title at the end of the previous psalm's last verse, Segond at its verse 1.
+With the defaults (seed 0, 5% valid and 5% test chapters): 27,883 train pairs
+(1,071 chapters; 193 more dropped as repeats of held-out verses), 1,452 valid
+(59 chapters), 1,574 test (59 chapters), and 168,038 corpus lines.
 
 Cleaning (`clean_verse`), chosen so both languages read like ordinary text:
 backquotes and ’ become ', the `(9:2)` verse markers are dropped, and square
