@@ -152,6 +152,23 @@ def test_parameter_counts_match_the_closed_form_block_by_block(options):
 # --- decoding ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("final_norms", [False, True])
+def test_decoding_one_position_at_a_time_gives_the_logits_of_the_whole_prefix(final_norms):
+    """decode_step (each layer's earlier inputs cached) is `decode` computed for the last position only."""
+    model = _tiny(TranslationConfig(**{**TINY.to_dict(), "final_norms": final_norms}))
+    source = _ids([5, 6, 7, 8], [9, 10, PAD, PAD])
+    target = _ids([BOS, 11, 12, 13, 14], [BOS, 15, 16, 17, 18])
+    padding = model.padding_mask(source)
+    with torch.no_grad():
+        memory = model.encode(source, padding)
+        whole = model.decode(target, memory, padding)
+        cache = None
+        for position in range(target.size(1)):
+            logits, cache = model.decode_step(target[:, position: position + 1], cache, memory, padding)
+            assert torch.allclose(logits, whole[:, position], atol=1e-5, rtol=0), position
+    assert [c.shape for c in cache] == [(2, target.size(1), TINY.d_model)] * TINY.n_decoder_layers
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beam_search_with_beam_1_is_greedy_decoding(seed):
     model = _tiny(seed=seed)
@@ -211,6 +228,11 @@ class MarkovTranslator(torch.nn.Module):
     def decode(self, target, memory, source_padding, target_padding=None) -> torch.Tensor:
         previous = torch.cat([torch.full_like(target[:, :1], PAD), target[:, :-1]], dim=1)
         return self.transitions[target] + self.before_last[previous] + memory
+
+    def decode_step(self, next_ids, cache, memory, source_padding):
+        previous = cache[0] if cache else torch.full_like(next_ids, PAD)  # the cache: the token before
+        logits = self.transitions[next_ids] + self.before_last[previous] + memory
+        return logits[:, -1], [next_ids]
 
 
 def _exhaustive_best(model, source: torch.Tensor, max_len: int, alpha: float) -> list[int]:

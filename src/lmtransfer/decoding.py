@@ -1,7 +1,8 @@
 """Turning a trained `TranslationModel` into translations: batched greedy decoding and beam search.
 
-Both encode the source batch once and re-run the decoder over the growing prefix
-(no key/value cache: `nn.TransformerDecoder` has none, and sentences are short).
+Both encode the source batch once and then decode one position per step
+(`TranslationModel.decode_step` keeps each decoder layer's earlier inputs, since
+causal attention never revisits them; beam search reorders that cache with its beams).
 Both return token ids without BOS and EOS, one list per source sentence.
 
 Beam search ranks finished hypotheses by GNMT's length penalty (Wu et al., 2016):
@@ -25,11 +26,12 @@ from torch.nn import functional as F
 from .translation_model import TranslationModel
 
 
-def _next_log_probs(model: TranslationModel, prefix: torch.Tensor, memory: torch.Tensor,
-                    source_padding: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities (float32) of the token after each prefix: the one computation both decoders share."""
-    logits = model.decode(prefix, memory, source_padding)[:, -1, :]
-    return F.log_softmax(logits.float(), dim=-1)
+def _next_log_probs(model: TranslationModel, next_ids: torch.Tensor, cache: list[torch.Tensor] | None,
+                    memory: torch.Tensor, source_padding: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Log-probabilities (float32) of the token after each prefix, and the grown cache: the one computation
+    both decoders share."""
+    logits, cache = model.decode_step(next_ids, cache, memory, source_padding)
+    return F.log_softmax(logits.float(), dim=-1), cache
 
 
 @contextmanager
@@ -61,8 +63,10 @@ def _greedy(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: 
     memory = model.encode(source, source_padding)
     prefix = torch.full((source.size(0), 1), bos_id, dtype=torch.long, device=source.device)
     finished = torch.zeros(source.size(0), dtype=torch.bool, device=source.device)
+    cache = None
     for _ in range(max_len):
-        next_id = _next_log_probs(model, prefix, memory, source_padding).topk(1, dim=-1).indices.squeeze(-1)
+        log_probs, cache = _next_log_probs(model, prefix[:, -1:], cache, memory, source_padding)
+        next_id = log_probs.topk(1, dim=-1).indices.squeeze(-1)
         next_id = next_id.masked_fill(finished, model.config.pad_id)  # a finished sentence only pads
         prefix = torch.cat([prefix, next_id.unsqueeze(1)], dim=1)
         finished |= next_id.eq(eos_id)
@@ -105,8 +109,10 @@ def _beam(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: in
     scores[:, 0] = 0.0  # one live hypothesis (BOS) per sentence to start from
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     done = [False] * batch
+    cache = None
     for step in range(1, max_len + 1):
-        log_probs = _next_log_probs(model, prefix, memory, source_padding).double()
+        log_probs, cache = _next_log_probs(model, prefix[:, -1:], cache, memory, source_padding)
+        log_probs = log_probs.double()
         vocab = log_probs.size(-1)
         candidates = (scores.unsqueeze(-1) + log_probs.view(batch, k, vocab)).view(batch, k * vocab)
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=-1)
@@ -134,6 +140,7 @@ def _beam(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: in
             break
         rows = (parents + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
         prefix = torch.cat([prefix[rows], tokens.view(-1, 1)], dim=1)
+        cache = [layer_inputs[rows] for layer_inputs in cache]
         scores = new_scores
     for b in range(batch):  # max_len reached: the live hypotheses end here, without EOS
         if not done[b]:

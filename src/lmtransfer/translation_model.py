@@ -106,6 +106,34 @@ class TranslationModel(nn.Module):
         )
         return self.output(hidden)
 
+    def decode_step(
+        self, next_ids: torch.Tensor, cache: list[torch.Tensor] | None, memory: torch.Tensor,
+        source_padding: torch.Tensor,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One more target token (B, 1) -> logits (B, V) of the token after it, computing only the new position.
+
+        `cache` holds each decoder layer's input at the earlier positions (None at the first step); causal
+        attention means those never change, so a step costs one position instead of the whole prefix. The
+        same arithmetic as `decode`, spelled out with the post-norm layer's own submodules."""
+        cache = cache or [next_ids.new_empty(0)] * len(self.decoder.layers)
+        position = cache[0].size(1) if cache[0].numel() else 0
+        if position >= self.positions.pe.size(0):
+            raise ValueError(f"decode_step supports {self.positions.pe.size(0)} target positions")
+        x = self.token_embedding(next_ids) * math.sqrt(self.config.d_model)
+        x = self.dropout(x + self.positions.pe[position: position + 1].to(x.dtype))
+        grown = []
+        for layer, previous in zip(self.decoder.layers, cache):
+            inputs = torch.cat([previous, x], dim=1) if previous.numel() else x
+            grown.append(inputs)
+            attended = layer.self_attn(x, inputs, inputs, need_weights=False)[0]
+            x = layer.norm1(x + layer.dropout1(attended))
+            attended = layer.multihead_attn(x, memory, memory, key_padding_mask=source_padding, need_weights=False)[0]
+            x = layer.norm2(x + layer.dropout2(attended))
+            x = layer.norm3(x + layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))))
+        if self.decoder.norm is not None:
+            x = self.decoder.norm(x)
+        return self.output(x[:, -1]), grown
+
     def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: logits for every target position (target = BOS + the sentence, right-padded)."""
         source_padding = self.padding_mask(source)
