@@ -3,6 +3,7 @@
     lmtransfer summary                           # the model params.yaml configures, block by block
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
     lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
+    lmtransfer summary --translation             # the encoder-decoder for English->French, block by block
     lmtransfer params                            # every parameter: default and meaning
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
@@ -181,6 +182,13 @@ def _stale_vocabulary_note(vocab_size: int, tokenizer, root: Path, params_file: 
 
 def cmd_summary(args: argparse.Namespace) -> None:
     sizes, origin = configured_model(args)
+    if args.translation:
+        from .translation_model import TranslationConfig
+        from .translation_summary import translation_parameter_table
+
+        config = TranslationConfig(sizes["V"], sizes["D"], sizes["N"], sizes["N"], sizes["A"], sizes["F"])
+        print(translation_parameter_table(config, origin))
+        return
     print(parameter_table(sizes["V"], sizes["D"], sizes["N"], sizes["A"], sizes["F"], sizes["C"], origin))
 
 
@@ -389,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--n-classes", type=POSITIVE, default=argparse.SUPPRESS, metavar="C",
                          help="classes of the classification head (default: the labels in "
                               "data/tokenized/meta.json, else 2)")
+    summary.add_argument("--translation", action="store_true",
+                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
+                              "from the language model), with the paper's base model for reference")
     summary.set_defaults(func=cmd_summary)
 
     params = command(
