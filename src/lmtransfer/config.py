@@ -284,6 +284,11 @@ class TrainParams(Section):
     num_threads: int = Field(
         0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
     )
+    nproc: int = Field(
+        1, ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
+        "on its share of every batch; same results within float rounding with `model.dropout: 0` (README "
+        "\"Several processes and GPUs\")"
+    )
     log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
     resume_every: int = Field(
         100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "

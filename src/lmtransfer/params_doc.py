@@ -36,9 +36,9 @@ SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     },
     "train": {
         "validate": ("device",),
-        "pretrain": ("seed", "device", "num_threads", "log_every"),  # not resume_every: it changes no result
-        "finetune_pretrained": ("device", "num_threads"),
-        "finetune_scratch": ("device", "num_threads"),
+        "pretrain": ("seed", "device", "num_threads", "nproc", "log_every"),  # not resume_every: no result changes
+        "finetune_pretrained": ("device", "num_threads", "nproc"),
+        "finetune_scratch": ("device", "num_threads", "nproc"),
     },
     "evaluate": {"evaluate": None},
     "baseline": {"baseline": None},
