@@ -21,6 +21,7 @@ gloo on CPU, NCCL on GPUs (`cuda:LOCAL_RANK`), and
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import sys
@@ -170,13 +171,15 @@ class _Compute(nn.Module):
         return self.compute(self.model, *batch)
 
 
-def wrap(model: nn.Module, compute: Callable[..., dict[str, torch.Tensor]], device: torch.device) -> nn.Module:
-    """`compute(model, *rows)` under DDP. Unused parameters are allowed (a next-sentence head while the
-    adaptation phase trains masked tokens only); buffers are not broadcast (they are the same everywhere)."""
-    return nn.parallel.DistributedDataParallel(
-        _Compute(model, compute), device_ids=[device.index] if device.type == "cuda" else None,
-        find_unused_parameters=True, broadcast_buffers=False,
-    )
+def wrap(model: nn.Module, compute: Callable[..., dict[str, torch.Tensor]], device: torch.device,
+         unused_parameters: bool = False) -> nn.Module:
+    """`compute(model, *rows)` under DDP; `unused_parameters` when some take no part (a next-sentence head while
+    the adaptation phase trains masked tokens only). Buffers are not synchronised: they are the same everywhere."""
+    ddp = nn.parallel.DistributedDataParallel
+    buffers = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else \
+        "broadcast_buffers"  # torch renamed it
+    return ddp(_Compute(model, compute), device_ids=[device.index] if device.type == "cuda" else None,
+               find_unused_parameters=unused_parameters, **{buffers: False})
 
 
 def share(n: int, world: World) -> slice:

@@ -140,7 +140,8 @@ def pretrain(
     steps = total_steps(params, train_batches)
     model.to(device).train()
     world, draws = distributed.world(), distributed.Draws(seed)  # one process: no change
-    trainer = distributed.wrap(model, _losses, device) if world.size > 1 else None
+    idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
+    trainer = distributed.wrap(model, _losses, device, unused_parameters=idle_head) if world.size > 1 else None
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     result, at = PretrainResult(steps=steps), _Position()
