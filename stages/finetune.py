@@ -13,6 +13,7 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
+from lmtransfer import distributed
 from lmtransfer.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint
 from lmtransfer.config import load_params
 from lmtransfer.finetune import finetune
@@ -25,7 +26,7 @@ from lmtransfer.resume import Snapshots, fingerprint
 from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_labeled_split, read_tokenized_meta
-from lmtransfer.tracking import run_that_wrote, stage_run, tag_checkpoint
+from lmtransfer.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
 
 
 def parse_args() -> argparse.Namespace:
@@ -50,7 +51,8 @@ def main() -> None:
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
     label_names = meta["label_names"]
-    device = configure(params.train, seed=seed)
+    distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
+    device = distributed.start(params.train, configure(params.train, seed=seed))
     if variant == "pretrained":
         payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
         model = classifier_from_pretrained(
@@ -64,17 +66,20 @@ def main() -> None:
     inputs = [TOKENIZED] + ([PRETRAINED] if variant == "pretrained" else [])
     snapshots = Snapshots(stage, fingerprint(stage, params.sections(*sections), inputs, device),
                           params.train.resume_every)
-    with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
+    with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage) as run:
         trainable = count_parameters(model.head) if params.finetune.freeze_backbone else count_parameters(model)
-        mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
-                         "n_parameters": count_parameters(model), "n_trainable_parameters": trainable})
-        mlflow.log_param("seed", seed)
+        if run:  # None on ranks other than 0: they train, rank 0 reports
+            mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
+                             "n_parameters": count_parameters(model), "n_trainable_parameters": trainable})
+            mlflow.log_param("seed", seed)
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
         result = finetune(
             model, train, valid, params.finetune, device, seed,
-            on_epoch=lambda row: mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
+            on_epoch=lambda row: log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
             desc=stage, snapshots=snapshots, compile_steps=params.train.compile,
         )
+        if not run:
+            return
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, seed)
         save_checkpoint(

@@ -5,6 +5,7 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
+from lmtransfer import distributed
 from lmtransfer.checkpoint import save_checkpoint
 from lmtransfer.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.config import load_params
@@ -26,7 +27,7 @@ from lmtransfer.runtime import configure, environment_facts
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokenizer import load_tokenizer
-from lmtransfer.tracking import stage_run, tag_checkpoint
+from lmtransfer.tracking import log_metrics, stage_run, tag_checkpoint
 
 
 @stage_main("pretrain")
@@ -36,7 +37,8 @@ def main() -> None:
     train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
     tokenizer = load_tokenizer(TOKENIZED)
     objective = Objective.from_params(params.pretrain, meta)  # before any work: mlm needs a <mask> token
-    device = configure(params.train)
+    distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
+    device = distributed.start(params.train, configure(params.train))
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
     model = objective.build_model(config)
     weights = None
@@ -45,10 +47,10 @@ def main() -> None:
         load_into_language_model(weights, model)
     sections = params.sections("model", "pretrain", "train")
     snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED, TOKENIZED_CORPUS], device), params.train.resume_every)
-    with stage_run("pretrain", sections):
-        mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
+    with stage_run("pretrain", sections) as run:  # None on ranks other than 0: they train, rank 0 reports
+        if run:
+            mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
         if weights is not None:
-            mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
             for note in weights.notes:
                 print(f"pretrain: {note}")
             print(f"pretrain: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
@@ -59,7 +61,7 @@ def main() -> None:
                   f"({config.attention} attention)")
             result = pretrain(
                 model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
-                log_metrics=mlflow.log_metrics, snapshots=snapshots, objective=objective,
+                log_metrics=log_metrics, snapshots=snapshots, objective=objective,
                 compile_steps=params.train.compile,
             )
         adaptation = None
@@ -70,9 +72,11 @@ def main() -> None:
                   f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
             adaptation = adapt_to_task(
                 model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
-                params.train.log_every, log_metrics=mlflow.log_metrics, first_step=result.steps, snapshots=snapshots,
+                params.train.log_every, log_metrics=log_metrics, first_step=result.steps, snapshots=snapshots,
                 objective=objective, compile_steps=params.train.compile,
             )
+        if not run:
+            return
         phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
         train_log, valid_log = phase_logs(phases)
         sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
@@ -81,6 +85,8 @@ def main() -> None:
                    **environment_facts()}
         timings = pretrain_timings(phases)
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
+        if weights:
+            mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
         save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras)
         tag_checkpoint(PRETRAINED)
         write_tsv(PRETRAIN_TRAIN_LOG, train_log)

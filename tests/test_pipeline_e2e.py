@@ -7,6 +7,8 @@ parameter change reruns only the stages that read it.
 
 from __future__ import annotations
 
+import copy
+import csv
 import json
 import os
 import random
@@ -442,3 +444,43 @@ def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path
     refused = subprocess.run(["lmtransfer", "generate", "the film"], cwd=tmp_path, env=env, capture_output=True,
                              text=True)
     assert refused.returncode != 0 and "cannot continue a text left to right" in refused.stderr
+
+
+def _curves(root: Path) -> dict[str, list[dict[str, str]]]:
+    files = ["metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv", "metrics/finetune/pretrained/seed0.tsv"]
+    return {name: list(csv.DictReader((root / name).open(), delimiter="\t")) for name in files}
+
+
+def test_two_processes_under_torchrun_train_the_pipeline_like_one(tmp_path):
+    """`dvc exp run -S train.nproc=2`: pretraining and a fine-tune as two gloo processes; the same losses as one
+    process within float rounding (dropout 0), one MLflow run per stage."""
+    params = merge(copy.deepcopy(TINY_PARAMS), {"model": {"dropout": 0.0}, "finetune": {"seeds": [0]}})
+    env = make_repo(tmp_path, params, write_tiny_data)
+    target = "finetune_pretrained@0"
+    run(["dvc", "repro", target], tmp_path, env)
+    one = _curves(tmp_path)
+    log = run(["dvc", "exp", "run", target, "-S", "train.nproc=2"], tmp_path, env)
+    ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
+    assert ran == {"pretrain", target} and "2 processes under torchrun" in log
+    assert log.count("pretrain: done in") == 1 and log.count(f"{target}: done in") == 1  # rank 0 alone reports
+    two = _curves(tmp_path)
+    for name, rows in one.items():
+        assert len(two[name]) == len(rows), name
+        for ours, theirs in zip(rows, two[name]):
+            for key in (k for k in ours if k.endswith("loss")):
+                assert float(theirs[key]) == pytest.approx(float(ours[key]), rel=1e-4), (name, key, ours["step"
+                                                                                         if "step" in ours else "epoch"])
+    assert all((tmp_path / path).stat().st_size > 0 for path in ("models/pretrained.pt",
+                                                                 "models/finetuned/pretrained/seed0.pt"))
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
+    by_nproc = {}
+    for r in runs:
+        if r.info.run_name in ("pretrain", target):
+            by_nproc.setdefault(r.data.params["train.nproc"], []).append(r.info.run_name)
+    assert {nproc: sorted(names) for nproc, names in by_nproc.items()} == {"1": ["finetune_pretrained@0", "pretrain"],
+                                                                          "2": ["finetune_pretrained@0", "pretrain"]}
+    assert all(r.info.status == "FINISHED" for r in runs)

@@ -289,6 +289,11 @@ class TrainParams(Section):
     num_threads: int = Field(
         0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
     )
+    nproc: int = Field(
+        1, ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
+        "on its share of every batch; same results within float rounding with `model.dropout: 0` (README "
+        "\"Several processes and GPUs\")"
+    )
     log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
     compile: bool = Field(
         False, description="`torch.compile` the training steps (fused kernels: faster on GPUs after a compile of "

@@ -12,8 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
+import torch
 from torch.nn import functional as F
 
+from . import distributed
 from .config import FinetuneParams
 from .datasets import classification_batches
 from .inference import predict
@@ -94,6 +96,9 @@ def finetune(
         scheduler = warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs)
     print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
     generator = np.random.default_rng(seed)
+    world = distributed.world()
+    distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
+    trainer = compiled(distributed.wrap(model, _scores, device), compile_steps) if world.size > 1 else None
     result, done = FinetuneResult(), 0
     saved = snapshots.load("epochs") if snapshots else None
     if saved:
@@ -119,12 +124,18 @@ def finetune(
             train, params.batch_size, params.max_len, model.base.config.pad_id, generator
         ):
             ids, labels = to_device((ids, labels), device)
-            with autocast(device):
-                logits = forward(ids).float()
-            loss = F.cross_entropy(logits, labels)
-            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-            loss_sum += loss.item() * len(labels)
-            correct += int((logits.argmax(-1) == labels).sum())
+            if trainer is None:
+                with autocast(device):
+                    logits = forward(ids).float()
+                loss = F.cross_entropy(logits, labels)
+                optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+                loss_sum += loss.item() * len(labels)
+                correct += int((logits.argmax(-1) == labels).sum())
+            else:
+                loss, measured = _sharded_step(trainer, ids, labels, world, device)
+                optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+                loss_sum += measured["loss"].item() * len(labels)
+                correct += int(measured["correct"].round())
             seen += len(labels)
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
@@ -157,3 +168,20 @@ def finetune(
                 "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
             })
     return result
+
+
+def _scores(model: Classifier, ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    logits = model(ids).float()
+    return {"loss": F.cross_entropy(logits, labels), "correct": (logits.argmax(-1) == labels).sum()}
+
+
+def _sharded_step(trainer, ids: torch.Tensor, labels: torch.Tensor, world: distributed.World, device: torch.device):
+    """Under DDP: this rank's texts of the global batch; the loss to backpropagate, weighted by the rank's share of
+    the texts so the all-reduced gradient is the global batch's, and the global batch's loss and correct count."""
+    total = len(labels)
+    (ids, labels), present = distributed.my_rows([ids, labels], world)
+    with autocast(device):
+        scores = trainer(ids, labels)
+    weight = present * len(labels) / total
+    return scores["loss"] * weight * world.size, distributed.sum_over_ranks(
+        {"loss": scores["loss"] * weight, "correct": scores["correct"] * present})

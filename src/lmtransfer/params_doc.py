@@ -36,9 +36,9 @@ SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     },
     "train": {
         "validate": ("device",),
-        "pretrain": ("seed", "device", "num_threads", "compile", "log_every"),  # not resume_every: changes no result
-        "finetune_pretrained": ("device", "num_threads", "compile"),
-        "finetune_scratch": ("device", "num_threads", "compile"),
+        "pretrain": ("seed", "device", "num_threads", "nproc", "compile", "log_every"),  # not resume_every
+        "finetune_pretrained": ("device", "num_threads", "nproc", "compile"),
+        "finetune_scratch": ("device", "num_threads", "nproc", "compile"),
     },
     "evaluate": {"evaluate": None},
     "baseline": {"baseline": None},

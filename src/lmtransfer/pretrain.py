@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from . import distributed
 from .config import PretrainParams
 from .datasets import PackedBatches
 from .model import IGNORE_INDEX, LanguageModel
@@ -142,6 +143,10 @@ def pretrain(
     model.to(device).train()
     model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
     step_losses = compiled(model.losses, compile_steps)
+    world, draws = distributed.world(), distributed.Draws(seed)  # one process: no change
+    idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
+    trainer = distributed.wrap(model, _losses, device, unused_parameters=idle_head) if world.size > 1 else None
+    trainer = compiled(trainer, compile_steps) if trainer is not None else None
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     result, at = PretrainResult(steps=steps), _Position()
@@ -179,11 +184,15 @@ def pretrain(
         if at.batch == 0:  # a new epoch; a resumed one replays its order from the saved generator state
             at.epoch += 1
             epoch_order = train_batches.generator.get_state()
-        for batch in train_batches.epoch(skip=at.batch):
+        for batch in draws.batches(train_batches.epoch(skip=at.batch)):
             batch = to_device(batch, device)  # inputs, targets[, segments, is_next]
             with autocast(device):
-                losses = step_losses(*batch)
-            optimizer_step(losses["loss"], model, optimizer, scheduler, params.grad_clip)
+                if trainer is None:
+                    losses = step_losses(*batch)
+                    loss = losses["loss"]
+                else:
+                    loss, losses = _sharded_losses(trainer, batch, world)
+            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
             at.step += 1
             at.batch += 1
             at.window_loss += losses["loss"].item()
@@ -221,11 +230,36 @@ def pretrain(
         else:
             at.batch = 0  # the epoch ran out
     progress.close()
+    draws.close()
     validate(at.step)
     result.seconds = time.perf_counter() - start
     if snapshots:
         snapshot(done=True)  # a kill in a later phase resumes there, not here
     return result
+
+
+def _losses(model: LanguageModel, *batch: torch.Tensor) -> dict[str, torch.Tensor]:
+    return model.losses(*batch)
+
+
+def _sharded_losses(trainer, batch: list[torch.Tensor], world: distributed.World):
+    """Under DDP: this rank's rows of the global batch. Returns the loss to backpropagate, weighted so that the
+    all-reduced gradient is the global batch's (token scores by the rank's share of the scored tokens,
+    next-sentence scores by its share of the pairs), and the global batch's measurements (what one process logs)."""
+    rows, present = distributed.my_rows(batch, world)
+    losses = trainer(*rows)
+    tokens = present * float(rows[1].ne(IGNORE_INDEX).sum()) / float(batch[1].ne(IGNORE_INDEX).sum())
+    pairs = present * rows[0].size(0) / batch[0].size(0)
+    shares = {key: pairs if key.startswith("nsp") else tokens for key in losses}
+    if "nsp_loss" in losses:  # loss = masked_loss + nsp_loss: each part by its own share
+        loss = losses["masked_loss"] * tokens + losses["nsp_loss"] * pairs
+        shares.pop("loss")
+    else:
+        loss = losses["loss"] * tokens
+    measured = distributed.sum_over_ranks({key: losses[key] * share for key, share in shares.items()})
+    if "nsp_loss" in losses:
+        measured = {"loss": measured["masked_loss"] + measured["nsp_loss"], **measured}
+    return loss * world.size, measured  # DDP averages the ranks' gradients: x size makes it their sum
 
 
 def _log_again(result: PretrainResult, log_metrics: MetricsLogger) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from tqdm import tqdm
@@ -10,4 +11,5 @@ from tqdm import tqdm
 def progress_bar(**kwargs) -> tqdm:
     """tqdm with a refresh rate that suits where the output goes: no flood of lines in a log file."""
     interactive = sys.stderr.isatty()
-    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, **kwargs)
+    quiet = os.environ.get("RANK", "0") != "0"  # several processes (torchrun): rank 0 shows the progress
+    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, disable=quiet, **kwargs)

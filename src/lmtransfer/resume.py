@@ -9,7 +9,7 @@ resumed run ends with the same bytes as one never interrupted.
 A snapshot is used only by a run with the same fingerprint: the stage, its params,
 the bytes of its input files and of the code, torch's version, the device and the
 thread count. Anything else deletes it and starts over. A finished stage deletes its
-snapshots.
+snapshots. Several processes (`train.nproc` > 1) take no snapshots: a killed run starts over.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 import torch
 
+from . import distributed
 from .checkpoint import read_torch_file
 from .errors import CheckpointError
 from .io import atomic_path, sha256_of
@@ -67,6 +68,10 @@ class Snapshots:
 
     def __init__(self, stage: str, fingerprint: str, every: int, root: Path = RESUME_DIR):
         self.directory = root / stage.replace("@", "_seed")
+        if every > 0 and distributed.world().size > 1:
+            print(f"resume: no snapshots with {distributed.world().size} processes (train.nproc > 1): a killed run "
+                  "starts over")
+            every = 0
         self.fingerprint, self.every = fingerprint, every
 
     def due(self, step: int) -> bool:

@@ -53,9 +53,13 @@ def seed_everything(seed: int) -> None:
 def environment_facts() -> dict[str, str | int]:
     """What CPU results depend on besides code, params and data: the kernels' instruction set and the threads.
 
-    Stored beside the results, so a difference between two machines is explained, not a mystery.
+    Stored beside the results, so a difference between two machines is explained, not a mystery; several
+    processes (torchrun) add their count.
     """
-    return {"cpu_kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
+    facts = {"cpu_kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
+    if torch.distributed.is_available() and torch.distributed.is_initialized():  # train.nproc > 1: threads each
+        facts["processes"] = torch.distributed.get_world_size()
+    return facts
 
 
 def use_share_of_cores() -> int:

@@ -30,7 +30,22 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
                     raise
                 print(f"{label}: error: {exc}", file=sys.stderr)
                 sys.exit(1)
+            except Exception as exc:
+                if os.environ.get("LMTRANSFER_DEBUG") or not _lost_another_process(exc):
+                    raise
+                print(f"{label}: stopped: process {os.environ['RANK']} lost contact with the others (the error of the "
+                      "one that failed is above)", file=sys.stderr)
+                sys.exit(1)
 
         return run
 
     return decorate
+
+
+def _lost_another_process(exc: Exception) -> bool:
+    """Under torchrun, a collective that fails because another process ended (its own error printed already)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return False
+    message = str(exc)
+    return type(exc).__module__.startswith("torch.distributed") or any(
+        sign in message for sign in ("closed by peer", "reset by peer", "remote worker", "NCCL communicator"))

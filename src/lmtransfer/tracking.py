@@ -258,11 +258,15 @@ def stage_run(
 ) -> Iterator[Any]:
     """Open the MLflow run of one stage execution (named `run_name`, default the stage); yields the active run.
 
-    Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block.
+    Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block. Under torchrun only rank 0 opens the run:
+    the other ranks get None (they train, and log nothing: `log_metrics`).
     """
     import mlflow
     from mlflow import MlflowClient
 
+    if not is_main_process():
+        yield None
+        return
     _quiet_mlflow_logs()
     root = project_root()
     # Read before set_tracking_uri(), which itself exports MLFLOW_TRACKING_URI into this process.
@@ -296,6 +300,19 @@ def stage_run(
     finally:
         # The pipeline run spans its stages: it ends when the latest one ends, failed if that one failed.
         client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun job (torchrun sets RANK), or a process on its own: the one that logs."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+    """mlflow.log_metrics in the stage's run; the other ranks of a torchrun job have no run and log nothing."""
+    if is_main_process():
+        import mlflow
+
+        mlflow.log_metrics(metrics, step=step)
 
 
 def tag_checkpoint(path: str | Path) -> None:
