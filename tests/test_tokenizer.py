@@ -31,6 +31,7 @@ from lmtransfer.tokenizer import (
     id_dtype,
     load_tokenizer,
     train_sentencepiece,
+    training_sample_lines,
 )
 
 WORDS = (
@@ -177,6 +178,17 @@ def test_write_corpus_part_streams_chunks_into_the_npy_np_save_writes(tmp_path, 
     assert sorted(p.name for p in out.iterdir()) == ["corpus_train.npy"]
     loaded = np.load(out / "corpus_train.npy", mmap_mode="r")
     assert np.array_equal(loaded, whole)
+
+
+def test_training_sample_is_capped_by_bytes_as_well_as_lines(tmp_path):
+    """sentencepiece's memory follows the characters it samples: long lines mean fewer of them."""
+    short, long = tmp_path / "short.txt", tmp_path / "long.txt"
+    short.write_text("ab cd\n" * 1000)  # 6,000 bytes
+    long.write_text(("x" * 99 + "\n") * 1000)  # 100,000 bytes, 100 per line
+    assert training_sample_lines(short, 500, budget=10_000) == 500  # within the budget: the line cap alone
+    assert training_sample_lines(long, 500, budget=10_000) == 100  # 10,000 bytes / 100 per line
+    assert training_sample_lines(long, 50, budget=10_000) == 50
+    assert training_sample_lines(long, 500, budget=10) == 1
 
 
 def test_id_dtype_switches_to_int32_beyond_uint16():

@@ -175,8 +175,25 @@ def read_fairseq_dictionary(path: Path) -> list[str]:
 # --- building one from params, and saving / loading it with the tokenized data -----------
 
 
+TRAINING_TEXT_BYTES = 64 << 20  # sentencepiece's trainer holds ~20 bytes per character it samples: ~1.4 GB
+
+
+def training_sample_lines(corpus_file: Path, max_lines: int, budget: int = TRAINING_TEXT_BYTES) -> int:
+    """How many lines sentencepiece samples: `max_lines`, or fewer when that many lines of the corpus's average
+    length would pass `budget` bytes. Its memory grows with the characters it samples, not the lines, so a
+    corpus of long lines would otherwise need several GB. A corpus within the budget is left alone."""
+    size = Path(corpus_file).stat().st_size
+    if size <= budget:
+        return max_lines
+    lines = 0
+    with open(corpus_file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            lines += block.count(b"\n")
+    return max(1, min(max_lines, int(budget / (size / max(lines, 1)))))
+
+
 def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 0) -> bytes:
-    """Train on the pretraining corpus; returns the serialized model."""
+    """Train on the pretraining corpus (a sample of `training_sample_lines` lines); returns the serialized model."""
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -187,7 +204,7 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
             model_type=params.model_type,
             character_coverage=params.character_coverage,
             normalization_rule_name=params.normalization,
-            input_sentence_size=params.max_training_lines,
+            input_sentence_size=training_sample_lines(corpus_file, params.max_training_lines),
             shuffle_input_sentence=True,
             pad_id=PAD_ID,
             unk_id=UNK_ID,
