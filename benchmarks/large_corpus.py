@@ -113,11 +113,11 @@ def write_corpus(path: Path, size_bytes: int, seed: int = 0) -> int:
             recent = (recent + lines[-2000:])[-20_000:]
             text = "\n".join(lines) + "\n"
             handle.write(text)
-            written += len(text.encode("utf-8"))
+            before, written = written, written + len(text.encode("utf-8"))
             n_lines += len(lines)
-            print(f"\r  corpus: {written / 2**20:,.0f} / {size_bytes / 2**20:,.0f} MB, {n_lines:,} lines "
-                  f"({time.perf_counter() - started:.0f} s)", end="", flush=True)
-    print()
+            if written // (64 << 20) > before // (64 << 20) or written >= size_bytes:
+                print(f"  corpus: {written / 2**20:,.0f} / {size_bytes / 2**20:,.0f} MB, {n_lines:,} lines "
+                      f"({time.perf_counter() - started:.0f} s)", flush=True)
     return n_lines
 
 
@@ -155,7 +155,7 @@ def benchmark_params(corpus: Path, labeled: Path, threads: int) -> dict:
     return {
         "data": {"source": "files", "train": str(labeled), "corpus": [str(corpus)]},
         "model": {"n_layers": 2, "d_model": 128, "n_heads": 2, "d_ff": 128},
-        "pretrain": {"max_steps": 300, "eval_every": 100, "eval_batches": 10, "adapt_epochs": 0,
+        "pretrain": {"max_steps": 200, "eval_every": 100, "eval_batches": 10, "adapt_epochs": 0,
                      "generate_tokens": 10},
         "finetune": {"seeds": [0], "epochs": 1},
         "train": {"num_threads": threads, "resume_every": 0},
