@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: venv run test test-fast ui summary bench clean-outputs
+.PHONY: venv run test test-fast ui summary bench bench-corpus clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,3 +46,8 @@ summary: venv
 bench: venv
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/cpu_kernels.py
+
+## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus (CORPUS_MB=1024: ~15 min, ~5 GB of disk)
+CORPUS_MB ?= 1024
+bench-corpus: venv
+	$(BIN)/python benchmarks/large_corpus.py --size-mb $(CORPUS_MB)

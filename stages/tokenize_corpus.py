@@ -9,7 +9,8 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 import mlflow
 
 from lmtransfer.config import load_params
-from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
+from lmtransfer.io import write_json
+from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenize_data import tokenize_prepared
 from lmtransfer.tracking import stage_run
@@ -26,8 +27,16 @@ def main() -> None:
         mlflow.set_tag("tokenizer_scheme", meta["scheme"])
         for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
             mlflow.log_artifact(str(artifact))
+        timings = meta["timings"]
+        timings["encode_tokens_per_second"] = round(timings["corpus_tokens"] / max(timings["encode_seconds"], 1e-9))
+        timings["encode_megabytes_per_second"] = round(timings["corpus_bytes"] / 2**20 / max(timings["encode_seconds"], 1e-9), 2)
+        write_json(timings_file("tokenize"), timings)
+        mlflow.log_metrics({f"final_{k}": float(v) for k, v in timings.items()})
     print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED} "
           f"(tokenizer, labeled splits), {TOKENIZED_CORPUS} (corpus)")
+    print(f"tokenize: tokenizer in {timings['train_seconds']:.1f} s; corpus of {timings['corpus_bytes'] / 2**20:,.1f} MB "
+          f"encoded in {timings['encode_seconds']:.1f} s ({timings['encode_megabytes_per_second']:.1f} MB/s, "
+          f"{timings['encode_tokens_per_second']:,} tokens/s)")
 
 
 if __name__ == "__main__":

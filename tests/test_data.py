@@ -22,13 +22,15 @@ from lmtransfer.data.movies_en import (
     read_movie_reviews,
 )
 from lmtransfer.data.pinned import verify_checksum
+from lmtransfer.data import prepare as prepare_module
 from lmtransfer.data.prepare import (
-    deduplicate_labeled, describe_removals, prepare, prepare_labeled, stratified_split, write_prepared,
+    SeenKeys, corpus_documents, deduplicate_labeled, describe_removals, hashed_key, prepare, prepare_labeled,
+    split_long_line, stratified_split, write_prepared,
 )
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.data.raw import RawData
 from lmtransfer.errors import DataSourceError, EmptySplitError
-from lmtransfer.text import dedup_key
+from lmtransfer.text import dedup_key, normalize_text
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 
@@ -185,6 +187,79 @@ def test_prepare_is_deterministic_for_a_seed(raw):
     assert all(first.splits[n]["text"].tolist() == again.splits[n]["text"].tolist() for n in SPLITS)
     assert first.corpus_train == again.corpus_train and first.corpus_valid == again.corpus_valid
     assert first.splits["test"]["text"].tolist() != other.splits["test"]["text"].tolist()
+
+
+def _documents_one_by_one(raw: RawData, labeled, params: DataParams) -> list[tuple[str, str]]:
+    """The corpus as the pre-batching code streamed it: a Python set of keys, one line at a time."""
+    seen = {hashed_key(t) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
+    out, corpus_lines = [], 0
+
+    def accept(line: str) -> int:
+        given = 0
+        for document in split_long_line(normalize_text(line)):
+            key = hashed_key(document)
+            if document and key not in seen:
+                seen.add(key)
+                out.append(("valid" if prepare_module._is_validation_line(len(out), params.corpus_valid_fraction)
+                            else "train", document))
+                given = 1
+        return given
+
+    for line in raw.corpus:
+        if params.max_corpus_lines and corpus_lines >= params.max_corpus_lines:
+            break
+        corpus_lines += accept(line)
+    if params.add_train_to_corpus:
+        for text in labeled.splits["train"]["text"]:
+            accept(text)
+    return out
+
+
+@pytest.mark.parametrize("batch_lines", [1, 7, 65_536])
+@pytest.mark.parametrize("max_corpus_lines", [0, 1, 150, 300])
+def test_batched_dedup_keeps_the_same_documents_in_the_same_order_as_one_line_at_a_time(
+    raw, monkeypatch, batch_lines, max_corpus_lines
+):
+    corpus = list(raw.corpus)
+    book = " ".join(f"w{i}" for i in range(9000))  # ~50,000 characters: cut into 3 documents
+    corpus[20:20] = [book, corpus[3].upper(), "  " + corpus[9] + "  ", book.upper(), book[:20_000] + " new end"]
+    corpus += corpus[:40]  # repeats across batches
+    long = RawData(splits=raw.splits, corpus=corpus, label_names=raw.label_names)
+    params = DataParams(max_corpus_lines=max_corpus_lines, add_train_to_corpus=True)
+    labeled = prepare_labeled(long, params)
+    monkeypatch.setattr(prepare_module, "DEDUP_BATCH_LINES", batch_lines)
+    expected = _documents_one_by_one(long, labeled, params)
+    assert list(corpus_documents(long, labeled, params)) == expected
+    assert any(part == "valid" for part, _ in expected) and len({d for _, d in expected}) == len(expected)
+
+
+def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
+    """With data.max_corpus_lines the stream stops where the last used line is: a bad line after it is never read."""
+
+    def lines():
+        yield from [f"line {i}" for i in range(10)]
+        raise AssertionError("read past the cap")
+
+    capped = RawData(splits=raw.splits, corpus=lines(), label_names=raw.label_names)
+    params = DataParams(max_corpus_lines=10, add_train_to_corpus=False)
+    documents = list(corpus_documents(capped, prepare_labeled(capped, params), params))
+    assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
+
+
+def test_seen_keys_accepts_what_a_set_would_accept():
+    rng = np.random.default_rng(0)
+    seen_set: set[int] = set(range(0, 1000, 3))
+    store = SeenKeys(int(k).to_bytes(8, "little") for k in sorted(seen_set))
+    for _ in range(20):
+        batch = rng.integers(0, 2000, 50).astype(np.uint64)
+        expected = []
+        for key in batch.tolist():
+            expected.append(key not in seen_set)
+            seen_set.add(key)
+        mask = store.first_unseen(batch)
+        assert mask.tolist() == expected
+        store.add(batch[mask])
+        assert np.all(np.diff(store.sorted.astype(np.int64)) > 0) and len(store) == len(seen_set)
 
 
 def test_too_few_examples_raise_empty_split_error_naming_the_split():

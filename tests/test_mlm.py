@@ -11,7 +11,7 @@ from lmtransfer.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.config import ConfigError, PretrainParams, parse_params
 from lmtransfer.errors import CheckpointError
-from lmtransfer.masking import MaskedWindows, SentencePairs, TokenMasker
+from lmtransfer.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.objectives import Objective
 from lmtransfer.pretrain import pretrain
@@ -244,3 +244,11 @@ def test_mlm_windows_start_with_the_cls_token_and_validation_masks_are_fixed():
     assert all(torch.equal(x, y) for a, b in zip(first, again) for x, y in zip(a, b))
     inputs, targets = first[0]
     assert inputs[:, 0].eq(BOS).all() and targets[:, 0].eq(IGNORE_INDEX).all()
+
+
+def test_document_boundaries_found_a_chunk_at_a_time_are_those_of_the_whole_stream():
+    stream = np.random.default_rng(0).integers(0, 6, 1000).astype(np.uint16)
+    for chunk in (1, 7, 999, 1000, 5000):
+        for value in (BOS, EOS, 5):
+            assert np.array_equal(_positions(stream, value, chunk), np.flatnonzero(stream == value))
+    assert _positions(stream[:0], BOS).size == 0

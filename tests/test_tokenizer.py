@@ -15,7 +15,7 @@ from lmtransfer.data.prepared import SPLITS, read_split
 from lmtransfer.data.raw import RawData
 from lmtransfer.errors import TokenizerError
 from lmtransfer.generation import encode_prompt
-from lmtransfer.tokenized import LabeledSplit, load_labeled_split
+from lmtransfer.tokenized import LabeledSplit, load_labeled_split, write_corpus_part
 from lmtransfer.io import read_json
 from lmtransfer.tokenize_data import tokenize_prepared
 from lmtransfer.tokenizer import (
@@ -27,9 +27,11 @@ from lmtransfer.tokenizer import (
     UNK_ID,
     SentencePieceTokenizer,
     encode_documents,
+    frame,
     id_dtype,
     load_tokenizer,
     train_sentencepiece,
+    training_sample_lines,
 )
 
 WORDS = (
@@ -142,6 +144,53 @@ def test_encode_documents_of_nothing_is_empty(tokenizer):
     assert ids.size == 0 and offsets.tolist() == [0]
 
 
+@pytest.mark.parametrize("tail", [[], [EOS_ID]])
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_frame_gives_the_ids_of_framing_each_text_one_id_at_a_time(tail, dtype):
+    rng = random.Random(0)
+    encoded = [[rng.randrange(5, 60000) for _ in range(rng.choice([0, 1, 2, 7, 30]))] for _ in range(200)]
+    flat, lengths = frame(encoded, np.dtype(dtype), BOS_ID, tail)
+    one_at_a_time = np.array([i for ids in encoded for i in (BOS_ID, *ids, *tail)], dtype=dtype)
+    assert flat.dtype == dtype and np.array_equal(flat, one_at_a_time)
+    assert lengths.tolist() == [len(ids) + 1 + len(tail) for ids in encoded]
+    assert frame([], np.dtype(dtype), BOS_ID, tail)[0].size == 0
+
+
+def test_encode_documents_is_the_same_in_one_chunk_or_many(tokenizer):
+    texts = _lines(300, seed=7) + ["", "   "]
+    whole = encode_documents(tokenizer, texts, chunk_size=10_000)
+    for size in (1, 64):
+        chunked = encode_documents(tokenizer, texts, chunk_size=size)
+        assert all(np.array_equal(a, b) for a, b in zip(whole, chunked))
+
+
+@pytest.mark.parametrize("sizes", [[5, 0, 17, 1], [], [0]])
+def test_write_corpus_part_streams_chunks_into_the_npy_np_save_writes(tmp_path, sizes):
+    rng = np.random.default_rng(0)
+    chunks = [rng.integers(0, 4000, size).astype(np.uint16) for size in sizes]
+    out = tmp_path / "out"
+    out.mkdir()
+    total = write_corpus_part(out, "train", iter(chunks), np.dtype(np.uint16))
+    whole = np.concatenate(chunks) if chunks else np.zeros(0, np.uint16)
+    np.save(tmp_path / "saved.npy", whole)
+    assert total == whole.size
+    assert (out / "corpus_train.npy").read_bytes() == (tmp_path / "saved.npy").read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == ["corpus_train.npy"]
+    loaded = np.load(out / "corpus_train.npy", mmap_mode="r")
+    assert np.array_equal(loaded, whole)
+
+
+def test_training_sample_is_capped_by_bytes_as_well_as_lines(tmp_path):
+    """sentencepiece's memory follows the characters it samples: long lines mean fewer of them."""
+    short, long = tmp_path / "short.txt", tmp_path / "long.txt"
+    short.write_text("ab cd\n" * 1000)  # 6,000 bytes
+    long.write_text(("x" * 99 + "\n") * 1000)  # 100,000 bytes, 100 per line
+    assert training_sample_lines(short, 500, budget=10_000) == 500  # within the budget: the line cap alone
+    assert training_sample_lines(long, 500, budget=10_000) == 100  # 10,000 bytes / 100 per line
+    assert training_sample_lines(long, 50, budget=10_000) == 50
+    assert training_sample_lines(long, 500, budget=10) == 1
+
+
 def test_id_dtype_switches_to_int32_beyond_uint16():
     assert id_dtype(65_536) == np.uint16
     assert id_dtype(65_537) == np.int32
@@ -168,7 +217,8 @@ def tokenized(tmp_path_factory):
 
 
 def test_tokenize_prepared_writes_the_expected_files(tokenized):
-    _, out, meta, _ = tokenized
+    prepared, out, meta, _ = tokenized
+    prepared_corpus = prepared.with_name(prepared.name + "_corpus")
     names = {p.name for p in out.iterdir()}
     expected = {MODEL_FILE, "vocab.txt", "meta.json"}
     assert expected | {f"{name}.npz" for name in SPLITS} == names  # the corpus is not here: a fine-tune never reads it
@@ -178,8 +228,13 @@ def test_tokenize_prepared_writes_the_expected_files(tokenized):
     assert set(on_disk["tokens"]) == set(SPLITS) and set(corpus_meta["tokens"]) == {"corpus_train", "corpus_valid"}
     for key in ("tokens", "unknown_rate"):  # the stage's log shows both
         assert meta[key] == {**corpus_meta[key], **on_disk[key]}
-    assert {k: v for k, v in meta.items() if k not in ("tokens", "unknown_rate")} == {
+    assert {k: v for k, v in meta.items() if k not in ("tokens", "unknown_rate", "timings")} == {
         k: v for k, v in on_disk.items() if k not in ("tokens", "unknown_rate")}
+    assert "timings" not in on_disk and "timings" not in corpus_meta  # wall-clock figures stay out of the outputs
+    assert meta["timings"]["corpus_tokens"] == sum(corpus_meta["tokens"].values())
+    assert meta["timings"]["corpus_bytes"] == sum((prepared_corpus / f"corpus_{p}.txt").stat().st_size
+                                                  for p in ("train", "valid"))
+    assert set(meta["timings"]) == {"train_seconds", "encode_seconds", "corpus_bytes", "corpus_tokens"}
     assert len((out / "vocab.txt").read_text(encoding="utf-8").splitlines()) == VOCAB
     assert load_tokenizer(out).model_bytes == load_tokenizer(out / MODEL_FILE).model_bytes
 

@@ -140,7 +140,8 @@ class TokenizerParams(Section):
         "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
     )
     max_training_lines: int = Field(
-        500_000, ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model"
+        500_000, ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model; "
+        "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)"
     )
     # Existing tokenizers (paths relative to the repository root); either replaces training one.
     model_file: str = Field(

@@ -85,6 +85,14 @@ class MaskedWindows(PackedBatches):
         return self.masker(window, self.mask_generator)
 
 
+def _positions(ids: np.ndarray, value: int, chunk: int = 1 << 24) -> np.ndarray:
+    """Where `value` occurs in `ids`, found a chunk at a time: a memory-mapped corpus of hundreds of millions of
+    tokens is never compared whole (that would take a byte per token at once)."""
+    found = [np.flatnonzero(np.asarray(ids[begin : begin + chunk]) == value) + begin
+             for begin in range(0, len(ids), chunk)]
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
 class SentencePairs:
     """BERT's next-sentence prediction data: `[CLS] A [SEP] B [SEP]` with A a run of consecutive documents
     (corpus lines) and B, half the time, the documents that follow A in the corpus, else a run starting at a
@@ -100,9 +108,8 @@ class SentencePairs:
         self.n_batches = packed.steps_per_epoch()
         self.ids, self.seq_len, self.batch_size, self.masker = ids, seq_len, batch_size, masker
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
-        stream = np.asarray(ids)
-        starts = np.flatnonzero(stream == bos_id) + 1  # the first token after BOS
-        ends = np.flatnonzero(stream == eos_id)
+        starts = _positions(ids, bos_id) + 1  # the first token after BOS
+        ends = _positions(ids, eos_id)
         end_index = np.searchsorted(ends, starts)
         complete = end_index < len(ends)  # a stream cut mid-document leaves its last one open
         self.doc_starts, self.doc_ends = starts[complete], ends[end_index[complete]]

@@ -8,6 +8,7 @@ the dictionary does not fit the data.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -61,7 +62,9 @@ def tokenize_prepared(
     prepared = read_prepared_meta(prepared_dir)
     corpus_pieces = read_corpus_meta(prepared_dir).get("corpus_format") == "pieces"
     labeled_pieces = prepared.get("labeled_format") == "pieces"
+    started = time.perf_counter()
     tokenizer = build_tokenizer(prepared_dir, params, seed)
+    timings = {"train_seconds": round(time.perf_counter() - started, 2), "corpus_bytes": 0}
     meta = {
         "scheme": tokenizer.scheme,
         "vocab_size": tokenizer.vocab_size,
@@ -74,8 +77,10 @@ def tokenize_prepared(
     }
     corpus_meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
     dtype = id_dtype(tokenizer.vocab_size)
+    started = time.perf_counter()
     with atomic_directory(corpus_dir(out_dir)) as tmp:
         for part in ("train", "valid"):
+            timings["corpus_bytes"] += corpus_path(prepared_dir, part).stat().st_size
             name = f"corpus_{part}"
             counts = {"unknown": 0, "framing": 0}
             lines = progress_bar(iterable=read_corpus(prepared_dir, part), desc=name, unit=" lines")
@@ -84,6 +89,8 @@ def tokenize_prepared(
             corpus_meta["tokens"][name] = total
             corpus_meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
         write_tokenized_meta(tmp, corpus_meta)
+    timings["encode_seconds"] = round(time.perf_counter() - started, 2)
+    timings["corpus_tokens"] = sum(corpus_meta["tokens"].values())
     with atomic_directory(out_dir) as tmp:
         save_tokenizer(tokenizer, tmp)
         for name in SPLITS:
@@ -96,7 +103,7 @@ def tokenize_prepared(
             meta["unknown_rate"][name] = round(int(np.count_nonzero(ids == tokenizer.unk_id)) / max(pieces, 1), 6)
         write_tokenized_meta(tmp, meta)
     merged = {**meta, "tokens": {**corpus_meta["tokens"], **meta["tokens"]},
-              "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]}}
+              "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]}, "timings": timings}
     for name, rate in merged["unknown_rate"].items():
         if rate > UNKNOWN_WARNING:
             warn(f"tokenize: warning: {rate:.1%} of the pieces of '{name}' are not in the vocabulary "

@@ -20,6 +20,7 @@ tokenizer's own files (spm.model, dict.txt, vocab.txt).
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -174,8 +175,25 @@ def read_fairseq_dictionary(path: Path) -> list[str]:
 # --- building one from params, and saving / loading it with the tokenized data -----------
 
 
+TRAINING_TEXT_BYTES = 64 << 20  # sentencepiece's trainer holds ~20 bytes per character it samples: ~1.4 GB
+
+
+def training_sample_lines(corpus_file: Path, max_lines: int, budget: int = TRAINING_TEXT_BYTES) -> int:
+    """How many lines sentencepiece samples: `max_lines`, or fewer when that many lines of the corpus's average
+    length would pass `budget` bytes. Its memory grows with the characters it samples, not the lines, so a
+    corpus of long lines would otherwise need several GB. A corpus within the budget is left alone."""
+    size = Path(corpus_file).stat().st_size
+    if size <= budget:
+        return max_lines
+    lines = 0
+    with open(corpus_file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            lines += block.count(b"\n")
+    return max(1, min(max_lines, int(budget / (size / max(lines, 1)))))
+
+
 def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 0) -> bytes:
-    """Train on the pretraining corpus; returns the serialized model."""
+    """Train on the pretraining corpus (a sample of `training_sample_lines` lines); returns the serialized model."""
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -186,7 +204,7 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
             model_type=params.model_type,
             character_coverage=params.character_coverage,
             normalization_rule_name=params.normalization,
-            input_sentence_size=params.max_training_lines,
+            input_sentence_size=training_sample_lines(corpus_file, params.max_training_lines),
             shuffle_input_sentence=True,
             pad_id=PAD_ID,
             unk_id=UNK_ID,
@@ -276,9 +294,7 @@ def encode_stream(
     def flush() -> tuple[np.ndarray, np.ndarray]:
         encoded = [tokenizer.pieces_to_ids(t) for t in batch] if pieces else tokenizer.encode_batch(batch)
         batch.clear()
-        return np.fromiter(
-            (i for ids in encoded for i in (tokenizer.bos_id, *ids, *tail)), dtype=dtype
-        ), np.fromiter((len(ids) + 1 + len(tail) for ids in encoded), dtype=np.int64)
+        return frame(encoded, dtype, tokenizer.bos_id, tail)
 
     for text in lines:
         batch.append(text)
@@ -286,6 +302,21 @@ def encode_stream(
             yield flush()
     if batch:
         yield flush()
+
+
+def frame(encoded: list[list[int]], dtype: np.dtype, bos_id: int, tail: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(flat ids, lengths) of BOS + ids [+ tail] per text, built with numpy: the ids cross from Python once."""
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) + 1 + len(tail)
+    flat = np.empty(int(lengths.sum()), dtype=dtype)
+    ends = np.cumsum(lengths)
+    body = np.ones(flat.size, dtype=bool)
+    body[ends - lengths] = False
+    flat[ends - lengths] = bos_id
+    if tail:
+        body[ends - 1] = False
+        flat[ends - 1] = tail[0]
+    flat[body] = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(body.sum()))
+    return flat, lengths
 
 
 def encode_documents(

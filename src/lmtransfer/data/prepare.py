@@ -8,9 +8,10 @@ from which every valid/test text is removed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -167,41 +168,94 @@ def _check_split(name: str, split: pd.DataFrame, label_names: list[str], n_train
         )
 
 
+class SeenKeys:
+    """The dedup keys met so far: 8 bytes each, in one sorted numpy array.
+
+    A Python set of 8-byte keys costs about 100 bytes per key (the bytes object and the set's slot), so
+    the ~8 million lines of a 1 GB corpus would hold close to 1 GB; here they hold 64 MB. Keys are
+    looked up and added a batch at a time (`first_unseen`, `add`), which keeps the numpy calls few.
+    """
+
+    def __init__(self, keys: Iterable[bytes] = ()):
+        self.sorted = np.unique(_as_key_array(list(keys)))
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def first_unseen(self, keys: np.ndarray) -> np.ndarray:
+        """A mask over `keys`: not seen before, and the first of its value in `keys` (what a set, fed the keys
+        one by one and asked before each, would have accepted)."""
+        position = np.searchsorted(self.sorted, keys)
+        found = np.zeros(len(keys), dtype=bool)
+        inside = position < len(self.sorted)
+        found[inside] = self.sorted[position[inside]] == keys[inside]
+        first = np.zeros(len(keys), dtype=bool)
+        first[np.unique(keys, return_index=True)[1]] = True
+        return first & ~found
+
+    def add(self, keys: np.ndarray) -> None:
+        """Keys not seen yet (as `first_unseen` selected them), merged into the sorted array."""
+        keys = np.sort(keys)
+        self.sorted = np.insert(self.sorted, np.searchsorted(self.sorted, keys), keys)
+
+
+def _as_key_array(keys: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(keys), dtype=np.uint64).copy() if keys else np.zeros(0, np.uint64)
+
+
+DEDUP_BATCH_LINES = 65_536  # corpus lines hashed and looked up together
+
+
 def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> Iterator[tuple[str, str]]:
-    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, nothing kept in memory.
+    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, nothing kept in memory but
+    8 bytes per kept document (`SeenKeys`).
 
     Every round(1/corpus_valid_fraction)-th kept line (the first included) goes to the
     pretraining validation part: deterministic, evenly spread, and needs no second pass.
+    Lines are read, hashed and looked up in batches, with the result of one line at a time;
+    with `data.max_corpus_lines`, no line past the last one used is read.
     """
     convert_held_out = pieces_to_text if raw.labeled_pieces and not raw.corpus_pieces else (lambda t: t)
     comparable = raw.labeled_pieces == raw.corpus_pieces or raw.labeled_pieces
-    seen: set[bytes] = set()
+    seen = SeenKeys()
     if comparable:
-        seen = {hashed_key(convert_held_out(t)) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
+        seen = SeenKeys(hashed_key(convert_held_out(t)) for name in ("valid", "test") for t in labeled.splits[name]["text"])
     kept = 0
 
-    def accept(line: str) -> list[tuple[str, str]]:
+    def accept(lines: list[str]) -> tuple[list[tuple[str, str]], int]:
+        """The new documents of `lines` in order (as if looked up one by one), and how many lines gave one."""
         nonlocal kept
+        documents, line_of = [], []
+        for number, line in enumerate(lines):
+            for document in split_long_line(normalize_text(line)):
+                if document:
+                    documents.append(document)
+                    line_of.append(number)
+        keys = _as_key_array([hashed_key(document) for document in documents])
+        new = np.flatnonzero(seen.first_unseen(keys))
+        seen.add(keys[new])
         accepted = []
-        for document in split_long_line(normalize_text(line)):
-            key = hashed_key(document)
-            if not document or key in seen:
-                continue
-            seen.add(key)
-            accepted.append(("valid" if _is_validation_line(kept, params.corpus_valid_fraction) else "train", document))
+        for index in new.tolist():
+            accepted.append(("valid" if _is_validation_line(kept, params.corpus_valid_fraction) else "train",
+                             documents[index]))
             kept += 1
-        return accepted
+        return accepted, len(np.unique(np.asarray(line_of, dtype=np.int64)[new]))
 
-    corpus_lines = 0
-    for line in raw.corpus:
-        if params.max_corpus_lines and corpus_lines >= params.max_corpus_lines:
+    corpus_lines, lines = 0, iter(raw.corpus)
+    while not params.max_corpus_lines or corpus_lines < params.max_corpus_lines:
+        # with a cap, never read more lines than could still count: a line counts at most once, however many
+        # documents it gives (a long line is cut into several), so the cap is never passed within a batch
+        budget = params.max_corpus_lines - corpus_lines if params.max_corpus_lines else DEDUP_BATCH_LINES
+        batch = list(itertools.islice(lines, min(DEDUP_BATCH_LINES, budget)))
+        if not batch:
             break
-        items = accept(line)
-        corpus_lines += bool(items)
-        yield from items
+        accepted, giving = accept(batch)
+        corpus_lines += giving
+        yield from accepted
     if params.add_train_to_corpus and comparable:
-        for text in labeled.splits["train"]["text"]:
-            yield from accept(convert_held_out(text))
+        texts = [convert_held_out(text) for text in labeled.splits["train"]["text"]]
+        for start in range(0, len(texts), DEDUP_BATCH_LINES):
+            yield from accept(texts[start : start + DEDUP_BATCH_LINES])[0]
 
 
 def split_long_line(line: str, limit: int = MAX_DOCUMENT_CHARS) -> list[str]:
