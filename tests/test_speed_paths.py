@@ -88,10 +88,10 @@ PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
 CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
 
 
-def _pretrain(compile_steps: bool = False, **overrides):
+def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_steps: int = 12, **overrides):
     torch.manual_seed(0)
-    model = LanguageModel(CONFIG)
-    params = PretrainParams(max_steps=12, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
+    model = LanguageModel(config)
+    params = PretrainParams(max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
                             eval_batches=2, **overrides)
     result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params, CPU, log_every=1,
                       compile_steps=compile_steps)
@@ -110,8 +110,9 @@ def test_pretraining_with_the_chunked_loss_follows_the_same_curve():
 
 def test_compiled_pretraining_follows_the_same_curve():
     """train.compile on a CPU: inductor's C++ kernels, the same losses to float rounding."""
-    _, eager = _pretrain()
-    _, compiled = _pretrain(compile_steps=True)
+    small = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)  # compiles faster
+    _, eager = _pretrain(config=small, max_steps=4)
+    _, compiled = _pretrain(compile_steps=True, config=small, max_steps=4)
     np.testing.assert_allclose([r["train_loss"] for r in compiled.train_log], [r["train_loss"] for r in eager.train_log],
                                rtol=1e-4)
 

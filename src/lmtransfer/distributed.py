@@ -35,6 +35,7 @@ from torch import nn
 
 from .config import TrainParams
 from .errors import ConfigError, LmtransferError
+from .sharing import parallel_jobs, thread_share
 
 LAUNCHER_ENV = ("LOCAL_RANK", "WORLD_SIZE")  # set by torchrun in every process it starts
 
@@ -77,7 +78,7 @@ def launch(nproc: int) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    total = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
+    total = int(os.environ.get("OMP_NUM_THREADS") or 0) or thread_share(parallel_jobs())  # this job's cores
     os.environ["OMP_NUM_THREADS"] = str(max(1, total // nproc))  # train.num_threads, if set, is split in `start`
     args = get_args_parser().parse_args(["--standalone", "--nproc-per-node", str(nproc), sys.argv[0], *sys.argv[1:]])
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # a failure is reported below

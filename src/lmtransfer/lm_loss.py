@@ -37,30 +37,33 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk_tokens):  # noqa: D401 - autograd signature
         scored = targets.ne(IGNORE_INDEX)
-        count = scored.sum().clamp(min=1).to(hidden.dtype)
-        grad_hidden = torch.zeros_like(hidden)
+        all_scored = bool(scored.all())
+        scale = 1.0 / max(1, int(scored.sum()))  # the loss is a mean over scored positions
+        grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight)
         grad_bias = torch.zeros_like(bias) if bias is not None else None
         total = hidden.new_zeros(())
         for start in range(0, hidden.size(0), chunk_tokens):
             h = hidden[start : start + chunk_tokens]
-            target = targets[start : start + chunk_tokens]
-            keep = scored[start : start + chunk_tokens]
-            logits = _chunk_logits(h, weight, bias)
-            log_norm = torch.logsumexp(logits, dim=1)
+            target = targets[start : start + chunk_tokens].clamp(min=0)
             rows = torch.arange(h.size(0), device=h.device)
-            picked = logits[rows, target.clamp(min=0)]
-            total += ((log_norm - picked) * keep).sum()
-            # d loss / d logits = (softmax - one-hot) / count on scored rows, 0 elsewhere; in place over the logits
-            grad_logits = logits.sub_(log_norm.unsqueeze(1)).exp_()
-            grad_logits[rows, target.clamp(min=0)] -= 1.0
-            grad_logits.mul_((keep.to(h.dtype) / count).unsqueeze(1))
-            grad_hidden[start : start + chunk_tokens] = grad_logits @ weight
-            grad_weight.addmm_(grad_logits.t(), h)
+            # one pass over the chunk's logits for log-softmax, one to turn it into probabilities in place
+            log_probs = torch.log_softmax(_chunk_logits(h, weight, bias), dim=1)
+            picked = log_probs[rows, target]
+            grad_logits = log_probs.exp_()  # d loss / d logits = (softmax - one-hot) / count, on scored rows
+            grad_logits[rows, target] -= 1.0
+            if all_scored:
+                total -= picked.sum()
+            else:
+                keep = scored[start : start + chunk_tokens]
+                total -= picked[keep].sum()
+                grad_logits[~keep] = 0.0
+            grad_hidden[start : start + chunk_tokens] = torch.mm(grad_logits, weight).mul_(scale)
+            grad_weight.addmm_(grad_logits.t(), h, alpha=scale)
             if grad_bias is not None:
-                grad_bias += grad_logits.sum(dim=0)
+                grad_bias.add_(grad_logits.sum(dim=0), alpha=scale)
         ctx.save_for_backward(grad_hidden, grad_weight, *(() if grad_bias is None else (grad_bias,)))
-        return total / count
+        return total * scale
 
     @staticmethod
     def backward(ctx, grad_loss):
@@ -71,7 +74,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 @torch.no_grad()
 def _chunked_loss_only(hidden, weight, bias, targets, chunk_tokens) -> torch.Tensor:
-    total, count = hidden.new_zeros(()), targets.ne(IGNORE_INDEX).sum().clamp(min=1)
+    total, count = hidden.new_zeros(()), max(1, int(targets.ne(IGNORE_INDEX).sum()))
     for start in range(0, hidden.size(0), chunk_tokens):
         logits = _chunk_logits(hidden[start : start + chunk_tokens], weight, bias)
         total += F.cross_entropy(logits, targets[start : start + chunk_tokens], reduction="sum")
