@@ -6,7 +6,7 @@ run by `dvc queue start -j 1`, then `-j 3`; the wall time from start to the last
 its OpenMP threads spin while they wait); "shared" is the default: each stage counts the queue's
 workers and takes cores / workers threads, and waiting threads sleep.
 
-    python benchmarks/queue.py            # about 5 minutes on 2 cores
+    python benchmarks/parallel_experiments.py            # about 5 minutes on 2 cores
 """
 
 from __future__ import annotations
