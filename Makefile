@@ -42,10 +42,13 @@ ui: venv
 summary: venv
 	$(BIN)/lmtransfer summary
 
-## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels
+## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
+## the original course's training loop against ours (about 12 minutes); several queued experiments at once
 bench: venv
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/cpu_kernels.py
+	$(BIN)/python benchmarks/course_loop.py
+	$(BIN)/python benchmarks/parallel_experiments.py
 
 ## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus (CORPUS_MB=1024: ~15 min, ~5 GB of disk)
 CORPUS_MB ?= 1024
