@@ -275,11 +275,16 @@ class FinetuneParams(Section):
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"finetune.seeds has a repeated seed: {seeds}")
-        if any(seed < 0 for seed in seeds):
-            raise ValueError(f"finetune.seeds must be non-negative integers: {seeds}")
-        return seeds
+        return check_seeds(seeds)
+
+
+def check_seeds(seeds: list[int]) -> list[int]:
+    """Seeds name stages (`finetune_scratch@2`) and files: distinct and non-negative."""
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"finetune.seeds has a repeated seed: {seeds}")
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"finetune.seeds must be non-negative integers: {seeds}")
+    return seeds
 
 
 class TrainParams(Section):
@@ -356,16 +361,10 @@ class PlotParams(Section):
     dpi: int = Field(120, ge=30, le=600, description="resolution of the PNG figures")
 
 
-class Params(Section):
-    data: DataParams = DataParams()
-    tokenizer: TokenizerParams = TokenizerParams()
-    model: ModelParams = ModelParams()
-    pretrain: PretrainParams = PretrainParams()
-    finetune: FinetuneParams = FinetuneParams()
-    train: TrainParams = TrainParams()
-    evaluate: EvaluateParams = EvaluateParams()
-    baseline: BaselineParams = BaselineParams()
-    plot: PlotParams = PlotParams()
+class PipelineParams(Section):
+    """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`, which the
+    pretrain stage reads from either task's params file. Each task's class declares the fields (`model`,
+    `pretrain`, `train` among them), in its own order: the order of its params.yaml and of its README table."""
 
     @property
     def causal_attention(self) -> bool:
@@ -375,7 +374,7 @@ class Params(Section):
         return self.model.attention == "causal"
 
     @model_validator(mode="after")
-    def _check_objective_fits_model(self) -> "Params":
+    def _check_objective_fits_model(self) -> "PipelineParams":
         """Refuse combinations that would train something other than what the keys say."""
         objective, attention = self.pretrain.objective, self.model.attention
         if objective == "clm" and attention == "bidirectional":
@@ -390,7 +389,29 @@ class Params(Section):
                              "BERT's second task)")
         if self.pretrain.nsp and self.pretrain.seq_len < 8:
             raise ValueError(f"pretrain.nsp: a sentence pair needs pretrain.seq_len >= 8, got {self.pretrain.seq_len}")
-        pooling = self.finetune.pooling
+        return self
+
+    def sections(self, *names: str) -> dict[str, dict[str, Any]]:
+        """The named sections as plain dicts (what a stage declares and logs)."""
+        return {name: getattr(self, name).model_dump() for name in names}
+
+
+class Params(PipelineParams):
+    """The classification task's params.yaml."""
+
+    data: DataParams = DataParams()
+    tokenizer: TokenizerParams = TokenizerParams()
+    model: ModelParams = ModelParams()
+    pretrain: PretrainParams = PretrainParams()
+    finetune: FinetuneParams = FinetuneParams()
+    train: TrainParams = TrainParams()
+    evaluate: EvaluateParams = EvaluateParams()
+    baseline: BaselineParams = BaselineParams()
+    plot: PlotParams = PlotParams()
+
+    @model_validator(mode="after")
+    def _check_pooling_fits_attention(self) -> "Params":
+        objective, pooling = self.pretrain.objective, self.finetune.pooling
         if self.causal_attention and pooling == "first":
             raise ValueError(f"finetune.pooling: first reads position 0, which a causal model "
                              f"(pretrain.objective: {objective}) lets see only itself; use last or mean")
@@ -416,10 +437,6 @@ class Params(Section):
             )
         return self
 
-    def sections(self, *names: str) -> dict[str, dict[str, Any]]:
-        """The named sections as plain dicts (what a stage declares and logs)."""
-        return {name: getattr(self, name).model_dump() for name in names}
-
 
 def _describe(error: dict) -> str:
     key = ".".join(str(part) for part in error["loc"])
@@ -433,27 +450,43 @@ def _describe(error: dict) -> str:
     return f"{key}: {message}"
 
 
-def parse_params(raw: Any, origin: str = "params") -> Params:
+TASKS = ("classification", "translation")
+
+
+def parse_params(raw: Any, origin: str = "params") -> PipelineParams:
+    """The params of the task the file names in its top-level `task` key (absent: classification)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: expected a mapping of sections, got {type(raw).__name__}")
+    raw = dict(raw)
+    task = raw.pop("task", "classification")
+    if task not in TASKS:
+        raise ConfigError(f"{origin}: task: must be one of {', '.join(TASKS)}, got {task!r}")
+    if task == "translation":
+        from .translation_config import TranslationParams as model
+    else:
+        model = Params
     try:
-        return Params.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         problems = "\n  ".join(_describe(e) for e in exc.errors())
         raise ConfigError(f"{origin}: invalid parameters:\n  {problems}") from None
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate a params file; YAML 1.2 so `3e-4` is a float, not a string."""
+def read_params_file(path: str | Path) -> Any:
+    """The YAML of a params file, unvalidated; YAML 1.2 so `3e-4` is a float, not a string."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: parameter file not found")
     try:
-        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+        return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
     except YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
-    return parse_params(raw, origin=str(path))
+
+
+def load_params(path: str | Path = "params.yaml") -> Any:  # Params | TranslationParams
+    """Read and validate a params file: `Params` (classification) or `TranslationParams`, as its `task` says."""
+    return parse_params(read_params_file(path), origin=str(path))

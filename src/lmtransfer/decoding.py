@@ -35,7 +35,7 @@ def _next_log_probs(model: TranslationModel, next_ids: torch.Tensor, cache: list
 
 
 @contextmanager
-def _evaluating(model: torch.nn.Module) -> Iterator[None]:
+def evaluation_mode(model: torch.nn.Module) -> Iterator[None]:
     """Dropout off while decoding, and the model's mode restored after: the per-epoch example translations
     run in the middle of training."""
     was_training = model.training
@@ -54,7 +54,7 @@ def _strip(tokens: list[int], eos_id: int) -> list[int]:
 def greedy_decode(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int,
                   max_len: int) -> list[list[int]]:
     """The most likely next token at every step, for a right-padded batch of sources (B, S)."""
-    with _evaluating(model):
+    with evaluation_mode(model):
         return _greedy(model, source, bos_id, eos_id, max_len)
 
 
@@ -93,7 +93,7 @@ def beam_search(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_
     """The best of `beam_size` hypotheses per source sentence (module docstring: how they are scored)."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    with _evaluating(model):
+    with evaluation_mode(model):
         return _beam(model, source, bos_id, eos_id, max_len, beam_size, alpha)
 
 

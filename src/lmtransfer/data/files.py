@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import pandas as pd
 
@@ -100,21 +100,31 @@ class CorpusFiles:
                     yield line
 
 
+def split_files(given: dict[str, str]) -> Iterator[tuple[str, Path]]:
+    """(split, path) for each split file named (`''` = not given), resolved one at a time, so each is read before
+    the next is looked up; two keys naming one file are refused: every text of one would be a text of the other."""
+    seen: dict[str, Path] = {}
+    for name, path in given.items():
+        if not path:
+            continue
+        key = f"data.{name}"
+        resolved = resolve_input(path, key)
+        for other, other_path in seen.items():
+            if os.path.samefile(resolved, other_path):
+                raise DataSourceError(
+                    f"{path}: data.{name} and data.{other} name the same file; every {name} "
+                    f"text would also be a {other} text. Give {key} its own file, or leave it '' to carve it "
+                    "from data.train"
+                )
+        seen[name] = resolved
+        yield name, resolved
+
+
 def load_files(params: DataParams) -> RawData:
     """The user's labeled files (train, optional valid/test) and optional corpus files."""
     splits, origins = {}, {}
-    for name in ("train", "valid", "test"):
-        if getattr(params, name):
-            key = f"data.{name}"
-            path = resolve_input(getattr(params, name), key)
-            for other, other_path in origins.items():
-                if os.path.samefile(path, other_path):
-                    raise DataSourceError(
-                        f"{getattr(params, name)}: data.{name} and data.{other} name the same file; every {name} "
-                        f"text would also be a {other} text. Give {key} its own file, or leave it '' to carve it "
-                        "from data.train"
-                    )
-            splits[name], origins[name] = read_labeled(path, params, key), str(path)
+    for name, path in split_files({name: getattr(params, name) for name in ("train", "valid", "test")}):
+        splits[name], origins[name] = read_labeled(path, params, f"data.{name}"), str(path)
     corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
     return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
                    corpus_pieces=params.corpus_pieces, origins=origins)
@@ -127,20 +137,37 @@ def refuse_nul(text: str, place: str, encoding: str, subject: str = "", after: s
                               f"than data.encoding ({encoding})?{after}")
 
 
-# --- labeled files -------------------------------------------------------------------
+# --- tables: labeled files and sentence pairs ----------------------------------------
 
 
-def labeled_format(path: Path, params: DataParams, key: str) -> str:
-    if params.format != "auto":
-        return params.format
-    fmt = FORMAT_BY_SUFFIX.get(path.suffix.lower())
-    if fmt is None:
-        known = ", ".join(sorted(set(FORMAT_BY_SUFFIX.values())) + ["pieces"])
+class Column(NamedTuple):
+    """A column to read: its name in the file and the params key that sets it, both named by every message."""
+
+    name: str
+    key: str
+    is_label: bool = False  # a class label (1, 1.0 and true name one class); otherwise a text
+
+
+Columns = dict[str, Column]  # output column -> the file's column it is read from
+
+
+def label_columns(params: DataParams) -> Columns:
+    return {"text": Column(params.text_column, "data.text_column"),
+            "label": Column(params.label_column, "data.label_column", is_label=True)}
+
+
+def table_format(path: Path, fmt: str, key: str, also: tuple[str, ...] = ()) -> str:
+    """`fmt`, or for `auto` the format the extension names; `also`: the caller's own formats, offered in the message."""
+    if fmt != "auto":
+        return fmt
+    found = FORMAT_BY_SUFFIX.get(path.suffix.lower())
+    if found is None:
+        known = ", ".join(sorted(set(FORMAT_BY_SUFFIX.values())) + list(also))
         raise DataSourceError(
             f"{path}: cannot tell the format from the extension {path.suffix!r} (set by {key}); "
             f"set data.format to one of {known}"
         )
-    return fmt
+    return found
 
 
 def label_file_for(path: Path) -> Path:
@@ -156,21 +183,33 @@ def label_file_for(path: Path) -> Path:
 
 def read_labeled(path: Path, params: DataParams, key: str) -> pd.DataFrame:
     """A labeled file as a table with `text`, `label` (both str) and `where` (line or row, for messages)."""
-    fmt = labeled_format(path, params, key)
-    reader = {"csv": _read_delimited, "tsv": _read_delimited, "jsonl": _read_jsonl,
-              "parquet": _read_parquet, "pieces": _read_pieces}[fmt]
-    table = reader(path, params, key, fmt)
+    fmt = table_format(path, params.format, key, also=("pieces",))
+    if fmt == "pieces":
+        table = _read_pieces(path, params.encoding, key)
+    else:
+        table = read_table(path, fmt, label_columns(params), params.encoding, key)
+        _refuse_missing_labels(table, path, params.label_column)
+    refuse_blank(table, path, key, "labeled rows")
+    return table.reset_index(drop=True)
+
+
+def read_table(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
+    """`columns` of a CSV, TSV, JSONL or Parquet file as strings, plus `where` (line or row, for messages)."""
+    reader = {"csv": _read_delimited, "tsv": _read_delimited, "jsonl": _read_jsonl, "parquet": _read_parquet}[fmt]
+    return reader(path, fmt, columns, encoding, key)
+
+
+def refuse_blank(table: pd.DataFrame, path: Path, key: str, rows: str) -> None:
+    """A file without `rows`, or an empty value in any column, stops here: an empty text teaches nothing."""
     if table.empty:
-        raise DataSourceError(f"{path}: no labeled rows (set by {key})")
-    for column in ("text", "label"):
+        raise DataSourceError(f"{path}: no {rows} (set by {key})")
+    for column in table.columns.drop("where"):
         blank = table[column].str.strip() == ""
         if blank.any():
             where = table.loc[blank.idxmax(), "where"]
-            what = "text" if column == "text" else "label"
             raise DataSourceError(
-                f"{path}, {where}: empty {what} ({_rows(int(blank.sum()))} like this in the file; set by {key})"
+                f"{path}, {where}: empty {column} ({_rows(int(blank.sum()))} like this in the file; set by {key})"
             )
-    return table.reset_index(drop=True)
 
 
 def _rows(count: int) -> str:
@@ -180,52 +219,59 @@ def _rows(count: int) -> str:
 MISSING_LABELS = {"nan", "na", "n/a", "null", "none"}  # how a missing value is spelled in exported tables
 
 
-def _select_columns(table: pd.DataFrame, path: Path, params: DataParams, where: list[str]) -> pd.DataFrame:
-    """`text` and `label` as clean strings; a value that would silently become a wrong text or class stops here."""
-    for key in ("text_column", "label_column"):
-        column = getattr(params, key)
-        if column not in table.columns:
-            found = ", ".join(map(str, table.columns[:10]))
-            raise DataSourceError(f"{path}: no column {column!r} (data.{key}); the columns are: {found}")
-    texts, labels = [], []
-    for text, label, place in zip(table[params.text_column], table[params.label_column], where):
-        texts.append(_as_text(text, f"{path}, {place}", params))
-        labels.append(_as_label(label, f"{path}, {place}", params))
-    missing = [i for i, label in enumerate(labels) if label.casefold() in MISSING_LABELS]
+def _refuse_missing_labels(table: pd.DataFrame, path: Path, label_column: str) -> None:
+    """A label spelled like a missing value would silently become a class of its own."""
+    missing = [i for i, label in enumerate(table["label"]) if label.casefold() in MISSING_LABELS]
     if missing:
         raise DataSourceError(
-            f"{path}, {where[missing[0]]}: missing label {labels[missing[0]]!r} ({_rows(len(missing))} like this in "
-            f"the file; data.label_column {params.label_column!r}): it would become a class of its own; "
-            "give every row a label or remove the unlabeled rows"
+            f"{path}, {table['where'][missing[0]]}: missing label {table['label'][missing[0]]!r} "
+            f"({_rows(len(missing))} like this in the file; data.label_column {label_column!r}): it would become a "
+            "class of its own; give every row a label or remove the unlabeled rows"
         )
-    return pd.DataFrame({"text": texts, "label": labels, "where": where})
+
+
+def _select_columns(table: pd.DataFrame, path: Path, columns: Columns, encoding: str,
+                    where: list[str]) -> pd.DataFrame:
+    """`columns` as clean strings, plus `where`; a value that would silently become a wrong text or class stops here."""
+    for column in columns.values():
+        if column.name not in table.columns:
+            found = ", ".join(map(str, table.columns[:10]))
+            raise DataSourceError(f"{path}: no column {column.name!r} ({column.key}); the columns are: {found}")
+    values: dict[str, list[str]] = {name: [] for name in columns}
+    for place, *row in zip(where, *(table[column.name] for column in columns.values())):
+        at = f"{path}, {place}"
+        for (name, column), value in zip(columns.items(), row):
+            values[name].append(
+                _as_label(value, at, column) if column.is_label else _as_text(value, at, column, encoding)
+            )
+    return pd.DataFrame({**values, "where": where})
 
 
 def _is_missing(value) -> bool:
     return value is None or (isinstance(value, float) and pd.isna(value))
 
 
-def _as_text(value, place: str, params: DataParams) -> str:
+def _as_text(value, place: str, column: Column, encoding: str) -> str:
     """A text must be text: bytes are decoded (data.encoding), a list or object is refused, never stringified."""
     if _is_missing(value):
         return ""
     if isinstance(value, (bytes, bytearray)):
         try:
-            value = bytes(value).decode(params.encoding)
+            value = bytes(value).decode(encoding)
         except UnicodeDecodeError as exc:
-            raise DataSourceError(f"{place}: the text is bytes that are not {params.encoding} ({exc.reason}); "
+            raise DataSourceError(f"{place}: the text is bytes that are not {encoding} ({exc.reason}); "
                                   "set data.encoding") from None
     elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise DataSourceError(
-            f"{place}: the text (data.text_column {params.text_column!r}) is a {type(value).__name__}, not a string; "
+            f"{place}: the text ({column.key} {column.name!r}) is a {type(value).__name__}, not a string; "
             "join it into one string per row"
         )
     value = str(value)
-    refuse_nul(value, place, params.encoding, subject="the text ")
+    refuse_nul(value, place, encoding, subject="the text ")
     return value
 
 
-def _as_label(value, place: str, params: DataParams) -> str:
+def _as_label(value, place: str, column: Column) -> str:
     """1, 1.0, '1' and true name the same class (true = 1, false = 0); strings are kept as they are."""
     if _is_missing(value):
         return ""
@@ -235,18 +281,18 @@ def _as_label(value, place: str, params: DataParams) -> str:
         value = int(value)
     elif not isinstance(value, (str, int, float)):
         raise DataSourceError(
-            f"{place}: the label (data.label_column {params.label_column!r}) is a {type(value).__name__}, "
+            f"{place}: the label ({column.key} {column.name!r}) is a {type(value).__name__}, "
             "not a single value"
         )
     return str(value).strip()
 
 
-def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+def _read_delimited(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
     """CSV (RFC 4180 quoting) or TSV (no quoting: a tab never occurs inside a field), with true line numbers."""
-    _check_encoding(path, params.encoding, key)
+    _check_encoding(path, encoding, key)
     csv.field_size_limit(1 << 30)  # long documents are fine; the default stops at 128 KB
     quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-    with open(path, encoding=params.encoding, newline="") as handle:
+    with open(path, encoding=encoding, newline="") as handle:
         reader = csv.reader(handle, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True)
         try:
             header = next(reader, None)
@@ -255,9 +301,9 @@ def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.Da
             header[0] = header[0].removeprefix("\ufeff")
             repeated = sorted({name for name in header if header.count(name) > 1})
             if repeated:
-                columns = ", ".join(str(i + 1) for i, name in enumerate(header) if name == repeated[0])
+                numbers = ", ".join(str(i + 1) for i, name in enumerate(header) if name == repeated[0])
                 raise DataSourceError(
-                    f"{path}, line 1: the header names column {repeated[0]!r} more than once (columns {columns}); "
+                    f"{path}, line 1: the header names column {repeated[0]!r} more than once (columns {numbers}); "
                     "give every column its own name"
                 )
             rows, where = [], []
@@ -279,12 +325,12 @@ def _read_delimited(path: Path, params: DataParams, key: str, fmt: str) -> pd.Da
             raise DataSourceError(
                 f"{path}, line {first_line}: not valid {fmt.upper()}{reached}: {exc}{hint}"
             ) from None
-    return _select_columns(pd.DataFrame(rows, columns=header, dtype=str), path, params, where)
+    return _select_columns(pd.DataFrame(rows, columns=header, dtype=str), path, columns, encoding, where)
 
 
-def _read_jsonl(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+def _read_jsonl(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
     rows, where = [], []
-    for number, line in iter_lines(path, params.encoding, key):
+    for number, line in iter_lines(path, encoding, key):
         if not line.strip():
             continue
         try:
@@ -293,31 +339,31 @@ def _read_jsonl(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFr
             raise DataSourceError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise DataSourceError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-        for column_key in ("text_column", "label_column"):
-            if getattr(params, column_key) not in row:
+        for column in columns.values():
+            if column.name not in row:
                 found = ", ".join(list(row)[:10])
                 raise DataSourceError(
-                    f"{path}, line {number}: no field {getattr(params, column_key)!r} (data.{column_key}); "
-                    f"the fields are: {found}"
+                    f"{path}, line {number}: no field {column.name!r} ({column.key}); the fields are: {found}"
                 )
         rows.append(row)
         where.append(f"line {number}")
-    return _select_columns(pd.DataFrame(rows, columns=[params.text_column, params.label_column]), path, params, where)
+    table = pd.DataFrame(rows, columns=[column.name for column in columns.values()])
+    return _select_columns(table, path, columns, encoding, where)
 
 
-def _read_parquet(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+def _read_parquet(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
     try:
         table = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
         raise DataSourceError(f"{path}: not a readable Parquet file ({exc}); check data.format") from None
-    return _select_columns(table, path, params, [f"row {i + 1}" for i in range(len(table))])
+    return _select_columns(table, path, columns, encoding, [f"row {i + 1}" for i in range(len(table))])
 
 
-def _read_pieces(path: Path, params: DataParams, key: str, fmt: str) -> pd.DataFrame:
+def _read_pieces(path: Path, encoding: str, key: str) -> pd.DataFrame:
     """Pre-tokenized reviews (space-separated pieces per line) plus a parallel `.label` file."""
     labels_path = label_file_for(path)
-    texts = [line for _, line in iter_lines(path, params.encoding, key)]
-    labels = [line for _, line in iter_lines(labels_path, params.encoding, key)]
+    texts = [line for _, line in iter_lines(path, encoding, key)]
+    labels = [line for _, line in iter_lines(labels_path, encoding, key)]
     if texts and texts[-1] == "" and len(texts) == len(labels) + 1:
         texts.pop()  # a trailing blank line is not a review
     if len(texts) != len(labels):

@@ -1,0 +1,91 @@
+"""Translation stage finetune_pretrained@<seed> / finetune_scratch@<seed>: the encoder–decoder from two starts.
+
+    python ../stages/translation_finetune.py --init pretrained --seed 0   # warm start from models/pretrained.pt
+    python ../stages/translation_finetune.py --init scratch --seed 0      # same network, random weights
+
+Run from translation/ (translation/dvc.yaml does). Same recipe for both variants:
+`finetune.*` of translation/params.yaml.
+"""
+
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import mlflow
+
+from lmtransfer.checkpoint import load_checkpoint, model_config_of, save_checkpoint
+from lmtransfer.config import load_params
+from lmtransfer.data.parallel import read_pairs
+from lmtransfer.io import write_json, write_tsv
+from lmtransfer.model import ModelConfig, count_parameters
+from lmtransfer.paths import (
+    PARAMS, PREPARED, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+)
+from lmtransfer.runtime import configure, environment_facts
+from lmtransfer.stage import stage_main
+from lmtransfer.tokenized import read_tokenized_meta
+from lmtransfer.tokenizer import load_tokenizer
+from lmtransfer.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
+from lmtransfer.translation_data import load_pair_split
+from lmtransfer.translation_training import build_translation_model, finetune_translation
+
+from finetune import parse_args, stage_name  # the classification stage's command line: --init, --seed
+
+
+@stage_main(stage_name)
+def main() -> None:
+    args = parse_args()
+    variant, seed = args.init, args.seed
+    stage = stage_name(args)
+    params = load_params(PARAMS)
+    meta = read_tokenized_meta(TOKENIZED)
+    tokenizer = load_tokenizer(TOKENIZED)
+    train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")
+    valid_references = list(read_pairs(PREPARED, "valid")["target"])
+    if params.train.nproc > 1:
+        print(f"{stage}: train.nproc={params.train.nproc} applies to pretraining; translation fine-tuning runs in "
+              "one process")
+    device = configure(params.train, seed=seed)
+    if variant == "pretrained":
+        payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
+        lm_config, lm_state = model_config_of(payload), payload["state_dict"]
+        sections, upstream = ("finetune", "train"), run_that_wrote(PRETRAINED)
+    else:
+        lm_config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
+        lm_state, sections, upstream = None, ("model", "finetune", "train"), None
+    model, warm = build_translation_model(lm_config, params.finetune, seed, lm_state)
+    with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
+        mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
+                         "n_parameters": count_parameters(model)})
+        mlflow.log_param("seed", seed)
+        if warm:
+            print(f"{stage}: {len(warm.copied)} tensors from the pretrained language model, {len(warm.fresh)} fresh "
+                  "(cross-attention and the norm after it)")
+            mlflow.log_dict({"copied": warm.copied, "fresh": warm.fresh}, "warm_start.json")
+
+        def on_epoch(row: dict, examples: list[str]) -> None:
+            log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+            lines = [f"{text}\t{translation}" for text, translation in zip(params.finetune.examples, examples)]
+            mlflow.log_text("\n".join(lines) + "\n", f"examples/epoch{row['epoch']}.txt")
+
+        result = finetune_translation(model, train, valid, valid_references, tokenizer, params.finetune, device,
+                                      seed, on_epoch=on_epoch, desc=stage)
+        model.load_state_dict(result.best_state)
+        checkpoint = finetuned_checkpoint(variant, seed)
+        save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed)
+        summary = {"best_val_bleu": result.best_val_bleu, "best_epoch": result.best_epoch,
+                   "first_epoch_val_bleu": result.history[0]["val_bleu"],
+                   "final_val_loss": result.history[-1]["val_loss"], "pairs_left_out": result.left_out,
+                   **environment_facts()}
+        write_tsv(finetune_epochs(variant, seed), result.history)
+        write_json(finetune_summary(variant, seed), summary)
+        write_json(timings_file(f"finetune_{variant}_seed{seed}"),
+                   {"seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second)})
+        mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+        mlflow.log_metrics({"seconds": result.seconds, "tokens_per_second": result.tokens_per_second})
+        tag_checkpoint(checkpoint)
+        mlflow.log_artifact(str(checkpoint))
+    print(f"{stage}: best validation BLEU {result.best_val_bleu:.2f} at epoch {result.best_epoch} -> {checkpoint} "
+          f"({result.tokens_per_second:,.0f} tokens/s)")
+
+
+if __name__ == "__main__":
+    main()

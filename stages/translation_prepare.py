@@ -1,0 +1,31 @@
+"""Translation stage prepare: sentence pairs (bible-en-fr or your files) split leak-free -> data/prepared/, and the
+pretraining text of both languages -> data/prepared_corpus/ (paths inside translation/)."""
+
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import mlflow
+
+from lmtransfer.config import load_params
+from lmtransfer.data.parallel import load_parallel, write_parallel
+from lmtransfer.paths import PARAMS, PREPARED, PREPARED_CORPUS
+from lmtransfer.stage import stage_main
+from lmtransfer.tracking import stage_run
+
+
+@stage_main("prepare")
+def main() -> None:
+    params = load_params(PARAMS)
+    data = load_parallel(params.data)  # a bad file stops here, before any output is replaced
+    with stage_run("prepare", params.sections("data")):
+        meta = write_parallel(data, PREPARED, {"source": params.data.source})
+        mlflow.log_metrics({f"pairs_{k}": v for k, v in meta["pairs"].items()})
+        mlflow.log_metrics({f"corpus_lines_{k}": v for k, v in meta["corpus_lines"].items()})
+        mlflow.log_dict(meta, "prepared_meta.json")
+    for reason, count in meta["removed"].items():
+        print(f"prepare: removed {count:,} train pairs ({reason.replace('_', ' ')})")
+    print(f"prepare: {meta['pairs']} sentence pairs -> {PREPARED}, {meta['corpus_lines']} corpus lines (both "
+          f"languages) -> {PREPARED_CORPUS}")
+
+
+if __name__ == "__main__":
+    main()

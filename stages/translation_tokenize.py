@@ -1,0 +1,30 @@
+"""Translation stage tokenize: one sentencepiece model over both languages; the corpus (data/tokenized_corpus/)
+and the sentence pairs (data/tokenized/) as ids."""
+
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import mlflow
+
+from lmtransfer.config import load_params
+from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
+from lmtransfer.stage import stage_main
+from lmtransfer.tracking import stage_run
+from lmtransfer.translation_data import tokenize_parallel
+
+
+@stage_main("tokenize")
+def main() -> None:
+    params = load_params(PARAMS)
+    with stage_run("tokenize", params.sections("tokenizer")):
+        meta = tokenize_parallel(PREPARED, TOKENIZED, params.tokenizer)
+        mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})
+        mlflow.log_metrics({f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()})
+        mlflow.log_metric("vocab_size", meta["vocab_size"])
+        mlflow.log_artifact(str(TOKENIZED / "vocab.txt"))
+    print(f"tokenize: {meta['vocab_size']:,} pieces shared by both languages; pairs {meta['pairs']}, longest "
+          f"{meta['longest']} tokens -> {TOKENIZED}; corpus -> {TOKENIZED_CORPUS} "
+          f"(tokenizer trained in {meta['timings']['train_seconds']:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
