@@ -95,27 +95,39 @@ def closure_files(script: Path) -> set[str]:
     return {module_file(m).relative_to(REPO).as_posix() for m in closure(script)}
 
 
+PIPELINES = (REPO / "dvc.yaml", REPO / "translation" / "dvc.yaml")  # each task's pipeline
+
+
+def dep_prefix(pipeline: Path) -> str:
+    """How a pipeline's deps reach the repository root: '' at the root, '../' from translation/."""
+    depth = len(pipeline.parent.relative_to(REPO).parts)
+    return "../" * depth
+
+
 def write_dvc_yaml(path: Path = REPO / "dvc.yaml") -> None:
-    """Replace each stage's src/ deps with its closure, in place (comments and order kept)."""
+    """Replace each stage's src/ deps with its closure, in place (comments and order kept); the src/ deps go
+    after the stage script's."""
     from ruamel.yaml import YAML
 
     yaml = YAML()
     yaml.preserve_quotes, yaml.width = True, 4096
     yaml.indent(mapping=2, sequence=4, offset=2)
     document = yaml.load(path)
+    prefix = dep_prefix(path)
     for stage in document["stages"].values():
         deps = stage.get("deps", [])
-        script = next(d for d in deps if str(d).startswith("stages/"))
-        first = next(i for i, d in enumerate(deps) if str(d).startswith("src/"))
-        kept = [d for d in deps if not str(d).startswith("src/")]
-        closure = sorted(closure_files(REPO / script))
+        script = next(d for d in deps if str(d).startswith(f"{prefix}stages/"))
+        kept = [d for d in deps if not str(d).startswith(f"{prefix}src/")]
+        first = max(i for i, d in enumerate(kept) if str(d).startswith(f"{prefix}stages/")) + 1
+        closure = sorted(prefix + f for f in closure_files(REPO / script.removeprefix(prefix)))
         deps[:] = kept[:first] + closure + kept[first:]
     yaml.dump(document, path)
 
 
 def main() -> None:
     if "--write" in sys.argv[1:]:
-        write_dvc_yaml()
+        for pipeline in PIPELINES:
+            write_dvc_yaml(pipeline)
         return
     for script in sorted((REPO / "stages").glob("*.py")):
         print(f"{script.relative_to(REPO)}:")

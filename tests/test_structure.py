@@ -5,16 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from import_closure import EXEMPT, REPO, SRC, closure_files, imported_modules, module_file
+from import_closure import EXEMPT, PIPELINES, REPO, SRC, closure_files, dep_prefix, imported_modules, module_file
 from ruamel.yaml import YAML
 
 STAGES = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
+# every pipeline's stages, as (pipeline, stage): deps written relative to the pipeline's folder
+ALL_STAGES = {(pipeline.relative_to(REPO).as_posix(), name): (dep_prefix(pipeline), stage)
+              for pipeline in PIPELINES for name, stage in YAML(typ="safe").load(pipeline.read_text())["stages"].items()}
 
 
-def _declared_sources(deps: list[str]) -> set[str]:
+def _declared_sources(deps: list[str], prefix: str = "") -> set[str]:
     """Project source files a stage declares; a folder stands for every .py file in it."""
     files: set[str] = set()
     for dep in deps:
+        dep = dep.removeprefix(prefix)
         path = REPO / dep
         if not dep.startswith("src/"):
             continue
@@ -25,13 +29,14 @@ def _declared_sources(deps: list[str]) -> set[str]:
     return files
 
 
-@pytest.mark.parametrize("stage", sorted(STAGES))
-def test_every_module_a_stage_can_run_is_one_of_its_deps(stage):
-    definition = STAGES[stage]
+@pytest.mark.parametrize("pipeline_stage", sorted(ALL_STAGES), ids="{0[0]}:{0[1]}".format)
+def test_every_module_a_stage_can_run_is_one_of_its_deps(pipeline_stage):
+    stage = pipeline_stage[1]
+    prefix, definition = ALL_STAGES[pipeline_stage]
     script = definition["cmd"].split()[1]
     assert script in definition["deps"], f"{stage}: its own script {script} is not a dep"
-    needed = closure_files(REPO / script)
-    declared = _declared_sources(definition["deps"])
+    needed = closure_files(REPO / script.removeprefix(prefix))
+    declared = _declared_sources(definition["deps"], prefix)
     missing, needless = sorted(needed - declared), sorted(declared - needed)
     hint = "run `python tests/import_closure.py` for the right list"
     assert not missing, f"{stage} imports these but dvc.yaml does not list them (edits would not rerun it): {missing}; {hint}"

@@ -146,7 +146,7 @@ def test_parameter_counts_match_the_closed_form_block_by_block(options):
 
 @pytest.mark.parametrize("final_norms", [False, True])
 def test_decoding_one_position_at_a_time_gives_the_logits_of_the_whole_prefix(final_norms):
-    """decode_step (each layer's earlier inputs cached) is `decode` computed for the last position only."""
+    """decode_step (each layer's keys and values cached) is `decode` computed for the last position only."""
     model = _tiny(TranslationConfig(**{**TINY.to_dict(), "final_norms": final_norms}))
     source = _ids([5, 6, 7, 8], [9, 10, PAD, PAD])
     target = _ids([BOS, 11, 12, 13, 14], [BOS, 15, 16, 17, 18])
@@ -158,7 +158,9 @@ def test_decoding_one_position_at_a_time_gives_the_logits_of_the_whole_prefix(fi
         for position in range(target.size(1)):
             logits, cache = model.decode_step(target[:, position: position + 1], cache, memory, padding)
             assert torch.allclose(logits, whole[:, position], atol=1e-5, rtol=0), position
-    assert [c.shape for c in cache] == [(2, target.size(1), TINY.d_model)] * TINY.n_decoder_layers
+    head = TINY.d_model // TINY.n_heads
+    assert [k.shape for k in cache.keys] == [(2, TINY.n_heads, target.size(1), head)] * TINY.n_decoder_layers
+    assert [k.shape for k, _ in cache.cross] == [(2, TINY.n_heads, source.size(1), head)] * TINY.n_decoder_layers
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -222,9 +224,19 @@ class MarkovTranslator(torch.nn.Module):
         return self.transitions[target] + self.before_last[previous] + memory
 
     def decode_step(self, next_ids, cache, memory, source_padding):
-        previous = cache[0] if cache else torch.full_like(next_ids, PAD)  # the cache: the token before
+        previous = cache.token if cache else torch.full_like(next_ids, PAD)  # the cache: the token before
         logits = self.transitions[next_ids] + self.before_last[previous] + memory
-        return logits[:, -1], [next_ids]
+        return logits[:, -1], _TokenBefore(next_ids)
+
+
+class _TokenBefore:
+    """The fake model's decoding cache: the token before, reordered with the beams like the real one."""
+
+    def __init__(self, token: torch.Tensor):
+        self.token = token
+
+    def select(self, rows: torch.Tensor) -> "_TokenBefore":
+        return _TokenBefore(self.token[rows])
 
 
 def _exhaustive_best(model, source: torch.Tensor, max_len: int, alpha: float) -> list[int]:

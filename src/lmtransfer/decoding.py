@@ -1,7 +1,7 @@
 """Turning a trained `TranslationModel` into translations: batched greedy decoding and beam search.
 
 Both encode the source batch once and then decode one position per step
-(`TranslationModel.decode_step` keeps each decoder layer's earlier inputs, since
+(`TranslationModel.decode_step` keeps each decoder layer's keys and values, since
 causal attention never revisits them; beam search reorders that cache with its beams).
 Both return token ids without BOS and EOS, one list per source sentence.
 
@@ -23,11 +23,11 @@ from typing import Iterator
 import torch
 from torch.nn import functional as F
 
-from .translation_model import TranslationModel
+from .translation_model import DecoderCache, TranslationModel
 
 
-def _next_log_probs(model: TranslationModel, next_ids: torch.Tensor, cache: list[torch.Tensor] | None,
-                    memory: torch.Tensor, source_padding: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _next_log_probs(model: TranslationModel, next_ids: torch.Tensor, cache: DecoderCache | None,
+                    memory: torch.Tensor, source_padding: torch.Tensor) -> tuple[torch.Tensor, DecoderCache]:
     """Log-probabilities (float32) of the token after each prefix, and the grown cache: the one computation
     both decoders share."""
     logits, cache = model.decode_step(next_ids, cache, memory, source_padding)
@@ -140,7 +140,7 @@ def _beam(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: in
             break
         rows = (parents + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
         prefix = torch.cat([prefix[rows], tokens.view(-1, 1)], dim=1)
-        cache = [layer_inputs[rows] for layer_inputs in cache]
+        cache = cache.select(rows)
         scores = new_scores
     for b in range(batch):  # max_len reached: the live hypotheses end here, without EOS
         if not done[b]:

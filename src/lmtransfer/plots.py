@@ -125,3 +125,40 @@ def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
         pooled = f", {len(seeds)} seeds pooled" if len(seeds) > 1 else ""
         axis.set(xlabel="predicted", ylabel="actual", title=f"{variant}: test accuracy {accuracy:.3f}{pooled}")
     return _save(figure, path, dpi)
+
+
+def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
+    """Translation fine-tuning per epoch: validation BLEU (greedy) and validation loss, mean over seeds with their
+    range, pretrained vs scratch."""
+    figure, (bleu, loss) = plt.subplots(1, 2, figsize=(10, 4))
+    for variant, variant_runs in runs.items():
+        _mean_band(bleu, variant_runs, "val_bleu", COLORS[variant], variant)
+        _mean_band(loss, variant_runs, "val_loss", COLORS[variant], f"{variant}, validation")
+        _mean_band(loss, variant_runs, "train_loss", COLORS[variant], f"{variant}, train", style="--")
+    bleu.set(xlabel="epoch", ylabel="validation BLEU (greedy)", title="Translation quality while fine-tuning")
+    loss.set(xlabel="epoch", ylabel="cross-entropy per target token", title="Loss (train: label-smoothed)")
+    for axis in (bleu, loss):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    return _save(figure, path, dpi)
+
+
+def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
+    """Test BLEU and chrF per variant: the mean over seeds with its 95% bootstrap interval, each seed as a dot, and
+    the copy-the-source baseline as a line."""
+    figure, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for axis, metric, name in zip(axes, ("bleu", "chrf"), ("BLEU", "chrF")):
+        for x, variant in enumerate(VARIANTS):
+            section = report[variant]
+            mean = section[f"{metric}_mean"]
+            error = [[mean - section[f"{metric}_ci95_low"]], [section[f"{metric}_ci95_high"] - mean]]
+            axis.bar(x, mean, color=COLORS[variant], alpha=0.75, yerr=error, capsize=6, label=f"{variant} {mean:.2f}")
+            axis.plot([x] * len(section[f"{metric}_per_seed"]), section[f"{metric}_per_seed"], "k.", alpha=0.6)
+        axis.axhline(report["baseline"][f"copy_source_{metric}"], color="tab:green", linestyle="-.",
+                     label=f"source copied ({report['baseline'][f'copy_source_{metric}']:.2f})")
+        axis.set_xticks(range(len(VARIANTS)), VARIANTS)
+        axis.set(ylabel=f"test {name}", title=f"{name}, {report['n_seeds']} seeds, 95% interval")
+        axis.grid(axis="y", alpha=0.3)
+        axis.legend(fontsize=8)
+    return _save(figure, path, dpi)

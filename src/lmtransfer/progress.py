@@ -12,4 +12,5 @@ def progress_bar(**kwargs) -> tqdm:
     """tqdm with a refresh rate that suits where the output goes: no flood of lines in a log file."""
     interactive = sys.stderr.isatty()
     quiet = os.environ.get("RANK", "0") != "0"  # several processes (torchrun): rank 0 shows the progress
-    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, disable=quiet, **kwargs)
+    disable = kwargs.pop("disable", False) or quiet
+    return tqdm(mininterval=1.0 if interactive else 30.0, dynamic_ncols=interactive, disable=disable, **kwargs)

@@ -107,32 +107,37 @@ class TranslationModel(nn.Module):
         return self.output(hidden)
 
     def decode_step(
-        self, next_ids: torch.Tensor, cache: list[torch.Tensor] | None, memory: torch.Tensor,
+        self, next_ids: torch.Tensor, cache: "DecoderCache | None", memory: torch.Tensor,
         source_padding: torch.Tensor,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, "DecoderCache"]:
         """One more target token (B, 1) -> logits (B, V) of the token after it, computing only the new position.
 
-        `cache` holds each decoder layer's input at the earlier positions (None at the first step); causal
-        attention means those never change, so a step costs one position instead of the whole prefix. The
-        same arithmetic as `decode`, spelled out with the post-norm layer's own submodules."""
-        cache = cache or [next_ids.new_empty(0)] * len(self.decoder.layers)
-        position = cache[0].size(1) if cache[0].numel() else 0
+        `cache` (None at the first step) holds each decoder layer's self-attention keys and values at the earlier
+        positions (causal attention never revisits them) and its cross-attention keys and values of `memory`,
+        projected once per sentence instead of once per step. The same arithmetic as `decode`, spelled out with
+        the post-norm layer's own submodules."""
+        if cache is None:
+            cache = DecoderCache.start(self.decoder.layers, memory)
+        position = cache.length
         if position >= self.positions.pe.size(0):
             raise ValueError(f"decode_step supports {self.positions.pe.size(0)} target positions")
         x = self.token_embedding(next_ids) * math.sqrt(self.config.d_model)
         x = self.dropout(x + self.positions.pe[position: position + 1].to(x.dtype))
-        grown = []
-        for layer, previous in zip(self.decoder.layers, cache):
-            inputs = torch.cat([previous, x], dim=1) if previous.numel() else x
-            grown.append(inputs)
-            attended = layer.self_attn(x, inputs, inputs, need_weights=False)[0]
+        keep = ~source_padding[:, None, None, :]  # (B, 1, 1, S): True where a source position may be attended
+        for i, layer in enumerate(self.decoder.layers):
+            query, key, value = _heads(layer.self_attn, x).unbind(0)
+            cache.keys[i] = torch.cat([cache.keys[i], key], dim=2)
+            cache.values[i] = torch.cat([cache.values[i], value], dim=2)
+            attended = _merge(layer.self_attn, F.scaled_dot_product_attention(query, cache.keys[i], cache.values[i]))
             x = layer.norm1(x + layer.dropout1(attended))
-            attended = layer.multihead_attn(x, memory, memory, key_padding_mask=source_padding, need_weights=False)[0]
-            x = layer.norm2(x + layer.dropout2(attended))
+            query = _heads(layer.multihead_attn, x, parts=slice(0, 1))[0]
+            attended = F.scaled_dot_product_attention(query, *cache.cross[i], attn_mask=keep)
+            x = layer.norm2(x + layer.dropout2(_merge(layer.multihead_attn, attended)))
             x = layer.norm3(x + layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))))
+        cache.length += 1
         if self.decoder.norm is not None:
             x = self.decoder.norm(x)
-        return self.output(x[:, -1]), grown
+        return self.output(x[:, -1]), cache
 
     def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: logits for every target position (target = BOS + the sentence, right-padded)."""
@@ -146,6 +151,49 @@ class TranslationModel(nn.Module):
         logits = self(source, target_in)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target_out.reshape(-1),
                                ignore_index=self.config.pad_id, label_smoothing=label_smoothing)
+
+
+# --- incremental decoding -------------------------------------------------------------------------------------
+
+
+def _heads(attention: nn.MultiheadAttention, x: torch.Tensor, parts: slice = slice(0, 3)) -> torch.Tensor:
+    """nn.MultiheadAttention's packed input projection of `x` (B, T, D), for the chosen ones of query, key and
+    value: (parts, B, heads, T, D / heads)."""
+    d, heads = attention.embed_dim, attention.num_heads
+    weight = attention.in_proj_weight[parts.start * d: parts.stop * d]
+    bias = attention.in_proj_bias[parts.start * d: parts.stop * d] if attention.in_proj_bias is not None else None
+    projected = F.linear(x, weight, bias)  # (B, T, parts * D)
+    batch, length = x.shape[:2]
+    return projected.view(batch, length, -1, heads, d // heads).permute(2, 0, 3, 1, 4)
+
+
+def _merge(attention: nn.MultiheadAttention, heads_out: torch.Tensor) -> torch.Tensor:
+    """(B, heads, T, D / heads) -> the output projection of the concatenated heads, (B, T, D)."""
+    batch, _, length, _ = heads_out.shape
+    return attention.out_proj(heads_out.transpose(1, 2).reshape(batch, length, attention.embed_dim))
+
+
+@dataclass
+class DecoderCache:
+    """What `decode_step` keeps between steps: per decoder layer, self-attention keys/values of the positions so
+    far (B, heads, T, D / heads) and cross-attention keys/values of the memory (computed at the first step)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    cross: list[tuple[torch.Tensor, torch.Tensor]]
+    length: int = 0
+
+    @classmethod
+    def start(cls, layers: nn.ModuleList, memory: torch.Tensor) -> "DecoderCache":
+        empty = [memory.new_empty(memory.size(0), layer.self_attn.num_heads, 0,
+                                  layer.self_attn.embed_dim // layer.self_attn.num_heads) for layer in layers]
+        cross = [tuple(_heads(layer.multihead_attn, memory, parts=slice(1, 3)).unbind(0)) for layer in layers]
+        return cls(keys=empty, values=list(empty), cross=cross)
+
+    def select(self, rows: torch.Tensor) -> "DecoderCache":
+        """The cache of the hypotheses `rows` (beam search keeps the best continuations). Beams only ever reorder
+        among the same sentence's rows, so the memory's keys and values stay as they are."""
+        return DecoderCache([k[rows] for k in self.keys], [v[rows] for v in self.values], self.cross, self.length)
 
 
 # --- parameter counts -----------------------------------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""Translation stage evaluate: every fine-tuned seed of both variants translates the test split (beam search);
+BLEU and chrF with sacreBLEU, the gap and its interval; the translations beside the references."""
+
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import mlflow
+import pandas as pd
+
+from lmtransfer.config import load_params
+from lmtransfer.data.parallel import read_pairs
+from lmtransfer.io import atomic_path, read_json, read_tsv, require_file, write_json
+from lmtransfer.paths import (
+    EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PREPARED, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
+    finetune_epochs, finetuned_checkpoint,
+)
+from lmtransfer.runtime import select_device, use_share_of_cores
+from lmtransfer.stage import stage_main
+from lmtransfer.tokenizer import load_tokenizer
+from lmtransfer.tracking import log_to_pipeline, run_that_wrote, stage_run
+from lmtransfer.translation_data import load_pair_split
+from lmtransfer.translation_eval import translation_headline, translation_report
+from lmtransfer.translator import DecodingOptions, load_translation_model, translate_sources
+
+TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
+
+
+@stage_main("evaluate")
+def main() -> None:
+    params = load_params(PARAMS)
+    seeds = params.finetune.seeds
+    pairs = read_pairs(PREPARED, "test")
+    test = load_pair_split(TOKENIZED, "test")
+    tokenizer = load_tokenizer(TOKENIZED)
+    pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
+    checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
+                   for s in seeds}
+    upstream = ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
+    device = select_device("auto")
+    use_share_of_cores()
+    e = params.evaluate
+    options = DecodingOptions(e.beam_size, e.length_penalty, e.max_length_ratio, e.max_length_extra, e.batch_size)
+    sources = [test.source(i) for i in range(len(test))]
+    with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
+        mlflow.log_param("finetune.seeds", seeds)
+        translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
+        for (variant, seed), path in checkpoints.items():
+            model = load_translation_model(path, device)
+            translations[variant][seed] = translate_sources(model, sources, tokenizer, options, device,
+                                                            desc=f"evaluate {variant}@{seed}")
+        first_epoch = {v: [float(read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics"))[0]["val_bleu"])
+                           for s in seeds] for v in VARIANTS}
+        report = translation_report(translations, list(pairs["target"]), list(pairs["source"]), first_epoch,
+                                    e.bootstrap_samples, e.seed)
+        headline = translation_headline(report, pretraining)
+        write_json(EVALUATE_REPORT, report)
+        write_json(HEADLINE, headline)
+        table = pd.DataFrame({"source": pairs["source"], "reference": pairs["target"],
+                              **{f"{v}_seed{s}": translations[v][s] for v in VARIANTS for s in seeds}})
+        with atomic_path(TRANSLATIONS) as tmp:
+            table.to_csv(tmp, sep="\t", index=False)
+        mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
+        mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS for k in ("bleu_mean", "chrf_mean")})
+        mlflow.log_dict(report, "evaluate.json")
+        mlflow.log_artifact(str(TRANSLATIONS))
+        log_to_pipeline(headline)
+    print(summary_lines(report))
+
+
+def summary_lines(report: dict) -> str:
+    lines = [f"evaluate: {v:>10}: test BLEU {report[v]['bleu_mean']:.2f} ± {report[v]['bleu_std']:.2f}, chrF "
+             f"{report[v]['chrf_mean']:.2f} ± {report[v]['chrf_std']:.2f} over {report['n_seeds']} seeds" for v in VARIANTS]
+    gap, base = report["gap"], report["baseline"]
+    lines.append(f"evaluate: copy-the-source baseline: BLEU {base['copy_source_bleu']:.2f}, chrF {base['copy_source_chrf']:.2f}")
+    lines.append(f"evaluate: BLEU gap {gap['bleu_mean']:+.2f}, 95% CI [{gap['bleu_ci95_low']:+.2f}, "
+                 f"{gap['bleu_ci95_high']:+.2f}], p = {gap['bleu_p_value']:.4f}; chrF gap {gap['chrf_mean']:+.2f} "
+                 f"[{gap['chrf_ci95_low']:+.2f}, {gap['chrf_ci95_high']:+.2f}]")
+    lines.append(f"evaluate: sacreBLEU {report['signatures']['bleu']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
