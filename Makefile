@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: venv run test test-fast ui summary bench bench-corpus clean-outputs
+.PHONY: venv run run-translation test test-fast ui summary bench bench-corpus clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ run: venv
 	dvc repro
 	@echo; lmtransfer results; echo
 	@echo "figures: plots/*.png | sample generations: metrics/pretrain/samples.txt | MLflow UI: make ui"
+
+## the translation pipeline (English->French, pretrained vs scratch; about 20 minutes on 2 CPU cores)
+run-translation: venv
+	dvc repro translation/dvc.yaml
+	@echo; lmtransfer results --translation; echo
+	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"
 
 ## the test suite (unit tests + one end-to-end dvc repro on tiny data)
 test: venv

@@ -8,7 +8,7 @@ import mlflow
 from lmtransfer import distributed
 from lmtransfer.checkpoint import save_checkpoint
 from lmtransfer.checkpoint_import import load_into_language_model, read_checkpoint_weights
-from lmtransfer.config import load_params
+from lmtransfer.translation_config import load_task_params
 from lmtransfer.generation import pretraining_samples
 from lmtransfer.input_files import resolve_input
 from lmtransfer.io import write_json, write_text, write_tsv
@@ -32,7 +32,7 @@ from lmtransfer.tracking import log_metrics, stage_run, tag_checkpoint
 
 @stage_main("pretrain")
 def main() -> None:
-    params = load_params(PARAMS)
+    params = load_task_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
     tokenizer = load_tokenizer(TOKENIZED)

@@ -6,7 +6,7 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 import mlflow
 import pandas as pd
 
-from lmtransfer.config import load_params
+from lmtransfer.translation_config import load_translation_params
 from lmtransfer.data.parallel import read_pairs
 from lmtransfer.io import atomic_path, read_json, read_tsv, require_file, write_json
 from lmtransfer.paths import (
@@ -17,8 +17,8 @@ from lmtransfer.runtime import select_device, use_share_of_cores
 from lmtransfer.stage import stage_main
 from lmtransfer.tokenizer import load_tokenizer
 from lmtransfer.tracking import log_to_pipeline, run_that_wrote, stage_run
-from lmtransfer.translation_data import load_pair_split
-from lmtransfer.translation_eval import translation_headline, translation_report
+from lmtransfer.tokenized import load_pair_split
+from lmtransfer.translation_eval import report_lines, translation_headline, translation_report
 from lmtransfer.translator import DecodingOptions, load_translation_model, translate_sources
 
 TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
@@ -26,7 +26,7 @@ TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
 
 @stage_main("evaluate")
 def main() -> None:
-    params = load_params(PARAMS)
+    params = load_translation_params(PARAMS)
     seeds = params.finetune.seeds
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")
@@ -63,19 +63,7 @@ def main() -> None:
         mlflow.log_dict(report, "evaluate.json")
         mlflow.log_artifact(str(TRANSLATIONS))
         log_to_pipeline(headline)
-    print(summary_lines(report))
-
-
-def summary_lines(report: dict) -> str:
-    lines = [f"evaluate: {v:>10}: test BLEU {report[v]['bleu_mean']:.2f} ± {report[v]['bleu_std']:.2f}, chrF "
-             f"{report[v]['chrf_mean']:.2f} ± {report[v]['chrf_std']:.2f} over {report['n_seeds']} seeds" for v in VARIANTS]
-    gap, base = report["gap"], report["baseline"]
-    lines.append(f"evaluate: copy-the-source baseline: BLEU {base['copy_source_bleu']:.2f}, chrF {base['copy_source_chrf']:.2f}")
-    lines.append(f"evaluate: BLEU gap {gap['bleu_mean']:+.2f}, 95% CI [{gap['bleu_ci95_low']:+.2f}, "
-                 f"{gap['bleu_ci95_high']:+.2f}], p = {gap['bleu_p_value']:.4f}; chrF gap {gap['chrf_mean']:+.2f} "
-                 f"[{gap['chrf_ci95_low']:+.2f}, {gap['chrf_ci95_high']:+.2f}]")
-    lines.append(f"evaluate: sacreBLEU {report['signatures']['bleu']}")
-    return "\n".join(lines)
+    print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
 
 
 if __name__ == "__main__":

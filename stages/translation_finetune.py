@@ -12,7 +12,7 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 import mlflow
 
 from lmtransfer.checkpoint import load_checkpoint, model_config_of, save_checkpoint
-from lmtransfer.config import load_params
+from lmtransfer.translation_config import load_translation_params
 from lmtransfer.data.parallel import read_pairs
 from lmtransfer.io import write_json, write_tsv
 from lmtransfer.model import ModelConfig, count_parameters
@@ -24,7 +24,7 @@ from lmtransfer.stage import stage_main
 from lmtransfer.tokenized import read_tokenized_meta
 from lmtransfer.tokenizer import load_tokenizer
 from lmtransfer.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
-from lmtransfer.translation_data import load_pair_split
+from lmtransfer.tokenized import load_pair_split
 from lmtransfer.translation_training import build_translation_model, finetune_translation
 
 from finetune import parse_args, stage_name  # the classification stage's command line: --init, --seed
@@ -35,7 +35,7 @@ def main() -> None:
     args = parse_args()
     variant, seed = args.init, args.seed
     stage = stage_name(args)
-    params = load_params(PARAMS)
+    params = load_translation_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)
     train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")

@@ -4,7 +4,7 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.config import load_params
+from lmtransfer.translation_config import load_translation_params
 from lmtransfer.io import read_json, read_tsv, require_file
 from lmtransfer.paths import (
     EVALUATE_REPORT, HEADLINE, PARAMS, PLOTS, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, VARIANTS, finetune_epochs,
@@ -16,7 +16,7 @@ from lmtransfer.tracking import log_to_pipeline, stage_run
 
 @stage_main("plot")
 def main() -> None:
-    params = load_params(PARAMS)
+    params = load_translation_params(PARAMS)
     dpi, seeds = params.plot.dpi, params.finetune.seeds
     runs = {v: [read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics")) for s in seeds] for v in VARIANTS}
     pretrain_train = read_tsv(require_file(PRETRAIN_TRAIN_LOG, "pretraining metrics"))

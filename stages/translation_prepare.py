@@ -5,7 +5,7 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.config import load_params
+from lmtransfer.translation_config import load_translation_params
 from lmtransfer.data.parallel import load_parallel, write_parallel
 from lmtransfer.paths import PARAMS, PREPARED, PREPARED_CORPUS
 from lmtransfer.stage import stage_main
@@ -14,7 +14,7 @@ from lmtransfer.tracking import stage_run
 
 @stage_main("prepare")
 def main() -> None:
-    params = load_params(PARAMS)
+    params = load_translation_params(PARAMS)
     data = load_parallel(params.data)  # a bad file stops here, before any output is replaced
     with stage_run("prepare", params.sections("data")):
         meta = write_parallel(data, PREPARED, {"source": params.data.source})

@@ -5,7 +5,7 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.config import load_params
+from lmtransfer.translation_config import load_translation_params
 from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
 from lmtransfer.stage import stage_main
 from lmtransfer.tracking import stage_run
@@ -14,7 +14,7 @@ from lmtransfer.translation_data import tokenize_parallel
 
 @stage_main("tokenize")
 def main() -> None:
-    params = load_params(PARAMS)
+    params = load_translation_params(PARAMS)
     with stage_run("tokenize", params.sections("tokenizer")):
         meta = tokenize_parallel(PREPARED, TOKENIZED, params.tokenizer)
         mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})

@@ -68,15 +68,18 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     return result.stdout
 
 
-def make_repo(root: Path, params: dict, write_data: Callable[[Path], None]) -> dict[str, str]:
-    """Copy the pipeline into `root`, apply `params` over params.yaml, add the data, commit; returns the env."""
-    for name in ("dvc.yaml", ".dvcignore", "params.yaml"):
+def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
+              params_file: str = "params.yaml") -> dict[str, str]:
+    """Copy both pipelines into `root`, apply `params` over `params_file` (translation/params.yaml for the
+    translation pipeline), add the data, commit; returns the env."""
+    (root / "translation").mkdir()
+    for name in ("dvc.yaml", ".dvcignore", "params.yaml", "translation/dvc.yaml", "translation/params.yaml"):
         shutil.copy(REPO / name, root / name)
     for name in ("stages", "src", ".dvc"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("tmp", "cache", "__pycache__"))
     yaml = YAML()
-    merged = merge(yaml.load((root / "params.yaml").read_text()), params)
-    with open(root / "params.yaml", "w") as handle:
+    merged = merge(yaml.load((root / params_file).read_text()), params)
+    with open(root / params_file, "w") as handle:
         yaml.dump(merged, handle)
     write_data(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_", "LMTRANSFER_"))}

@@ -49,7 +49,7 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 
 def test_every_command_is_documented_and_every_option_has_help_and_shows_its_default():
     commands = _subcommands()
-    assert set(commands) == {"summary", "params", "generate", "fill", "results", "predict"}
+    assert set(commands) == {"summary", "params", "generate", "fill", "results", "predict", "translate"}
     for name, parser in commands.items():
         assert parser.description, name
         text = " ".join(parser.format_help().split())  # undo the line wrapping
@@ -298,3 +298,8 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
     monkeypatch.setattr(sys, "stdin", io.StringIO("a good film\n\n   \ndull and long\r\n"))
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments  # blank lines skipped, line ends dropped
+
+
+def test_translate_refuses_an_empty_sentence_before_loading_any_model(tmp_path):
+    with pytest.raises(SystemExit, match="nothing to translate"):
+        main(["translate", "  ", "--checkpoint", str(tmp_path / "missing.pt")])

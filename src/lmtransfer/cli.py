@@ -249,27 +249,45 @@ def cmd_fill(args: argparse.Namespace) -> None:
             print(f"  {probability:.3f}  {word}")
 
 
-HOW_TO_PASS_TEXTS = (
-    'pass them as arguments (lmtransfer predict "a wonderful film" "dull") or one per line on standard input '
-    "(lmtransfer predict < reviews.txt)"
-)
+def how_to_pass(command: str, example: str, file: str) -> str:
+    return (f'pass them as arguments (lmtransfer {command} "{example}") or one per line on standard input '
+            f"(lmtransfer {command} < {file})")
 
 
-def texts_to_classify(arguments: list[str]) -> list[str]:
+HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.txt")
+
+
+def texts_to_classify(arguments: list[str], verb: str = "classify", how: str = HOW_TO_PASS_TEXTS) -> list[str]:
     """The texts from the command line, else from piped standard input (one per line, blank lines skipped).
     Checked before any model loads: an empty text or a terminal waiting for input is a usage error."""
     for number, text in enumerate(arguments, start=1):
         if not text.strip():
             which = f"text {number} of {len(arguments)}" if len(arguments) > 1 else "the text"
-            raise SystemExit(f"error: {which} is empty: there is nothing to classify in {text!r}")
+            raise SystemExit(f"error: {which} is empty: there is nothing to {verb} in {text!r}")
     if arguments:
         return arguments
     if sys.stdin is None or sys.stdin.isatty():
-        raise SystemExit(f"error: no texts to classify: {HOW_TO_PASS_TEXTS}")
+        raise SystemExit(f"error: no texts to {verb}: {how}")
     texts = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
     if not texts:
-        raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {HOW_TO_PASS_TEXTS}")
+        raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {how}")
     return texts
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    """Translate sentences with a fine-tuned translation checkpoint (the translation pipeline's)."""
+    from .runtime import select_device
+    from .tokenizer import load_tokenizer
+    from .translator import DecodingOptions, load_translation_model, translate_texts
+
+    texts = texts_to_classify(getattr(args, "texts", []), "translate",
+                              how_to_pass("translate", "I am a student.", "sentences.txt"))
+    device = select_device("auto")
+    model = load_translation_model(args.checkpoint, device)
+    tokenizer = load_tokenizer(args.tokenizer)
+    options = DecodingOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
+    for translation in translate_texts(model, texts, tokenizer, options, device):
+        print(translation)
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
@@ -334,6 +352,13 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
 
 
 def cmd_results(args: argparse.Namespace) -> None:
+    if args.translation:
+        from .io import read_json, require_file
+        from .translation_eval import report_lines
+
+        metrics = Path("translation") / paths.METRICS if args.metrics == paths.METRICS else args.metrics
+        print("\n".join(report_lines(read_json(require_file(metrics / "evaluate.json", "translation results")))))
+        return
     print(results_report(args.metrics))
 
 
@@ -441,7 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     results = command("results", "test scores and validation curves of the last pipeline run")
     results.add_argument("--metrics", type=Path, default=paths.METRICS,
-                         help="the metrics directory the pipeline wrote")
+                         help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
+    results.add_argument("--translation", action="store_true",
+                         help="the translation pipeline's results: test BLEU and chrF, the gap, the baseline")
     results.set_defaults(func=cmd_results)
 
     predict_parser = command(
@@ -457,6 +484,23 @@ def build_parser() -> argparse.ArgumentParser:
     predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
                                 help="the tokenized data directory (or a file in it)")
     predict_parser.set_defaults(func=cmd_predict)
+
+    translation = Path("translation")
+    translate = command(
+        "translate", "translate sentences with the translation pipeline's model (arguments or standard input)",
+        "Translate each sentence (one per argument, else one per line of standard input) with a fine-tuned "
+        "encoder-decoder of the translation pipeline (`dvc repro translation/dvc.yaml`), by beam search.",
+    )
+    translate.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar="SENTENCE",
+                           help="sentences to translate (default: the lines of standard input)")
+    translate.add_argument("--checkpoint", type=Path, default=translation / paths.finetuned_checkpoint("pretrained", 0),
+                           help="a translation checkpoint; the default is the pretrained variant, seed 0")
+    translate.add_argument("--tokenizer", type=Path, default=translation / paths.TOKENIZED,
+                           help="the translation pipeline's tokenized data directory (or a file in it)")
+    translate.add_argument("--beam-size", type=POSITIVE, default=4, help="beam width (1 = greedy decoding)")
+    translate.add_argument("--length-penalty", type=NON_NEGATIVE_FLOAT, default=0.6,
+                           help="GNMT's alpha: beams ranked by log P / ((5 + length) / 6) ** alpha")
+    translate.set_defaults(func=cmd_translate)
     return parser
 
 

@@ -453,8 +453,17 @@ def _describe(error: dict) -> str:
 TASKS = ("classification", "translation")
 
 
-def parse_params(raw: Any, origin: str = "params") -> PipelineParams:
-    """The params of the task the file names in its top-level `task` key (absent: classification)."""
+def parse_section_model(model: type[Section], raw: Any, origin: str) -> Any:
+    """`raw` validated as `model`; every problem in one message, each naming its key."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "\n  ".join(_describe(e) for e in exc.errors())
+        raise ConfigError(f"{origin}: invalid parameters:\n  {problems}") from None
+
+
+def split_task(raw: Any, origin: str) -> tuple[str, dict]:
+    """The file's top-level `task` (absent: classification) and its sections."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -463,15 +472,16 @@ def parse_params(raw: Any, origin: str = "params") -> PipelineParams:
     task = raw.pop("task", "classification")
     if task not in TASKS:
         raise ConfigError(f"{origin}: task: must be one of {', '.join(TASKS)}, got {task!r}")
-    if task == "translation":
-        from .translation_config import TranslationParams as model
-    else:
-        model = Params
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        problems = "\n  ".join(_describe(e) for e in exc.errors())
-        raise ConfigError(f"{origin}: invalid parameters:\n  {problems}") from None
+    return task, raw
+
+
+def parse_params(raw: Any, origin: str = "params") -> Params:
+    """The classification params (a translation file is read by `translation_config.load_task_params`)."""
+    task, raw = split_task(raw, origin)
+    if task != "classification":
+        raise ConfigError(f"{origin}: task: {task}: these are the {task} pipeline's params (translation/params.yaml); "
+                          "this stage belongs to the classification pipeline")
+    return parse_section_model(Params, raw, origin)
 
 
 def read_params_file(path: str | Path) -> Any:
@@ -487,6 +497,6 @@ def read_params_file(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
 
 
-def load_params(path: str | Path = "params.yaml") -> Any:  # Params | TranslationParams
-    """Read and validate a params file: `Params` (classification) or `TranslationParams`, as its `task` says."""
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate the classification pipeline's params file."""
     return parse_params(read_params_file(path), origin=str(path))

@@ -35,7 +35,7 @@ from torch import nn
 
 from .config import TrainParams
 from .errors import ConfigError, LmtransferError
-from .sharing import parallel_jobs, thread_share
+from .sharing import is_main_process, parallel_jobs, thread_share
 
 LAUNCHER_ENV = ("LOCAL_RANK", "WORLD_SIZE")  # set by torchrun in every process it starts
 
@@ -59,11 +59,6 @@ def world() -> World:
     if dist.is_available() and dist.is_initialized():
         return World(dist.get_rank(), dist.get_world_size())
     return World()
-
-
-def is_main_process() -> bool:
-    """Rank 0, or no launcher at all: the process that prints, logs to MLflow and writes outputs."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def under_launcher() -> bool:

@@ -145,8 +145,8 @@ def pretrain(
     step_losses = compiled(model.losses, compile_steps)
     world, draws = distributed.world(), distributed.Draws(seed)  # one process: no change
     idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
-    trainer = distributed.wrap(model, _losses, device, unused_parameters=idle_head) if world.size > 1 else None
-    trainer = compiled(trainer, compile_steps) if trainer is not None else None
+    trainer = (compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
+               if world.size > 1 else None)
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     result, at = PretrainResult(steps=steps), _Position()

@@ -18,6 +18,12 @@ JOBS_ENV = "LMTRANSFER_JOBS"  # how many jobs share the machine; overrides count
 QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun job (torchrun sets RANK), or a process on its own: the one that prints, logs to
+    MLflow and writes outputs. Here, free of torch, so MLflow logging can ask without loading it."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def running_queue_workers() -> int:
     """DVC experiment-queue workers running on this machine, any repository's (they all share its cores)."""
     import psutil

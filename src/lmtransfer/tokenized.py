@@ -3,6 +3,7 @@
     data/tokenized/                    what fine-tuning, evaluation and plots read
         train.npz valid.npz test.npz   a labeled split: flat ids, offsets (n+1), labels
         meta.json                      vocabulary size, special ids, label names, split counts, unknown rates
+        train_pairs.npz ...            translation: a split's sentence pairs, source and target ids + offsets
     data/tokenized_corpus/             what pretraining alone reads
         corpus_train.npy corpus_valid.npy  the corpus as one flat id array per part (memory-mapped on read)
         meta.json                          token counts and unknown rates of the two parts
@@ -17,6 +18,7 @@ neither.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -40,6 +42,29 @@ def _corpus_file(directory: Path, part: str) -> Path:
 
 def _split_file(directory: Path, name: str) -> Path:
     return Path(directory) / f"{name}.npz"
+
+
+@dataclass
+class PairSplit:
+    source_ids: np.ndarray
+    source_offsets: np.ndarray
+    target_ids: np.ndarray
+    target_offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.source_offsets) - 1
+
+    def source(self, index: int) -> np.ndarray:
+        return self.source_ids[self.source_offsets[index]: self.source_offsets[index + 1]]
+
+    def target(self, index: int) -> np.ndarray:
+        return self.target_ids[self.target_offsets[index]: self.target_offsets[index + 1]]
+
+    def source_lengths(self) -> np.ndarray:
+        return np.diff(self.source_offsets)
+
+    def target_lengths(self) -> np.ndarray:
+        return np.diff(self.target_offsets)
 
 
 class LabeledSplit:
@@ -93,6 +118,15 @@ def write_labeled_split(directory: Path, name: str, split: LabeledSplit) -> None
     np.savez(_split_file(directory, name), ids=split.ids, offsets=split.offsets, labels=split.labels)
 
 
+def _pair_file(directory: Path, name: str) -> Path:
+    return Path(directory) / f"{name}_pairs.npz"
+
+
+def write_pair_split(directory: Path, name: str, split: PairSplit) -> None:
+    np.savez(_pair_file(directory, name), source_ids=split.source_ids, source_offsets=split.source_offsets,
+             target_ids=split.target_ids, target_offsets=split.target_offsets)
+
+
 def write_tokenized_meta(directory: Path, meta: dict[str, Any]) -> None:
     write_json(Path(directory) / META, meta)
 
@@ -116,4 +150,13 @@ def load_labeled_split(directory: Path, name: str) -> LabeledSplit:
         split = LabeledSplit(data["ids"], data["offsets"], data["labels"])
     if len(split) == 0:
         raise EmptySplitError(f"{path}: the '{name}' split is empty (rerun prepare and tokenize)")
+    return split
+
+
+def load_pair_split(directory: Path, name: str) -> PairSplit:
+    path = require_file(_pair_file(directory, name), f"tokenized '{name}' pairs")
+    with np.load(path) as data:
+        split = PairSplit(data["source_ids"], data["source_offsets"], data["target_ids"], data["target_offsets"])
+    if len(split) == 0:
+        raise EmptySplitError(f"{path}: the '{name}' split has no pairs (rerun prepare and tokenize)")
     return split

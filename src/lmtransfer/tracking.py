@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .io import sha256_of
+from .sharing import is_main_process
 from .tracking_store import STORE_NAME, check_server, ensure_store
 
 EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
@@ -319,11 +320,6 @@ def stage_run(
     finally:
         # The pipeline run spans its stages: it ends when the latest one ends, failed if that one failed.
         client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
-
-
-def is_main_process() -> bool:
-    """Rank 0 of a torchrun job (torchrun sets RANK), or a process on its own: the one that logs."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:

@@ -9,13 +9,16 @@ encoder–decoder and its evaluation (decoding, BLEU and chrF).
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from .config import (
     ModelParams, PipelineParams, PlotParams, PretrainParams, Section, TokenizerParams, TrainParams, check_seeds,
+    parse_params, parse_section_model, read_params_file, split_task,
 )
+from .errors import ConfigError
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl")
 
@@ -85,18 +88,18 @@ class TranslationFinetuneParams(Section):
         default_factory=lambda: [0, 1, 2], min_length=1,
         description="one fine-tune per variant and seed, all from the same pretrained language model",
     )
-    epochs: int = Field(3, ge=1, description="passes over the training pairs; the epoch with the best validation "
+    epochs: int = Field(2, ge=1, description="passes over the training pairs; the epoch with the best validation "
                                              "BLEU is kept")
-    batch_size: int = Field(64, ge=1, description="sentence pairs per step (batched by length)")
-    lr: float = Field(1e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
+    batch_size: int = Field(32, ge=1, description="sentence pairs per step (batched by length)")
+    lr: float = Field(1.5e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
                                               "tenth of it")
-    warmup_steps: int = Field(200, ge=0, description="steps of linear learning-rate warm-up")
+    warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
     grad_clip: float = Field(1.0, gt=0, description="gradients are clipped to this global norm")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="the paper's label smoothing of the target "
                                                                 "distribution")
     max_len: int = Field(
-        48, ge=4, description="tokens per side, BOS/EOS included: longer training pairs are left out (counted), "
+        32, ge=4, description="tokens per side, BOS/EOS included: longer training pairs are left out (counted), "
         "not cut, so no target learns a wrong ending"
     )
     tie_output: bool = Field(
@@ -104,10 +107,11 @@ class TranslationFinetuneParams(Section):
         "warm-started from the language model's head"
     )
     valid_sentences: int = Field(
-        300, ge=1, description="validation pairs translated greedily after each epoch for the validation BLEU"
+        200, ge=1, description="validation pairs translated greedily after each epoch for the validation BLEU"
     )
     examples: list[str] = Field(
-        default_factory=lambda: ["I am a student.", "God is love.", "The king went to the city."],
+        default_factory=lambda: ["I am a student.", "God is love.", "The king went to the city.",
+                                 "And God said, Let there be light."],
         description="sentences translated after each epoch (printed, and logged to MLflow as "
         "`examples/epoch<N>.txt`), so you see the model learn",
     )
@@ -125,7 +129,7 @@ class TranslationEvaluateParams(Section):
         "(0 = raw log-probability, which favours short outputs)"
     )
     max_length_ratio: float = Field(
-        1.5, gt=0, description="a translation stops at `max_length_ratio` x its source's tokens + "
+        1.3, gt=0, description="a translation stops at `max_length_ratio` x its source's tokens + "
         "`max_length_extra` tokens if it has not ended"
     )
     max_length_extra: int = Field(10, ge=1, description="see `evaluate.max_length_ratio`")
@@ -140,9 +144,9 @@ class TranslationParams(PipelineParams):
     """`translation/params.yaml`: English→French (or your pairs), pretrained vs scratch."""
 
     data: TranslationDataParams = TranslationDataParams()
-    tokenizer: TokenizerParams = TokenizerParams(vocab_size=8000, normalization="nmt_nfkc")
-    model: ModelParams = ModelParams()
-    pretrain: PretrainParams = PretrainParams(adapt_epochs=0, prompts=["And God said", "Et Dieu dit"])
+    tokenizer: TokenizerParams = TokenizerParams(normalization="nmt_nfkc")  # translations are scored with case
+    model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512)
+    pretrain: PretrainParams = PretrainParams(max_steps=1200, adapt_epochs=0, prompts=["And God said", "Et Dieu dit"])
     finetune: TranslationFinetuneParams = TranslationFinetuneParams()
     train: TrainParams = TrainParams()
     evaluate: TranslationEvaluateParams = TranslationEvaluateParams()
@@ -157,3 +161,26 @@ class TranslationParams(PipelineParams):
             raise ValueError("tokenizer.vocab_file: translation needs one sentencepiece model over both languages "
                              "(tokenizer.model_file, or '' to train one)")
         return self
+
+
+def parse_task_params(raw: Any, origin: str = "params") -> PipelineParams:
+    """Either task's params, as the file's `task` key says: `Params` or `TranslationParams`."""
+    task, sections = split_task(raw, origin)
+    if task == "translation":
+        return parse_section_model(TranslationParams, sections, origin)
+    return parse_params(raw, origin)
+
+
+def load_task_params(path: str | Path = "params.yaml") -> PipelineParams:
+    """Read and validate a params file of either task: what the stages both pipelines share (pretrain) read."""
+    return parse_task_params(read_params_file(path), origin=str(path))
+
+
+def load_translation_params(path: str | Path = "params.yaml") -> TranslationParams:
+    """The translation pipeline's params file; another task's file is refused with what to do."""
+    origin = str(path)
+    task, sections = split_task(read_params_file(path), origin)
+    if task != "translation":
+        raise ConfigError(f"{origin}: task: {task}: this stage belongs to the translation pipeline, whose params "
+                          "file says `task: translation` (run it with `dvc repro translation/dvc.yaml`)")
+    return parse_section_model(TranslationParams, sections, origin)

@@ -11,39 +11,15 @@ decoder reads BOS + target and is scored on target + EOS (one position ahead).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
-from .errors import EmptySplitError
-from .io import atomic_directory, require_file
+from .io import atomic_directory
+from .tokenized import PairSplit, write_pair_split
 from .tokenizer import Tokenizer, encode_documents
-
-
-@dataclass
-class PairSplit:
-    source_ids: np.ndarray
-    source_offsets: np.ndarray
-    target_ids: np.ndarray
-    target_offsets: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.source_offsets) - 1
-
-    def source(self, index: int) -> np.ndarray:
-        return self.source_ids[self.source_offsets[index]: self.source_offsets[index + 1]]
-
-    def target(self, index: int) -> np.ndarray:
-        return self.target_ids[self.target_offsets[index]: self.target_offsets[index + 1]]
-
-    def source_lengths(self) -> np.ndarray:
-        return np.diff(self.source_offsets)
-
-    def target_lengths(self) -> np.ndarray:
-        return np.diff(self.target_offsets)
 
 
 def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str]) -> PairSplit:
@@ -51,24 +27,6 @@ def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence
     source_ids, source_offsets = encode_documents(tokenizer, sources)
     target_ids, target_offsets = encode_documents(tokenizer, targets)
     return PairSplit(source_ids, source_offsets, target_ids, target_offsets)
-
-
-def _pair_file(directory: Path, name: str) -> Path:
-    return Path(directory) / f"{name}_pairs.npz"
-
-
-def write_pair_split(directory: Path, name: str, split: PairSplit) -> None:
-    np.savez(_pair_file(directory, name), source_ids=split.source_ids, source_offsets=split.source_offsets,
-             target_ids=split.target_ids, target_offsets=split.target_offsets)
-
-
-def load_pair_split(directory: Path, name: str) -> PairSplit:
-    path = require_file(_pair_file(directory, name), f"tokenized '{name}' pairs")
-    with np.load(path) as data:
-        split = PairSplit(data["source_ids"], data["source_offsets"], data["target_ids"], data["target_offsets"])
-    if len(split) == 0:
-        raise EmptySplitError(f"{path}: the '{name}' split has no pairs (rerun prepare and tokenize)")
-    return split
 
 
 def trainable_pairs(split: PairSplit, max_len: int) -> np.ndarray:

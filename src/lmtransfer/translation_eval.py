@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
+from .bleu import corpus_scores
 from .paths import VARIANTS
 
 METRICS = {"bleu": BLEU, "chrf": CHRF}
@@ -34,8 +35,10 @@ def corpus_score(metric: str, summed: np.ndarray) -> float:
     return float(METRICS[metric]()._compute_score_from_stats(summed.tolist()).score)
 
 
-def signatures() -> dict[str, str]:
-    return {metric: str(cls().get_signature()) for metric, cls in METRICS.items()}
+def signatures(hypotheses: list[str], references: list[str]) -> dict[str, str]:
+    """sacreBLEU's signatures (tokenisation, smoothing, version): the scores are comparable where these match."""
+    scores = corpus_scores(hypotheses, references)
+    return {metric: scores[f"{metric}_signature"] for metric in METRICS}
 
 
 def _interval(values: np.ndarray) -> tuple[float, float]:
@@ -54,7 +57,7 @@ def translation_report(translations: dict[str, dict[int, list[str]]], references
     rng = np.random.default_rng(seed)
     n = len(references)
     resamples = [rng.integers(0, n, n) for _ in range(n_resamples)]
-    report: dict = {"n_seeds": len(seeds), "seeds": seeds, "n_test_sentences": n, "signatures": signatures(),
+    report: dict = {"n_seeds": len(seeds), "seeds": seeds, "n_test_sentences": n, "signatures": signatures(translations["pretrained"][seeds[0]], references),
                     "gap": {}, "baseline": {}}
     boot: dict[str, dict[str, np.ndarray]] = {}
     for metric in METRICS:
@@ -99,3 +102,17 @@ def translation_headline(report: dict, pretraining: dict) -> dict:
         "lm_val_ppl": pretraining["val_perplexity"],
         "n_seeds": report["n_seeds"],
     }
+
+
+def report_lines(report: dict) -> list[str]:
+    """The answer in a few lines (the evaluate stage prints them, `lmtransfer results --translation` too)."""
+    lines = [f"{v:>10}: test BLEU {report[v]['bleu_mean']:.2f} ± {report[v]['bleu_std']:.2f} "
+             f"[{report[v]['bleu_ci95_low']:.2f}, {report[v]['bleu_ci95_high']:.2f}], chrF {report[v]['chrf_mean']:.2f} "
+             f"± {report[v]['chrf_std']:.2f} over {report['n_seeds']} seeds" for v in VARIANTS]
+    gap, base = report["gap"], report["baseline"]
+    lines.append(f"  baseline: the source copied: BLEU {base['copy_source_bleu']:.2f}, chrF {base['copy_source_chrf']:.2f}")
+    lines.append(f"       gap: BLEU {gap['bleu_mean']:+.2f}, 95% CI [{gap['bleu_ci95_low']:+.2f}, {gap['bleu_ci95_high']:+.2f}], "
+                 f"p = {gap['bleu_p_value']:.4f}; chrF {gap['chrf_mean']:+.2f} [{gap['chrf_ci95_low']:+.2f}, "
+                 f"{gap['chrf_ci95_high']:+.2f}]; validation BLEU after epoch 1 {gap['first_epoch_val_bleu_mean']:+.2f}")
+    lines.append(f"            ({report['n_test_sentences']} test sentences; sacreBLEU {report['signatures']['bleu']})")
+    return lines

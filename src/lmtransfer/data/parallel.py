@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..io import atomic_directory, read_json, require_file, write_json
 from .bible_en_fr import ParallelData, load_bible_en_fr
-from .prepared import CORPUS_PARTS, META, SPLITS, corpus_dir
+from .prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
 
 PAIR_COLUMNS = ["source", "target"]
 _SPACES = re.compile(r"\s+")
@@ -57,7 +57,7 @@ def write_parallel(data: ParallelData, out_dir: Path, description: dict[str, Any
     parts = {"train": data.corpus, "valid": list(valid["source"]) + list(valid["target"])}
     with atomic_directory(corpus_dir(out_dir)) as tmp:
         for part in CORPUS_PARTS:
-            (tmp / f"corpus_{part}.txt").write_text("".join(line + "\n" for line in parts[part]), encoding="utf-8")
+            (tmp / corpus_name(part)).write_text("".join(line + "\n" for line in parts[part]), encoding="utf-8")
         write_json(tmp / META, {"source": description["source"], "corpus_format": "text",
                                 "corpus_lines": {part: len(parts[part]) for part in CORPUS_PARTS}})
     with atomic_directory(out_dir) as tmp:

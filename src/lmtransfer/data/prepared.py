@@ -37,12 +37,12 @@ def corpus_dir(directory: Path) -> Path:
     return directory.with_name(f"{directory.name}_corpus")
 
 
-def _corpus_name(part: str) -> str:
+def corpus_name(part: str) -> str:
     return f"corpus_{part}.txt"
 
 
 def _corpus_file(directory: Path, part: str) -> Path:
-    return corpus_dir(directory) / _corpus_name(part)
+    return corpus_dir(directory) / corpus_name(part)
 
 
 def write_prepared_dir(
@@ -62,7 +62,7 @@ def write_prepared_dir(
     """
     with atomic_directory(corpus_dir(out_dir)) as tmp:
         lines = {part: 0 for part in CORPUS_PARTS}
-        handles = {part: open(tmp / _corpus_name(part), "w", encoding="utf-8") for part in CORPUS_PARTS}
+        handles = {part: open(tmp / corpus_name(part), "w", encoding="utf-8") for part in CORPUS_PARTS}
         try:
             for part, document in progress_bar(iterable=corpus, desc="corpus", unit=" lines"):
                 handles[part].write(document + "\n")

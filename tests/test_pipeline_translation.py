@@ -1,0 +1,108 @@
+"""The translation pipeline end to end: `dvc repro translation/dvc.yaml` in a temporary git copy, on tiny
+sentence pairs of the user's own (TSV), then `lmtransfer translate`, a selective rerun and a bad input file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pipeline_repo import make_repo, run
+
+pytestmark = pytest.mark.slow
+
+# A toy language pair: each English word has one "French" word, in the same order.
+LEXICON = {"the": "le", "cat": "chat", "dog": "chien", "sees": "voit", "eats": "mange", "bird": "oiseau",
+           "fish": "poisson", "small": "petit", "big": "grand", "red": "rouge", "sleeps": "dort", "and": "et"}
+TINY_TRANSLATION = {
+    "data": {"source": "files", "train": "raw/pairs.tsv", "valid_fraction": 0.1, "test_fraction": 0.1},
+    "tokenizer": {"vocab_size": 60},
+    "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32},
+    "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
+                 "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the cat"]},
+    "finetune": {"seeds": [0, 1], "epochs": 2, "batch_size": 16, "warmup_steps": 2, "max_len": 16,
+                 "valid_sentences": 10, "examples": ["the cat sleeps"]},
+    "evaluate": {"beam_size": 2, "bootstrap_samples": 100},
+    "train": {"log_every": 4},
+}
+
+
+def write_pairs(root: Path) -> None:
+    """raw/pairs.tsv: 240 distinct toy sentence pairs."""
+    rng, words, seen = random.Random(0), list(LEXICON), set()
+    while len(seen) < 240:
+        seen.add(" ".join(rng.choice(words) for _ in range(rng.randint(3, 6))))
+    (root / "raw").mkdir()
+    rows = ["source\ttarget"] + [f"{s}\t{' '.join(LEXICON[w] for w in s.split())}" for s in sorted(seen)]
+    (root / "raw" / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def translation_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("translation")
+    env = make_repo(root, TINY_TRANSLATION, write_pairs, params_file="translation/params.yaml")
+    run(["dvc", "repro", "translation/dvc.yaml"], root, env)
+    return root, env
+
+
+def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(translation_repo):
+    root, _ = translation_repo
+    out = root / "translation"
+    for seed in (0, 1):
+        for variant in ("pretrained", "scratch"):
+            assert (out / f"models/finetuned/{variant}/seed{seed}.pt").is_file()
+            rows = list(csv.DictReader(open(out / f"metrics/finetune/{variant}/seed{seed}.tsv"), delimiter="\t"))
+            assert [int(r["epoch"]) for r in rows] == [1, 2] and all(float(r["val_loss"]) > 0 for r in rows)
+    report = json.loads((out / "metrics/evaluate.json").read_text())
+    headline = json.loads((out / "metrics/headline.json").read_text())
+    for variant in ("pretrained", "scratch"):
+        section = report[variant]
+        assert len(section["bleu_per_seed"]) == 2 and len(section["chrf_per_seed"]) == 2
+        assert section["bleu_ci95_low"] <= section["bleu_mean"] <= section["bleu_ci95_high"]
+    assert report["gap"]["bleu_ci95_low"] <= report["gap"]["bleu_ci95_high"]
+    assert report["signatures"]["bleu"].startswith("nrefs:1|")
+    assert headline["bleu_pretrained"] == report["pretrained"]["bleu_mean"] and headline["n_seeds"] == 2
+    test_pairs = (out / "data/prepared/test.tsv").read_text().splitlines()[1:]
+    table = list(csv.DictReader(open(out / "metrics/evaluate/test_translations.tsv"), delimiter="\t"))
+    assert len(table) == len(test_pairs) == 24
+    assert set(table[0]) == {"source", "reference", "pretrained_seed0", "pretrained_seed1", "scratch_seed0",
+                             "scratch_seed1"}
+    for name in ("finetune_bleu.png", "pretrain.png", "test_scores.png"):
+        assert (out / "plots" / name).stat().st_size > 1000
+    held_out = {line.split("\t")[0] for line in test_pairs}
+    corpus = set((out / "data/prepared_corpus/corpus_train.txt").read_text().splitlines())
+    assert not held_out & corpus  # no test sentence was pretrained on
+
+
+def test_lmtransfer_translate_prints_one_translation_per_sentence(translation_repo):
+    root, env = translation_repo
+    out = run([sys.executable, "-m", "lmtransfer.cli", "translate", "the cat sleeps", "the big dog eats",
+               "--beam-size", "2"], root, env)
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(line.strip() for line in lines)
+
+
+def test_a_decoding_parameter_reruns_only_evaluate_and_plot(translation_repo):
+    """prepare runs every time (it reads the user's files); its outputs unchanged, nothing else reruns."""
+    root, env = translation_repo
+    params = root / "translation/params.yaml"
+    params.write_text(params.read_text().replace("beam_size: 2", "beam_size: 1"))
+    out = run(["dvc", "repro", "translation/dvc.yaml"], root, env)
+    ran = sorted(line.split("'")[1].split(":")[1] for line in out.splitlines() if line.startswith("Running stage"))
+    assert ran == ["evaluate", "plot", "prepare"]
+
+
+def test_a_pair_file_without_its_target_column_stops_prepare_and_keeps_the_outputs(translation_repo):
+    root, env = translation_repo
+    before = (root / "translation/data/prepared/train.tsv").read_bytes()
+    pairs = root / "raw/pairs.tsv"
+    pairs.write_text(pairs.read_text().replace("source\ttarget", "source\ttranslation", 1))
+    result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
+                            text=True)
+    assert result.returncode != 0
+    assert "raw/pairs.tsv" in result.stderr and "data.target_column" in result.stderr
+    assert (root / "translation/data/prepared/train.tsv").read_bytes() == before
