@@ -20,7 +20,7 @@ LEXICON = {"the": "le", "cat": "chat", "dog": "chien", "sees": "voit", "eats": "
            "fish": "poisson", "small": "petit", "big": "grand", "red": "rouge", "sleeps": "dort", "and": "et"}
 TINY_TRANSLATION = {
     "data": {"source": "files", "train": "raw/pairs.tsv", "valid_fraction": 0.1, "test_fraction": 0.1},
-    "tokenizer": {"vocab_size": 60},
+    "tokenizer": {"vocab_size": 45},
     "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32},
     "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
                  "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the cat"]},
