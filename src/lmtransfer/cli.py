@@ -97,12 +97,13 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     A flag wins; else D, N, A, F from the params file (the model defaults when the default file is missing),
     V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
     """
-    from .config import Params, load_params
+    from .config import Params
     from .io import read_json
+    from .translation_config import load_task_params
 
     params_file: Path = args.params
     have_params = params_file.is_file() or params_file is not DEFAULT_PARAMS
-    params = load_params(params_file) if have_params else Params()
+    params = load_task_params(params_file) if have_params else Params()  # either task's file
     root = params_file.parent  # paths in params.yaml are relative to the repository root, where it lives
     meta_file = root / paths.TOKENIZED / "meta.json"
     meta = read_json(meta_file) if meta_file.is_file() else None
@@ -123,7 +124,7 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
 
     if "n_classes" in flags:
         sizes["C"], origins["C"] = args.n_classes, "from --n-classes"
-    elif meta is not None:
+    elif meta is not None and "label_names" in meta:  # a translation pipeline's meta has no classes
         sizes["C"], origins["C"] = len(meta["label_names"]), f"from {meta_file}"
     else:
         sizes["C"], origins["C"] = 2, f"= 2, assumed (no {meta_file} yet; --n-classes sets it)"

@@ -26,6 +26,22 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+def path_list(value: Any) -> Any:
+    """`-S data.corpus=big.txt` gives a string; a single path is a one-item list."""
+    if isinstance(value, str):
+        return [value] if value else []
+    return value
+
+
+def known_encoding(value: str) -> str:
+    """A text encoding Python knows, checked before any file is read with it."""
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, utf-16, gb18030, latin-1)") from None
+    return value
+
+
 LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
 FILE_KEYS = ("train", "valid", "test", "corpus")
 
@@ -77,22 +93,8 @@ class DataParams(Section):
         "utf-8", description="text encoding of the labeled and corpus files (e.g. `utf-16`, `gb18030`, `latin-1`)"
     )
 
-    @field_validator("corpus", mode="before")
-    @classmethod
-    def _one_path_is_a_list(cls, value: Any) -> Any:
-        """`-S data.corpus=big.txt` gives a string; a single path is a one-item list."""
-        if isinstance(value, str):
-            return [value] if value else []
-        return value
-
-    @field_validator("encoding")
-    @classmethod
-    def _known_encoding(cls, value: str) -> str:
-        try:
-            codecs.lookup(value)
-        except LookupError:
-            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, utf-16, gb18030, latin-1)") from None
-        return value
+    _one_path_is_a_list = field_validator("corpus", mode="before")(path_list)
+    _known_encoding = field_validator("encoding")(known_encoding)
 
     @model_validator(mode="after")
     def _check(self) -> "DataParams":

@@ -8,7 +8,6 @@ encoder–decoder and its evaluation (decoding, BLEU and chrF).
 
 from __future__ import annotations
 
-import codecs
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .config import (
     ModelParams, PipelineParams, PlotParams, PretrainParams, Section, TokenizerParams, TrainParams, check_seeds,
-    parse_params, parse_section_model, read_params_file, split_task,
+    known_encoding, parse_params, parse_section_model, path_list, read_params_file, split_task,
 )
 from .errors import ConfigError
 
@@ -58,19 +57,8 @@ class TranslationDataParams(Section):
     )
     encoding: str = Field("utf-8", description="text encoding of the pair and corpus files")
 
-    @field_validator("corpus", mode="before")
-    @classmethod
-    def _one_path_is_a_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @field_validator("encoding")
-    @classmethod
-    def _known_encoding(cls, value: str) -> str:
-        try:
-            codecs.lookup(value)
-        except LookupError:
-            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, utf-16, latin-1)") from None
-        return value
+    _one_path_is_a_list = field_validator("corpus", mode="before")(path_list)
+    _known_encoding = field_validator("encoding")(known_encoding)
 
     @model_validator(mode="after")
     def _files_need_train(self) -> "TranslationDataParams":
