@@ -124,8 +124,10 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
 
     if "n_classes" in flags:
         sizes["C"], origins["C"] = args.n_classes, "from --n-classes"
-    elif meta is not None and "label_names" in meta:  # a translation pipeline's meta has no classes
+    elif meta is not None and "label_names" in meta:
         sizes["C"], origins["C"] = len(meta["label_names"]), f"from {meta_file}"
+    elif meta is not None:  # a translation pipeline's tokenized data: no classes
+        sizes["C"], origins["C"] = 2, "unused (sentence pairs, no classes)"
     else:
         sizes["C"], origins["C"] = 2, f"= 2, assumed (no {meta_file} yet; --n-classes sets it)"
 
