@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from .datasets import pad_batch
 from .io import atomic_directory
 from .tokenized import PairSplit, write_pair_split
 from .tokenizer import Tokenizer, encode_documents
@@ -35,11 +36,8 @@ def trainable_pairs(split: PairSplit, max_len: int) -> np.ndarray:
 
 
 def pad_rows(rows: Sequence[np.ndarray], pad_id: int) -> torch.Tensor:
-    """Right-padded (B, longest) int64 tensor."""
-    batch = np.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=np.int64)
-    for i, row in enumerate(rows):
-        batch[i, : len(row)] = row
-    return torch.from_numpy(batch)
+    """Right-padded (B, longest) int64 tensor: classification's padding, with nothing cut."""
+    return pad_batch(list(rows), max(len(r) for r in rows), pad_id)
 
 
 def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id: int,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..io import atomic_directory, read_json, require_file, write_json
+from ..io import atomic_directory, require_file, write_json
 from .bible_en_fr import ParallelData, load_bible_en_fr
 from .prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
 
@@ -66,7 +66,7 @@ def write_parallel(data: ParallelData, out_dir: Path, description: dict[str, Any
                                                    quoting=csv.QUOTE_NONE, escapechar=None)
         meta = {**description, "pairs": {name: len(data.splits[name]) for name in SPLITS},
                 "corpus_lines": {part: len(parts[part]) for part in CORPUS_PARTS},
-                "removed": dict(getattr(data, "removed", {}) or {})}
+                "removed": dict(data.removed)}
         write_json(tmp / META, meta)
     return meta
 
@@ -75,7 +75,3 @@ def read_pairs(directory: Path, name: str) -> pd.DataFrame:
     """One split's pairs: `source` and `target` (str)."""
     path = require_file(Path(directory) / f"{name}.tsv", f"prepared '{name}' pairs")
     return pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE)
-
-
-def read_parallel_meta(directory: Path) -> dict[str, Any]:
-    return read_json(require_file(Path(directory) / META, "prepared pairs"))
