@@ -23,6 +23,9 @@ def main() -> None:
         mlflow.log_dict(meta, "prepared_meta.json")
     for reason, count in meta["removed"].items():
         print(f"prepare: removed {count:,} train pairs ({reason.replace('_', ' ')})")
+    if meta["clause_pairs"]:
+        print(f"prepare: {meta['clause_pairs']:,} clause pairs cut from longer training pairs joined train "
+              "(data.clause_pairs)")
     print(f"prepare: {meta['pairs']} sentence pairs -> {PREPARED}, {meta['corpus_lines']} corpus lines (both "
           f"languages) -> {PREPARED_CORPUS}")
 

@@ -40,6 +40,10 @@ class TranslationDataParams(Section):
         "only, join the pretraining corpus"
     )
     max_train_pairs: int = Field(0, ge=0, description="cap on training pairs, the first N after the split (0 = all)")
+    clause_pairs: bool = Field(
+        True, description="training pairs whose two sides split at clause punctuation into as many pieces are also "
+        "added piece by piece (`data/clauses.py`): short pairs for a model asked to translate short sentences"
+    )
     train: str = Field(
         "", description="`files` only: the pairs file (`.tsv`, `.csv`, `.jsonl`); paths are relative to the "
         "repository root"
@@ -79,7 +83,7 @@ class TranslationFinetuneParams(Section):
     epochs: int = Field(2, ge=1, description="passes over the training pairs; the epoch with the best validation "
                                              "BLEU is kept")
     batch_size: int = Field(32, ge=1, description="sentence pairs per step (batched by length)")
-    lr: float = Field(1.5e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
+    lr: float = Field(3e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
                                               "tenth of it")
     warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
@@ -133,7 +137,7 @@ class TranslationParams(PipelineParams):
 
     data: TranslationDataParams = TranslationDataParams()
     tokenizer: TokenizerParams = TokenizerParams(normalization="nmt_nfkc")  # translations are scored with case
-    model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512)
+    model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512, dropout=0.0)
     pretrain: PretrainParams = PretrainParams(max_steps=1200, adapt_epochs=0, prompts=["And God said", "Et Dieu dit"])
     finetune: TranslationFinetuneParams = TranslationFinetuneParams()
     train: TrainParams = TrainParams()

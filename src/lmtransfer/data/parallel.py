@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..io import atomic_directory, require_file, write_json
 from .bible_en_fr import ParallelData, load_bible_en_fr
+from .clauses import add_clause_pairs
 from .prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
 
 PAIR_COLUMNS = ["source", "target"]
@@ -48,6 +49,11 @@ def load_parallel(params) -> ParallelData:
         data.splits[name] = split.assign(**{c: split[c].str.replace(_SPACES, " ", regex=True).str.strip()
                                             for c in PAIR_COLUMNS})
     data.corpus = [_SPACES.sub(" ", line).strip() for line in data.corpus]
+    if params.clause_pairs:  # after the corpus is read: the pieces' text is already in it, whole
+        held_out = [text for name in ("valid", "test") for side in PAIR_COLUMNS for text in data.splits[name][side]]
+        data.splits["train"], counts = add_clause_pairs(data.splits["train"], held_out)
+        data.clause_pairs = counts.pop("clause_pairs_added")
+        data.removed.update(counts)
     return data
 
 
@@ -66,7 +72,7 @@ def write_parallel(data: ParallelData, out_dir: Path, description: dict[str, Any
                                                    quoting=csv.QUOTE_NONE, escapechar=None)
         meta = {**description, "pairs": {name: len(data.splits[name]) for name in SPLITS},
                 "corpus_lines": {part: len(parts[part]) for part in CORPUS_PARTS},
-                "removed": dict(data.removed)}
+                "clause_pairs": data.clause_pairs, "removed": dict(data.removed)}
         write_json(tmp / META, meta)
     return meta
 
