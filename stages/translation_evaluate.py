@@ -1,5 +1,6 @@
-"""Translation stage evaluate: every fine-tuned seed of both variants translates the test split (beam search);
-BLEU and chrF with sacreBLEU, the gap and its interval; the translations beside the references."""
+"""Translation stage evaluate: every fine-tuned seed of both variants translates the test split (beam search) and
+the test verses' clause pairs (short sentences); BLEU and chrF with sacreBLEU, the gap and its interval; the
+translations beside the references."""
 
 import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
@@ -7,6 +8,7 @@ import mlflow
 import pandas as pd
 
 from lmtransfer.translation_config import load_translation_params
+from lmtransfer.data.clauses import short_test_pairs
 from lmtransfer.data.parallel import read_pairs
 from lmtransfer.io import atomic_path, read_json, read_tsv, require_file, write_json
 from lmtransfer.paths import (
@@ -19,9 +21,19 @@ from lmtransfer.tokenizer import load_tokenizer
 from lmtransfer.tracking import log_to_pipeline, run_that_wrote, stage_run
 from lmtransfer.tokenized import load_pair_split
 from lmtransfer.translation_eval import report_lines, translation_headline, translation_report
-from lmtransfer.translator import DecodingOptions, load_translation_model, translate_sources
+from lmtransfer.translator import DecodingOptions, load_translation_model, translate_sources, translate_texts
 
 TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
+CLAUSE_TRANSLATIONS = EVALUATE_DETAILS / "test_clause_translations.tsv"
+
+
+def write_translations(path, sources: list[str], references: list[str],
+                       translations: dict[str, dict[int, list[str]]]) -> None:
+    """Every model's translation beside the source and the reference, one test sentence per row."""
+    table = pd.DataFrame({"source": sources, "reference": references,
+                          **{f"{v}_seed{s}": translations[v][s] for v in VARIANTS for s in sorted(translations[v])}})
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, sep="\t", index=False)
 
 
 @stage_main("evaluate")
@@ -40,28 +52,34 @@ def main() -> None:
     e = params.evaluate
     options = DecodingOptions(e.beam_size, e.length_penalty, e.max_length_ratio, e.max_length_extra, e.batch_size)
     sources = [test.source(i) for i in range(len(test))]
+    clauses = short_test_pairs(pairs, read_pairs(PREPARED, "train"))
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
         mlflow.log_param("finetune.seeds", seeds)
         translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
+        clause_translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
         for (variant, seed), path in checkpoints.items():
             model = load_translation_model(path, device)
             translations[variant][seed] = translate_sources(model, sources, tokenizer, options, device,
                                                             desc=f"evaluate {variant}@{seed}")
+            clause_translations[variant][seed] = translate_texts(model, [s for s, _ in clauses], tokenizer, options,
+                                                                 device)
         first_epoch = {v: [float(read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics"))[0]["val_bleu"])
                            for s in seeds] for v in VARIANTS}
-        report = translation_report(translations, list(pairs["target"]), list(pairs["source"]), first_epoch,
-                                    e.bootstrap_samples, e.seed)
+        report = translation_report(translations, list(pairs["target"]), list(pairs["source"]), e.bootstrap_samples,
+                                    e.seed, first_epoch_bleu=first_epoch)
+        if clauses:
+            report["clauses"] = translation_report(clause_translations, [t for _, t in clauses],
+                                                   [s for s, _ in clauses], e.bootstrap_samples, e.seed)
         headline = translation_headline(report, pretraining)
         write_json(EVALUATE_REPORT, report)
         write_json(HEADLINE, headline)
-        table = pd.DataFrame({"source": pairs["source"], "reference": pairs["target"],
-                              **{f"{v}_seed{s}": translations[v][s] for v in VARIANTS for s in seeds}})
-        with atomic_path(TRANSLATIONS) as tmp:
-            table.to_csv(tmp, sep="\t", index=False)
+        write_translations(TRANSLATIONS, list(pairs["source"]), list(pairs["target"]), translations)
+        write_translations(CLAUSE_TRANSLATIONS, [s for s, _ in clauses], [t for _, t in clauses], clause_translations)
         mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
         mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS for k in ("bleu_mean", "chrf_mean")})
         mlflow.log_dict(report, "evaluate.json")
         mlflow.log_artifact(str(TRANSLATIONS))
+        mlflow.log_artifact(str(CLAUSE_TRANSLATIONS))
         log_to_pipeline(headline)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
 

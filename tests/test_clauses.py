@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from lmtransfer.data.clauses import add_clause_pairs, clause_pieces, split_clauses
+from lmtransfer.data.clauses import add_clause_pairs, clause_pieces, short_test_pairs, split_clauses
 
 
 def test_split_clauses_cuts_after_clause_punctuation_and_closing_quotes():
@@ -60,3 +60,11 @@ def test_prepare_adds_clause_pairs_to_train_only_and_counts_them(tmp_path):
     for source in whole.splits["train"]["source"]:  # each whole pair is followed, somewhere, by its two pieces
         number = source.split()[-1].rstrip(".")
         assert {f"He went to town {number}.", f"She stayed home {number}."} <= set(written["source"])
+
+
+def test_the_short_test_set_holds_no_text_training_saw():
+    test = pd.DataFrame({"source": ["And it was so. The end came.", "And it was so. Night fell.", "One."],
+                         "target": ["Et cela fut ainsi. La fin vint.", "Et cela fut ainsi. La nuit tomba.", "Un."]})
+    train = pd.DataFrame({"source": ["Day came.", "Night fell."], "target": ["Et cela fut ainsi.", "Le soir vint."]})
+    # "And it was so." has a training text as its target, "Night fell." is a training source; the repeat goes
+    assert short_test_pairs(test, train) == [("The end came.", "La fin vint.")]

@@ -32,12 +32,17 @@ TINY_TRANSLATION = {
 
 
 def write_pairs(root: Path) -> None:
-    """raw/pairs.tsv: 240 distinct toy sentence pairs."""
+    """raw/pairs.tsv: 240 distinct toy sentence pairs; every fourth is two clauses, which prepare also cuts."""
     rng, words, seen = random.Random(0), list(LEXICON), set()
     while len(seen) < 240:
         seen.add(" ".join(rng.choice(words) for _ in range(rng.randint(3, 6))))
+    sentences = sorted(seen)
+    pairs = [(s, " ".join(LEXICON[w] for w in s.split())) for s in sentences]
+    for i in range(0, len(pairs), 4):
+        (s, t), (s2, t2) = pairs[i], pairs[-1 - i]
+        pairs[i] = (f"{s}. {s2}.", f"{t}. {t2}.")
     (root / "raw").mkdir()
-    rows = ["source\ttarget"] + [f"{s}\t{' '.join(LEXICON[w] for w in s.split())}" for s in sorted(seen)]
+    rows = ["source\ttarget"] + [f"{s}\t{t}" for s, t in pairs]
     (root / "raw" / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
@@ -66,6 +71,10 @@ def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(trans
     assert report["gap"]["bleu_ci95_low"] <= report["gap"]["bleu_ci95_high"]
     assert report["signatures"]["bleu"].startswith("nrefs:1|")
     assert headline["bleu_pretrained"] == report["pretrained"]["bleu_mean"] and headline["n_seeds"] == 2
+    clauses = list(csv.DictReader(open(out / "metrics/evaluate/test_clause_translations.tsv"), delimiter="\t"))
+    assert report["clauses"]["n_test_sentences"] == len(clauses) > 0  # the two-clause test pairs, cut
+    assert headline["clauses_bleu_pretrained"] == report["clauses"]["pretrained"]["bleu_mean"]
+    assert json.loads((out / "data/prepared/meta.json").read_text())["clause_pairs"] > 0
     test_pairs = (out / "data/prepared/test.tsv").read_text().splitlines()[1:]
     table = list(csv.DictReader(open(out / "metrics/evaluate/test_translations.tsv"), delimiter="\t"))
     assert len(table) == len(test_pairs) == 24

@@ -11,7 +11,9 @@ from sacrebleu.metrics import BLEU, CHRF
 from lmtransfer.translation_config import parse_task_params as parse_params
 from lmtransfer.errors import ConfigError
 from lmtransfer.translation_data import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
-from lmtransfer.translation_eval import corpus_score, sentence_statistics, translation_report
+from lmtransfer.translation_eval import (
+    corpus_score, report_lines, sentence_statistics, translation_headline, translation_report,
+)
 
 
 def _split(lengths: list[tuple[int, int]]) -> PairSplit:
@@ -78,7 +80,8 @@ def test_the_report_pairs_variants_by_sentence_and_its_intervals_hold_the_means(
     good = {s: list(references) for s in (0, 1)}
     bad = {s: [r.replace("chat", "chien") if i % (2 + s) else r for i, r in enumerate(references)] for s in (0, 1)}
     report = translation_report({"pretrained": good, "scratch": bad}, references, ["the cat"] * 40,
-                                {"pretrained": [1.0, 2.0], "scratch": [0.5, 0.5]}, n_resamples=200, seed=0)
+                                n_resamples=200, seed=0, first_epoch_bleu={"pretrained": [1.0, 2.0],
+                                                                           "scratch": [0.5, 0.5]})
     assert report["pretrained"]["bleu_mean"] == pytest.approx(100.0)
     assert report["gap"]["bleu_mean"] > 0 and report["gap"]["bleu_ci95_low"] > 0  # every resample favours it
     assert report["gap"]["bleu_p_value"] < 0.01
@@ -86,6 +89,23 @@ def test_the_report_pairs_variants_by_sentence_and_its_intervals_hold_the_means(
         assert report[variant]["bleu_ci95_low"] <= report[variant]["bleu_mean"] + 1e-9
         assert report[variant]["bleu_mean"] <= report[variant]["bleu_ci95_high"] + 1e-9
     assert report["baseline"]["copy_source_bleu"] < 5
-    same = translation_report({"pretrained": bad, "scratch": bad}, references, references,
-                              {"pretrained": [0, 0], "scratch": [0, 0]}, n_resamples=200, seed=0)
+    assert report["gap"]["first_epoch_val_bleu_mean"] == pytest.approx(1.0)
+    same = translation_report({"pretrained": bad, "scratch": bad}, references, references, n_resamples=200, seed=0)
     assert same["gap"]["bleu_mean"] == 0 and same["gap"]["bleu_p_value"] == 1.0
+    assert "first_epoch_val_bleu_mean" not in same["gap"]  # a report of another test set (the clauses) has none
+
+
+def test_the_short_sentence_report_sits_beside_the_verses_in_the_headline_and_the_printout():
+    references = [f"le chat {i} dort" for i in range(30)]
+    models = {"pretrained": {0: list(references)}, "scratch": {0: [r.replace("chat", "chien") for r in references]}}
+    report = translation_report(models, references, references, n_resamples=100, seed=0,
+                                first_epoch_bleu={"pretrained": [2.0], "scratch": [1.0]})
+    short = {variant: {0: by_seed[0][:10]} for variant, by_seed in models.items()}
+    report["clauses"] = translation_report(short, references[:10], references[:10], n_resamples=100, seed=0)
+    headline = translation_headline(report, {"val_perplexity": 50.0})
+    assert headline["clauses_bleu_pretrained"] == pytest.approx(100.0)
+    assert headline["clauses_gap"] == report["clauses"]["gap"]["bleu_mean"] > 0
+    assert "clauses_lm_val_ppl" not in headline and "clauses_n_seeds" not in headline
+    lines = report_lines(report)
+    assert any("10 short test sentences" in line for line in lines)
+    assert sum("validation BLEU after epoch 1" in line for line in lines) == 1  # only the verses have a head start

@@ -47,18 +47,20 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
 
 
 def translation_report(translations: dict[str, dict[int, list[str]]], references: list[str], sources: list[str],
-                       first_epoch_bleu: dict[str, list[float]], n_resamples: int, seed: int) -> dict:
+                       n_resamples: int, seed: int, first_epoch_bleu: dict[str, list[float]] | None = None) -> dict:
     """`translations[variant][seed]`: each model's test translations. Per variant: per-seed scores, mean, std and
     the 95% interval of the seed-mean; the gap (pretrained - scratch) with its interval and a one-sided bootstrap
-    p-value (share of resamples where scratch scores at least as well); the copy-the-source baseline."""
+    p-value (share of resamples where scratch scores at least as well); the copy-the-source baseline; with
+    `first_epoch_bleu`, the validation BLEU after one epoch (the head start)."""
     seeds = sorted(translations["pretrained"])
     if sorted(translations["scratch"]) != seeds:
         raise ValueError("pretrained and scratch must be evaluated on the same seeds")
     rng = np.random.default_rng(seed)
     n = len(references)
     resamples = [rng.integers(0, n, n) for _ in range(n_resamples)]
-    report: dict = {"n_seeds": len(seeds), "seeds": seeds, "n_test_sentences": n, "signatures": signatures(translations["pretrained"][seeds[0]], references),
-                    "gap": {}, "baseline": {}}
+    report: dict = {"n_seeds": len(seeds), "seeds": seeds, "n_test_sentences": n,
+                    "signatures": signatures(translations["pretrained"][seeds[0]], references), "gap": {},
+                    "baseline": {}}
     boot: dict[str, dict[str, np.ndarray]] = {}
     for metric in METRICS:
         boot[metric] = {}
@@ -78,16 +80,18 @@ def translation_report(translations: dict[str, dict[int, list[str]]], references
         report["gap"][f"{metric}_p_value"] = float((np.count_nonzero(gaps <= 0) + 1) / (len(gaps) + 1))
         report["baseline"][f"copy_source_{metric}"] = corpus_score(
             metric, sentence_statistics(metric, sources, references).sum(axis=0))
-    for variant in VARIANTS:
-        report[variant]["first_epoch_val_bleu_mean"] = float(np.mean(first_epoch_bleu[variant]))
-    report["gap"]["first_epoch_val_bleu_mean"] = (report["pretrained"]["first_epoch_val_bleu_mean"]
-                                                  - report["scratch"]["first_epoch_val_bleu_mean"])
+    if first_epoch_bleu is not None:
+        for variant in VARIANTS:
+            report[variant]["first_epoch_val_bleu_mean"] = float(np.mean(first_epoch_bleu[variant]))
+        report["gap"]["first_epoch_val_bleu_mean"] = (report["pretrained"]["first_epoch_val_bleu_mean"]
+                                                      - report["scratch"]["first_epoch_val_bleu_mean"])
     return report
 
 
 def translation_headline(report: dict, pretraining: dict) -> dict:
     """The answer in flat numbers (`metrics/headline.json`): test BLEU/chrF means, the BLEU gap, its interval and
-    p-value, the copy baseline, the language model's validation perplexity."""
+    p-value, the copy baseline, the language model's validation perplexity; the same scores of the short test
+    sentences (the test verses' clause pairs) as `clauses_*`."""
     gap = report["gap"]
     return {
         "bleu_pretrained": report["pretrained"]["bleu_mean"],
@@ -101,6 +105,8 @@ def translation_headline(report: dict, pretraining: dict) -> dict:
         "bleu_copy_source": report["baseline"]["copy_source_bleu"],
         "lm_val_ppl": pretraining["val_perplexity"],
         "n_seeds": report["n_seeds"],
+        **({f"clauses_{k}": v for k, v in translation_headline(report["clauses"], pretraining).items()
+            if k.startswith(("bleu", "chrf", "gap", "ci95"))} if "clauses" in report else {}),
     }
 
 
@@ -113,6 +119,11 @@ def report_lines(report: dict) -> list[str]:
     lines.append(f"  baseline: the source copied: BLEU {base['copy_source_bleu']:.2f}, chrF {base['copy_source_chrf']:.2f}")
     lines.append(f"       gap: BLEU {gap['bleu_mean']:+.2f}, 95% CI [{gap['bleu_ci95_low']:+.2f}, {gap['bleu_ci95_high']:+.2f}], "
                  f"p = {gap['bleu_p_value']:.4f}; chrF {gap['chrf_mean']:+.2f} [{gap['chrf_ci95_low']:+.2f}, "
-                 f"{gap['chrf_ci95_high']:+.2f}]; validation BLEU after epoch 1 {gap['first_epoch_val_bleu_mean']:+.2f}")
+                 f"{gap['chrf_ci95_high']:+.2f}]" + (f"; validation BLEU after epoch 1 {gap['first_epoch_val_bleu_mean']:+.2f}"
+                                                     if "first_epoch_val_bleu_mean" in gap else ""))
     lines.append(f"            ({report['n_test_sentences']} test sentences; sacreBLEU {report['signatures']['bleu']})")
+    if "clauses" in report:
+        short = report["clauses"]
+        lines.append(f"   clauses: {short['n_test_sentences']} short test sentences (the test verses' clause pairs):")
+        lines += ["  " + line for line in report_lines(short)[:-1]]
     return lines

@@ -12,7 +12,9 @@ The whole pair stays too.
 
 Only training pairs are cut, and a piece that equals a validation or test text is
 left out (the split's leak-free rule). Validation and test stay whole verses, so
-scores compare with runs made without clause pairs.
+scores compare with runs made without clause pairs; the evaluate stage scores the
+test verses' own clause pairs beside them (`short_test_pairs`), as a test of short
+sentences.
 """
 
 from __future__ import annotations
@@ -42,13 +44,16 @@ def clause_pieces(source: str, target: str) -> list[tuple[str, str]]:
     return list(zip(sources, targets))
 
 
+def pieces_of(sources: Iterable[str], targets: Iterable[str]) -> list[tuple[str, str]]:
+    """Every pair's clause pairs, in order: the training additions, and the evaluate stage's short test set."""
+    return [piece for source, target in zip(sources, targets) for piece in clause_pieces(source, target)]
+
+
 def add_clause_pairs(train: pd.DataFrame, held_out: Iterable[str]) -> tuple[pd.DataFrame, dict[str, int]]:
     """`train` (`source`, `target`) followed by its clause pairs that are new and share no text with `held_out`.
 
     Returns the longer table and counts for the prepare stage's meta: pairs cut, pieces added, pieces left out."""
-    pieces = [piece for source, target in zip(train["source"], train["target"])
-              for piece in clause_pieces(source, target)]
-    cut = pd.DataFrame(pieces, columns=["source", "target"]).drop_duplicates(ignore_index=True)
+    cut = pd.DataFrame(pieces_of(train["source"], train["target"]), columns=["source", "target"]).drop_duplicates(ignore_index=True)
     held = set(held_out)
     leaks = cut["source"].isin(held) | cut["target"].isin(held)
     known = pd.MultiIndex.from_frame(train[["source", "target"]])
@@ -56,3 +61,11 @@ def add_clause_pairs(train: pd.DataFrame, held_out: Iterable[str]) -> tuple[pd.D
     added = cut[~leaks & ~repeats]
     counts = {"clause_pairs_added": len(added), "clause_pieces_also_in_valid_or_test": int(leaks.sum())}
     return pd.concat([train[["source", "target"]], added], ignore_index=True), counts
+
+
+def short_test_pairs(held_out: pd.DataFrame, train: pd.DataFrame) -> list[tuple[str, str]]:
+    """The held-out pairs' distinct clause pairs, less those with a side that is a training text (the Bible
+    repeats "and it was so."): the evaluate stage's test of short sentences, unseen in training like the verses."""
+    seen = set(train["source"]) | set(train["target"])
+    pieces = pieces_of(held_out["source"], held_out["target"])
+    return list(dict.fromkeys((s, t) for s, t in pieces if s not in seen and t not in seen))
