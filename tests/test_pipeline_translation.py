@@ -91,8 +91,8 @@ def test_lmtransfer_translate_prints_one_translation_per_sentence(translation_re
     root, env = translation_repo
     out = run([sys.executable, "-m", "lmtransfer.cli", "translate", "the cat sleeps", "the big dog eats",
                "--beam-size", "2"], root, env)
-    lines = out.splitlines()
-    assert len(lines) == 2 and all(line.strip() for line in lines)
+    # one line per sentence, in order; the tiny model may well translate one as nothing, so a line can be empty
+    assert out.endswith("\n") and len(out[:-1].split("\n")) == 2
 
 
 def test_a_decoding_parameter_reruns_only_evaluate_and_plot(translation_repo):
