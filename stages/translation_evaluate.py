@@ -53,6 +53,7 @@ def main() -> None:
     options = DecodingOptions(e.beam_size, e.length_penalty, e.max_length_ratio, e.max_length_extra, e.batch_size)
     sources = [test.source(i) for i in range(len(test))]
     clauses = short_test_pairs(pairs, read_pairs(PREPARED, "train"))
+    clause_sources, clause_references = [s for s, _ in clauses], [t for _, t in clauses]
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
         mlflow.log_param("finetune.seeds", seeds)
         translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
@@ -61,20 +62,19 @@ def main() -> None:
             model = load_translation_model(path, device)
             translations[variant][seed] = translate_sources(model, sources, tokenizer, options, device,
                                                             desc=f"evaluate {variant}@{seed}")
-            clause_translations[variant][seed] = translate_texts(model, [s for s, _ in clauses], tokenizer, options,
-                                                                 device)
+            clause_translations[variant][seed] = translate_texts(model, clause_sources, tokenizer, options, device)
         first_epoch = {v: [float(read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics"))[0]["val_bleu"])
                            for s in seeds] for v in VARIANTS}
         report = translation_report(translations, list(pairs["target"]), list(pairs["source"]), e.bootstrap_samples,
                                     e.seed, first_epoch_bleu=first_epoch)
         if clauses:
-            report["clauses"] = translation_report(clause_translations, [t for _, t in clauses],
-                                                   [s for s, _ in clauses], e.bootstrap_samples, e.seed)
+            report["clauses"] = translation_report(clause_translations, clause_references, clause_sources,
+                                                   e.bootstrap_samples, e.seed)
         headline = translation_headline(report, pretraining)
         write_json(EVALUATE_REPORT, report)
         write_json(HEADLINE, headline)
         write_translations(TRANSLATIONS, list(pairs["source"]), list(pairs["target"]), translations)
-        write_translations(CLAUSE_TRANSLATIONS, [s for s, _ in clauses], [t for _, t in clauses], clause_translations)
+        write_translations(CLAUSE_TRANSLATIONS, clause_sources, clause_references, clause_translations)
         mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
         mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS for k in ("bleu_mean", "chrf_mean")})
         mlflow.log_dict(report, "evaluate.json")

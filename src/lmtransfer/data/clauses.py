@@ -52,8 +52,9 @@ def pieces_of(sources: Iterable[str], targets: Iterable[str]) -> list[tuple[str,
 def add_clause_pairs(train: pd.DataFrame, held_out: Iterable[str]) -> tuple[pd.DataFrame, dict[str, int]]:
     """`train` (`source`, `target`) followed by its clause pairs that are new and share no text with `held_out`.
 
-    Returns the longer table and counts for the prepare stage's meta: pairs cut, pieces added, pieces left out."""
-    cut = pd.DataFrame(pieces_of(train["source"], train["target"]), columns=["source", "target"]).drop_duplicates(ignore_index=True)
+    Returns the longer table and counts for the prepare stage's meta: pieces added, pieces left out as held out."""
+    cut = pd.DataFrame(pieces_of(train["source"], train["target"]), columns=["source", "target"])
+    cut = cut.drop_duplicates(ignore_index=True)
     held = set(held_out)
     leaks = cut["source"].isin(held) | cut["target"].isin(held)
     known = pd.MultiIndex.from_frame(train[["source", "target"]])
