@@ -6,12 +6,13 @@ The course's loop is re-created here as its notebook wrote it: a sequence-first
 fp32, plain Adam, the language model fed `bptt`-long slices of a batchified stream, the
 classifier fed random batches padded to their longest text, and a Python loop over the batch
 that searches each text's last non-padding token. Ours is the pipeline's own code
-(`pretrain.pretrain`, `finetune.finetune`) with its default params.
+(`pretrain.pretrain`, `finetune.finetune`) with its default params, in a process that flushes denormals
+as the pipeline's stages do; `--flushed-course` adds the course's loop with them flushed too.
 
 Same shape for both: D = 200, 4 layers, 2 heads, F = 200, dropout 0.1; pretraining batch 32 x 64;
 fine-tuning batch 32 over texts of log-normal lengths (median 55 tokens, up to 256), counting real
-(non-padding) tokens. Each kernel setting (pinned AVX2, the default; native) runs in its own
-process, the two loops alternate inside it, and the median of the rounds is printed.
+(non-padding) tokens. Each loop runs in a process of its own for each kernel setting (pinned AVX2,
+the default; native), the loops alternate over the rounds, and the median of the rounds is printed.
 
     python benchmarks/course_loop.py                 # everything (about 10 minutes on 2 cores)
     python benchmarks/course_loop.py --quick         # fewer steps and rounds
@@ -238,40 +239,53 @@ def training_flops_per_token(vocab_size: int, with_head: bool, context: int) -> 
     return 6 * weights + 12 * N_LAYERS * context * D_MODEL
 
 
-def measure(workloads: list[str], rounds: int, quick: bool) -> dict:
+LOOPS = {  # name: (training function of a workload kind, flush denormals first)
+    "course": ({"pretrain": course_pretrain_seconds, "finetune": course_finetune_seconds}, False),
+    "ours": ({"pretrain": our_pretrain_seconds, "finetune": our_finetune_seconds}, True),
+    "course+flush": ({"pretrain": course_pretrain_seconds, "finetune": course_finetune_seconds}, True),
+}
+
+
+def measure(loop: str, workloads: list[str], quick: bool) -> dict:
+    """One loop over the workloads, in this process: tokens/s each, and this process's sgemm rate. Ours flushes
+    denormals as the pipeline's stages do (`runtime.configure`), before torch starts its threads."""
     import lmtransfer  # noqa: F401 - pins the kernels unless LMTRANSFER_CPU_KERNELS=native
     import numpy as np
     import torch
 
-    results: dict = {"kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-                     "sgemm_gflops": sgemm_gflops()}
+    from lmtransfer.runtime import flush_denormals
+
+    functions, flush = LOOPS[loop]
+    if flush:
+        flush_denormals()
+    results: dict = {"kernels": torch.backends.cpu.get_cpu_capability(), "sgemm_gflops": sgemm_gflops()}
     for name in workloads:
         kind, vocab = WORKLOADS[name]
-        samples: dict[str, list[float]] = {"course": [], "ours": []}
+        torch.manual_seed(0)
         if kind == "pretrain":
             warmup, steps = (2, 3) if quick or vocab > 10_000 else (3, 12)
             stream = np.random.default_rng(0).integers(5, vocab, (warmup + steps + 2) * BATCH * SEQ_LEN * 2)
             stream = stream.astype(np.uint16 if vocab < 65536 else np.uint32)
-            tokens = steps * BATCH * SEQ_LEN
-            for _ in range(rounds):
-                torch.manual_seed(0)
-                samples["course"].append(tokens / course_pretrain_seconds(stream, vocab, warmup, steps))
-                torch.manual_seed(0)
-                samples["ours"].append(tokens / our_pretrain_seconds(stream, vocab, warmup, steps))
-            flops = training_flops_per_token(vocab, True, SEQ_LEN)
+            results[name] = steps * BATCH * SEQ_LEN / functions[kind](stream, vocab, warmup, steps)
         else:
             texts, labels = synthetic_texts(vocab, 256 if quick else 640)
-            tokens = sum(len(t) for t in texts)
-            for _ in range(rounds):
-                torch.manual_seed(0)
-                samples["course"].append(tokens / course_finetune_seconds(texts, labels, vocab, 2))
-                torch.manual_seed(0)
-                samples["ours"].append(tokens / our_finetune_seconds(texts, labels, vocab, 2))
-            flops = training_flops_per_token(0, False, 55)
-        results[name] = {loop: statistics.median(values) for loop, values in samples.items()}
-        results[name]["flops_per_token"] = flops
-        print(f"  {name}: {json.dumps({k: round(v) for k, v in results[name].items()})}", file=sys.stderr, flush=True)
+            results[name] = sum(len(t) for t in texts) / functions[kind](texts, labels, vocab, 2)
+        print(f"  {loop} {name}: {results[name]:,.0f} tokens/s", file=sys.stderr, flush=True)
     return results
+
+
+def flops_per_token(workload: str) -> float:
+    kind, vocab = WORKLOADS[workload]
+    return training_flops_per_token(vocab, True, SEQ_LEN) if kind == "pretrain" else training_flops_per_token(0, False, 55)
+
+
+def run_loop(setting: str, loop: str, workloads: list[str], quick: bool) -> dict:
+    """`measure` in a fresh process with the kernel setting's variables (kernels are chosen when torch loads)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+    env.update(KERNELS[setting], TQDM_DISABLE="1")
+    command = [sys.executable, __file__, "--measure", loop, "--workloads", *workloads] + (["--quick"] if quick else [])
+    out = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 def main() -> None:
@@ -280,36 +294,43 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer steps and texts, one round")
-    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--flushed-course", action="store_true",
+                        help="also the course's loop with denormals flushed: how much of the gap that is")
+    parser.add_argument("--measure", choices=list(LOOPS), help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     if args.measure:
         with contextlib.redirect_stdout(sys.stderr):  # the loops' own log lines; stdout carries the JSON
-            measured = measure(args.workloads, rounds, args.quick)
+            measured = measure(args.measure, args.workloads, args.quick)
         print(json.dumps(measured))
         return
     settings = list(KERNELS) if args.kernels == "both" else [args.kernels]
+    loops = ["course", "ours"] + (["course+flush"] if args.flushed_course else [])
     print(f"batch {BATCH} x {SEQ_LEN} (pretraining), {BATCH} texts (fine-tuning); D={D_MODEL} N={N_LAYERS} "
-          f"A={N_HEADS} F={D_FF}; median of {rounds} round(s)", flush=True)
+          f"A={N_HEADS} F={D_FF}; each loop in its own process, the loops alternating; median of {rounds} "
+          f"round(s)", flush=True)
     header = (f"{'kernels':<16}{'workload':<17}{'course tok/s':>13}{'ours tok/s':>12}{'ours/course':>12}"
-              f"{'ours GFLOP/s':>14}{'% of sgemm':>11}")
+              f"{'ours GFLOP/s':>14}{'% of sgemm':>11}" + (f"{'course+flush':>14}{'ours/that':>10}"
+                                                             if args.flushed_course else ""))
     rows = []
     for setting in settings:
-        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
-        env.update(KERNELS[setting], TQDM_DISABLE="1")
         print(f"measuring with {setting} kernels ...", flush=True)
-        command = [sys.executable, __file__, "--measure", "--rounds", str(rounds), "--workloads", *args.workloads]
-        out = subprocess.run(command + (["--quick"] if args.quick else []), env=env, stdout=subprocess.PIPE,
-                             text=True, check=True)
-        measured = json.loads(out.stdout)
-        label = f"{setting} ({measured['kernels']})"
+        samples = [{loop: run_loop(setting, loop, args.workloads, args.quick) for loop in loops}
+                   for _ in range(rounds)]
+        median = {loop: {key: statistics.median(sample[loop][key] for sample in samples)
+                         for key in ["sgemm_gflops", *args.workloads]} for loop in loops}
+        sgemm = statistics.median(sample[loop]["sgemm_gflops"] for sample in samples for loop in loops)
+        label = f"{setting} ({samples[0]['ours']['kernels']})"
         for name in args.workloads:
-            course, ours, flops = (measured[name][k] for k in ("course", "ours", "flops_per_token"))
-            gflops = ours * flops / 1e9
-            rows.append(f"{label:<16}{name:<17}{course:>13,.0f}{ours:>12,.0f}{ours / course:>11.2f}x"
-                        f"{gflops:>14.1f}{100 * gflops / measured['sgemm_gflops']:>10.0f}%")
-        rows.append(f"{label:<16}{'sgemm 2048^3':<17}{'':>13}{'':>12}{'':>12}{measured['sgemm_gflops']:>14.1f}"
-                    f"{100:>10.0f}%")
+            course, ours = median["course"][name], median["ours"][name]
+            gflops = ours * flops_per_token(name) / 1e9
+            row = (f"{label:<16}{name:<17}{course:>13,.0f}{ours:>12,.0f}{ours / course:>11.2f}x"
+                   f"{gflops:>14.1f}{100 * gflops / sgemm:>10.0f}%")
+            if args.flushed_course:
+                flushed = median["course+flush"][name]
+                row += f"{flushed:>14,.0f}{ours / flushed:>9.2f}x"
+            rows.append(row)
+        rows.append(f"{label:<16}{'sgemm 2048^3':<17}{'':>13}{'':>12}{'':>12}{sgemm:>14.1f}{100:>10.0f}%")
     print(header)
     print("\n".join(rows))
 

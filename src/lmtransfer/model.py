@@ -9,6 +9,7 @@ next-sentence prediction (segment embeddings and a binary head on position 0).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -78,6 +79,92 @@ def causal_mask(seq_len: int, device: torch.device | None = None) -> torch.Tenso
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(diagonal=1)
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout's distribution (keep with probability 1 - p, scaled by 1 / (1 - p)) drawn from a uniform
+    sample on the CPU, where torch.rand takes half the time of the Bernoulli sampler nn.Dropout uses; on a GPU
+    the fused kernel stays."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        keep = torch.rand(x.shape, dtype=torch.float32) >= self.p  # float32 draw even under autocast: exact p
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with nn.MultiheadAttention's parameters (packed `in_proj_weight` (3D, D),
+    `in_proj_bias`, `out_proj`) and initialisation, so checkpoints, the course's import and the parameter count
+    are unchanged. It stays batch-first throughout: PyTorch's module turns (B, T, 3D) into (3, T, B, D) and
+    back, which on a CPU took a tenth of a training step in copies and zero-fills."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"model.d_model ({d_model}) must be a multiple of model.n_heads ({n_heads})")
+        self.n_heads, self.dropout = n_heads, dropout
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * d_model))
+        self.out_proj = nn.Linear(d_model, d_model)  # initialised first, as in nn.MultiheadAttention
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        nn.init.zeros_(self.in_proj_bias)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """x (B, T, D); `allowed` (B, 1, T, T) True where a query may attend to a key, or None for every key
+        (or, with `causal`, every earlier one)."""
+        batch, length, d_model = x.shape
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        query, key, value = qkv.view(batch, length, 3, self.n_heads, d_model // self.n_heads).permute(2, 0, 3, 1, 4)
+        heads = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=causal and allowed is None,
+        )
+        return self.out_proj(heads.transpose(1, 2).reshape(batch, length, d_model))
+
+
+class EncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer's post-norm layer (ReLU, the same parameter names and initialisation):
+    x = norm1(x + dropout(attention(x))); x = norm2(x + dropout(linear2(dropout(relu(linear1(x))))))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.self_attn = SelfAttention(d_model, n_heads, dropout)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.dropout = Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        x = self.norm1(x + self.dropout1(self.self_attn(x, allowed, causal)))
+        return self.norm2(x + self.dropout2(self.linear2(self.dropout(F.relu(self.linear1(x))))))
+
+
+class Encoder(nn.Module):
+    """N copies of one initialised layer, as nn.TransformerEncoder makes them (so a seed gives the same
+    weights as before this module existed), under one attention mask built once for all of them."""
+
+    def __init__(self, layer: EncoderLayer, n_layers: int, causal: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(n_layers))
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, D); padding_mask (B, T) True at padding, which no position attends to."""
+        allowed = None
+        if padding_mask is not None:
+            allowed = ~padding_mask[:, None, None, :]
+            if self.causal:
+                allowed = allowed & ~causal_mask(x.size(1), x.device)
+        for layer in self.layers:
+            x = layer(x, allowed, self.causal)
+        return x
+
+
 class TransformerBase(nn.Module):
     """Embedding x sqrt(D) + positions, dropout, N post-norm encoder layers (causal unless config says not)."""
 
@@ -86,17 +173,9 @@ class TransformerBase(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.positions = PositionalEncoding(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
-        layer = nn.TransformerEncoderLayer(
-            d_model=config.d_model,
-            nhead=config.n_heads,
-            dim_feedforward=config.d_ff,
-            dropout=config.dropout,
-            activation="relu",
-            batch_first=True,
-            norm_first=False,
-        )
-        self.layers = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
+        self.dropout = Dropout(config.dropout)
+        layer = EncoderLayer(config.d_model, config.n_heads, config.d_ff, config.dropout)
+        self.layers = Encoder(layer, config.n_layers, config.causal)
 
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) -> hidden states (B, T, D). padding_mask is True at padding."""
@@ -108,11 +187,7 @@ class TransformerBase(nn.Module):
 
     def encode(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Embedded tokens (B, T, D) -> hidden states: positions, dropout, the layers."""
-        x = self.dropout(self.positions(x))
-        if not self.config.causal:
-            return self.layers(x, src_key_padding_mask=padding_mask)
-        mask = causal_mask(x.size(1), x.device)
-        return self.layers(x, mask=mask, src_key_padding_mask=padding_mask, is_causal=True)
+        return self.layers(self.dropout(self.positions(x)), padding_mask)
 
 
 class LanguageModel(nn.Module):
