@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 
 IGNORE_INDEX = -100  # a target that is not scored (cross_entropy's default ignore_index)
-CHUNK_TOKENS = 256  # positions per chunk: 256 x 50,001 fp32 logits = 51 MB
+CHUNK_TOKENS = 128  # positions per chunk: 128 x 50,001 fp32 logits = 26 MB (measured faster here than 64 or 256)
 AUTO_MIN_VOCAB = 16_384  # `auto` chunks from this vocabulary size on (the built-in V = 4,000 keeps one matrix)
 
 
@@ -34,8 +34,8 @@ def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 class _LinearCrossEntropy(torch.autograd.Function):
     """mean over scored positions of -log softmax(hidden @ W^T + b)[target]; gradients made chunk by chunk.
 
-    Each pass over a chunk's logits (51 MB at V = 50,001) costs as much as a fifth of its matrix product, so
-    they are few and light: the chunks share one buffer (a fresh 51 MB is fresh pages for the kernel to map,
+    Each pass over a chunk's logits (26 MB at V = 50,001) costs as much as a fifth of its matrix product, so
+    they are few and light: the chunks share one buffer (a fresh 26 MB is fresh pages for the kernel to map,
     every chunk), the bias is added in place, and the softmax is max, subtract, exp, sum and scale in place
     (half the time of log_softmax followed by exp)."""
 
@@ -45,7 +45,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         all_scored = bool(scored.all())
         scale = 1.0 / max(1, int(scored.sum()))  # the loss is a mean over scored positions
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros_like(weight)
+        grad_weight = torch.empty_like(weight)  # the first chunk's product overwrites it (beta = 0)
         grad_bias = torch.zeros_like(bias) if bias is not None else None
         total = hidden.new_zeros(())
         buffer = hidden.new_empty(min(chunk_tokens, hidden.size(0)), weight.size(0))  # one allocation, reused
@@ -69,7 +69,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 total -= picked[keep].sum()
                 grad_logits[~keep] = 0.0
             grad_hidden[start : start + chunk_tokens] = torch.mm(grad_logits, weight).mul_(scale)
-            grad_weight.addmm_(grad_logits.t(), h, alpha=scale)
+            grad_weight.addmm_(grad_logits.t(), h, beta=0.0 if start == 0 else 1.0, alpha=scale)
             if grad_bias is not None:
                 grad_bias.add_(grad_logits.sum(dim=0), alpha=scale)
         ctx.save_for_backward(grad_hidden, grad_weight, *(() if grad_bias is None else (grad_bias,)))
