@@ -59,6 +59,21 @@ def test_chunked_loss_and_gradients_equal_the_full_softmax(chunk):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_chunked_loss_without_a_bias_and_with_large_logits_equals_the_full_softmax():
+    hidden, weight, _, targets = _head_inputs()
+    weight = (weight.detach() * 60).requires_grad_()  # logits in the hundreds: exp overflows without the max
+    no_bias = lambda h, w, t: F.cross_entropy(F.linear(h, w), t)  # noqa: E731
+    expected, got = [], []
+    for fn, out in ((no_bias, expected), (lambda h, w, t: linear_cross_entropy(h, w, None, t, 32), got)):
+        hidden.grad = weight.grad = None
+        loss = fn(hidden, weight, targets)
+        (loss * 0.5).backward()
+        out.extend([loss.detach(), hidden.grad.clone(), weight.grad.clone()])
+    assert torch.isfinite(got[0])
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_chunked_loss_skips_ignored_targets_like_cross_entropy():
     hidden, weight, bias, targets = _head_inputs()
     targets = targets.clone()
