@@ -14,7 +14,7 @@ fine-tuning batch 32 over texts of log-normal lengths (median 55 tokens, up to 2
 (non-padding) tokens. Each loop runs in a process of its own for each kernel setting (pinned AVX2,
 the default; native), the loops alternate over the rounds, and the median of the rounds is printed.
 
-    python benchmarks/course_loop.py                 # everything (about 10 minutes on 2 cores)
+    python benchmarks/course_loop.py                 # everything, 3 rounds (2 rounds with --flushed-course: 13 min)
     python benchmarks/course_loop.py --quick         # fewer steps and rounds
     python benchmarks/course_loop.py --kernels pinned --workloads pretrain-4000
 """
@@ -239,11 +239,9 @@ def training_flops_per_token(vocab_size: int, with_head: bool, context: int) -> 
     return 6 * weights + 12 * N_LAYERS * context * D_MODEL
 
 
-LOOPS = {  # name: (training function of a workload kind, flush denormals first)
-    "course": ({"pretrain": course_pretrain_seconds, "finetune": course_finetune_seconds}, False),
-    "ours": ({"pretrain": our_pretrain_seconds, "finetune": our_finetune_seconds}, True),
-    "course+flush": ({"pretrain": course_pretrain_seconds, "finetune": course_finetune_seconds}, True),
-}
+COURSE = {"pretrain": course_pretrain_seconds, "finetune": course_finetune_seconds}
+OURS = {"pretrain": our_pretrain_seconds, "finetune": our_finetune_seconds}
+LOOPS = {"course": (COURSE, False), "ours": (OURS, True), "course+flush": (COURSE, True)}  # (functions, flush first)
 
 
 def measure(loop: str, workloads: list[str], quick: bool) -> dict:

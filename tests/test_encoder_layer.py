@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from lmtransfer.model import Dropout, ModelConfig, TransformerBase
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _pytorch_base(config: ModelConfig) -> nn.Module:
@@ -98,7 +101,7 @@ def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage):
     """The flag is per thread and torch's workers copy it only when they start: configure() must come before
     anything a stage does in parallel (its imports included)."""
     result = subprocess.run([sys.executable, "-c", PROBE.format(stage=stage)], capture_output=True, text=True,
-                            check=True)
+                            check=True, cwd=REPO)  # the stage's paths are relative to the repository
     assert result.stdout.split()[-1] == "True"
 
 

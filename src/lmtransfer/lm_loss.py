@@ -27,17 +27,26 @@ def use_chunked_loss(setting: str, vocab_size: int) -> bool:
     return setting == "on" or (setting == "auto" and vocab_size >= AUTO_MIN_VOCAB)
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.addmm(bias, hidden, weight.t()) if bias is not None else hidden @ weight.t()
+def _logits_buffer(hidden: torch.Tensor, weight: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
+    """One allocation for every chunk's logits: a fresh 26 MB would be fresh pages for the kernel to map, each
+    chunk."""
+    return hidden.new_empty(min(chunk_tokens, hidden.size(0)), weight.size(0))
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  buffer: torch.Tensor) -> torch.Tensor:
+    """hidden @ W^T + b into the buffer's first rows; the bias added in place (`addmm` would first copy it into
+    every row, one more pass over the logits)."""
+    logits = torch.mm(hidden, weight.t(), out=buffer[: hidden.size(0)])
+    return logits.add_(bias) if bias is not None else logits
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """mean over scored positions of -log softmax(hidden @ W^T + b)[target]; gradients made chunk by chunk.
 
     Each pass over a chunk's logits (26 MB at V = 50,001) costs as much as a fifth of its matrix product, so
-    they are few and light: the chunks share one buffer (a fresh 26 MB is fresh pages for the kernel to map,
-    every chunk), the bias is added in place, and the softmax is max, subtract, exp, sum and scale in place
-    (half the time of log_softmax followed by exp)."""
+    they are few and light: the chunks share one buffer and the bias is added in place (`_chunk_logits`), and
+    the softmax is max, subtract, exp, sum and scale in place (half the time of log_softmax followed by exp)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk_tokens):  # noqa: D401 - autograd signature
@@ -48,14 +57,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.empty_like(weight)  # the first chunk's product overwrites it (beta = 0)
         grad_bias = torch.zeros_like(bias) if bias is not None else None
         total = hidden.new_zeros(())
-        buffer = hidden.new_empty(min(chunk_tokens, hidden.size(0)), weight.size(0))  # one allocation, reused
+        buffer = _logits_buffer(hidden, weight, chunk_tokens)
         for start in range(0, hidden.size(0), chunk_tokens):
             h = hidden[start : start + chunk_tokens]
             target = targets[start : start + chunk_tokens].clamp(min=0)
             rows = torch.arange(h.size(0), device=h.device)
-            logits = torch.mm(h, weight.t(), out=buffer[: h.size(0)])
-            if bias is not None:
-                logits.add_(bias)
+            logits = _chunk_logits(h, weight, bias, buffer)
             logits.sub_(logits.amax(dim=1, keepdim=True))
             picked = logits[rows, target]  # log softmax at the target: this - log(sum of exps)
             sums = logits.exp_().sum(dim=1)
@@ -85,8 +92,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
 @torch.no_grad()
 def _chunked_loss_only(hidden, weight, bias, targets, chunk_tokens) -> torch.Tensor:
     total, count = hidden.new_zeros(()), max(1, int(targets.ne(IGNORE_INDEX).sum()))
+    buffer = _logits_buffer(hidden, weight, chunk_tokens)
     for start in range(0, hidden.size(0), chunk_tokens):
-        logits = _chunk_logits(hidden[start : start + chunk_tokens], weight, bias)
+        logits = _chunk_logits(hidden[start : start + chunk_tokens], weight, bias, buffer)
         total += F.cross_entropy(logits, targets[start : start + chunk_tokens], reduction="sum")
     return total / count
 
