@@ -261,7 +261,7 @@ def measure(loop: str, workloads: list[str], quick: bool) -> dict:
         kind, vocab = WORKLOADS[name]
         torch.manual_seed(0)
         if kind == "pretrain":
-            warmup, steps = (2, 3) if quick or vocab > 10_000 else (3, 12)
+            warmup, steps = (2, 3) if quick else (2, 6) if vocab > 10_000 else (3, 12)  # 6 x 1-2 s at V = 50,001
             stream = np.random.default_rng(0).integers(5, vocab, (warmup + steps + 2) * BATCH * SEQ_LEN * 2)
             stream = stream.astype(np.uint16 if vocab < 65536 else np.uint32)
             results[name] = steps * BATCH * SEQ_LEN / functions[kind](stream, vocab, warmup, steps)

@@ -74,6 +74,19 @@ def test_chunked_loss_without_a_bias_and_with_large_logits_equals_the_full_softm
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_chunked_loss_of_a_target_whose_probability_underflows_is_its_true_loss():
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
+    weight = torch.tensor([[150.0, 0.0], [-150.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    bias = torch.zeros(3, requires_grad=True)
+    targets = torch.tensor([1, 2, 0])  # the first: 300 below its row's largest logit, exp(-300) is 0 in fp32
+    assert torch.softmax(F.linear(hidden, weight, bias), 1)[0, 1] == 0
+    expected = _loss_and_grads(_full, hidden, weight, bias, targets)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 2), hidden, weight, bias, targets)
+    assert 100 < got[0] < 101  # (300 + ~0 + ~0) / 3
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_chunked_loss_skips_ignored_targets_like_cross_entropy():
     hidden, weight, bias, targets = _head_inputs()
     targets = targets.clone()

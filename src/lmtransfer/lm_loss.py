@@ -45,8 +45,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """mean over scored positions of -log softmax(hidden @ W^T + b)[target]; gradients made chunk by chunk.
 
     Each pass over a chunk's logits (26 MB at V = 50,001) costs as much as a fifth of its matrix product, so
-    they are few and light: the chunks share one buffer and the bias is added in place (`_chunk_logits`), and
-    the softmax is max, subtract, exp, sum and scale in place (half the time of log_softmax followed by exp)."""
+    they are few and light: the chunks share one buffer, the bias is added in place (`_chunk_logits`), and the
+    softmax is PyTorch's, in place, row by row while a row (200 KB) is still in the core's cache."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk_tokens):  # noqa: D401 - autograd signature
@@ -56,37 +56,46 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.empty_like(weight)  # the first chunk's product overwrites it (beta = 0)
         grad_bias = torch.zeros_like(bias) if bias is not None else None
-        total = hidden.new_zeros(())
+        log_probs = hidden.new_empty(hidden.size(0))  # log softmax at each position's target
         buffer = _logits_buffer(hidden, weight, chunk_tokens)
         for start in range(0, hidden.size(0), chunk_tokens):
             h = hidden[start : start + chunk_tokens]
             target = targets[start : start + chunk_tokens].clamp(min=0)
             rows = torch.arange(h.size(0), device=h.device)
-            logits = _chunk_logits(h, weight, bias, buffer)
-            logits.sub_(logits.amax(dim=1, keepdim=True))
-            picked = logits[rows, target]  # log softmax at the target: this - log(sum of exps)
-            sums = logits.exp_().sum(dim=1)
-            picked = picked - sums.log()
-            grad_logits = logits.mul_(sums.reciprocal_()[:, None])  # (softmax - one-hot) / count: d loss / d logits
+            probs = _chunk_logits(h, weight, bias, buffer)
+            torch.softmax(probs, dim=1, out=probs)
+            torch.log(probs[rows, target], out=log_probs[start : start + chunk_tokens])
+            grad_logits = probs  # softmax - one-hot: d loss / d logits, up to the mean's scale
             grad_logits[rows, target] -= 1.0
-            if all_scored:
-                total -= picked.sum()
-            else:
-                keep = scored[start : start + chunk_tokens]
-                total -= picked[keep].sum()
-                grad_logits[~keep] = 0.0
+            if not all_scored:
+                grad_logits[~scored[start : start + chunk_tokens]] = 0.0
             grad_hidden[start : start + chunk_tokens] = torch.mm(grad_logits, weight).mul_(scale)
             grad_weight.addmm_(grad_logits.t(), h, beta=0.0 if start == 0 else 1.0, alpha=scale)
             if grad_bias is not None:
                 grad_bias.add_(grad_logits.sum(dim=0), alpha=scale)
+        _mend_underflow(log_probs, scored, hidden, weight, bias, targets)
+        total = -(log_probs.sum() if all_scored else log_probs[scored].sum())
         ctx.save_for_backward(grad_hidden, grad_weight, *(() if grad_bias is None else (grad_bias,)))
         return total * scale
 
     @staticmethod
     def backward(ctx, grad_loss):
         grad_hidden, grad_weight, *grad_bias = ctx.saved_tensors  # ours alone, used once: scaled in place
-        bias = grad_bias[0].mul_(grad_loss) if grad_bias else None
-        return grad_hidden.mul_(grad_loss), grad_weight.mul_(grad_loss), bias, None, None
+        grads = [grad_hidden, grad_weight, *grad_bias]
+        if grad_loss.device.type != "cpu" or grad_loss.item() != 1.0:  # a plain loss.backward() skips 80 MB of passes
+            for grad in grads:
+                grad.mul_(grad_loss)
+        return grads[0], grads[1], grads[2] if grad_bias else None, None, None
+
+
+def _mend_underflow(log_probs: torch.Tensor, scored: torch.Tensor, hidden, weight, bias, targets) -> None:
+    """Where a target's probability underflowed to 0 (its logit some 87 below its row's largest), the exact log
+    softmax from that position's logits computed again: a confident mistake costs its true loss, not infinity.
+    One check per batch, not per chunk (on a GPU each is a wait for the device)."""
+    lost = (torch.isinf(log_probs) & scored).nonzero().flatten()
+    if len(lost):
+        logits = F.linear(hidden[lost], weight, bias)
+        log_probs[lost] = logits.gather(1, targets[lost, None].clamp(min=0)).squeeze(1) - logits.logsumexp(dim=1)
 
 
 @torch.no_grad()
