@@ -4,6 +4,9 @@ Numbers, not pass/fail: machines are noisy, so compare rows of one run, e.g.
 
     python benchmarks/throughput.py                 # default sizes on the auto-selected device
     python benchmarks/throughput.py --device cpu --steps 20
+    python benchmarks/throughput.py --compile        # the reference size eager and under train.compile
+
+Denormals are flushed first, as the pipeline's stages do (`runtime.flush_denormals`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from lmtransfer.model import LanguageModel, ModelConfig, count_parameters
 from lmtransfer.optim import make_optimizer
-from lmtransfer.runtime import autocast, select_device
+from lmtransfer.runtime import autocast, compiled, flush_denormals, select_device
 
 SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)
     ("reference D=200 N=4, V=4000", 4000, 200, 4, 2, 200),
@@ -25,28 +28,31 @@ SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)
 ]
 
 
-def tokens_per_second(model: LanguageModel, device, batch_size: int, seq_len: int, steps: int) -> float:
+def tokens_per_second(model: LanguageModel, device, batch_size: int, seq_len: int, steps: int,
+                      compile_steps: bool = False) -> tuple[float, float]:
+    """Tokens/s over `steps` timed steps, and the seconds of the 3 untimed first ones (compilation, if any)."""
     optimizer = make_optimizer(model.parameters(), 1e-3, 0.0)
     ids = torch.randint(0, model.head.out_features, (batch_size, seq_len + 1), device=device)
     inputs, targets = ids[:, :-1], ids[:, 1:]
+    loss_of = compiled(model.loss, compile_steps)
 
     def step() -> None:
         with autocast(device):
-            loss = model.loss(inputs, targets)
+            loss = loss_of(inputs, targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
-    for _ in range(3):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return steps * batch_size * seq_len / (time.perf_counter() - start)
+    def timed(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    first = timed(3)
+    return steps * batch_size * seq_len / timed(steps), first
 
 
 def main() -> None:
@@ -55,16 +61,22 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--compile", action="store_true",
+                        help="the reference size eager and through torch.compile (train.compile), side by side")
     args = parser.parse_args()
+    flush_denormals()
     device = select_device(args.device)
-    torch.manual_seed(0)
     print(f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps")
+    runs = [(f"{SIZES[0][0]}, {mode}", SIZES[0][1:], mode == "compiled") for mode in ("eager", "compiled")] \
+        if args.compile else [(label, shape, False) for label, *shape in SIZES]
     baseline = None
-    for label, vocab, d_model, n_layers, n_heads, d_ff in SIZES:
+    for label, (vocab, d_model, n_layers, n_heads, d_ff), compile_steps in runs:
+        torch.manual_seed(0)
         model = LanguageModel(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)).to(device)
-        rate = tokens_per_second(model, device, args.batch_size, args.seq_len, args.steps)
+        rate, first = tokens_per_second(model, device, args.batch_size, args.seq_len, args.steps, compile_steps)
         baseline = baseline or rate
-        print(f"{label:<30} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}")
+        print(f"{label:<36} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}"
+              f"  (first 3 steps {first:.1f} s)")
 
 
 if __name__ == "__main__":
