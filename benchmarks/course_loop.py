@@ -14,7 +14,7 @@ fine-tuning batch 32 over texts of log-normal lengths (median 55 tokens, up to 2
 (non-padding) tokens. Each loop runs in a process of its own for each kernel setting (pinned AVX2,
 the default; native), the loops alternate over the rounds, and the median of the rounds is printed.
 
-    python benchmarks/course_loop.py                 # everything, 3 rounds (2 rounds with --flushed-course: 13 min)
+    python benchmarks/course_loop.py                 # everything, 3 rounds (2 rounds with --flushed-course: 14 min)
     python benchmarks/course_loop.py --quick         # fewer steps and rounds
     python benchmarks/course_loop.py --kernels pinned --workloads pretrain-4000
 """
