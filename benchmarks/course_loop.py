@@ -315,8 +315,8 @@ def main() -> None:
         print(f"measuring with {setting} kernels ...", flush=True)
         samples = [{loop: run_loop(setting, loop, args.workloads, args.quick) for loop in loops}
                    for _ in range(rounds)]
-        median = {loop: {key: statistics.median(sample[loop][key] for sample in samples)
-                         for key in ["sgemm_gflops", *args.workloads]} for loop in loops}
+        median = {loop: {name: statistics.median(sample[loop][name] for sample in samples) for name in args.workloads}
+                  for loop in loops}
         sgemm = statistics.median(sample[loop]["sgemm_gflops"] for sample in samples for loop in loops)
         label = f"{setting} ({samples[0]['ours']['kernels']})"
         for name in args.workloads:

@@ -67,15 +67,18 @@ def main() -> None:
     flush_denormals()
     device = select_device(args.device)
     print(f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps")
-    runs = [(f"{SIZES[0][0]}, {mode}", SIZES[0][1:], mode == "compiled") for mode in ("eager", "compiled")] \
-        if args.compile else [(label, shape, False) for label, *shape in SIZES]
+    if args.compile:
+        label, *shape = SIZES[0]
+        runs = [(f"{label}, eager", shape, False), (f"{label}, compiled", shape, True)]
+    else:
+        runs = [(label, shape, False) for label, *shape in SIZES]
     baseline = None
     for label, (vocab, d_model, n_layers, n_heads, d_ff), compile_steps in runs:
         torch.manual_seed(0)
         model = LanguageModel(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)).to(device)
         rate, first = tokens_per_second(model, device, args.batch_size, args.seq_len, args.steps, compile_steps)
         baseline = baseline or rate
-        print(f"{label:<36} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}"
+        print(f"{label:<38} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}"
               f"  (first 3 steps {first:.1f} s)")
 
 

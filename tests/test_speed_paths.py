@@ -39,11 +39,13 @@ def _head_inputs(n: int = 150, d: int = 12, v: int = 97, seed: int = 0):
 
 
 def _loss_and_grads(loss_fn, hidden, weight, bias, targets):
-    for tensor in (hidden, weight, bias):
+    """The loss and the gradients of hidden, weight and (unless None) bias."""
+    inputs = [tensor for tensor in (hidden, weight, bias) if tensor is not None]
+    for tensor in inputs:
         tensor.grad = None
     loss = loss_fn(hidden, weight, bias, targets)
     (loss * 3.0).backward()  # an upstream gradient other than 1 reaches every input
-    return loss.detach(), hidden.grad.clone(), weight.grad.clone(), bias.grad.clone()
+    return loss.detach(), *(tensor.grad.clone() for tensor in inputs)
 
 
 def _full(hidden, weight, bias, targets):
@@ -62,14 +64,9 @@ def test_chunked_loss_and_gradients_equal_the_full_softmax(chunk):
 def test_chunked_loss_without_a_bias_and_with_large_logits_equals_the_full_softmax():
     hidden, weight, _, targets = _head_inputs()
     weight = (weight.detach() * 60).requires_grad_()  # logits in the hundreds: exp overflows without the max
-    no_bias = lambda h, w, t: F.cross_entropy(F.linear(h, w), t)  # noqa: E731
-    expected, got = [], []
-    for fn, out in ((no_bias, expected), (lambda h, w, t: linear_cross_entropy(h, w, None, t, 32), got)):
-        hidden.grad = weight.grad = None
-        loss = fn(hidden, weight, targets)
-        (loss * 0.5).backward()
-        out.extend([loss.detach(), hidden.grad.clone(), weight.grad.clone()])
-    assert torch.isfinite(got[0])
+    expected = _loss_and_grads(_full, hidden, weight, None, targets)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 32), hidden, weight, None, targets)
+    assert len(got) == 3 and torch.isfinite(got[0])
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 

@@ -81,11 +81,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         grad_hidden, grad_weight, *grad_bias = ctx.saved_tensors  # ours alone, used once: scaled in place
-        grads = [grad_hidden, grad_weight, *grad_bias]
         if grad_loss.device.type != "cpu" or grad_loss.item() != 1.0:  # a plain loss.backward() skips 80 MB of passes
-            for grad in grads:
+            for grad in (grad_hidden, grad_weight, *grad_bias):
                 grad.mul_(grad_loss)
-        return grads[0], grads[1], grads[2] if grad_bias else None, None, None
+        return grad_hidden, grad_weight, grad_bias[0] if grad_bias else None, None, None
 
 
 def _mend_underflow(log_probs: torch.Tensor, scored: torch.Tensor, hidden, weight, bias, targets) -> None:
@@ -95,7 +94,7 @@ def _mend_underflow(log_probs: torch.Tensor, scored: torch.Tensor, hidden, weigh
     lost = (torch.isinf(log_probs) & scored).nonzero().flatten()
     if len(lost):
         logits = F.linear(hidden[lost], weight, bias)
-        log_probs[lost] = logits.gather(1, targets[lost, None].clamp(min=0)).squeeze(1) - logits.logsumexp(dim=1)
+        log_probs[lost] = logits.gather(1, targets[lost, None]).squeeze(1) - logits.logsumexp(dim=1)
 
 
 @torch.no_grad()
