@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from lmtransfer.model import Dropout, ModelConfig, TransformerBase
+from lmtransfer.model import Dropout, ModelConfig, TransformerBase, attention_with_dropout_on_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,6 +84,57 @@ def test_dropout_masks_are_reproducible_from_the_seed_and_differ_between_calls()
     torch.manual_seed(7)
     assert torch.equal(dropout(x), first)
     assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("padded", [True, False])
+def test_attention_with_cpu_dropout_computes_sdpas_function(causal, padded):
+    """At p = 0 the training path's own attention equals SDPA, a query with no allowed key included (zeros)."""
+    torch.manual_seed(5)
+    query, key, value = (torch.randn(3, 2, 7, 5, requires_grad=True) for _ in range(3))
+    allowed = None
+    if padded:
+        allowed = torch.ones(3, 1, 7, 7, dtype=torch.bool)
+        allowed[0, :, :, 5:] = False
+        allowed[1, 0, 2] = False  # query 2 of text 1 may attend to nothing
+        if causal:
+            allowed &= ~torch.ones(7, 7, dtype=torch.bool).triu(1)
+    ours = attention_with_dropout_on_cpu(query, key, value, allowed, causal, 0.0)
+    theirs = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, is_causal=causal and not padded)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    if padded:
+        assert torch.equal(ours[1, :, 2], torch.zeros(2, 5))
+    our_grads = torch.autograd.grad(ours.square().sum(), (query, key, value))
+    their_grads = torch.autograd.grad(theirs.square().sum(), (query, key, value))
+    for got, expected in zip(our_grads, their_grads):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_dropout_drops_weights_and_keeps_their_expected_sum():
+    """Equal scores give each of T keys weight 1/T; with value = 1 a query's output is the sum of its kept
+    weights, kept/(T (1-p)): 1 on average, never exactly 1 for every query, identical from the same seed."""
+    query = key = torch.zeros(64, 4, 32, 8)
+    value = torch.ones(64, 4, 32, 8)
+    torch.manual_seed(9)
+    out = attention_with_dropout_on_cpu(query, key, value, None, False, 0.5)[..., 0]
+    kept = out * 32 * 0.5
+    assert torch.allclose(kept, kept.round(), atol=1e-4)  # whole numbers of kept keys
+    assert abs(out.mean().item() - 1.0) < 0.01  # 8,192 queries of 32 keys each: sd of the mean 0.002
+    assert out.std().item() > 0.1
+    torch.manual_seed(9)
+    assert torch.equal(attention_with_dropout_on_cpu(query, key, value, None, False, 0.5)[..., 0], out)
+
+
+def test_a_training_layer_on_the_cpu_uses_its_own_attention_dropout(monkeypatch):
+    calls = []
+    monkeypatch.setattr("lmtransfer.model.attention_with_dropout_on_cpu",
+                        lambda *args: calls.append(args[-1]) or attention_with_dropout_on_cpu(*args))
+    base = TransformerBase(ModelConfig(vocab_size=30, d_model=8, n_layers=2, n_heads=2, d_ff=8, dropout=0.2))
+    ids = torch.randint(1, 30, (2, 5))
+    base.eval()(ids)
+    assert calls == []  # evaluation: SDPA's fused kernels
+    base.train()(ids)
+    assert calls == [0.2, 0.2]
 
 
 PROBE = """

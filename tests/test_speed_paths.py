@@ -18,7 +18,9 @@ from torch.nn import functional as F
 
 from lmtransfer.config import PretrainParams, TrainParams
 from lmtransfer.errors import ConfigError
-from lmtransfer.lm_loss import AUTO_MIN_VOCAB, IGNORE_INDEX, linear_cross_entropy, use_chunked_loss
+from lmtransfer.lm_loss import (
+    AUTO_MIN_VOCAB, CHUNK_LOGITS, IGNORE_INDEX, chunk_tokens_for, linear_cross_entropy, use_chunked_loss,
+)
 from lmtransfer.model import LanguageModel, ModelConfig
 from lmtransfer.optim import make_optimizer
 from lmtransfer.pretrain import pretrain
@@ -103,10 +105,18 @@ def test_chunked_loss_without_gradients_is_the_same_number():
         torch.testing.assert_close(loss, _full(hidden, weight, bias, targets))
 
 
-def test_auto_chunks_large_vocabularies_only():
-    assert not use_chunked_loss("auto", 4000)  # the built-in data: the committed results' one-matrix path
-    assert use_chunked_loss("auto", AUTO_MIN_VOCAB) and use_chunked_loss("auto", 50_001)
+def test_auto_chunks_all_but_the_smallest_vocabularies():
+    assert not use_chunked_loss("auto", AUTO_MIN_VOCAB - 1)
+    assert use_chunked_loss("auto", AUTO_MIN_VOCAB) and use_chunked_loss("auto", 4000)  # 4,000: the built-in data
     assert use_chunked_loss("on", 100) and not use_chunked_loss("off", 50_001)
+
+
+def test_a_chunk_holds_at_most_chunk_logits_and_the_largest_power_of_two_of_positions():
+    assert chunk_tokens_for(50_001) == 128 and chunk_tokens_for(4000) == 2048
+    for vocab in (1, 3, 999, 4000, 50_001, CHUNK_LOGITS, 3 * CHUNK_LOGITS):
+        tokens = chunk_tokens_for(vocab)
+        assert tokens & (tokens - 1) == 0  # a power of two
+        assert tokens == 1 or tokens * vocab <= CHUNK_LOGITS < 2 * tokens * vocab
 
 
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)

@@ -230,9 +230,9 @@ class PretrainParams(Section):
         "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
     )
     chunked_loss: Literal["auto", "on", "off"] = Field(
-        "auto", description="`clm`: head and softmax computed a few hundred positions at a time, never the whole "
-        "logits matrix (the same exact softmax; faster and far less memory for a large vocabulary, last digits "
-        "differ); `auto` = on from 16,384 ids"
+        "auto", description="`clm`: head and softmax computed in chunks of at most 8M logits (128 positions at "
+        "V = 50,001), never the whole logits matrix (the same exact softmax; faster, and far less memory for a "
+        "large vocabulary; last digits differ); `auto` = on from 2,000 ids"
     )
 
 

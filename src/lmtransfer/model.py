@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -79,18 +80,45 @@ def causal_mask(seq_len: int, device: torch.device | None = None) -> torch.Tenso
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(diagonal=1)
 
 
+def dropout_on_cpu(x: torch.Tensor, p: float) -> torch.Tensor:
+    """nn.Dropout's distribution (keep with probability 1 - p, scale the kept by 1 / (1 - p)) at a third of its
+    cost on a CPU. PyTorch's CPU generator, one Mersenne Twister behind a lock, spends ~3 ns on each random
+    number; here torch's generator gives one seed per call and NumPy's PCG64 (whose streams NumPy keeps stable
+    across versions) the 32 random bits of each element, compared with p to 2^-32 (torch.rand's floats
+    resolve 2^-24). Seeding, resume snapshots and per-rank streams therefore still go through torch."""
+    seed = int(torch.randint(0, 2**62, ()))
+    bits = np.random.PCG64(seed).random_raw((x.numel() + 1) // 2).view(np.int32)  # two uniform 32-bit lanes each
+    uniform = torch.from_numpy(bits)[: x.numel()].view(x.shape)
+    keep = uniform >= round(p * 2**32) - 2**31
+    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
+
+
 class Dropout(nn.Dropout):
-    """nn.Dropout's distribution (keep with probability 1 - p, scaled by 1 / (1 - p)) drawn from a uniform
-    sample on the CPU, where torch.rand takes half the time of the Bernoulli sampler nn.Dropout uses; on a GPU
-    the fused kernel stays."""
+    """nn.Dropout, drawn by `dropout_on_cpu` on a CPU; on a GPU the fused kernel stays."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        keep = torch.rand(x.shape, dtype=torch.float32) >= self.p  # float32 draw even under autocast: exact p
-        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return dropout_on_cpu(x, self.p)
+
+
+def attention_with_dropout_on_cpu(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None, causal: bool, p: float
+) -> torch.Tensor:
+    """F.scaled_dot_product_attention's arithmetic (softmax(q k^T / sqrt(d)) v; a query with no allowed key gets
+    zeros) with the attention weights dropped by `dropout_on_cpu`: on a CPU, SDPA with dropout runs these same
+    steps but draws its mask from the slow Bernoulli sampler."""
+    scores = torch.matmul(query, key.transpose(-2, -1)).mul_(1.0 / math.sqrt(query.size(-1)))
+    if allowed is not None:
+        blocked = ~allowed
+        weights = torch.softmax(scores.masked_fill_(blocked, float("-inf")), -1).masked_fill(blocked, 0.0)
+    else:
+        if causal:
+            scores.masked_fill_(causal_mask(scores.size(-1), scores.device), float("-inf"))
+        weights = torch.softmax(scores, -1)
+    return torch.matmul(dropout_on_cpu(weights, p) if p > 0 else weights, value)
 
 
 class SelfAttention(nn.Module):
@@ -117,10 +145,13 @@ class SelfAttention(nn.Module):
         batch, length, d_model = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
         query, key, value = qkv.view(batch, length, 3, self.n_heads, d_model // self.n_heads).permute(2, 0, 3, 1, 4)
-        heads = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0,
-            is_causal=causal and allowed is None,
-        )
+        if self.training and self.dropout > 0 and x.device.type == "cpu":
+            heads = attention_with_dropout_on_cpu(query, key, value, allowed, causal, self.dropout)
+        else:
+            heads = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0,
+                is_causal=causal and allowed is None,
+            )
         return self.out_proj(heads.transpose(1, 2).reshape(batch, length, d_model))
 
 
