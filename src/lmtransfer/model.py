@@ -93,15 +93,20 @@ def dropout_on_cpu(x: torch.Tensor, p: float) -> torch.Tensor:
     return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
+def use_dropout_on_cpu(x: torch.Tensor) -> bool:
+    """On a CPU, in eager mode: under train.compile, F.dropout is compiled with inductor's own generator."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 class Dropout(nn.Dropout):
     """nn.Dropout, drawn by `dropout_on_cpu` on a CPU; on a GPU the fused kernel stays."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu":
-            return F.dropout(x, self.p, training=True)
-        return dropout_on_cpu(x, self.p)
+        if use_dropout_on_cpu(x):
+            return dropout_on_cpu(x, self.p)
+        return F.dropout(x, self.p, training=True)
 
 
 def attention_with_dropout_on_cpu(
@@ -145,7 +150,7 @@ class SelfAttention(nn.Module):
         batch, length, d_model = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
         query, key, value = qkv.view(batch, length, 3, self.n_heads, d_model // self.n_heads).permute(2, 0, 3, 1, 4)
-        if self.training and self.dropout > 0 and x.device.type == "cpu":
+        if self.training and self.dropout > 0 and use_dropout_on_cpu(x):
             heads = attention_with_dropout_on_cpu(query, key, value, allowed, causal, self.dropout)
         else:
             heads = F.scaled_dot_product_attention(
