@@ -76,6 +76,16 @@ def test_dropout_keeps_one_minus_p_and_scales_the_kept_by_one_over_one_minus_p()
     assert torch.equal(Dropout(0.0).train()(x), x)
 
 
+def test_compiled_dropout_keeps_nn_dropouts_distribution_in_one_graph():
+    """Under train.compile the draw is F.dropout's (inductor's generator), not a graph break per NumPy draw."""
+    torch._dynamo.reset()
+    compiled = torch.compile(Dropout(0.5).train(), fullgraph=True)  # fullgraph: a graph break would raise
+    y = compiled(torch.ones(200_000))
+    kept = y.ne(0)
+    assert abs(kept.float().mean().item() - 0.5) < 0.01
+    assert torch.equal(y[kept], torch.full_like(y[kept], 2.0))
+
+
 def test_dropout_masks_are_reproducible_from_the_seed_and_differ_between_calls():
     dropout = Dropout(0.5).train()
     x = torch.ones(1000)
