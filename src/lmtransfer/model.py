@@ -99,7 +99,7 @@ def use_dropout_on_cpu(x: torch.Tensor) -> bool:
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout, drawn by `dropout_on_cpu` on a CPU; on a GPU the fused kernel stays."""
+    """nn.Dropout, drawn by `dropout_on_cpu` on a CPU; on a GPU, and in compiled code, F.dropout stays."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
