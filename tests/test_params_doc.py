@@ -1,4 +1,5 @@
-"""The parameter table: generated from the parameter models, identical in the README, true to dvc.yaml."""
+"""The parameter tables (classification and translation): generated from the parameter models, identical in the
+README, true to each task's dvc.yaml."""
 
 from pathlib import Path
 
@@ -8,10 +9,11 @@ from ruamel.yaml import YAML
 from lmtransfer.cli import main
 from lmtransfer.config import Params
 from lmtransfer.params_doc import (
-    END_MARKER, REGENERATE, SECTION_READERS, START_MARKER, format_value, params_table, table_in, with_table,
+    END_MARKER, REGENERATE, START_MARKER, TABLES, format_value, params_table, table_in, with_table,
 )
 
 REPO = Path(__file__).resolve().parents[1]
+TASK_FOLDERS = {"classification": REPO, "translation": REPO / "translation"}  # each task's params.yaml, dvc.yaml
 
 
 def _rows(table: str) -> dict[str, tuple[str, str]]:
@@ -24,24 +26,33 @@ def _rows(table: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_the_readme_shows_the_generated_parameter_table():
+@pytest.mark.parametrize("task", TABLES)
+def test_the_readme_shows_the_generated_parameter_table(task):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert table_in(readme, "README.md") == params_table(), (
-        f"README.md's parameter table (between {START_MARKER} and {END_MARKER}) differs from the parameter "
-        f"models in src/lmtransfer/config.py; regenerate it with `{REGENERATE}`"
+    assert table_in(readme, "README.md", task) == params_table(task), (
+        f"README.md's {task} parameter table (between {TABLES[task].start} and {TABLES[task].end}) differs from "
+        f"the parameter models; regenerate it with `{REGENERATE}`"
     )
 
 
-def test_the_table_has_one_row_per_key_of_params_yaml_with_the_shipped_value():
-    shipped = YAML(typ="safe", pure=True).load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    keys = [f"{section}.{key}" for section, values in shipped.items() for key in values]
-    rows = _rows(params_table())
+@pytest.mark.parametrize("task", TABLES)
+def test_the_table_has_one_row_per_key_of_params_yaml_with_the_shipped_value(task):
+    shipped = YAML(typ="safe", pure=True).load((TASK_FOLDERS[task] / "params.yaml").read_text(encoding="utf-8"))
+    sections = {section: values for section, values in shipped.items() if isinstance(values, dict)}  # not `task`
+    keys = [f"{section}.{key}" for section, values in sections.items() for key in values]
+    rows = _rows(params_table(task))
     assert list(rows) == keys  # every key, in params.yaml's order, nothing more
     for name in keys:
         section, key = name.split(".")
-        assert rows[name][0] == f"`{format_value(shipped[section][key])}`", name
+        assert rows[name][0] == f"`{format_value(sections[section][key])}`", name
         assert len(rows[name][1]) > 10, f"{name} has no meaning"
-    assert rows["finetune.pooling"][0] == "`mean`" and rows["pretrain.lr"][0] == "`0.002`"
+
+
+def test_each_task_shows_its_own_defaults():
+    classification, translation = _rows(params_table("classification")), _rows(params_table("translation"))
+    assert classification["finetune.pooling"][0] == "`mean`" and classification["pretrain.lr"][0] == "`0.002`"
+    assert classification["model.n_layers"][0] == "`4`" and translation["model.n_layers"][0] == "`2`"
+    assert translation["finetune.label_smoothing"][0] == "`0.1`" and "finetune.pooling" not in translation
 
 
 def test_each_section_names_the_stages_that_read_it():
@@ -52,16 +63,17 @@ def test_each_section_names_the_stages_that_read_it():
     assert "`finetune_pretrained@<seed>` (all but `seeds`)" in table and "`evaluate` (`seeds`)" in table
 
 
-def test_the_readers_of_each_section_are_the_ones_dvc_yaml_declares():
-    stages = YAML(typ="safe", pure=True).load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+@pytest.mark.parametrize("task", TABLES)
+def test_the_readers_of_each_section_are_the_ones_dvc_yaml_declares(task):
+    stages = YAML(typ="safe", pure=True).load((TASK_FOLDERS[task] / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     declared: dict[str, dict[str, tuple[str, ...] | None]] = {}
     for stage, spec in stages.items():
         for entry in (spec.get("do") or spec).get("params", []):
             section, _, key = entry.partition(".")
             readers = declared.setdefault(section, {})
             readers[stage] = None if not key else (*(readers.get(stage) or ()), key)
-    assert set(declared) == set(Params.model_fields)
-    for section, readers in SECTION_READERS.items():
+    assert set(declared) == set(TABLES[task].params.model_fields)
+    for section, readers in TABLES[task].readers.items():
         expected = {stage: None if keys is None else tuple(keys) for stage, keys in readers.items()}
         assert declared[section] == expected, f"{section}: dvc.yaml declares {declared[section]}"
 
@@ -81,6 +93,8 @@ def test_a_pipe_in_a_meaning_does_not_break_the_table(monkeypatch):
 def test_lmtransfer_params_prints_the_table(capsys):
     main(["params"])
     assert capsys.readouterr().out == params_table()
+    main(["params", "--translation"])
+    assert capsys.readouterr().out == params_table("translation")
 
 
 README = f"""# project
@@ -101,7 +115,7 @@ def test_lmtransfer_params_readme_rewrites_only_the_marked_table(tmp_path, capsy
     path = tmp_path / "README.md"
     path.write_text(README, encoding="utf-8")
     main(["params", "--readme", str(path)])
-    assert "parameter table regenerated" in capsys.readouterr().out
+    assert "parameter tables regenerated" in capsys.readouterr().out
     text = path.read_text(encoding="utf-8")
     assert text.startswith("# project\n\n## Parameters\n\nProse before the table.\n\n" + START_MARKER + "\n\n")
     assert text.endswith("\n\n" + END_MARKER + "\n\nProse after the table.\n")
@@ -109,6 +123,15 @@ def test_lmtransfer_params_readme_rewrites_only_the_marked_table(tmp_path, capsy
     main(["params", "--readme", str(path)])
     assert "already up to date" in capsys.readouterr().out
     assert path.read_text(encoding="utf-8") == text
+
+
+def test_lmtransfer_params_readme_rewrites_both_tasks_tables_where_both_are_marked(tmp_path):
+    translation = TABLES["translation"]
+    path = tmp_path / "README.md"
+    path.write_text(README + f"\n{translation.start}\n{translation.end}\n", encoding="utf-8")
+    main(["params", "--readme", str(path)])
+    text = path.read_text(encoding="utf-8")
+    assert table_in(text) == params_table() and table_in(text, task="translation") == params_table("translation")
 
 
 @pytest.mark.parametrize("text", ["no markers at all\n", f"{END_MARKER}\n{START_MARKER}\n",

@@ -5,6 +5,7 @@
     lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
     lmtransfer summary --translation             # the encoder-decoder for English->French, block by block
     lmtransfer params                            # every parameter: default and meaning
+    lmtransfer params --translation              # the same for translation/params.yaml
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
@@ -199,11 +200,11 @@ def cmd_params(args: argparse.Namespace) -> None:
     from .params_doc import params_table, update_readme
 
     if "readme" not in vars(args):
-        print(params_table(), end="")
+        print(params_table("translation" if args.translation else "classification"), end="")
     elif update_readme(args.readme):
-        print(f"{args.readme}: parameter table regenerated")
+        print(f"{args.readme}: parameter tables regenerated")
     else:
-        print(f"{args.readme}: parameter table already up to date")
+        print(f"{args.readme}: parameter tables already up to date")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -432,12 +433,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     params = command(
         "params", "every parameter of params.yaml: its default and meaning (Markdown)",
-        "Every key of params.yaml with its default and meaning, grouped by section with the stages that read "
-        "it, as the Markdown table in the README.",
+        "Every key of params.yaml (or, with --translation, translation/params.yaml) with its default and meaning, "
+        "grouped by section with the stages that read it, as the Markdown tables in the README.",
     )
+    params.add_argument("--translation", action="store_true",
+                        help="the translation pipeline's parameters (translation/params.yaml) instead")
     params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
-                        help="instead of printing, replace the table between the params-table markers of FILE "
-                             "(e.g. README.md); default: print it")
+                        help="instead of printing, replace the tables between the params-table markers of FILE "
+                             "(e.g. README.md: both tasks' tables); default: print one")
     params.set_defaults(func=cmd_params)
 
     generate = command("generate", "continue a prompt with the pretrained language model")

@@ -1,19 +1,23 @@
-"""The README's parameter table, generated from the parameter models so it cannot go stale.
+"""The README's parameter tables, generated from the parameter models so they cannot go stale.
 
-Every key of params.yaml, grouped by section: its default (the value shipped in params.yaml,
-see config.py) and its meaning (the field's `description`), with the stages that read the section.
+Every key of a task's params file, grouped by section: its default (the value shipped in the
+file, see config.py and translation_config.py) and its meaning (the field's `description`), with
+the stages that read the section.
 
-    lmtransfer params                      # print the table (Markdown)
-    lmtransfer params --readme README.md   # rewrite it between the README's markers
+    lmtransfer params                                    # print the classification table (Markdown)
+    lmtransfer params --translation                      # translation/params.yaml's
+    lmtransfer params --readme README.md                 # rewrite both between the README's markers
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import FinetuneParams, Params
+from .config import FinetuneParams, Params, PipelineParams
+from .translation_config import TranslationFinetuneParams, TranslationParams
 
 START_MARKER = "<!-- params-table:start -->"
 END_MARKER = "<!-- params-table:end -->"
@@ -48,6 +52,50 @@ SECTION_NOTES = {
     "model": "`finetune_pretrained` takes its shape from the pretrained checkpoint",
 }
 
+# The same for translation/dvc.yaml (the same test keeps them equal).
+_TRANSLATION_RECIPE = tuple(key for key in TranslationFinetuneParams.model_fields if key != "seeds")
+TRANSLATION_SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "data": {"prepare": None},
+    "tokenizer": {"tokenize": None},
+    "model": {"pretrain": None, "finetune_scratch": None},
+    "pretrain": {"pretrain": None, "finetune_scratch": ("objective",)},
+    "finetune": {
+        "finetune_pretrained": _TRANSLATION_RECIPE,
+        "finetune_scratch": _TRANSLATION_RECIPE,
+        "evaluate": ("seeds",),
+        "plot": ("seeds",),
+    },
+    "train": {
+        "pretrain": ("seed", "device", "num_threads", "nproc", "compile", "log_every"),
+        "finetune_pretrained": ("device", "num_threads"),
+        "finetune_scratch": ("device", "num_threads"),
+    },
+    "evaluate": {"evaluate": None},
+    "plot": {"plot": None},
+}
+TRANSLATION_SECTION_NOTES = {
+    "model": "the encoder–decoder takes the language model's shape, its N layers on each side; "
+             "`finetune_pretrained` reads it from the pretrained checkpoint",
+}
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    """One task's table: its parameter model, who reads each section, and the README markers around it."""
+
+    params: type[PipelineParams]
+    readers: dict[str, dict[str, tuple[str, ...] | None]]
+    notes: dict[str, str]
+    start: str
+    end: str
+
+
+TABLES = {
+    "classification": TaskTable(Params, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER),
+    "translation": TaskTable(TranslationParams, TRANSLATION_SECTION_READERS, TRANSLATION_SECTION_NOTES,
+                             "<!-- translation-params-table:start -->", "<!-- translation-params-table:end -->"),
+}
+
 
 def format_value(value: Any) -> str:
     """A default as it is written in params.yaml: `true`, `''`, `[1, 2]`, `["the movie was"]`."""
@@ -64,10 +112,10 @@ def _stage(name: str) -> str:
     return f"`{name}@<seed>`" if name in PER_SEED_STAGES else f"`{name}`"
 
 
-def _readers(section: str) -> str:
-    keys = list(Params.model_fields[section].annotation.model_fields)
+def _readers(table: TaskTable, section: str) -> str:
+    keys = list(table.params.model_fields[section].annotation.model_fields)
     phrases = []
-    for stage, read in SECTION_READERS[section].items():
+    for stage, read in table.readers[section].items():
         if read is None or list(read) == keys:
             phrases.append(_stage(stage))
         elif len(read) <= len(keys) // 2:
@@ -82,47 +130,59 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def params_table() -> str:
-    """One Markdown table per section, each headed by the stages that read it."""
+def params_table(task: str = "classification") -> str:
+    """One Markdown table per section, each headed by the stages that read it. The defaults are those of the
+    task's model instance (translation ships other values than classification for some of the same fields)."""
+    table, defaults = TABLES[task], TABLES[task].params()
     blocks = []
-    for section, field in Params.model_fields.items():
-        heading = f"**`{section}`**, read by {_readers(section)}"
-        if section in SECTION_NOTES:
-            heading += f"; {SECTION_NOTES[section]}"
+    for section in table.params.model_fields:
+        heading = f"**`{section}`**, read by {_readers(table, section)}"
+        if section in table.notes:
+            heading += f"; {table.notes[section]}"
         rows = [heading, "", "| key | default | meaning |", "|---|---|---|"]
-        for key, info in field.annotation.model_fields.items():
-            default = format_value(info.get_default(call_default_factory=True))
+        values = getattr(defaults, section)
+        for key, info in type(values).model_fields.items():
+            default = format_value(getattr(values, key))
             rows.append(f"| `{section}.{key}` | `{_cell(default)}` | {_cell(info.description or '')} |")
         blocks.append("\n".join(rows))
     return "\n\n".join(blocks) + "\n"
 
 
-def _marked_span(text: str, origin: str) -> tuple[int, int]:
+def _marked_span(text: str, origin: str, task: str) -> tuple[int, int]:
     """Where the generated table sits: between the end of the start marker's line and the end marker."""
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start < 0 or end < 0 or end < start or text.count(START_MARKER) != 1 or text.count(END_MARKER) != 1:
+    start_marker, end_marker = TABLES[task].start, TABLES[task].end
+    start, end = text.find(start_marker), text.find(end_marker)
+    if start < 0 or end < 0 or end < start or text.count(start_marker) != 1 or text.count(end_marker) != 1:
         raise ValueError(
-            f"{origin}: expected one {START_MARKER} line followed by one {END_MARKER} line around the parameter table"
+            f"{origin}: expected one {start_marker} line followed by one {end_marker} line around the {task} "
+            "parameter table"
         )
     return text.index("\n", start) + 1, end
 
 
-def table_in(text: str, origin: str = "README") -> str:
-    """The table currently between the markers."""
-    begin, end = _marked_span(text, origin)
+def table_in(text: str, origin: str = "README", task: str = "classification") -> str:
+    """The table currently between the task's markers."""
+    begin, end = _marked_span(text, origin, task)
     return text[begin:end].strip("\n") + "\n"
 
 
-def with_table(text: str, table: str, origin: str = "README") -> str:
-    """`text` with the part between the markers replaced by `table` (one blank line on each side)."""
-    begin, end = _marked_span(text, origin)
+def with_table(text: str, table: str, origin: str = "README", task: str = "classification") -> str:
+    """`text` with the part between the task's markers replaced by `table` (one blank line on each side)."""
+    begin, end = _marked_span(text, origin, task)
     return f"{text[:begin]}\n{table.strip(chr(10))}\n\n{text[end:]}"
 
 
 def update_readme(path: Path) -> bool:
-    """Rewrite the table between the markers of `path`; True when the file changed."""
+    """Rewrite every task's table whose markers `path` has (all checked before anything is written); True when
+    the file changed."""
     text = path.read_text(encoding="utf-8")
-    updated = with_table(text, params_table(), str(path))
+    tasks = [task for task, table in TABLES.items() if table.start in text or table.end in text]
+    if not tasks:
+        raise ValueError(f"{path}: expected one {START_MARKER} line followed by one {END_MARKER} line around the "
+                         "parameter table (or the translation-params-table markers)")
+    updated = text
+    for task in tasks:
+        updated = with_table(updated, params_table(task), str(path), task)
     if updated == text:
         return False
     path.write_text(updated, encoding="utf-8")
