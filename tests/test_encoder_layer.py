@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.model import Dropout, ModelConfig, TransformerBase, attention_with_dropout_on_cpu
+from lmtransfer.model import Dropout, ModelConfig, TransformerBase, attention_with_dropout_on_cpu, causal_mask
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_attention_with_cpu_dropout_computes_sdpas_function(causal, padded):
         allowed[0, :, :, 5:] = False
         allowed[1, 0, 2] = False  # query 2 of text 1 may attend to nothing
         if causal:
-            allowed &= ~torch.ones(7, 7, dtype=torch.bool).triu(1)
+            allowed &= ~causal_mask(7)
     ours = attention_with_dropout_on_cpu(query, key, value, allowed, causal, 0.0)
     theirs = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, is_causal=causal and not padded)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
