@@ -7,7 +7,7 @@ import mlflow
 from lmtransfer.checkpoint import load_checkpoint
 from lmtransfer.config import load_params
 from lmtransfer.evaluate import (
-    SeedResult, evaluate_classifier, headline_metrics, mean_curves, pooled_confusion, transfer_report,
+    SeedResult, evaluate_classifier, headline_metrics, mean_curves, pooled_confusion, report_lines, transfer_report,
 )
 from lmtransfer.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.paths import (
@@ -61,18 +61,7 @@ def main() -> None:
         mlflow.log_metric("baseline_accuracy", report["baseline"]["accuracy"])
         mlflow.log_dict(report, "evaluate.json")
         log_to_pipeline(headline)
-    print(summary_lines(report))
-
-
-def summary_lines(report: dict) -> str:
-    gap = report["gap"]
-    lines = [f"evaluate: {variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
-             f"± {report[variant]['accuracy_std']:.4f} over {report['n_seeds']} seeds "
-             f"(epoch-1 validation {report[variant]['first_epoch_val_accuracy_mean']:.4f})" for variant in VARIANTS]
-    lines.append(f"evaluate:   baseline: test accuracy {report['baseline']['accuracy']:.4f} (TF-IDF + logistic regression)")
-    lines.append(f"evaluate: gap {gap['accuracy_mean']:+.4f}, 95% CI [{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], "
-                 f"p = {gap['p_value']:.4f}")
-    return "\n".join(lines)
+    print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lmtransfer.config import EvaluateParams
-from lmtransfer.evaluate import SeedResult, headline_metrics, transfer_report
+from lmtransfer.evaluate import SeedResult, headline_metrics, report_lines, transfer_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,6 +41,15 @@ def test_the_headline_is_flat_and_takes_its_numbers_from_the_report(report):
     assert headline["p_value"] == report["gap"]["p_value"]
     assert headline["gap_val_epoch1"] == pytest.approx(0.71 - 0.56)
     assert headline["acc_baseline"] == 0.9 and headline["lm_val_ppl"] == 77.5 and headline["n_seeds"] == 2
+
+
+def test_the_printed_answer_puts_the_baseline_and_the_gaps_interval_beside_both_variants(report):
+    pretrained, scratch, baseline, gap = report_lines(report)
+    assert pretrained.startswith("pretrained: test accuracy 0.7500 ± ") and "over 2 seeds" in pretrained
+    assert scratch.startswith("   scratch: test accuracy 0.5500 ± ") and "(epoch-1 validation 0.5600)" in scratch
+    assert baseline == "  baseline: test accuracy 0.9000 (TF-IDF + logistic regression)"
+    low, high, p = report["gap"]["ci95_low"], report["gap"]["ci95_high"], report["gap"]["p_value"]
+    assert gap == f"gap +0.2000, 95% CI [{low:+.4f}, {high:+.4f}], p = {p:.4f}"
 
 
 def test_the_committed_headline_is_what_evaluate_writes_from_the_committed_report():

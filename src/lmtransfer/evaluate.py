@@ -16,6 +16,7 @@ from .checkpoint import build_classifier
 from .config import EvaluateParams
 from .inference import predict
 from .metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
+from .paths import VARIANTS
 from .statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
 from .tokenized import LabeledSplit
 
@@ -159,3 +160,17 @@ def headline_metrics(report: dict, pretraining: dict) -> dict:
         "lm_val_ppl": pretraining["val_perplexity"],
         "n_seeds": report["n_seeds"],
     }
+
+
+def report_lines(report: dict) -> list[str]:
+    """The answer in a few lines, as the evaluate stage prints it: each variant's test accuracy over the seeds,
+    the baseline beside them, the gap with its interval and p-value."""
+    lines = [f"{variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
+             f"± {report[variant]['accuracy_std']:.4f} over {report['n_seeds']} seeds "
+             f"(epoch-1 validation {report[variant]['first_epoch_val_accuracy_mean']:.4f})"
+             for variant in VARIANTS]
+    gap = report["gap"]
+    lines.append(f"  baseline: test accuracy {report['baseline']['accuracy']:.4f} (TF-IDF + logistic regression)")
+    lines.append(f"gap {gap['accuracy_mean']:+.4f}, 95% CI [{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], "
+                 f"p = {gap['p_value']:.4f}")
+    return lines
