@@ -66,18 +66,18 @@ def main() -> None:
             if ("processes under torchrun" in log) != ("train.nproc=2" in overrides):
                 raise SystemExit(f"{label}: not the expected number of processes:\n{log[-2000:]}")
             results[label] = curves(root), stage_seconds(log)
-    reference, processes, threads = (results[label] for label in RUNS)
+    (reference, _), (processes, _), (threads, _) = (results[label] for label in RUNS)
+    differences = {name: (relative_differences(reference[name], processes[name]),  # 2 processes, 1 thread
+                          relative_differences(reference[name], threads[name])) for name in CURVES}
     print(f"\n{os.cpu_count()} cores; largest relative difference of any logged loss from the first run")
     print(f"{'curve file':<40}{'values':>7}{'2 processes':>13}{'1 thread':>10}")
-    for name in CURVES:
-        ddp, single = (relative_differences(reference[0][name], other[0][name]) for other in (processes, threads))
+    for name, (ddp, single) in differences.items():
         print(f"{name:<40}{len(ddp):>7}{max(ddp):>13.1e}{max(single):>10.1e}")
-    print("\nper logged step of metrics/pretrain/train.tsv (how rounding differences grow with training):")
+    print(f"\nper logged step of {CURVES[0]} (how rounding differences grow with training):")
     print(f"{'step':>6}{'2 processes':>13}{'1 thread':>10}")
-    steps = [row["step"] for row in reference[0][CURVES[0]]]
-    ddp, single = (relative_differences(reference[0][CURVES[0]], other[0][CURVES[0]]) for other in (processes, threads))
-    for step, a, b in zip(steps, ddp, single):
-        print(f"{step:>6}{a:>13.1e}{b:>10.1e}")
+    steps = [row["step"] for row in reference[CURVES[0]]]
+    for step, ddp, single in zip(steps, *differences[CURVES[0]]):
+        print(f"{step:>6}{ddp:>13.1e}{single:>10.1e}")
     print(f"\n{'stage wall time, s':<24}" + "".join(f"{label:>24}" for label in RUNS))
     for stage in ("pretrain", TARGET):
         print(f"{stage:<24}" + "".join(f"{results[label][1][stage]:>24.1f}" for label in RUNS))
