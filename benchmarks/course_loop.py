@@ -169,9 +169,9 @@ def our_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> fl
     """`pretrain.pretrain` with the default params; the seconds of its steps after the first `warmup`."""
     import torch
 
-    from lmtransfer.config import PretrainParams
-    from lmtransfer.model import LanguageModel, ModelConfig
-    from lmtransfer.pretrain import pretrain
+    from lmtransfer.core.config import PretrainParams
+    from lmtransfer.core.model import LanguageModel, ModelConfig
+    from lmtransfer.pretraining.loop import pretrain
 
     model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT))
     params = PretrainParams(max_steps=warmup + steps, batch_size=BATCH, seq_len=SEQ_LEN, eval_every=10**6,
@@ -189,10 +189,10 @@ def our_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
     import numpy as np
     import torch
 
-    from lmtransfer.config import FinetuneParams
-    from lmtransfer.finetune import finetune
-    from lmtransfer.model import Classifier, ModelConfig
-    from lmtransfer.tokenized import LabeledSplit
+    from lmtransfer.classification.config import FinetuneParams
+    from lmtransfer.classification.finetune import finetune
+    from lmtransfer.core.model import Classifier, ModelConfig
+    from lmtransfer.core.tokenized import LabeledSplit
 
     def split(rows):
         lengths = np.array([len(texts[i]) for i in rows])
@@ -251,7 +251,7 @@ def measure(loop: str, workloads: list[str], quick: bool) -> dict:
     import numpy as np
     import torch
 
-    from lmtransfer.runtime import flush_denormals
+    from lmtransfer.core.runtime import flush_denormals
 
     functions, flush = LOOPS[loop]
     if flush:

@@ -4,13 +4,13 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.baseline import run_baseline
-from lmtransfer.config import load_params
+from lmtransfer.classification.baseline import run_baseline
+from lmtransfer.classification.config import load_params
 from lmtransfer.data.prepared import SPLITS, read_prepared_meta, read_split
-from lmtransfer.io import write_json
-from lmtransfer.paths import BASELINE_METRICS, PARAMS, PREPARED
-from lmtransfer.stage import stage_main
-from lmtransfer.tracking import stage_run
+from lmtransfer.core.io import write_json
+from lmtransfer.core.paths import BASELINE_METRICS, PARAMS, PREPARED
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import stage_run
 
 
 @stage_main("baseline")

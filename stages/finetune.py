@@ -7,46 +7,32 @@ dvc.yaml runs one stage per variant and seed in `finetune.seeds`, so adding a se
 runs only that seed's two fine-tunes.
 """
 
-import argparse
-
 import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer import distributed
-from lmtransfer.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint
-from lmtransfer.config import load_params
-from lmtransfer.finetune import finetune
-from lmtransfer.io import write_json, write_tsv
-from lmtransfer.model import Classifier, ModelConfig, count_parameters
-from lmtransfer.paths import (
-    PARAMS, PRETRAINED, TOKENIZED, VARIANTS, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+from lmtransfer.core import distributed
+from lmtransfer.core.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint
+from lmtransfer.classification.config import load_params
+from lmtransfer.classification.finetune import finetune
+from lmtransfer.core.finetune_args import finetune_args, finetune_stage_name
+from lmtransfer.core.io import write_json, write_tsv
+from lmtransfer.core.model import Classifier, ModelConfig, count_parameters
+from lmtransfer.core.paths import (
+    PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
-from lmtransfer.resume import Snapshots, fingerprint
-from lmtransfer.runtime import configure, environment_facts
-from lmtransfer.stage import stage_main
-from lmtransfer.tokenized import load_labeled_split, read_tokenized_meta
-from lmtransfer.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
+from lmtransfer.core.resume import Snapshots, fingerprint
+from lmtransfer.core.runtime import configure, environment_facts
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.core.tokenized import load_labeled_split, read_tokenized_meta
+from lmtransfer.harness.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--init", choices=VARIANTS, required=True)
-    parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
-    return parser.parse_args()
-
-
-def stage_name(args: argparse.Namespace | None = None) -> str:
-    """`finetune_pretrained@0`: the name dvc.yaml gives this stage, in its log lines and its MLflow run."""
-    args = args or parse_args()
-    return f"finetune_{args.init}@{args.seed}"
-
-
-@stage_main(stage_name)
+@stage_main(finetune_stage_name)
 def main() -> None:
-    args = parse_args()
+    args = finetune_args()
     variant, seed = args.init, args.seed
-    stage = stage_name(args)
+    stage = finetune_stage_name()
     params = load_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")

@@ -4,17 +4,17 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.config import load_params
-from lmtransfer.io import read_json, read_tsv, require_file
-from lmtransfer.metrics import majority_share
-from lmtransfer.paths import (
+from lmtransfer.classification.config import load_params
+from lmtransfer.core.io import read_json, read_tsv, require_file
+from lmtransfer.classification.metrics import majority_share
+from lmtransfer.core.paths import (
     BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PLOTS, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG,
     TOKENIZED, VARIANTS, finetune_epochs, finetune_summary,
 )
-from lmtransfer.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss, plot_pretraining
-from lmtransfer.stage import stage_main
-from lmtransfer.tokenized import load_labeled_split
-from lmtransfer.tracking import log_to_pipeline, stage_run
+from lmtransfer.core.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss, plot_pretraining
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.core.tokenized import load_labeled_split
+from lmtransfer.harness.tracking import log_to_pipeline, stage_run
 
 
 @stage_main("plot")

@@ -5,13 +5,13 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.config import load_params
-from lmtransfer.data.prepare import describe_removals, write_prepared
+from lmtransfer.classification.config import load_params
+from lmtransfer.classification.data.prepare import describe_removals, write_prepared
 from lmtransfer.data.prepared import read_corpus_meta
-from lmtransfer.data.sources import load_source
-from lmtransfer.paths import PARAMS, PREPARED, PREPARED_CORPUS
-from lmtransfer.stage import stage_main
-from lmtransfer.tracking import stage_run
+from lmtransfer.classification.data.sources import load_source
+from lmtransfer.core.paths import PARAMS, PREPARED, PREPARED_CORPUS
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import stage_run
 
 
 @stage_main("prepare")

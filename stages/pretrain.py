@@ -3,106 +3,16 @@ plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
 
 import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
-import mlflow
 
-from lmtransfer import distributed
-from lmtransfer.checkpoint import save_checkpoint
-from lmtransfer.checkpoint_import import load_into_language_model, read_checkpoint_weights
-from lmtransfer.translation_config import load_task_params
-from lmtransfer.generation import pretraining_samples
-from lmtransfer.input_files import resolve_input
-from lmtransfer.io import write_json, write_text, write_tsv
-from lmtransfer.model import ModelConfig, count_parameters
-from lmtransfer.objectives import Objective
-from lmtransfer.paths import (
-    PARAMS, PRETRAIN_SAMPLES, PRETRAIN_SUMMARY, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, PRETRAINED, TOKENIZED,
-    TOKENIZED_CORPUS,
-    timings_file,
-)
-from lmtransfer.pretrain import (
-    adapt_to_task, evaluate_imported, phase_logs, pretrain, pretrain_summary, pretrain_timings,
-)
-from lmtransfer.resume import Snapshots, fingerprint
-from lmtransfer.runtime import configure, environment_facts
-from lmtransfer.stage import stage_main
-from lmtransfer.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
-from lmtransfer.tokenizer import load_tokenizer
-from lmtransfer.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.classification.config import load_params
+from lmtransfer.core.paths import PARAMS
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.pretraining.stage import run_pretrain_stage
 
 
 @stage_main("pretrain")
 def main() -> None:
-    params = load_task_params(PARAMS)
-    meta = read_tokenized_meta(TOKENIZED)
-    train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
-    tokenizer = load_tokenizer(TOKENIZED)
-    objective = Objective.from_params(params.pretrain, meta)  # before any work: mlm needs a <mask> token
-    distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
-    device = distributed.start(params.train, configure(params.train))
-    config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
-    model = objective.build_model(config)
-    weights = None
-    if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
-        weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
-        load_into_language_model(weights, model)
-    sections = params.sections("model", "pretrain", "train")
-    snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED, TOKENIZED_CORPUS], device), params.train.resume_every)
-    with stage_run("pretrain", sections) as run:  # None on ranks other than 0: they train, rank 0 reports
-        if run:
-            mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
-        if weights is not None:
-            for note in weights.notes:
-                print(f"pretrain: {note}")
-            print(f"pretrain: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
-            result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, device, objective)
-        else:
-            print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens, "
-                  f"objective {objective.name}{' + next-sentence prediction' if objective.next_sentence else ''} "
-                  f"({config.attention} attention)")
-            result = pretrain(
-                model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
-                log_metrics=log_metrics, snapshots=snapshots, objective=objective,
-                compile_steps=params.train.compile,
-            )
-        adaptation = None
-        if params.pretrain.adapt_epochs:
-            train_texts, valid_texts = (load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"])
-                                        for name in ("train", "valid"))
-            print(f"pretrain: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
-                  f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
-            adaptation = adapt_to_task(
-                model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
-                params.train.log_every, log_metrics=log_metrics, first_step=result.steps, snapshots=snapshots,
-                objective=objective, compile_steps=params.train.compile,
-            )
-        if not run:
-            return
-        phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
-        train_log, valid_log = phase_logs(phases)
-        sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
-                                          device, params.train.seed)
-        summary = {**pretrain_summary(phases, objective), "n_parameters": count_parameters(model),
-                   **environment_facts()}
-        timings = pretrain_timings(phases)
-        extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
-        if weights:
-            mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
-        save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras)
-        tag_checkpoint(PRETRAINED)
-        write_tsv(PRETRAIN_TRAIN_LOG, train_log)
-        write_tsv(PRETRAIN_VALID_LOG, valid_log)
-        write_text(PRETRAIN_SAMPLES, sample_text)
-        write_json(PRETRAIN_SUMMARY, summary)
-        write_json(timings_file("pretrain"), timings)
-        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})
-        mlflow.log_text(sample_text, "samples.txt")
-        mlflow.log_artifact(str(PRETRAINED))
-    snapshots.clear()
-    print(sample_text, end="")
-    print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
-          f"{timings['tokens_per_second']:.0f} tokens/s -> {PRETRAINED}")
+    run_pretrain_stage(load_params(PARAMS))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.config import load_params
-from lmtransfer.io import write_json
-from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
-from lmtransfer.stage import stage_main
-from lmtransfer.tokenize_data import tokenize_prepared
-from lmtransfer.tracking import stage_run
+from lmtransfer.classification.config import load_params
+from lmtransfer.core.io import write_json
+from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.core.tokenize_data import tokenize_prepared
+from lmtransfer.harness.tracking import stage_run
 
 
 @stage_main("tokenize")

@@ -7,21 +7,21 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 import mlflow
 import pandas as pd
 
-from lmtransfer.translation_config import load_translation_params
-from lmtransfer.data.clauses import short_test_pairs
-from lmtransfer.data.parallel import read_pairs
-from lmtransfer.io import atomic_path, read_json, read_tsv, require_file, write_json
-from lmtransfer.paths import (
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.translation.data.clauses import short_test_pairs
+from lmtransfer.translation.data.parallel import read_pairs
+from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
+from lmtransfer.core.paths import (
     EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PREPARED, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
     finetune_epochs, finetuned_checkpoint,
 )
-from lmtransfer.runtime import select_device, use_share_of_cores
-from lmtransfer.stage import stage_main
-from lmtransfer.tokenizer import load_tokenizer
-from lmtransfer.tracking import log_to_pipeline, run_that_wrote, stage_run
-from lmtransfer.tokenized import load_pair_split
-from lmtransfer.translation_eval import report_lines, translation_headline, translation_report
-from lmtransfer.translator import DecodingOptions, load_translation_model, translate_sources, translate_texts
+from lmtransfer.core.runtime import select_device, use_share_of_cores
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.core.tokenizer import load_tokenizer
+from lmtransfer.harness.tracking import log_to_pipeline, run_that_wrote, stage_run
+from lmtransfer.core.tokenized import load_pair_split
+from lmtransfer.translation.evaluate import report_lines, translation_headline, translation_report
+from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_sources, translate_texts
 
 TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
 CLAUSE_TRANSLATIONS = EVALUATE_DETAILS / "test_clause_translations.tsv"

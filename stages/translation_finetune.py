@@ -11,30 +11,29 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.checkpoint import load_checkpoint, model_config_of, save_checkpoint
-from lmtransfer.translation_config import load_translation_params
-from lmtransfer.data.parallel import read_pairs
-from lmtransfer.io import write_json, write_tsv
-from lmtransfer.model import ModelConfig, count_parameters
-from lmtransfer.paths import (
+from lmtransfer.core.checkpoint import load_checkpoint, model_config_of, save_checkpoint
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.translation.data.parallel import read_pairs
+from lmtransfer.core.finetune_args import finetune_args, finetune_stage_name
+from lmtransfer.core.io import write_json, write_tsv
+from lmtransfer.core.model import ModelConfig, count_parameters
+from lmtransfer.core.paths import (
     PARAMS, PREPARED, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
-from lmtransfer.runtime import configure, environment_facts
-from lmtransfer.stage import stage_main
-from lmtransfer.tokenized import read_tokenized_meta
-from lmtransfer.tokenizer import load_tokenizer
-from lmtransfer.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
-from lmtransfer.tokenized import load_pair_split
-from lmtransfer.translation_training import build_translation_model, finetune_translation
-
-from finetune import parse_args, stage_name  # the classification stage's command line: --init, --seed
+from lmtransfer.core.runtime import configure, environment_facts
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.core.tokenized import read_tokenized_meta
+from lmtransfer.core.tokenizer import load_tokenizer
+from lmtransfer.harness.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
+from lmtransfer.core.tokenized import load_pair_split
+from lmtransfer.translation.training import build_translation_model, finetune_translation
 
 
-@stage_main(stage_name)
+@stage_main(finetune_stage_name)
 def main() -> None:
-    args = parse_args()
+    args = finetune_args()
     variant, seed = args.init, args.seed
-    stage = stage_name(args)
+    stage = finetune_stage_name()
     params = load_translation_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)

@@ -4,14 +4,14 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.translation_config import load_translation_params
-from lmtransfer.io import read_json, read_tsv, require_file
-from lmtransfer.paths import (
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.core.io import read_json, read_tsv, require_file
+from lmtransfer.core.paths import (
     EVALUATE_REPORT, HEADLINE, PARAMS, PLOTS, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, VARIANTS, finetune_epochs,
 )
-from lmtransfer.plots import plot_pretraining, plot_translation_curves, plot_translation_scores
-from lmtransfer.stage import stage_main
-from lmtransfer.tracking import log_to_pipeline, stage_run
+from lmtransfer.core.plots import plot_pretraining, plot_translation_curves, plot_translation_scores
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import log_to_pipeline, stage_run
 
 
 @stage_main("plot")

@@ -5,11 +5,11 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.translation_config import load_translation_params
-from lmtransfer.data.parallel import load_parallel, write_parallel
-from lmtransfer.paths import PARAMS, PREPARED, PREPARED_CORPUS
-from lmtransfer.stage import stage_main
-from lmtransfer.tracking import stage_run
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.translation.data.parallel import load_parallel, write_parallel
+from lmtransfer.core.paths import PARAMS, PREPARED, PREPARED_CORPUS
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import stage_run
 
 
 @stage_main("prepare")

@@ -5,11 +5,11 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.translation_config import load_translation_params
-from lmtransfer.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
-from lmtransfer.stage import stage_main
-from lmtransfer.tracking import stage_run
-from lmtransfer.translation_data import tokenize_parallel
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import stage_run
+from lmtransfer.translation.batches import tokenize_parallel
 
 
 @stage_main("tokenize")

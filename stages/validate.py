@@ -6,11 +6,11 @@ input stops the pipeline here, with every earlier output still in place.
 
 import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
-from lmtransfer.config import load_params
-from lmtransfer.inputs import check_inputs
-from lmtransfer.io import write_json
-from lmtransfer.paths import INPUTS, PARAMS
-from lmtransfer.stage import stage_main
+from lmtransfer.classification.config import load_params
+from lmtransfer.classification.inputs import check_inputs
+from lmtransfer.core.io import write_json
+from lmtransfer.core.paths import INPUTS, PARAMS
+from lmtransfer.harness.stage import stage_main
 
 
 @stage_main("validate")

@@ -2,11 +2,13 @@
 
 DVC reruns a stage only when a declared dependency changes, so every module a
 stage imports (directly, through another module, or inside a function) must be
-one of its `deps` in dvc.yaml. Modules that cannot change a stage's outputs
-(MLflow logging, error wrapping, progress bars) are exempt and not followed.
+one of its `deps` in dvc.yaml. The modules that cannot change a stage's outputs
+(MLflow logging, error wrapping, progress bars) live in `lmtransfer.harness`, which
+is exempt and not followed. Where a stage runs every module of a folder, its deps
+name the folder instead of the files (the list stays short, and stays exact).
 
     python tests/import_closure.py          # each stage's closure, as dvc.yaml deps
-    python tests/import_closure.py --write  # rewrite the src/ deps of every stage in dvc.yaml to match
+    python tests/import_closure.py --write  # rewrite the src/ deps of every stage of both dvc.yaml files to match
 """
 
 from __future__ import annotations
@@ -18,15 +20,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 PACKAGE = "lmtransfer"
-# Cannot change what a stage writes: they log, print or wrap errors. Not followed, and not to be declared
-# (declaring them would rerun stages for nothing).
-EXEMPT = {
-    "lmtransfer.tracking": "MLflow logging",
-    "lmtransfer.tracking_store": "the MLflow store's file",
-    "lmtransfer.stage": "turns expected errors into one line",
-    "lmtransfer.errors": "error classes: messages only",
-    "lmtransfer.progress": "progress bars",
-}
+# Cannot change what a stage writes: it logs, prints or wraps errors. Not followed, and not to be declared
+# (declaring it would rerun stages for nothing).
+EXEMPT = "lmtransfer.harness"
+
+
+def is_exempt(module: str) -> bool:
+    return module == EXEMPT or module.startswith(EXEMPT + ".")
 
 
 def module_file(module: str) -> Path | None:
@@ -83,7 +83,7 @@ def closure(script: Path) -> set[str]:
     pending = [m for name in imported_modules(script, None) for m in with_parents(name)]
     while pending:
         module = pending.pop()
-        if module in seen or module in EXEMPT:
+        if module in seen or is_exempt(module):
             continue
         seen.add(module)
         pending += [m for name in imported_modules(module_file(module), module) for m in with_parents(name)]
@@ -93,6 +93,26 @@ def closure(script: Path) -> set[str]:
 def closure_files(script: Path) -> set[str]:
     """The closure as repository-relative paths, the way dvc.yaml lists deps."""
     return {module_file(m).relative_to(REPO).as_posix() for m in closure(script)}
+
+
+def folder_files(folder: Path) -> set[str]:
+    """Every module a folder dep stands for (DVC hashes the folder; .dvcignore leaves out __pycache__)."""
+    return {p.relative_to(REPO).as_posix() for p in folder.rglob("*.py")}
+
+
+def collapsed(files: set[str]) -> list[str]:
+    """`files` with each package folder they cover whole named once instead, outermost first; the package
+    root itself is never collapsed (a stage never runs both tasks)."""
+    deps: list[str] = []
+    remaining = set(files)
+    folders = sorted({p for f in files for p in Path(f).parents if SRC / PACKAGE in (REPO / p).parents},
+                     key=lambda p: len(p.parts))
+    for folder in folders:
+        covered = folder_files(REPO / folder)
+        if covered and covered <= files and covered & remaining == covered:
+            deps.append(folder.as_posix())
+            remaining -= covered
+    return sorted(deps + sorted(remaining))
 
 
 PIPELINES = (REPO / "dvc.yaml", REPO / "translation" / "dvc.yaml")  # each task's pipeline
@@ -119,7 +139,7 @@ def write_dvc_yaml(path: Path = REPO / "dvc.yaml") -> None:
         script = next(d for d in deps if str(d).startswith(f"{prefix}stages/"))
         kept = [d for d in deps if not str(d).startswith(f"{prefix}src/")]
         first = max(i for i, d in enumerate(kept) if str(d).startswith(f"{prefix}stages/")) + 1
-        closure = sorted(prefix + f for f in closure_files(REPO / script.removeprefix(prefix)))
+        closure = [prefix + f for f in collapsed(closure_files(REPO / script.removeprefix(prefix)))]
         deps[:] = kept[:first] + closure + kept[first:]
     yaml.dump(document, path)
 
@@ -131,7 +151,7 @@ def main() -> None:
         return
     for script in sorted((REPO / "stages").glob("*.py")):
         print(f"{script.relative_to(REPO)}:")
-        for path in sorted(closure_files(script)):
+        for path in collapsed(closure_files(script)):
             print(f"  - {path}")
 
 

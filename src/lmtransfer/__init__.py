@@ -44,7 +44,7 @@ def pin_cpu_kernels() -> dict[str, str]:
 
 
 pin_cpu_kernels()
-from .sharing import parallel_jobs, wait_passively_when_shared  # noqa: E402 - after the pins, before any torch
+from lmtransfer.core.sharing import parallel_jobs, wait_passively_when_shared  # noqa: E402 - after the pins, before any torch
 
 wait_passively_when_shared(parallel_jobs())
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # MLFLOW_DISABLE_TELEMETRY=false turns it back on

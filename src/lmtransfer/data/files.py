@@ -18,10 +18,9 @@ from typing import Iterable, Iterator, NamedTuple
 
 import pandas as pd
 
-from ..config import DataParams
-from ..errors import DataSourceError
-from ..input_files import resolve_input
-from .raw import RawData
+from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.core.input_files import resolve_input
+from lmtransfer.data.raw import RawData
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",
@@ -120,16 +119,6 @@ def split_files(given: dict[str, str]) -> Iterator[tuple[str, Path]]:
         yield name, resolved
 
 
-def load_files(params: DataParams) -> RawData:
-    """The user's labeled files (train, optional valid/test) and optional corpus files."""
-    splits, origins = {}, {}
-    for name, path in split_files({name: getattr(params, name) for name in ("train", "valid", "test")}):
-        splits[name], origins[name] = read_labeled(path, params, f"data.{name}"), str(path)
-    corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
-    return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
-                   corpus_pieces=params.corpus_pieces, origins=origins)
-
-
 def refuse_nul(text: str, place: str, encoding: str, subject: str = "", after: str = "") -> None:
     """A NUL byte is never text: binary data, or a file read in the wrong encoding (UTF-16 as UTF-8)."""
     if "\x00" in text:
@@ -149,11 +138,6 @@ class Column(NamedTuple):
 
 
 Columns = dict[str, Column]  # output column -> the file's column it is read from
-
-
-def label_columns(params: DataParams) -> Columns:
-    return {"text": Column(params.text_column, "data.text_column"),
-            "label": Column(params.label_column, "data.label_column", is_label=True)}
 
 
 def table_format(path: Path, fmt: str, key: str, also: tuple[str, ...] = ()) -> str:
@@ -179,18 +163,6 @@ def label_file_for(path: Path) -> Path:
             return candidate
     tried = ", ".join(str(c) for c in dict.fromkeys(candidates))
     raise DataSourceError(f"{path}: no parallel label file found (tried {tried}); one label per line is needed")
-
-
-def read_labeled(path: Path, params: DataParams, key: str) -> pd.DataFrame:
-    """A labeled file as a table with `text`, `label` (both str) and `where` (line or row, for messages)."""
-    fmt = table_format(path, params.format, key, also=("pieces",))
-    if fmt == "pieces":
-        table = _read_pieces(path, params.encoding, key)
-    else:
-        table = read_table(path, fmt, label_columns(params), params.encoding, key)
-        _refuse_missing_labels(table, path, params.label_column)
-    refuse_blank(table, path, key, "labeled rows")
-    return table.reset_index(drop=True)
 
 
 def read_table(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
@@ -219,7 +191,7 @@ def _rows(count: int) -> str:
 MISSING_LABELS = {"nan", "na", "n/a", "null", "none"}  # how a missing value is spelled in exported tables
 
 
-def _refuse_missing_labels(table: pd.DataFrame, path: Path, label_column: str) -> None:
+def refuse_missing_labels(table: pd.DataFrame, path: Path, label_column: str) -> None:
     """A label spelled like a missing value would silently become a class of its own."""
     missing = [i for i, label in enumerate(table["label"]) if label.casefold() in MISSING_LABELS]
     if missing:
@@ -359,7 +331,7 @@ def _read_parquet(path: Path, fmt: str, columns: Columns, encoding: str, key: st
     return _select_columns(table, path, columns, encoding, [f"row {i + 1}" for i in range(len(table))])
 
 
-def _read_pieces(path: Path, encoding: str, key: str) -> pd.DataFrame:
+def read_pieces(path: Path, encoding: str, key: str) -> pd.DataFrame:
     """Pre-tokenized reviews (space-separated pieces per line) plus a parallel `.label` file."""
     labels_path = label_file_for(path)
     texts = [line for _, line in iter_lines(path, encoding, key)]

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from ..errors import DataSourceError
-from ..io import sha256_of
+from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.core.io import sha256_of
 
 
 def cache_dir() -> Path:

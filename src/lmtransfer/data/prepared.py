@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-from ..io import atomic_directory, read_json, require_file, write_json
-from ..progress import progress_bar
+from lmtransfer.core.io import atomic_directory, read_json, require_file, write_json
+from lmtransfer.harness.progress import progress_bar
 
 SPLITS = ("train", "valid", "test")
 CORPUS_PARTS = ("train", "valid")

@@ -1,0 +1,1 @@
+"""The classification task: its params, data sources, fine-tuning, evaluation and commands."""

@@ -1,0 +1,252 @@
+"""The classification task's params.yaml: its own sections (`data`, `finetune`, `evaluate`, `baseline`) beside the
+shared ones (`tokenizer`, `model`, `pretrain`, `train`, `plot`) of `core.config`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from lmtransfer.core.config import (
+    ModelParams, PipelineParams, PlotParams, PretrainParams, Section, TokenizerParams, TrainParams, check_seeds,
+    known_encoding, parse_section_model, path_list, read_params_file, split_task,
+)
+from lmtransfer.harness.errors import ConfigError
+
+
+LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
+
+
+
+FILE_KEYS = ("train", "valid", "test", "corpus")
+
+
+
+class DataParams(Section):
+    source: Literal["movies-en", "reviews-zh", "files"] = Field(
+        "movies-en", description="`movies-en` or `reviews-zh` (built in), or `files` (your own: `data.train` and below)"
+    )
+    max_examples: int = Field(0, ge=0, description="cap on labeled training examples after deduplication (0 = all)")
+    max_corpus_lines: int = Field(
+        0, ge=0, description="cap on unlabeled corpus lines: the first N unique ones (0 = all)"
+    )
+    valid_fraction: float = Field(
+        0.1, gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is `''`"
+    )
+    test_fraction: float = Field(
+        0.2, gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is `''`"
+    )
+    corpus_valid_fraction: float = Field(
+        0.02, gt=0, lt=1, description="share of corpus lines held out to measure the pretraining perplexity"
+    )
+    add_train_to_corpus: bool = Field(
+        True, description="the labeled *train* texts also join the pretraining corpus (valid and test texts never do)"
+    )
+    seed: int = Field(0, description="seed of the stratified train/valid/test split")
+    # Only for `source: files`. Paths are relative to the repository root.
+    train: str = Field(
+        "", description="`files` only: the labeled file (`.csv`, `.tsv`, `.jsonl`, `.parquet`, or pieces with a "
+        "parallel `.label` file); paths are relative to the repository root"
+    )
+    valid: str = Field("", description="`files` only: labeled validation file; `''` = carved from train")
+    test: str = Field("", description="`files` only: labeled test file; `''` = carved from train")
+    format: Literal[LABELED_FORMATS] = Field(  # type: ignore[valid-type]
+        "auto", description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
+        "or `pieces` (space-separated sentencepiece pieces)"
+    )
+    text_column: str = Field("text", description="column (JSONL: field) holding the text")
+    label_column: str = Field(
+        "label", description="column (JSONL: field) holding the label: any strings or integers, 2 classes or more"
+    )
+    corpus: list[str] = Field(
+        default_factory=list,
+        description="`files` only: unlabeled text, files or globs, one document per line (streamed: any size)",
+    )
+    corpus_format: Literal["text", "pieces"] = Field(
+        "text", description="`text`, or `pieces` when the corpus is already cut into sentencepiece pieces"
+    )
+    encoding: str = Field(
+        "utf-8", description="text encoding of the labeled and corpus files (e.g. `utf-16`, `gb18030`, `latin-1`)"
+    )
+
+    _one_path_is_a_list = field_validator("corpus", mode="before")(path_list)
+    _known_encoding = field_validator("encoding")(known_encoding)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DataParams":
+        if self.valid_fraction + self.test_fraction >= 0.9:
+            raise ValueError("data.valid_fraction + data.test_fraction must leave at least 10% for training")
+        if self.source == "files":
+            if not self.train:
+                raise ValueError("data.train is required when data.source is 'files' (a labeled file)")
+            if not (self.text_column and self.label_column):
+                raise ValueError("data.text_column and data.label_column must not be empty")
+        else:
+            used = [key for key in FILE_KEYS if getattr(self, key)]
+            if used:
+                raise ValueError(
+                    f"data.{used[0]} is only read when data.source is 'files' (data.source is {self.source!r})"
+                )
+        return self
+
+    @property
+    def labeled_pieces(self) -> bool:
+        return self.source == "files" and self.format == "pieces"
+
+    @property
+    def corpus_pieces(self) -> bool:
+        """The corpus is pre-cut into pieces; without corpus files it is the labeled train texts."""
+        if self.source != "files":
+            return False
+        return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
+
+
+
+class FinetuneParams(Section):
+    # Each variant is fine-tuned once per seed (one DVC stage each), all from the same pretrained checkpoint.
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2], min_length=1,
+        description="one fine-tune per variant and seed, all from the same pretrained model",
+    )
+    epochs: int = Field(
+        2, ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
+    )
+    batch_size: int = Field(32, ge=1, description="texts per step")
+    lr: float = Field(
+        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer (its course over the steps: "
+        "`finetune.schedule`)"
+    )
+    # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
+    # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
+    head_lr_multiplier: float = Field(30.0, gt=0, description="the new classification head learns at lr × this")
+    layer_lr_decay: float = Field(
+        1.0, gt=0, le=1, description="each layer below the top learns at this × the one above, the embedding last "
+        "(1.0 = off; ULMFiT used 0.38)"
+    )
+    max_len: int = Field(64, ge=3, description="tokens per text; longer texts keep their first `max_len`")
+    pooling: Literal["last", "mean", "first"] = Field(
+        "mean", description="what the head reads: `mean` (of the non-padding tokens), `last` (the last non-padding "
+        "token: causal models) or `first` (the begin-of-text token, BERT's [CLS]: bidirectional models)"
+    )
+    freeze_backbone: bool = Field(
+        False, description="train the head only; the base's weights stay as they are. Both variants: the scratch "
+        "model then trains a head on random features (a fair control)"
+    )
+    grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (0 = plain Adam, step for step)")
+    warmup_steps: int = Field(20, ge=0, description="steps of linear learning-rate warm-up (0 = none)")
+    schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="after the warm-up: `cosine` decay to a tenth of `lr` at the last step, or `constant` "
+        "(the original course's: `lr` throughout)"
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        return check_seeds(seeds)
+
+
+
+class EvaluateParams(Section):
+    batch_size: int = Field(64, ge=1, description="test texts per batch")
+    bootstrap_samples: int = Field(
+        10_000, ge=100, description="resamples of seeds × test examples for the gap's 95% interval"
+    )
+    permutation_samples: int = Field(
+        10_000, ge=100, description="sign flips for the paired permutation test's p-value"
+    )
+    seed: int = Field(0, description="seed of the resampling: the interval is the same on every run")
+
+
+
+class BaselineParams(Section):
+    """TF-IDF + logistic regression, C tuned on the validation split."""
+
+    word_ngrams: list[int] = Field(
+        default_factory=lambda: [1, 2], min_length=2, max_length=2,
+        description="[low, high]: lengths of the word n-grams among the TF-IDF features",
+    )
+    char_ngrams: list[int] = Field(
+        default_factory=lambda: [2, 5], min_length=2, max_length=2,
+        description="[low, high]: lengths of the character n-grams (inside word boundaries)",
+    )
+    min_df: int = Field(1, ge=1, description="n-grams in fewer train texts than this are dropped")
+    c_values: list[float] = Field(
+        default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0], min_length=1,
+        description="inverse regularisation strengths tried; the best on the validation split is kept",
+    )
+    max_iter: int = Field(1000, ge=10, description="solver iterations per logistic-regression fit")
+
+    @field_validator("word_ngrams", "char_ngrams")
+    @classmethod
+    def _ngram_range(cls, value: list[int]) -> list[int]:
+        if not 1 <= value[0] <= value[1]:
+            raise ValueError(f"an n-gram range is [low, high] with 1 <= low <= high, got {value}")
+        return value
+
+    @field_validator("c_values")
+    @classmethod
+    def _positive(cls, value: list[float]) -> list[float]:
+        if any(c <= 0 for c in value):
+            raise ValueError(f"baseline.c_values must all be positive, got {value}")
+        return value
+
+
+
+class Params(PipelineParams):
+    """The classification task's params.yaml."""
+
+    data: DataParams = DataParams()
+    tokenizer: TokenizerParams = TokenizerParams()
+    model: ModelParams = ModelParams()
+    pretrain: PretrainParams = PretrainParams()
+    finetune: FinetuneParams = FinetuneParams()
+    train: TrainParams = TrainParams()
+    evaluate: EvaluateParams = EvaluateParams()
+    baseline: BaselineParams = BaselineParams()
+    plot: PlotParams = PlotParams()
+
+    @model_validator(mode="after")
+    def _check_pooling_fits_attention(self) -> "Params":
+        objective, pooling = self.pretrain.objective, self.finetune.pooling
+        if self.causal_attention and pooling == "first":
+            raise ValueError(f"finetune.pooling: first reads position 0, which a causal model "
+                             f"(pretrain.objective: {objective}) lets see only itself; use last or mean")
+        if not self.causal_attention and pooling == "last":
+            raise ValueError(f"finetune.pooling: last suits a causal model, where only the last token has seen the "
+                             f"whole text; with bidirectional attention (pretrain.objective: {objective}) use "
+                             "first (BERT's [CLS]) or mean")
+        return self
+
+    @model_validator(mode="after")
+    def _check_tokenizer_fits_data(self) -> "Params":
+        pieces = self.data.labeled_pieces or self.data.corpus_pieces
+        raw_text = not (self.data.labeled_pieces and self.data.corpus_pieces)
+        if pieces and not (self.tokenizer.model_file or self.tokenizer.vocab_file):
+            raise ValueError(
+                "data in `pieces` format is already tokenized: set tokenizer.vocab_file (its dictionary) "
+                "or tokenizer.model_file (its sentencepiece model) so the pieces map to the right ids"
+            )
+        if self.tokenizer.vocab_file and raw_text and not self.tokenizer.model_file:
+            raise ValueError(
+                "tokenizer.vocab_file only maps pieces to ids; raw text also needs tokenizer.model_file "
+                "(the sentencepiece model that produced those pieces)"
+            )
+        return self
+
+
+
+def parse_params(raw: Any, origin: str = "params") -> Params:
+    """The classification params (a translation file is refused: it belongs to `translation.config`)."""
+    task, raw = split_task(raw, origin)
+    if task != "classification":
+        raise ConfigError(f"{origin}: task: {task}: these are the {task} pipeline's params (translation/params.yaml); "
+                          "this stage belongs to the classification pipeline")
+    return parse_section_model(Params, raw, origin)
+
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate the classification pipeline's params file."""
+    return parse_params(read_params_file(path), origin=str(path))

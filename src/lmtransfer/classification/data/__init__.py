@@ -1,0 +1,1 @@
+"""Where classification's labeled data comes from, and how it is split."""

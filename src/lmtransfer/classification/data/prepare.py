@@ -1,0 +1,343 @@
+"""Turn a source's raw text into clean, deduplicated, leak-free splits.
+
+Order matters: deduplicate first (so one text cannot land in two splits), split
+with a seeded stratified shuffle, and only then build the pretraining corpus,
+from which every valid/test text is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from lmtransfer.classification.config import DataParams
+from lmtransfer.harness.errors import EmptySplitError, SplitError
+from lmtransfer.core.text import dedup_key, normalize_text, pieces_to_text
+from lmtransfer.data.prepared import SPLITS, write_prepared_dir
+from lmtransfer.data.raw import RawData
+
+
+MAX_DOCUMENT_CHARS = 20_000  # a longer corpus line becomes several documents (see split_long_line)
+
+
+def hashed_key(text: str) -> bytes:
+    """8 bytes per corpus line instead of the line itself: dedup of a huge corpus stays small."""
+    return hashlib.blake2b(dedup_key(text).encode("utf-8"), digest_size=8).digest()
+
+
+def deduplicate_labeled(table: pd.DataFrame) -> pd.DataFrame:
+    """Drop empty texts and repeats; a text seen with two different labels is dropped entirely."""
+    table = table[["text", "label"]].assign(text=table["text"].map(normalize_text))
+    table = table[table["text"] != ""]
+    key = table["text"].map(dedup_key)
+    labels_per_text = table.groupby(key)["label"].transform("nunique")
+    table = table[labels_per_text == 1]
+    return table[~key[table.index].duplicated()].reset_index(drop=True)
+
+
+def infer_label_names(labels) -> list[str]:
+    """Class ids in a predictable order: numeric labels numerically (2 before 10), others alphabetically."""
+    unique = set(labels)
+    try:
+        return sorted(unique, key=lambda label: (int(label), label))
+    except ValueError:
+        return sorted(unique)
+
+
+def stratified_split(labels: np.ndarray, valid_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
+    """Indices per split; each class is shuffled and cut in the same proportions."""
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        n_test = int(round(len(members) * test_fraction))
+        n_valid = int(round(len(members) * valid_fraction))
+        parts["test"].append(members[:n_test])
+        parts["valid"].append(members[n_test : n_test + n_valid])
+        parts["train"].append(members[n_test + n_valid :])
+    return {name: np.sort(np.concatenate(chunks)) for name, chunks in parts.items()}
+
+
+@dataclass
+class LabeledData:
+    splits: dict[str, pd.DataFrame]  # text (str), label (int class id)
+    label_names: list[str]
+    removed: dict[str, int]  # what deduplication and leak removal dropped from train, for the record
+    kept_as_given: dict[str, dict[str, int]] = field(default_factory=dict)  # per given split: rows, repeats, overlaps
+
+
+def keep_as_given(table: pd.DataFrame) -> pd.DataFrame:
+    """A given valid/test split, row for row: only whitespace is normalised (a tab would break the TSV).
+
+    A published test set must stay the published test set, repeats and all, or its numbers compare with nothing.
+    """
+    return table[["text", "label"]].assign(text=table["text"].map(normalize_text)).reset_index(drop=True)
+
+
+def repeated_rows(texts: pd.Series) -> int:
+    """Rows whose text (case and spacing ignored) already occurred in an earlier row."""
+    return int(texts.map(dedup_key).duplicated().sum())
+
+
+def _shared(texts: pd.Series, other: pd.Series) -> pd.Series:
+    return texts.map(dedup_key).isin(set(other.map(dedup_key)))
+
+
+def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
+    """Given valid/test splits kept row for row; train deduplicated and stripped of every text that is also in a
+    held-out split; missing splits carved from what remains (deduplicated, so disjoint)."""
+    given = {name: keep_as_given(raw.splits[name]) for name in ("valid", "test") if name in raw.splits}
+    train = deduplicate_labeled(raw.splits["train"])
+    removed = {"duplicates_train": len(raw.splits["train"]) - len(train)}
+    kept_as_given: dict[str, dict[str, int]] = {}
+    for name, table in given.items():
+        kept_as_given[name] = {"rows": len(table), "repeated_rows": repeated_rows(table["text"])}
+    if "valid" in given and "test" in given:
+        kept_as_given["valid"]["rows_also_in_test"] = int(_shared(given["valid"]["text"], given["test"]["text"]).sum())
+    leaked = pd.Series(False, index=train.index)
+    for name, table in given.items():
+        in_split = _shared(train["text"], table["text"])
+        if len(given) > 1:
+            removed[f"train_texts_also_in_{name}"] = int(in_split.sum())
+        leaked |= in_split
+    removed["train_texts_also_in_valid_or_test"] = int(leaked.sum())
+    train = train[~leaked].reset_index(drop=True)
+
+    if params.max_examples and len(train) > params.max_examples:
+        keep = np.random.default_rng(params.seed).choice(len(train), params.max_examples, replace=False)
+        train = train.iloc[np.sort(keep)].reset_index(drop=True)
+    label_names = raw.label_names or infer_label_names(train["label"])
+    for name, table in {**given, "train": train}.items():
+        unknown = sorted(set(table["label"]) - set(label_names))
+        if unknown:
+            raise SplitError(
+                f"split '{name}' ({raw.origins.get(name, 'data')}) has label(s) {unknown[:5]} that the training "
+                f"data does not have; the classes are {label_names}"
+            )
+    ids = {name: index for index, name in enumerate(label_names)}
+    splits = {name: table.assign(label=table["label"].map(ids).astype(np.int64)) for name, table in given.items()}
+    splits["train"] = train.assign(label=train["label"].map(ids).astype(np.int64))
+    carve = {name: getattr(params, f"{name}_fraction") if name not in given else 0.0 for name in ("valid", "test")}
+    if carve["valid"] or carve["test"]:
+        indices = stratified_split(splits["train"]["label"].to_numpy(), carve["valid"], carve["test"], params.seed)
+        pool = splits["train"]
+        splits["train"] = pool.iloc[indices["train"]].reset_index(drop=True)
+        for name in ("valid", "test"):
+            if carve[name]:
+                splits[name] = pool.iloc[indices[name]].reset_index(drop=True)
+    splits = {name: splits[name] for name in SPLITS}
+    for name, split in splits.items():
+        _check_split(name, split, label_names, len(train), raw.origins.get(name))
+    return LabeledData(splits, label_names, removed, kept_as_given)
+
+
+def describe_removals(meta: dict) -> list[str]:
+    """Log lines from the prepared meta: what left train, and what the given splits hold (repeats, overlaps) that a
+    reader of their numbers should know."""
+    removed = meta["removed"]
+    per_split = [f"{removed[key]} in {key.removeprefix('train_texts_also_in_')}" for key in removed
+                 if key in ("train_texts_also_in_valid", "train_texts_also_in_test")]
+    lines = [f"train: {removed['duplicates_train']} repeated or label-conflicting texts removed, "
+             f"{removed['train_texts_also_in_valid_or_test']} texts also in valid or test removed"
+             + (f" ({', '.join(per_split)})" if per_split else "")]
+    for name, facts in meta.get("kept_as_given", {}).items():
+        also = f", {facts['rows_also_in_test']} also in test" if "rows_also_in_test" in facts else ""
+        lines.append(f"{name}: kept as given, {facts['rows']} rows ({facts['repeated_rows']} repeat an earlier row"
+                     f"{also}); none removed")
+    return lines
+
+
+def _check_split(name: str, split: pd.DataFrame, label_names: list[str], n_train: int, origin: str | None) -> None:
+    source = f"data.{name} ({origin})" if origin else f"{n_train} labeled examples after deduplication"
+    if split.empty:
+        raise EmptySplitError(
+            f"split '{name}' is empty ({source}); provide more examples, raise data.max_examples "
+            "or adjust data.valid_fraction / data.test_fraction"
+        )
+    classes = split["label"].unique()
+    if len(classes) < 2:
+        raise SplitError(
+            f"split '{name}' has a single class ({label_names[classes[0]]!r}, {len(split)} examples; {source}): "
+            "a classifier needs at least two classes to learn or to be measured on"
+        )
+
+
+class SeenKeys:
+    """The dedup keys met so far: 8 bytes each, in one sorted numpy array.
+
+    A Python set of 8-byte keys costs about 100 bytes per key (the bytes object and the set's slot), so
+    the ~8 million lines of a 1 GB corpus would hold close to 1 GB; here they hold 64 MB. Keys are
+    looked up and added a batch at a time (`first_unseen`, `add`), which keeps the numpy calls few.
+    """
+
+    def __init__(self, keys: Iterable[bytes] = ()):
+        self.sorted = np.unique(_as_key_array(list(keys)))
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def first_unseen(self, keys: np.ndarray) -> np.ndarray:
+        """A mask over `keys`: not seen before, and the first of its value in `keys` (what a set, fed the keys
+        one by one and asked before each, would have accepted)."""
+        position = np.searchsorted(self.sorted, keys)
+        found = np.zeros(len(keys), dtype=bool)
+        inside = position < len(self.sorted)
+        found[inside] = self.sorted[position[inside]] == keys[inside]
+        first = np.zeros(len(keys), dtype=bool)
+        first[np.unique(keys, return_index=True)[1]] = True
+        return first & ~found
+
+    def add(self, keys: np.ndarray) -> None:
+        """Keys not seen yet (as `first_unseen` selected them), merged into the sorted array."""
+        keys = np.sort(keys)
+        self.sorted = np.insert(self.sorted, np.searchsorted(self.sorted, keys), keys)
+
+
+def _as_key_array(keys: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(keys), dtype=np.uint64).copy() if keys else np.zeros(0, np.uint64)
+
+
+DEDUP_BATCH_LINES = 65_536  # corpus lines hashed and looked up together
+
+
+def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> Iterator[tuple[str, str]]:
+    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, nothing kept in memory but
+    8 bytes per kept document (`SeenKeys`).
+
+    Every round(1/corpus_valid_fraction)-th kept line (the first included) goes to the
+    pretraining validation part: deterministic, evenly spread, and needs no second pass.
+    Lines are read, hashed and looked up in batches, with the result of one line at a time;
+    with `data.max_corpus_lines`, no line past the last one used is read.
+    """
+    convert_held_out = pieces_to_text if raw.labeled_pieces and not raw.corpus_pieces else (lambda t: t)
+    comparable = raw.labeled_pieces == raw.corpus_pieces or raw.labeled_pieces
+    seen = SeenKeys()
+    if comparable:
+        seen = SeenKeys(hashed_key(convert_held_out(t)) for name in ("valid", "test") for t in labeled.splits[name]["text"])
+    kept = 0
+
+    def accept(lines: list[str]) -> tuple[list[tuple[str, str]], int]:
+        """The new documents of `lines` in order (as if looked up one by one), and how many lines gave one."""
+        nonlocal kept
+        documents, line_of = [], []
+        for number, line in enumerate(lines):
+            for document in split_long_line(normalize_text(line)):
+                if document:
+                    documents.append(document)
+                    line_of.append(number)
+        keys = _as_key_array([hashed_key(document) for document in documents])
+        new = np.flatnonzero(seen.first_unseen(keys))
+        seen.add(keys[new])
+        accepted = []
+        for index in new.tolist():
+            accepted.append(("valid" if _is_validation_line(kept, params.corpus_valid_fraction) else "train",
+                             documents[index]))
+            kept += 1
+        return accepted, len(np.unique(np.asarray(line_of, dtype=np.int64)[new]))
+
+    corpus_lines, lines = 0, iter(raw.corpus)
+    while not params.max_corpus_lines or corpus_lines < params.max_corpus_lines:
+        # with a cap, never read more lines than could still count: a line counts at most once, however many
+        # documents it gives (a long line is cut into several), so the cap is never passed within a batch
+        budget = params.max_corpus_lines - corpus_lines if params.max_corpus_lines else DEDUP_BATCH_LINES
+        batch = list(itertools.islice(lines, min(DEDUP_BATCH_LINES, budget)))
+        if not batch:
+            break
+        accepted, giving = accept(batch)
+        corpus_lines += giving
+        yield from accepted
+    if params.add_train_to_corpus and comparable:
+        texts = [convert_held_out(text) for text in labeled.splits["train"]["text"]]
+        for start in range(0, len(texts), DEDUP_BATCH_LINES):
+            yield from accept(texts[start : start + DEDUP_BATCH_LINES])[0]
+
+
+def split_long_line(line: str, limit: int = MAX_DOCUMENT_CHARS) -> list[str]:
+    """A line of at most `limit` characters as it is; a longer one cut at spaces into documents of at most `limit`.
+
+    The validation hold-out takes whole documents, so one enormous line (a book on one line) would
+    otherwise become all of it, or none. A run of more than `limit` characters without a space is cut
+    where it reaches the limit.
+    """
+    documents = []
+    while len(line) > limit:
+        cut = line.rfind(" ", 1, limit + 1)
+        cut = cut if cut > 0 else limit
+        documents.append(line[:cut].strip())
+        line = line[cut:].strip()
+    return documents + [line]
+
+
+def _is_validation_line(index: int, fraction: float) -> bool:
+    """Line 0, then one line each time index * fraction passes a whole number."""
+    return index == 0 or int((index + 1) * fraction) > int(index * fraction)
+
+
+@dataclass
+class PreparedData:
+    """Everything `prepare` produces, in memory (tests and small data; the stage streams instead)."""
+
+    splits: dict[str, pd.DataFrame]
+    corpus_train: list[str]
+    corpus_valid: list[str]
+    label_names: list[str]
+
+
+def prepare(raw: RawData, params: DataParams) -> PreparedData:
+    labeled = prepare_labeled(raw, params)
+    parts: dict[str, list[str]] = {"train": [], "valid": []}
+    for part, document in corpus_documents(raw, labeled, params):
+        parts[part].append(document)
+    _check_corpus(len(parts["train"]), len(parts["valid"]))
+    return PreparedData(labeled.splits, parts["train"], parts["valid"], labeled.label_names)
+
+
+@dataclass
+class CorpusScan:
+    """What validate learns from one streamed pass over the corpus: lines and characters per part, and the
+    training part itself when it is small (a tokenizer trial costs next to nothing then)."""
+
+    lines: dict[str, int]
+    chars: dict[str, int]
+    train_text: list[str] | None
+
+
+def scan_corpus(raw: RawData, labeled: LabeledData, params: DataParams, keep_chars: int = 0) -> CorpusScan:
+    """Stream the corpus as `prepare` will (an empty part stops here); keep its training part up to `keep_chars`."""
+    scan = CorpusScan({"train": 0, "valid": 0}, {"train": 0, "valid": 0}, [])
+    for part, document in corpus_documents(raw, labeled, params):
+        scan.lines[part] += 1
+        scan.chars[part] += len(document)
+        if part == "train" and scan.train_text is not None:
+            scan.train_text.append(document)
+            if scan.chars["train"] > keep_chars:
+                scan.train_text = None
+    _check_corpus(scan.lines["train"], scan.lines["valid"])
+    return scan
+
+
+def _check_corpus(n_train: int, n_valid: int) -> None:
+    if n_train == 0 or n_valid == 0:
+        raise EmptySplitError(
+            f"the pretraining corpus has {n_train + n_valid} usable lines: too few to split off a validation part; "
+            "add corpus files (data.corpus), raise data.max_corpus_lines or set data.add_train_to_corpus: true"
+        )
+
+
+def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str) -> dict:
+    """Split, stream the corpus and write `data/prepared/` and `data/prepared_corpus/` (see `prepared`); returns the
+    labeled folder's meta."""
+    labeled = prepare_labeled(raw, params)
+    description = {"source": source, "labeled_format": "pieces" if raw.labeled_pieces else "text",
+                   "corpus_format": "pieces" if raw.corpus_pieces else "text"}
+    return write_prepared_dir(
+        out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params), description,
+        labeled.removed, check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]),
+        kept_as_given=labeled.kept_as_given,
+    )

@@ -1,0 +1,21 @@
+"""The registry of data sources (`data.source` in params.yaml): each a function params -> RawData."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from lmtransfer.classification.config import DataParams
+from lmtransfer.classification.data.labeled_files import load_files
+from lmtransfer.classification.data.movies_en import load_movies_en
+from lmtransfer.data.raw import RawData
+from lmtransfer.classification.data.reviews_zh import load_reviews_zh
+
+SOURCES: dict[str, Callable[[DataParams], RawData]] = {
+    "movies-en": load_movies_en,
+    "reviews-zh": load_reviews_zh,
+    "files": load_files,
+}
+
+
+def load_source(params: DataParams) -> RawData:
+    return SOURCES[params.source](params)

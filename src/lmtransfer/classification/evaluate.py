@@ -1,0 +1,176 @@
+"""Test-set evaluation: every fine-tuned seed of both variants, their spread, and the transfer gap.
+
+A single seed's 2-5 point gap can be noise; the report gives each variant's mean,
+standard deviation and per-seed values, and the pretrained-minus-scratch gap with a
+95% interval and a p-value (see `statistics`), beside the TF-IDF baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lmtransfer.core.checkpoint import build_classifier
+from lmtransfer.classification.config import EvaluateParams
+from lmtransfer.classification.inference import predict
+from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
+from lmtransfer.core.paths import VARIANTS
+from lmtransfer.core.statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
+from lmtransfer.core.tokenized import LabeledSplit
+
+
+@dataclass
+class SeedResult:
+    """One fine-tuned model on the test split, plus its validation curve."""
+
+    seed: int
+    metrics: dict
+    correct: np.ndarray  # bool per test example
+    epochs: list[dict[str, float]]  # the fine-tuning history: epoch, train/val loss and accuracy
+
+    @property
+    def val_accuracy_per_epoch(self) -> list[float]:
+        return [row["val_accuracy"] for row in self.epochs]
+
+
+def evaluate_classifier(
+    payload: dict, test: LabeledSplit, batch_size: int, device: torch.device
+) -> tuple[dict, np.ndarray]:
+    """Metrics dict and predicted class per example for one fine-tuned checkpoint."""
+    model = build_classifier(payload).to(device)
+    probabilities, loss = predict(model, test, batch_size, payload["max_len"], device)
+    predicted = probabilities.argmax(-1)
+    label_names = payload["label_names"]
+    matrix = confusion_matrix(test.labels, predicted, len(label_names))
+    metrics = {
+        "accuracy": accuracy(matrix),
+        "macro_f1": macro_f1(matrix),
+        "loss": loss,
+        "f1_per_class": dict(zip(label_names, map(float, per_class_f1(matrix)))),
+        "confusion_matrix": {"labels": label_names, "rows_actual_columns_predicted": matrix.tolist()},
+        "n_examples": len(test),
+    }
+    return metrics, predicted
+
+
+def variant_report(results: list[SeedResult]) -> dict:
+    """Mean, std and per-seed values of the test scores and of validation accuracy per epoch."""
+    report: dict = {}
+    for key in ("accuracy", "macro_f1"):
+        stats = summarize([r.metrics[key] for r in results])
+        report.update({f"{key}_mean": stats["mean"], f"{key}_std": stats["std"], f"{key}_per_seed": stats["per_seed"]})
+    first = summarize([r.val_accuracy_per_epoch[0] for r in results])
+    report["first_epoch_val_accuracy_mean"] = first["mean"]
+    report["first_epoch_val_accuracy_std"] = first["std"]
+    report["first_epoch_val_accuracy_per_seed"] = first["per_seed"]
+    curves = np.array([r.val_accuracy_per_epoch for r in results])
+    report["val_accuracy_mean_per_epoch"] = [float(v) for v in curves.mean(axis=0)]
+    report["val_accuracy_std_per_epoch"] = [float(v) for v in (curves.std(axis=0, ddof=1) if len(results) > 1
+                                                               else np.zeros(curves.shape[1]))]
+    names = list(results[0].metrics["f1_per_class"])
+    report["f1_per_class_mean"] = {n: float(np.mean([r.metrics["f1_per_class"][n] for r in results])) for n in names}
+    report["loss_mean"] = float(np.mean([r.metrics["loss"] for r in results]))
+    report["seeds"] = [r.seed for r in results]
+    return report
+
+
+def pooled_confusion(results: list[SeedResult]) -> dict:
+    """One variant's test confusion matrix summed over its seeds (what the confusion figures show)."""
+    matrices = [r.metrics["confusion_matrix"] for r in results]
+    total = np.sum([m["rows_actual_columns_predicted"] for m in matrices], axis=0)
+    return {"labels": matrices[0]["labels"], "seeds": [r.seed for r in results],
+            "rows_actual_columns_predicted": total.tolist()}
+
+
+CURVE_KEYS = ("val_accuracy", "train_loss", "val_loss", "train_accuracy")
+
+
+def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: float) -> list[dict[str, float]]:
+    """Per epoch, each variant's mean over seeds: the table `dvc plots` draws (one column per line)."""
+    n_epochs = min(len(r.epochs) for runs in results.values() for r in runs)
+    rows = []
+    for epoch in range(n_epochs):
+        row: dict[str, float] = {"epoch": epoch + 1}
+        for key in CURVE_KEYS:
+            for variant, runs in results.items():
+                row[f"{key}_{variant}"] = float(np.mean([r.epochs[epoch][key] for r in runs]))
+        row["val_accuracy_baseline"] = baseline_valid_accuracy
+        rows.append(row)
+    return rows
+
+
+def transfer_report(
+    pretrained: list[SeedResult], scratch: list[SeedResult], baseline: dict, params: EvaluateParams
+) -> dict:
+    """The headline first (the gap and its uncertainty), then each variant, then the baseline."""
+    if [r.seed for r in pretrained] != [r.seed for r in scratch]:
+        raise ValueError("pretrained and scratch must be evaluated on the same seeds (they are paired by seed)")
+    correct_pretrained = np.stack([r.correct for r in pretrained])
+    correct_scratch = np.stack([r.correct for r in scratch])
+    low, high = paired_bootstrap_interval(
+        correct_pretrained, correct_scratch, params.bootstrap_samples, seed=params.seed
+    )
+    pretrained_report, scratch_report = variant_report(pretrained), variant_report(scratch)
+    gap = {
+        "accuracy_mean": pretrained_report["accuracy_mean"] - scratch_report["accuracy_mean"],
+        "ci95_low": low,
+        "ci95_high": high,
+        "p_value": paired_permutation_p_value(
+            correct_pretrained, correct_scratch, params.permutation_samples, seed=params.seed
+        ),
+        "macro_f1_mean": pretrained_report["macro_f1_mean"] - scratch_report["macro_f1_mean"],
+        "first_epoch_val_accuracy_mean": (
+            pretrained_report["first_epoch_val_accuracy_mean"] - scratch_report["first_epoch_val_accuracy_mean"]
+        ),
+    }
+    return {
+        "gap": gap,
+        "pretrained": pretrained_report,
+        "scratch": scratch_report,
+        "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"],
+                     "valid_accuracy": baseline["valid_accuracy"]},
+        "n_seeds": len(pretrained),
+        "n_test_examples": int(correct_pretrained.shape[1]),
+    }
+
+
+def headline_metrics(report: dict, pretraining: dict) -> dict:
+    """The answer in ten flat numbers (`metrics/headline.json`, the one file `dvc.yaml` declares as metrics),
+    so `dvc metrics show` fits on one row and `dvc exp show` compares experiments on what matters; the
+    MLflow pipeline run carries the same numbers.
+
+    `report` is `transfer_report`'s (metrics/evaluate.json, which keeps every detail), `pretraining` the
+    pretrain stage's summary (metrics/pretrain.json). Accuracies are test accuracies, mean over seeds; `gap` is
+    pretrained minus scratch, `ci95_low`/`ci95_high` its 95% interval and `p_value` its paired test (the names
+    of evaluate.json's `gap.*`, kept short so the columns fit a terminal); `gap_val_epoch1` the gap in validation
+    accuracy after one epoch; `lm_val_ppl` the language model's validation perplexity on the held-out corpus.
+    """
+    gap = report["gap"]
+    return {
+        "acc_pretrained": report["pretrained"]["accuracy_mean"],
+        "acc_scratch": report["scratch"]["accuracy_mean"],
+        "gap": gap["accuracy_mean"],
+        "ci95_low": gap["ci95_low"],
+        "ci95_high": gap["ci95_high"],
+        "p_value": gap["p_value"],
+        "gap_val_epoch1": gap["first_epoch_val_accuracy_mean"],
+        "acc_baseline": report["baseline"]["accuracy"],
+        "lm_val_ppl": pretraining["val_perplexity"],
+        "n_seeds": report["n_seeds"],
+    }
+
+
+def report_lines(report: dict) -> list[str]:
+    """The answer in a few lines, as the evaluate stage prints it: each variant's test accuracy over the seeds,
+    the baseline beside them, the gap with its interval and p-value."""
+    lines = [f"{variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
+             f"± {report[variant]['accuracy_std']:.4f} over {report['n_seeds']} seeds "
+             f"(epoch-1 validation {report[variant]['first_epoch_val_accuracy_mean']:.4f})"
+             for variant in VARIANTS]
+    gap = report["gap"]
+    lines.append(f"  baseline: test accuracy {report['baseline']['accuracy']:.4f} (TF-IDF + logistic regression)")
+    lines.append(f"gap {gap['accuracy_mean']:+.4f}, 95% CI [{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], "
+                 f"p = {gap['p_value']:.4f}")
+    return lines

@@ -1,0 +1,187 @@
+"""Fine-tuning for classification: one code path for the pretrained and the scratch model.
+
+Per epoch: shuffled, length-bucketed batches (`datasets.classification_batches`),
+one clipped AdamW step each, then validation; the best epoch's weights are kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from lmtransfer.core import distributed
+from lmtransfer.classification.config import FinetuneParams
+from lmtransfer.core.datasets import classification_batches
+from lmtransfer.classification.inference import predict
+from lmtransfer.core.model import Classifier, count_parameters
+from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
+from lmtransfer.harness.progress import progress_bar
+from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
+from lmtransfer.core.runtime import autocast, compiled, to_device
+from lmtransfer.core.tokenized import LabeledSplit
+
+EpochCallback = Callable[[dict[str, float]], None]
+
+
+@dataclass
+class FinetuneResult:
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int = 0
+    best_val_accuracy: float = -1.0
+    best_state: dict | None = None
+    seconds: float = 0.0  # wall clock: reported apart from the results, which must not vary run to run
+    epoch_seconds: list[float] = field(default_factory=list)
+
+
+def discriminative_param_groups(model: Classifier, lr: float, head_lr_multiplier: float, layer_lr_decay: float):
+    """Param groups from the head down: head lr x multiplier, top layer lr, then x decay per layer, embedding last.
+
+    The same groups serve the pretrained and the scratch model (one recipe for both).
+    """
+    layers = list(model.base.layers.layers)
+    groups = [{"params": list(model.head.parameters()), "lr": lr * head_lr_multiplier}]
+    for depth, layer in enumerate(reversed(layers)):
+        groups.append({"params": list(layer.parameters()), "lr": lr * layer_lr_decay**depth})
+    grouped = {id(p) for g in groups for p in g["params"]}
+    rest = [p for p in model.parameters() if id(p) not in grouped]  # the token embedding
+    groups.append({"params": rest, "lr": lr * layer_lr_decay ** len(layers)})
+    return groups
+
+
+def set_backbone_frozen(model: Classifier, frozen: bool) -> None:
+    for parameter in model.base.parameters():
+        parameter.requires_grad = not frozen
+
+
+def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
+    """The log line that says what actually learns: with a frozen backbone, the head alone, in both variants."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    line = f"{desc}: {trainable:,} trainable of {count_parameters(model):,} parameters"
+    if frozen:
+        line += (" (finetune.freeze_backbone: the base is frozen in both variants, so the scratch model trains a "
+                 "head on random features: the control for the pretrained model's head on learned ones)")
+    return line
+
+
+def finetune(
+    model: Classifier,
+    train: LabeledSplit,
+    valid: LabeledSplit,
+    params: FinetuneParams,
+    device: torch.device,
+    seed: int = 0,
+    on_epoch: EpochCallback | None = None,
+    desc: str = "finetune",
+    snapshots: Snapshots | None = None,
+    compile_steps: bool = False,
+) -> FinetuneResult:
+    """Train the classifier `params.epochs` epochs; with `snapshots`, save after each epoch and resume from the
+    last one saved (its epochs are passed to `on_epoch` again, so a new MLflow run is complete).
+    `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
+    model.to(device)
+    forward = compiled(model, compile_steps)
+    set_backbone_frozen(model, params.freeze_backbone)
+    groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
+    optimizer = make_optimizer(groups, params.lr, params.weight_decay)
+    steps_per_epoch = -(-len(train) // params.batch_size)
+    if params.schedule == "constant":
+        scheduler = warmup_constant(optimizer, params.warmup_steps)
+    else:
+        scheduler = warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs)
+    print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
+    generator = np.random.default_rng(seed)
+    world = distributed.world()
+    distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
+    trainer = compiled(distributed.wrap(model, _scores, device), compile_steps) if world.size > 1 else None
+    result, done = FinetuneResult(), 0
+    saved = snapshots.load("epochs") if snapshots else None
+    if saved:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        generator.bit_generator.state = saved["batch_order"]
+        result, done = FinetuneResult(**saved["result"]), len(saved["result"]["history"])
+        print(f"{desc}: resumed from the snapshot after epoch {done} of {params.epochs}", flush=True)
+        for row in result.history:
+            if on_epoch:
+                on_epoch(row)
+    start = time.perf_counter() - result.seconds
+    for epoch in range(done + 1, params.epochs + 1):
+        model.train()
+        if params.freeze_backbone:
+            model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
+        loss_sum, correct, seen = 0.0, 0, 0
+        epoch_start = time.perf_counter()
+        progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
+        for ids, labels in classification_batches(
+            train, params.batch_size, params.max_len, model.base.config.pad_id, generator
+        ):
+            ids, labels = to_device((ids, labels), device)
+            if trainer is None:
+                with autocast(device):
+                    logits = forward(ids).float()
+                loss = F.cross_entropy(logits, labels)
+                optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+                loss_sum += loss.item() * len(labels)
+                correct += int((logits.argmax(-1) == labels).sum())
+            else:
+                loss, measured = _sharded_step(trainer, ids, labels, world, device)
+                optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+                loss_sum += measured["loss"].item() * len(labels)
+                correct += int(measured["correct"].round())
+            seen += len(labels)
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
+        progress.close()
+        probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)
+        val_accuracy = float((probabilities.argmax(-1) == valid.labels).mean())
+        row = {
+            "epoch": epoch,
+            "train_loss": loss_sum / seen,
+            "train_accuracy": correct / seen,
+            "val_loss": val_loss,
+            "val_accuracy": val_accuracy,
+        }
+        result.history.append(row)
+        result.epoch_seconds.append(round(time.perf_counter() - epoch_start, 2))
+        if val_accuracy > result.best_val_accuracy:
+            result.best_val_accuracy, result.best_epoch = val_accuracy, epoch
+            result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+        print(
+            f"{desc} epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_accuracy']:.4f} | "
+            f"val loss {val_loss:.4f} acc {val_accuracy:.4f}",
+            flush=True,
+        )
+        if on_epoch:
+            on_epoch(row)
+        result.seconds = time.perf_counter() - start
+        if snapshots and epoch < params.epochs:
+            snapshots.save("epochs", {
+                "result": asdict(result), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
+            })
+    return result
+
+
+def _scores(model: Classifier, ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    logits = model(ids).float()
+    return {"loss": F.cross_entropy(logits, labels), "correct": (logits.argmax(-1) == labels).sum()}
+
+
+def _sharded_step(trainer, ids: torch.Tensor, labels: torch.Tensor, world: distributed.World, device: torch.device):
+    """Under DDP: this rank's texts of the global batch; the loss to backpropagate, weighted by the rank's share of
+    the texts so the all-reduced gradient is the global batch's, and the global batch's loss and correct count."""
+    total = len(labels)
+    (ids, labels), present = distributed.my_rows([ids, labels], world)
+    with autocast(device):
+        scores = trainer(ids, labels)
+    weight = present * len(labels) / total
+    return scores["loss"] * weight * world.size, distributed.sum_over_ranks(
+        {"loss": scores["loss"] * weight, "correct": scores["correct"] * present})

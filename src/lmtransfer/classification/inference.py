@@ -1,0 +1,27 @@
+"""Using a classifier: class probabilities for every example of a split (validation, test, new texts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from lmtransfer.core.datasets import classification_batches
+from lmtransfer.core.model import Classifier
+from lmtransfer.core.runtime import autocast
+from lmtransfer.core.tokenized import LabeledSplit
+
+
+@torch.no_grad()
+def predict(
+    model: Classifier, split: LabeledSplit, batch_size: int, max_len: int, device: torch.device
+) -> tuple[np.ndarray, float]:
+    """Class probabilities for every example, and the mean cross-entropy loss (labels as given)."""
+    model.eval()
+    probabilities, total_loss = [], 0.0
+    for ids, labels in classification_batches(split, batch_size, max_len, model.base.config.pad_id):
+        with autocast(device):
+            logits = model(ids.to(device)).float()
+        total_loss += float(F.cross_entropy(logits, labels.to(device), reduction="sum"))
+        probabilities.append(torch.softmax(logits, dim=-1).cpu().numpy())
+    return np.concatenate(probabilities), total_loss / len(split)

@@ -1,0 +1,128 @@
+"""The validate stage: check every input the pipeline will read, before any stage touches its outputs.
+
+DVC deletes a stage's outputs just before running it, so a stage that then fails
+on a bad input would leave the earlier results gone. Checking everything here,
+in a cheap stage at the head of the graph, means a broken input stops the
+pipeline while every output produced so far is still in place.
+
+The stage also writes manifests of the external files (path, size, sha256), one
+per reader: `data/inputs/data.json` (prepare), `tokenizer.json` (tokenize) and
+`checkpoint.json` (pretrain). It runs on every `dvc repro` (`always_changed`), so
+editing a data file, the tokenizer files or the checkpoint named in params.yaml
+reruns exactly the stage that reads it, even though DVC cannot take files chosen
+in params.yaml as dependencies itself.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.core.checkpoint_import import check_compatible, read_checkpoint_weights
+from lmtransfer.classification.config import Params
+from lmtransfer.data.files import label_file_for
+from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.classification.data.sources import load_source
+from lmtransfer.core.input_files import manifest_entry, resolve_input
+from lmtransfer.core.model import ModelConfig
+from lmtransfer.core.runtime import select_device
+from lmtransfer.core.tokenizer import MASK_PIECE, PAD_ID, Tokenizer, existing_tokenizer, train_sentencepiece
+
+TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)
+MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers
+
+
+def check_data(params: Params) -> tuple[list[dict[str, Any]], LabeledData, CorpusScan]:
+    """Read the labeled data and split it (as `prepare` will), scan the corpus; return their manifest entries,
+    the splits and what the scan found."""
+    data = params.data
+    raw = load_source(data)
+    labeled = prepare_labeled(raw, data)
+    # streams the corpus once: every line decodes, both parts non-empty; a small one is kept for a tokenizer trial
+    scan = scan_corpus(raw, labeled, data, keep_chars=TOKENIZER_TRIAL_CHARS)
+    if data.source != "files":
+        return [{"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256}], labeled, scan
+    entries = []
+    for name, origin in raw.origins.items():
+        key = f"data.{name}"
+        entries.append(manifest_entry(key, getattr(data, name), Path(origin)))
+        if data.labeled_pieces:
+            labels = label_file_for(Path(origin))
+            entries.append(manifest_entry(key, str(labels), labels))
+    for path in getattr(raw.corpus, "paths", []):
+        entries.append(manifest_entry("data.corpus", str(path), path))
+    return entries, labeled, scan
+
+
+def check_stream_lengths(params: Params, labeled: LabeledData, scan: CorpusScan) -> None:
+    """Every token stream pretraining cuts into `pretrain.seq_len` windows must hold one; one surely too short
+    (even at the most tokens its characters can give) stops here rather than in `pretrain`."""
+    streams = {f"the corpus's {part} part": (scan.chars[part], scan.lines[part])
+               for part in ("train", "valid")}
+    if params.pretrain.adapt_epochs and not params.pretrain.init_from:
+        for name in ("train", "valid"):
+            texts = labeled.splits[name]["text"]
+            streams[f"the labeled {name} texts (pretrain.adapt_epochs)"] = (int(texts.str.len().sum()), len(texts))
+    for what, (chars, lines) in streams.items():
+        most = MAX_TOKENS_PER_CHAR * chars + 2 * lines  # + each document's BOS and EOS
+        if most < params.pretrain.seq_len + 1:
+            raise ConfigError(
+                f"{what} has {lines:,} lines of {chars:,} characters in all, at most {most:,} tokens: fewer than "
+                f"pretrain.seq_len + 1 = {params.pretrain.seq_len + 1}; lower pretrain.seq_len or add text"
+            )
+
+
+def check_tokenizer(params: Params, scan: CorpusScan) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
+    """Load the named tokenizer files (a malformed dictionary line or model stops here); with none named and a
+    small corpus, train the tokenizer once as a trial, so a `tokenizer.vocab_size` too large stops here."""
+    entries = []
+    for key in ("model_file", "vocab_file"):
+        if getattr(params.tokenizer, key):
+            path = resolve_input(getattr(params.tokenizer, key), f"tokenizer.{key}")
+            entries.append(manifest_entry(f"tokenizer.{key}", getattr(params.tokenizer, key), path))
+    tokenizer = existing_tokenizer(params.tokenizer)
+    if tokenizer is None and scan.train_text is not None:
+        with tempfile.TemporaryDirectory() as directory:
+            corpus = Path(directory) / "corpus_train.txt"
+            corpus.write_text("\n".join(scan.train_text) + "\n", encoding="utf-8")
+            train_sentencepiece(corpus, params.tokenizer)
+    return tokenizer, entries
+
+
+def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
+    """The checkpoint to start from must fit the id space (None: one to be trained) and the model."""
+    entries = []
+    if params.pretrain.init_from:
+        path = resolve_input(params.pretrain.init_from, "pretrain.init_from")
+        vocab_size = tokenizer.vocab_size if tokenizer else params.tokenizer.vocab_size
+        pad_id = tokenizer.pad_id if tokenizer else PAD_ID
+        config = ModelConfig.from_params(params.model, vocab_size, pad_id, params.causal_attention)
+        check_compatible(read_checkpoint_weights(path), config, str(path))
+        entries.append(manifest_entry("pretrain.init_from", params.pretrain.init_from, path))
+    return entries
+
+
+def check_objective(params: Params, tokenizer: Tokenizer | None) -> None:
+    """Masked language modelling needs a `<mask>` id: the tokenizer the pipeline trains reserves one, a given
+    one (None here: trained later) may not."""
+    if params.pretrain.objective == "mlm" and tokenizer is not None and not params.pretrain.init_from:
+        mask_id = tokenizer.piece_id(MASK_PIECE)
+        if mask_id == tokenizer.unk_id:
+            given = "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
+            raise ConfigError(
+                f"pretrain.objective: mlm needs a <mask> token, and the tokenizer {given} names has none; use the "
+                "tokenizer the pipeline trains (tokenizer.model_file and tokenizer.vocab_file '') or "
+                "pretrain.objective: clm"
+            )
+
+
+def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
+    """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
+    select_device(params.train.device)  # train.device=cuda on a machine without CUDA stops here, in one line
+    data, labeled, scan = check_data(params)
+    check_stream_lengths(params, labeled, scan)
+    tokenizer, tokenizer_files = check_tokenizer(params, scan)
+    check_objective(params, tokenizer)
+    return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}

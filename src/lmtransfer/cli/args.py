@@ -1,0 +1,63 @@
+"""What every `lmtransfer` command shares on its command line: checked number types, texts from arguments or
+standard input, and the help layout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def how_to_pass(command: str, example: str, file: str) -> str:
+    return (f'pass them as arguments (lmtransfer {command} "{example}") or one per line on standard input '
+            f"(lmtransfer {command} < {file})")
+
+
+
+def texts_from_arguments_or_stdin(arguments: list[str], verb: str, how: str) -> list[str]:
+    """The texts from the command line, else from piped standard input (one per line, blank lines skipped).
+    Checked before any model loads: an empty text or a terminal waiting for input is a usage error."""
+    for number, text in enumerate(arguments, start=1):
+        if not text.strip():
+            which = f"text {number} of {len(arguments)}" if len(arguments) > 1 else "the text"
+            raise SystemExit(f"error: {which} is empty: there is nothing to {verb} in {text!r}")
+    if arguments:
+        return arguments
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SystemExit(f"error: no texts to {verb}: {how}")
+    texts = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {how}")
+    return texts
+
+
+
+def bounded(kind: type, low: float, name: str):
+    """An argparse type: `kind` values >= low, rejected with a message saying so."""
+
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {name}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    return convert
+
+
+
+POSITIVE = bounded(int, 1, "an integer")
+
+
+
+NON_NEGATIVE = bounded(int, 0, "an integer")
+
+
+
+NON_NEGATIVE_FLOAT = bounded(float, 0, "a number")
+
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The module docstring's examples kept as written (top level); each option's default in its help."""

@@ -1,0 +1,92 @@
+"""The classification task's commands: `lmtransfer predict`, and the report `lmtransfer results` prints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable
+
+from lmtransfer.core import paths
+from lmtransfer.cli.args import how_to_pass, texts_from_arguments_or_stdin
+
+
+HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.txt")
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from lmtransfer.core.checkpoint import build_classifier, load_checkpoint
+    from lmtransfer.classification.inference import predict
+    from lmtransfer.core.runtime import select_device
+    from lmtransfer.core.tokenized import LabeledSplit
+    from lmtransfer.core.tokenizer import encode_for_classification, load_tokenizer
+
+    texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "classify", HOW_TO_PASS_TEXTS)
+    payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
+    model = build_classifier(payload)
+    tokenizer = load_tokenizer(args.tokenizer)
+    ids, offsets = encode_for_classification(tokenizer, texts)  # as the training texts were: BOS + pieces
+    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
+    probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
+    names = payload["label_names"]
+    for text, row in zip(texts, probabilities):
+        best = int(row.argmax())
+        print(f"{names[best]}\t{row[best]:.3f}\t{text}")
+
+
+def results_report(metrics_dir: Path = paths.METRICS) -> str:
+    """The experiment's answer in a few lines: test scores over seeds, the gap with its interval, the baseline,
+    and mean validation accuracy per epoch."""
+    from lmtransfer.core.io import read_json, require_file
+
+    report = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
+    pretraining = read_json(require_file(metrics_dir / "pretrain.json", "pretraining metrics"))
+    gap, n_seeds = report["gap"], report["n_seeds"]
+
+    def spread(variant: str, key: str) -> str:
+        return f"{report[variant][f'{key}_mean']:.4f} ± {report[variant][f'{key}_std']:.4f}"
+
+    lines = [
+        f"test ({report['n_test_examples']} examples; mean ± std over {n_seeds} seeds)",
+        f"  {'':<34}{'accuracy':>18}{'macro-F1':>18}",
+        f"  {'pretrained':<34}{spread('pretrained', 'accuracy'):>18}{spread('pretrained', 'macro_f1'):>18}",
+        f"  {'from scratch':<34}{spread('scratch', 'accuracy'):>18}{spread('scratch', 'macro_f1'):>18}",
+        f"  {'TF-IDF + logistic regression':<34}{report['baseline']['accuracy']:>18.4f}"
+        f"{report['baseline']['macro_f1']:>18.4f}",
+        f"  gap (pretrained - scratch): {gap['accuracy_mean']:+.4f} accuracy, 95% CI "
+        f"[{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], paired permutation p = {gap['p_value']:.4g}",
+        "",
+        f"  {'epoch':<8}{'val acc pretrained':>20}{'val acc scratch':>18}{'gap':>10}",
+    ]
+    curves = zip(report["pretrained"]["val_accuracy_mean_per_epoch"], report["scratch"]["val_accuracy_mean_per_epoch"])
+    for epoch, (pretrained, scratch) in enumerate(curves, start=1):
+        lines.append(f"  {epoch:<8}{pretrained:>20.4f}{scratch:>18.4f}{pretrained - scratch:>+10.4f}")
+    lines += [
+        f"  (TF-IDF baseline on the same validation split: {report['baseline']['valid_accuracy']:.4f})",
+        "",
+        f"pretraining: {pretraining['steps']} steps, {pretraining['tokens_seen']:,} tokens, "
+        f"validation perplexity {pretraining['val_perplexity']:.1f}",
+    ]
+    timings = paths.timings_file("pretrain")
+    if timings.is_file():
+        lines[-1] += f", {read_json(timings)['tokens_per_second']:,.0f} tokens/s on this machine"
+    return "\n".join(lines)
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `predict` (`command` makes a subparser)."""
+    predict_parser = command(
+        "predict", "label + probability for new texts (arguments or standard input)",
+        "Label and probability for each text, with a fine-tuned classifier. Texts come from the arguments, "
+        "else from piped standard input, one per line (blank lines skipped).",
+    )
+    predict_parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar="TEXT",
+                                help="texts to classify (default: the lines of standard input)")
+    predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained", 0),
+                                help="a fine-tuned classifier checkpoint; the default is the pretrained variant, "
+                                     "seed 0")
+    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
+                                help="the tokenized data directory (or a file in it)")
+    predict_parser.set_defaults(func=cmd_predict)
+

@@ -1,0 +1,354 @@
+"""`lmtransfer` command line: look inside the model, talk to the LM, classify or translate new text.
+
+The project-wide commands live here; each task registers its own (`cli.classification`, `cli.translation`,
+and `cli.pretraining` for the language model both tasks pretrain).
+
+    lmtransfer summary                           # the model params.yaml configures, block by block
+    lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
+    lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
+    lmtransfer summary --translation             # the encoder-decoder for English->French, block by block
+    lmtransfer params                            # every parameter: default and meaning
+    lmtransfer params --translation              # the same for translation/params.yaml
+    lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
+    lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
+    lmtransfer predict "a wonderful, moving film" "dull and far too long"
+    lmtransfer results                           # test scores and curves of the last `make run`
+    lmtransfer results --translation             # the same for the last `make run-translation`
+    lmtransfer report                            # regenerate the results tables of README.md and docs/
+    lmtransfer --version
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import lmtransfer.cli.classification as classification_cli
+from lmtransfer.core import paths
+from lmtransfer.cli.args import POSITIVE, HelpFormatter
+from lmtransfer.harness.errors import LmtransferError
+import lmtransfer.cli.pretraining as pretraining_cli
+import lmtransfer.cli.translation as translation_cli
+
+
+def parameter_table(
+    vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int, origin: str = ""
+) -> str:
+    """Per-block parameter counts, measured on real modules, next to their closed-form totals.
+    `origin` (where the sizes came from) goes under the first line."""
+    from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig, count_parameters, expected_base_parameters
+
+    config = ModelConfig(vocab_size, d_model, n_layers, n_heads, d_ff, dropout=0.0)
+    classifier, language_model = Classifier(config, n_classes), LanguageModel(config)
+    base = classifier.base
+    layer = base.layers.layers[0]
+    rows = [("token embedding (V x D)", count_parameters(base.token_embedding), f"{vocab_size} x {d_model}")]
+    blocks = [
+        ("self-attention (4(D^2+D))", layer.self_attn),
+        ("feed-forward (2DF+F+D)", (layer.linear1, layer.linear2)),
+        ("layer norms (4D)", (layer.norm1, layer.norm2)),
+    ]
+    for name, modules in blocks:
+        modules = modules if isinstance(modules, tuple) else (modules,)
+        per_layer = sum(count_parameters(m) for m in modules)
+        rows.append((f"{name} x {n_layers}", per_layer * n_layers, f"{per_layer:,} per layer"))
+    rows.append(("positional encoding (fixed)", 0, "sinusoidal buffer"))
+    rows.append(("= base", count_parameters(base), f"formula {expected_base_parameters(vocab_size, d_model, n_layers, d_ff):,}"))
+    rows.append(("classification head (D x C + C)", count_parameters(classifier.head), f"C = {n_classes}"))
+    rows.append(("language-model head (D x V + V)", count_parameters(language_model.head), f"V = {vocab_size}"))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"V={vocab_size} D={d_model} N={n_layers} A={n_heads} F={d_ff} C={n_classes}"]
+    lines += [origin, ""] if origin else [""]
+    lines += [f"{name:<{width}}  {count:>12,}  {note}" for name, count, note in rows]
+    lines += [
+        "",
+        f"{'classifier total':<{width}}  {count_parameters(classifier):>12,}",
+        f"{'language model total':<{width}}  {count_parameters(language_model):>12,}",
+    ]
+    return "\n".join(lines)
+
+
+SHAPE = {"d_model": "D", "n_layers": "N", "n_heads": "A", "d_ff": "F"}
+DEFAULT_PARAMS = Path("params.yaml")  # compared by identity: an explicit `--params params.yaml` must exist
+TRANSLATION_PARAMS = translation_cli.TRANSLATION / "params.yaml"  # `--translation`'s default, likewise
+
+
+def load_any_task_params(path: Path):
+    """A params file of either task, as its `task` key says."""
+    from lmtransfer.classification.config import parse_params
+    from lmtransfer.core.config import read_params_file, split_task
+    from lmtransfer.translation.config import parse_translation_params
+
+    raw = read_params_file(path)
+    task, _ = split_task(raw, str(path))
+    return parse_translation_params(raw, str(path)) if task == "translation" else parse_params(raw, str(path))
+
+
+def default_task_params(translation: bool):
+    """The task's parameter defaults, for a command run where its params file is missing."""
+    from lmtransfer.classification.config import Params
+    from lmtransfer.translation.config import TranslationParams
+
+    return TranslationParams() if translation else Params()
+
+
+def _existing(path: Path, named_by: str) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file ({named_by})")
+    return path
+
+
+def dictionary_size(path: Path, named_by: str) -> int:
+    """V of a fairseq dictionary: its entries + the 4 special ids."""
+    from lmtransfer.core.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+
+    return DictionaryTokenizer(read_fairseq_dictionary(_existing(path, named_by))).vocab_size
+
+
+def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
+    """V as the tokenize stage will make it, without running it: the dictionary's entries + 4 special ids,
+    an existing sentencepiece model's pieces (+ any specials it lacks), or the size to train."""
+    from lmtransfer.core.tokenizer import SentencePieceTokenizer
+
+    if tokenizer.vocab_file:
+        path = root / tokenizer.vocab_file
+        return dictionary_size(path, "tokenizer.vocab_file"), f"tokenizer.vocab_file ({path})"
+    if tokenizer.model_file:
+        path = _existing(root / tokenizer.model_file, "tokenizer.model_file")
+        model = SentencePieceTokenizer(path.read_bytes(), f"{path} (tokenizer.model_file)")
+        return model.vocab_size, f"tokenizer.model_file ({path})"
+    return tokenizer.vocab_size, "tokenizer.vocab_size"
+
+
+def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
+    """V, C, D, N, A, F of the model the project is configured to build, and where each came from (one line,
+    plus a note when the tokenized data no longer matches the tokenizer params).
+
+    A flag wins; else D, N, A, F from the params file (the model defaults when the default file is missing),
+    V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
+    """
+    from lmtransfer.core.io import read_json
+
+    params_file: Path = args.params
+    if getattr(args, "translation", False) and params_file is DEFAULT_PARAMS:
+        params_file = TRANSLATION_PARAMS  # a task's command reads its own task's params by default
+    have_params = params_file.is_file() or params_file not in (DEFAULT_PARAMS, TRANSLATION_PARAMS)
+    params = load_any_task_params(params_file) if have_params else default_task_params(args.translation)
+    root = params_file.parent  # paths in params.yaml are relative to the repository root, where it lives
+    meta_file = root / paths.TOKENIZED / "meta.json"
+    meta = read_json(meta_file) if meta_file.is_file() else None
+    flags = vars(args)  # the override flags are absent unless given (default=SUPPRESS)
+    sizes: dict[str, int] = {}
+    origins: dict[str, str] = {}
+
+    if "vocab_size" in flags:
+        sizes["V"], origins["V"] = args.vocab_size, "from --vocab-size"
+    elif "vocab_file" in flags:
+        sizes["V"] = dictionary_size(args.vocab_file, "--vocab-file")
+        origins["V"] = f"from --vocab-file ({args.vocab_file}: {sizes['V'] - 4:,} entries + 4 special ids)"
+    elif meta is not None:
+        sizes["V"], origins["V"] = meta["vocab_size"], f"from {meta_file}"
+    else:
+        sizes["V"], source = vocab_size_from_tokenizer_params(params.tokenizer, root)
+        origins["V"] = f"from {source} in {params_file}" if have_params else f"from {source} (default)"
+
+    if "n_classes" in flags:
+        sizes["C"], origins["C"] = args.n_classes, "from --n-classes"
+    elif meta is not None and "label_names" in meta:
+        sizes["C"], origins["C"] = len(meta["label_names"]), f"from {meta_file}"
+    elif args.translation or meta is not None:  # sentence pairs: no classes
+        sizes["C"], origins["C"] = 2, "unused (sentence pairs, no classes)"
+    else:
+        sizes["C"], origins["C"] = 2, f"= 2, assumed (no {meta_file} yet; --n-classes sets it)"
+
+    model_origin = f"from {params_file}" if have_params else (
+        f"from the model defaults (no {params_file} here; --params names one)"
+    )
+    for key, letter in SHAPE.items():
+        if key in flags:
+            sizes[letter], origins[letter] = flags[key], f"from --{key.replace('_', '-')}"
+        else:
+            sizes[letter], origins[letter] = getattr(params.model, key), model_origin
+    if sizes["D"] % sizes["A"]:
+        raise SystemExit(
+            f"error: D = {sizes['D']} ({origins['D']}) must be divisible by A = {sizes['A']} ({origins['A']})"
+        )
+    if sizes["D"] % 2:
+        raise SystemExit(f"error: D = {sizes['D']} ({origins['D']}) must be even for the sinusoidal positions")
+
+    grouped: dict[str, list[str]] = {}
+    for letter in ("V", "C", "D", "N", "A", "F"):
+        grouped.setdefault(origins[letter], []).append(letter)
+    lines = ["; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())]
+    lines.append(attention_line(params, sizes["D"]))
+    if have_params and origins["V"] == f"from {meta_file}":
+        lines += _stale_vocabulary_note(sizes["V"], params.tokenizer, root, params_file)
+    return sizes, "\n".join(lines)
+
+
+def attention_line(params, d_model: int) -> str:
+    """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
+    from lmtransfer.core.model import ModelConfig, MaskedLanguageModel, count_parameters
+
+    objective = params.pretrain.objective
+    line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "
+            f"(model.attention {params.model.attention}, pretrain.objective {objective})")
+    if params.pretrain.nsp:
+        tiny = MaskedLanguageModel(ModelConfig(1, d_model, 1, 1, 1, causal=False), next_sentence=True)
+        extra = count_parameters(tiny.segment_embedding) + count_parameters(tiny.next_sentence_head)
+        line += (f"; next-sentence prediction adds {extra:,} parameters while pretraining (segment embeddings "
+                 "2 x D, head D x 2 + 2), folded away for the classifier")
+    return line
+
+
+def _stale_vocabulary_note(vocab_size: int, tokenizer, root: Path, params_file: Path) -> list[str]:
+    """data/tokenized is the last tokenize run's: say so when the tokenizer params now give another V."""
+    try:
+        configured, source = vocab_size_from_tokenizer_params(tokenizer, root)
+    except (OSError, ValueError):  # a broken tokenizer file is the validate stage's to report
+        return []
+    if configured == vocab_size:
+        return []
+    return [f"note: {source} in {params_file} now gives V = {configured}; the tokenized data is older "
+            "(`dvc repro tokenize` updates it; --vocab-size shows the other size)"]
+
+
+def cmd_summary(args: argparse.Namespace) -> None:
+    sizes, origin = configured_model(args)
+    if args.translation:
+        from lmtransfer.translation.model import TranslationConfig
+        from lmtransfer.translation.summary import translation_parameter_table
+
+        config = TranslationConfig(sizes["V"], sizes["D"], sizes["N"], sizes["N"], sizes["A"], sizes["F"])
+        print(translation_parameter_table(config, origin))
+        return
+    print(parameter_table(sizes["V"], sizes["D"], sizes["N"], sizes["A"], sizes["F"], sizes["C"], origin))
+
+
+def cmd_params(args: argparse.Namespace) -> None:
+    from lmtransfer.docs.params_tables import params_table, update_readme
+
+    if "readme" not in vars(args):
+        print(params_table("translation" if args.translation else "classification"), end="")
+    elif update_readme(args.readme):
+        print(f"{args.readme}: parameter tables regenerated")
+    else:
+        print(f"{args.readme}: parameter tables already up to date")
+
+
+def cmd_results(args: argparse.Namespace) -> None:
+    if args.translation:
+        from lmtransfer.core.io import read_json, require_file
+        from lmtransfer.translation.evaluate import report_lines
+
+        metrics = translation_cli.TRANSLATION / paths.METRICS if args.metrics == paths.METRICS else args.metrics
+        print("\n".join(report_lines(read_json(require_file(metrics / "evaluate.json", "translation results")))))
+        return
+    print(classification_cli.results_report(args.metrics))
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from lmtransfer.docs.results_pages import check_pages, write_pages
+
+    if args.check:
+        problems = check_pages(args.root)
+        if problems:
+            raise SystemExit(f"error: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        print("README.md and docs/: every results table matches the committed metrics")
+        return
+    changed = write_pages(args.root)
+    print("\n".join(f"{path}: results tables regenerated" for path in changed) or "results tables already up to date")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, description: str = "") -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, help=help, description=description or help, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
+
+    summary = command(
+        "summary", "parameter table per block, with the closed-form totals",
+        "Parameter counts per block of the model the project is configured to build, with the closed-form "
+        "totals. D, N, A, F come from --params (model.*); V and C from data/tokenized/meta.json once the "
+        "tokenize stage has run, else V from the tokenizer params and C = 2 (stated as an assumption). "
+        "Each flag below overrides one value.",
+    )
+    from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
+    summary.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
+                         help="the params file whose model to describe (without the default file: the model "
+                              "defaults)")
+    vocabulary = summary.add_mutually_exclusive_group()
+    vocabulary.add_argument("--vocab-size", type=POSITIVE, default=argparse.SUPPRESS, metavar="V",
+                            help=f"token ids ({from_data})")
+    vocabulary.add_argument("--vocab-file", type=Path, default=argparse.SUPPRESS, metavar="DICT",
+                            help="V = the entries of this fairseq dictionary + 4 special ids (default: as --vocab-size)")
+    summary.add_argument("--d-model", type=POSITIVE, default=argparse.SUPPRESS, metavar="D",
+                         help="model width (default: model.d_model of --params)")
+    summary.add_argument("--n-layers", type=POSITIVE, default=argparse.SUPPRESS, metavar="N",
+                         help="Transformer layers (default: model.n_layers of --params)")
+    summary.add_argument("--n-heads", type=POSITIVE, default=argparse.SUPPRESS, metavar="A",
+                         help="attention heads (default: model.n_heads of --params)")
+    summary.add_argument("--d-ff", type=POSITIVE, default=argparse.SUPPRESS, metavar="F",
+                         help="feed-forward units per layer (default: model.d_ff of --params)")
+    summary.add_argument("--n-classes", type=POSITIVE, default=argparse.SUPPRESS, metavar="C",
+                         help="classes of the classification head (default: the labels in "
+                              "data/tokenized/meta.json, else 2)")
+    summary.add_argument("--translation", action="store_true",
+                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
+                              "from the language model), with the paper's base model for reference")
+    summary.set_defaults(func=cmd_summary)
+
+    params = command(
+        "params", "every parameter of params.yaml: its default and meaning (Markdown)",
+        "Every key of params.yaml (or, with --translation, translation/params.yaml) with its default and meaning, "
+        "grouped by section with the stages that read it, as the Markdown tables in the README.",
+    )
+    params.add_argument("--translation", action="store_true",
+                        help="the translation pipeline's parameters (translation/params.yaml) instead")
+    params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                        help="instead of printing, replace the tables between the params-table markers of FILE "
+                             "(e.g. README.md: both tasks' tables); default: print one")
+    params.set_defaults(func=cmd_params)
+
+    results = command("results", "test scores and validation curves of the last pipeline run")
+    results.add_argument("--metrics", type=Path, default=paths.METRICS,
+                         help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
+    results.add_argument("--translation", action="store_true",
+                         help="the translation pipeline's results: test BLEU and chrF, the gap, the baseline")
+    results.set_defaults(func=cmd_results)
+
+    report = command("report", "regenerate the results tables of README.md and docs/ from the committed metrics",
+                     "Rewrite every table between `<!-- report:NAME:start -->` and `<!-- report:NAME:end -->` "
+                     "markers of README.md and docs/**/*.md from metrics/, translation/metrics/ and results/ "
+                     "(`make docs`). With --check, change nothing: exit 1 naming the first stale table.")
+    report.add_argument("--check", action="store_true", help="only check that every table is up to date")
+    report.add_argument("--root", type=Path, default=Path("."), help="the repository root")
+    report.set_defaults(func=cmd_report)
+
+    pretraining_cli.add_commands(command)
+    classification_cli.add_commands(command)
+    translation_cli.add_commands(command)
+    return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lmtransfer")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (LmtransferError, FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None

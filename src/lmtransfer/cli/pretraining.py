@@ -1,0 +1,87 @@
+"""`lmtransfer generate` and `lmtransfer fill`: talk to the pretrained language model of either task."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable
+
+from lmtransfer.core import paths
+from lmtransfer.cli.args import NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    import torch
+
+    from lmtransfer.core.checkpoint import build_language_model, load_checkpoint, objective_of
+    from lmtransfer.pretraining.generation import continue_prompt
+    from lmtransfer.core.tokenizer import load_tokenizer
+
+    payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
+    if objective_of(payload) == "mlm":
+        raise SystemExit(
+            f"error: {args.checkpoint} is a masked language model (pretrain.objective: mlm): it predicts blanks from "
+            f"both sides and cannot continue a text left to right; try lmtransfer fill \"{args.prompt or 'the movie was'} "
+            f"<mask>\""
+        )
+    model = build_language_model(payload).eval()
+    tokenizer = load_tokenizer(args.tokenizer)
+    generator = torch.Generator().manual_seed(args.seed)
+    for _ in range(args.samples):
+        continuation = continue_prompt(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k,
+                                       generator)
+        print(f"{args.prompt}{' ' if args.prompt else ''}{continuation}")
+
+
+def cmd_fill(args: argparse.Namespace) -> None:
+    from lmtransfer.core.checkpoint import build_language_model, load_checkpoint, objective_of
+    from lmtransfer.pretraining.generation import MASK_TEXT, fill_blanks, mask_id_of
+    from lmtransfer.core.tokenizer import load_tokenizer
+
+    if not args.prompt.strip():
+        raise SystemExit(f"error: the prompt is empty: write a text with {MASK_TEXT} where a word is missing")
+    payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
+    if objective_of(payload) != "mlm":
+        raise SystemExit(
+            f"error: {args.checkpoint} is a causal (next-token) language model: it reads only the left context, so "
+            f"it cannot fill a blank from both sides; pretrain with pretrain.objective: mlm, or continue a prompt "
+            f"with `lmtransfer generate`"
+        )
+    model = build_language_model(payload)
+    tokenizer = load_tokenizer(args.tokenizer)
+    prompt = args.prompt if MASK_TEXT in args.prompt else f"{args.prompt} {MASK_TEXT}"
+    for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id_of(tokenizer), args.top_k), 1):
+        print(f"{MASK_TEXT} {number}:" if prompt.count(MASK_TEXT) > 1 else f"{prompt}")
+        for word, probability in blank:
+            print(f"  {probability:.3f}  {word}")
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `generate` and `fill` (`command` makes a subparser)."""
+    generate = command("generate", "continue a prompt with the pretrained language model")
+    generate.add_argument("prompt", nargs="?", default="",
+                          help="the text to continue; '' starts from the begin-of-text id alone (default: %(default)r)")
+    generate.add_argument("--tokens", type=POSITIVE, default=30,
+                          help="new tokens to generate, at most (stops early at end-of-text)")
+    generate.add_argument("--temperature", type=NON_NEGATIVE_FLOAT, default=0.8,
+                          help="sampling temperature, >= 0; 0 = greedy (always the likeliest token)")
+    generate.add_argument("--top-k", type=NON_NEGATIVE, default=40,
+                          help="sample among the k likeliest tokens; 0 = among all")
+    generate.add_argument("--samples", type=POSITIVE, default=3, help="continuations to print")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED, help="a language-model checkpoint")
+    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
+                          help="the tokenized data directory (or a file in it)")
+    generate.set_defaults(func=cmd_generate)
+
+    fill = command("fill", "the likeliest words for each <mask> of a prompt, with a masked language model",
+                   "The likeliest words for each <mask> of the prompt (one is appended when it has none), with "
+                   "a checkpoint pretrained with pretrain.objective: mlm.")
+    fill.add_argument("prompt", nargs="?", default="the movie was <mask> good",
+                      help="a text with <mask> where a word is missing")
+    fill.add_argument("--top-k", type=POSITIVE, default=5, help="predictions shown per blank")
+    fill.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED, help="a masked-LM checkpoint")
+    fill.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
+                      help="the tokenized data directory (or a file in it)")
+    fill.set_defaults(func=cmd_fill)
+

@@ -1,0 +1,50 @@
+"""The translation task's commands: `lmtransfer translate`, and the report `lmtransfer results --translation` prints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable
+
+from lmtransfer.core import paths
+from lmtransfer.cli.args import NON_NEGATIVE_FLOAT, POSITIVE, how_to_pass, texts_from_arguments_or_stdin
+
+from lmtransfer.translation.config import TranslationEvaluateParams
+
+TRANSLATION = Path("translation")  # the translation pipeline's folder, from the repository root
+DECODING = TranslationEvaluateParams()  # the evaluate stage's beam search is the command's default
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    """Translate sentences with a fine-tuned translation checkpoint (the translation pipeline's)."""
+    from lmtransfer.core.runtime import select_device
+    from lmtransfer.core.tokenizer import load_tokenizer
+    from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_texts
+
+    texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "translate",
+                              how_to_pass("translate", "I am a student.", "sentences.txt"))
+    device = select_device("auto")
+    model = load_translation_model(args.checkpoint, device)
+    tokenizer = load_tokenizer(args.tokenizer)
+    options = DecodingOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
+    for translation in translate_texts(model, texts, tokenizer, options, device):
+        print(translation)
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `translate` (`command` makes a subparser)."""
+    translate = command(
+        "translate", "translate sentences with the translation pipeline's model (arguments or standard input)",
+        "Translate each sentence (one per argument, else one per line of standard input) with a fine-tuned "
+        "encoder-decoder of the translation pipeline (`dvc repro translation/dvc.yaml`), by beam search.",
+    )
+    translate.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar="SENTENCE",
+                           help="sentences to translate (default: the lines of standard input)")
+    translate.add_argument("--checkpoint", type=Path, default=TRANSLATION / paths.finetuned_checkpoint("pretrained", 0),
+                           help="a translation checkpoint; the default is the pretrained variant, seed 0")
+    translate.add_argument("--tokenizer", type=Path, default=TRANSLATION / paths.TOKENIZED,
+                           help="the translation pipeline's tokenized data directory (or a file in it)")
+    translate.add_argument("--beam-size", type=POSITIVE, default=DECODING.beam_size, help="beam width (1 = greedy decoding)")
+    translate.add_argument("--length-penalty", type=NON_NEGATIVE_FLOAT, default=DECODING.length_penalty,
+                           help="GNMT's alpha: beams ranked by log P / ((5 + length) / 6) ** alpha")
+    translate.set_defaults(func=cmd_translate)

@@ -1,0 +1,1 @@
+"""Shared by both tasks: the model, tokenizer, params, data formats, runtime and checkpoints."""

@@ -1,0 +1,278 @@
+"""Typed, validated parameters: one model per `params.yaml` section.
+
+Validation happens before any stage does real work, so a typo such as
+`model.n_layer` or an impossible value such as `d_model` not divisible by
+`n_heads` stops with one message naming the key, not a traceback an hour later.
+
+Each section's defaults are the values shipped in params.yaml, and each field's
+`description` is its documentation: `lmtransfer params` renders the table the
+README shows (see params_doc.py).
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from lmtransfer.harness.errors import ConfigError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def path_list(value: Any) -> Any:
+    """`-S data.corpus=big.txt` gives a string; a single path is a one-item list."""
+    if isinstance(value, str):
+        return [value] if value else []
+    return value
+
+
+def known_encoding(value: str) -> str:
+    """A text encoding Python knows, checked before any file is read with it."""
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, utf-16, gb18030, latin-1)") from None
+    return value
+
+
+class TokenizerParams(Section):
+    vocab_size: int = Field(
+        4000, ge=16, description="pieces of the sentencepiece model trained on the corpus, specials included "
+        "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)"
+    )
+    model_type: Literal["unigram", "bpe"] = Field("unigram", description="sentencepiece algorithm: `unigram` or `bpe`")
+    character_coverage: float = Field(
+        1.0, gt=0, le=1, description="share of the corpus's characters the pieces cover; the rarest others become "
+        "`<unk>` (e.g. 0.9995 for Chinese)"
+    )
+    # sentencepiece's text normalisation, applied to the corpus, the labeled texts and every later input
+    # alike. The default also folds case: movies-en's dialogue corpus is lower case, its reviews are not.
+    normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = Field(
+        "nmt_nfkc_cf", description="sentencepiece's normalisation rule, applied to every text: `nmt_nfkc_cf` = NFKC + "
+        "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
+    )
+    max_training_lines: int = Field(
+        500_000, ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model; "
+        "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)"
+    )
+    # Existing tokenizers (paths relative to the repository root); either replaces training one.
+    model_file: str = Field(
+        "", description="an existing sentencepiece `.model` to use instead of training one; it cuts raw text into "
+        "pieces"
+    )
+    vocab_file: str = Field(
+        "", description="a fairseq dictionary (`<piece> <count>` per line) as the id space: 0 `<sos>`, 1 `<pad>`, "
+        "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`"
+    )
+
+
+class ModelParams(Section):
+    n_layers: int = Field(4, ge=1, description="N: Transformer layers")
+    d_model: int = Field(
+        200, ge=2, description="D: width of the embeddings and hidden states (even, divisible by `model.n_heads`)"
+    )
+    n_heads: int = Field(2, ge=1, description="A: attention heads per layer")
+    d_ff: int = Field(200, ge=1, description="F: hidden units of each layer's feed-forward block")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout rate after the embedding and inside every layer")
+    # Attention direction is architecture (the scratch twin must match the pretrained model), but it follows
+    # from the objective: `auto` resolves it from `pretrain.objective`, so one -S switches both.
+    attention: Literal["auto", "causal", "bidirectional"] = Field(
+        "auto", description="`causal` (position i sees positions <= i), `bidirectional` (every position sees the "
+        "whole text), or `auto`: causal for `pretrain.objective: clm`, bidirectional for `mlm`"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelParams":
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+            )
+        if self.d_model % 2:
+            raise ValueError(f"model.d_model ({self.d_model}) must be even for the sinusoidal encoding")
+        return self
+
+
+class PretrainParams(Section):
+    epochs: int = Field(1, ge=1, description="passes over the corpus, when `pretrain.max_steps` is 0")
+    max_steps: int = Field(
+        500, ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)"
+    )
+    batch_size: int = Field(32, ge=1, description="sequences per step")
+    seq_len: int = Field(64, ge=2, description="tokens per sequence: the corpus is packed into windows this long")
+    lr: float = Field(
+        2e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
+    )
+    warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
+    eval_every: int = Field(200, ge=1, description="steps between validation loss and perplexity measurements")
+    eval_batches: int = Field(20, ge=1, description="batches per validation measurement")
+    prompts: list[str] = Field(
+        default_factory=lambda: ["the movie was", "i think that", "this film is"],
+        description="continued greedily and by sampling after pretraining (`metrics/pretrain/samples.txt`)",
+    )
+    generate_tokens: int = Field(20, ge=1, description="tokens generated per prompt")
+    temperature: float = Field(0.8, gt=0, description="sampling temperature of the sampled continuations")
+    top_k: int = Field(40, ge=0, description="sample among the k likeliest tokens (0 = all)")
+    init_from: str = Field(
+        "", description="a checkpoint to load instead of pretraining (ours or the original course layout; '' = "
+        "pretrain here)"
+    )
+    # ULMFiT's second step: after the corpus, the language model keeps training on the labeled *train*
+    # texts alone (labels unused) for this many epochs, so it learns the task's kind of text.
+    adapt_epochs: int = Field(
+        5, ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
+        "second step; 0 = off)"
+    )
+    adapt_lr: float = Field(
+        1e-3, gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
+    )
+    objective: Literal["clm", "mlm"] = Field(
+        "clm", description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
+        "modelling (bidirectional attention; prompts become fill-in-the-blank samples)"
+    )
+    mask_prob: float = Field(
+        0.15, gt=0, lt=1, description="`mlm`: share of each sequence's tokens chosen for prediction (of them 80% "
+        "become `<mask>`, 10% a random token, 10% stay)"
+    )
+    nsp: bool = Field(
+        False, description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
+        "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
+    )
+    chunked_loss: Literal["auto", "on", "off"] = Field(
+        "auto", description="`clm`: head and softmax computed in chunks of at most 8M logits (128 positions at "
+        "V = 50,001), never the whole logits matrix (the same exact softmax; faster, and far less memory for a "
+        "large vocabulary; last digits differ); `auto` = on from 2,000 ids"
+    )
+
+
+def check_seeds(seeds: list[int]) -> list[int]:
+    """Seeds name stages (`finetune_scratch@2`) and files: distinct and non-negative."""
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"finetune.seeds has a repeated seed: {seeds}")
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"finetune.seeds must be non-negative integers: {seeds}")
+    return seeds
+
+
+class TrainParams(Section):
+    seed: int = Field(0, description="pretraining seed: initial weights, batch order, sample generations")
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
+    )
+    num_threads: int = Field(
+        0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
+    )
+    nproc: int = Field(
+        1, ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
+        "on its share of every batch; same results within float rounding with `model.dropout: 0` (README "
+        "\"Several processes and GPUs\")"
+    )
+    log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
+    compile: bool = Field(
+        False, description="`torch.compile` the training steps (fused kernels: faster on GPUs after a compile of "
+        "a minute or so; measured slower on a 2-core CPU, README \"Speed\"); the last digits of results differ"
+    )
+    resume_every: int = Field(
+        100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
+        "`dvc repro` after a kill continues from the last one with the same result; 0 = none. "
+        "Not a DVC dependency: it never changes a result",
+    )
+
+
+class PlotParams(Section):
+    dpi: int = Field(120, ge=30, le=600, description="resolution of the PNG figures")
+
+
+class PipelineParams(Section):
+    """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`, which the
+    pretrain stage reads from either task's params file. Each task's class declares the fields (`model`,
+    `pretrain`, `train` among them), in its own order: the order of its params.yaml and of its README table."""
+
+    @property
+    def causal_attention(self) -> bool:
+        """`model.attention` resolved: `auto` follows `pretrain.objective`."""
+        if self.model.attention == "auto":
+            return self.pretrain.objective == "clm"
+        return self.model.attention == "causal"
+
+    @model_validator(mode="after")
+    def _check_objective_fits_model(self) -> "PipelineParams":
+        """Refuse combinations that would train something other than what the keys say."""
+        objective, attention = self.pretrain.objective, self.model.attention
+        if objective == "clm" and attention == "bidirectional":
+            raise ValueError("model.attention: bidirectional lets every position see the token it must predict "
+                             "under pretrain.objective: clm (next-token prediction); use causal or auto, or "
+                             "pretrain.objective: mlm")
+        if objective == "mlm" and attention == "causal":
+            raise ValueError("model.attention: causal hides the right context that pretrain.objective: mlm "
+                             "predicts masked tokens from; use bidirectional or auto, or pretrain.objective: clm")
+        if self.pretrain.nsp and objective != "mlm":
+            raise ValueError("pretrain.nsp: true needs pretrain.objective: mlm (next-sentence prediction is "
+                             "BERT's second task)")
+        if self.pretrain.nsp and self.pretrain.seq_len < 8:
+            raise ValueError(f"pretrain.nsp: a sentence pair needs pretrain.seq_len >= 8, got {self.pretrain.seq_len}")
+        return self
+
+    def sections(self, *names: str) -> dict[str, dict[str, Any]]:
+        """The named sections as plain dicts (what a stage declares and logs)."""
+        return {name: getattr(self, name).model_dump() for name in names}
+
+
+def _describe(error: dict) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        return f"{key}: unknown parameter (check the spelling; see params.yaml in the repository for the known keys)"
+    if not key:
+        return message
+    if message.startswith(key):
+        return message
+    return f"{key}: {message}"
+
+
+TASKS = ("classification", "translation")
+
+
+def parse_section_model(model: type[Section], raw: Any, origin: str) -> Any:
+    """`raw` validated as `model`; every problem in one message, each naming its key."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "\n  ".join(_describe(e) for e in exc.errors())
+        raise ConfigError(f"{origin}: invalid parameters:\n  {problems}") from None
+
+
+def split_task(raw: Any, origin: str) -> tuple[str, dict]:
+    """The file's top-level `task` (absent: classification) and its sections."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: expected a mapping of sections, got {type(raw).__name__}")
+    raw = dict(raw)
+    task = raw.pop("task", "classification")
+    if task not in TASKS:
+        raise ConfigError(f"{origin}: task: must be one of {', '.join(TASKS)}, got {task!r}")
+    return task, raw
+
+
+def read_params_file(path: str | Path) -> Any:
+    """The YAML of a params file, unvalidated; YAML 1.2 so `3e-4` is a float, not a string."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: parameter file not found")
+    try:
+        return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
+
+

@@ -1,0 +1,101 @@
+"""Batches for training: packed language-model windows and padded classification batches
+(the masked-LM batches build on the packed windows in `masking.py`).
+
+The data stays as stored (flat id arrays, possibly memory-mapped); only the
+batch being trained on becomes a tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.tokenized import LabeledSplit
+
+
+class PackedBatches:
+    """(inputs, targets) batches of shape (batch_size, seq_len) cut from one flat token array.
+
+    Documents are concatenated (each framed by BOS ... EOS), so no compute is spent on
+    padding. Each epoch starts the windows at a new random offset and visits them in a
+    new random order.
+    """
+
+    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0, what: str = "corpus"):
+        """`what` names the token stream in messages (`the corpus's validation part`)."""
+        if ids.size < seq_len + 1:
+            raise ConfigError(
+                f"{what} has {ids.size:,} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
+                "lower pretrain.seq_len or add text"
+            )
+        self.ids = ids  # kept as stored (uint16, possibly memory-mapped): a huge corpus is never copied whole
+        self.seq_len, self.batch_size = seq_len, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def windows(self, offset: int) -> int:
+        return (self.ids.size - 1 - offset) // self.seq_len
+
+    def steps_per_epoch(self) -> int:
+        return max(1, math.ceil(self.windows(self.seq_len - 1) / self.batch_size))
+
+    def epoch(self, skip: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One pass in a new random order; `skip` leaves out its first batches (a resumed epoch)."""
+        offset = int(torch.randint(0, self.seq_len, (1,), generator=self.generator))
+        n_windows = self.windows(offset)
+        if n_windows == 0:
+            offset, n_windows = 0, self.windows(0)
+        starts = offset + torch.randperm(n_windows, generator=self.generator) * self.seq_len
+        for begin in range(skip * self.batch_size, n_windows, self.batch_size):
+            yield self._gather(starts[begin : begin + self.batch_size])
+
+    def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Fixed, ordered windows: the same validation batches every time."""
+        starts = torch.arange(self.windows(0)) * self.seq_len
+        for batch_index, begin in enumerate(range(0, len(starts), self.batch_size)):
+            if batch_index >= max_batches:
+                break
+            yield self._gather(starts[begin : begin + self.batch_size])
+
+    def _gather(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = starts.unsqueeze(1) + torch.arange(self.seq_len + 1)
+        window = torch.from_numpy(np.asarray(self.ids[index.numpy()], dtype=np.int64))
+        return window[:, :-1], window[:, 1:]
+
+
+def pad_batch(sequences: list[np.ndarray], max_len: int, pad_id: int) -> torch.Tensor:
+    """Right-pad to the longest sequence; longer ones keep their first max_len tokens.
+
+    Last-token pooling then reads the last kept piece, which has seen all of the kept text.
+    """
+    width = min(max_len, max(len(s) for s in sequences))
+    batch = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        sequence = sequence[:width]
+        batch[row, : len(sequence)] = torch.from_numpy(sequence.astype(np.int64))
+    return batch
+
+
+def classification_batches(
+    split: LabeledSplit, batch_size: int, max_len: int, pad_id: int, generator: np.random.Generator | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled, length-bucketed batches (little compute wasted on padding) when a generator is given;
+    in order otherwise."""
+    if generator is None:
+        batches = [np.arange(i, min(i + batch_size, len(split))) for i in range(0, len(split), batch_size)]
+    else:
+        order = generator.permutation(len(split))
+        lengths = split.lengths()
+        bucket = batch_size * 50
+        batches = []
+        for begin in range(0, len(order), bucket):
+            chunk = order[begin : begin + bucket]
+            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+        batches = [batches[i] for i in generator.permutation(len(batches))]
+    for indices in batches:
+        ids = pad_batch([split.sequence(i) for i in indices], max_len, pad_id)
+        yield ids, torch.from_numpy(split.labels[indices])

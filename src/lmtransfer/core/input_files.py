@@ -1,0 +1,40 @@
+"""Files that params.yaml names (data, tokenizer, checkpoint): where they are, and a record of their bytes.
+
+A relative path is looked up from the working directory, then from the repository
+root: `dvc exp run --temp` runs in a copy of the repository that lacks git-ignored
+files, and DVC_ROOT still points at the original, where they live.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.harness.errors import InputFileError
+from lmtransfer.core.io import sha256_of
+
+
+def resolve_input(path: str, key: str) -> Path:
+    """The file `key` (e.g. `pretrain.init_from`) names, checked to exist and hold bytes."""
+    candidate = Path(path).expanduser()
+    if not candidate.is_absolute() and not candidate.exists() and os.environ.get("DVC_ROOT"):
+        rooted = Path(os.environ["DVC_ROOT"]) / candidate
+        if rooted.exists():
+            candidate = rooted
+    if not candidate.is_file():
+        if candidate.is_dir():
+            what = "is a directory, not a file"
+        elif candidate.exists():
+            what = "is not a regular file (a pipe, socket or device): it can be read only once; save it to a file"
+        else:
+            what = "file not found"
+        raise InputFileError(f"{path}: {what} (set by {key})")
+    if candidate.stat().st_size == 0:
+        raise InputFileError(f"{path}: the file is empty (set by {key})")
+    return candidate
+
+
+def manifest_entry(key: str, given: str, path: Path) -> dict[str, Any]:
+    """What validate records of an external file, so editing it reruns the stage that reads it."""
+    return {"key": key, "path": given, "bytes": path.stat().st_size, "sha256": sha256_of(path)}

@@ -1,0 +1,121 @@
+"""Atomic file writes: a killed stage never leaves a half-written file that looks valid.
+
+Everything is written to a temporary sibling and renamed into place; a rename
+within one directory is atomic on POSIX and Windows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from lmtransfer.harness.errors import MissingOutputError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; move it into place only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give it a normal file's mode
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_tsv(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Rows of equal keys as a TSV with a header (what `dvc plots` reads)."""
+    if not rows:
+        raise ValueError(f"{path}: no rows to write")
+    header = list(rows[0])
+    lines = ["\t".join(header)]
+    lines += ["\t".join(_format_cell(row[key]) for key in header) for row in rows]
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def _format_cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def read_tsv(path: str | Path) -> list[dict[str, str]]:
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    return [dict(zip(header, line.split("\t"))) for line in lines[1:] if line]
+
+
+def how_to_produce(path: str | Path) -> str:
+    """The command that makes a missing pipeline output: the translation pipeline's own for its files."""
+    resolved = Path(path).resolve()
+    if any(folder.name == "translation" and (folder / "dvc.yaml").is_file() for folder in resolved.parents):
+        return "`make run-translation`, or `dvc repro translation/dvc.yaml`"
+    return "`make run`, or `dvc repro`"
+
+
+def require_file(path: str | Path, what: str) -> Path:
+    """Fail early, naming the file and what produces it, instead of deep inside a stage."""
+    path = Path(path)
+    if not path.exists():
+        raise MissingOutputError(f"{path}: {what} not found (run the stage that produces it: {how_to_produce(path)})")
+    return path
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MB blocks (checkpoints and corpora can be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Build a directory beside `path` and swap it in only when complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

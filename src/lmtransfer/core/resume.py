@@ -1,0 +1,105 @@
+"""Resume snapshots: `dvc repro` after a kill continues training where it stopped, with the same result.
+
+DVC deletes a stage's outputs before it runs the stage, so snapshots live apart from
+them, in `.resume/<stage>/<phase>.pt` (git-ignored, never a DVC output). A snapshot
+holds everything the rest of the run depends on: weights, optimizer and scheduler,
+the random generators, the position in the data and the logs so far. On CPU the
+resumed run ends with the same bytes as one never interrupted.
+
+A snapshot is used only by a run with the same fingerprint: the stage, its params,
+the bytes of its input files and of the code, torch's version, the device and the
+thread count. Anything else deletes it and starts over. A finished stage deletes its
+snapshots. Several processes (`train.nproc` > 1) take no snapshots: a killed run starts over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from lmtransfer.core import distributed
+from lmtransfer.core.checkpoint import read_torch_file
+from lmtransfer.harness.errors import CheckpointError
+from lmtransfer.core.io import atomic_path, sha256_of
+from lmtransfer.core.runtime import environment_facts
+
+RESUME_DIR = Path(".resume")
+CODE = (Path("src/lmtransfer"), Path("stages"))
+
+
+def fingerprint(stage: str, params: dict[str, dict[str, Any]], inputs: Iterable[Path], device: torch.device) -> str:
+    """What a snapshot must match to be resumed from (see the module docstring); `params` as `Params.sections`."""
+    params = {section: {k: v for k, v in keys.items() if k != "resume_every"} for section, keys in params.items()}
+    files = sorted({*(p for path in inputs for p in _files(path, "*")), *(p for path in CODE for p in _files(path, "*.py"))})
+    facts = {
+        "stage": stage, "params": params, "torch": torch.__version__, "device": str(device), **environment_facts(),
+        "files": {str(p): sha256_of(p) for p in files},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _files(path: Path, pattern: str) -> list[Path]:
+    """A file, or every file under a folder matching `pattern` (an input folder: all its files; code: *.py)."""
+    return [path] if path.is_file() else [p for p in path.rglob(pattern) if p.is_file()]
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """The global torch generators (dropout draws from them)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Snapshots:
+    """The resume snapshots of one stage run; `every` = training steps between snapshots (0 = none)."""
+
+    def __init__(self, stage: str, fingerprint: str, every: int, root: Path = RESUME_DIR):
+        self.directory = root / stage.replace("@", "_seed")
+        if every > 0 and distributed.world().size > 1:
+            print(f"resume: no snapshots with {distributed.world().size} processes (train.nproc > 1): a killed run "
+                  "starts over")
+            every = 0
+        self.fingerprint, self.every = fingerprint, every
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
+    def save(self, phase: str, state: dict[str, Any]) -> None:
+        if self.every <= 0:
+            return
+        buffer = io.BytesIO()
+        torch.save({"fingerprint": self.fingerprint, **state}, buffer)
+        with atomic_path(self.directory / f"{phase}.pt") as tmp:  # a kill mid-write keeps the previous snapshot
+            tmp.write_bytes(buffer.getvalue())
+
+    def load(self, phase: str) -> dict[str, Any] | None:
+        """The phase's snapshot, or None (none saved, or saved by a run that differs: then it is deleted)."""
+        path = self.directory / f"{phase}.pt"
+        if self.every <= 0 or not path.is_file():
+            return None
+        try:
+            state = read_torch_file(path)
+        except CheckpointError:  # unreadable (a disk fault): start over rather than stop
+            state = None
+        if not state or state.pop("fingerprint", None) != self.fingerprint:
+            print(f"resume: {path} belongs to another configuration (params, inputs or code changed); starting over")
+            self.clear()
+            return None
+        return state
+
+    def clear(self) -> None:
+        """Called when the stage has written its outputs: nothing is left to resume."""
+        shutil.rmtree(self.directory, ignore_errors=True)

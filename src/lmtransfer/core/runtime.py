@@ -1,0 +1,107 @@
+"""Where and how training runs: device choice, precision, seeding, threads."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+
+import numpy as np
+import torch
+
+from lmtransfer.core.config import TrainParams
+from lmtransfer.harness.errors import DeviceError
+from lmtransfer.core.sharing import parallel_jobs, thread_share
+
+
+def select_device(requested: str = "auto") -> torch.device:
+    """auto = CUDA, else Apple MPS, else CPU; an explicit choice that is unavailable is an error."""
+    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    if requested == "auto":
+        return torch.device("cuda" if cuda else "mps" if mps else "cpu")
+    if (requested == "cuda" and not cuda) or (requested == "mps" and not mps):
+        raise DeviceError(f"train.device={requested!r} but no {requested.upper()} device is available; use 'auto'")
+    return torch.device(requested)
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on GPUs that support it; full precision elsewhere (CPU results stay exact)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def to_device(tensors, device: torch.device) -> list[torch.Tensor]:
+    """A batch onto the training device; on a GPU from pinned memory without waiting for the copy, which then
+    overlaps the kernels still running from the previous step."""
+    if device.type != "cuda":
+        return [tensor.to(device) for tensor in tensors]
+    return [tensor.pin_memory().to(device, non_blocking=True) for tensor in tensors]
+
+
+def compiled(function, enabled: bool):
+    """`train.compile`: the function through torch.compile (fused kernels; the first calls compile), else as is."""
+    return torch.compile(function) if enabled else function
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def environment_facts() -> dict[str, str | int]:
+    """What CPU results depend on besides code, params and data: the kernels' instruction set and the threads.
+
+    Stored beside the results, so a difference between two machines is explained, not a mystery; several
+    processes (torchrun) add their count.
+    """
+    facts = {"cpu_kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+             "denormals_flushed": denormals_flushed()}
+    if torch.distributed.is_available() and torch.distributed.is_initialized():  # train.nproc > 1: threads each
+        facts["processes"] = torch.distributed.get_world_size()
+    return facts
+
+
+def flush_denormals() -> bool:
+    """Subnormal floats (below 1.2e-38) count as zero on the CPU (FTZ/DAZ), as GPU training kernels treat them.
+    Attention weights and gradients underflow into that range, and each product touching one there costs
+    the CPU some hundred cycles: a third of a pretraining step went into matrix products slowed that way.
+    Per thread, so it must come before torch starts its worker threads, which copy it when they start."""
+    return torch.set_flush_denormal(True)
+
+
+def denormals_flushed() -> bool:
+    """Whether every CPU thread of torch flushes subnormals: a product of subnormals split across all threads
+    comes out all zeros. False when a thread started before `flush_denormals`."""
+    smallest = torch.ones((1 << 16) * torch.get_num_threads(), dtype=torch.int32).view(torch.float32)  # 1.4e-45
+    return bool((smallest * 1.0).eq(0).all())  # from bits: a float literal would be flushed on conversion
+
+
+def use_share_of_cores() -> int:
+    """All cores when alone; cores / jobs when `sharing.parallel_jobs` says others share the machine.
+    OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use. Flushes
+    denormals first, while no worker thread exists yet (`flush_denormals`)."""
+    flush_denormals()
+    if "OMP_NUM_THREADS" not in os.environ:
+        jobs = parallel_jobs()
+        torch.set_num_threads(thread_share(jobs))
+        if jobs > 1:
+            print(f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} cores: {jobs} jobs share this machine "
+                  f"(LMTRANSFER_JOBS or DVC queue workers); train.num_threads sets it", flush=True)
+    return torch.get_num_threads()
+
+
+def configure(params: TrainParams, seed: int | None = None) -> torch.device:
+    """Seed (train.seed unless given), set CPU threads, pick the device; called once by each training stage."""
+    seed_everything(params.seed if seed is None else seed)
+    flush_denormals()
+    if params.num_threads:
+        torch.set_num_threads(params.num_threads)
+    else:
+        use_share_of_cores()
+    device = select_device(params.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return device

@@ -1,0 +1,162 @@
+"""The `data/tokenized/` folder's id arrays and its sibling `data/tokenized_corpus/`, written and read here only.
+
+    data/tokenized/                    what fine-tuning, evaluation and plots read
+        train.npz valid.npz test.npz   a labeled split: flat ids, offsets (n+1), labels
+        meta.json                      vocabulary size, special ids, label names, split counts, unknown rates
+        train_pairs.npz ...            translation: a split's sentence pairs, source and target ids + offsets
+    data/tokenized_corpus/             what pretraining alone reads
+        corpus_train.npy corpus_valid.npy  the corpus as one flat id array per part (memory-mapped on read)
+        meta.json                          token counts and unknown rates of the two parts
+
+The tokenizer's own files sit beside the labeled splits (`tokenizer.save_tokenizer`). The corpus
+folder is the labeled folder's sibling `<name>_corpus` (`corpus_dir`): a corpus change leaves
+`data/tokenized/` byte-identical (when the tokenizer does not change), so the scratch fine-tune
+is not rerun. Nothing here needs torch or the tokenizer, so a stage that only reads ids imports
+neither.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from lmtransfer.harness.errors import EmptySplitError
+from lmtransfer.core.io import read_json, require_file, write_json
+
+META = "meta.json"
+
+
+def corpus_dir(directory: Path) -> Path:
+    """Where the corpus ids of the tokenized folder `directory` live: `data/tokenized` -> `data/tokenized_corpus`."""
+    directory = Path(directory)
+    return directory.with_name(f"{directory.name}_corpus")
+
+
+def _corpus_file(directory: Path, part: str) -> Path:
+    return Path(directory) / f"corpus_{part}.npy"
+
+
+def _split_file(directory: Path, name: str) -> Path:
+    return Path(directory) / f"{name}.npz"
+
+
+@dataclass
+class PairSplit:
+    source_ids: np.ndarray
+    source_offsets: np.ndarray
+    target_ids: np.ndarray
+    target_offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.source_offsets) - 1
+
+    def source(self, index: int) -> np.ndarray:
+        return self.source_ids[self.source_offsets[index]: self.source_offsets[index + 1]]
+
+    def target(self, index: int) -> np.ndarray:
+        return self.target_ids[self.target_offsets[index]: self.target_offsets[index + 1]]
+
+    def source_lengths(self) -> np.ndarray:
+        return np.diff(self.source_offsets)
+
+    def target_lengths(self) -> np.ndarray:
+        return np.diff(self.target_offsets)
+
+
+class LabeledSplit:
+    """Token sequences of one labeled split, as views into one flat array."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, labels: np.ndarray):
+        self.ids, self.offsets, self.labels = ids, offsets, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def sequence(self, index: int) -> np.ndarray:
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def text_stream(self, eos_id: int) -> np.ndarray:
+        """The texts alone, each closed by EOS and concatenated, as the pretraining corpus is: labels unused."""
+        ends = self.offsets[1:]
+        stream = np.insert(self.ids, ends, eos_id)
+        return stream.astype(self.ids.dtype, copy=False)
+
+
+# --- writing (the tokenize stage) -------------------------------------------------------------
+
+
+def write_corpus_part(directory: Path, part: str, chunks: Iterable[np.ndarray], dtype: np.dtype) -> int:
+    """Stream id chunks into a .npy file without holding them all in memory; returns the token count.
+
+    The ids go to a headerless file first (the count is known only at the end), then the .npy header
+    and those bytes are copied into place with plain file reads and writes: memory-mapping both files
+    would put every page of them in the stage's resident memory (a 1 GB corpus: about 1 GB).
+    """
+    path = _corpus_file(directory, part)
+    raw = path.with_suffix(".raw")
+    total = 0
+    with open(raw, "wb") as handle:
+        for chunk in chunks:
+            chunk.astype(dtype, copy=False).tofile(handle)
+            total += chunk.size
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (total,)}
+    with open(path, "wb") as target, open(raw, "rb") as source:
+        np.lib.format.write_array_header_1_0(target, header)
+        shutil.copyfileobj(source, target, 1 << 22)
+    raw.unlink()
+    return total
+
+
+def write_labeled_split(directory: Path, name: str, split: LabeledSplit) -> None:
+    np.savez(_split_file(directory, name), ids=split.ids, offsets=split.offsets, labels=split.labels)
+
+
+def _pair_file(directory: Path, name: str) -> Path:
+    return Path(directory) / f"{name}_pairs.npz"
+
+
+def write_pair_split(directory: Path, name: str, split: PairSplit) -> None:
+    np.savez(_pair_file(directory, name), source_ids=split.source_ids, source_offsets=split.source_offsets,
+             target_ids=split.target_ids, target_offsets=split.target_offsets)
+
+
+def write_tokenized_meta(directory: Path, meta: dict[str, Any]) -> None:
+    write_json(Path(directory) / META, meta)
+
+
+# --- reading (pretrain, fine-tune, evaluate, plot) -------------------------------------------
+
+
+def read_tokenized_meta(directory: Path) -> dict[str, Any]:
+    return read_json(require_file(Path(directory) / META, "tokenized data"))
+
+
+def load_corpus(directory: Path, part: str) -> np.ndarray:
+    """One corpus part of the tokenized folder `directory` (read from its `_corpus` sibling), memory-mapped: a
+    corpus larger than memory is never copied whole."""
+    return np.load(require_file(_corpus_file(corpus_dir(directory), part), "tokenized corpus"), mmap_mode="r")
+
+
+def load_labeled_split(directory: Path, name: str) -> LabeledSplit:
+    path = require_file(_split_file(directory, name), f"tokenized '{name}' split")
+    with np.load(path) as data:
+        split = LabeledSplit(data["ids"], data["offsets"], data["labels"])
+    if len(split) == 0:
+        raise EmptySplitError(f"{path}: the '{name}' split is empty (rerun prepare and tokenize)")
+    return split
+
+
+def load_pair_split(directory: Path, name: str) -> PairSplit:
+    path = require_file(_pair_file(directory, name), f"tokenized '{name}' pairs")
+    with np.load(path) as data:
+        split = PairSplit(data["source_ids"], data["source_offsets"], data["target_ids"], data["target_offsets"])
+    if len(split) == 0:
+        raise EmptySplitError(f"{path}: the '{name}' split has no pairs (rerun prepare and tokenize)")
+    return split

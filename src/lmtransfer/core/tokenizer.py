@@ -1,0 +1,344 @@
+"""Tokenizers: text or ready-made pieces to ids and back, and the files that store a tokenizer.
+
+One interface, `Tokenizer`, over three id spaces:
+* a sentencepiece model trained on the corpus (the default): 0 padding, 1 unknown,
+  2 begin-of-sequence, 3 end-of-sequence, 4 a reserved `<mask>` for a future
+  masked-LM objective;
+* an existing sentencepiece model (`tokenizer.model_file`): its own special ids,
+  with any it lacks (often padding) appended after its pieces;
+* a fairseq-style dictionary (`tokenizer.vocab_file`), the original experiment's
+  convention: 0 `<sos>`, 1 `<pad>`, 2 `<eos>`, 3 `<oov>`, then the dictionary's
+  pieces in file order; raw text is cut into pieces by `tokenizer.model_file`.
+
+Texts are framed BOS ... EOS for pretraining and BOS ... for classification (see
+`encode_for_classification`). Encoded texts are flat numpy arrays (uint16 when the
+vocabulary allows) plus offsets: a 1M-token corpus is 2 MB, not a list of lists
+(stored by `tokenized`). `save_tokenizer` / `load_tokenizer` write and read the
+tokenizer's own files (spm.model, dict.txt, vocab.txt).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import sentencepiece as spm
+
+from lmtransfer.core.config import TokenizerParams
+from lmtransfer.harness.errors import MissingOutputError, TokenizerError
+from lmtransfer.core.input_files import resolve_input
+from lmtransfer.core.io import how_to_produce
+from lmtransfer.core.text import PIECE_SPACE
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # of a tokenizer this project trains
+MASK_PIECE = "<mask>"
+MODEL_FILE = "spm.model"
+DICTIONARY_FILE = "dict.txt"
+DICTIONARY_SPECIALS = ("<sos>", "<pad>", "<eos>", "<oov>")
+FAIRSEQ_OVERWRITE = "#fairseq:overwrite"
+VOCAB_LISTING = "vocab.txt"
+
+
+# --- the interface ----------------------------------------------------------------------
+
+
+class Tokenizer:
+    """Raw text or ready-made pieces -> ids, and ids -> text."""
+
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    scheme: str
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def piece_id(self, piece: str) -> int:
+        raise NotImplementedError
+
+    def pieces_to_ids(self, line: str) -> list[int]:
+        """A line of space-separated pieces (already tokenized data), without re-tokenizing."""
+        return [self.piece_id(piece) for piece in line.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+    def special_ids(self) -> dict[str, int]:
+        return {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A sentencepiece model; special ids it does not define are appended after its pieces."""
+
+    scheme = "sentencepiece"
+
+    def __init__(self, model_bytes: bytes, origin: str = "sentencepiece model"):
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+        except (RuntimeError, TypeError) as exc:
+            raise TokenizerError(f"{origin}: not a sentencepiece model ({exc})") from None
+        self.model_bytes = model_bytes
+        size = self.sp.get_piece_size()
+        own = {"pad": self.sp.pad_id(), "unk": self.sp.unk_id(), "bos": self.sp.bos_id(), "eos": self.sp.eos_id()}
+        missing = [name for name, value in own.items() if value < 0]
+        self.appended = {name: size + index for index, name in enumerate(missing)}
+        ids = {**own, **self.appended}
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = ids["pad"], ids["unk"], ids["bos"], ids["eos"]
+        self.vocab_size = size + len(missing)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts)
+
+    def piece_id(self, piece: str) -> int:
+        return self.sp.piece_to_id(piece)
+
+    def decode(self, ids: list[int]) -> str:
+        size = self.sp.get_piece_size()
+        return self.sp.decode([i for i in ids if i < size])
+
+    def pieces(self) -> list[str]:
+        return [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())] + [
+            f"<{name}>" for name in self.appended
+        ]
+
+
+class DictionaryTokenizer(Tokenizer):
+    """A fairseq-style dictionary as the id space; an optional sentencepiece model segments raw text."""
+
+    scheme = "dictionary"
+
+    def __init__(self, pieces: list[str], segmenter: SentencePieceTokenizer | None = None):
+        self.entries = list(DICTIONARY_SPECIALS) + pieces
+        self.ids = {piece: index for index, piece in enumerate(self.entries)}
+        self.bos_id, self.pad_id, self.eos_id, self.unk_id = range(4)
+        self.vocab_size = len(self.entries)
+        self.segmenter = segmenter
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if self.segmenter is None:
+            raise TokenizerError("raw text needs tokenizer.model_file to be cut into the dictionary's pieces")
+        return [[self.piece_id(p) for p in pieces] for pieces in self.segmenter.sp.encode(texts, out_type=str)]
+
+    def piece_id(self, piece: str) -> int:
+        return self.ids.get(piece, self.unk_id)
+
+    def decode(self, ids: list[int]) -> str:
+        pieces = [self.entries[i] for i in ids if 4 <= i < self.vocab_size]
+        return "".join(pieces).replace(PIECE_SPACE, " ").strip()
+
+    def pieces(self) -> list[str]:
+        return self.entries
+
+
+def read_fairseq_dictionary(path: Path) -> list[str]:
+    """`<piece> <count>` per line (an optional `#fairseq:overwrite` flag allowed); pieces in file order."""
+    pieces: list[str] = []
+    seen: dict[str, int | str] = {special: "reserved" for special in DICTIONARY_SPECIALS}
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path}, line {number}"
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise TokenizerError(f"{where}: not UTF-8 text ({exc.reason}) (tokenizer.vocab_file)") from None
+            fields = line.split(" ")
+            overwrite = fields[-1] == FAIRSEQ_OVERWRITE
+            if overwrite:
+                fields = fields[:-1]
+            if len(fields) != 2 or not fields[0] or not fields[1].lstrip("-").isdigit():
+                raise TokenizerError(
+                    f"{where}: expected '<piece> <count>', got {line[:60]!r} (tokenizer.vocab_file must be a "
+                    "fairseq dictionary: one piece and its integer count per line, separated by one space)"
+                )
+            piece = fields[0]
+            if piece in seen and not overwrite:
+                first = "is reserved for ids 0-3" if seen[piece] == "reserved" else f"repeats line {seen[piece]}"
+                raise TokenizerError(
+                    f"{where}: the piece {piece!r} {first} (tokenizer.vocab_file; mark a deliberate repeat "
+                    f"with {FAIRSEQ_OVERWRITE} as fairseq does)"
+                )
+            seen[piece] = number
+            pieces.append(piece)
+    if not pieces:
+        raise TokenizerError(f"{path}: the dictionary is empty (tokenizer.vocab_file)")
+    return pieces
+
+
+# --- building one from params, and saving / loading it with the tokenized data -----------
+
+
+TRAINING_TEXT_BYTES = 64 << 20  # sentencepiece's trainer holds ~20 bytes per character it samples: ~1.4 GB
+
+
+def training_sample_lines(corpus_file: Path, max_lines: int, budget: int = TRAINING_TEXT_BYTES) -> int:
+    """How many lines sentencepiece samples: `max_lines`, or fewer when that many lines of the corpus's average
+    length would pass `budget` bytes. Its memory grows with the characters it samples, not the lines, so a
+    corpus of long lines would otherwise need several GB. A corpus within the budget is left alone."""
+    size = Path(corpus_file).stat().st_size
+    if size <= budget:
+        return max_lines
+    lines = 0
+    with open(corpus_file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            lines += block.count(b"\n")
+    return max(1, min(max_lines, int(budget / (size / max(lines, 1)))))
+
+
+def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 0) -> bytes:
+    """Train on the pretraining corpus (a sample of `training_sample_lines` lines); returns the serialized model."""
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            input=str(corpus_file),
+            model_writer=model,
+            vocab_size=params.vocab_size,
+            model_type=params.model_type,
+            character_coverage=params.character_coverage,
+            normalization_rule_name=params.normalization,
+            input_sentence_size=training_sample_lines(corpus_file, params.max_training_lines),
+            shuffle_input_sentence=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            control_symbols=[MASK_PIECE],
+            num_threads=2,
+            minloglevel=2,
+        )
+    except RuntimeError as exc:
+        message = str(exc)
+        most = re.search(r"value <= (\d+)", message)
+        if most:
+            raise TokenizerError(
+                f"tokenizer.vocab_size={params.vocab_size} is too large for this corpus: sentencepiece can make "
+                f"at most {int(most.group(1)):,} pieces of it; lower tokenizer.vocab_size or add text"
+            ) from None
+        least = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+        if least:
+            raise TokenizerError(
+                f"tokenizer.vocab_size={params.vocab_size} is too small for this corpus: its characters and the "
+                f"special pieces need at least {int(least.group(1)):,}; raise tokenizer.vocab_size "
+                "(or lower tokenizer.character_coverage)"
+            ) from None
+        if "Vocabulary size" in message or "vocab_size" in message:
+            raise TokenizerError(
+                f"tokenizer.vocab_size={params.vocab_size} is too large for this corpus ({message.strip()}); "
+                "lower tokenizer.vocab_size"
+            ) from None
+        raise TokenizerError(f"sentencepiece training on {corpus_file} failed: {message}") from None
+    return model.getvalue()
+
+
+def existing_tokenizer(params: TokenizerParams) -> Tokenizer | None:
+    """The tokenizer named by tokenizer.model_file / vocab_file, or None when one must be trained."""
+    segmenter = None
+    if params.model_file:
+        path = resolve_input(params.model_file, "tokenizer.model_file")
+        segmenter = SentencePieceTokenizer(path.read_bytes(), f"{path} (tokenizer.model_file)")
+    if params.vocab_file:
+        path = resolve_input(params.vocab_file, "tokenizer.vocab_file")
+        return DictionaryTokenizer(read_fairseq_dictionary(path), segmenter)
+    return segmenter
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: Path) -> None:
+    """The files `load_tokenizer` needs, plus a readable `vocab.txt` (id, piece)."""
+    segmenter = tokenizer if isinstance(tokenizer, SentencePieceTokenizer) else tokenizer.segmenter
+    if segmenter is not None:
+        (directory / MODEL_FILE).write_bytes(segmenter.model_bytes)
+    if isinstance(tokenizer, DictionaryTokenizer):
+        pieces = tokenizer.entries[len(DICTIONARY_SPECIALS):]
+        (directory / DICTIONARY_FILE).write_text("".join(f"{p} 1\n" for p in pieces), encoding="utf-8")
+    lines = (f"{index}\t{piece}" for index, piece in enumerate(tokenizer.pieces()))
+    (directory / VOCAB_LISTING).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """The tokenizer the tokenize stage used (pass its output directory, or a file inside it)."""
+    directory = Path(directory)
+    if directory.is_file():
+        directory = directory.parent
+    model, dictionary = directory / MODEL_FILE, directory / DICTIONARY_FILE
+    segmenter = SentencePieceTokenizer(model.read_bytes(), str(model)) if model.is_file() else None
+    if dictionary.is_file():
+        return DictionaryTokenizer(read_fairseq_dictionary(dictionary), segmenter)
+    if segmenter is None:
+        raise MissingOutputError(f"{directory}: no tokenizer found (run the tokenize stage: {how_to_produce(directory)})")
+    return segmenter
+
+
+# --- flat id arrays ------------------------------------------------------------------------
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
+def encode_stream(
+    tokenizer: Tokenizer, lines: Iterable[str], pieces: bool = False, add_eos: bool = True, chunk_size: int = 4096
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(flat ids, lengths) per chunk of lines, each framed BOS + pieces [+ EOS]: a corpus of any size streams."""
+    dtype = id_dtype(tokenizer.vocab_size)
+    tail = [tokenizer.eos_id] if add_eos else []
+    batch: list[str] = []
+
+    def flush() -> tuple[np.ndarray, np.ndarray]:
+        encoded = [tokenizer.pieces_to_ids(t) for t in batch] if pieces else tokenizer.encode_batch(batch)
+        batch.clear()
+        return frame(encoded, dtype, tokenizer.bos_id, tail)
+
+    for text in lines:
+        batch.append(text)
+        if len(batch) >= chunk_size:
+            yield flush()
+    if batch:
+        yield flush()
+
+
+def frame(encoded: list[list[int]], dtype: np.dtype, bos_id: int, tail: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(flat ids, lengths) of BOS + ids [+ tail] per text, built with numpy: the ids cross from Python once."""
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) + 1 + len(tail)
+    flat = np.empty(int(lengths.sum()), dtype=dtype)
+    ends = np.cumsum(lengths)
+    body = np.ones(flat.size, dtype=bool)
+    body[ends - lengths] = False
+    flat[ends - lengths] = bos_id
+    if tail:
+        body[ends - 1] = False
+        flat[ends - 1] = tail[0]
+    flat[body] = np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype, count=int(body.sum()))
+    return flat, lengths
+
+
+def encode_documents(
+    tokenizer: Tokenizer, texts: Iterable[str], add_eos: bool = True, pieces: bool = False, chunk_size: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
+    """Encode texts as BOS + pieces (+ EOS); returns (flat ids, offsets of length n+1)."""
+    chunks = list(encode_stream(tokenizer, texts, pieces, add_eos, chunk_size))
+    flat = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, id_dtype(tokenizer.vocab_size))
+    lengths = np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0, np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return flat, offsets
+
+
+def encode_for_classification(
+    tokenizer: Tokenizer, texts: Iterable[str], pieces: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """BOS + pieces, no EOS: the pooled last token must be the text's own last piece.
+
+    In the packed pretraining stream EOS is always followed by BOS, so the LM learns nothing
+    about the text at EOS; the last real piece is where it summarised the text to predict what
+    comes next. (Measured: dropping EOS gave the pretrained classifier +2-3 points.)
+    """
+    return encode_documents(tokenizer, texts, add_eos=False, pieces=pieces)

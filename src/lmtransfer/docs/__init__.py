@@ -1,0 +1,1 @@
+"""The code that writes the docs' generated tables."""

@@ -1,0 +1,188 @@
+"""The README's parameter tables, generated from the parameter models so they cannot go stale.
+
+Every key of a task's params file, grouped by section: its default (the value shipped in the
+file, see config.py and translation_config.py) and its meaning (the field's `description`), with
+the stages that read the section.
+
+    lmtransfer params                                    # print the classification table (Markdown)
+    lmtransfer params --translation                      # translation/params.yaml's
+    lmtransfer params --readme README.md                 # rewrite both between the README's markers
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.core.config import PipelineParams
+
+from lmtransfer.classification.config import FinetuneParams, Params
+from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
+
+START_MARKER = "<!-- params-table:start -->"
+END_MARKER = "<!-- params-table:end -->"
+REGENERATE = "lmtransfer params --readme README.md"
+
+# Which stages read each section (mirrors the `params:` lists of dvc.yaml; a test keeps them equal).
+# None = the whole section, else the keys that stage declares.
+PER_SEED_STAGES = ("finetune_pretrained", "finetune_scratch")
+_FINETUNE_RECIPE = tuple(key for key in FinetuneParams.model_fields if key != "seeds")
+SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "data": {"validate": None, "prepare": None},
+    "tokenizer": {"validate": None, "tokenize": None},
+    "model": {"validate": None, "pretrain": None, "finetune_scratch": None},
+    "pretrain": {"validate": ("init_from", "objective"), "pretrain": None, "finetune_scratch": ("objective",)},
+    "finetune": {
+        "finetune_pretrained": _FINETUNE_RECIPE,
+        "finetune_scratch": _FINETUNE_RECIPE,
+        "evaluate": ("seeds",),
+        "plot": ("seeds",),
+    },
+    "train": {
+        "validate": ("device",),
+        "pretrain": ("seed", "device", "num_threads", "nproc", "compile", "log_every"),  # not resume_every
+        "finetune_pretrained": ("device", "num_threads", "nproc", "compile"),
+        "finetune_scratch": ("device", "num_threads", "nproc", "compile"),
+    },
+    "evaluate": {"evaluate": None},
+    "baseline": {"baseline": None},
+    "plot": {"plot": None},
+}
+SECTION_NOTES = {
+    "model": "`finetune_pretrained` takes its shape from the pretrained checkpoint",
+}
+
+# The same for translation/dvc.yaml (the same test keeps them equal).
+_TRANSLATION_RECIPE = tuple(key for key in TranslationFinetuneParams.model_fields if key != "seeds")
+TRANSLATION_SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "data": {"prepare": None},
+    "tokenizer": {"tokenize": None},
+    "model": {"pretrain": None, "finetune_scratch": None},
+    "pretrain": {"pretrain": None, "finetune_scratch": ("objective",)},
+    "finetune": {
+        "finetune_pretrained": _TRANSLATION_RECIPE,
+        "finetune_scratch": _TRANSLATION_RECIPE,
+        "evaluate": ("seeds",),
+        "plot": ("seeds",),
+    },
+    "train": {
+        "pretrain": ("seed", "device", "num_threads", "nproc", "compile", "log_every"),
+        "finetune_pretrained": ("device", "num_threads"),
+        "finetune_scratch": ("device", "num_threads"),
+    },
+    "evaluate": {"evaluate": None},
+    "plot": {"plot": None},
+}
+TRANSLATION_SECTION_NOTES = {
+    "model": "the encoder–decoder takes the language model's shape, its N layers on each side; "
+             "`finetune_pretrained` reads it from the pretrained checkpoint",
+}
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    """One task's table: its parameter model, who reads each section, and the README markers around it."""
+
+    params: type[PipelineParams]
+    readers: dict[str, dict[str, tuple[str, ...] | None]]
+    notes: dict[str, str]
+    start: str
+    end: str
+
+
+TABLES = {
+    "classification": TaskTable(Params, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER),
+    "translation": TaskTable(TranslationParams, TRANSLATION_SECTION_READERS, TRANSLATION_SECTION_NOTES,
+                             "<!-- translation-params-table:start -->", "<!-- translation-params-table:end -->"),
+}
+
+
+def format_value(value: Any) -> str:
+    """A default as it is written in params.yaml: `true`, `''`, `[1, 2]`, `["the movie was"]`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value or "''"
+    if isinstance(value, list):
+        return "[" + ", ".join(json.dumps(v) if isinstance(v, str) else format_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _stage(name: str) -> str:
+    return f"`{name}@<seed>`" if name in PER_SEED_STAGES else f"`{name}`"
+
+
+def _readers(table: TaskTable, section: str) -> str:
+    keys = list(table.params.model_fields[section].annotation.model_fields)
+    phrases = []
+    for stage, read in table.readers[section].items():
+        if read is None or list(read) == keys:
+            phrases.append(_stage(stage))
+        elif len(read) <= len(keys) // 2:
+            phrases.append(f"{_stage(stage)} ({', '.join(f'`{key}`' for key in read)})")
+        else:
+            left_out = ", ".join(f"`{key}`" for key in keys if key not in read)
+            phrases.append(f"{_stage(stage)} (all but {left_out})")
+    return ", ".join(phrases)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def params_table(task: str = "classification") -> str:
+    """One Markdown table per section, each headed by the stages that read it. The defaults are those of the
+    task's model instance (translation ships other values than classification for some of the same fields)."""
+    table, defaults = TABLES[task], TABLES[task].params()
+    blocks = []
+    for section in table.params.model_fields:
+        heading = f"**`{section}`**, read by {_readers(table, section)}"
+        if section in table.notes:
+            heading += f"; {table.notes[section]}"
+        rows = [heading, "", "| key | default | meaning |", "|---|---|---|"]
+        values = getattr(defaults, section)
+        for key, info in type(values).model_fields.items():
+            default = format_value(getattr(values, key))
+            rows.append(f"| `{section}.{key}` | `{_cell(default)}` | {_cell(info.description or '')} |")
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _marked_span(text: str, origin: str, task: str) -> tuple[int, int]:
+    """Where the generated table sits: between the end of the start marker's line and the end marker."""
+    start_marker, end_marker = TABLES[task].start, TABLES[task].end
+    start, end = text.find(start_marker), text.find(end_marker)
+    if start < 0 or end < 0 or end < start or text.count(start_marker) != 1 or text.count(end_marker) != 1:
+        raise ValueError(
+            f"{origin}: expected one {start_marker} line followed by one {end_marker} line around the {task} "
+            "parameter table"
+        )
+    return text.index("\n", start) + 1, end
+
+
+def table_in(text: str, origin: str = "README", task: str = "classification") -> str:
+    """The table currently between the task's markers."""
+    begin, end = _marked_span(text, origin, task)
+    return text[begin:end].strip("\n") + "\n"
+
+
+def with_table(text: str, table: str, origin: str = "README", task: str = "classification") -> str:
+    """`text` with the part between the task's markers replaced by `table` (one blank line on each side)."""
+    begin, end = _marked_span(text, origin, task)
+    return f"{text[:begin]}\n{table.strip(chr(10))}\n\n{text[end:]}"
+
+
+def update_readme(path: Path) -> bool:
+    """Rewrite every task's table whose markers `path` has (all checked before anything is written); True when
+    the file changed."""
+    text = path.read_text(encoding="utf-8")
+    marked = [task for task, table in TABLES.items() if table.start in text or table.end in text]
+    updated = text
+    for task in marked or ["classification"]:  # no markers at all: the classification table's error names them
+        updated = with_table(updated, params_table(task), str(path), task)
+    if updated == text:
+        return False
+    path.write_text(updated, encoding="utf-8")
+    return True

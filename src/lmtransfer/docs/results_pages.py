@@ -1,0 +1,481 @@
+"""The docs' results tables, generated from the committed metrics files so they cannot go stale.
+
+README.md and every docs/**/*.md may hold tables between two markers, each on a line of its own:
+
+    <!-- report:NAME:start -->
+    (generated: a blank line, the table for NAME, a blank line)
+    <!-- report:NAME:end -->
+
+`write_pages` rewrites what lies between them; `check_pages` lists where a page is stale or its markers
+are broken (a test and `lmtransfer report --check` run it). A marker inside a fenced code block is text,
+not a marker, so a page can show the syntax. NAME is a key of `TABLES`; `generate` gives its text.
+
+    python -m lmtransfer.docs.results_pages            # rewrite the tables
+    python -m lmtransfer.docs.results_pages --check    # exit 1 at the first stale or broken table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EVALUATE = "metrics/evaluate.json"
+BASELINE = "metrics/baseline.json"
+TRANSLATION = "translation/metrics/evaluate.json"
+REGENERATE = "lmtransfer report"
+VARIANTS = ("pretrained", "scratch")
+TEST_LABELS = ("pretrained, then fine-tuned", "same network from scratch")
+
+MARKER = re.compile(r"^\s*<!--\s*report:(?P<name>[^:\s]+):(?P<kind>start|end)\s*-->\s*$")
+MARKER_LIKE = re.compile(r"^\s*<!--\s*report:")  # a line meant as a marker, well formed or not
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+class UnknownTable(KeyError):
+    """A NAME with no generator; the message lists the known ones, so a typo is a one-step fix."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"unknown table {self.name!r}; known: {', '.join(TABLES)}"
+
+
+class MetricsError(ValueError):
+    """A metrics file missing or unreadable, or without a value a table needs; the message names file and key."""
+
+
+class PagesError(ValueError):
+    """Broken markers, or tables that cannot be generated: `write_pages` writes nothing then."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(f"{problems[0]} ({len(problems)} problem(s) in all)")
+        self.problems = problems
+
+
+# --- reading the metrics ----------------------------------------------------------------------------------------
+
+
+def _finite(value: Any, where: str) -> float:
+    """A number a cell can show: NaN, a string or a bool in a metrics file is a broken run, not a value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MetricsError(f"{where} is {value!r}, not a finite number")
+    return float(value)
+
+
+class _Source:
+    """One metrics JSON file; values are fetched by dotted key, so every error names the file and the key."""
+
+    def __init__(self, root: Path, rel: str) -> None:
+        self.rel = rel
+        try:
+            self.data = json.loads((root / rel).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise MetricsError(f"{rel} is missing") from None
+        except json.JSONDecodeError as error:
+            raise MetricsError(f"{rel} is not JSON (line {error.lineno}: {error.msg})") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise MetricsError(f"{rel} cannot be read ({error})") from None
+
+    def get(self, key: str) -> Any:
+        node = self.data
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise MetricsError(f"{self.rel} has no {key!r}")
+            node = node[part]
+        return node
+
+    def number(self, key: str) -> float:
+        return _finite(self.get(key), f"{self.rel}: {key!r}")
+
+    def numbers(self, key: str) -> list[float]:
+        values = self.get(key)
+        if not isinstance(values, list) or not values:
+            raise MetricsError(f"{self.rel}: {key!r} is {values!r}, not a list of numbers")
+        return [_finite(value, f"{self.rel}: {key!r}[{i}]") for i, value in enumerate(values)]
+
+    def count(self, key: str) -> int:
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MetricsError(f"{self.rel}: {key!r} is {value!r}, not a positive whole number")
+        return value
+
+
+# --- formatting: one rule per kind of cell, so every table rounds the same way ------------------------------------
+
+
+def _signed(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}"
+
+
+def _joined(values: list[float], digits: int) -> str:
+    return ", ".join(f"{value:.{digits}f}" for value in values)
+
+
+def _bold(text: str, on: bool) -> str:
+    return f"**{text}**" if on else text
+
+
+def _mean_std(source: _Source, prefix: str, digits: int) -> str:
+    """`prefix_mean ± prefix_std`: the spread over seeds."""
+    return f"{source.number(f'{prefix}_mean'):.{digits}f} ± {source.number(f'{prefix}_std'):.{digits}f}"
+
+
+def _interval(source: _Source, prefix: str, digits: int, signed: bool = False) -> str:
+    """`[prefix_low, prefix_high]`, signed for a gap (whose sign is the point)."""
+    low, high = source.number(f"{prefix}_low"), source.number(f"{prefix}_high")
+    show = (lambda x: _signed(x, digits)) if signed else (lambda x: f"{x:.{digits}f}")
+    return f"[{show(low)}, {show(high)}]"
+
+
+def _p(value: float, digits: int) -> str:
+    """A p-value at the resolution of its test; one below it reads `p < 0.0001`, never `p = 0.0000`."""
+    floor = 10.0 ** -digits
+    return f"p < {floor:.{digits}f}" if value < floor / 2 else f"p = {value:.{digits}f}"
+
+
+def _better(source: _Source, key: str, prefix: str = "") -> set[str]:
+    """The variant(s) with the higher `key`: the bold one(s)."""
+    values = {variant: source.number(f"{prefix}{variant}.{key}") for variant in VARIANTS}
+    return {variant for variant, value in values.items() if value == max(values.values())}
+
+
+def _row(cells: list[str]) -> str:
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, one line per row, ending with a newline."""
+    assert all(len(row) == len(header) for row in rows), "a generator built a row of the wrong width"
+    return "\n".join([_row(header), "|" + "---|" * len(header), *map(_row, rows)]) + "\n"
+
+
+def _curves(source: _Source) -> tuple[list[float], list[float]]:
+    """Each variant's validation accuracy per epoch (mean of seeds); both variants must have the same epochs."""
+    pretrained, scratch = (source.numbers(f"{variant}.val_accuracy_mean_per_epoch") for variant in VARIANTS)
+    if len(pretrained) != len(scratch):
+        raise MetricsError(f"{source.rel}: {len(pretrained)} epochs for pretrained, {len(scratch)} for scratch")
+    return pretrained, scratch
+
+
+# --- the tables -------------------------------------------------------------------------------------------------
+
+
+def _classification_test(root: Path) -> str:
+    """README, "The answer": test accuracy and macro-F1 per variant, the gap with its interval, the baseline."""
+    report, baseline = _Source(root, EVALUATE), _Source(root, BASELINE)
+    better = _better(report, "accuracy_mean")
+    rows = [[label, _bold(_mean_std(report, f"{variant}.accuracy", 4), variant in better),
+             _joined(report.numbers(f"{variant}.accuracy_per_seed"), 4), _mean_std(report, f"{variant}.macro_f1", 4)]
+            for variant, label in zip(VARIANTS, TEST_LABELS)]
+    gap = (f"**{_signed(report.number('gap.accuracy_mean'), 4)}**, 95% CI {_interval(report, 'gap.ci95', 4, True)}, "
+           f"{_p(report.number('gap.p_value'), 4)}")
+    rows.append(["**gap** (pretrained − scratch)", gap, "", _signed(report.number("gap.macro_f1_mean"), 4)])
+    rows.append(["TF-IDF + logistic regression (baseline stage)", f"**{baseline.number('accuracy'):.4f}**",
+                 "(deterministic)", f"{baseline.number('macro_f1'):.4f}"])
+    header = [f"test set, {report.count('n_test_examples'):,} sentences", "accuracy (mean ± std over seeds)",
+              "per seed", "macro-F1"]
+    return _table(header, rows)
+
+
+def _classification_epochs(root: Path) -> str:
+    """README, "The answer": validation accuracy per epoch, the first epoch's per seed (the head start)."""
+    report, baseline = _Source(root, EVALUATE), _Source(root, BASELINE)
+    curves = dict(zip(VARIANTS, _curves(report)))
+    rows = []
+    for variant, label in zip(VARIANTS, ("pretrained", "from scratch")):
+        seeds = _joined(report.numbers(f"{variant}.first_epoch_val_accuracy_per_seed"), 4)
+        rows.append([label, f"{curves[variant][0]:.4f} ({seeds})", *(f"{x:.4f}" for x in curves[variant][1:])])
+    gaps = [_signed(p - s, 4) for p, s in zip(curves["pretrained"], curves["scratch"])]
+    epochs = len(gaps)
+    rows.append(["gap", f"**{gaps[0]}**", *gaps[1:]])
+    rows.append(["TF-IDF baseline", f"{baseline.number('valid_accuracy'):.4f}", *[""] * (epochs - 1)])
+    header = [f"validation accuracy (mean of {report.count('n_seeds')} seeds)",
+              *(f"epoch {epoch}" for epoch in range(1, epochs + 1))]
+    return _table(header, rows)
+
+
+# label, folder with the run's evaluate.json and pretrain.json, the objective and NSP flag pretrain.json must record
+OBJECTIVE_RUNS = (
+    ("`clm` (default)", "metrics", "clm", False),
+    ("`mlm`", "results/objectives/mlm", "mlm", False),
+    ("`mlm` + NSP", "results/objectives/mlm-nsp", "mlm", True),
+)
+
+
+def _language_model_cell(pretrain: _Source, nsp: bool) -> str:
+    """The LM's validation perplexity; a masked LM's masked (and NSP) accuracy beside it."""
+    perplexity = f"{pretrain.number('val_perplexity'):.1f}"
+    if pretrain.get("objective") == "clm":
+        return f"{perplexity} (next-token)"
+    accuracies = f"masked acc {pretrain.number('val_masked_accuracy'):.3f}"
+    if nsp:
+        accuracies += f", NSP acc {pretrain.number('val_nsp_accuracy'):.3f}"
+    return f"{perplexity} ({accuracies})"
+
+
+def _objective_row(root: Path, label: str, folder: str, objective: str, nsp: bool) -> list[str]:
+    """One run's row; a run whose pretrain.json records another objective is refused, not mislabelled."""
+    report, pretrain = _Source(root, f"{folder}/evaluate.json"), _Source(root, f"{folder}/pretrain.json")
+    recorded = (pretrain.get("objective"), pretrain.get("next_sentence"))
+    if recorded != (objective, nsp):
+        raise MetricsError(f"{pretrain.rel} records objective {recorded[0]!r}, next_sentence {recorded[1]!r}; "
+                           f"the row {label} needs {objective!r}, {nsp}")
+    better = _better(report, "accuracy_mean")
+    gap = (f"{_signed(report.number('gap.accuracy_mean'), 4)} {_interval(report, 'gap.ci95', 4, True)}, "
+           f"{_p(report.number('gap.p_value'), 4)}")
+    return [label, _language_model_cell(pretrain, nsp),
+            *(f"{p:.4f} vs {s:.4f}" for p, s in zip(*_curves(report))),
+            *(_bold(_mean_std(report, f"{variant}.accuracy", 4), variant in better) for variant in VARIANTS), gap]
+
+
+def _objectives(root: Path) -> str:
+    """README, "CLM vs MLM on the same budget": one row per pretraining objective, the baseline below."""
+    rows = [_objective_row(root, *run) for run in OBJECTIVE_RUNS]
+    epochs = len(rows[0]) - 5  # besides the epochs: objective, LM, test pretrained, test scratch, gap
+    if any(len(row) != len(rows[0]) for row in rows):
+        raise MetricsError(f"the runs of {', '.join(folder for _, folder, _, _ in OBJECTIVE_RUNS)} differ in epochs")
+    baseline = _Source(root, BASELINE)
+    rows.append(["TF-IDF + logistic regression", "", f"{baseline.number('valid_accuracy'):.4f}", *[""] * (epochs - 1),
+                 f"{baseline.number('accuracy'):.4f}", "", ""])
+    header = ["objective", "LM validation perplexity", "epoch-1 validation, pretrained vs scratch",
+              *(f"epoch {epoch}" for epoch in range(2, epochs + 1)), "test, pretrained", "test, scratch",
+              "gap, 95% CI, p"]
+    return _table(header, rows)
+
+
+METRICS = ("bleu", "chrf")
+
+
+def _score_cells(report: _Source, at: str, metric: str, bold: bool) -> list[str]:
+    """`mean ± std [interval of the mean]` and the per-seed scores of one variant (`at`) and metric."""
+    spread = _bold(_mean_std(report, f"{at}.{metric}", 2), bold)
+    return [f"{spread} {_interval(report, f'{at}.{metric}_ci95', 2)}",
+            _joined(report.numbers(f"{at}.{metric}_per_seed"), 2)]
+
+
+def _gap_cells(report: _Source, at: str, metric: str) -> list[str]:
+    """The gap, its interval and p-value (3 digits: the test resamples 1,000 times), and an empty per-seed cell."""
+    mean, p_value = report.number(f"{at}.{metric}_mean"), report.number(f"{at}.{metric}_p_value")
+    return [f"**{_signed(mean, 2)}** {_interval(report, f'{at}.{metric}_ci95', 2, True)}, {_p(p_value, 3)}", ""]
+
+
+def _translation(root: Path, part: str, title: str, gap_label: str, copy_label: str) -> str:
+    """Test BLEU and chrF per variant, the gap, the source copied as a baseline.
+    `part` is "" for the verses and "clauses." for the short test sentences."""
+    report = _Source(root, TRANSLATION)
+    better = {metric: _better(report, f"{metric}_mean", part) for metric in METRICS}
+    rows = [[label, *(cell for metric in METRICS
+                      for cell in _score_cells(report, f"{part}{variant}", metric, variant in better[metric]))]
+            for variant, label in zip(VARIANTS, TEST_LABELS)]
+    rows.append([gap_label, *(cell for metric in METRICS for cell in _gap_cells(report, f"{part}gap", metric))])
+    rows.append([copy_label, *(cell for metric in METRICS
+                               for cell in (f"{report.number(f'{part}baseline.copy_source_{metric}'):.2f}", ""))])
+    header = [title.format(n=f"{report.count(f'{part}n_test_sentences'):,}"), "BLEU", "per seed", "chrF", "per seed"]
+    return _table(header, rows)
+
+
+def _translation_test(root: Path) -> str:
+    """README, translation's default run: the test verses."""
+    return _translation(root, "", "test set: {n} verses", "**gap** (pretrained − scratch)",
+                        "baseline: the English source copied")
+
+
+def _translation_clauses(root: Path) -> str:
+    """README, translation's default run: the short test sentences (clause pairs of the test verses)."""
+    return _translation(root, "clauses.", "short test sentences: {n} clause pairs of the test verses", "**gap**",
+                        "baseline: the source copied")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A generator and the files it reads (named when a page's copy is stale)."""
+
+    build: Callable[[Path], str]
+    sources: tuple[str, ...]
+
+
+TABLES: dict[str, Table] = {
+    "classification-test": Table(_classification_test, (EVALUATE, BASELINE)),
+    "classification-epochs": Table(_classification_epochs, (EVALUATE, BASELINE)),
+    "objectives": Table(_objectives, ("metrics/", "results/objectives/")),
+    "translation-test": Table(_translation_test, (TRANSLATION,)),
+    "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
+}
+
+
+def generate(name: str, root: Path) -> str:
+    """The Markdown table NAME, from the metrics files under `root`, ending with a newline."""
+    if name not in TABLES:
+        raise UnknownTable(name)
+    return TABLES[name].build(Path(root))
+
+
+# --- the pages --------------------------------------------------------------------------------------------------
+
+
+def pages(root: Path) -> list[Path]:
+    """README.md, then docs/**/*.md in path order: the order problems are reported in."""
+    root = Path(root)
+    readme = [root / "README.md"] if (root / "README.md").is_file() else []
+    docs = sorted((path for path in (root / "docs").rglob("*.md") if path.is_file()),
+                  key=lambda path: path.relative_to(root).as_posix())
+    return readme + docs
+
+
+def _markers(lines: list[str]) -> Iterator[tuple[int, re.Match[str] | None]]:
+    """Each marker line outside fenced code, with None for a line that looks like a marker but is malformed."""
+    fence = ""
+    for index, line in enumerate(lines):
+        opening = FENCE.match(line)
+        if opening and not fence:
+            fence = opening.group(1)
+        elif opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
+            fence = ""
+        elif not fence and MARKER_LIKE.match(line):
+            yield index, MARKER.match(line)
+
+
+@dataclass(frozen=True)
+class _Block:
+    name: str
+    start: int  # index of the start marker's line
+    end: int
+
+
+def _scan(lines: list[str]) -> tuple[list[_Block], list[tuple[int, str]]]:
+    """The marker pairs, and (1-based line, problem) for each malformed or unpaired marker."""
+    blocks: list[_Block] = []
+    problems: list[tuple[int, str]] = []
+    opened: tuple[str, int] | None = None
+    for index, marker in _markers(lines):
+        if marker is None:
+            problems.append((index + 1, "malformed marker: expected `<!-- report:NAME:start -->` or `...:end -->`"))
+        elif marker["kind"] == "start":
+            if opened:
+                problems.append((opened[1] + 1, f"table {opened[0]!r}: start marker without an end marker"))
+            opened = (marker["name"], index)
+        elif opened and opened[0] == marker["name"]:
+            blocks.append(_Block(marker["name"], opened[1], index))
+            opened = None
+        else:
+            problems.append((index + 1, f"table {marker['name']!r}: end marker without a start marker"))
+    if opened:
+        problems.append((opened[1] + 1, f"table {opened[0]!r}: start marker without an end marker"))
+    return blocks, problems
+
+
+def _named(sources: tuple[str, ...]) -> str:
+    """`a gives`, `a and b give`: the files a stale table comes from."""
+    if len(sources) == 1:
+        return f"{sources[0]} gives"
+    return f"{', '.join(sources[:-1])} and {sources[-1]} give"
+
+
+def _generated(name: str, root: Path, cache: dict[str, str | Exception]) -> str | Exception:
+    """generate(), with its error as a value, once per name and run."""
+    if name not in cache:
+        try:
+            cache[name] = generate(name, root)
+        except (UnknownTable, MetricsError) as error:
+            cache[name] = error
+    return cache[name]
+
+
+@dataclass
+class _Page:
+    path: Path
+    rel: str
+    text: str
+    fresh: str = ""  # the text with every table that can be generated regenerated
+    stale: list[tuple[int, str]] = field(default_factory=list)  # write_pages fixes these
+    broken: list[tuple[int, str]] = field(default_factory=list)  # it cannot
+
+
+def _read_page(path: Path, root: Path, cache: dict[str, str | Exception]) -> _Page:
+    """A page, its regenerated text, and what is stale or broken in it."""
+    page = _Page(path, path.relative_to(root).as_posix(), "")
+    try:
+        page.text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        page.broken.append((1, f"not UTF-8 text ({error.reason})"))
+        return page
+    newline = "\r\n" if "\r\n" in page.text else "\n"
+    lines = page.text.split(newline)
+    blocks, page.broken = _scan(lines)
+    for block in reversed(blocks):  # from the end, so the earlier blocks' line numbers hold
+        made = _generated(block.name, root, cache)
+        if isinstance(made, Exception):
+            why = str(made) if isinstance(made, UnknownTable) else f"table {block.name!r} cannot be generated: {made}"
+            page.broken.append((block.start + 1, why))
+            continue
+        body = ["", *made.rstrip("\n").split("\n"), ""]
+        if lines[block.start + 1:block.end] != body:
+            page.stale.append((block.start + 1, f"table {block.name!r} differs from what "
+                                                f"{_named(TABLES[block.name].sources)}; run `{REGENERATE}`"))
+            lines[block.start + 1:block.end] = body
+    page.fresh = newline.join(lines)
+    return page
+
+
+def _listed(page: _Page, found: list[tuple[int, str]]) -> list[str]:
+    return [f"{page.rel}:{line}: {problem}" for line, problem in sorted(found)]
+
+
+def check_pages(root: Path) -> list[str]:
+    """Every stale table and broken marker, as `file:line: problem`, in page and line order; [] when all fresh."""
+    root, cache = Path(root), {}
+    problems: list[str] = []
+    for path in pages(root):
+        page = _read_page(path, root, cache)
+        problems += _listed(page, page.stale + page.broken)
+    return problems
+
+
+def write_pages(root: Path) -> list[Path]:
+    """Regenerate every marked table; returns the files changed. Nothing is written while any marker is broken
+    or any table cannot be generated (PagesError lists them): a half-regenerated docs tree helps no one."""
+    root, cache = Path(root), {}
+    read = [_read_page(path, root, cache) for path in pages(root)]
+    broken = [problem for page in read for problem in _listed(page, page.broken)]
+    if broken:
+        raise PagesError(broken)
+    changed = [page for page in read if page.fresh != page.text]
+    for page in changed:
+        page.path.write_bytes(page.fresh.encode("utf-8"))
+    return [page.path for page in changed]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`lmtransfer report [--check]`: rewrite the tables, or exit 1 naming the first stale or broken one."""
+    parser = argparse.ArgumentParser(prog="lmtransfer report",
+                                     description="Regenerate the results tables of README.md and docs/**/*.md.")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale or broken")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the repository (default: here)")
+    args = parser.parse_args(argv)
+    try:
+        problems = check_pages(args.root) if args.check else []
+        changed = [] if args.check else write_pages(args.root)
+    except PagesError as error:
+        problems = error.problems
+    if problems:
+        print(problems[0], file=sys.stderr)
+        print(f"{len(problems)} problem(s) in the generated tables in all", file=sys.stderr)
+        return 1
+    for path in changed:
+        print(f"{path.relative_to(args.root).as_posix()}: tables regenerated")
+    if not changed:
+        print("the generated tables are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,354 @@
+"""MLflow tracking: one run per executed stage, grouped per pipeline execution.
+
+The store lives at the repository root (SQLite `mlflow.db` + `mlartifacts/`).
+DVC sets DVC_ROOT to the main repository even for `dvc exp run --temp` and
+queued runs, so those land in the same store instead of a temp copy DVC
+deletes. `MLFLOW_TRACKING_URI` overrides everything, e.g. a shared `mlflow server`
+(README "Beyond one machine"): then no local store is made, and the server must answer.
+
+Grouping: every stage run is a child of one "pipeline" parent run, identified
+by LMTRANSFER_PIPELINE_ID if set, else the DVC experiment name, else the `dvc`
+process that launched the stage (all stages of one `dvc repro` share it). The
+parent carries every parameter of params.yaml, lasts from its first stage's start
+to its last stage's end, and receives the headline (`log_to_pipeline`), so the
+experiment's run table compares pipeline executions at a glance.
+
+The experiment is tagged as a model-training experiment (`mlflow.experimentKind`).
+MLflow 3.17's UI still opens on its GenAI pages unless its "Model training" switch
+is on; `ui_link` gives the address that turns it on (`make ui` prints it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from lmtransfer.core.io import sha256_of
+from lmtransfer.core.sharing import is_main_process
+from lmtransfer.harness.tracking_store import STORE_NAME, check_server, ensure_store
+
+EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
+PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
+DEFAULT_EXPERIMENT = "lmtransfer"
+TAG_PREFIX = "lmtransfer."
+CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI's "model training" kind: opens on the runs table
+PARENT_TAG = "mlflow.parentRunId"
+PROCESS_TAG = f"{TAG_PREFIX}process"  # host:pid:start, to recognise a run whose process died
+PREVIOUS_ATTEMPT_TAG = f"{TAG_PREFIX}previous_attempt"  # a killed earlier run of the same stage
+
+
+def project_root() -> Path:
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return Path(top).resolve()
+    except (OSError, subprocess.CalledProcessError):
+        return Path.cwd().resolve()
+
+
+def tracking_uri(root: Path | None = None) -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(root or project_root()) / STORE_NAME}"
+
+
+def usable_tracking_uri(root: Path | None = None) -> str:
+    """`tracking_uri`, with the local store built or checked first, or a tracking server checked to answer."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        ensure_store((root or project_root()) / STORE_NAME)
+    elif uri.startswith(("http://", "https://")):
+        check_server(uri)
+    return tracking_uri(root)
+
+
+def artifact_location(root: Path | None = None) -> str:
+    return ((root or project_root()) / "mlartifacts").as_uri()
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _dvc_ancestor() -> str | None:
+    """The launching `dvc` process as 'pid-start_time', so one `dvc repro` = one group."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with dvc
+        return None
+    try:
+        for process in psutil.Process().parents():
+            command = " ".join(process.cmdline()[:2])
+            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
+                return f"{process.pid}-{int(process.create_time())}"
+    except psutil.Error:
+        return None
+    return None
+
+
+def pipeline_id() -> str:
+    if os.environ.get(PIPELINE_ENV):
+        return os.environ[PIPELINE_ENV]
+    if os.environ.get("DVC_EXP_NAME"):
+        return f"exp-{os.environ['DVC_EXP_NAME']}"
+    ancestor = _dvc_ancestor()
+    if ancestor:
+        return f"repro-{ancestor}"
+    return f"standalone-{uuid.uuid4().hex[:12]}"
+
+
+def experiment_name() -> str:
+    """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (the
+    `task` key of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
+    if os.environ.get(EXPERIMENT_ENV):
+        return os.environ[EXPERIMENT_ENV]
+    task = _task_of(Path("params.yaml"))
+    return DEFAULT_EXPERIMENT if task == "classification" else f"{DEFAULT_EXPERIMENT}-{task}"
+
+
+def _task_of(params_file: Path) -> str:
+    from ruamel.yaml import YAML
+
+    try:
+        raw = YAML(typ="safe", pure=True).load(params_file.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError):
+        return "classification"
+    return str(raw.get("task", "classification")) if isinstance(raw, dict) else "classification"
+
+
+def _quiet_mlflow_logs() -> None:
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
+    """Find or create the experiment; in the project's own store its artifacts go to `mlartifacts/`."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        location = None if user_store else artifact_location(root)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    if EXPERIMENT_KIND_TAG not in experiment.tags:  # a store made by an older version: tag it once
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+def _all_params(root: Path) -> dict[str, Any]:
+    """Every key of params.yaml (flattened), for the pipeline run: one row per execution in the run table."""
+    from ruamel.yaml import YAML
+
+    path = Path("params.yaml") if Path("params.yaml").is_file() else root / "params.yaml"
+    try:
+        raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError):
+        return {}
+    return flatten({section: values for section, values in raw.items() if isinstance(values, dict)})
+
+
+def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str], root: Path) -> str:
+    """Find or create the parent run that groups this pipeline execution's stages."""
+    from mlflow.entities import Param
+
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{TAG_PREFIX}pipeline_id` = '{group}' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
+        max_results=1,
+    )
+    if found:
+        return found[0].info.run_id
+    name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
+    # The creating stage's process: the parent stays RUNNING only until that stage ends (see close_orphaned_runs).
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline", PROCESS_TAG: _process_tag()})
+    params = [Param(key, str(value)) for key, value in _all_params(root).items()]
+    for begin in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run.info.run_id, params=params[begin : begin + 100])
+    return run.info.run_id
+
+
+UI_WORKFLOW = "workflowType=machine_learning"  # the UI's "Model training" switch; the UI remembers it
+
+
+def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> str:
+    """The UI address that opens the project's experiment on its runs table (the store is never created here)."""
+    from mlflow import MlflowClient
+
+    store = (root or project_root()) / STORE_NAME
+    if os.environ.get("MLFLOW_TRACKING_URI") or store.is_file():
+        experiment = MlflowClient(tracking_uri=tracking_uri(root)).get_experiment_by_name(
+            experiment_name())
+        if experiment is not None:
+            return f"{base}/#/experiments/{experiment.experiment_id}?{UI_WORKFLOW}"
+    return f"{base}/#/experiments?{UI_WORKFLOW}"
+
+
+def _process_tag() -> str:
+    """'host:pid:start time' of this process: enough to tell later whether it is still alive."""
+    import socket
+
+    import psutil
+
+    process = psutil.Process()
+    return f"{socket.gethostname()}:{process.pid}:{int(process.create_time())}"
+
+
+def _is_alive(tag: str) -> bool:
+    """Whether the process a run was tagged with still runs (on another host: assumed alive)."""
+    import socket
+
+    import psutil
+
+    try:
+        host, pid, started = tag.rsplit(":", 2)
+        if host != socket.gethostname():
+            return True
+        return int(psutil.Process(int(pid)).create_time()) == int(started)
+    except (ValueError, psutil.Error):
+        return False
+
+
+def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
+    """Runs of this stage still RUNNING although their process is gone (killed, power cut) are marked KILLED.
+
+    Called when the stage runs again; returns their ids so the new run can link to them.
+    """
+    stale = client.search_runs(
+        [experiment_id],
+        filter_string=f"attributes.run_name = '{run_name}' and attributes.status = 'RUNNING' "
+                      f"and tags.`{TAG_PREFIX}kind` = 'stage'",
+    )
+    orphans = [run for run in stale if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
+    for run in orphans:
+        _mark_killed(client, run.info.run_id)
+        parent_id = run.data.tags.get(PARENT_TAG)
+        if parent_id and client.get_run(parent_id).info.status == "RUNNING":  # its pipeline stopped with it
+            client.set_terminated(parent_id, status="KILLED")
+    # A pipeline run is RUNNING only until its first stage ends; a kill just after that stage closed its own
+    # run leaves it RUNNING with no stage to find it by, so it is found by the process that created it.
+    pipelines = client.search_runs(
+        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
+    )
+    for run in pipelines:
+        if PROCESS_TAG in run.data.tags and not _is_alive(run.data.tags[PROCESS_TAG]):
+            _mark_killed(client, run.info.run_id)
+    return [run.info.run_id for run in orphans]
+
+
+def _mark_killed(client, run_id: str) -> None:
+    client.set_terminated(run_id, status="KILLED")
+    client.set_tag(run_id, f"{TAG_PREFIX}note", "its process ended without closing the run")
+
+
+def log_to_pipeline(metrics: dict[str, float]) -> None:
+    """Put headline numbers on the pipeline run that groups the active stage run (call inside stage_run)."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    parent_id = mlflow.active_run().data.tags[PARENT_TAG]  # stage_run created the run with this tag
+    now = int(time.time() * 1000)
+    MlflowClient().log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+
+
+def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """{'model': {'d_model': 200}} -> {'model.d_model': 200}: the keys of params.yaml."""
+    flat = {}
+    for section, values in sections.items():
+        for key, value in values.items():
+            flat[f"{section}.{key}"] = value
+    return flat
+
+
+@contextmanager
+def stage_run(
+    stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None, run_name: str | None = None
+) -> Iterator[Any]:
+    """Open the MLflow run of one stage execution (named `run_name`, default the stage); yields the active run.
+
+    Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block. Under torchrun only rank 0 opens the run:
+    the other ranks get None (they train, and log nothing: `log_metrics`).
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    if not is_main_process():
+        yield None
+        return
+    _quiet_mlflow_logs()
+    root = project_root()
+    # Read before set_tracking_uri(), which itself exports MLFLOW_TRACKING_URI into this process.
+    user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))
+    mlflow.set_tracking_uri(usable_tracking_uri(root))
+    client = MlflowClient()
+    experiment_id = _experiment_id(client, experiment_name(), root, user_store)
+    group = pipeline_id()
+    common_tags = {
+        f"{TAG_PREFIX}pipeline_id": group,
+        "git_commit": git_commit(),
+        **({"dvc_exp_name": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
+        **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
+    }
+    parent_id = _pipeline_parent(client, experiment_id, group, common_tags, root)
+    # The parent may be finished already (an earlier stage ended it), which start_run(parent_run_id=...)
+    # refuses; the tag nests the run all the same.
+    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
+            PROCESS_TAG: _process_tag()}
+    if upstream_run_id:
+        tags["upstream_run_id"] = upstream_run_id
+    orphans = close_orphaned_runs(client, experiment_id, run_name or stage)
+    if orphans:
+        tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
+    status = "FAILED"
+    try:
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
+            mlflow.log_params(flatten(params))
+            yield run
+        status = "FINISHED"
+    finally:
+        # The pipeline run spans its stages: it ends when the latest one ends, failed if that one failed.
+        client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
+
+
+def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+    """mlflow.log_metrics in the stage's run; the other ranks of a torchrun job have no run and log nothing."""
+    if is_main_process():
+        import mlflow
+
+        mlflow.log_metrics(metrics, step=step)
+
+
+def tag_checkpoint(path: str | Path) -> None:
+    """Tag the active run with the sha256 of the checkpoint it wrote: lineage that keeps checkpoints byte-identical."""
+    import mlflow
+
+    mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
+
+
+def run_that_wrote(path: str | Path) -> str:
+    """The id of the latest run tagged with this checkpoint's sha256 ('' when the store has none)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=usable_tracking_uri())  # not mlflow.set_tracking_uri: it exports the variable
+    experiment = client.get_experiment_by_name(experiment_name())
+    if experiment is None:
+        return ""
+    found = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{CHECKPOINT_TAG}` = '{sha256_of(path)}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return found[0].info.run_id if found else ""

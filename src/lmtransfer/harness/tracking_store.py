@@ -1,0 +1,132 @@
+"""The local MLflow store (`mlflow.db`): created atomically, checked before use.
+
+MLflow builds a new SQLite store by running some forty schema migrations in place,
+which takes about a second. A process killed meanwhile used to leave a half-migrated
+file on which every later stage failed with a long double traceback
+(`table _alembic_tmp_... already exists`). So the store is built under a temporary
+name and linked into place only once complete; a store found half-migrated anyway
+(an older version of this tool, an interrupted `mlflow db upgrade`) is set aside and
+rebuilt when it holds no run, and named in one line when it does.
+
+A tracking server (`MLFLOW_TRACKING_URI=http://...`) is only checked to accept
+connections: MLflow's client retries a refused request for minutes (7 retries,
+exponential backoff) before it fails with a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from lmtransfer.harness.errors import TrackingStoreError
+
+STORE_NAME = "mlflow.db"
+BUILDING_PREFIX = f".{STORE_NAME}.building-"  # + pid-nonce: a store under construction
+
+
+def ensure_store(path: Path) -> Path:
+    """Make sure `path` is a complete MLflow SQLite store (building it if absent); returns `path`."""
+    _remove_dead_builds(path.parent)
+    if path.exists():
+        problem = store_problem(path)
+        if problem is None:
+            return path
+        if _holds_runs(path):
+            raise TrackingStoreError(
+                f"{path} is {problem}; it holds runs, so it is left as it is: back it up and run "
+                f"`mlflow db upgrade sqlite:///{path}`, or move it away to start a new store"
+            )
+        aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, aside)
+        print(f"tracking: {path.name} was {problem} and held no run; set aside as {aside.name}, building a new one")
+    _build(path)
+    return path
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Stop in one line, before training starts, when nothing accepts connections at the server's address."""
+    parts = urlsplit(uri)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as error:
+        raise TrackingStoreError(
+            f"MLFLOW_TRACKING_URI={uri}: no tracking server answers at {host}:{port} ({error}); start it "
+            f"(README \"Beyond one machine\") or unset MLFLOW_TRACKING_URI to log to the local {STORE_NAME}"
+        ) from None
+
+
+def store_problem(path: Path) -> str | None:
+    """None for a complete store at MLflow's current schema, else what is wrong with it, in words."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = db.execute("SELECT version_num FROM alembic_version").fetchone() if (
+                "alembic_version" in tables) else None
+    except sqlite3.DatabaseError as error:
+        return f"not a readable SQLite database ({error})"
+    if any(name.startswith("_alembic_tmp_") for name in tables):
+        return "half-migrated (an interrupted schema migration left temporary tables)"
+    if version is None:
+        return "not a complete MLflow store (no schema version)"
+    latest = _latest_schema_revision()
+    if latest and version[0] != latest:
+        return f"at schema {version[0]}, not the {latest} this MLflow needs (an interrupted or pending migration)"
+    return None
+
+
+def _latest_schema_revision() -> str | None:
+    try:  # not public API: without it, MLflow's own check still runs when the store opens
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        return _get_latest_schema_revision()
+    except Exception:  # noqa: BLE001 - a missing private helper must not stop tracking
+        return None
+
+
+def _holds_runs(path: Path) -> bool:
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
+    except sqlite3.DatabaseError:  # no runs table: nothing was ever logged
+        return False
+
+
+def _build(path: Path) -> None:
+    """Run MLflow's migrations on a private file, then link it into place unless another process was faster."""
+    from mlflow import MlflowClient
+
+    # Unique per build: MLflow caches a store per URI, and a reused name would find a deleted file's cache.
+    building = path.with_name(f"{BUILDING_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{building}").search_experiments(max_results=1)
+        try:
+            os.link(building, path)  # atomic, and fails if a concurrent stage put a store there first
+        except FileExistsError:
+            pass
+    finally:
+        for leftover in path.parent.glob(f"{building.name}*"):
+            leftover.unlink(missing_ok=True)
+
+
+def _remove_dead_builds(directory: Path) -> None:
+    """Delete stores under construction whose process is gone (killed during the build)."""
+    for leftover in directory.glob(f"{BUILDING_PREFIX}*"):
+        pid = leftover.name.removeprefix(BUILDING_PREFIX).split("-")[0]  # also its SQLite journal
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,348 @@
+"""Language-model pretraining: next-token or masked-token prediction (`objectives.Objective`).
+
+The loop reads top to bottom: batches, loss, one clipped AdamW step, logging every
+`log_every` steps, validation every `eval_every` steps. A second phase (ULMFiT's
+adaptation to the task's texts) is the same loop with its own schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from lmtransfer.core import distributed
+from lmtransfer.core.config import PretrainParams
+from lmtransfer.core.datasets import PackedBatches
+from lmtransfer.core.model import IGNORE_INDEX, LanguageModel
+from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_cosine
+from lmtransfer.harness.progress import progress_bar
+from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
+from lmtransfer.core.lm_loss import use_chunked_loss
+from lmtransfer.core.runtime import autocast, compiled, to_device
+
+MetricsLogger = Callable[[dict[str, float], int], None]
+TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
+
+
+def _no_log(metrics: dict[str, float], step: int) -> None:
+    pass
+
+
+@torch.no_grad()
+def evaluate_lm(model: LanguageModel, batches, max_batches: int, device: torch.device) -> dict[str, float]:
+    """Each of `model.losses` averaged over fixed validation batches: per scored token (the loss, masked
+    accuracy), per sentence pair (`nsp_*`)."""
+    model.eval()
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for batch in batches.sequential(max_batches):
+        batch = to_device(batch, device)
+        with autocast(device):
+            losses = model.losses(*batch)
+        scored = int(batch[1].ne(IGNORE_INDEX).sum())
+        for key, value in losses.items():
+            weight = batch[0].size(0) if key.startswith("nsp") else scored
+            sums[key] = sums.get(key, 0.0) + float(value) * weight
+            counts[key] = counts.get(key, 0) + weight
+    model.train()
+    return {key: total / max(1, counts[key]) for key, total in sums.items()}
+
+
+def validation_row(model: LanguageModel, valid_sets: tuple, max_batches: int, device: torch.device) -> dict:
+    """val_loss and val_perplexity (of the next token, or of the masked tokens), then the objective's extras."""
+    windows, pairs = valid_sets
+    scores = evaluate_lm(model, windows, max_batches, device)
+    row = {"val_loss": scores["loss"], "val_perplexity": math.exp(min(scores["loss"], 50.0))}
+    if "masked_accuracy" in scores:
+        row["val_masked_accuracy"] = scores["masked_accuracy"]
+    if pairs is not None:
+        pair_scores = evaluate_lm(model, pairs, max_batches, device)
+        row.update(val_nsp_loss=pair_scores["nsp_loss"], val_nsp_accuracy=pair_scores["nsp_accuracy"])
+    return row
+
+
+@dataclass
+class PretrainResult:
+    steps: int
+    train_log: list[dict] = field(default_factory=list)  # step, epoch, train_loss, lr
+    throughput: list[dict] = field(default_factory=list)  # step, tokens_per_s: timings, kept apart from results
+    valid_log: list[dict] = field(default_factory=list)  # step, val_loss, val_perplexity
+    tokens_seen: int = 0
+    seconds: float = 0.0
+
+    @property
+    def final_val_loss(self) -> float:
+        return self.valid_log[-1]["val_loss"]
+
+
+def evaluate_imported(
+    model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams, device: torch.device,
+    objective: Objective = Objective(),
+) -> PretrainResult:
+    """For a loaded checkpoint (`pretrain.init_from`): no training, the same loss measurements at step 0."""
+    model.to(device)
+    train_sets = objective.valid_batches(train_ids, params, 0, "the corpus's training part")
+    valid_sets = objective.valid_batches(valid_ids, params, 0, "the corpus's validation part")
+    train_loss = evaluate_lm(model, train_sets[0], params.eval_batches, device)["loss"]
+    return PretrainResult(
+        steps=0,
+        train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
+        valid_log=[{"step": 0, **validation_row(model, valid_sets, params.eval_batches, device)}],
+    )
+
+
+def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
+    return params.max_steps or params.epochs * batches.steps_per_epoch()
+
+
+@dataclass
+class _Position:
+    """Where training is: what a resume snapshot needs besides weights, optimizer and generators."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # batches done in the current epoch
+    window_loss: float = 0.0  # the current logging window's sums
+    window_batches: int = 0
+    window_tokens: int = 0
+    window_extras: dict[str, float] = field(default_factory=dict)  # the objective's other measurements
+
+
+def pretrain(
+    model: LanguageModel,
+    train_ids: np.ndarray,
+    valid_ids: np.ndarray,
+    params: PretrainParams,
+    device: torch.device,
+    seed: int = 0,
+    log_every: int = 50,
+    log_metrics: MetricsLogger = _no_log,
+    first_step: int = 0,
+    desc: str = "pretrain",
+    data_name: str = "the corpus",
+    snapshots: Snapshots | None = None,
+    phase: str = "corpus",
+    objective: Objective = Objective(),
+    compile_steps: bool = False,
+) -> PretrainResult:
+    """Language-model training (`objective`: next-token by default); logged steps count from `first_step` (a second
+    phase continues the first's curve). `compile_steps` (`train.compile`) runs the losses through torch.compile.
+
+    With `snapshots`, the state is saved every `snapshots.every` steps and at the end under `phase`, and a
+    matching snapshot is resumed from: its logged rows are logged again, so the new MLflow run is complete.
+    """
+    train_batches = objective.train_batches(train_ids, params, seed, f"{data_name}'s training part")
+    valid_sets = objective.valid_batches(valid_ids, params, seed, f"{data_name}'s validation part")
+    steps = total_steps(params, train_batches)
+    model.to(device).train()
+    model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
+    step_losses = compiled(model.losses, compile_steps)
+    world, draws = distributed.world(), distributed.Draws(seed)  # one process: no change
+    idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
+    trainer = (compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
+               if world.size > 1 else None)
+    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
+    scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
+    result, at = PretrainResult(steps=steps), _Position()
+    epoch_order = train_batches.generator.get_state()  # the generator before the current epoch drew its order
+
+    def validate(step: int) -> None:
+        scores = validation_row(model, valid_sets, params.eval_batches, device)
+        result.valid_log.append({"step": first_step + step, **scores})
+        log_metrics(scores, first_step + step)
+
+    def snapshot(done: bool) -> None:
+        snapshots.save(phase, {
+            "done": done, "position": asdict(at), "result": asdict(result), "epoch_order": epoch_order,
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": rng_state(device),
+        })
+
+    saved = snapshots.load(phase) if snapshots else None
+    if saved:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        result, at, epoch_order = PretrainResult(**saved["result"]), _Position(**saved["position"]), saved["epoch_order"]
+        train_batches.generator.set_state(epoch_order)
+        _log_again(result, log_metrics)
+        print(f"{desc}: resumed from the snapshot at step {at.step} of {steps}", flush=True)
+        if saved["done"]:
+            return result
+    else:
+        validate(0)
+    start, window_start = time.perf_counter() - result.seconds, time.perf_counter()
+    progress = progress_bar(total=steps, initial=at.step, desc=desc, unit="step")
+    while at.step < steps:
+        if at.batch == 0:  # a new epoch; a resumed one replays its order from the saved generator state
+            at.epoch += 1
+            epoch_order = train_batches.generator.get_state()
+        for batch in draws.batches(train_batches.epoch(skip=at.batch)):
+            batch = to_device(batch, device)  # inputs, targets[, segments, is_next]
+            with autocast(device):
+                if trainer is None:
+                    losses = step_losses(*batch)
+                    loss = losses["loss"]
+                else:
+                    loss, losses = _sharded_losses(trainer, batch, world)
+            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+            at.step += 1
+            at.batch += 1
+            at.window_loss += losses["loss"].item()
+            for key, value in losses.items():
+                if key != "loss":
+                    at.window_extras[key] = at.window_extras.get(key, 0.0) + value.item()
+            at.window_batches += 1
+            at.window_tokens += batch[0].numel()
+            result.tokens_seen += batch[0].numel()
+            if at.step % log_every == 0 or at.step == steps:
+                elapsed = time.perf_counter() - window_start
+                row = {
+                    "step": first_step + at.step,
+                    "epoch": at.epoch,
+                    "train_loss": at.window_loss / at.window_batches,
+                    "lr": scheduler.get_last_lr()[0],
+                    **{f"train_{key}": total / at.window_batches for key, total in at.window_extras.items()},
+                }
+                tokens_per_s = at.window_tokens / max(elapsed, 1e-9)
+                result.train_log.append(row)
+                result.throughput.append({"step": first_step + at.step, "tokens_per_s": round(tokens_per_s, 1)})
+                log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
+                            first_step + at.step)
+                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+                at.window_loss, at.window_batches, at.window_tokens, at.window_extras = 0.0, 0, 0, {}
+                window_start = time.perf_counter()
+            if at.step % params.eval_every == 0 and at.step != steps:
+                validate(at.step)
+            progress.update(1)
+            if at.step >= steps:
+                break
+            if snapshots and snapshots.due(at.step):
+                result.seconds = time.perf_counter() - start
+                snapshot(done=False)
+        else:
+            at.batch = 0  # the epoch ran out
+    progress.close()
+    draws.close()
+    validate(at.step)
+    result.seconds = time.perf_counter() - start
+    if snapshots:
+        snapshot(done=True)  # a kill in a later phase resumes there, not here
+    return result
+
+
+def _losses(model: LanguageModel, *batch: torch.Tensor) -> dict[str, torch.Tensor]:
+    return model.losses(*batch)
+
+
+def _sharded_losses(trainer, batch: list[torch.Tensor], world: distributed.World):
+    """Under DDP: this rank's rows of the global batch. Returns the loss to backpropagate, weighted so that the
+    all-reduced gradient is the global batch's (token scores by the rank's share of the scored tokens,
+    next-sentence scores by its share of the pairs), and the global batch's measurements (what one process logs)."""
+    rows, present = distributed.my_rows(batch, world)
+    losses = trainer(*rows)
+    tokens = present * float(rows[1].ne(IGNORE_INDEX).sum()) / float(batch[1].ne(IGNORE_INDEX).sum())
+    pairs = present * rows[0].size(0) / batch[0].size(0)
+    shares = {key: pairs if key.startswith("nsp") else tokens for key in losses}
+    if "nsp_loss" in losses:  # loss = masked_loss + nsp_loss: each part by its own share
+        loss = losses["masked_loss"] * tokens + losses["nsp_loss"] * pairs
+        shares.pop("loss")
+    else:
+        loss = losses["loss"] * tokens
+    measured = distributed.sum_over_ranks({key: losses[key] * share for key, share in shares.items()})
+    if "nsp_loss" in losses:
+        measured = {"loss": measured["masked_loss"] + measured["nsp_loss"], **measured}
+    return loss * world.size, measured  # DDP averages the ranks' gradients: x size makes it their sum
+
+
+def _log_again(result: PretrainResult, log_metrics: MetricsLogger) -> None:
+    """Log a resumed phase's rows so far into the new run (the killed run holds them too)."""
+    speeds = {row["step"]: row["tokens_per_s"] for row in result.throughput}
+    for row in result.train_log:
+        log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": speeds[row["step"]]},
+                    row["step"])
+    for row in result.valid_log:
+        log_metrics({k: v for k, v in row.items() if k != "step"}, row["step"])
+
+
+def adapt_to_task(
+    model: LanguageModel,
+    train_texts: np.ndarray,
+    valid_texts: np.ndarray,
+    params: PretrainParams,
+    device: torch.device,
+    seed: int = 0,
+    log_every: int = 50,
+    log_metrics: MetricsLogger = _no_log,
+    first_step: int = 0,
+    snapshots: Snapshots | None = None,
+    objective: Objective = Objective(),
+    compile_steps: bool = False,
+) -> PretrainResult:
+    """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused.
+
+    The general corpus teaches language; this phase teaches the kind of text the classifier will read.
+    `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps; masked
+    language modelling adapts without next-sentence prediction (the task's texts are independent sentences).
+    """
+    steps = params.adapt_epochs * PackedBatches(train_texts, params.seq_len, params.batch_size,
+                                                what=TASK_TEXTS).steps_per_epoch()
+    phase = params.model_copy(update={"epochs": params.adapt_epochs, "max_steps": 0, "lr": params.adapt_lr,
+                                      "warmup_steps": max(1, steps // 10)})
+    return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
+                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task",
+                    objective=objective.without_next_sentence(), compile_steps=compile_steps)
+
+
+Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted
+
+
+def phase_logs(phases: Phases) -> tuple[list[dict], list[dict]]:
+    """The train and validation rows of every phase, tagged with it (`metrics/pretrain/*.tsv`); a column one phase
+    lacks (next-sentence scores during the adaptation) is left empty in its rows."""
+    logs = []
+    for which in ("train_log", "valid_log"):
+        rows = [{**row, "phase": name} for name, phase in phases for row in getattr(phase, which)]
+        columns = list(dict.fromkeys(key for row in rows for key in row if key != "phase")) + ["phase"]
+        logs.append([{key: row.get(key, "") for key in columns} for row in rows])
+    return logs[0], logs[1]
+
+
+def pretrain_summary(phases: Phases, objective: Objective) -> dict:
+    """`metrics/pretrain.json`: where the corpus phase ended (and the adaptation, if any)."""
+    result = phases[0][1]
+    summary = {
+        "objective": objective.name,
+        "next_sentence": objective.next_sentence,
+        "val_perplexity": result.valid_log[-1]["val_perplexity"],
+        "val_loss": result.final_val_loss,
+        "initial_val_loss": result.valid_log[0]["val_loss"],
+        "steps": result.steps,
+        "tokens_seen": result.tokens_seen,
+    }
+    summary.update({key: value for key, value in result.valid_log[-1].items()  # the objective's extras
+                    if key.startswith(("val_masked", "val_nsp"))})
+    if len(phases) > 1:
+        adaptation = phases[1][1]
+        summary.update({
+            "task_initial_val_perplexity": adaptation.valid_log[0]["val_perplexity"],
+            "task_val_perplexity": adaptation.valid_log[-1]["val_perplexity"],
+            "adapt_steps": adaptation.steps,
+            "adapt_tokens_seen": adaptation.tokens_seen,
+        })
+    return summary
+
+
+def pretrain_timings(phases: Phases) -> dict:
+    """Seconds and tokens/s, kept apart from the results (`timings/`, MLflow)."""
+    seconds = sum(phase.seconds for _, phase in phases)
+    return {"seconds": round(seconds, 2),
+            "tokens_per_second": round(sum(p.tokens_seen for _, p in phases) / max(seconds, 1e-9), 1),
+            "throughput": [row for _, phase in phases for row in phase.throughput]}

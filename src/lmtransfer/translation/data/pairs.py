@@ -1,0 +1,113 @@
+"""The user's own sentence pairs for translation: CSV, TSV, JSONL or Parquet files with a source and a target column.
+
+Read by the classification files' machinery (`files.read_table`), so every problem is one message naming the
+file, the line (or row) and the params key. Prepared by classification's rules: whitespace normalised (a tab or
+newline inside a sentence would break the TSV files downstream), repeated train pairs dropped, given valid/test
+kept as given, missing ones carved from train (seeded, test first), and then every train pair and corpus line
+that shares a text with a valid or test pair dropped, so no held-out sentence is ever trained on.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError
+from lmtransfer.core.text import normalize_text
+from lmtransfer.translation.data.bible_en_fr import ParallelData
+from lmtransfer.data.files import Column, Columns, CorpusFiles, expand_corpus, read_table, refuse_blank, split_files, table_format
+
+PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")
+HELD_OUT = ("test", "valid")  # the order splits are carved in
+
+
+def pair_columns(source_column: str, target_column: str) -> Columns:
+    return {"source": Column(source_column, "data.source_column"),
+            "target": Column(target_column, "data.target_column")}
+
+
+def read_pairs(path: Path, key: str, fmt: str, source_column: str, target_column: str,
+               encoding: str) -> pd.DataFrame:
+    """A pair file as `source`, `target` (str, as written) and `where` (line or row, for later messages)."""
+    if fmt not in PAIR_FORMATS:
+        raise ConfigError(f"data.format={fmt!r}: sentence pairs are read from {', '.join(PAIR_FORMATS)}")
+    if source_column == target_column:
+        raise ConfigError(f"data.source_column and data.target_column are both {source_column!r}: "
+                          "a pair needs two columns")
+    with _naming(key):
+        table = read_table(path, table_format(path, fmt, key), pair_columns(source_column, target_column),
+                           encoding, key)
+        refuse_blank(table, path, key, "sentence pairs")
+    return table
+
+
+@contextmanager
+def _naming(key: str) -> Iterator[None]:
+    """Some shared messages (bad quoting, not JSON, a missing column) leave out the key that named the file; a
+    translation run reads up to three files, so every pair-file message names it."""
+    try:
+        yield
+    except DataSourceError as exc:
+        if f" {key})" in str(exc):  # "(set by data.train)", "(read because of data.train)"
+            raise
+        raise DataSourceError(f"{exc} (set by {key})") from None
+
+
+def load_pair_files(train: str, valid: str, test: str, corpus: list[str], fmt: str, source_column: str,
+                    target_column: str, encoding: str, valid_fraction: float, test_fraction: float,
+                    seed: int) -> ParallelData:
+    """Train/valid/test pairs and the monolingual corpus from the user's files (module docstring: the rules).
+
+    `removed` counts what left train (repeats, pairs sharing a text with valid/test) and the corpus."""
+    read = {name: _normalized(read_pairs(path, f"data.{name}", fmt, source_column, target_column, encoding))
+            for name, path in split_files({"train": train, "valid": valid, "test": test})}
+    pool = read["train"].drop_duplicates(ignore_index=True)
+    removed = {"duplicates_train": len(read["train"]) - len(pool)}
+    fractions = {"valid": valid_fraction, "test": test_fraction}
+    carve = {name: fractions[name] for name in HELD_OUT if name not in read}
+    splits = {**{name: read[name] for name in HELD_OUT if name in read}, **carve_pairs(pool, carve, seed)}
+    for name, fraction in carve.items():
+        if splits[name].empty:
+            raise EmptySplitError(
+                f"split '{name}' is empty: data.{name}_fraction {fraction} of the {len(pool)} distinct pairs of "
+                f"data.train ({train}) is less than one pair; raise it, give more pairs, or give data.{name} a file"
+            )
+    carved_out = len(pool) - len(splits["train"])
+    held_out = {text for name in HELD_OUT for side in ("source", "target") for text in splits[name][side]}
+    shared = splits["train"]["source"].isin(held_out) | splits["train"]["target"].isin(held_out)
+    removed["train_pairs_also_in_valid_or_test"] = int(shared.sum())
+    splits["train"] = splits["train"][~shared].reset_index(drop=True)
+    if splits["train"].empty:
+        raise EmptySplitError(
+            f"split 'train' is empty: of the {len(pool)} distinct pairs of data.train ({train}), {carved_out} were "
+            f"carved out as valid/test and {int(shared.sum())} share a text with valid/test; give more pairs or "
+            "lower data.valid_fraction / data.test_fraction"
+        )
+    lines = [normalize_text(line) for line in CorpusFiles(expand_corpus(corpus), encoding)]
+    kept = [line for line in lines if line not in held_out]
+    removed["corpus_lines_also_in_valid_or_test"] = len(lines) - len(kept)
+    return ParallelData(splits={name: splits[name] for name in ("train", "valid", "test")},
+                        corpus=list(splits["train"]["source"]) + list(splits["train"]["target"]) + kept,
+                        archive_sha256="", removed=removed)
+
+
+def _normalized(table: pd.DataFrame) -> pd.DataFrame:
+    """`source` and `target` on one line with single spaces, the same rule as classification's texts."""
+    return pd.DataFrame({side: table[side].map(normalize_text) for side in ("source", "target")})
+
+
+def carve_pairs(pool: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
+    """`train` and each split of `fractions` (test first, then valid) cut from `pool` at random, seeded; each part
+    keeps the file's order."""
+    order = np.random.default_rng(seed).permutation(len(pool))
+    parts, start = {}, 0
+    for name in HELD_OUT:
+        if name in fractions:
+            count = round(len(pool) * fractions[name])
+            parts[name], start = order[start:start + count], start + count
+    parts["train"] = order[start:]
+    return {name: pool.iloc[np.sort(rows)].reset_index(drop=True) for name, rows in parts.items()}

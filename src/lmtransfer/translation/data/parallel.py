@@ -1,0 +1,83 @@
+"""The translation task's `data/prepared/` folder (sentence pairs) and its corpus sibling, written and read here.
+
+    translation/data/prepared/          the pairs: what fine-tuning and evaluation read
+        train.tsv valid.tsv test.tsv    source<TAB>target, one pair per row
+        meta.json                       source, pair counts, what was removed
+    translation/data/prepared_corpus/   the pretraining text of both languages, as for classification
+        corpus_train.txt                both sides of the train pairs + extra monolingual text (train chapters)
+        corpus_valid.txt                both sides of the validation pairs: the LM's held-out text
+        meta.json
+
+The corpus folder has the classification layout, so the tokenizer is trained and the
+corpus encoded by the same code, and the same pretrain stage reads it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmtransfer.core.io import atomic_directory, require_file, write_json
+from lmtransfer.translation.data.bible_en_fr import ParallelData, load_bible_en_fr
+from lmtransfer.translation.data.clauses import add_clause_pairs
+from lmtransfer.data.prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
+
+PAIR_COLUMNS = ["source", "target"]
+_SPACES = re.compile(r"\s+")
+
+
+def load_parallel(params) -> ParallelData:
+    """`data.source` of translation/params.yaml: the built-in Bible pairs or the user's pair files."""
+    if params.source == "bible-en-fr":
+        from lmtransfer.translation.data.bible_en_fr import EXTRA_MONOLINGUAL
+
+        data = load_bible_en_fr(params.valid_fraction, params.test_fraction, params.seed,
+                                EXTRA_MONOLINGUAL if params.extra_monolingual else ())
+    else:
+        from lmtransfer.translation.data.pairs import load_pair_files
+
+        data = load_pair_files(params.train, params.valid, params.test, params.corpus, params.format,
+                               params.source_column, params.target_column, params.encoding, params.valid_fraction,
+                               params.test_fraction, params.seed)
+    if params.max_train_pairs and len(data.splits["train"]) > params.max_train_pairs:
+        data.splits["train"] = data.splits["train"].iloc[: params.max_train_pairs].reset_index(drop=True)
+    for name, split in data.splits.items():  # one line per text: a tab or newline inside one would split a row
+        data.splits[name] = split.assign(**{c: split[c].str.replace(_SPACES, " ", regex=True).str.strip()
+                                            for c in PAIR_COLUMNS})
+    data.corpus = [_SPACES.sub(" ", line).strip() for line in data.corpus]
+    if params.clause_pairs:  # after the corpus is read: the pieces' text is already in it, whole
+        held_out = [text for name in ("valid", "test") for side in PAIR_COLUMNS for text in data.splits[name][side]]
+        data.splits["train"], counts = add_clause_pairs(data.splits["train"], held_out)
+        data.clause_pairs = counts.pop("clause_pairs_added")
+        data.removed.update(counts)
+    return data
+
+
+def write_parallel(data: ParallelData, out_dir: Path, description: dict[str, Any]) -> dict[str, Any]:
+    """The corpus, then the pairs, each folder swapped in whole or not at all; returns the pairs' meta."""
+    valid = data.splits["valid"]
+    parts = {"train": data.corpus, "valid": list(valid["source"]) + list(valid["target"])}
+    with atomic_directory(corpus_dir(out_dir)) as tmp:
+        for part in CORPUS_PARTS:
+            (tmp / corpus_name(part)).write_text("".join(line + "\n" for line in parts[part]), encoding="utf-8")
+        write_json(tmp / META, {"source": description["source"], "corpus_format": "text",
+                                "corpus_lines": {part: len(parts[part]) for part in CORPUS_PARTS}})
+    with atomic_directory(out_dir) as tmp:
+        for name in SPLITS:
+            data.splits[name][PAIR_COLUMNS].to_csv(tmp / f"{name}.tsv", sep="\t", index=False,
+                                                   quoting=csv.QUOTE_NONE, escapechar=None)
+        meta = {**description, "pairs": {name: len(data.splits[name]) for name in SPLITS},
+                "corpus_lines": {part: len(parts[part]) for part in CORPUS_PARTS},
+                "clause_pairs": data.clause_pairs, "removed": dict(data.removed)}
+        write_json(tmp / META, meta)
+    return meta
+
+
+def read_pairs(directory: Path, name: str) -> pd.DataFrame:
+    """One split's pairs: `source` and `target` (str)."""
+    path = require_file(Path(directory) / f"{name}.tsv", f"prepared '{name}' pairs")
+    return pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE)

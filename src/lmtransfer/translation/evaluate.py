@@ -1,0 +1,129 @@
+"""What pretraining buys in translation: BLEU and chrF per seed, their means, and intervals that resample test
+sentences.
+
+BLEU and chrF are corpus-level scores (n-gram matches are pooled before the ratio), so
+an interval cannot average per-sentence scores. As sacreBLEU's own paired bootstrap
+does (`sacrebleu.significance`), each sentence's match statistics are extracted once;
+a resample sums them over the resampled sentences and computes the corpus score from
+the sums. The resample is paired: the same sentences for every variant and seed, so
+the gap's interval reflects the difference, not each variant's spread. Each resample
+scores every seed and averages over seeds, as the reported means do.
+
+Baseline: the source sentence copied as its own "translation" (names and numbers
+match), the score a model must beat to have learned anything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+
+from lmtransfer.translation.bleu import corpus_scores
+from lmtransfer.core.paths import VARIANTS
+
+METRICS = {"bleu": BLEU, "chrf": CHRF}
+
+
+def sentence_statistics(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:
+    """(sentences, statistics) match counts: what sacreBLEU sums into a corpus score (its significance module's
+    own route to resampled corpus scores)."""
+    scorer = METRICS[metric]()
+    return np.asarray(scorer._extract_corpus_statistics(hypotheses, [references]), dtype=np.int64)
+
+
+def corpus_score(metric: str, summed: np.ndarray) -> float:
+    return float(METRICS[metric]()._compute_score_from_stats(summed.tolist()).score)
+
+
+def signatures(hypotheses: list[str], references: list[str]) -> dict[str, str]:
+    """sacreBLEU's signatures (tokenisation, smoothing, version): the scores are comparable where these match."""
+    scores = corpus_scores(hypotheses, references)
+    return {metric: scores[f"{metric}_signature"] for metric in METRICS}
+
+
+def _interval(values: np.ndarray) -> tuple[float, float]:
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def translation_report(translations: dict[str, dict[int, list[str]]], references: list[str], sources: list[str],
+                       n_resamples: int, seed: int, first_epoch_bleu: dict[str, list[float]] | None = None) -> dict:
+    """`translations[variant][seed]`: each model's test translations. Per variant: per-seed scores, mean, std and
+    the 95% interval of the seed-mean; the gap (pretrained - scratch) with its interval and a one-sided bootstrap
+    p-value (share of resamples where scratch scores at least as well); the copy-the-source baseline; with
+    `first_epoch_bleu`, the validation BLEU after one epoch (the head start)."""
+    seeds = sorted(translations["pretrained"])
+    if sorted(translations["scratch"]) != seeds:
+        raise ValueError("pretrained and scratch must be evaluated on the same seeds")
+    rng = np.random.default_rng(seed)
+    n = len(references)
+    resamples = [rng.integers(0, n, n) for _ in range(n_resamples)]
+    report: dict = {"n_seeds": len(seeds), "seeds": seeds, "n_test_sentences": n,
+                    "signatures": signatures(translations["pretrained"][seeds[0]], references), "gap": {},
+                    "baseline": {}}
+    boot: dict[str, dict[str, np.ndarray]] = {}
+    for metric in METRICS:
+        boot[metric] = {}
+        for variant in VARIANTS:
+            stats = [sentence_statistics(metric, translations[variant][s], references) for s in seeds]
+            per_seed = [corpus_score(metric, st.sum(axis=0)) for st in stats]
+            boot[metric][variant] = np.array([np.mean([corpus_score(metric, st[idx].sum(axis=0)) for st in stats])
+                                              for idx in resamples])
+            section = report.setdefault(variant, {})
+            section[f"{metric}_per_seed"] = per_seed
+            section[f"{metric}_mean"] = float(np.mean(per_seed))
+            section[f"{metric}_std"] = float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else 0.0
+            section[f"{metric}_ci95_low"], section[f"{metric}_ci95_high"] = _interval(boot[metric][variant])
+        gaps = boot[metric]["pretrained"] - boot[metric]["scratch"]
+        report["gap"][f"{metric}_mean"] = report["pretrained"][f"{metric}_mean"] - report["scratch"][f"{metric}_mean"]
+        report["gap"][f"{metric}_ci95_low"], report["gap"][f"{metric}_ci95_high"] = _interval(gaps)
+        report["gap"][f"{metric}_p_value"] = float((np.count_nonzero(gaps <= 0) + 1) / (len(gaps) + 1))
+        report["baseline"][f"copy_source_{metric}"] = corpus_score(
+            metric, sentence_statistics(metric, sources, references).sum(axis=0))
+    if first_epoch_bleu is not None:
+        for variant in VARIANTS:
+            report[variant]["first_epoch_val_bleu_mean"] = float(np.mean(first_epoch_bleu[variant]))
+        report["gap"]["first_epoch_val_bleu_mean"] = (report["pretrained"]["first_epoch_val_bleu_mean"]
+                                                      - report["scratch"]["first_epoch_val_bleu_mean"])
+    return report
+
+
+def translation_headline(report: dict, pretraining: dict) -> dict:
+    """The answer in flat numbers (`metrics/headline.json`): test BLEU/chrF means, the BLEU gap, its interval and
+    p-value, the copy baseline, the language model's validation perplexity; the same scores of the short test
+    sentences (the test verses' clause pairs) as `clauses_*`."""
+    gap = report["gap"]
+    return {
+        "bleu_pretrained": report["pretrained"]["bleu_mean"],
+        "bleu_scratch": report["scratch"]["bleu_mean"],
+        "gap": gap["bleu_mean"],
+        "ci95_low": gap["bleu_ci95_low"],
+        "ci95_high": gap["bleu_ci95_high"],
+        "p_value": gap["bleu_p_value"],
+        "chrf_pretrained": report["pretrained"]["chrf_mean"],
+        "chrf_scratch": report["scratch"]["chrf_mean"],
+        "bleu_copy_source": report["baseline"]["copy_source_bleu"],
+        "lm_val_ppl": pretraining["val_perplexity"],
+        "n_seeds": report["n_seeds"],
+        **({f"clauses_{k}": v for k, v in translation_headline(report["clauses"], pretraining).items()
+            if k.startswith(("bleu", "chrf", "gap", "ci95"))} if "clauses" in report else {}),
+    }
+
+
+def report_lines(report: dict) -> list[str]:
+    """The answer in a few lines (the evaluate stage prints them, `lmtransfer results --translation` too)."""
+    lines = [f"{v:>10}: test BLEU {report[v]['bleu_mean']:.2f} ± {report[v]['bleu_std']:.2f} "
+             f"[{report[v]['bleu_ci95_low']:.2f}, {report[v]['bleu_ci95_high']:.2f}], chrF {report[v]['chrf_mean']:.2f} "
+             f"± {report[v]['chrf_std']:.2f} over {report['n_seeds']} seeds" for v in VARIANTS]
+    gap, base = report["gap"], report["baseline"]
+    lines.append(f"  baseline: the source copied: BLEU {base['copy_source_bleu']:.2f}, chrF {base['copy_source_chrf']:.2f}")
+    lines.append(f"       gap: BLEU {gap['bleu_mean']:+.2f}, 95% CI [{gap['bleu_ci95_low']:+.2f}, {gap['bleu_ci95_high']:+.2f}], "
+                 f"p = {gap['bleu_p_value']:.4f}; chrF {gap['chrf_mean']:+.2f} [{gap['chrf_ci95_low']:+.2f}, "
+                 f"{gap['chrf_ci95_high']:+.2f}]" + (f"; validation BLEU after epoch 1 {gap['first_epoch_val_bleu_mean']:+.2f}"
+                                                     if "first_epoch_val_bleu_mean" in gap else ""))
+    lines.append(f"            ({report['n_test_sentences']} test sentences; sacreBLEU {report['signatures']['bleu']})")
+    if "clauses" in report:
+        short = report["clauses"]
+        lines.append(f"   clauses: {short['n_test_sentences']} short test sentences (the test verses' clause pairs):")
+        lines += ["  " + line for line in report_lines(short)[:-1]]
+    return lines

@@ -1,0 +1,19 @@
+"""Translation stage pretrain (run from translation/): next-token or masked-token pretraining of the Transformer LM (or loading `pretrain.init_from`),
+plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
+
+import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
+import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.core.paths import PARAMS
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.pretraining.stage import run_pretrain_stage
+
+
+@stage_main("pretrain")
+def main() -> None:
+    run_pretrain_stage(load_translation_params(PARAMS))
+
+
+if __name__ == "__main__":
+    main()

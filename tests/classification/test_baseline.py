@@ -1,0 +1,67 @@
+"""The TF-IDF + logistic regression baseline: tuned on valid, trained on train, scored on test."""
+
+import random
+
+import numpy as np
+import pytest
+
+from lmtransfer.classification.baseline import run_baseline
+from lmtransfer.core.config import ConfigError
+from lmtransfer.classification.config import BaselineParams, parse_params
+
+GOOD = ["great", "wonderful", "brilliant", "charming", "superb"]
+BAD = ["awful", "boring", "dull", "tedious", "dreadful"]
+FILLER = ["the", "film", "movie", "plot", "was", "is", "a", "story", "actors", "script"]
+
+
+def _texts(n: int, seed: int) -> tuple[list[str], np.ndarray]:
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for index in range(n):
+        label = index % 2
+        words = rng.sample(FILLER, 5) + [rng.choice(GOOD if label else BAD)]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        labels.append(label)
+    return texts, np.array(labels)
+
+
+def test_the_baseline_learns_word_evidence_and_picks_c_on_validation():
+    params = BaselineParams(c_values=[0.01, 1.0, 10.0])
+    result = run_baseline(*_texts(200, 0), *_texts(60, 1), *_texts(100, 2), params=params)
+    assert result.accuracy > 0.95 and result.macro_f1 > 0.95
+    assert set(result.valid_accuracy_by_c) == {0.01, 1.0, 10.0}
+    assert result.valid_accuracy_by_c[result.best_c] == max(result.valid_accuracy_by_c.values())
+    assert len(result.test_predictions) == 100
+
+
+def test_the_baseline_never_sees_test_labels():
+    """Flipping every test label flips the accuracy: the model was fit on train and tuned on valid only."""
+    train, valid, (test_texts, test_labels) = _texts(200, 0), _texts(60, 1), _texts(100, 2)
+    params = BaselineParams(c_values=[1.0])
+    straight = run_baseline(*train, *valid, test_texts, test_labels, params=params)
+    flipped = run_baseline(*train, *valid, test_texts, 1 - test_labels, params=params)
+    assert straight.accuracy + flipped.accuracy == pytest.approx(1.0)
+    assert np.array_equal(straight.test_predictions, flipped.test_predictions)
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"c_values": [1.0, -2.0]}, "baseline.c_values"),
+    ({"char_ngrams": [5, 2]}, "baseline.char_ngrams"),
+    ({"word_ngrams": [1]}, "baseline.word_ngrams"),
+])
+def test_bad_baseline_params_name_the_key(section, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        parse_params({"baseline": section})
+
+
+def test_the_baseline_handles_more_than_two_classes():
+    rng = random.Random(3)
+    words = {0: BAD, 1: FILLER, 2: GOOD}
+
+    def texts(n):
+        labels = [i % 3 for i in range(n)]
+        return [" ".join(rng.sample(FILLER, 4) + [rng.choice(words[y])] * 2) for y in labels], np.array(labels)
+
+    result = run_baseline(*texts(150), *texts(45), *texts(60), params=BaselineParams(c_values=[1.0]))
+    assert set(result.test_predictions) <= {0, 1, 2} and result.accuracy > 0.8

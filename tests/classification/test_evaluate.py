@@ -1,0 +1,60 @@
+"""The evaluation report and its flat headline (what `dvc metrics show` and `dvc exp show` display)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmtransfer.classification.config import EvaluateParams
+from lmtransfer.classification.evaluate import SeedResult, headline_metrics, report_lines, transfer_report
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _seed(seed: int, correct: list[bool], val_accuracy: list[float]) -> SeedResult:
+    accuracy = float(np.mean(correct))
+    metrics = {"accuracy": accuracy, "macro_f1": accuracy - 0.01, "loss": 0.5,
+               "f1_per_class": {"neg": accuracy, "pos": accuracy}}
+    epochs = [{"epoch": i + 1, "val_accuracy": v, "train_loss": 0.6, "val_loss": 0.6, "train_accuracy": 0.7}
+              for i, v in enumerate(val_accuracy)]
+    return SeedResult(seed, metrics, np.array(correct), epochs)
+
+
+@pytest.fixture
+def report() -> dict:
+    pretrained = [_seed(0, [True] * 8 + [False] * 2, [0.70, 0.80]), _seed(1, [True] * 7 + [False] * 3, [0.72, 0.78])]
+    scratch = [_seed(0, [True] * 6 + [False] * 4, [0.55, 0.70]), _seed(1, [True] * 5 + [False] * 5, [0.57, 0.66])]
+    baseline = {"accuracy": 0.9, "macro_f1": 0.89, "valid_accuracy": 0.88, "best_c": 4.0}
+    params = EvaluateParams(bootstrap_samples=200, permutation_samples=200, seed=0)
+    return transfer_report(pretrained, scratch, baseline, params)
+
+
+def test_the_headline_is_flat_and_takes_its_numbers_from_the_report(report):
+    headline = headline_metrics(report, {"val_perplexity": 77.5, "val_loss": 4.35, "steps": 500})
+    assert list(headline) == ["acc_pretrained", "acc_scratch", "gap", "ci95_low", "ci95_high", "p_value",
+                              "gap_val_epoch1", "acc_baseline", "lm_val_ppl", "n_seeds"]
+    assert all(isinstance(value, (int, float)) for value in headline.values())  # one column each, no nesting
+    assert headline["acc_pretrained"] == pytest.approx(0.75) and headline["acc_scratch"] == pytest.approx(0.55)
+    assert headline["gap"] == pytest.approx(0.20) == report["gap"]["accuracy_mean"]
+    assert headline["ci95_low"] <= headline["gap"] <= headline["ci95_high"]
+    assert headline["p_value"] == report["gap"]["p_value"]
+    assert headline["gap_val_epoch1"] == pytest.approx(0.71 - 0.56)
+    assert headline["acc_baseline"] == 0.9 and headline["lm_val_ppl"] == 77.5 and headline["n_seeds"] == 2
+
+
+def test_the_printed_answer_puts_the_baseline_and_the_gaps_interval_beside_both_variants(report):
+    pretrained, scratch, baseline, gap = report_lines(report)
+    assert pretrained.startswith("pretrained: test accuracy 0.7500 ± ") and "over 2 seeds" in pretrained
+    assert scratch.startswith("   scratch: test accuracy 0.5500 ± ") and "(epoch-1 validation 0.5600)" in scratch
+    assert baseline == "  baseline: test accuracy 0.9000 (TF-IDF + logistic regression)"
+    low, high, p = report["gap"]["ci95_low"], report["gap"]["ci95_high"], report["gap"]["p_value"]
+    assert gap == f"gap +0.2000, 95% CI [{low:+.4f}, {high:+.4f}], p = {p:.4f}"
+
+
+def test_the_committed_headline_is_what_evaluate_writes_from_the_committed_report():
+    """metrics/headline.json is derived: it must agree with metrics/evaluate.json and metrics/pretrain.json."""
+    metrics = REPO / "metrics"
+    report, pretraining = (json.loads((metrics / name).read_text()) for name in ("evaluate.json", "pretrain.json"))
+    expected = json.dumps(headline_metrics(report, pretraining), indent=2) + "\n"  # as lmtransfer.core.io.write_json
+    assert (metrics / "headline.json").read_text() == expected

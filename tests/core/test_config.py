@@ -1,0 +1,224 @@
+"""Parameter validation: defaults, the repository's params.yaml, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmtransfer.core.config import ConfigError
+
+from lmtransfer.classification.config import Params, load_params, parse_params
+
+REPO_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
+
+
+def _error_for(raw) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_params(raw)
+    return str(info.value)
+
+
+def test_empty_mapping_gives_the_documented_defaults():
+    params = parse_params({})
+    assert params == Params()
+    assert parse_params(None) == params
+    assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (4, 200, 2, 200)
+    assert params.model.dropout == 0.1
+    assert params.data.source == "movies-en"
+    assert params.finetune.pooling == "mean"
+    assert (params.finetune.epochs, params.finetune.head_lr_multiplier) == (2, 30.0)
+    assert params.pretrain.lr == 2e-3
+    assert (params.pretrain.max_steps, params.pretrain.adapt_epochs) == (500, 5)
+    assert params.tokenizer.vocab_size == 4000
+
+
+def test_the_defaults_are_the_values_shipped_in_params_yaml():
+    """A key left out of a params file means what the repository's params.yaml says, and the generated
+    parameter table (`lmtransfer params`) shows the values a run actually uses."""
+    shipped = load_params(REPO_PARAMS)
+    for section in Params.model_fields:
+        values, defaults = getattr(shipped, section).model_dump(), getattr(Params(), section).model_dump()
+        differing = {key: (values[key], defaults[key]) for key in defaults if values[key] != defaults[key]}
+        assert not differing, f"{section}: params.yaml value vs model default: {differing}"
+    assert shipped == Params()
+
+
+def test_every_parameter_has_a_description():
+    for section, field in Params.model_fields.items():
+        for key, info in field.annotation.model_fields.items():
+            assert info.description and info.description.strip(), f"{section}.{key} has no description"
+
+
+def test_a_section_overrides_only_its_own_keys():
+    params = parse_params({"model": {"n_layers": 2}, "pretrain": {"lr": 0.01}})
+    assert params.model.n_layers == 2
+    assert params.model.d_model == 200
+    assert params.pretrain.lr == 0.01
+    assert params.finetune == Params().finetune
+
+
+def test_the_repository_params_file_is_valid():
+    params = load_params(REPO_PARAMS)
+    assert isinstance(params, Params)
+    assert params.model.d_model % params.model.n_heads == 0
+    assert params.data.valid_fraction + params.data.test_fraction < 0.9
+    sections = params.sections("model", "finetune")
+    assert set(sections) == {"model", "finetune"}
+    assert sections["model"]["d_model"] == params.model.d_model
+
+
+def test_unknown_key_is_reported_with_its_dotted_name():
+    message = _error_for({"model": {"n_layer": 3}})
+    assert "model.n_layer" in message
+    assert "unknown" in message
+
+
+def test_unknown_section_is_reported():
+    message = _error_for({"modle": {"n_layers": 3}})
+    assert "modle" in message
+    assert "unknown" in message
+
+
+def test_wrong_type_names_the_key():
+    assert "model.d_model" in _error_for({"model": {"d_model": "big"}})
+
+
+def test_strings_are_not_coerced_to_numbers():
+    assert "pretrain.batch_size" in _error_for({"pretrain": {"batch_size": "32"}})
+
+
+def test_d_model_not_divisible_by_n_heads_names_both_keys():
+    message = _error_for({"model": {"d_model": 30, "n_heads": 4}})
+    assert "model.d_model" in message
+    assert "model.n_heads" in message
+
+
+def test_odd_d_model_is_rejected():
+    assert "model.d_model" in _error_for({"model": {"d_model": 15, "n_heads": 1}})
+
+
+def test_unknown_pooling_choice_names_finetune_pooling():
+    assert "finetune.pooling" in _error_for({"finetune": {"pooling": "max"}})
+
+
+def test_negative_learning_rate_names_pretrain_lr():
+    assert "pretrain.lr" in _error_for({"pretrain": {"lr": -1}})
+
+
+def test_fractions_that_leave_no_training_data_are_rejected():
+    message = _error_for({"data": {"valid_fraction": 0.5, "test_fraction": 0.45}})
+    assert "data.valid_fraction" in message and "data.test_fraction" in message
+
+
+def test_files_source_requires_a_train_file_and_nothing_else():
+    assert "data.train" in _error_for({"data": {"source": "files"}})
+    params = parse_params({"data": {"source": "files", "train": "a.csv"}})
+    assert (params.data.valid, params.data.test, params.data.corpus) == ("", "", [])
+
+
+def test_file_keys_with_a_built_in_source_are_rejected_not_ignored():
+    message = _error_for({"data": {"source": "reviews-zh", "corpus": ["x.txt"]}})
+    assert "data.corpus" in message and "reviews-zh" in message
+
+
+def test_a_single_corpus_path_becomes_a_list():
+    params = parse_params({"data": {"source": "files", "train": "a.csv", "corpus": "big/*.txt"}})
+    assert params.data.corpus == ["big/*.txt"]
+
+
+def test_unknown_format_and_encoding_name_their_keys():
+    assert "data.format" in _error_for({"data": {"source": "files", "train": "a", "format": "xml"}})
+    assert "data.encoding" in _error_for({"data": {"encoding": "klingon-8"}})
+
+
+def test_pieces_need_an_existing_tokenizer_and_a_dictionary_needs_a_segmenter_for_text():
+    pieces = {"source": "files", "train": "train.spm", "format": "pieces"}
+    assert "tokenizer.vocab_file" in _error_for({"data": pieces})
+    assert parse_params({"data": pieces, "tokenizer": {"vocab_file": "dict.txt"}}).data.corpus_pieces
+    text = {"source": "files", "train": "train.csv"}
+    assert "tokenizer.model_file" in _error_for({"data": text, "tokenizer": {"vocab_file": "dict.txt"}})
+    mixed = {**pieces, "corpus": ["fr.txt"]}  # pieces labeled, raw-text corpus: the corpus needs cutting
+    assert "tokenizer.model_file" in _error_for({"data": mixed, "tokenizer": {"vocab_file": "dict.txt"}})
+    parse_params({"data": mixed, "tokenizer": {"vocab_file": "dict.txt", "model_file": "spm.model"}})
+
+
+def test_several_problems_are_all_reported():
+    message = _error_for({"model": {"n_layer": 3}, "pretrain": {"lr": -1}})
+    assert "model.n_layer" in message and "pretrain.lr" in message
+
+
+def test_a_non_mapping_is_rejected():
+    with pytest.raises(ConfigError, match="mapping"):
+        parse_params(["model"])
+
+
+def test_yaml_12_exponent_without_dot_loads_as_a_float(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("pretrain:\n  lr: 3e-4\nfinetune:\n  lr: 1e-5\n", encoding="utf-8")
+    params = load_params(path)
+    assert isinstance(params.pretrain.lr, float)
+    assert params.pretrain.lr == pytest.approx(0.0003)
+    assert params.finetune.lr == pytest.approx(1e-5)
+
+
+def test_an_empty_params_file_gives_the_defaults(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("# nothing set\n", encoding="utf-8")
+    assert load_params(path) == Params()
+
+
+def test_load_errors_name_the_file(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("model:\n  n_layer: 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    assert str(path) in str(info.value) and "model.n_layer" in str(info.value)
+
+
+def test_missing_file_raises_config_error_naming_it(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_params(path)
+    assert str(path) in str(info.value)
+
+
+def test_malformed_yaml_raises_config_error_naming_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("model: [1, 2\n  d_model: {\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    assert str(path) in str(info.value)
+    assert "YAML" in str(info.value)
+
+
+def test_duplicate_keys_are_an_error_not_a_silent_override(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("pretrain:\n  lr: 0.1\n  lr: 0.2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="duplicate") as info:
+        load_params(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_params_file_that_is_not_utf8_raises_config_error_naming_it(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_bytes("# r\u00e9glages\nmodel:\n  n_layers: 2\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    assert str(path) in str(info.value)
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("seeds, message", [([0, 0], "repeated seed"), ([], "at least 1"), ([-1], "non-negative")])
+def test_bad_fine_tuning_seeds_name_the_key(seeds, message):
+    with pytest.raises(ConfigError, match=r"finetune\.seeds") as error:
+        parse_params({"finetune": {"seeds": seeds}})
+    assert message in str(error.value)
+
+
+def test_an_unknown_tokenizer_normalization_names_the_key():
+    with pytest.raises(ConfigError, match=r"tokenizer\.normalization"):
+        parse_params({"tokenizer": {"normalization": "lowercase"}})

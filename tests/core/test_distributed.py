@@ -1,0 +1,178 @@
+"""Several processes (train.nproc, DDP over gloo): the same training as one process, within float rounding.
+
+Two processes of one thread each train tiny models the way `stages/` do under torchrun; the per-step losses and
+the final weights must match a single process's. Batches of 5 rows split 3 + 2, and the last batch of an epoch
+(1 row) leaves the second rank without rows, so uneven shares are covered.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from lmtransfer.core import distributed
+from lmtransfer.core.config import PretrainParams, TrainParams
+from lmtransfer.classification.config import FinetuneParams
+from lmtransfer.classification.finetune import finetune
+from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.loop import adapt_to_task, pretrain
+from lmtransfer.core.tokenized import LabeledSplit
+
+CPU = torch.device("cpu")
+PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 40
+META = {"pad_id": PAD, "unk_id": UNK, "bos_id": BOS, "eos_id": EOS, "mask_id": MASK, "vocab_size": V}
+RTOL = 1e-4
+
+
+def _config(causal: bool = True) -> ModelConfig:
+    return ModelConfig(V, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0, causal=causal)
+
+
+def _documents(n_tokens: int, seed: int) -> np.ndarray:
+    """BOS ... EOS documents, `n_tokens` ids in all."""
+    rng = np.random.default_rng(seed)
+    stream: list[int] = []
+    while len(stream) < n_tokens:
+        stream += [BOS, *rng.integers(5, V, size=int(rng.integers(3, 9))).tolist(), EOS]
+    return np.array(stream[:n_tokens], dtype=np.uint16)
+
+
+def _split(n: int, seed: int) -> LabeledSplit:
+    rng = np.random.default_rng(seed)
+    sequences = [np.array([BOS, *rng.integers(5, V, size=int(rng.integers(2, 9))), EOS], dtype=np.uint16)
+                 for _ in range(n)]
+    labels = np.array([int(s[1] > V // 2) for s in sequences], dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in sequences], out=offsets[1:])
+    return LabeledSplit(np.concatenate(sequences), offsets, labels)
+
+
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights, less the attention's key biases: they shift every score of a query alike, so their gradient
+    is zero but for rounding noise, which Adam scales up to full steps (in one process as in two)."""
+    state = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    for key in [key for key in state if key.endswith("self_attn.in_proj_bias")]:
+        query, _, value = state.pop(key).chunk(3)
+        state[key.replace("in_proj", "query_and_value")] = torch.cat([query, value])
+    return state
+
+
+def train_all() -> dict:
+    """Every case, in this process: under a process group when one is running."""
+    out = {}
+    # next-token pretraining: 8k + 8 tokens make 36 windows of 8 at any offset -> batches 5 x 7 + 1, 10 steps
+    torch.manual_seed(0)
+    lm = LanguageModel(_config())
+    params = PretrainParams(max_steps=10, batch_size=5, seq_len=8, eval_every=5, eval_batches=2, warmup_steps=2,
+                            lr=3e-3)
+    result = pretrain(lm, _documents(296, 0), _documents(200, 1), params, CPU, seed=0, log_every=1)
+    out["clm"] = (result.train_log, result.valid_log, _state(lm))
+    # masked tokens + next-sentence prediction, then the adaptation phase (masked tokens only: the NSP head idles)
+    torch.manual_seed(1)
+    params = PretrainParams(objective="mlm", nsp=True, max_steps=6, batch_size=5, seq_len=16, eval_every=3,
+                            eval_batches=2, warmup_steps=2, lr=3e-3, adapt_epochs=1)
+    objective = Objective.from_params(params, META)
+    mlm = objective.build_model(_config(causal=False))
+    first = pretrain(mlm, _documents(600, 2), _documents(300, 3), params, CPU, seed=0, log_every=1,
+                     objective=objective)
+    second = adapt_to_task(mlm, _documents(150, 4), _documents(120, 5), params, CPU, seed=0, log_every=1,
+                           objective=objective)
+    out["mlm_nsp"] = (first.train_log + second.train_log, first.valid_log + second.valid_log, _state(mlm))
+    # fine-tuning: 23 texts in batches of 5 -> the last batch has 3
+    torch.manual_seed(2)
+    classifier = Classifier(_config(), 2, "mean")
+    tuned = finetune(classifier, _split(23, 6), _split(12, 7), FinetuneParams(epochs=2, batch_size=5, lr=3e-3,
+                     max_len=12, warmup_steps=2), CPU, seed=0)
+    out["finetune"] = (tuned.history, [], _state(classifier))
+    return out
+
+
+def _worker(rank: int, size: int, port: int, folder: str) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size), LOCAL_WORLD_SIZE=str(size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    distributed.start(TrainParams(num_threads=size), CPU)  # 1 thread each
+    assert torch.get_num_threads() == 1 and distributed.world() == distributed.World(rank, size)
+    result = train_all()
+    torch.save(result, Path(folder) / f"rank{rank}.pt")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def one_and_two_processes(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ddp")
+    mp.start_processes(_worker, args=(2, _free_port(), str(folder)), nprocs=2, join=True, start_method="spawn")
+    single = train_all()
+    return single, [torch.load(folder / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+
+
+@pytest.mark.parametrize("case", ["clm", "mlm_nsp", "finetune"])
+def test_two_processes_train_like_one_step_for_step(one_and_two_processes, case):
+    single, (rank0, rank1) = one_and_two_processes
+    train_log, valid_log, weights = single[case]
+    for ranked in (rank0, rank1):  # every rank holds the same model and the same (global) measurements
+        other_train, other_valid, other_weights = ranked[case]
+        assert [row.keys() for row in other_train] == [row.keys() for row in train_log]
+        for ours, theirs in zip(train_log + valid_log, other_train + other_valid, strict=True):
+            for key, value in ours.items():
+                assert theirs[key] == pytest.approx(value, rel=RTOL, abs=1e-6), (case, key, ours)
+        for key, value in weights.items():
+            torch.testing.assert_close(other_weights[key], value, rtol=RTOL, atol=1e-5, msg=f"{case}: {key}")
+
+
+def test_rows_are_shared_contiguously_the_first_ranks_taking_the_extra_ones():
+    shares = [distributed.share(5, distributed.World(rank, 2)) for rank in (0, 1)]
+    assert shares == [slice(0, 3), slice(3, 5)]
+    assert [distributed.share(1, distributed.World(rank, 2)) for rank in (0, 1)] == [slice(0, 1), slice(1, 1)]
+    assert [distributed.share(7, distributed.World(r, 3)) for r in range(3)] == [slice(0, 3), slice(3, 5), slice(5, 7)]
+
+
+def test_one_process_changes_nothing():
+    """train.nproc: 1 (no launcher): no relaunch, no process group, the same device."""
+    distributed.launch(1)
+    assert distributed.start(TrainParams(), CPU) == CPU and distributed.world() == distributed.World()
+
+
+FAILING_STAGE = """
+import sys
+sys.path.insert(0, {src!r})
+from lmtransfer.core import distributed
+from lmtransfer.core.config import TrainParams
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.harness.stage import stage_main
+
+@stage_main("tiny")
+def main():
+    distributed.launch(2)
+    distributed.start(TrainParams(), distributed.torch.device("cpu"))
+    if distributed.world().rank == 1:
+        raise ConfigError("pretrain.lr: rank 1 does not like it")
+    distributed.torch.distributed.barrier()
+
+main()
+"""
+
+
+def test_a_failing_process_stops_the_job_with_the_stage_s_one_line_error(tmp_path):
+    script = tmp_path / "tiny.py"
+    script.write_text(textwrap.dedent(FAILING_STAGE.format(src=str(Path(__file__).parents[2] / "src"))))
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert "tiny: error: pretrain.lr: rank 1 does not like it" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]

@@ -1,0 +1,281 @@
+"""The Transformer: causality, positions, embedding scale, parameter counts, pooling, generation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lmtransfer.core.model import (
+    Classifier,
+    LanguageModel,
+    ModelConfig,
+    PositionalEncoding,
+    TransformerBase,
+    count_parameters,
+    expected_base_parameters,
+    pool_last_token,
+    pool_mean,
+    sinusoidal_positions,
+)
+
+
+TINY = ModelConfig(vocab_size=50, d_model=16, n_layers=2, n_heads=2, d_ff=32, dropout=0.1)
+
+
+def _tiny(cls, *args, seed: int = 0, config: ModelConfig = TINY, **kwargs):
+    torch.manual_seed(seed)
+    return cls(config, *args, **kwargs).eval()
+
+
+# --- causality ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [TransformerBase, LanguageModel])
+@pytest.mark.parametrize("k", [0, 3, 7, 11])
+def test_changing_a_future_token_leaves_earlier_outputs_unchanged(cls, k):
+    model = _tiny(cls)
+    torch.manual_seed(1)
+    ids = torch.randint(4, TINY.vocab_size, (3, 12))
+    changed = ids.clone()
+    changed[:, k] = 4 + (changed[:, k] - 4 + 7) % (TINY.vocab_size - 4)  # a different non-special token
+    assert not torch.equal(ids[:, k], changed[:, k])
+    with torch.no_grad():
+        before, after = model(ids), model(changed)
+    assert torch.allclose(before[:, :k], after[:, :k], atol=1e-6, rtol=0)
+    # position k itself sees the new token, and so do later positions
+    assert (before[:, k] - after[:, k]).abs().amax(dim=-1).min() > 1e-4
+    if k + 1 < ids.size(1):
+        assert (before[:, k + 1 :] - after[:, k + 1 :]).abs().max() > 1e-4
+
+
+def test_classifier_hidden_states_ignore_later_tokens_with_a_padding_mask():
+    model = _tiny(Classifier, 2)
+    ids = torch.tensor([[2, 7, 8, 9, 10, 3]])
+    changed = ids.clone()
+    changed[0, 4] = 20
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        before = model.base(ids, padding_mask=mask)
+        after = model.base(changed, padding_mask=mask)
+    assert torch.allclose(before[:, :4], after[:, :4], atol=1e-6, rtol=0)
+    assert (before[:, 4] - after[:, 4]).abs().max() > 1e-4
+
+
+# --- positional encoding ----------------------------------------------------------------
+
+
+def _reference_position(pos: int, dim: int, d_model: int) -> float:
+    i = dim // 2
+    angle = pos / 10000 ** (2 * i / d_model)
+    return math.sin(angle) if dim % 2 == 0 else math.cos(angle)
+
+
+@pytest.mark.parametrize("d_model", [8, 16, 200])
+def test_sinusoidal_positions_follow_the_sin_cos_formula(d_model):
+    table = sinusoidal_positions(64, d_model)
+    assert table.shape == (64, d_model)
+    for pos in (0, 1, 2, 5, 17, 63):
+        for dim in (0, 1, 2, 3, d_model // 2, d_model // 2 + 1, d_model - 2, d_model - 1):
+            expected = _reference_position(pos, dim, d_model)
+            assert table[pos, dim].item() == pytest.approx(expected, abs=1e-5), (pos, dim)
+
+
+def test_sinusoidal_positions_row_zero_alternates_zero_one_and_values_are_bounded():
+    table = sinusoidal_positions(300, 32)
+    expected_row0 = torch.tensor([0.0, 1.0] * 16)
+    assert torch.equal(table[0], expected_row0)
+    assert table.abs().max() <= 1.0
+    # the first pair has wavelength 2*pi: position 1 is (sin 1, cos 1)
+    assert table[1, 0].item() == pytest.approx(math.sin(1.0), abs=1e-6)
+    assert table[1, 1].item() == pytest.approx(math.cos(1.0), abs=1e-6)
+
+
+def test_sinusoidal_positions_even_and_odd_dims_of_a_pair_share_a_wavelength():
+    table = sinusoidal_positions(100, 20)
+    # sin^2 + cos^2 = 1 only if both dims of a pair use the same angle
+    pair_norm = table[:, 0::2] ** 2 + table[:, 1::2] ** 2
+    assert torch.allclose(pair_norm, torch.ones_like(pair_norm), atol=1e-5)
+
+
+def test_positional_encoding_grows_beyond_its_initial_positions():
+    d_model = 16
+    encoding = PositionalEncoding(d_model)
+    assert encoding.pe.size(0) == 512
+    x = torch.zeros(2, 600, d_model)
+    out = encoding(x)
+    assert out.shape == (2, 600, d_model)
+    assert encoding.pe.size(0) >= 600
+    for pos in (0, 511, 512, 599):
+        for dim in (0, 1, 6, 15):
+            expected = _reference_position(pos, dim, d_model)
+            assert out[1, pos, dim].item() == pytest.approx(expected, abs=1e-4), (pos, dim)
+    # the grown table keeps giving the same answer for short inputs
+    short = encoding(torch.zeros(1, 10, d_model))
+    assert torch.allclose(short[0], sinusoidal_positions(10, d_model))
+
+
+def test_positional_encoding_adds_to_its_input():
+    encoding = PositionalEncoding(8, initial_positions=16)
+    x = torch.randn(1, 5, 8)
+    assert torch.allclose(encoding(x), x + sinusoidal_positions(5, 8))
+
+
+# --- embedding scale ----------------------------------------------------------------------
+
+
+def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
+    config = ModelConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)
+    torch.manual_seed(0)
+    base = TransformerBase(config).eval()
+    seen = []
+    base.layers.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    ids = torch.tensor([[2, 5, 9, 13, 3], [2, 40, 41, 3, 0]])
+    with torch.no_grad():
+        base(ids)
+        expected = base.token_embedding(ids) * 4.0 + sinusoidal_positions(5, 16)
+    assert len(seen) == 1
+    assert torch.allclose(seen[0], expected, atol=1e-6)
+
+
+# --- parameter counts -------------------------------------------------------------------
+
+
+def test_parameter_counts_of_the_default_architecture():
+    config = ModelConfig(vocab_size=100, d_model=200, n_layers=4, n_heads=2, d_ff=200)
+    classifier = Classifier(config, 2)
+    lm = LanguageModel(config)
+    assert count_parameters(classifier) == 988_402
+    assert count_parameters(lm) == 1_008_100
+    assert count_parameters(lm.base) == 988_000
+    assert count_parameters(classifier.base) == 988_000
+    assert expected_base_parameters(100, 200, 4, 200) == 988_000
+
+
+def test_parameter_counts_with_a_50k_vocabulary():
+    config = ModelConfig(vocab_size=50_001, d_model=200, n_layers=4, n_heads=2, d_ff=200)
+    assert count_parameters(Classifier(config, 2)) == 10_968_602
+    assert count_parameters(LanguageModel(config)) == 21_018_401
+
+
+def test_layer_has_6d_squared_plus_10d_parameters_when_d_ff_equals_d_model():
+    vocab, d_model, n_layers = 37, 24, 3
+    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=4, d_ff=d_model)
+    base = TransformerBase(config)
+    per_layer = 6 * d_model**2 + 10 * d_model
+    assert count_parameters(base.layers.layers[0]) == per_layer
+    assert count_parameters(base) == vocab * d_model + n_layers * per_layer
+    assert expected_base_parameters(vocab, d_model, n_layers, d_model) == count_parameters(base)
+
+
+@pytest.mark.parametrize("vocab,d_model,n_layers,n_heads,d_ff", [(60, 16, 2, 2, 48), (11, 30, 1, 3, 7)])
+def test_closed_form_base_parameter_count_matches_the_module(vocab, d_model, n_layers, n_heads, d_ff):
+    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff)
+    assert count_parameters(TransformerBase(config)) == expected_base_parameters(vocab, d_model, n_layers, d_ff)
+
+
+# --- pooling ------------------------------------------------------------------------------
+
+
+def _index_encoded_batch(lengths: list[int], width: int, dim: int = 3):
+    """hidden[b, t] = (t, 100*b, 1): each vector tells its position; mask True at padding."""
+    hidden = torch.zeros(len(lengths), width, dim)
+    hidden[:, :, 0] = torch.arange(width, dtype=torch.float32)
+    hidden[:, :, 1] = 100.0 * torch.arange(len(lengths), dtype=torch.float32).unsqueeze(1)
+    hidden[:, :, 2] = 1.0
+    mask = torch.arange(width).unsqueeze(0) >= torch.tensor(lengths).unsqueeze(1)
+    return hidden, mask
+
+
+def test_last_token_pooling_reads_the_last_non_padding_position():
+    lengths = [3, 6, 1, 4]
+    hidden, mask = _index_encoded_batch(lengths, width=6)
+    pooled = pool_last_token(hidden, mask)
+    assert pooled[:, 0].tolist() == [length - 1 for length in lengths]
+    assert pooled[:, 1].tolist() == [0.0, 100.0, 200.0, 300.0]  # each row reads its own sequence
+
+
+def test_mean_pooling_averages_only_non_padding_positions():
+    lengths = [3, 6, 1, 4]
+    hidden, mask = _index_encoded_batch(lengths, width=6)
+    pooled = pool_mean(hidden, mask)
+    expected_mean_index = [(length - 1) / 2 for length in lengths]  # mean of 0..length-1
+    assert torch.allclose(pooled[:, 0], torch.tensor(expected_mean_index))
+    assert torch.allclose(pooled[:, 1], torch.tensor([0.0, 100.0, 200.0, 300.0]))
+    assert torch.allclose(pooled[:, 2], torch.ones(4))
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train-no-dropout"])
+def test_classifier_output_is_the_same_alone_or_right_padded_in_a_batch(pooling, training):
+    config = ModelConfig(**{**TINY.to_dict(), "dropout": 0.0}) if training else TINY
+    model = _tiny(Classifier, 3, pooling=pooling, config=config).train(training)
+    short = torch.tensor([[2, 7, 8, 9, 3]])
+    batch = torch.tensor([[2, 7, 8, 9, 3, 0, 0, 0], [2, 10, 11, 12, 13, 14, 15, 3]])
+    with torch.no_grad():
+        alone = model(short)
+        padded = model(batch)
+        # what a naive pooling (last position, or mean over everything) would have read
+        hidden = model.base(batch, padding_mask=batch.eq(0))
+        naive = model.head(hidden[:, -1] if pooling == "last" else hidden.mean(dim=1))
+    assert torch.allclose(alone[0], padded[0], atol=1e-6)
+    assert not torch.allclose(alone[0], naive[0], atol=1e-3)  # the check above can tell the difference
+
+
+def test_classifier_rejects_an_unknown_pooling():
+    with pytest.raises(ValueError, match="max"):
+        Classifier(TINY, 2, pooling="max")
+
+
+def test_classifier_gives_one_row_of_logits_per_sequence():
+    model = _tiny(Classifier, 5)
+    out = model(torch.tensor([[2, 9, 3, 0], [2, 9, 9, 3]]))
+    assert out.shape == (2, 5)
+
+
+# --- generation ---------------------------------------------------------------------------
+
+
+def test_greedy_generation_is_deterministic_and_extends_the_prompt():
+    model = _tiny(LanguageModel)
+    prompt = torch.tensor([[2, 10, 11, 12]])
+    first = model.generate(prompt, max_new_tokens=6)
+    second = model.generate(prompt, max_new_tokens=6)
+    assert torch.equal(first, second)
+    assert first.shape == (1, 10)
+    assert torch.equal(first[:, :4], prompt)
+    # each new token is the argmax of the model's next-token logits for its prefix
+    with torch.no_grad():
+        for t in range(4, 10):
+            assert first[0, t].item() == model(first[:, :t])[0, -1].argmax().item()
+
+
+def test_generation_stops_right_after_the_eos_token():
+    model = _tiny(LanguageModel)
+    prompt = torch.tensor([[2, 10, 11, 12]])
+    free = model.generate(prompt, max_new_tokens=8)[0, 4:].tolist()
+    # use as "eos" the latest new token that did not occur before it
+    k = max(i for i, token in enumerate(free) if token not in free[:i])
+    stopped = model.generate(prompt, max_new_tokens=8, eos_id=free[k])
+    assert stopped[0, 4:].tolist() == free[: k + 1]
+
+
+def test_sampling_with_top_k_one_equals_greedy():
+    model = _tiny(LanguageModel)
+    prompt = torch.tensor([[2, 10, 11]])
+    greedy = model.generate(prompt, max_new_tokens=5)
+    generator = torch.Generator().manual_seed(0)
+    sampled = model.generate(prompt, max_new_tokens=5, temperature=1.0, top_k=1, generator=generator)
+    assert torch.equal(greedy, sampled)
+
+
+def test_sampling_is_reproducible_with_a_seeded_generator():
+    model = _tiny(LanguageModel)
+    prompt = torch.tensor([[2, 10, 11]])
+    runs = [
+        model.generate(prompt, 12, temperature=1.5, generator=torch.Generator().manual_seed(seed))
+        for seed in (3, 3, 4)
+    ]
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2])

@@ -1,0 +1,241 @@
+"""The docs' results tables: generated from the metrics files between markers, and a stale copy is caught."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmtransfer.docs.results_pages import TABLES, PagesError, check_pages, generate, main, write_pages
+
+REPO = Path(__file__).resolve().parents[2]
+
+CLASSIFICATION_TEST = """\
+| test set, 1,234 sentences | accuracy (mean ± std over seeds) | per seed | macro-F1 |
+|---|---|---|---|
+| pretrained, then fine-tuned | **0.7000 ± 0.0100** | 0.6900, 0.7100 | 0.6950 ± 0.0200 |
+| same network from scratch | 0.6000 ± 0.0300 | 0.5700, 0.6300 | 0.5900 ± 0.0400 |
+| **gap** (pretrained − scratch) | **+0.1000**, 95% CI [+0.0500, +0.1500], p < 0.0001 | | +0.1050 |
+| TF-IDF + logistic regression (baseline stage) | **0.8000** | (deterministic) | 0.7990 |
+"""
+CLASSIFICATION_EPOCHS = """\
+| validation accuracy (mean of 2 seeds) | epoch 1 | epoch 2 | epoch 3 |
+|---|---|---|---|
+| pretrained | 0.6500 (0.6400, 0.6600) | 0.6800 | 0.6900 |
+| from scratch | 0.6600 (0.6500, 0.6700) | 0.6700 | 0.6750 |
+| gap | **-0.0100** | +0.0100 | +0.0150 |
+| TF-IDF baseline | 0.7900 | | |
+"""
+
+
+def _variant(accuracy, std, seeds, f1, f1_std, epochs, first_seeds):
+    return {"accuracy_mean": accuracy, "accuracy_std": std, "accuracy_per_seed": seeds, "macro_f1_mean": f1,
+            "macro_f1_std": f1_std, "val_accuracy_mean_per_epoch": epochs,
+            "first_epoch_val_accuracy_per_seed": first_seeds}
+
+
+def _evaluate(gap=0.1, p_value=0.00004):
+    return {"gap": {"accuracy_mean": gap, "ci95_low": gap - 0.05, "ci95_high": gap + 0.05, "p_value": p_value,
+                    "macro_f1_mean": 0.105},
+            "pretrained": _variant(0.70, 0.01, [0.69, 0.71], 0.695, 0.02, [0.65, 0.68, 0.69], [0.64, 0.66]),
+            "scratch": _variant(0.60, 0.03, [0.57, 0.63], 0.59, 0.04, [0.66, 0.67, 0.675], [0.65, 0.67]),
+            "n_seeds": 2, "n_test_examples": 1234}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A tiny repository: classification metrics, a README without markers, a docs page with two marked tables."""
+    _write_json(tmp_path / "metrics/evaluate.json", _evaluate())
+    _write_json(tmp_path / "metrics/baseline.json", {"accuracy": 0.8, "macro_f1": 0.799, "valid_accuracy": 0.79})
+    (tmp_path / "README.md").write_text("# fake\n\nno tables here\n", encoding="utf-8")
+    page = tmp_path / "docs/results/classification.md"
+    page.parent.mkdir(parents=True)
+    page.write_text("# Results\n\n<!-- report:classification-test:start -->\n| old | table |\n"
+                    "<!-- report:classification-test:end -->\n\nSome prose.\n\n"
+                    "<!-- report:classification-epochs:start -->\n<!-- report:classification-epochs:end -->\n",
+                    encoding="utf-8")
+    return tmp_path
+
+
+def _page(repo: Path) -> Path:
+    return repo / "docs/results/classification.md"
+
+
+def test_write_pages_fills_the_tables_between_the_markers(repo):
+    assert write_pages(repo) == [_page(repo)]
+    assert _page(repo).read_text(encoding="utf-8") == (
+        f"# Results\n\n<!-- report:classification-test:start -->\n\n{CLASSIFICATION_TEST}\n"
+        f"<!-- report:classification-test:end -->\n\nSome prose.\n\n"
+        f"<!-- report:classification-epochs:start -->\n\n{CLASSIFICATION_EPOCHS}\n"
+        "<!-- report:classification-epochs:end -->\n")
+    assert (repo / "README.md").read_text(encoding="utf-8") == "# fake\n\nno tables here\n"
+
+
+def test_check_finds_the_stale_page_and_passes_after_write(repo):
+    assert check_pages(repo)[0].startswith("docs/results/classification.md:3: table 'classification-test' differs")
+    write_pages(repo)
+    assert check_pages(repo) == []
+    assert write_pages(repo) == []  # a fresh page is not rewritten
+    assert main(["--check", "--root", str(repo)]) == 0
+
+
+def test_a_number_edited_by_hand_is_reported_with_file_line_and_name_first(repo, capsys):
+    write_pages(repo)
+    text = _page(repo).read_text(encoding="utf-8")
+    _page(repo).write_text(text.replace("0.6800 |", "0.6810 |").replace("**0.7000 ± 0.0100**", "**0.7001 ± 0.0100**"),
+                           encoding="utf-8")
+    assert check_pages(repo) == [
+        "docs/results/classification.md:3: table 'classification-test' differs from what metrics/evaluate.json and "
+        "metrics/baseline.json give; run `lmtransfer report`",
+        "docs/results/classification.md:16: table 'classification-epochs' differs from what metrics/evaluate.json "
+        "and metrics/baseline.json give; run `lmtransfer report`",
+    ]
+    assert main(["--check", "--root", str(repo)]) == 1
+    assert capsys.readouterr().err.splitlines() == [check_pages(repo)[0], "2 problem(s) in the generated tables in all"]
+
+
+def test_unknown_names_and_unpaired_markers_are_reported_and_nothing_is_written(repo):
+    broken = ("intro\n<!-- report:no-such-table:start -->\n<!-- report:no-such-table:end -->\n"
+              "<!-- report:classification-test:end -->\n<!-- report:classification-epochs:start -->\n"
+              "<!-- report:classification-test:stop -->\n")
+    (repo / "docs/broken.md").write_text(broken, encoding="utf-8")
+    (repo / "README.md").write_text("# fake\n\n<!-- report:classification-epochs:start -->\n"
+                                    "<!-- report:classification-epochs:end -->\n", encoding="utf-8")
+    problems = check_pages(repo)
+    assert problems[0].startswith("README.md:3: table 'classification-epochs' differs")  # README first, then docs/
+    assert problems[1:5] == [
+        "docs/broken.md:2: unknown table 'no-such-table'; known: " + ", ".join(TABLES),
+        "docs/broken.md:4: table 'classification-test': end marker without a start marker",
+        "docs/broken.md:5: table 'classification-epochs': start marker without an end marker",
+        "docs/broken.md:6: malformed marker: expected `<!-- report:NAME:start -->` or `...:end -->`",
+    ]
+    assert problems[5].startswith("docs/results/classification.md:3: ") and len(problems) == 7  # in path order
+    with pytest.raises(PagesError):
+        write_pages(repo)
+    assert "| old | table |" in _page(repo).read_text(encoding="utf-8")  # the fixable page is left alone too
+
+
+def test_markers_in_fenced_code_are_text(repo):
+    write_pages(repo)
+    (repo / "docs/how.md").write_text("Wrap a table so:\n\n```markdown\n<!-- report:NAME:start -->\n```\n",
+                                      encoding="utf-8")
+    assert check_pages(repo) == []
+
+
+def test_generate_names_the_known_tables_for_an_unknown_one(repo):
+    with pytest.raises(KeyError, match="unknown table 'classification'; known: classification-test, "):
+        generate("classification", repo)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda repo: (repo / "metrics/baseline.json").unlink(), "metrics/baseline.json is missing"),
+    (lambda repo: (repo / "metrics/baseline.json").write_text("{", encoding="utf-8"),
+     "metrics/baseline.json is not JSON"),
+    (lambda repo: _write_json(repo / "metrics/evaluate.json", _evaluate(p_value=float("nan"))),
+     "metrics/evaluate.json: 'gap.p_value' is nan, not a finite number"),
+    (lambda repo: _write_json(repo / "metrics/evaluate.json", {**_evaluate(), "gap": {}}),
+     "metrics/evaluate.json has no 'gap.accuracy_mean'"),
+])
+def test_unreadable_metrics_are_reported_with_file_and_key(repo, damage, reason):
+    damage(repo)
+    first = check_pages(repo)[0]
+    assert first.startswith("docs/results/classification.md:3: table 'classification-test' cannot be generated: ")
+    assert reason in first
+
+
+def _objective_run(root: Path, folder: str, pretrain: dict, gap: float) -> None:
+    _write_json(root / folder / "evaluate.json", _evaluate(gap=gap, p_value=0.07))
+    _write_json(root / folder / "pretrain.json", {"val_perplexity": 250.04, **pretrain})
+
+
+def test_objectives_table_reads_each_run_and_refuses_a_mislabelled_one(tmp_path):
+    _write_json(tmp_path / "metrics/baseline.json", {"accuracy": 0.8, "macro_f1": 0.799, "valid_accuracy": 0.79})
+    _objective_run(tmp_path, "metrics", {"objective": "clm", "next_sentence": False}, 0.1)
+    _objective_run(tmp_path, "results/objectives/mlm", {"objective": "mlm", "next_sentence": False,
+                                                        "val_masked_accuracy": 0.1234}, -0.02)
+    nsp = {"objective": "mlm", "next_sentence": True, "val_masked_accuracy": 0.11, "val_nsp_accuracy": 0.5}
+    _objective_run(tmp_path, "results/objectives/mlm-nsp", nsp, 0.0)
+    lines = generate("objectives", tmp_path).splitlines()
+    assert lines[0] == ("| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch | "
+                        "epoch 2 | epoch 3 | test, pretrained | test, scratch | gap, 95% CI, p |")
+    assert lines[2] == ("| `clm` (default) | 250.0 (next-token) | 0.6500 vs 0.6600 | 0.6800 vs 0.6700 | "
+                        "0.6900 vs 0.6750 | **0.7000 ± 0.0100** | 0.6000 ± 0.0300 | "
+                        "+0.1000 [+0.0500, +0.1500], p = 0.0700 |")
+    assert lines[3].startswith("| `mlm` | 250.0 (masked acc 0.123) |") and "| -0.0200 [-0.0700, +0.0300]" in lines[3]
+    assert lines[4].startswith("| `mlm` + NSP | 250.0 (masked acc 0.110, NSP acc 0.500) |")
+    assert lines[5] == "| TF-IDF + logistic regression | | 0.7900 | | | 0.8000 | | |"
+    _write_json(tmp_path / "results/objectives/mlm-nsp/pretrain.json",
+                {**nsp, "next_sentence": False, "val_perplexity": 1})
+    with pytest.raises(ValueError, match="records objective 'mlm', next_sentence False; the row `mlm` \\+ NSP needs"):
+        generate("objectives", tmp_path)
+
+
+def _scores(bleu: float, chrf: float) -> dict:
+    scores: dict = {}
+    for metric, mean in (("bleu", bleu), ("chrf", chrf)):
+        scores |= {f"{metric}_mean": mean, f"{metric}_std": 0.25, f"{metric}_ci95_low": mean - 0.5,
+                   f"{metric}_ci95_high": mean + 0.5, f"{metric}_per_seed": [mean - 1, mean + 1]}
+    return scores
+
+
+def test_translation_tables_bold_the_better_variant_per_metric(tmp_path):
+    gap = {"bleu_mean": 1.0, "bleu_ci95_low": 0.5, "bleu_ci95_high": 1.5, "bleu_p_value": 0.000999,
+           "chrf_mean": -0.5, "chrf_ci95_low": -1.25, "chrf_ci95_high": 0.25, "chrf_p_value": 0.6}
+    part = {"n_test_sentences": 12345, "pretrained": _scores(3.0, 20.0), "scratch": _scores(2.0, 20.5), "gap": gap,
+            "baseline": {"copy_source_bleu": 0.19, "copy_source_chrf": 17.849}}
+    _write_json(tmp_path / "translation/metrics/evaluate.json", {**part, "clauses": {**part, "n_test_sentences": 7}})
+    assert generate("translation-test", tmp_path) == """\
+| test set: 12,345 verses | BLEU | per seed | chrF | per seed |
+|---|---|---|---|---|
+| pretrained, then fine-tuned | **3.00 ± 0.25** [2.50, 3.50] | 2.00, 4.00 | 20.00 ± 0.25 [19.50, 20.50] | 19.00, 21.00 |
+| same network from scratch | 2.00 ± 0.25 [1.50, 2.50] | 1.00, 3.00 | **20.50 ± 0.25** [20.00, 21.00] | 19.50, 21.50 |
+| **gap** (pretrained − scratch) | **+1.00** [+0.50, +1.50], p = 0.001 | | **-0.50** [-1.25, +0.25], p = 0.600 | |
+| baseline: the English source copied | 0.19 | | 17.85 | |
+"""
+    clauses = generate("translation-clauses", tmp_path).splitlines()
+    assert clauses[0].startswith("| short test sentences: 7 clause pairs of the test verses | BLEU |")
+    assert clauses[4].startswith("| **gap** | **+1.00**") and clauses[5].startswith("| baseline: the source copied |")
+
+
+EXPECTED_HEADERS = {
+    "classification-test": "| test set, {n} sentences | accuracy (mean ± std over seeds) | per seed | macro-F1 |",
+    "classification-epochs": "| validation accuracy (mean of {n} seeds) | epoch 1 |",
+    "objectives": "| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch |",
+    "translation-test": "| test set: {n} verses | BLEU | per seed | chrF | per seed |",
+    "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
+}
+HEADER_COUNTS = {  # where the header's count comes from
+    "classification-test": ("metrics/evaluate.json", ["n_test_examples"]),
+    "classification-epochs": ("metrics/evaluate.json", ["n_seeds"]),
+    "objectives": ("metrics/evaluate.json", ["n_seeds"]),
+    "translation-test": ("translation/metrics/evaluate.json", ["n_test_sentences"]),
+    "translation-clauses": ("translation/metrics/evaluate.json", ["clauses", "n_test_sentences"]),
+}
+
+
+def test_every_table_name_has_an_expected_header():
+    assert set(EXPECTED_HEADERS) == set(TABLES) == set(HEADER_COUNTS)
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_each_table_from_the_committed_metrics_round_trips_through_a_page(name, tmp_path):
+    """The repository's own metrics: the table generates, has its header, and a page holding it checks clean."""
+    table = generate(name, REPO)
+    source, keys = HEADER_COUNTS[name]
+    count = json.loads((REPO / source).read_text(encoding="utf-8"))
+    for key in keys:
+        count = count[key]
+    assert table.startswith(EXPECTED_HEADERS[name].format(n=f"{count:,}"))
+    lines = table.splitlines()
+    assert len(lines) >= 4 and lines[1] == "|" + "---|" * lines[0].count(" | ") + "---|"
+    assert all(line.startswith("| ") and line.endswith(" |") for line in lines[2:])
+    for folder in ("metrics", "results", "translation"):
+        (tmp_path / folder).symlink_to(REPO / folder)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/page.md").write_text(f"<!-- report:{name}:start -->\n\n{table}\n<!-- report:{name}:end -->\n",
+                                           encoding="utf-8")
+    assert check_pages(tmp_path) == []

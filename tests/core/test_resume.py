@@ -1,0 +1,235 @@
+"""Resume snapshots: an interrupted training run, resumed, ends bit for bit where an uninterrupted one does."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lmtransfer.core.config import PretrainParams
+
+from lmtransfer.classification.config import FinetuneParams
+from lmtransfer.classification.finetune import finetune
+from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.loop import adapt_to_task, pretrain
+from lmtransfer.core.resume import Snapshots, fingerprint
+from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.core.tokenizer import BOS_ID, EOS_ID
+
+CPU = torch.device("cpu")
+CONFIG = ModelConfig(vocab_size=24, d_model=16, n_heads=2, n_layers=1, d_ff=16, dropout=0.1)
+CORPUS = np.tile(np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16), 120)
+TASK = np.tile(np.array([BOS_ID, 13, 14, 15, 16, 17, EOS_ID], dtype=np.uint16), 60)
+PARAMS = PretrainParams(max_steps=40, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=10,
+                        eval_batches=2, adapt_epochs=2, adapt_lr=1e-3)
+
+
+class Interrupted(Exception):
+    """Stands in for a kill: raised from the logging callback at a chosen step."""
+
+
+MASKED = {"pad_id": 0, "unk_id": 1, "bos_id": BOS_ID, "eos_id": EOS_ID, "mask_id": 4, "vocab_size": 24}
+
+
+def _pretrain_both_phases(snapshots: Snapshots | None, stop_at: int | None = None, model_seed: int = 0,
+                          objective: Objective = Objective()):
+    """The pretrain stage's two phases (corpus, then the task's texts); `stop_at` interrupts at that logged step."""
+    torch.manual_seed(model_seed)
+    model = objective.build_model(replace(CONFIG, causal=objective.name == "clm"))
+    logged: list[tuple[int, dict]] = []
+
+    def log(metrics: dict, step: int) -> None:
+        if step == stop_at:
+            raise Interrupted
+        logged.append((step, {k: v for k, v in metrics.items() if k != "tokens_per_s"}))
+
+    corpus = pretrain(model, CORPUS, CORPUS[:400], PARAMS, CPU, seed=3, log_every=3, log_metrics=log,
+                      snapshots=snapshots, objective=objective)
+    task = adapt_to_task(model, TASK, TASK[:200], PARAMS, CPU, seed=3, log_every=3, log_metrics=log,
+                         first_step=corpus.steps, snapshots=snapshots, objective=objective)
+    return model, corpus, task, logged
+
+
+def _results(corpus, task) -> list:
+    return [(p.train_log, p.valid_log, p.tokens_seen, p.steps) for p in (corpus, task)]
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+@pytest.fixture  # not module-scoped: it must run after conftest's single_thread, like the test itself
+def uninterrupted():
+    return _pretrain_both_phases(None)
+
+
+@pytest.mark.parametrize("stop_at", [15, 27, 30, 43, 46])  # logged steps: both phases, before and after snapshots
+def test_pretraining_resumed_after_an_interruption_ends_bit_for_bit_like_an_uninterrupted_run(
+    tmp_path, uninterrupted, stop_at
+):
+    model, corpus, task, logged = uninterrupted
+    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
+    with pytest.raises(Interrupted):
+        _pretrain_both_phases(snapshots, stop_at=stop_at)
+    # a different initialisation proves the weights come from the snapshot
+    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9)
+    assert _same_weights(resumed_model, model)
+    assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
+    # the new run logs the whole curve, the part before the kill included (in another order: MLflow sorts by step)
+    assert sorted(map(repr, relogged)) == sorted(map(repr, logged))
+    assert len(resumed_corpus.throughput) == len(corpus.throughput)
+
+
+@pytest.mark.parametrize("nsp", [False, True])
+def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tmp_path, nsp):
+    """Masks are drawn from torch's global generator, which the snapshots save: the same tokens are masked."""
+    objective = Objective.from_params(PARAMS.model_copy(update={"objective": "mlm", "nsp": nsp}), MASKED)
+    model, corpus, task, logged = _pretrain_both_phases(None, objective=objective)
+    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
+    for stop_at in (15, 43):  # during the corpus phase, then during the adaptation
+        with pytest.raises(Interrupted):
+            _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
+    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9,
+                                                                                  objective=objective)
+    assert _same_weights(resumed_model, model)
+    assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
+    assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == nsp
+
+
+def test_a_snapshot_of_another_configuration_is_deleted_not_resumed(tmp_path, uninterrupted, capsys):
+    snapshots = Snapshots("pretrain", "old params", every=4, root=tmp_path)
+    with pytest.raises(Interrupted):
+        _pretrain_both_phases(snapshots, stop_at=15)
+    assert (tmp_path / "pretrain" / "corpus.pt").is_file()
+    model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", "new params", every=4, root=tmp_path))
+    assert "belongs to another configuration" in capsys.readouterr().out
+    assert _same_weights(model, uninterrupted[0])  # trained from the start
+    assert _results(corpus, task) == _results(*uninterrupted[1:3])
+
+
+def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path):
+    off = Snapshots("pretrain", "x", every=0, root=tmp_path)
+    _pretrain_both_phases(off)
+    assert not (tmp_path / "pretrain").exists()
+    on = Snapshots("pretrain", "x", every=4, root=tmp_path)
+    _pretrain_both_phases(on)
+    assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
+    on.clear()
+    assert not (tmp_path / "pretrain").exists()
+
+
+def test_the_fingerprint_follows_params_inputs_and_device_but_not_resume_every(tmp_path):
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"abc")
+    base = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU)
+    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 3}}, [data], CPU) == base
+    assert fingerprint("pretrain", {"train": {"seed": 1, "resume_every": 10}}, [data], CPU) != base
+    assert fingerprint("finetune_scratch@0", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU) != base
+    data.write_bytes(b"abd")
+    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU) != base
+
+
+def test_the_fingerprint_follows_every_file_of_an_input_folder(tmp_path):
+    """A snapshot of training on other data is not resumed: the tokenized folders hold .npy/.json, not code."""
+    folder = tmp_path / "tokenized_corpus"
+    folder.mkdir()
+    (folder / "train.npy").write_bytes(b"ids")
+    base = fingerprint("pretrain", {}, [folder], CPU)
+    (folder / "train.npy").write_bytes(b"other ids")
+    assert fingerprint("pretrain", {}, [folder], CPU) != base
+
+
+def _split(n: int, seed: int) -> LabeledSplit:
+    rng = np.random.default_rng(seed)
+    sequences = [np.concatenate([[BOS_ID], rng.integers(7, 24, size=rng.integers(2, 9)), [5 + i % 2], [EOS_ID]])
+                 for i in range(n)]
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).astype(np.int64)
+    return LabeledSplit(np.concatenate(sequences).astype(np.uint16), offsets, np.arange(n, dtype=np.int64) % 2)
+
+
+def _finetune(snapshots: Snapshots | None, stop_after: int | None = None, model_seed: int = 0):
+    torch.manual_seed(model_seed)
+    model = Classifier(CONFIG, 2, "mean")
+    rows = []
+
+    def on_epoch(row: dict) -> None:
+        rows.append(row)
+        if row["epoch"] == stop_after:
+            raise Interrupted
+
+    params = FinetuneParams(epochs=4, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
+    result = finetune(model, _split(120, 0), _split(40, 1), params, CPU, seed=5, on_epoch=on_epoch,
+                      snapshots=snapshots)
+    return model, result, rows
+
+
+def test_finetuning_resumed_after_an_interrupted_epoch_ends_bit_for_bit_like_an_uninterrupted_run(tmp_path):
+    model, result, rows = _finetune(None)
+    snapshots = Snapshots("finetune_scratch@0", "same", every=1, root=tmp_path)
+    with pytest.raises(Interrupted):
+        _finetune(snapshots, stop_after=3)  # epochs 1-2 are saved; epoch 3 is lost with the process
+    resumed_model, resumed, resumed_rows = _finetune(snapshots, model_seed=4)
+    assert _same_weights(resumed_model, model)
+    assert resumed.history == result.history and resumed_rows == rows
+    assert resumed.best_epoch == result.best_epoch
+    assert all(torch.equal(resumed.best_state[k], v) for k, v in result.best_state.items())
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import torch
+    sys.path.insert(0, {tests!r})
+    import test_resume as t
+    from lmtransfer.core.resume import Snapshots
+
+    def slow_log(metrics, step):
+        print(step, flush=True)
+        time.sleep(0.02)  # room for the kill to land anywhere
+
+    torch.manual_seed(0)
+    model = t.LanguageModel(t.CONFIG)
+    snapshots = Snapshots("pretrain", "same", every=3, root=Path({root!r}))
+    corpus = t.pretrain(model, t.CORPUS, t.CORPUS[:400], t.PARAMS, t.CPU, seed=3, log_every=1, log_metrics=slow_log,
+                        snapshots=snapshots)
+    t.adapt_to_task(model, t.TASK, t.TASK[:200], t.PARAMS, t.CPU, seed=3, log_every=1, log_metrics=slow_log,
+                    first_step=corpus.steps, snapshots=snapshots)
+    torch.save(model.state_dict(), {out!r})
+""")
+
+
+def test_a_pretraining_process_killed_at_a_random_step_resumes_to_the_same_weights(tmp_path):
+    """kill -9 of a real process at a random logged step; the rerun loads its snapshot and ends identically."""
+    root, reference, resumed = tmp_path / "resume", tmp_path / "reference.pt", tmp_path / "resumed.pt"
+
+    def start(out: Path, snapshot_root: Path) -> subprocess.Popen:
+        code = KILLED_RUN.format(tests=str(Path(__file__).parent), root=str(snapshot_root), out=str(out))
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    uninterrupted = start(reference, tmp_path / "unused")
+    uninterrupted.communicate()
+    kill_at = random.Random().randint(4, 47)  # both phases log 48 steps: the kill lands before the end
+    killed = start(resumed, root)
+    for line in killed.stdout:
+        if int(line) >= kill_at:
+            os.kill(killed.pid, signal.SIGKILL)
+            break
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, f"finished before step {kill_at}"
+    assert not resumed.exists() and list(root.rglob("*.pt"))
+    rerun = start(resumed, root)
+    rerun.communicate()
+    assert rerun.returncode == 0
+    a, b = torch.load(reference, weights_only=True), torch.load(resumed, weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a), f"killed at step {kill_at}"

@@ -1,0 +1,230 @@
+"""Faster ways to compute the same thing (the chunked LM loss, torch.compile, fused AdamW, device copies), and
+several jobs sharing one machine's cores.
+
+Each must give what the plain path gives, up to the last bits of float rounding.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from lmtransfer.core.config import PretrainParams, TrainParams
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.lm_loss import (
+    AUTO_MIN_VOCAB, CHUNK_LOGITS, IGNORE_INDEX, chunk_tokens_for, linear_cross_entropy, use_chunked_loss,
+)
+from lmtransfer.core.model import LanguageModel, ModelConfig
+from lmtransfer.core.optim import make_optimizer
+from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.core.runtime import configure, to_device
+from lmtransfer.core.sharing import JOBS_ENV, parallel_jobs, running_queue_workers, thread_share
+from lmtransfer.core.tokenizer import BOS_ID, EOS_ID
+
+CPU = torch.device("cpu")
+
+
+def _head_inputs(n: int = 150, d: int = 12, v: int = 97, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=generator, requires_grad=True)
+    weight = (torch.randn(v, d, generator=generator) * 0.3).requires_grad_()
+    bias = (torch.randn(v, generator=generator) * 0.1).requires_grad_()
+    targets = torch.randint(0, v, (n,), generator=generator)
+    return hidden, weight, bias, targets
+
+
+def _loss_and_grads(loss_fn, hidden, weight, bias, targets):
+    """The loss and the gradients of hidden, weight and (unless None) bias."""
+    inputs = [tensor for tensor in (hidden, weight, bias) if tensor is not None]
+    for tensor in inputs:
+        tensor.grad = None
+    loss = loss_fn(hidden, weight, bias, targets)
+    (loss * 3.0).backward()  # an upstream gradient other than 1 reaches every input
+    return loss.detach(), *(tensor.grad.clone() for tensor in inputs)
+
+
+def _full(hidden, weight, bias, targets):
+    return F.cross_entropy(F.linear(hidden, weight, bias), targets)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 150, 1000])
+def test_chunked_loss_and_gradients_equal_the_full_softmax(chunk):
+    inputs = _head_inputs()
+    expected = _loss_and_grads(_full, *inputs)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, chunk), *inputs)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_loss_without_a_bias_and_with_large_logits_equals_the_full_softmax():
+    hidden, weight, _, targets = _head_inputs()
+    weight = (weight.detach() * 60).requires_grad_()  # logits in the hundreds: exp overflows without the max
+    expected = _loss_and_grads(_full, hidden, weight, None, targets)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 32), hidden, weight, None, targets)
+    assert len(got) == 3 and torch.isfinite(got[0])
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_loss_of_a_target_whose_probability_underflows_is_its_true_loss():
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
+    weight = torch.tensor([[150.0, 0.0], [-150.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    bias = torch.zeros(3, requires_grad=True)
+    targets = torch.tensor([1, 2, 0])  # the first: 300 below its row's largest logit, exp(-300) is 0 in fp32
+    assert torch.softmax(F.linear(hidden, weight, bias), 1)[0, 1] == 0
+    expected = _loss_and_grads(_full, hidden, weight, bias, targets)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 2), hidden, weight, bias, targets)
+    assert 100 < got[0] < 101  # (300 + ~0 + ~0) / 3
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_loss_skips_ignored_targets_like_cross_entropy():
+    hidden, weight, bias, targets = _head_inputs()
+    targets = targets.clone()
+    targets[::3] = IGNORE_INDEX
+    expected = _loss_and_grads(_full, hidden, weight, bias, targets)
+    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 16), hidden, weight, bias, targets)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert got[1][::3].abs().max() == 0  # an ignored position gets no gradient
+
+
+def test_chunked_loss_without_gradients_is_the_same_number():
+    hidden, weight, bias, targets = _head_inputs()
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, bias, targets, 10)
+        assert not loss.requires_grad
+        torch.testing.assert_close(loss, _full(hidden, weight, bias, targets))
+
+
+def test_auto_chunks_all_but_the_smallest_vocabularies():
+    assert not use_chunked_loss("auto", AUTO_MIN_VOCAB - 1)
+    assert use_chunked_loss("auto", AUTO_MIN_VOCAB) and use_chunked_loss("auto", 4000)  # 4,000: the built-in data
+    assert use_chunked_loss("on", 100) and not use_chunked_loss("off", 50_001)
+
+
+def test_a_chunk_holds_at_most_chunk_logits_and_the_largest_power_of_two_of_positions():
+    assert chunk_tokens_for(50_001) == 128 and chunk_tokens_for(4000) == 2048
+    for vocab in (1, 3, 999, 4000, 50_001, CHUNK_LOGITS, 3 * CHUNK_LOGITS):
+        tokens = chunk_tokens_for(vocab)
+        assert tokens & (tokens - 1) == 0  # a power of two
+        assert tokens == 1 or tokens * vocab <= CHUNK_LOGITS < 2 * tokens * vocab
+
+
+PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
+CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
+
+
+def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_steps: int = 12, **overrides):
+    torch.manual_seed(0)
+    model = LanguageModel(config)
+    params = PretrainParams(max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
+                            eval_batches=2, **overrides)
+    result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params, CPU, log_every=1,
+                      compile_steps=compile_steps)
+    return model, result
+
+
+def test_pretraining_with_the_chunked_loss_follows_the_same_curve():
+    plain_model, plain = _pretrain(chunked_loss="off")
+    chunked_model, chunked = _pretrain(chunked_loss="on")
+    assert chunked_model.chunked_loss and not plain_model.chunked_loss
+    np.testing.assert_allclose([r["train_loss"] for r in chunked.train_log], [r["train_loss"] for r in plain.train_log],
+                               rtol=1e-4)
+    np.testing.assert_allclose([r["val_loss"] for r in chunked.valid_log], [r["val_loss"] for r in plain.valid_log],
+                               rtol=1e-4)
+
+
+def test_compiled_pretraining_follows_the_same_curve():
+    """train.compile on a CPU: inductor's C++ kernels, the same losses to float rounding."""
+    small = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)  # compiles faster
+    _, eager = _pretrain(config=small, max_steps=4)
+    _, compiled = _pretrain(compile_steps=True, config=small, max_steps=4)
+    np.testing.assert_allclose([r["train_loss"] for r in compiled.train_log], [r["train_loss"] for r in eager.train_log],
+                               rtol=1e-4)
+
+
+def test_fused_adamw_updates_bit_for_bit_like_the_default_loop():
+    """make_optimizer's fused AdamW (one pass per tensor) must not move the committed results by a single bit."""
+    torch.manual_seed(0)
+    start = [torch.randn(40, 30), torch.randn(30)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(6)]
+    finals = []
+    for build in (lambda ps: make_optimizer(ps, 1e-3, 0.01), lambda ps: torch.optim.AdamW(ps, 1e-3, weight_decay=0.01)):
+        params = [p.clone().requires_grad_() for p in start]
+        optimizer = build(params)
+        for step in grads:
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            optimizer.step()
+        finals.append(params)
+    assert make_optimizer([torch.zeros(2, requires_grad=True)], 1e-3, 0.0).defaults["fused"]
+    assert all(torch.equal(a, b) for a, b in zip(*finals))
+
+
+def test_batches_reach_the_cpu_unchanged():
+    batch = (torch.arange(6).view(2, 3), torch.tensor([0, 1]))
+    moved = to_device(batch, CPU)
+    assert all(torch.equal(a, b) for a, b in zip(moved, batch))
+
+
+# --- several jobs on one machine ----------------------------------------------------------------------------
+
+
+def test_each_job_takes_its_share_of_the_cores():
+    assert thread_share(1, cores=8) == 8
+    assert thread_share(3, cores=8) == 2
+    assert thread_share(3, cores=2) == 1  # more jobs than cores: one thread each, never zero
+
+
+def test_lmtransfer_jobs_sets_the_share_and_a_bad_value_is_named(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(JOBS_ENV, "2")
+    configure(TrainParams())
+    assert torch.get_num_threads() == thread_share(2)
+    monkeypatch.setenv(JOBS_ENV, "two")
+    with pytest.raises(ConfigError, match="LMTRANSFER_JOBS='two'"):
+        parallel_jobs()
+
+
+def test_an_explicit_thread_count_wins_over_the_share(monkeypatch):
+    monkeypatch.setenv(JOBS_ENV, "4")
+    configure(TrainParams(num_threads=1))
+    assert torch.get_num_threads() == 1
+
+
+def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeypatch):
+    """Two processes that look like `dvc queue start -j 2`'s workers: a stage counts them (and any real ones)."""
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    assert parallel_jobs() == 1  # outside a DVC stage nothing is counted
+    already = running_queue_workers()  # a queue another job runs on this machine counts too
+    workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "exp", "queue-worker",
+                                 f"dvc-exp-abc123-{n}@localhost"]) for n in (1, 2)]
+    try:
+        time.sleep(0.2)
+        monkeypatch.setenv("DVC_ROOT", "/somewhere")
+        assert running_queue_workers() == already + 2
+        assert parallel_jobs() == already + 2
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+
+
+@pytest.mark.parametrize("jobs, policy", [("1", None), ("3", "PASSIVE")])
+def test_waiting_threads_sleep_only_when_the_machine_is_shared(jobs, policy):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env[JOBS_ENV] = jobs
+    out = subprocess.run([sys.executable, "-c", "import os, lmtransfer; print(os.environ.get('OMP_WAIT_POLICY'))"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(policy)

@@ -1,0 +1,72 @@
+"""The stage wrapper: one clear line for expected problems, named after the stage that ran."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lmtransfer.harness.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
+from lmtransfer.harness.stage import stage_main
+
+
+def test_a_stage_named_by_its_arguments_says_which_one_finished(capsys):
+    @stage_main(lambda: "finetune_scratch@2")
+    def main() -> None:
+        pass
+
+    main()
+    assert capsys.readouterr().out.startswith("finetune_scratch@2: done in ")
+
+
+@pytest.mark.parametrize("error", [ConfigError("model.d_model: bad"), MissingOutputError("x: not found"),
+                                   DeviceError("train.device='cuda' but no CUDA device is available")])
+def test_expected_problems_are_one_line_and_exit_status_1(capsys, monkeypatch, error):
+    monkeypatch.delenv("LMTRANSFER_DEBUG", raising=False)
+
+    @stage_main("pretrain")
+    def main() -> None:
+        raise error
+
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == f"pretrain: error: {error}\n"
+
+
+def test_a_bug_keeps_its_traceback():
+    @stage_main("plot")
+    def main() -> None:
+        raise KeyError("a bug, not a user problem")
+
+    with pytest.raises(KeyError):
+        main()
+
+
+def test_every_expected_error_shares_one_base():
+    import lmtransfer.harness.errors as errors
+
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
+    assert all(issubclass(c, LmtransferError) for c in classes)
+
+
+def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path):
+    """`dvc exp run --temp/--queue` runs the stages in a copy; the editable install points at the main checkout."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "stages").mkdir()
+    shutil.copy(repo / "stages" / "_checkout.py", tmp_path / "stages")
+    (tmp_path / "src" / "lmtransfer").mkdir(parents=True)
+    (tmp_path / "src" / "lmtransfer" / "__init__.py").write_text("WHERE = 'the copy'\n")
+    (tmp_path / "stages" / "probe.py").write_text("import _checkout\nimport lmtransfer\nprint(lmtransfer.WHERE)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "stages/probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "the copy", out.stderr
+    for script in sorted((repo / "stages").glob("*.py")):
+        if script.name != "_checkout.py":
+            text = script.read_text()
+            assert text.index("import _checkout") < text.index("import lmtransfer"), script.name

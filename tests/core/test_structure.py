@@ -1,0 +1,176 @@
+"""The code's shape: one package per task over a shared core, dvc.yaml's deps are each stage's import closure,
+and no module imports in a circle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from import_closure import EXEMPT, PIPELINES, REPO, SRC, closure_files, dep_prefix, imported_modules, module_file
+from ruamel.yaml import YAML
+
+STAGES = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
+# every pipeline's stages, as (pipeline, stage): deps written relative to the pipeline's folder
+ALL_STAGES = {(pipeline.relative_to(REPO).as_posix(), name): (dep_prefix(pipeline), stage)
+              for pipeline in PIPELINES for name, stage in YAML(typ="safe").load(pipeline.read_text())["stages"].items()}
+
+
+def _declared_sources(deps: list[str], prefix: str = "") -> set[str]:
+    """Project source files a stage declares; a folder stands for every .py file in it."""
+    files: set[str] = set()
+    for dep in deps:
+        dep = dep.removeprefix(prefix)
+        path = REPO / dep
+        if not dep.startswith("src/"):
+            continue
+        if path.is_dir():
+            files |= {p.relative_to(REPO).as_posix() for p in path.rglob("*.py")}
+        else:
+            files.add(dep)
+    return files
+
+
+@pytest.mark.parametrize("pipeline_stage", sorted(ALL_STAGES), ids="{0[0]}:{0[1]}".format)
+def test_every_module_a_stage_can_run_is_one_of_its_deps(pipeline_stage):
+    stage = pipeline_stage[1]
+    prefix, definition = ALL_STAGES[pipeline_stage]
+    script = definition["cmd"].split()[1]
+    assert script in definition["deps"], f"{stage}: its own script {script} is not a dep"
+    needed = closure_files(REPO / script.removeprefix(prefix))
+    declared = _declared_sources(definition["deps"], prefix)
+    missing, needless = sorted(needed - declared), sorted(declared - needed)
+    hint = "run `python tests/import_closure.py` for the right list"
+    assert not missing, f"{stage} imports these but dvc.yaml does not list them (edits would not rerun it): {missing}; {hint}"
+    assert not needless, f"{stage} lists these but never imports them (edits rerun it for nothing): {needless}; {hint}"
+
+
+def test_the_closure_follows_function_level_and_relative_imports(tmp_path):
+    """The check itself: a module imported inside a function, and `from . import x`, count."""
+    script = tmp_path / "stage.py"
+    script.write_text("def main():\n    from lmtransfer.cli.main import main as cli\n")
+    files = closure_files(script)
+    assert "src/lmtransfer/cli/main.py" in files and "src/lmtransfer/core/paths.py" in files  # `from x import paths`
+    assert "src/lmtransfer/pretraining/generation.py" in files  # imported inside cmd_generate
+    assert "src/lmtransfer/__init__.py" in files  # a package's __init__ runs on import
+    assert not any(f.startswith(f"src/{EXEMPT.replace('.', '/')}/") for f in files)
+
+
+def _all_modules() -> list[str]:
+    return sorted(".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+                  for p in SRC.rglob("*.py"))
+
+
+def test_no_module_imports_in_a_circle():
+    """Counting function-level imports too: a cycle broken only by a local import is still a cycle."""
+    graph = {m: {i for i in imported_modules(module_file(m), m) if i != m} for m in _all_modules()}
+    state: dict[str, str] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                cycle = trail[trail.index(target):] + [target] if target in trail else [module, target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, trail + [target])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+
+
+def test_stage_scripts_stay_thin():
+    """Training logic lives in the library: a stage script parses params, calls it, writes outputs."""
+    for script in sorted((REPO / "stages").glob("*.py")):
+        lines = [line for line in script.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        assert len(lines) < 110, f"{script.name} has {len(lines)} lines: move logic into src/lmtransfer/"
+        assert "for epoch" not in script.read_text() and ".backward(" not in script.read_text(), script.name
+
+
+def test_each_stored_format_has_one_home():
+    """File names of the prepared and tokenized folders are spelled in one module each."""
+    for needle, home in (('"corpus_{part}.txt"', "data/prepared.py"), ('f"{name}.npz"', "core/tokenized.py"),
+                         ('f"corpus_{part}.npy"', "core/tokenized.py")):
+        holders = [p.relative_to(SRC / "lmtransfer").as_posix() for p in SRC.rglob("*.py") if needle in p.read_text()]
+        assert holders == [home], f"{needle} spelled in {holders}"
+    sources = [p for p in list(SRC.rglob("*.py")) + list((REPO / "stages").glob("*.py"))]
+    for pattern in ("np.savez(", "np.load(", "torch.load("):
+        users = sorted(p.name for p in sources if pattern in p.read_text())
+        allowed = {"np.savez(": ["tokenized.py"], "np.load(": ["tokenized.py"], "torch.load(": ["checkpoint.py"]}
+        assert users == allowed[pattern], f"{pattern} used in {users}"
+
+
+# --- data dependencies: each stage depends on what it reads, and nothing else ----------------------------------
+
+CORPUS_OUTPUTS = {"data/prepared_corpus", "data/tokenized_corpus"}
+
+
+def _data_deps(stage: str) -> set[str]:
+    return {dep for dep in STAGES[stage]["deps"] if dep.startswith(("data/", "models/", "metrics/"))}
+
+
+def _outs(stage: str) -> set[str]:
+    entries = [*STAGES[stage].get("outs", []), *STAGES[stage].get("metrics", []), *STAGES[stage].get("plots", [])]
+    return {next(iter(entry)) if isinstance(entry, dict) else entry for entry in entries}
+
+
+def test_the_corpus_is_an_output_of_its_own_so_a_corpus_change_reaches_only_pretraining():
+    """A corpus change reran the scratch fine-tune (257 s for bit-identical results) while data/tokenized held both."""
+    assert CORPUS_OUTPUTS <= _outs("prepare") | _outs("tokenize")
+    assert _data_deps("pretrain") >= {"data/tokenized", "data/tokenized_corpus"}
+    for stage in ("finetune_pretrained", "finetune_scratch", "baseline", "evaluate", "plot"):
+        deps = _data_deps(stage)
+        assert not deps & CORPUS_OUTPUTS, f"{stage} depends on the corpus it never reads: {deps & CORPUS_OUTPUTS}"
+        assert not any(dep == "data" or dep.startswith("data/inputs/data") for dep in deps), stage
+    assert "models/pretrained.pt" not in _data_deps("finetune_scratch")
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "finetune_pretrained", "finetune_scratch"])
+def test_the_training_stages_can_be_restored_from_the_run_cache(stage):
+    """DVC saves a stage to its run-cache only when no output is a plain `cache: false` one (metrics and plots
+    are exempt); one such output made every return to earlier params rerun the fine-tunes (10 min 41 s)."""
+    for entry in STAGES[stage]["outs"]:
+        if isinstance(entry, dict):
+            (path, options), = entry.items()
+            assert options.get("cache", True), f"{stage}: {path} is a plain cache: false output"
+
+
+# --- the layout: a shared core and one package per task ------------------------------------------------------------
+
+TASKS = ("classification", "translation")
+SHARED = ("core", "data", "pretraining", "harness")  # what both tasks build on: never imports a task
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_a_task_package_never_imports_the_other_and_the_shared_code_imports_neither():
+    graph = {m: imported_modules(module_file(m), m) for m in _all_modules()}
+    for module, imports in sorted(graph.items()):
+        home = _package_of(module)
+        for target in sorted(imports):
+            there = _package_of(target)
+            if home in TASKS:
+                assert there not in TASKS or there == home, f"{module} (task {home}) imports {target} (task {there})"
+            if home in SHARED:
+                assert there not in TASKS, f"{module} is shared by both tasks but imports {target} (task {there})"
+
+
+def test_no_task_module_is_left_at_the_top_of_the_package():
+    top = sorted(p.name for p in (SRC / "lmtransfer").glob("*.py"))
+    assert top == ["__init__.py"], f"modules at the top of src/lmtransfer/: {top}; each belongs in a package"
+    assert not list((SRC / "lmtransfer").rglob("translation_*.py"))
+
+
+@pytest.mark.parametrize("pipeline_stage", sorted(ALL_STAGES), ids="{0[0]}:{0[1]}".format)
+def test_no_stage_depends_on_the_other_task(pipeline_stage):
+    prefix, definition = ALL_STAGES[pipeline_stage]
+    task = "translation" if pipeline_stage[0].startswith("translation/") else "classification"
+    other = next(t for t in TASKS if t != task)
+    deps = [str(d).removeprefix(prefix) for d in definition["deps"]]
+    assert not [d for d in deps if d.startswith(f"src/lmtransfer/{other}")], f"{pipeline_stage} lists {other} code"
+    scripts = [d for d in deps if d.startswith("stages/")]
+    assert scripts == [definition["cmd"].split()[1].removeprefix(prefix)], f"{pipeline_stage}: stage scripts {scripts}"

@@ -1,0 +1,81 @@
+"""The local MLflow store survives a kill while it is being built, and a broken one is named, not traced."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lmtransfer.harness.errors import TrackingStoreError
+from lmtransfer.core.io import sha256_of
+from lmtransfer.harness.tracking_store import BUILDING_PREFIX, ensure_store, store_problem
+
+
+def _half_migrated(path):
+    """A complete store plus the temporary table an interrupted migration leaves behind."""
+    ensure_store(path)
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE _alembic_tmp_experiments (experiment_id INTEGER)")
+
+
+def test_a_half_migrated_empty_store_is_set_aside_and_rebuilt(tmp_path, capsys):
+    store = tmp_path / "mlflow.db"
+    _half_migrated(store)
+    assert store_problem(store).startswith("half-migrated")
+    digest = sha256_of(store)
+    ensure_store(store)
+    assert store_problem(store) is None
+    (aside,) = tmp_path.glob("mlflow.db.broken-*")
+    assert sha256_of(aside) == digest  # kept as it was, not deleted
+    assert "held no run; set aside as mlflow.db.broken-" in capsys.readouterr().out
+
+
+def test_a_half_migrated_store_holding_runs_is_named_in_one_line_and_left_alone(tmp_path):
+    from mlflow import MlflowClient
+
+    store = tmp_path / "mlflow.db"
+    ensure_store(store)
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    client.create_run(client.create_experiment("e"))
+    with sqlite3.connect(store) as db:
+        db.execute("CREATE TABLE _alembic_tmp_params (key TEXT)")
+    digest = sha256_of(store)
+    with pytest.raises(TrackingStoreError) as error:
+        ensure_store(store)
+    assert str(error.value) == (
+        f"{store} is half-migrated (an interrupted schema migration left temporary tables); it holds runs, "
+        f"so it is left as it is: back it up and run `mlflow db upgrade sqlite:///{store}`, "
+        "or move it away to start a new store"
+    )
+    assert sha256_of(store) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
+def test_a_file_that_is_not_sqlite_is_named(tmp_path):
+    store = tmp_path / "mlflow.db"
+    store.write_text("not a database " * 100)
+    assert store_problem(store).startswith("not a readable SQLite database")
+
+
+def test_a_kill_while_the_store_is_built_leaves_no_store_and_the_next_stage_builds_it(tmp_path):
+    """kill -9 at a random moment of the build (import included), then the store is usable and complete."""
+    store = tmp_path / "mlflow.db"
+    code = f"from pathlib import Path\nfrom lmtransfer.harness.tracking_store import ensure_store\nensure_store(Path({str(store)!r}))\n"
+    building = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(f"{BUILDING_PREFIX}*")) and building.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the build has started: its private file exists
+    time.sleep(random.uniform(0.0, 0.8))
+    if building.poll() is None:
+        os.kill(building.pid, signal.SIGKILL)
+    building.wait()
+    assert not store.exists() or store_problem(store) is None  # never a half-built store under the real name
+    ensure_store(store)
+    assert store_problem(store) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # the dead build's files are gone

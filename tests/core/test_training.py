@@ -1,0 +1,517 @@
+"""Training: packed LM batches, pretraining, fine-tuning, padding, metrics, schedules, checkpoints."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from lmtransfer.core import io as lmio
+from lmtransfer.core.checkpoint import (
+    build_classifier,
+    build_language_model,
+    classifier_from_pretrained,
+    load_checkpoint,
+    save_checkpoint,
+)
+from lmtransfer.core.config import PretrainParams
+from lmtransfer.classification.config import FinetuneParams
+from lmtransfer.core.datasets import PackedBatches, classification_batches, pad_batch
+from lmtransfer.classification.finetune import describe_trainable, finetune, set_backbone_frozen
+from lmtransfer.classification.inference import predict
+from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
+from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.core.optim import make_optimizer, warmup_constant, warmup_cosine
+from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+CPU = torch.device("cpu")
+LM_CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
+CLS_CONFIG = ModelConfig(vocab_size=24, d_model=32, n_layers=1, n_heads=2, d_ff=64, dropout=0.0)
+
+
+# --- packed language-model batches --------------------------------------------------------
+
+
+def test_packed_targets_are_inputs_shifted_by_one():
+    batches = PackedBatches(np.arange(203, dtype=np.uint16), seq_len=10, batch_size=4, seed=0)
+    seen = 0
+    for inputs, targets in batches.epoch():
+        assert inputs.dtype == torch.int64
+        assert inputs.shape == targets.shape and inputs.size(1) == 10 and 1 <= inputs.size(0) <= 4
+        assert torch.equal(inputs[:, 1:], targets[:, :-1])
+        assert torch.equal(targets, inputs + 1)  # the ids are 0, 1, 2, ...: the next token is +1
+        seen += inputs.size(0)
+    assert seen >= 19
+
+
+def test_all_batches_but_the_last_are_full():
+    batches = PackedBatches(np.arange(203), seq_len=10, batch_size=4, seed=0)
+    sizes = [inputs.size(0) for inputs, _ in batches.epoch()]
+    assert all(size == 4 for size in sizes[:-1])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_an_epoch_covers_non_overlapping_windows(seed):
+    n_tokens, seq_len = 257, 10
+    batches = PackedBatches(np.arange(n_tokens), seq_len=seq_len, batch_size=3, seed=seed)
+    for _ in range(3):  # each epoch draws a new offset
+        inputs = torch.cat([x for x, _ in batches.epoch()])
+        starts = inputs[:, 0].sort().values
+        gaps = starts.diff()
+        assert torch.all(gaps == seq_len)  # windows tile the range: no overlap, no hole
+        flat = inputs.flatten()
+        assert flat.unique().numel() == flat.numel()
+        offset, last_end = int(starts[0]), int(starts[-1]) + seq_len
+        assert 0 <= offset < seq_len
+        assert n_tokens - 1 - last_end < seq_len  # no room left for another window
+
+
+def test_epochs_visit_windows_in_a_new_order():
+    batches = PackedBatches(np.arange(1001), seq_len=10, batch_size=4, seed=0)
+    first = torch.cat([x[:, 0] for x, _ in batches.epoch()])
+    second = torch.cat([x[:, 0] for x, _ in batches.epoch()])
+    assert not torch.equal(first, second)
+
+
+def test_sequential_batches_are_fixed_and_limited():
+    batches = PackedBatches(np.arange(1001), seq_len=10, batch_size=4, seed=0)
+    first = list(batches.sequential(3))
+    again = list(batches.sequential(3))
+    assert len(first) == 3
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again))
+    assert first[0][0][:, 0].tolist() == [0, 10, 20, 30]
+
+
+def test_too_short_a_corpus_names_pretrain_seq_len():
+    with pytest.raises(ValueError, match=r"pretrain\.seq_len"):
+        PackedBatches(np.arange(16), seq_len=16, batch_size=2)
+    PackedBatches(np.arange(17), seq_len=16, batch_size=2)  # exactly one window is enough
+
+
+# --- pretraining --------------------------------------------------------------------------
+
+PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
+
+
+def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: float = 0.0, **overrides):
+    torch.manual_seed(model_seed)
+    config = ModelConfig(**{**LM_CONFIG.to_dict(), "dropout": dropout})
+    model = LanguageModel(config)
+    params = PretrainParams(
+        max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=20, eval_batches=2,
+        **overrides,
+    )
+    result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params, CPU, seed=data_seed, log_every=1)
+    return model, result
+
+
+def _tokens_in_first_batches(batches: PackedBatches, n_batches: int) -> int:
+    tokens = 0
+    while True:
+        for _, targets in batches.epoch():
+            tokens += targets.numel()
+            n_batches -= 1
+            if n_batches == 0:
+                return tokens
+
+
+def test_pretraining_loss_drops_on_a_repetitive_corpus():
+    _, result = _pretrain(max_steps=80)
+    initial = result.valid_log[0]["val_loss"]
+    assert initial == pytest.approx(math.log(LM_CONFIG.vocab_size), rel=0.3)  # an untrained model is near uniform
+    assert result.final_val_loss < 0.5 * initial
+    assert [row["step"] for row in result.valid_log] == [0, 20, 40, 60, 80]
+    assert result.steps == 80 and len(result.train_log) == 80
+    assert result.tokens_seen == _tokens_in_first_batches(PackedBatches(np.tile(PATTERN, 200), 16, 8, seed=0), 80)
+    assert result.tokens_seen > 0.9 * 80 * 8 * 16  # only each epoch's last batch may be partial
+    assert result.valid_log[-1]["val_perplexity"] == pytest.approx(math.exp(result.final_val_loss))
+
+
+def test_pretraining_is_deterministic_for_a_seed():
+    model_a, first = _pretrain(max_steps=12, dropout=0.1)
+    model_b, again = _pretrain(max_steps=12, dropout=0.1)
+    _, other = _pretrain(max_steps=12, data_seed=1, dropout=0.1)
+    losses = [row["train_loss"] for row in first.train_log]
+    assert losses == [row["train_loss"] for row in again.train_log]
+    assert [row["val_loss"] for row in first.valid_log] == [row["val_loss"] for row in again.valid_log]
+    assert all(torch.equal(a, b) for a, b in zip(model_a.state_dict().values(), model_b.state_dict().values()))
+    assert losses != [row["train_loss"] for row in other.train_log]
+
+
+def test_pretraining_logs_metrics_through_the_callback():
+    logged = []
+    torch.manual_seed(0)
+    params = PretrainParams(max_steps=6, batch_size=4, seq_len=8, eval_every=3, eval_batches=1, warmup_steps=1)
+    ids = np.tile(PATTERN, 20)
+    pretrain(LanguageModel(LM_CONFIG), ids, ids, params, CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m)))
+    train_steps = [step for step, metrics in logged if "train_loss" in metrics]
+    valid_steps = [step for step, metrics in logged if "val_loss" in metrics]
+    assert train_steps == [2, 4, 6]
+    assert valid_steps == [0, 3, 6]
+
+
+# --- fine-tuning --------------------------------------------------------------------------
+
+
+def _separable_split(n: int, seed: int) -> LabeledSplit:
+    """Class 0 texts contain token 5, class 1 texts token 6, among filler tokens 7..23."""
+    rng = np.random.default_rng(seed)
+    sequences, labels = [], []
+    for index in range(n):
+        label = index % 2
+        body = rng.integers(7, CLS_CONFIG.vocab_size, size=rng.integers(2, 10))
+        marks = rng.integers(0, len(body), size=2)
+        body[marks] = 5 + label
+        sequences.append(np.concatenate([[BOS_ID], body, [EOS_ID]]).astype(np.uint16))
+        labels.append(label)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in sequences], out=offsets[1:])
+    return LabeledSplit(np.concatenate(sequences), offsets, np.array(labels, dtype=np.int64))
+
+
+def _finetune_params(**overrides) -> FinetuneParams:
+    values = {"epochs": 4, "batch_size": 16, "lr": 3e-3, "max_len": 16, "warmup_steps": 5}
+    return FinetuneParams(**{**values, **overrides})
+
+
+HISTORY_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}  # no timings: results only
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_finetuning_learns_a_separable_task(pooling):
+    train, valid = _separable_split(240, seed=0), _separable_split(60, seed=1)
+    torch.manual_seed(0)
+    model = Classifier(CLS_CONFIG, 2, pooling)
+    epochs_seen = []
+    result = finetune(model, train, valid, _finetune_params(pooling=pooling), CPU, on_epoch=epochs_seen.append)
+    assert result.best_val_accuracy > 0.9
+    assert len(result.history) == 4 and epochs_seen == result.history
+    assert all(set(row) == HISTORY_KEYS for row in result.history)
+    assert [row["epoch"] for row in result.history] == [1, 2, 3, 4]
+    accuracies = [row["val_accuracy"] for row in result.history]
+    assert result.best_val_accuracy == max(accuracies)
+    assert result.best_epoch == 1 + accuracies.index(max(accuracies))
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    # the best state is a copy that reproduces the best epoch's validation accuracy
+    assert set(result.best_state) == set(model.state_dict())
+    restored = Classifier(CLS_CONFIG, 2, pooling)
+    restored.load_state_dict(result.best_state)
+    probabilities, _ = predict(restored, valid, 32, 16, CPU)
+    assert float((probabilities.argmax(-1) == valid.labels).mean()) == pytest.approx(result.best_val_accuracy)
+    # ... and does not alias the live weights (later epochs or edits must not change it)
+    snapshot = {k: v.clone() for k, v in result.best_state.items()}
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    assert all(torch.equal(snapshot[k], v) for k, v in result.best_state.items())
+
+
+def test_a_frozen_backbone_stays_unchanged_while_the_head_learns():
+    train, valid = _separable_split(64, seed=0), _separable_split(16, seed=1)
+    torch.manual_seed(0)
+    model = Classifier(ModelConfig(**{**CLS_CONFIG.to_dict(), "dropout": 0.1}), 2)
+    base_before = {k: v.clone() for k, v in model.base.state_dict().items()}
+    head_before = {k: v.clone() for k, v in model.head.state_dict().items()}
+    finetune(model, train, valid, _finetune_params(epochs=1, freeze_backbone=True), CPU)
+    assert all(torch.equal(base_before[k], v) for k, v in model.base.state_dict().items())
+    assert not all(torch.equal(head_before[k], v) for k, v in model.head.state_dict().items())
+
+
+def test_predict_returns_probabilities_in_split_order():
+    split = _separable_split(10, seed=3)
+    torch.manual_seed(0)
+    model = Classifier(CLS_CONFIG, 2)
+    probabilities, loss = predict(model, split, batch_size=3, max_len=16, device=CPU)
+    assert probabilities.shape == (10, 2)
+    assert np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    with torch.no_grad():
+        one = torch.softmax(model(torch.from_numpy(split.sequence(7).astype(np.int64))[None]), -1)
+    assert np.allclose(probabilities[7], one[0].numpy(), atol=1e-5)
+    assert loss == pytest.approx(-np.log(probabilities[np.arange(10), split.labels]).mean(), rel=1e-4)
+
+
+def test_shuffled_classification_batches_cover_each_example_once():
+    split = _separable_split(50, seed=2)
+    seen = []
+    for ids, labels in classification_batches(split, 8, 16, PAD_ID, np.random.default_rng(0)):
+        assert ids.size(0) == labels.size(0) <= 8
+        seen += [(tuple(row[row != PAD_ID].tolist()), int(label)) for row, label in zip(ids, labels)]
+    expected = [(tuple(split.sequence(i).tolist()), int(split.labels[i])) for i in range(len(split))]
+    assert sorted(seen) == sorted(expected)
+
+
+# --- padding ------------------------------------------------------------------------------
+
+
+def test_pad_batch_right_pads_with_the_padding_id():
+    batch = pad_batch([np.array([2, 5, 3]), np.array([2, 5, 6, 7, 3]), np.array([2, 3])], max_len=10, pad_id=PAD_ID)
+    assert batch.dtype == torch.long
+    assert batch.tolist() == [[2, 5, 3, PAD_ID, PAD_ID], [2, 5, 6, 7, 3], [2, 3, PAD_ID, PAD_ID, PAD_ID]]
+    assert PAD_ID == 0
+
+
+def test_pad_batch_truncation_keeps_the_first_max_len_tokens():
+    batch = pad_batch([np.array([2, 5, 6, 7, 8, 9], dtype=np.uint16), np.array([2, 5, 6], dtype=np.uint16)], max_len=4, pad_id=PAD_ID)
+    assert batch.tolist() == [[2, 5, 6, 7], [2, 5, 6, PAD_ID]]
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+def test_confusion_matrix_accuracy_and_macro_f1_match_hand_computed_values():
+    actual = np.array([0, 0, 1, 1, 2, 2, 2])
+    predicted = np.array([0, 1, 1, 1, 2, 0, 2])
+    matrix = confusion_matrix(actual, predicted, 3)
+    assert matrix.tolist() == [[1, 1, 0], [0, 2, 0], [1, 0, 2]]  # rows actual, columns predicted
+    assert accuracy(matrix) == pytest.approx(5 / 7)
+    # class 0: p=1/2 r=1/2 -> 0.5; class 1: p=2/3 r=1 -> 0.8; class 2: p=1 r=2/3 -> 0.8
+    assert per_class_f1(matrix) == pytest.approx([0.5, 0.8, 0.8])
+    assert macro_f1(matrix) == pytest.approx(0.7)
+
+
+def test_metrics_handle_classes_that_never_occur():
+    matrix = confusion_matrix(np.array([0, 0, 1]), np.array([0, 0, 0]), 3)
+    assert matrix.tolist() == [[2, 0, 0], [1, 0, 0], [0, 0, 0]]
+    assert accuracy(matrix) == pytest.approx(2 / 3)
+    assert per_class_f1(matrix) == pytest.approx([0.8, 0.0, 0.0])  # class 0: p=2/3 r=1
+    assert accuracy(np.zeros((2, 2), dtype=np.int64)) == 0.0
+
+
+def test_perfect_predictions_score_one():
+    labels = np.array([1, 0, 1, 1, 0])
+    matrix = confusion_matrix(labels, labels, 2)
+    assert accuracy(matrix) == 1.0 and macro_f1(matrix) == 1.0
+
+
+# --- learning-rate schedule ----------------------------------------------------------------
+
+
+def test_constant_schedule_keeps_the_base_rate_after_its_warm_up_in_every_group():
+    """The course's schedule: no decay (its lr is 3e-4 on the last step as on the first)."""
+    parameters = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+    optimizer = torch.optim.SGD([{"params": [parameters[0]], "lr": 3e-4}, {"params": [parameters[1]], "lr": 9e-3}])
+    scheduler = warmup_constant(optimizer, warmup_steps=0)
+    rates = []
+    for _ in range(50):
+        rates.append(scheduler.get_last_lr())
+        optimizer.step()
+        scheduler.step()
+    assert all(rate == [3e-4, 9e-3] for rate in rates)
+    optimizer = torch.optim.SGD([parameters[0]], lr=1.0)
+    scheduler = warmup_constant(optimizer, warmup_steps=4)
+    rates = []
+    for _ in range(8):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0])
+
+
+def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate():
+    model = Classifier(CLS_CONFIG, n_classes=2, pooling="last")
+    seen: list[float] = []
+    original_step = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original_step(self, *args, **kwargs)
+
+    ids = np.arange(4, 4 + 16 * 6) % 20 + 4
+    split = LabeledSplit(ids.astype(np.int64), np.arange(0, 16 * 6 + 1, 6), np.arange(16) % 2)
+    params = FinetuneParams(epochs=2, batch_size=4, lr=3e-4, schedule="constant", warmup_steps=0,
+                            head_lr_multiplier=1.0, weight_decay=0.0, max_len=8)
+    torch.optim.AdamW.step = recording_step
+    try:
+        finetune(model, split, split, params, torch.device("cpu"), seed=0)
+    finally:
+        torch.optim.AdamW.step = original_step
+    assert len(seen) == 8 and set(seen) == {3e-4}
+
+
+def test_the_frozen_backbone_log_line_counts_the_trainable_parameters_in_both_variants():
+    model = Classifier(CLS_CONFIG, n_classes=2, pooling="last")
+    total = sum(p.numel() for p in model.parameters())
+    assert describe_trainable(model, False, "finetune_scratch@0") == (
+        f"finetune_scratch@0: {total:,} trainable of {total:,} parameters")
+    set_backbone_frozen(model, True)
+    head = sum(p.numel() for p in model.head.parameters())
+    line = describe_trainable(model, True, "finetune_scratch@0")
+    assert line.startswith(f"finetune_scratch@0: {head:,} trainable of {total:,} parameters (")
+    assert "frozen in both variants" in line and "scratch model trains a head on random features" in line
+
+
+def test_warmup_then_cosine_decay_to_the_floor():
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=1.0)
+    scheduler = warmup_cosine(optimizer, warmup_steps=4, total_steps=12, floor=0.1)
+    rates = []
+    for _ in range(14):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert rates[:5] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
+    assert rates[8] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert rates[12] == pytest.approx(0.1) and rates[13] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(rates[3:], rates[4:]))
+
+
+# --- checkpoints --------------------------------------------------------------------------
+
+
+def test_classifier_checkpoint_round_trip_gives_identical_outputs(tmp_path):
+    torch.manual_seed(0)
+    model = Classifier(CLS_CONFIG, 3, pooling="mean").eval()
+    path = tmp_path / "models" / "classifier.pt"
+    save_checkpoint(path, model, "classifier", CLS_CONFIG, n_classes=3, pooling="mean", label_names=["a", "b", "c"])
+    assert sorted(p.name for p in path.parent.iterdir()) == ["classifier.pt"]
+    payload = load_checkpoint(path, expected_kind="classifier")
+    assert payload["label_names"] == ["a", "b", "c"]
+    restored = build_classifier(payload).eval()
+    assert restored.pooling == "mean"
+    ids = torch.tensor([[2, 8, 9, 3, 0], [2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        assert torch.equal(model(ids), restored(ids))
+
+
+def test_load_checkpoint_rejects_the_wrong_kind(tmp_path):
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, LanguageModel(LM_CONFIG), "language_model", LM_CONFIG)
+    with pytest.raises(ValueError, match="language_model"):
+        load_checkpoint(path, expected_kind="classifier")
+    lm = build_language_model(load_checkpoint(path, expected_kind="language_model"))
+    assert isinstance(lm, LanguageModel)
+
+
+def test_classifier_from_pretrained_copies_the_base_and_adds_a_fresh_head(tmp_path):
+    torch.manual_seed(0)
+    lm = LanguageModel(LM_CONFIG)
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, lm, "language_model", LM_CONFIG)
+    torch.manual_seed(1)  # a different initialization than the language model's
+    classifier = classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=20)
+    lm_base = lm.base.state_dict()
+    assert classifier.base.state_dict().keys() == lm_base.keys()
+    assert all(torch.equal(lm_base[k], v) for k, v in classifier.base.state_dict().items())
+    assert classifier.head.out_features == 2 and classifier.pooling == "last"
+
+
+def test_classifier_from_pretrained_rejects_a_vocabulary_mismatch(tmp_path):
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, LanguageModel(LM_CONFIG), "language_model", LM_CONFIG)
+    with pytest.raises(ValueError, match="vocabulary of 20") as info:
+        classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=21)
+    assert "tokenizer.vocab_size" in str(info.value)
+
+
+def test_load_checkpoint_of_a_garbage_file_names_the_file(tmp_path):
+    path = tmp_path / "garbage.pt"
+    path.write_bytes(b"\x00not a torch file at all")
+    with pytest.raises(ValueError) as info:
+        load_checkpoint(path)
+    assert str(path) in str(info.value)
+
+
+def test_load_checkpoint_of_a_foreign_torch_file_is_rejected(tmp_path):
+    path = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(2)}, path)
+    with pytest.raises(ValueError, match="not an lmtransfer checkpoint"):
+        load_checkpoint(path)
+
+
+def test_load_checkpoint_of_a_missing_file_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+# --- atomic writes ------------------------------------------------------------------------
+
+
+def test_write_json_leaves_only_the_target_file(tmp_path):
+    path = tmp_path / "out" / "metrics.json"
+    lmio.write_json(path, {"accuracy": 0.5, "labels": ["a", "b"]})
+    lmio.write_json(path, {"accuracy": 0.75})
+    assert os.listdir(path.parent) == ["metrics.json"]
+    assert lmio.read_json(path) == {"accuracy": 0.75}
+
+
+def test_atomic_path_keeps_the_old_file_when_the_block_fails(tmp_path):
+    path = tmp_path / "state.txt"
+    path.write_text("old", encoding="utf-8")
+    with pytest.raises(RuntimeError, match="killed"):
+        with lmio.atomic_path(path) as tmp:
+            assert tmp != path and tmp.parent == path.parent
+            tmp.write_text("half-written", encoding="utf-8")
+            raise RuntimeError("killed")
+    assert path.read_text(encoding="utf-8") == "old"
+    assert os.listdir(tmp_path) == ["state.txt"]
+
+
+def test_atomic_path_replaces_the_file_with_a_normal_mode(tmp_path):
+    path = tmp_path / "state.txt"
+    path.write_text("old", encoding="utf-8")
+    with lmio.atomic_path(path) as tmp:
+        tmp.write_text("new", encoding="utf-8")
+        assert path.read_text(encoding="utf-8") == "old"  # nothing visible until the block ends
+    assert path.read_text(encoding="utf-8") == "new"
+    assert os.listdir(tmp_path) == ["state.txt"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path):
+    out = tmp_path / "prepared"
+    out.mkdir()
+    (out / "meta.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(RuntimeError):
+        with lmio.atomic_directory(out) as tmp:
+            (tmp / "meta.json").write_text('{"new": 1}', encoding="utf-8")
+            raise RuntimeError("killed")
+    assert (out / "meta.json").read_text(encoding="utf-8") == "{}"
+    assert os.listdir(tmp_path) == ["prepared"]
+
+
+def test_tsv_round_trip(tmp_path):
+    path = tmp_path / "log.tsv"
+    lmio.write_tsv(path, [{"step": 1, "loss": 0.123456789}, {"step": 2, "loss": 2.0}])
+    assert lmio.read_tsv(path) == [{"step": "1", "loss": "0.123457"}, {"step": "2", "loss": "2"}]
+    with pytest.raises(ValueError, match="no rows"):
+        lmio.write_tsv(tmp_path / "empty.tsv", [])
+
+
+def test_discriminative_learning_rates_go_down_from_the_head_to_the_embedding():
+    from lmtransfer.classification.finetune import discriminative_param_groups
+
+    model = Classifier(CLS_CONFIG, 2)
+    groups = discriminative_param_groups(model, lr=1e-3, head_lr_multiplier=10, layer_lr_decay=0.5)
+    n_layers = CLS_CONFIG.n_layers
+    assert [g["lr"] for g in groups] == pytest.approx([1e-2] + [1e-3 * 0.5**d for d in range(n_layers)]
+                                                      + [1e-3 * 0.5**n_layers])
+    assert groups[0]["params"] == list(model.head.parameters())
+    assert groups[-1]["params"] == [model.base.token_embedding.weight]
+    every = [id(p) for g in groups for p in g["params"]]
+    assert sorted(every) == sorted(id(p) for p in model.parameters())  # each parameter exactly once
+
+
+def test_the_scheduler_scales_each_groups_own_learning_rate():
+    from lmtransfer.classification.finetune import discriminative_param_groups
+
+    model = Classifier(CLS_CONFIG, 2)
+    optimizer = make_optimizer(discriminative_param_groups(model, 1e-3, 4.0, 0.5), 1e-3, 0.0)
+    scheduler = warmup_cosine(optimizer, warmup_steps=4, total_steps=20)
+    assert [g["lr"] for g in optimizer.param_groups][:2] == pytest.approx([4e-3 / 4, 1e-3 / 4])
+    for _ in range(4):
+        optimizer.step()
+        scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups][:2] == pytest.approx([4e-3, 1e-3])
+
+
+def test_too_short_a_stream_is_named_in_the_message():
+    """The validation part is usually the short one: the message must not call it the corpus."""
+    with pytest.raises(ValueError, match=r"the corpus's validation part has 16 tokens, fewer than pretrain\.seq_len"):
+        PackedBatches(np.arange(16), seq_len=16, batch_size=2, what="the corpus's validation part")

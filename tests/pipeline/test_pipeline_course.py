@@ -1,0 +1,293 @@
+"""The original course setup, end to end, the way a new user brings it: the README's recipe, as written.
+
+The files are generated here in the course's formats and under its names: reviews already cut
+into sentencepiece pieces (train, valid, test) with parallel `.label` files, the sentencepiece
+model that cut them (`sentencepiece.french.model`, sentencepiece's default ids: no padding), a
+fairseq dictionary that misses a few rare pieces, and a language-model checkpoint in the original
+layout (`model_state_dict`, `base.encoder.weight`, sequence-first layer names). The given valid
+and test files hold repeated reviews and share some with train, as real files do.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shlex
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+from pipeline_repo import REPO, make_repo, merge, run
+from ruamel.yaml import YAML
+
+from lmtransfer.core.model import LanguageModel, ModelConfig, sinusoidal_positions
+
+pytestmark = pytest.mark.slow
+
+GOOD = ["magnifique", "passionnant", "superbe", "émouvant", "drôle", "captivant"]
+BAD = ["ennuyeux", "médiocre", "lent", "décevant", "plat", "pénible"]
+FILLER = ["ce", "livre", "est", "un", "roman", "très", "vraiment", "histoire", "auteur", "la", "fin", "et"]
+D_MODEL, N_LAYERS, D_FF = 16, 1, 16
+RARE_PIECES_LEFT_OUT = 3
+SIZES = {"train": 120, "valid": 30, "test": 40}  # rows per file (the course's: 1,600 / 400 / 2,000)
+
+
+def readme_section(title: str) -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"### {title}\n")
+    ends = [i for i in (text.find("\n## ", start), text.find("\n### ", start + 1)) if i > 0]
+    return text[start : min(ends)]
+
+
+def readme_recipe() -> dict:
+    """The params.yaml edits of the README's course recipe, exactly as printed there."""
+    section = readme_section("Recipe: the original course experiment from its files")
+    return YAML(typ="safe").load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+
+
+def readme_schedule_overrides() -> dict:
+    """The README's `dvc exp run -S ...` line for the course's schedule, as {finetune key: value}."""
+    section = readme_section("The course's training schedule")
+    words = shlex.split(re.search(r"```bash\n(dvc exp run .*?)\n```", section, re.S).group(1))
+    pairs = (words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "-S")
+    return {key.removeprefix("finetune."): YAML(typ="safe").load(value) for key, value in pairs}
+
+
+RECIPE = readme_recipe()
+# Only what makes it run in seconds: a tiny network (the generated checkpoint's), few epochs, one seed, short texts.
+SMALLER = {
+    "model": {"n_layers": N_LAYERS, "d_model": D_MODEL, "n_heads": 2, "d_ff": D_FF},
+    "pretrain": {"batch_size": 4, "seq_len": 16, "eval_batches": 2, "generate_tokens": 4},
+    "finetune": {"epochs": 2, "seeds": [0], "max_len": 32},
+    "train": {"log_every": 4},
+}
+COURSE_PARAMS = merge(json.loads(json.dumps(RECIPE)), SMALLER)
+
+
+def test_the_recipe_names_the_course_files_its_valid_split_and_its_training_schedule():
+    data, tokenizer = RECIPE["data"], RECIPE["tokenizer"]
+    assert data["valid"] == "data/raw/course/valid.review.spm" and "valid_fraction" not in data
+    assert tokenizer["model_file"] == "data/raw/course/sentencepiece.french.model"
+    schedule = {k: v for k, v in RECIPE["finetune"].items() if k != "seeds"}
+    assert schedule == readme_schedule_overrides()  # the params.yaml recipe and the -S line say the same
+    course = {"batch_size": 8, "lr": 0.0003, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0,
+              "grad_clip": 0.5, "head_lr_multiplier": 1.0, "layer_lr_decay": 1.0, "pooling": "last"}
+    assert {k: schedule[k] for k in course} == course
+
+
+def _review(rng: random.Random, words: list[str]) -> str:
+    tokens = rng.sample(FILLER, 5) + rng.sample(words, 2)
+    rng.shuffle(tokens)
+    return " ".join(tokens).capitalize() + "."
+
+
+def original_checkpoint(vocab_size: int, seed: int = 0) -> dict:
+    """What the course saved: our LanguageModel's tensors under the original, sequence-first names."""
+    torch.manual_seed(seed)
+    model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, 2, D_FF, pad_id=1))
+    renamed = {
+        "base.token_embedding.": "base.encoder.",
+        "base.layers.layers.": "base.transformer_encoder.layers.",
+        "head.": "classifier.decoder.",
+    }
+    state = {}
+    for key, value in model.state_dict().items():
+        for ours, theirs in renamed.items():
+            if key.startswith(ours):
+                state[theirs + key[len(ours):]] = value.clone()
+    state["base.pos_encoder.pe"] = sinusoidal_positions(128, D_MODEL).unsqueeze(1)  # (max_len, 1, D)
+    return {"model_state_dict": state, "epoch": 7, "optimizer_state_dict": {}}
+
+
+def course_texts(rng: random.Random) -> dict[str, list[tuple[str, int]]]:
+    """Distinct reviews per file, then what real files hold: repeats inside valid and test, and train reviews that
+    also sit in valid or test."""
+    texts = {split: [(_review(rng, GOOD if i % 2 else BAD) + f" {split}{i}", i % 2) for i in range(n - 3)]
+             for split, n in SIZES.items()}
+    texts["train"] += [texts["train"][0], texts["valid"][1], texts["test"][2]]  # 1 repeat, 1 in valid, 1 in test
+    texts["valid"] += [texts["valid"][3], texts["test"][4], texts["valid"][5]]  # 2 repeats, 1 also in test
+    texts["test"] += [texts["test"][6], texts["test"][7], texts["test"][6]]  # 3 repeats
+    return texts
+
+
+def write_course_files(root: Path) -> None:
+    course = root / "data" / "raw" / "course"
+    course.mkdir(parents=True)
+    texts = course_texts(random.Random(0))
+    raw_text = course / "french.txt"
+    raw_text.write_text("\n".join(t for split in texts.values() for t, _ in split) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(raw_text), model_prefix=str(course / "sentencepiece.french"),
+                                   vocab_size=120, model_type="bpe", minloglevel=2)
+    raw_text.unlink()
+    segmenter = spm.SentencePieceProcessor(model_file=str(course / "sentencepiece.french.model"))
+    counts: Counter[str] = Counter()
+    for split, rows in texts.items():
+        pieces = [" ".join(segmenter.encode(text, out_type=str)) for text, _ in rows]
+        counts.update(p for line in pieces for p in line.split())
+        (course / f"{split}.review.spm").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+        (course / f"{split}.label").write_text("".join(f"{label}\n" for _, label in rows), encoding="utf-8")
+    kept = counts.most_common()[:-RARE_PIECES_LEFT_OUT]
+    (course / "dict.txt").write_text("".join(f"{piece} {count}\n" for piece, count in kept), encoding="utf-8")
+    torch.save(original_checkpoint(len(kept) + 4), course / "pretrained.pt")
+
+
+@pytest.fixture(scope="module")
+def course_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("course")
+    env = make_repo(root, COURSE_PARAMS, write_course_files)
+    run(["dvc", "repro"], root, env)
+    return root, env
+
+
+def test_the_dictionary_is_the_id_space(course_repo):
+    root, _ = course_repo
+    meta = json.loads((root / "data/tokenized/meta.json").read_text())
+    dictionary = (root / "data/raw/course/dict.txt").read_text(encoding="utf-8").splitlines()
+    assert meta["scheme"] == "dictionary"
+    assert meta["vocab_size"] == len(dictionary) + 4
+    assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
+    assert 0 < meta["unknown_rate"]["train"] < 0.05  # the rare pieces left out of the dictionary
+    first_review = (root / "data/prepared/train.tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")[0]
+    ids = {piece.split(" ")[0]: 4 + index for index, piece in enumerate(dictionary)}
+    expected = [0] + [ids.get(piece, 3) for piece in first_review.split()]
+    with np.load(root / "data/tokenized/train.npz") as train:
+        assert train["ids"][: len(expected)].tolist() == expected
+
+
+def test_pretrain_loads_the_course_checkpoint_instead_of_training(course_repo):
+    root, _ = course_repo
+    course = torch.load(root / "data/raw/course/pretrained.pt", weights_only=True)["model_state_dict"]
+    ours = torch.load(root / "models/pretrained.pt", weights_only=True)
+    assert torch.equal(ours["state_dict"]["base.token_embedding.weight"], course["base.encoder.weight"])
+    assert torch.equal(ours["state_dict"]["base.layers.layers.0.linear1.weight"],
+                       course["base.transformer_encoder.layers.0.linear1.weight"])
+    assert torch.equal(ours["state_dict"]["head.weight"], course["classifier.decoder.weight"])
+    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/raw/course/pretrained.pt"
+    summary = json.loads((root / "metrics/pretrain.json").read_text())
+    assert summary["steps"] == 0 and summary["val_loss"] > 0
+
+
+def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo):
+    root, _ = course_repo
+    prepared = json.loads((root / "data/prepared/meta.json").read_text())
+    # valid and test as given, row for row; train loses its repeat and its 2 reviews also in valid or test
+    assert prepared["examples"] == {"train": SIZES["train"] - 3, "valid": SIZES["valid"], "test": SIZES["test"]}
+    assert prepared["removed"] == {"duplicates_train": 1, "train_texts_also_in_valid": 1,
+                                   "train_texts_also_in_test": 1, "train_texts_also_in_valid_or_test": 2}
+    assert prepared["kept_as_given"] == {"valid": {"rows": 30, "repeated_rows": 2, "rows_also_in_test": 1},
+                                         "test": {"rows": 40, "repeated_rows": 3}}
+    given = (root / "data/raw/course/test.review.spm").read_text(encoding="utf-8").splitlines()
+    prepared_test = (root / "data/prepared/test.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    assert [line.split("\t")[0] for line in prepared_test] == given
+    predictions = (root / "metrics/evaluate/predictions_scratch.csv").read_text(encoding="utf-8").splitlines()
+    assert len(predictions) - 1 == SIZES["test"]  # every given test row is measured
+    assert prepared["label_names"] == ["0", "1"] and prepared["labeled_format"] == "pieces"
+    evaluation = json.loads((root / "metrics/evaluate.json").read_text())
+    for variant in ("pretrained", "scratch"):
+        assert set(evaluation[variant]["f1_per_class_mean"]) == {"0", "1"}
+        assert evaluation[variant]["accuracy_std"] == 0.0 and len(evaluation[variant]["accuracy_per_seed"]) == 1
+    assert evaluation["gap"]["ci95_low"] <= evaluation["gap"]["accuracy_mean"] <= evaluation["gap"]["ci95_high"]
+    checkpoint = torch.load(root / "models/finetuned/pretrained/seed0.pt", weights_only=True)
+    assert checkpoint["label_names"] == ["0", "1"] and checkpoint["model_config"]["pad_id"] == 1
+
+
+def test_predict_cuts_raw_text_with_the_course_model_and_maps_it_through_the_dictionary(course_repo):
+    root, env = course_repo
+    out = run([sys.executable, "-m", "lmtransfer.cli", "predict", "Ce livre est magnifique et captivant."],
+              root, env)
+    label, probability, text = out.strip().split("\t")
+    assert label in {"0", "1"} and 0.5 <= float(probability) <= 1.0
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_stops_validate_naming_the_param(course_repo):
+    root, env = course_repo
+    params_file = root / "params.yaml"
+    original = params_file.read_text()
+    model_before = (root / "models/pretrained.pt").read_bytes()
+    try:
+        params_file.write_text(original.replace(f"d_ff: {D_FF}", "d_ff: 32"))
+        result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert "validate: error:" in output and "linear1.weight" in output and "set model.d_ff: 16" in output
+        assert (root / "models/pretrained.pt").read_bytes() == model_before
+    finally:
+        params_file.write_text(original)
+        run(["dvc", "repro", "validate"], root, env)
+
+
+def _dvc(args: list[str], root: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(["dvc", *args], cwd=root, env=env, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"dvc {' '.join(args)} failed:\n{output[-3000:]}"
+    return output
+
+
+def _files(root: Path, *folders: str) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for folder in folders for p in sorted((root / folder).rglob("*"))
+            if p.is_file()}
+
+
+def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from_the_run_cache(course_repo):
+    """`dvc exp run -S finetune.freeze_backbone=true`, then false again, reran both fine-tunes (10 min 41 s) for
+    bit-identical results: a plain `cache: false` output kept DVC from saving them to its run-cache."""
+    root, env = course_repo
+    results = ("models/finetuned", "metrics/finetune")
+    before = _files(root, *results)
+    changed = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=true"], root, env)
+    for stage in ("finetune_pretrained@0", "finetune_scratch@0"):
+        assert f"Running stage '{stage}'" in changed
+    assert "trainable of" in changed and "head on random features" in changed  # the frozen scratch model, said
+    assert _files(root, *results) != before
+
+    back = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=false"], root, env)
+    for stage in ("finetune_pretrained@0", "finetune_scratch@0"):
+        assert f"Stage '{stage}' is cached - skipping run, checking out outputs" in back
+        assert f"Running stage '{stage}'" not in back
+    assert _files(root, *results) == before  # restored byte for byte, the git-tracked metrics included
+    shown = json.loads(_dvc(["metrics", "show", "--json"], root, env).splitlines()[-1])
+    workspace = next(iter(shown.values()))["data"]
+    summary = json.loads((root / "metrics/finetune/scratch/seed0.json").read_text())
+    assert workspace["metrics/finetune/scratch/seed0.json"]["data"]["best_val_accuracy"] == summary[
+        "best_val_accuracy"]
+    assert "acc_scratch" in workspace["metrics/headline.json"]["data"]
+    ignored = subprocess.run(["git", "check-ignore", "metrics/finetune/scratch/seed0.json"], cwd=root, env=env,
+                             capture_output=True, text=True)
+    assert ignored.returncode == 1  # still files for git to track, not DVC-cached ones it ignores
+
+
+def _edit_params(root: Path, **sections: dict) -> None:
+    yaml = YAML()
+    params = yaml.load((root / "params.yaml").read_text())
+    for section, values in sections.items():
+        params[section].update(values)
+    with open(root / "params.yaml", "w") as handle:
+        yaml.dump(params, handle)
+
+
+def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratch_one(course_repo):
+    """The scratch model never reads the corpus: a corpus change reran it (257 s, bit-identical results) while
+    data/tokenized held the corpus ids too. Pretraining here (the recipe's `init_from: ''`), a few steps."""
+    root, env = course_repo
+    _edit_params(root, pretrain={"init_from": "", "max_steps": 30, "eval_every": 15})
+    _dvc(["repro"], root, env)
+    course = root / "data/raw/course"
+    reviews = (course / "train.review.spm").read_text(encoding="utf-8").splitlines()
+    (course / "unlabeled.spm").write_text("\n".join(f"{a} {b}" for a, b in zip(reviews, reviews[1:])) + "\n",
+                                          encoding="utf-8")
+    scratch = ("models/finetuned/scratch", "metrics/finetune/scratch", "data/tokenized", "data/prepared")
+    before = _files(root, *scratch)
+    _edit_params(root, data={"corpus": ["data/raw/course/unlabeled.spm"], "corpus_format": "pieces"})
+
+    output = _dvc(["repro"], root, env)
+    for stage in ("prepare", "tokenize", "pretrain", "finetune_pretrained@0"):
+        assert f"Running stage '{stage}'" in output
+    for stage in ("finetune_scratch@0", "baseline"):
+        assert f"Running stage '{stage}'" not in output and f"Stage '{stage}' didn't change, skipping" in output
+    assert _files(root, *scratch) == before

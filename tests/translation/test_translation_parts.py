@@ -1,0 +1,111 @@
+"""The translation pipeline's own parts: its params, pair ids and batches, the corpus-level intervals, the
+fine-tuning loop on a toy language pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sacrebleu.metrics import BLEU, CHRF
+
+from lmtransfer.translation.config import parse_translation_params as parse_params
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
+from lmtransfer.translation.evaluate import (
+    corpus_score, report_lines, sentence_statistics, translation_headline, translation_report,
+)
+
+
+def _split(lengths: list[tuple[int, int]]) -> PairSplit:
+    """Pairs whose ids encode (pair index, position): source 1000*i + j, target 2000*i + j... kept < 65536."""
+    sources = [np.array([10 * i + j + 1 for j in range(s)]) for i, (s, _) in enumerate(lengths)]
+    targets = [np.array([10 * i + j + 1 for j in range(t)]) for i, (_, t) in enumerate(lengths)]
+    offsets = lambda rows: np.concatenate([[0], np.cumsum([len(r) for r in rows])])  # noqa: E731
+    return PairSplit(np.concatenate(sources), offsets(sources), np.concatenate(targets), offsets(targets))
+
+
+def test_the_translation_params_file_is_recognised_by_its_task_and_validated():
+    params = parse_params({"task": "translation", "finetune": {"epochs": 2}})
+    assert type(params).__name__ == "TranslationParams" and params.finetune.epochs == 2
+    assert params.causal_attention  # the pretrain stage reads it as from the classification params
+    with pytest.raises(ConfigError, match="task: must be one of classification, translation"):
+        parse_params({"task": "summarisation"})
+    with pytest.raises(ConfigError, match="pretrain.adapt_epochs: must be 0 for translation"):
+        parse_params({"task": "translation", "pretrain": {"adapt_epochs": 2}})
+    with pytest.raises(ConfigError, match="data.source: files needs data.train"):
+        parse_params({"task": "translation", "data": {"source": "files"}})
+    with pytest.raises(ConfigError, match=r"finetune.beam: unknown parameter"):
+        parse_params({"task": "translation", "finetune": {"beam": 4}})
+    with pytest.raises(ConfigError, match="finetune.label_smoothing"):
+        parse_params({"task": "translation", "finetune": {"label_smoothing": 1.5}})
+
+
+def test_the_shipped_translation_params_are_the_defaults_of_their_sections():
+    from ruamel.yaml import YAML
+
+    from import_closure import REPO
+
+    raw = YAML(typ="safe").load((REPO / "translation" / "params.yaml").read_text())
+    params = parse_params(raw)
+    defaults = type(params)()
+    for section in type(params).model_fields:  # the file ships the defaults: the classes document them
+        assert getattr(params, section) == getattr(defaults, section), section
+
+
+def test_pair_batches_cover_every_usable_pair_once_with_the_target_shifted_by_one():
+    split = _split([(3, 4), (5, 2), (2, 6), (9, 9), (4, 4), (3, 3), (6, 5)])
+    usable = trainable_pairs(split, max_len=6)
+    assert list(usable) == [0, 1, 2, 4, 5, 6]  # pair 3 is longer than 6 on a side: left out, not cut
+    seen = []
+    for source, target_in, target_out in pair_batches(split, usable, 4, 0, np.random.default_rng(0)):
+        assert torch.equal(target_in[:, 1:], target_out[:, :-1])  # the decoder reads what it predicted before
+        for row in source:
+            seen.append(int(row[0]) // 10)
+    assert sorted(seen) == list(usable)
+    assert steps_per_epoch(len(usable), 4) == 2
+
+
+def test_scores_from_summed_sentence_statistics_are_sacrebleus_corpus_scores():
+    hypotheses = ["le chat dort", "un grand chien mange", "le poisson", "oiseau rouge et petit chat"]
+    references = ["le chat dort", "le grand chien mange", "le petit poisson rouge", "un oiseau rouge et un chat"]
+    for metric, scorer in (("bleu", BLEU()), ("chrf", CHRF())):
+        stats = sentence_statistics(metric, hypotheses, references)
+        assert stats.shape[0] == len(hypotheses)
+        assert corpus_score(metric, stats.sum(axis=0)) == pytest.approx(
+            scorer.corpus_score(hypotheses, [references]).score)
+
+
+def test_the_report_pairs_variants_by_sentence_and_its_intervals_hold_the_means():
+    references = [f"le chat {i} dort bien" for i in range(40)]
+    good = {s: list(references) for s in (0, 1)}
+    bad = {s: [r.replace("chat", "chien") if i % (2 + s) else r for i, r in enumerate(references)] for s in (0, 1)}
+    report = translation_report({"pretrained": good, "scratch": bad}, references, ["the cat"] * 40,
+                                n_resamples=200, seed=0, first_epoch_bleu={"pretrained": [1.0, 2.0],
+                                                                           "scratch": [0.5, 0.5]})
+    assert report["pretrained"]["bleu_mean"] == pytest.approx(100.0)
+    assert report["gap"]["bleu_mean"] > 0 and report["gap"]["bleu_ci95_low"] > 0  # every resample favours it
+    assert report["gap"]["bleu_p_value"] < 0.01
+    for variant in ("pretrained", "scratch"):
+        assert report[variant]["bleu_ci95_low"] <= report[variant]["bleu_mean"] + 1e-9
+        assert report[variant]["bleu_mean"] <= report[variant]["bleu_ci95_high"] + 1e-9
+    assert report["baseline"]["copy_source_bleu"] < 5
+    assert report["gap"]["first_epoch_val_bleu_mean"] == pytest.approx(1.0)
+    same = translation_report({"pretrained": bad, "scratch": bad}, references, references, n_resamples=200, seed=0)
+    assert same["gap"]["bleu_mean"] == 0 and same["gap"]["bleu_p_value"] == 1.0
+    assert "first_epoch_val_bleu_mean" not in same["gap"]  # a report of another test set (the clauses) has none
+
+
+def test_the_short_sentence_report_sits_beside_the_verses_in_the_headline_and_the_printout():
+    references = [f"le chat {i} dort" for i in range(30)]
+    models = {"pretrained": {0: list(references)}, "scratch": {0: [r.replace("chat", "chien") for r in references]}}
+    report = translation_report(models, references, references, n_resamples=100, seed=0,
+                                first_epoch_bleu={"pretrained": [2.0], "scratch": [1.0]})
+    short = {variant: {0: by_seed[0][:10]} for variant, by_seed in models.items()}
+    report["clauses"] = translation_report(short, references[:10], references[:10], n_resamples=100, seed=0)
+    headline = translation_headline(report, {"val_perplexity": 50.0})
+    assert headline["clauses_bleu_pretrained"] == pytest.approx(100.0)
+    assert headline["clauses_gap"] == report["clauses"]["gap"]["bleu_mean"] > 0
+    assert "clauses_lm_val_ppl" not in headline and "clauses_n_seeds" not in headline
+    lines = report_lines(report)
+    assert any("10 short test sentences" in line for line in lines)
+    assert sum("validation BLEU after epoch 1" in line for line in lines) == 1  # only the verses have a head start
