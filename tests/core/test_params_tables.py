@@ -1,5 +1,5 @@
-"""The parameter tables (classification and translation): generated from the parameter models, identical in the
-README, true to each task's dvc.yaml."""
+"""The parameter tables (classification and translation): generated from the parameter models, identical in
+docs/guide/parameters.md, true to each task's dvc.yaml."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ from ruamel.yaml import YAML
 from lmtransfer.cli.main import main
 from lmtransfer.classification.config import Params
 from lmtransfer.docs.params_tables import (
-    END_MARKER, REGENERATE, START_MARKER, TABLES, format_value, params_table, table_in, with_table,
+    END_MARKER, PAGE, REGENERATE, START_MARKER, TABLES, format_value, params_table, table_in, with_table,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +28,9 @@ def _rows(table: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize("task", TABLES)
 def test_the_readme_shows_the_generated_parameter_table(task):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert table_in(readme, "README.md", task) == params_table(task), (
-        f"README.md's {task} parameter table (between {TABLES[task].start} and {TABLES[task].end}) differs from "
+    readme = (REPO / PAGE).read_text(encoding="utf-8")
+    assert table_in(readme, PAGE, task) == params_table(task), (
+        f"{PAGE}'s {task} parameter table (between {TABLES[task].start} and {TABLES[task].end}) differs from "
         f"the parameter models; regenerate it with `{REGENERATE}`"
     )
 

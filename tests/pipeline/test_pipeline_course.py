@@ -1,4 +1,4 @@
-"""The original course setup, end to end, the way a new user brings it: the README's recipe, as written.
+"""The original course setup, end to end, the way a new user brings it: docs/guide/course.md's recipe, as written.
 
 The files are generated here in the course's formats and under its names: reviews already cut
 into sentencepiece pieces (train, valid, test) with parallel `.label` files, the sentencepiece
@@ -39,20 +39,20 @@ SIZES = {"train": 120, "valid": 30, "test": 40}  # rows per file (the course's: 
 
 
 def readme_section(title: str) -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "guide" / "course.md").read_text(encoding="utf-8")
     start = text.index(f"### {title}\n")
     ends = [i for i in (text.find("\n## ", start), text.find("\n### ", start + 1)) if i > 0]
     return text[start : min(ends)]
 
 
 def readme_recipe() -> dict:
-    """The params.yaml edits of the README's course recipe, exactly as printed there."""
+    """The params.yaml edits of the course recipe (docs/guide/course.md), exactly as printed there."""
     section = readme_section("Recipe: the original course experiment from its files")
     return YAML(typ="safe").load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
 
 
 def readme_schedule_overrides() -> dict:
-    """The README's `dvc exp run -S ...` line for the course's schedule, as {finetune key: value}."""
+    """The course page's `dvc exp run -S ...` line for the course's schedule, as {finetune key: value}."""
     section = readme_section("The course's training schedule")
     words = shlex.split(re.search(r"```bash\n(dvc exp run .*?)\n```", section, re.S).group(1))
     pairs = (words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "-S")

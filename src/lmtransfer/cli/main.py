@@ -306,13 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     params = command(
         "params", "every parameter of params.yaml: its default and meaning (Markdown)",
         "Every key of params.yaml (or, with --translation, translation/params.yaml) with its default and meaning, "
-        "grouped by section with the stages that read it, as the Markdown tables in the README.",
+        "grouped by section with the stages that read it, as the Markdown tables of docs/guide/parameters.md.",
     )
     params.add_argument("--translation", action="store_true",
                         help="the translation pipeline's parameters (translation/params.yaml) instead")
     params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="instead of printing, replace the tables between the params-table markers of FILE "
-                             "(e.g. README.md: both tasks' tables); default: print one")
+                             "(e.g. docs/guide/parameters.md: both tasks' tables); default: print one")
     params.set_defaults(func=cmd_params)
 
     results = command("results", "test scores and validation curves of the last pipeline run")

@@ -6,7 +6,7 @@ Validation happens before any stage does real work, so a typo such as
 
 Each section's defaults are the values shipped in params.yaml, and each field's
 `description` is its documentation: `lmtransfer params` renders the table the
-README shows (see params_doc.py).
+docs show (see docs/params_tables.py).
 """
 
 from __future__ import annotations
@@ -172,13 +172,13 @@ class TrainParams(Section):
     )
     nproc: int = Field(
         1, ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
-        "on its share of every batch; same results within float rounding with `model.dropout: 0` (README "
-        "\"Several processes and GPUs\")"
+        "on its share of every batch; same results within float rounding with `model.dropout: 0` "
+        "(docs/guide/scale.md)"
     )
     log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
     compile: bool = Field(
         False, description="`torch.compile` the training steps (fused kernels: faster on GPUs after a compile of "
-        "a minute or so; measured slower on a 2-core CPU, README \"Speed\"); the last digits of results differ"
+        "a minute or so; measured slower on a 2-core CPU, docs/results/speed.md); the last digits of results differ"
     )
     resume_every: int = Field(
         100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
@@ -194,7 +194,7 @@ class PlotParams(Section):
 class PipelineParams(Section):
     """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`, which the
     pretrain stage reads from either task's params file. Each task's class declares the fields (`model`,
-    `pretrain`, `train` among them), in its own order: the order of its params.yaml and of its README table."""
+    `pretrain`, `train` among them), in its own order: the order of its params.yaml and of its docs table."""
 
     @property
     def causal_attention(self) -> bool:

@@ -1,4 +1,4 @@
-"""The README's parameter tables, generated from the parameter models so they cannot go stale.
+"""The parameter tables of docs/guide/parameters.md, generated from the parameter models so they cannot go stale.
 
 Every key of a task's params file, grouped by section: its default (the value shipped in the
 file, see config.py and translation_config.py) and its meaning (the field's `description`), with
@@ -23,7 +23,8 @@ from lmtransfer.translation.config import TranslationFinetuneParams, Translation
 
 START_MARKER = "<!-- params-table:start -->"
 END_MARKER = "<!-- params-table:end -->"
-REGENERATE = "lmtransfer params --readme README.md"
+PAGE = "docs/guide/parameters.md"  # where both tasks' tables live
+REGENERATE = f"lmtransfer params --readme {PAGE}"
 
 # Which stages read each section (mirrors the `params:` lists of dvc.yaml; a test keeps them equal).
 # None = the whole section, else the keys that stage declares.

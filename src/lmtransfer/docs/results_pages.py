@@ -205,7 +205,7 @@ def _classification_epochs(root: Path) -> str:
 
 # label, folder with the run's evaluate.json and pretrain.json, the objective and NSP flag pretrain.json must record
 OBJECTIVE_RUNS = (
-    ("`clm` (default)", "metrics", "clm", False),
+    ("`clm` (default)", "results/objectives/clm", "clm", False),
     ("`mlm`", "results/objectives/mlm", "mlm", False),
     ("`mlm` + NSP", "results/objectives/mlm-nsp", "mlm", True),
 )
@@ -295,6 +295,38 @@ def _translation_clauses(root: Path) -> str:
                         "baseline: the source copied")
 
 
+def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> list[float]:
+    """`column` of each seed's per-epoch log of the translation fine-tune, averaged over the seeds."""
+    runs = []
+    for seed in seeds:
+        rel = f"translation/metrics/finetune/{variant}/seed{seed}.tsv"
+        try:
+            lines = (root / rel).read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise MetricsError(f"{rel} cannot be read ({error})") from None
+        header = lines[0].split("\t")
+        if column not in header:
+            raise MetricsError(f"{rel} has no column {column!r}")
+        at = header.index(column)
+        runs.append([_finite(float(line.split("\t")[at]), f"{rel}: {column!r}") for line in lines[1:] if line])
+    if len({len(run) for run in runs}) != 1:
+        raise MetricsError(f"translation/metrics/finetune/{variant}: the seeds logged different numbers of epochs")
+    return [sum(values) / len(values) for values in zip(*runs)]
+
+
+def _translation_epochs(root: Path) -> str:
+    """Translation's validation loss and BLEU per epoch, mean of the seeds: the pretrained start shows here."""
+    report = _Source(root, TRANSLATION)
+    seeds = [int(seed) for seed in report.numbers("seeds")]
+    curves = {v: (_epoch_means(root, v, seeds, "val_loss"), _epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
+    epochs = len(curves["pretrained"][0])
+    rows = [[label, *(f"{x:.3f}" for x in curves[variant][0]), *(f"{x:.2f}" for x in curves[variant][1])]
+            for variant, label in zip(VARIANTS, ("pretrained", "from scratch"))]
+    header = [f"validation (mean of {len(seeds)} seeds)", *(f"loss, epoch {e}" for e in range(1, epochs + 1)),
+              *(f"BLEU (greedy), epoch {e}" for e in range(1, epochs + 1))]
+    return _table(header, rows)
+
+
 @dataclass(frozen=True)
 class Table:
     """A generator and the files it reads (named when a page's copy is stale)."""
@@ -306,9 +338,10 @@ class Table:
 TABLES: dict[str, Table] = {
     "classification-test": Table(_classification_test, (EVALUATE, BASELINE)),
     "classification-epochs": Table(_classification_epochs, (EVALUATE, BASELINE)),
-    "objectives": Table(_objectives, ("metrics/", "results/objectives/")),
+    "objectives": Table(_objectives, ("results/objectives/",)),
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
+    "translation-epochs": Table(_translation_epochs, (TRANSLATION, "translation/metrics/finetune/")),
 }
 
 

@@ -4,7 +4,7 @@ The store lives at the repository root (SQLite `mlflow.db` + `mlartifacts/`).
 DVC sets DVC_ROOT to the main repository even for `dvc exp run --temp` and
 queued runs, so those land in the same store instead of a temp copy DVC
 deletes. `MLFLOW_TRACKING_URI` overrides everything, e.g. a shared `mlflow server`
-(README "Beyond one machine"): then no local store is made, and the server must answer.
+(docs/guide/scale.md, "Beyond one machine"): then no local store is made, and the server must answer.
 
 Grouping: every stage run is a child of one "pipeline" parent run, identified
 by LMTRANSFER_PIPELINE_ID if set, else the DVC experiment name, else the `dvc`

@@ -57,7 +57,7 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
     except OSError as error:
         raise TrackingStoreError(
             f"MLFLOW_TRACKING_URI={uri}: no tracking server answers at {host}:{port} ({error}); start it "
-            f"(README \"Beyond one machine\") or unset MLFLOW_TRACKING_URI to log to the local {STORE_NAME}"
+            f"(docs/guide/scale.md, \"Beyond one machine\") or unset MLFLOW_TRACKING_URI to log to the local {STORE_NAME}"
         ) from None
 
 
