@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time

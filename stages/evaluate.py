@@ -12,12 +12,12 @@ from lmtransfer.classification.evaluate import (
 from lmtransfer.core.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.core.paths import (
     BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
-    finetune_epochs, finetuned_checkpoint, predictions_file,
+    finetune_epochs, predictions_file,
 )
 from lmtransfer.core.runtime import select_device, use_share_of_cores
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.core.tokenized import load_labeled_split
-from lmtransfer.harness.tracking import log_to_pipeline, run_that_wrote, stage_run
+from lmtransfer.harness.tracking import finetuned_checkpoints, log_to_pipeline, stage_run
 
 
 @stage_main("evaluate")
@@ -27,9 +27,7 @@ def main() -> None:
     test = load_labeled_split(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
     pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
-    checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
-                   for s in seeds}
-    upstream = ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
+    checkpoints, upstream = finetuned_checkpoints(seeds)
     device = select_device("auto")
     use_share_of_cores()
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):

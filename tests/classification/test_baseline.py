@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from lmtransfer.classification.baseline import run_baseline
-from lmtransfer.core.config import ConfigError
 from lmtransfer.classification.config import BaselineParams, parse_params
+from lmtransfer.core.config import ConfigError
 
 GOOD = ["great", "wonderful", "brilliant", "charming", "superb"]
 BAD = ["awful", "boring", "dull", "tedious", "dreadful"]

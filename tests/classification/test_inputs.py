@@ -19,19 +19,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lmtransfer.classification.config import parse_params
+from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
+from lmtransfer.classification.data.sources import load_source
+from lmtransfer.classification.inputs import check_inputs
 from lmtransfer.core.checkpoint import save_checkpoint
 from lmtransfer.core.checkpoint_import import CheckpointImportError
 from lmtransfer.core.config import ConfigError
-from lmtransfer.classification.config import parse_params
-from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
-from lmtransfer.data.prepared import read_corpus_meta, read_split
-from lmtransfer.classification.data.sources import load_source
-from lmtransfer.harness.errors import DataSourceError, EmptySplitError, InputFileError, SplitError
-from lmtransfer.classification.inputs import check_inputs
 from lmtransfer.core.model import LanguageModel, ModelConfig
 from lmtransfer.core.tokenize_data import tokenize_prepared
-from lmtransfer.harness.errors import TokenizerError
 from lmtransfer.core.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+from lmtransfer.data.prepared import read_corpus_meta, read_split
+from lmtransfer.harness.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmtransfer.core.checkpoint import save_checkpoint
 from lmtransfer.cli.main import build_parser, main
+from lmtransfer.core.checkpoint import save_checkpoint
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.model import Classifier, ModelConfig, expected_base_parameters
 from lmtransfer.core.tokenizer import SentencePieceTokenizer, save_tokenizer, train_sentencepiece

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.core.config import ConfigError
-
 from lmtransfer.classification.config import Params, load_params, parse_params
+from lmtransfer.core.config import ConfigError
 
 REPO_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 

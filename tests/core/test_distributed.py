@@ -19,14 +19,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lmtransfer.core import distributed
-from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
+from lmtransfer.core import distributed
+from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.loop import adapt_to_task, pretrain
 from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.pretraining.loop import adapt_to_task, pretrain
+from lmtransfer.pretraining.objectives import Objective
 
 CPU = torch.device("cpu")
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 40

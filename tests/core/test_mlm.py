@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
+from lmtransfer.classification.config import parse_params
 from lmtransfer.core.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.core.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.core.config import ConfigError, PretrainParams
-from lmtransfer.classification.config import parse_params
-from lmtransfer.harness.errors import CheckpointError
-from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.core.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
-from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.harness.errors import CheckpointError
 from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
+from lmtransfer.pretraining.objectives import Objective
 
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 50
 META = {"pad_id": PAD, "unk_id": UNK, "bos_id": BOS, "eos_id": EOS, "mask_id": MASK, "vocab_size": V}

@@ -20,7 +20,6 @@ from lmtransfer.core.model import (
     sinusoidal_positions,
 )
 
-
 TINY = ModelConfig(vocab_size=50, d_model=16, n_layers=2, n_heads=2, d_ff=32, dropout=0.1)
 
 

@@ -6,10 +6,18 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from lmtransfer.cli.main import main
 from lmtransfer.classification.config import Params
+from lmtransfer.cli.main import main
 from lmtransfer.docs.params_tables import (
-    END_MARKER, PAGE, REGENERATE, START_MARKER, TABLES, format_value, params_table, table_in, with_table,
+    END_MARKER,
+    PAGE,
+    REGENERATE,
+    START_MARKER,
+    TABLES,
+    format_value,
+    params_table,
+    table_in,
+    with_table,
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from lmtransfer.core.config import PretrainParams
-
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.loop import adapt_to_task, pretrain
+from lmtransfer.core.config import PretrainParams
+from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
 from lmtransfer.core.resume import Snapshots, fingerprint
 from lmtransfer.core.tokenized import LabeledSplit
 from lmtransfer.core.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.pretraining.loop import adapt_to_task, pretrain
+from lmtransfer.pretraining.objectives import Objective
 
 CPU = torch.device("cpu")
 CONFIG = ModelConfig(vocab_size=24, d_model=16, n_heads=2, n_layers=1, d_ff=16, dropout=0.1)

@@ -17,16 +17,21 @@ import torch
 from torch.nn import functional as F
 
 from lmtransfer.core.config import PretrainParams, TrainParams
-from lmtransfer.harness.errors import ConfigError
 from lmtransfer.core.lm_loss import (
-    AUTO_MIN_VOCAB, CHUNK_LOGITS, IGNORE_INDEX, chunk_tokens_for, linear_cross_entropy, use_chunked_loss,
+    AUTO_MIN_VOCAB,
+    CHUNK_LOGITS,
+    IGNORE_INDEX,
+    chunk_tokens_for,
+    linear_cross_entropy,
+    use_chunked_loss,
 )
 from lmtransfer.core.model import LanguageModel, ModelConfig
 from lmtransfer.core.optim import make_optimizer
-from lmtransfer.pretraining.loop import pretrain
 from lmtransfer.core.runtime import configure, to_device
 from lmtransfer.core.sharing import JOBS_ENV, parallel_jobs, running_queue_workers, thread_share
 from lmtransfer.core.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.pretraining.loop import pretrain
 
 CPU = torch.device("cpu")
 
@@ -213,6 +218,8 @@ def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeyp
     try:
         time.sleep(0.2)
         monkeypatch.setenv("DVC_ROOT", "/somewhere")
+        assert running_queue_workers() == already  # counted once per process
+        running_queue_workers.cache_clear()  # as a new stage process would count them
         assert running_queue_workers() == already + 2
         assert parallel_jobs() == already + 2
     finally:

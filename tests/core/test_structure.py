@@ -3,8 +3,6 @@ and no module imports in a circle."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from import_closure import EXEMPT, PIPELINES, REPO, SRC, closure_files, dep_prefix, imported_modules, module_file
 from ruamel.yaml import YAML

@@ -9,17 +9,12 @@ import pandas as pd
 import pytest
 import sentencepiece as spm
 
-from lmtransfer.core.config import TokenizerParams
-
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.prepare import write_prepared
-from lmtransfer.data.prepared import SPLITS, read_split
-from lmtransfer.data.raw import RawData
-from lmtransfer.harness.errors import TokenizerError
-from lmtransfer.pretraining.generation import encode_prompt
-from lmtransfer.core.tokenized import LabeledSplit, load_labeled_split, write_corpus_part
+from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import read_json
 from lmtransfer.core.tokenize_data import tokenize_prepared
+from lmtransfer.core.tokenized import load_labeled_split, write_corpus_part
 from lmtransfer.core.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -35,6 +30,10 @@ from lmtransfer.core.tokenizer import (
     train_sentencepiece,
     training_sample_lines,
 )
+from lmtransfer.data.prepared import SPLITS, read_split
+from lmtransfer.data.raw import RawData
+from lmtransfer.harness.errors import TokenizerError
+from lmtransfer.pretraining.generation import encode_prompt
 
 WORDS = (
     "the a an film movie was is good bad great story plot actor actress scene funny dull long short and but "

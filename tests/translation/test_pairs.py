@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError, InputFileError
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 from lmtransfer.translation.data.pairs import carve_pairs, load_pair_files, read_pairs
-from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError, InputFileError
 
 PAIRS = [("Hello, world.", "Bonjour, le monde."), ('He said "yes".', 'Il a dit "oui".'), ("Été", "Summer")]
 

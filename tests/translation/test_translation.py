@@ -10,13 +10,19 @@ import zipfile
 import pytest
 import torch
 
+from lmtransfer.core.io import sha256_of
+from lmtransfer.core.model import (
+    LanguageModel,
+    MaskedLanguageModel,
+    ModelConfig,
+    TransformerBase,
+    count_parameters,
+    sinusoidal_positions,
+)
 from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.data import bible_en_fr
 from lmtransfer.translation.data.bible_en_fr import clean_verse, load_bible_pairs, split_chapters
 from lmtransfer.translation.decoding import beam_search, greedy_decode, length_penalty, translate_ids
-from lmtransfer.core.io import sha256_of
-from lmtransfer.core.model import LanguageModel, MaskedLanguageModel, ModelConfig, TransformerBase, count_parameters, \
-    sinusoidal_positions
 from lmtransfer.translation.model import (
     TranslationConfig,
     TranslationModel,

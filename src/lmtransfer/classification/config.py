@@ -9,18 +9,27 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from lmtransfer.core.config import (
-    ModelParams, PipelineParams, PlotParams, PretrainParams, Section, TokenizerParams, TrainParams, check_seeds,
-    known_encoding, parse_section_model, path_list, read_params_file, split_task,
+    ModelParams,
+    PipelineParams,
+    PlotParams,
+    PretrainParams,
+    Section,
+    TokenizerParams,
+    TrainParams,
+    check_seeds,
+    known_encoding,
+    parse_section_model,
+    path_list,
+    pooling_mismatch,
+    read_params_file,
+    split_task,
 )
 from lmtransfer.harness.errors import ConfigError
-
 
 LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
 
 
-
 FILE_KEYS = ("train", "valid", "test", "corpus")
-
 
 
 class DataParams(Section):
@@ -102,7 +111,6 @@ class DataParams(Section):
         return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
 
 
-
 class FinetuneParams(Section):
     # Each variant is fine-tuned once per seed (one DVC stage each), all from the same pretrained checkpoint.
     seeds: list[int] = Field(
@@ -147,7 +155,6 @@ class FinetuneParams(Section):
         return check_seeds(seeds)
 
 
-
 class EvaluateParams(Section):
     batch_size: int = Field(64, ge=1, description="test texts per batch")
     bootstrap_samples: int = Field(
@@ -157,7 +164,6 @@ class EvaluateParams(Section):
         10_000, ge=100, description="sign flips for the paired permutation test's p-value"
     )
     seed: int = Field(0, description="seed of the resampling: the interval is the same on every run")
-
 
 
 class BaselineParams(Section):
@@ -193,7 +199,6 @@ class BaselineParams(Section):
         return value
 
 
-
 class Params(PipelineParams):
     """The classification task's params.yaml."""
 
@@ -209,14 +214,9 @@ class Params(PipelineParams):
 
     @model_validator(mode="after")
     def _check_pooling_fits_attention(self) -> "Params":
-        objective, pooling = self.pretrain.objective, self.finetune.pooling
-        if self.causal_attention and pooling == "first":
-            raise ValueError(f"finetune.pooling: first reads position 0, which a causal model "
-                             f"(pretrain.objective: {objective}) lets see only itself; use last or mean")
-        if not self.causal_attention and pooling == "last":
-            raise ValueError(f"finetune.pooling: last suits a causal model, where only the last token has seen the "
-                             f"whole text; with bidirectional attention (pretrain.objective: {objective}) use "
-                             "first (BERT's [CLS]) or mean")
+        problem = pooling_mismatch(self.finetune.pooling, self.causal_attention, self.pretrain.objective)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -236,7 +236,6 @@ class Params(PipelineParams):
         return self
 
 
-
 def parse_params(raw: Any, origin: str = "params") -> Params:
     """The classification params (a translation file is refused: it belongs to `translation.config`)."""
     task, raw = split_task(raw, origin)
@@ -244,7 +243,6 @@ def parse_params(raw: Any, origin: str = "params") -> Params:
         raise ConfigError(f"{origin}: task: {task}: these are the {task} pipeline's params (translation/params.yaml); "
                           "this stage belongs to the classification pipeline")
     return parse_section_model(Params, raw, origin)
-
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

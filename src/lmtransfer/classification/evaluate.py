@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lmtransfer.core.checkpoint import build_classifier
 from lmtransfer.classification.config import EvaluateParams
 from lmtransfer.classification.inference import predict
 from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
+from lmtransfer.core.checkpoint import build_classifier
 from lmtransfer.core.paths import VARIANTS
 from lmtransfer.core.statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
 from lmtransfer.core.tokenized import LabeledSplit

@@ -15,16 +15,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from lmtransfer.core import distributed
 from lmtransfer.classification.config import FinetuneParams
-from lmtransfer.core.datasets import classification_batches
 from lmtransfer.classification.inference import predict
+from lmtransfer.core import distributed
+from lmtransfer.core.datasets import classification_batches
 from lmtransfer.core.model import Classifier, count_parameters
 from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
-from lmtransfer.harness.progress import progress_bar
 from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
 from lmtransfer.core.runtime import autocast, compiled, to_device
 from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.harness.progress import progress_bar
 
 EpochCallback = Callable[[dict[str, float]], None]
 

@@ -19,16 +19,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.core.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.classification.config import Params
-from lmtransfer.data.files import label_file_for
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
-from lmtransfer.harness.errors import ConfigError
 from lmtransfer.classification.data.sources import load_source
+from lmtransfer.core.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.core.input_files import manifest_entry, resolve_input
 from lmtransfer.core.model import ModelConfig
 from lmtransfer.core.runtime import select_device
-from lmtransfer.core.tokenizer import MASK_PIECE, PAD_ID, Tokenizer, existing_tokenizer, train_sentencepiece
+from lmtransfer.core.tokenizer import PAD_ID, Tokenizer, existing_tokenizer, mask_id_of, train_sentencepiece
+from lmtransfer.data.files import label_file_for
+from lmtransfer.harness.errors import ConfigError
 
 TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)
 MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers
@@ -108,8 +108,7 @@ def check_objective(params: Params, tokenizer: Tokenizer | None) -> None:
     """Masked language modelling needs a `<mask>` id: the tokenizer the pipeline trains reserves one, a given
     one (None here: trained later) may not."""
     if params.pretrain.objective == "mlm" and tokenizer is not None and not params.pretrain.init_from:
-        mask_id = tokenizer.piece_id(MASK_PIECE)
-        if mask_id == tokenizer.unk_id:
+        if mask_id_of(tokenizer) is None:
             given = "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
             raise ConfigError(
                 f"pretrain.objective: mlm needs a <mask> token, and the tokenizer {given} names has none; use the "

@@ -12,7 +12,6 @@ def how_to_pass(command: str, example: str, file: str) -> str:
             f"(lmtransfer {command} < {file})")
 
 
-
 def texts_from_arguments_or_stdin(arguments: list[str], verb: str, how: str) -> list[str]:
     """The texts from the command line, else from piped standard input (one per line, blank lines skipped).
     Checked before any model loads: an empty text or a terminal waiting for input is a usage error."""
@@ -30,7 +29,6 @@ def texts_from_arguments_or_stdin(arguments: list[str], verb: str, how: str) -> 
     return texts
 
 
-
 def bounded(kind: type, low: float, name: str):
     """An argparse type: `kind` values >= low, rejected with a message saying so."""
 
@@ -46,17 +44,13 @@ def bounded(kind: type, low: float, name: str):
     return convert
 
 
-
 POSITIVE = bounded(int, 1, "an integer")
-
 
 
 NON_NEGATIVE = bounded(int, 0, "an integer")
 
 
-
 NON_NEGATIVE_FLOAT = bounded(float, 0, "a number")
-
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from lmtransfer.core import paths
 from lmtransfer.cli.args import how_to_pass, texts_from_arguments_or_stdin
-
+from lmtransfer.core import paths
 
 HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.txt")
 
@@ -16,8 +15,8 @@ HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.t
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from lmtransfer.core.checkpoint import build_classifier, load_checkpoint
     from lmtransfer.classification.inference import predict
+    from lmtransfer.core.checkpoint import build_classifier, load_checkpoint
     from lmtransfer.core.runtime import select_device
     from lmtransfer.core.tokenized import LabeledSplit
     from lmtransfer.core.tokenizer import encode_for_classification, load_tokenizer

@@ -21,15 +21,14 @@ and `cli.pretraining` for the language model both tasks pretrain).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import lmtransfer.cli.classification as classification_cli
-from lmtransfer.core import paths
-from lmtransfer.cli.args import POSITIVE, HelpFormatter
-from lmtransfer.harness.errors import LmtransferError
 import lmtransfer.cli.pretraining as pretraining_cli
 import lmtransfer.cli.translation as translation_cli
+from lmtransfer.cli.args import POSITIVE, HelpFormatter
+from lmtransfer.core import paths
+from lmtransfer.harness.errors import LmtransferError
 
 
 def parameter_table(
@@ -189,7 +188,7 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
 
 def attention_line(params, d_model: int) -> str:
     """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
-    from lmtransfer.core.model import ModelConfig, MaskedLanguageModel, count_parameters
+    from lmtransfer.core.model import MaskedLanguageModel, ModelConfig, count_parameters
 
     objective = params.pretrain.objective
     line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "

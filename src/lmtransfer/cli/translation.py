@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from lmtransfer.core import paths
 from lmtransfer.cli.args import NON_NEGATIVE_FLOAT, POSITIVE, how_to_pass, texts_from_arguments_or_stdin
-
+from lmtransfer.core import paths
 from lmtransfer.translation.config import TranslationEvaluateParams
 
 TRANSLATION = Path("translation")  # the translation pipeline's folder, from the repository root

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from lmtransfer.harness.errors import CheckpointError
+from lmtransfer.core.config import pooling_mismatch
 from lmtransfer.core.io import atomic_path, how_to_produce, require_file
 from lmtransfer.core.model import Classifier, LanguageModel, MaskedLanguageModel, ModelConfig, fold_segment_a
+from lmtransfer.harness.errors import CheckpointError
 
 BASE_PREFIX = "base."
 SEGMENT_EMBEDDING = "segment_embedding.weight"
@@ -126,12 +127,9 @@ def classifier_from_pretrained(
         raise CheckpointError(
             f"the pretrained model pads with id {config.pad_id} but the tokenized data uses {pad_id}; rerun pretrain"
         )
-    if config.causal and pooling == "first":
-        raise CheckpointError("finetune.pooling: first reads position 0, which the pretrained causal model lets "
-                              "see only itself; use last or mean")
-    if not config.causal and pooling == "last":
-        raise CheckpointError("finetune.pooling: last suits a causal model; the pretrained model is bidirectional "
-                              f"(objective {objective_of(payload)}): use first or mean")
+    problem = pooling_mismatch(pooling, config.causal, objective_of(payload))
+    if problem:
+        raise CheckpointError(f"the pretrained model: {problem}")
     model = Classifier(config, n_classes, pooling)
     state = base_state(payload["state_dict"])
     if SEGMENT_EMBEDDING in payload["state_dict"]:  # pretrained with next-sentence prediction

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from lmtransfer.core.checkpoint import BASE_PREFIX, SEGMENT_EMBEDDING, base_state, read_torch_file
-from lmtransfer.harness.errors import CheckpointError
 from lmtransfer.core.model import LanguageModel, ModelConfig, fold_segment_a, sinusoidal_positions
+from lmtransfer.harness.errors import CheckpointError
 
 INIT_KEY = "pretrain.init_from"
 

@@ -15,7 +15,7 @@ import codecs
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -224,6 +224,18 @@ class PipelineParams(Section):
     def sections(self, *names: str) -> dict[str, dict[str, Any]]:
         """The named sections as plain dicts (what a stage declares and logs)."""
         return {name: getattr(self, name).model_dump() for name in names}
+
+
+def pooling_mismatch(pooling: str, causal: bool, objective: str) -> str | None:
+    """Why `finetune.pooling` cannot read the whole text from a model with this attention; None when it can.
+    Asked of the params (validate) and again of the pretrained checkpoint a fine-tune starts from."""
+    if causal and pooling == "first":
+        return (f"finetune.pooling: first reads position 0, which a causal model (pretrain.objective: {objective}) "
+                "lets see only itself; use last or mean")
+    if not causal and pooling == "last":
+        return ("finetune.pooling: last suits a causal model, where only the last token has seen the whole text; "
+                f"with bidirectional attention (pretrain.objective: {objective}) use first (BERT's [CLS]) or mean")
+    return None
 
 
 def _describe(error: dict) -> str:

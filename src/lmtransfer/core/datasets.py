@@ -13,8 +13,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from lmtransfer.harness.errors import ConfigError
 from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.harness.errors import ConfigError
 
 
 class PackedBatches:

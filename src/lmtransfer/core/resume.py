@@ -25,9 +25,9 @@ import torch
 
 from lmtransfer.core import distributed
 from lmtransfer.core.checkpoint import read_torch_file
-from lmtransfer.harness.errors import CheckpointError
 from lmtransfer.core.io import atomic_path, sha256_of
 from lmtransfer.core.runtime import environment_facts
+from lmtransfer.harness.errors import CheckpointError
 
 RESUME_DIR = Path(".resume")
 CODE = (Path("src/lmtransfer"), Path("stages"))

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from lmtransfer.core.config import TrainParams
-from lmtransfer.harness.errors import DeviceError
 from lmtransfer.core.sharing import parallel_jobs, thread_share
+from lmtransfer.harness.errors import DeviceError
 
 
 def select_device(requested: str = "auto") -> torch.device:

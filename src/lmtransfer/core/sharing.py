@@ -10,6 +10,7 @@ No torch import here: the wait policy must be set before torch loads OpenMP.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from lmtransfer.harness.errors import ConfigError
@@ -24,8 +25,11 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+@functools.cache
 def running_queue_workers() -> int:
-    """DVC experiment-queue workers running on this machine, any repository's (they all share its cores)."""
+    """DVC experiment-queue workers running on this machine, any repository's (they all share its cores).
+    Counted once per process (a scan of every process): the wait policy set at import and the thread count
+    chosen later see the same number."""
     import psutil
 
     count = 0

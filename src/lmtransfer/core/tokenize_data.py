@@ -15,10 +15,14 @@ from typing import Callable, Iterator
 import numpy as np
 
 from lmtransfer.core.config import TokenizerParams
-from lmtransfer.data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.core.io import atomic_directory
-from lmtransfer.harness.progress import progress_bar
-from lmtransfer.core.tokenized import LabeledSplit, corpus_dir, write_corpus_part, write_labeled_split, write_tokenized_meta
+from lmtransfer.core.tokenized import (
+    LabeledSplit,
+    corpus_dir,
+    write_corpus_part,
+    write_labeled_split,
+    write_tokenized_meta,
+)
 from lmtransfer.core.tokenizer import (
     MASK_PIECE,
     SentencePieceTokenizer,
@@ -30,6 +34,8 @@ from lmtransfer.core.tokenizer import (
     save_tokenizer,
     train_sentencepiece,
 )
+from lmtransfer.data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
+from lmtransfer.harness.progress import progress_bar
 
 UNKNOWN_WARNING = 0.05  # warn when more than 5% of the pieces map to the unknown id
 

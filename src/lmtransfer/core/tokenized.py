@@ -24,8 +24,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from lmtransfer.harness.errors import EmptySplitError
 from lmtransfer.core.io import read_json, require_file, write_json
+from lmtransfer.harness.errors import EmptySplitError
 
 META = "meta.json"
 

@@ -29,10 +29,10 @@ import numpy as np
 import sentencepiece as spm
 
 from lmtransfer.core.config import TokenizerParams
-from lmtransfer.harness.errors import MissingOutputError, TokenizerError
 from lmtransfer.core.input_files import resolve_input
 from lmtransfer.core.io import how_to_produce
 from lmtransfer.core.text import PIECE_SPACE
+from lmtransfer.harness.errors import MissingOutputError, TokenizerError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # of a tokenizer this project trains
 MASK_PIECE = "<mask>"
@@ -342,3 +342,14 @@ def encode_for_classification(
     comes next. (Measured: dropping EOS gave the pretrained classifier +2-3 points.)
     """
     return encode_documents(tokenizer, texts, add_eos=False, pieces=pieces)
+
+
+def real_mask_id(mask_id: int | None, unk_id: int) -> int | None:
+    """`mask_id` when it names a real `<mask>` piece; None when the tokenizer has none (absent, or the lookup fell
+    back to the unknown id). Only the tokenizer the pipeline trains reserves one."""
+    return None if mask_id is None or mask_id == unk_id else mask_id
+
+
+def mask_id_of(tokenizer: Tokenizer) -> int | None:
+    """The tokenizer's `<mask>` id, or None when it has none (see `real_mask_id`)."""
+    return real_mask_id(tokenizer.piece_id(MASK_PIECE), tokenizer.unk_id)

@@ -14,13 +14,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterator, NamedTuple
 
 import pandas as pd
 
-from lmtransfer.harness.errors import DataSourceError
 from lmtransfer.core.input_files import resolve_input
-from lmtransfer.data.raw import RawData
+from lmtransfer.harness.errors import DataSourceError
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from lmtransfer.harness.errors import DataSourceError
 from lmtransfer.core.io import sha256_of
+from lmtransfer.harness.errors import DataSourceError
 
 
 def cache_dir() -> Path:

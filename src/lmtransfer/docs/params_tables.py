@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.core.config import PipelineParams
-
 from lmtransfer.classification.config import FinetuneParams, Params
+from lmtransfer.core.config import PipelineParams
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
 
 START_MARKER = "<!-- params-table:start -->"

@@ -352,3 +352,27 @@ def run_that_wrote(path: str | Path) -> str:
         max_results=1,
     )
     return found[0].info.run_id if found else ""
+
+
+def finetuned_checkpoints(seeds: list[int]) -> tuple[dict[tuple[str, int], Path], str]:
+    """Every fine-tuned checkpoint an evaluate stage reads, each required to exist, and the MLflow runs that
+    wrote them, comma-separated: the evaluate run's upstream."""
+    from lmtransfer.core.io import require_file
+    from lmtransfer.core.paths import VARIANTS, finetuned_checkpoint
+
+    checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
+                   for s in seeds}
+    return checkpoints, ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
+
+
+def log_figures_and_headline(figures: list[Path]) -> None:
+    """The plot stage's figures as artifacts, and the headline on the pipeline run too: the last stage puts the
+    answer there, since evaluate is skipped when the fine-tuned models come out identical (a fresh clone's run)."""
+    import mlflow
+
+    from lmtransfer.core.io import read_json, require_file
+    from lmtransfer.core.paths import HEADLINE
+
+    for figure in figures:
+        mlflow.log_artifact(str(figure), "figures")
+    log_to_pipeline(read_json(require_file(HEADLINE, "headline metrics")))

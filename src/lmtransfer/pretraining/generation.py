@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from lmtransfer.harness.errors import TokenizerError
 from lmtransfer.core.model import LanguageModel
+from lmtransfer.core.tokenizer import mask_id_of as tokenizer_mask_id
+from lmtransfer.harness.errors import TokenizerError
 
 MASK_TEXT = "<mask>"  # how a blank is written in a prompt
 
@@ -75,8 +76,8 @@ def fill_samples(
 
 def mask_id_of(tokenizer) -> int:
     """The `<mask>` id of a tokenizer the pipeline trained (its reserved piece); other tokenizers have none."""
-    mask_id = tokenizer.piece_id(MASK_TEXT)
-    if mask_id is None or mask_id == tokenizer.unk_id:
+    mask_id = tokenizer_mask_id(tokenizer)
+    if mask_id is None:
         raise TokenizerError("this tokenizer has no <mask> token (only the tokenizer the pipeline trains has one)")
     return mask_id
 

@@ -18,13 +18,13 @@ import torch
 from lmtransfer.core import distributed
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.datasets import PackedBatches
-from lmtransfer.core.model import IGNORE_INDEX, LanguageModel
-from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_cosine
-from lmtransfer.harness.progress import progress_bar
-from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
 from lmtransfer.core.lm_loss import use_chunked_loss
+from lmtransfer.core.model import IGNORE_INDEX, LanguageModel
+from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_cosine
+from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
 from lmtransfer.core.runtime import autocast, compiled, to_device
+from lmtransfer.harness.progress import progress_bar
+from lmtransfer.pretraining.objectives import Objective
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages

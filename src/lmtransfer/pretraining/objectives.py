@@ -15,9 +15,10 @@ import numpy as np
 
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.datasets import PackedBatches
+from lmtransfer.core.model import LanguageModel, MaskedLanguageModel, ModelConfig
+from lmtransfer.core.tokenizer import real_mask_id
 from lmtransfer.harness.errors import ConfigError
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker
-from lmtransfer.core.model import LanguageModel, MaskedLanguageModel, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class Objective:
         ids = {key: meta[key] for key in ("bos_id", "eos_id", "pad_id")}
         if params.objective == "clm":
             return cls("clm", **ids)
-        mask_id = meta.get("mask_id")
-        if mask_id is None or mask_id == meta["unk_id"]:
+        mask_id = real_mask_id(meta.get("mask_id"), meta["unk_id"])
+        if mask_id is None:
             raise ConfigError(
                 "pretrain.objective: mlm needs a <mask> token, and this tokenizer has none (a tokenizer.vocab_file "
                 "dictionary or a tokenizer.model_file without <mask>); use the tokenizer the pipeline trains "

@@ -8,27 +8,35 @@ import mlflow
 from lmtransfer.core import distributed
 from lmtransfer.core.checkpoint import save_checkpoint
 from lmtransfer.core.checkpoint_import import load_into_language_model, read_checkpoint_weights
-from lmtransfer.pretraining.generation import pretraining_samples
+from lmtransfer.core.config import PipelineParams
 from lmtransfer.core.input_files import resolve_input
 from lmtransfer.core.io import write_json, write_text, write_tsv
 from lmtransfer.core.model import ModelConfig, count_parameters
-from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.core.paths import (
-    PARAMS, PRETRAIN_SAMPLES, PRETRAIN_SUMMARY, PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG, PRETRAINED, TOKENIZED,
+    PRETRAIN_SAMPLES,
+    PRETRAIN_SUMMARY,
+    PRETRAIN_TRAIN_LOG,
+    PRETRAIN_VALID_LOG,
+    PRETRAINED,
+    TOKENIZED,
     TOKENIZED_CORPUS,
     timings_file,
-)
-from lmtransfer.pretraining.loop import (
-    adapt_to_task, evaluate_imported, phase_logs, pretrain, pretrain_summary, pretrain_timings,
 )
 from lmtransfer.core.resume import Snapshots, fingerprint
 from lmtransfer.core.runtime import configure, environment_facts
 from lmtransfer.core.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.core.tokenizer import load_tokenizer
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
-
-
-from lmtransfer.core.config import PipelineParams
+from lmtransfer.pretraining.generation import pretraining_samples
+from lmtransfer.pretraining.loop import (
+    adapt_to_task,
+    evaluate_imported,
+    phase_logs,
+    pretrain,
+    pretrain_summary,
+    pretrain_timings,
+)
+from lmtransfer.pretraining.objectives import Objective
 
 
 def run_pretrain_stage(params: PipelineParams) -> None:

@@ -71,11 +71,11 @@ def steps_per_epoch(n_pairs: int, batch_size: int) -> int:
 def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, warn=print) -> dict:
     """The translation tokenize stage: one sentencepiece model over both languages (trained on the corpus, which
     holds both sides of the train pairs), the corpus encoded as for classification, each split's pairs as ids."""
-    from lmtransfer.translation.data.parallel import read_pairs
-    from lmtransfer.data.prepared import SPLITS
     from lmtransfer.core.tokenize_data import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
     from lmtransfer.core.tokenized import write_tokenized_meta
     from lmtransfer.core.tokenizer import save_tokenizer
+    from lmtransfer.data.prepared import SPLITS
+    from lmtransfer.translation.data.parallel import read_pairs
 
     started = time.perf_counter()
     tokenizer = build_tokenizer(prepared_dir, params, seed)

@@ -14,8 +14,19 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from lmtransfer.core.config import (
-    ModelParams, PipelineParams, PlotParams, PretrainParams, Section, TokenizerParams, TrainParams, check_seeds,
-    known_encoding, parse_section_model, path_list, read_params_file, split_task,
+    ModelParams,
+    PipelineParams,
+    PlotParams,
+    PretrainParams,
+    Section,
+    TokenizerParams,
+    TrainParams,
+    check_seeds,
+    known_encoding,
+    parse_section_model,
+    path_list,
+    read_params_file,
+    split_task,
 )
 from lmtransfer.harness.errors import ConfigError
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
-from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.core.paths import VARIANTS
+from lmtransfer.translation.bleu import corpus_scores
 
 METRICS = {"bleu": BLEU, "chrf": CHRF}
 

@@ -8,8 +8,12 @@ line, so the 63,082,496 of our closed form sits next to the paper's "about 65M"
 from __future__ import annotations
 
 from lmtransfer.core.model import count_parameters
-from lmtransfer.translation.model import TranslationConfig, TranslationModel, expected_translation_parameters, \
-    parameter_breakdown
+from lmtransfer.translation.model import (
+    TranslationConfig,
+    TranslationModel,
+    expected_translation_parameters,
+    parameter_breakdown,
+)
 
 
 def translation_parameter_table(config: TranslationConfig, origin: str = "") -> str:

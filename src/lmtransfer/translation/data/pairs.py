@@ -16,10 +16,19 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.core.text import normalize_text
+from lmtransfer.data.files import (
+    Column,
+    Columns,
+    CorpusFiles,
+    expand_corpus,
+    read_table,
+    refuse_blank,
+    split_files,
+    table_format,
+)
+from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.translation.data.bible_en_fr import ParallelData
-from lmtransfer.data.files import Column, Columns, CorpusFiles, expand_corpus, read_table, refuse_blank, split_files, table_format
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")
 HELD_OUT = ("test", "valid")  # the order splits are carved in

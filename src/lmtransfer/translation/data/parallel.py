@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 
 from lmtransfer.core.io import atomic_directory, require_file, write_json
+from lmtransfer.data.prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
 from lmtransfer.translation.data.bible_en_fr import ParallelData, load_bible_en_fr
 from lmtransfer.translation.data.clauses import add_clause_pairs
-from lmtransfer.data.prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
 
 PAIR_COLUMNS = ["source", "target"]
 _SPACES = re.compile(r"\s+")

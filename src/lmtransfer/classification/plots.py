@@ -1,0 +1,72 @@
+"""The classification figures: accuracy and loss per epoch of both variants, and the confusion matrices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.ticker import MaxNLocator
+
+from lmtransfer.core.paths import VARIANTS
+from lmtransfer.core.plots import COLORS, Rows, mean_band, plt, save_figure
+
+
+def plot_finetune_accuracy(
+    runs: dict[str, list[Rows]], path: Path, dpi: int, majority: float | None = None,
+    baseline: float | None = None, best_epochs: dict[str, list[int]] | None = None,
+) -> Path:
+    """The central figure: validation accuracy per epoch, pretrained vs scratch, mean over seeds with their range.
+
+    Reference lines: the TF-IDF baseline's and the majority class's accuracy on the same validation split.
+    """
+    figure, axis = plt.subplots(figsize=(9.5, 4.4))
+    for variant, variant_runs in runs.items():
+        mean_band(axis, variant_runs, "val_accuracy", COLORS[variant], f"{variant}, validation")
+        mean_band(axis, variant_runs, "train_accuracy", COLORS[variant], f"{variant}, train", style="--")
+        for rows, best in zip(variant_runs, (best_epochs or {}).get(variant, [])):
+            accuracy = {int(float(r["epoch"])): float(r["val_accuracy"]) for r in rows}[best]
+            axis.plot([best], [accuracy], "*", color=COLORS[variant], markersize=9, alpha=0.7)
+    if baseline is not None:
+        axis.axhline(baseline, color="tab:green", linewidth=1.2, linestyle="-.",
+                     label=f"TF-IDF + logistic regression ({baseline:.1%})")
+    if majority is not None:
+        axis.axhline(majority, color="grey", linewidth=0.8, linestyle=":", label=f"majority class ({majority:.0%})")
+    if best_epochs:
+        axis.plot([], [], "*", color="black", label="kept checkpoint (best validation epoch)")
+    axis.set(xlabel="epoch", ylabel="accuracy", title="Fine-tuning: pretrained vs from scratch")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: no line hidden
+    return save_figure(figure, path, dpi)
+
+
+def plot_finetune_loss(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
+    figure, axis = plt.subplots(figsize=(6.8, 4.4))
+    for variant, variant_runs in runs.items():
+        mean_band(axis, variant_runs, "val_loss", COLORS[variant], f"{variant}, validation")
+        mean_band(axis, variant_runs, "train_loss", COLORS[variant], f"{variant}, train", style="--")
+    axis.set(xlabel="epoch", ylabel="cross-entropy loss", title="Fine-tuning loss")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    return save_figure(figure, path, dpi)
+
+
+def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
+    variants = [v for v in VARIANTS if v in evaluation]
+    figure, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 4), squeeze=False)
+    for axis, variant in zip(axes[0], variants):
+        matrix = evaluation[variant]["confusion_matrix"]["rows_actual_columns_predicted"]
+        labels = evaluation[variant]["confusion_matrix"]["labels"]
+        axis.imshow(matrix, cmap="Blues")
+        darkest = max(max(row) for row in matrix) or 1
+        for i, row in enumerate(matrix):
+            for j, count in enumerate(row):
+                color = "white" if count > 0.6 * darkest else "black"  # readable on dark and light cells
+                axis.text(j, i, str(count), ha="center", va="center", color=color)
+        axis.set_xticks(range(len(labels)), labels)
+        axis.set_yticks(range(len(labels)), labels)
+        accuracy = evaluation[variant]["accuracy"]
+        seeds = evaluation[variant]["confusion_matrix"].get("seeds", [])
+        pooled = f", {len(seeds)} seeds pooled" if len(seeds) > 1 else ""
+        axis.set(xlabel="predicted", ylabel="actual", title=f"{variant}: test accuracy {accuracy:.3f}{pooled}")
+    return save_figure(figure, path, dpi)
