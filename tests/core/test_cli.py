@@ -303,3 +303,42 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
 def test_translate_refuses_an_empty_sentence_before_loading_any_model(tmp_path):
     with pytest.raises(SystemExit, match="nothing to translate"):
         main(["translate", "  ", "--checkpoint", str(tmp_path / "missing.pt")])
+
+
+def test_version_prints_the_installed_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"lmtransfer {version('lmtransfer')}"
+
+
+def test_summary_translation_describes_the_translation_pipelines_own_params(in_empty_dir, capsys):
+    """`--translation` reads translation/params.yaml by default, not the classification params.yaml beside it."""
+    _write(in_empty_dir / "params.yaml", "model:\n  n_layers: 4\n  d_model: 200\n  n_heads: 2\n  d_ff: 200\n")
+    _write(in_empty_dir / "translation/params.yaml",
+           "task: translation\nmodel:\n  n_layers: 2\n  d_model: 128\n  n_heads: 4\n  d_ff: 512\n  dropout: 0.0\n")
+    _write(in_empty_dir / "translation/data/tokenized/meta.json", json.dumps({"vocab_size": 4000}))
+    main(["summary", "--translation"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "encoder-decoder V=4000 D=128 N_enc=2 N_dec=2 A=4 F=512"
+    assert "from translation/params.yaml" in out and "assumed" not in out
+    assert "1,953,696" in out
+
+
+def test_summary_translation_without_its_params_file_uses_the_translation_defaults(in_empty_dir, capsys):
+    main(["summary", "--translation"])
+    assert capsys.readouterr().out.splitlines()[0] == "encoder-decoder V=4000 D=128 N_enc=2 N_dec=2 A=4 F=512"
+
+
+@pytest.mark.parametrize("command, hint", [
+    (["translate", "the cat sleeps"], "`make run-translation`, or `dvc repro translation/dvc.yaml`"),
+    (["predict", "a fine film"], "`make run`, or `dvc repro`"),
+])
+def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command, hint):
+    _write(in_empty_dir / "dvc.yaml", "stages: {}\n")
+    _write(in_empty_dir / "translation/dvc.yaml", "stages: {}\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(command)
+    assert str(exit_.value).startswith("error: ") and str(exit_.value).endswith(f"(run the stage that produces it: {hint})")

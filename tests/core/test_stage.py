@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,18 @@ def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path
         if script.name != "_checkout.py":
             text = script.read_text()
             assert text.index("import _checkout") < text.index("import lmtransfer"), script.name
+
+
+def test_the_fine_tune_command_line_is_parsed_once_and_names_the_stage(monkeypatch):
+    """Both tasks' fine-tune stages share it; the stage wrapper and the stage ask for it, argparse runs once."""
+    from lmtransfer.core import finetune_args as module
+
+    module.finetune_args.cache_clear()
+    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "2"])
+    try:
+        assert module.finetune_stage_name() == "finetune_scratch@2"
+        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
+        assert module.finetune_args() is module.finetune_args() and module.finetune_args().init == "scratch"
+        assert module.finetune_args.cache_info().misses == 1
+    finally:
+        module.finetune_args.cache_clear()
