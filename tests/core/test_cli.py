@@ -342,3 +342,12 @@ def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command,
     with pytest.raises(SystemExit) as exit_:
         main(command)
     assert str(exit_.value).startswith("error: ") and str(exit_.value).endswith(f"(run the stage that produces it: {hint})")
+
+
+def test_an_impossible_shape_from_the_flags_is_refused_by_the_params_own_rule_naming_where_each_value_came_from():
+    with pytest.raises(SystemExit) as exit_:
+        main(["summary", "--d-model", "7"])
+    assert str(exit_.value) == ("error: model.d_model (7) must be divisible by model.n_heads (2) (D from --d-model, "
+                                "A from the model defaults (no params.yaml here; --params names one))")
+    with pytest.raises(SystemExit, match=r"must be even .* \(D from --d-model, A from --n-heads\)"):
+        main(["summary", "--d-model", "9", "--n-heads", "3"])

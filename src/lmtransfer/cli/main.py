@@ -127,6 +127,7 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     A flag wins; else D, N, A, F from the params file (the model defaults when the default file is missing),
     V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
     """
+    from lmtransfer.core.config import ModelParams
     from lmtransfer.core.io import read_json
 
     params_file: Path = args.params
@@ -169,12 +170,11 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
             sizes[letter], origins[letter] = flags[key], f"from --{key.replace('_', '-')}"
         else:
             sizes[letter], origins[letter] = getattr(params.model, key), model_origin
-    if sizes["D"] % sizes["A"]:
-        raise SystemExit(
-            f"error: D = {sizes['D']} ({origins['D']}) must be divisible by A = {sizes['A']} ({origins['A']})"
-        )
-    if sizes["D"] % 2:
-        raise SystemExit(f"error: D = {sizes['D']} ({origins['D']}) must be even for the sinusoidal positions")
+    try:  # the shape the flags and the file give together, checked by the params' own rules
+        ModelParams(n_layers=sizes["N"], d_model=sizes["D"], n_heads=sizes["A"], d_ff=sizes["F"])
+    except ValueError as exc:
+        rule = exc.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
+        raise SystemExit(f"error: {rule} (D {origins['D']}, A {origins['A']})") from None
 
     grouped: dict[str, list[str]] = {}
     for letter in ("V", "C", "D", "N", "A", "F"):
