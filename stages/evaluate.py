@@ -9,6 +9,7 @@ from lmtransfer.classification.config import load_params
 from lmtransfer.classification.evaluate import (
     SeedResult, evaluate_classifier, headline_metrics, mean_curves, pooled_confusion, report_lines, transfer_report,
 )
+from lmtransfer.core.finetuned import finetuned_checkpoints
 from lmtransfer.core.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.core.paths import (
     BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
@@ -17,7 +18,7 @@ from lmtransfer.core.paths import (
 from lmtransfer.core.runtime import select_device, use_share_of_cores
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.core.tokenized import load_labeled_split
-from lmtransfer.harness.tracking import finetuned_checkpoints, log_to_pipeline, stage_run
+from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
 
 
 @stage_main("evaluate")
@@ -27,7 +28,8 @@ def main() -> None:
     test = load_labeled_split(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
     pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
-    checkpoints, upstream = finetuned_checkpoints(seeds)
+    checkpoints = finetuned_checkpoints(seeds)
+    upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
     use_share_of_cores()
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):

@@ -10,6 +10,7 @@ import pandas as pd
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.data.clauses import short_test_pairs
 from lmtransfer.translation.data.parallel import read_pairs
+from lmtransfer.core.finetuned import finetuned_checkpoints
 from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
 from lmtransfer.core.paths import (
     EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PREPARED, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
@@ -18,7 +19,7 @@ from lmtransfer.core.paths import (
 from lmtransfer.core.runtime import select_device, use_share_of_cores
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.core.tokenizer import load_tokenizer
-from lmtransfer.harness.tracking import finetuned_checkpoints, log_to_pipeline, stage_run
+from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
 from lmtransfer.core.tokenized import load_pair_split
 from lmtransfer.translation.evaluate import report_lines, translation_headline, translation_report
 from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_sources, translate_texts
@@ -44,7 +45,8 @@ def main() -> None:
     test = load_pair_split(TOKENIZED, "test")
     tokenizer = load_tokenizer(TOKENIZED)
     pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
-    checkpoints, upstream = finetuned_checkpoints(seeds)
+    checkpoints = finetuned_checkpoints(seeds)
+    upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
     use_share_of_cores()
     e = params.evaluate

@@ -109,7 +109,7 @@ def collapsed(files: set[str]) -> list[str]:
                      key=lambda p: len(p.parts))
     for folder in folders:
         covered = folder_files(REPO / folder)
-        if covered and covered <= files and covered & remaining == covered:
+        if covered and covered <= remaining:
             deps.append(folder.as_posix())
             remaining -= covered
     return sorted(deps + sorted(remaining))

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core.io import read_tsv
+
 EVALUATE = "metrics/evaluate.json"
 BASELINE = "metrics/baseline.json"
 TRANSLATION = "translation/metrics/evaluate.json"
@@ -301,14 +303,12 @@ def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> lis
     for seed in seeds:
         rel = f"translation/metrics/finetune/{variant}/seed{seed}.tsv"
         try:
-            lines = (root / rel).read_text(encoding="utf-8").splitlines()
-        except OSError as error:
-            raise MetricsError(f"{rel} cannot be read ({error})") from None
-        header = lines[0].split("\t")
-        if column not in header:
+            rows = read_tsv(root / rel)
+        except (OSError, IndexError) as error:
+            raise MetricsError(f"{rel} cannot be read ({error or 'empty'})") from None
+        if not rows or column not in rows[0]:
             raise MetricsError(f"{rel} has no column {column!r}")
-        at = header.index(column)
-        runs.append([_finite(float(line.split("\t")[at]), f"{rel}: {column!r}") for line in lines[1:] if line])
+        runs.append([_finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
     if len({len(run) for run in runs}) != 1:
         raise MetricsError(f"translation/metrics/finetune/{variant}: the seeds logged different numbers of epochs")
     return [sum(values) / len(values) for values in zip(*runs)]

@@ -27,7 +27,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from lmtransfer.core.io import sha256_of
 from lmtransfer.core.sharing import is_main_process
@@ -354,15 +354,9 @@ def run_that_wrote(path: str | Path) -> str:
     return found[0].info.run_id if found else ""
 
 
-def finetuned_checkpoints(seeds: list[int]) -> tuple[dict[tuple[str, int], Path], str]:
-    """Every fine-tuned checkpoint an evaluate stage reads, each required to exist, and the MLflow runs that
-    wrote them, comma-separated: the evaluate run's upstream."""
-    from lmtransfer.core.io import require_file
-    from lmtransfer.core.paths import VARIANTS, finetuned_checkpoint
-
-    checkpoints = {(v, s): require_file(finetuned_checkpoint(v, s), f"fine-tuned {v} model") for v in VARIANTS
-                   for s in seeds}
-    return checkpoints, ",".join(filter(None, (run_that_wrote(path) for path in checkpoints.values())))
+def runs_that_wrote(paths: Iterable[str | Path]) -> str:
+    """The MLflow runs that wrote `paths`, comma-separated (those known): a stage's upstream runs."""
+    return ",".join(filter(None, (run_that_wrote(path) for path in paths)))
 
 
 def log_figures_and_headline(figures: list[Path]) -> None:
