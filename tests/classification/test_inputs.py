@@ -277,7 +277,7 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
 def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the_manifest():
     write_pieces_data()
     write_dictionary("dict.txt", [f"▁w{i}" for i in range(46)])  # 46 + 4 = 50 ids
-    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, pad_id=1)
+    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1, pad_id=1)
     save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
     params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
                           pretrain={"init_from": "lm.pt"}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
@@ -424,7 +424,7 @@ def test_a_dictionary_line_repeating_a_special_symbol_is_rejected():
 def test_a_checkpoint_with_another_id_space_names_the_file_and_both_sizes():
     write_pieces_data()
     write_dictionary("dict.txt")  # 8 pieces -> 12 ids
-    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16)
+    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1)
     save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
     params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
                           pretrain={"init_from": "lm.pt"}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})

@@ -226,7 +226,7 @@ def test_all_mismatches_are_reported_together(tmp_path):
     path = tmp_path / "lm.pt"
     save_checkpoint(path, _fresh(), "language_model", CONFIG)
     weights = read_checkpoint_weights(path)
-    wrong = ModelConfig(vocab_size=60, d_model=32, n_layers=3, n_heads=4, d_ff=64)
+    wrong = ModelConfig(vocab_size=60, d_model=32, n_layers=3, n_heads=4, d_ff=64, dropout=0.1)
     with pytest.raises(CheckpointImportError) as error:
         check_compatible(weights, wrong, str(path))
     lines = str(error.value).splitlines()

@@ -25,7 +25,7 @@ import torch
 from lmtransfer.core.model import LanguageModel, ModelConfig
 torch.manual_seed(0)
 torch.set_num_threads(1)
-model = LanguageModel(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=2, d_ff=128))
+model = LanguageModel(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=2, d_ff=128, dropout=0.1))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 ids = torch.randint(4, 300, (8, 33), generator=torch.Generator().manual_seed(1))
 for _ in range(5):
@@ -70,7 +70,7 @@ def test_checkpoints_of_equal_weights_are_equal_bytes(tmp_path):
     from lmtransfer.core.model import LanguageModel, ModelConfig
 
     torch.manual_seed(0)
-    model = LanguageModel(ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=8))
+    model = LanguageModel(ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=8, dropout=0.1))
     save_checkpoint(tmp_path / "a.pt", model, "language_model", model.base.config)
     save_checkpoint(tmp_path / "sub" / "b.pt", model, "language_model", model.base.config)
     digest = [hashlib.sha256((tmp_path / p).read_bytes()).hexdigest() for p in ("a.pt", "sub/b.pt")]

@@ -23,7 +23,7 @@ MASKER = TokenMasker(MASK, V, (PAD, UNK, BOS, EOS), 0.15)
 
 
 def bidirectional(vocab_size: int = V, **shape) -> ModelConfig:
-    return ModelConfig(vocab_size, **{"d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 16, **shape}, causal=False)
+    return ModelConfig(vocab_size, **{"d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 16, "dropout": 0.1, **shape}, causal=False)
 
 
 def corpus(n_docs: int = 300, seed: int = 0) -> np.ndarray:
@@ -95,7 +95,7 @@ def test_bidirectional_attention_lets_an_earlier_position_see_a_later_token():
     changed[0, 8] = (ids[0, 8] + 1 - 5) % (V - 5) + 5
     before, after = base(ids), base(changed)
     assert not torch.allclose(before[0, :8], after[0, :8], atol=1e-5)
-    causal = TransformerBase(ModelConfig(V, 16, 2, 2, 16)).eval()
+    causal = TransformerBase(ModelConfig(V, 16, 2, 2, 16, 0.1)).eval()
     assert torch.allclose(causal(ids)[0, :8], causal(changed)[0, :8], atol=1e-6)
 
 
@@ -207,7 +207,7 @@ def test_a_masked_lm_checkpoint_is_refused_as_a_causal_model_and_the_reverse(tmp
     mlm = MaskedLanguageModel(bidirectional())
     path = tmp_path / "mlm.pt"
     save_checkpoint(path, mlm, "language_model", mlm.base.config, objective="mlm", next_sentence=False)
-    causal_config = ModelConfig(V, 16, 2, 2, 16)
+    causal_config = ModelConfig(V, 16, 2, 2, 16, 0.1)
     with pytest.raises(CheckpointError, match="the checkpoint's attention is bidirectional .pretrained with objective "
                                               "mlm. but pretrain.objective / model.attention give causal: set "
                                               "pretrain.objective: mlm"):

@@ -142,7 +142,7 @@ def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
 
 
 def test_parameter_counts_of_the_default_architecture():
-    config = ModelConfig(vocab_size=100, d_model=200, n_layers=4, n_heads=2, d_ff=200)
+    config = ModelConfig(vocab_size=100, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
     classifier = Classifier(config, 2)
     lm = LanguageModel(config)
     assert count_parameters(classifier) == 988_402
@@ -153,14 +153,14 @@ def test_parameter_counts_of_the_default_architecture():
 
 
 def test_parameter_counts_with_a_50k_vocabulary():
-    config = ModelConfig(vocab_size=50_001, d_model=200, n_layers=4, n_heads=2, d_ff=200)
+    config = ModelConfig(vocab_size=50_001, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
     assert count_parameters(Classifier(config, 2)) == 10_968_602
     assert count_parameters(LanguageModel(config)) == 21_018_401
 
 
 def test_layer_has_6d_squared_plus_10d_parameters_when_d_ff_equals_d_model():
     vocab, d_model, n_layers = 37, 24, 3
-    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=4, d_ff=d_model)
+    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=4, d_ff=d_model, dropout=0.1)
     base = TransformerBase(config)
     per_layer = 6 * d_model**2 + 10 * d_model
     assert count_parameters(base.layers.layers[0]) == per_layer
@@ -170,7 +170,7 @@ def test_layer_has_6d_squared_plus_10d_parameters_when_d_ff_equals_d_model():
 
 @pytest.mark.parametrize("vocab,d_model,n_layers,n_heads,d_ff", [(60, 16, 2, 2, 48), (11, 30, 1, 3, 7)])
 def test_closed_form_base_parameter_count_matches_the_module(vocab, d_model, n_layers, n_heads, d_ff):
-    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff)
+    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, dropout=0.1)
     assert count_parameters(TransformerBase(config)) == expected_base_parameters(vocab, d_model, n_layers, d_ff)
 
 

@@ -132,7 +132,7 @@ def test_the_paper_base_model_has_63_082_496_parameters():
     {"tie_output": True, "output_bias": False, "final_norms": True}, {"n_encoder_layers": 3, "n_decoder_layers": 1},
 ])
 def test_parameter_counts_match_the_closed_form_block_by_block(options):
-    config = TranslationConfig(vocab_size=101, d_model=24, n_heads=3, d_ff=40, **{
+    config = TranslationConfig(vocab_size=101, d_model=24, n_heads=3, d_ff=40, dropout=0.1, **{
         "n_encoder_layers": 2, "n_decoder_layers": 2, **options})
     model = TranslationModel(config)
     blocks = parameter_breakdown(config)
@@ -214,7 +214,8 @@ class MarkovTranslator(torch.nn.Module):
     def __init__(self, vocab_size: int, seed: int):
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
-        self.config = TranslationConfig(vocab_size=vocab_size, d_model=2, n_heads=1)
+        self.config = TranslationConfig(vocab_size=vocab_size, d_model=2, n_encoder_layers=1, n_decoder_layers=1,
+                                        n_heads=1, d_ff=2, dropout=0.0)
         self.transitions = torch.randn(vocab_size, vocab_size, generator=generator) * 2
         self.source_bias = torch.randn(vocab_size, vocab_size, generator=generator)
         self.before_last = torch.randn(vocab_size, vocab_size, generator=generator)
@@ -526,7 +527,8 @@ def test_summary_translation_prints_each_block_and_the_paper_base_total(capsys):
     from lmtransfer.cli.main import main
     from lmtransfer.translation.summary import translation_parameter_table
 
-    config = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=3, n_heads=2, d_ff=24)
+    config = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=3, n_heads=2, d_ff=24,
+                               dropout=0.1)
     table = translation_parameter_table(config)
     total = f"{expected_translation_parameters(config):,}"
     assert "translation model total" in table and table.count(total) == 2  # measured, then the formula
@@ -535,5 +537,5 @@ def test_summary_translation_prints_each_block_and_the_paper_base_total(capsys):
           "--d-ff", "24"])
     out = capsys.readouterr().out
     two_and_two = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=2, n_heads=2,
-                                    d_ff=24)
+                                    d_ff=24, dropout=0.1)
     assert f"formula {expected_translation_parameters(two_and_two):,}" in out and "cross-attention" in out

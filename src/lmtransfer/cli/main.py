@@ -194,7 +194,7 @@ def attention_line(params, d_model: int) -> str:
     line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "
             f"(model.attention {params.model.attention}, pretrain.objective {objective})")
     if params.pretrain.nsp:
-        tiny = MaskedLanguageModel(ModelConfig(1, d_model, 1, 1, 1, causal=False), next_sentence=True)
+        tiny = MaskedLanguageModel(ModelConfig(1, d_model, 1, 1, 1, dropout=0.0, causal=False), next_sentence=True)
         extra = count_parameters(tiny.segment_embedding) + count_parameters(tiny.next_sentence_head)
         line += (f"; next-sentence prediction adds {extra:,} parameters while pretraining (segment embeddings "
                  "2 x D, head D x 2 + 2), folded away for the classifier")
@@ -219,7 +219,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
         from lmtransfer.translation.model import TranslationConfig
         from lmtransfer.translation.summary import translation_parameter_table
 
-        config = TranslationConfig(sizes["V"], sizes["D"], sizes["N"], sizes["N"], sizes["A"], sizes["F"])
+        config = TranslationConfig(sizes["V"], sizes["D"], sizes["N"], sizes["N"], sizes["A"], sizes["F"], dropout=0.0)
         print(translation_parameter_table(config, origin))
         return
     print(parameter_table(sizes["V"], sizes["D"], sizes["N"], sizes["A"], sizes["F"], sizes["C"], origin))

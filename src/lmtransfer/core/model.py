@@ -24,12 +24,14 @@ from lmtransfer.core.lm_loss import IGNORE_INDEX, linear_cross_entropy
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The network's shape. No defaults: the pipeline's live in `core.config.ModelParams`, one place."""
+
     vocab_size: int
-    d_model: int = 200
-    n_layers: int = 4
-    n_heads: int = 2
-    d_ff: int = 200
-    dropout: float = 0.1
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    dropout: float
     pad_id: int = 0
     causal: bool = True  # position i attends to positions <= i only; False: to every non-padding position
 

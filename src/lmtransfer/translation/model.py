@@ -25,13 +25,15 @@ from lmtransfer.core.model import ModelConfig, PositionalEncoding, causal_mask, 
 
 @dataclass(frozen=True)
 class TranslationConfig:
+    """The encoder–decoder's shape. No defaults: the pipeline's live in `translation.config`'s `model`."""
+
     vocab_size: int
-    d_model: int = 200
-    n_encoder_layers: int = 4
-    n_decoder_layers: int = 4
-    n_heads: int = 2
-    d_ff: int = 200
-    dropout: float = 0.1
+    d_model: int
+    n_encoder_layers: int
+    n_decoder_layers: int
+    n_heads: int
+    d_ff: int
+    dropout: float
     pad_id: int = 0
     tie_output: bool = False  # output projection = the shared embedding (the paper); False: its own V x D matrix
     output_bias: bool = True  # the pipeline's reference has biases everywhere; the paper's base has none here
