@@ -11,45 +11,41 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.core import distributed
-from lmtransfer.core.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core.finetune_args import finetune_args, finetune_stage_name
+from lmtransfer.core import distributed
+from lmtransfer.core.checkpoint import classifier_from_pretrained, save_checkpoint
+from lmtransfer.core.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.core.io import write_json, write_tsv
-from lmtransfer.core.model import Classifier, ModelConfig, count_parameters
+from lmtransfer.core.model import Classifier, count_parameters
 from lmtransfer.core.paths import (
     PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
 from lmtransfer.core.resume import Snapshots, fingerprint
 from lmtransfer.core.runtime import configure, environment_facts
-from lmtransfer.harness.stage import stage_main
 from lmtransfer.core.tokenized import load_labeled_split, read_tokenized_meta
-from lmtransfer.harness.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 
 
 @stage_main(finetune_stage_name)
 def main() -> None:
-    args = finetune_args()
-    variant, seed = args.init, args.seed
-    stage = finetune_stage_name()
     params = load_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
     label_names = meta["label_names"]
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
+    start = language_model_start(params, meta)
+    variant, seed, stage = start.variant, start.seed, start.stage
     device = distributed.start(params.train, configure(params.train, seed=seed))
-    if variant == "pretrained":
-        payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
+    if start.payload:
         model = classifier_from_pretrained(
-            payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
+            start.payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
         )
-        sections, upstream = ("finetune", "train"), run_that_wrote(PRETRAINED)
     else:
-        config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
-        model = Classifier(config, len(label_names), params.finetune.pooling)
-        sections, upstream = ("model", "finetune", "train"), None
-    inputs = [TOKENIZED] + ([PRETRAINED] if variant == "pretrained" else [])
+        model = Classifier(start.config, len(label_names), params.finetune.pooling)
+    sections, upstream = start.sections, start.upstream
+    inputs = [TOKENIZED] + ([PRETRAINED] if start.payload else [])
     snapshots = Snapshots(stage, fingerprint(stage, params.sections(*sections), inputs, device),
                           params.train.resume_every)
     with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage) as run:

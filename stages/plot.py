@@ -4,23 +4,24 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 
 from lmtransfer.classification.config import load_params
-from lmtransfer.core.io import read_json, read_tsv, require_file
 from lmtransfer.classification.metrics import majority_share
-from lmtransfer.core.paths import (
-    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_epochs, finetune_summary,
-)
 from lmtransfer.classification.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss
+from lmtransfer.core.finetuned import epoch_logs
+from lmtransfer.core.io import read_json, require_file
+from lmtransfer.core.paths import (
+    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_summary,
+)
 from lmtransfer.core.plots import plot_pretraining_logs
-from lmtransfer.harness.stage import stage_main
 from lmtransfer.core.tokenized import load_labeled_split
-from lmtransfer.harness.tracking import log_figures_and_headline, stage_run
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import plot_stage_run
 
 
 @stage_main("plot")
 def main() -> None:
     params = load_params(PARAMS)
     dpi, seeds = params.plot.dpi, params.finetune.seeds
-    runs = {v: [read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics")) for s in seeds] for v in VARIANTS}
+    runs = epoch_logs(seeds)
     best_epochs = {v: [read_json(require_file(finetune_summary(v, s), "fine-tuning metrics"))
                        ["best_epoch"] for s in seeds] for v in VARIANTS}
     evaluation = read_json(require_file(EVALUATE_DETAILS / "confusion.json", "evaluation results"))
@@ -29,16 +30,13 @@ def main() -> None:
     for variant in VARIANTS:
         evaluation[variant] = {"confusion_matrix": evaluation[variant], "accuracy": report[variant]["accuracy_mean"]}
     majority = majority_share(load_labeled_split(TOKENIZED, "valid").labels)  # the split the curves are measured on
-    with stage_run("plot", params.sections("plot")):
-        figures = [
-            plot_finetune_accuracy(runs, PLOTS / "finetune_accuracy.png", dpi, majority,
-                                   baseline["valid_accuracy"], best_epochs),
-            plot_finetune_loss(runs, PLOTS / "finetune_loss.png", dpi),
-            plot_pretraining_logs(PLOTS / "pretrain.png", dpi),
-            plot_confusion(evaluation, PLOTS / "confusion.png", dpi),
-        ]
-        log_figures_and_headline(figures)
-    print("plot: " + ", ".join(str(f) for f in figures))
+    plot_stage_run(params, lambda: [
+        plot_finetune_accuracy(runs, PLOTS / "finetune_accuracy.png", dpi, majority, baseline["valid_accuracy"],
+                               best_epochs),
+        plot_finetune_loss(runs, PLOTS / "finetune_loss.png", dpi),
+        plot_pretraining_logs(PLOTS / "pretrain.png", dpi),
+        plot_confusion(evaluation, PLOTS / "confusion.png", dpi),
+    ])
 
 
 if __name__ == "__main__":

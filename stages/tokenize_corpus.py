@@ -13,7 +13,7 @@ from lmtransfer.core.io import write_json
 from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.core.tokenize_data import tokenize_prepared
-from lmtransfer.harness.tracking import stage_run
+from lmtransfer.harness.tracking import log_tokenization, stage_run
 
 
 @stage_main("tokenize")
@@ -21,9 +21,7 @@ def main() -> None:
     params = load_params(PARAMS)
     with stage_run("tokenize", params.sections("tokenizer")):
         meta = tokenize_prepared(PREPARED, TOKENIZED, params.tokenizer)
-        mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})
-        mlflow.log_metrics({f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()})
-        mlflow.log_metric("vocab_size", meta["vocab_size"])
+        log_tokenization(meta)
         mlflow.set_tag("tokenizer_scheme", meta["scheme"])
         for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
             mlflow.log_artifact(str(artifact))

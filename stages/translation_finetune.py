@@ -11,46 +11,39 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.core.checkpoint import load_checkpoint, model_config_of, save_checkpoint
-from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.data.parallel import read_pairs
-from lmtransfer.core.finetune_args import finetune_args, finetune_stage_name
+from lmtransfer.core.checkpoint import save_checkpoint
+from lmtransfer.core.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.core.io import write_json, write_tsv
-from lmtransfer.core.model import ModelConfig, count_parameters
+from lmtransfer.core.model import count_parameters
 from lmtransfer.core.paths import (
-    PARAMS, PREPARED, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+    PARAMS, PREPARED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
 from lmtransfer.core.runtime import configure, environment_facts
-from lmtransfer.harness.stage import stage_main
-from lmtransfer.core.tokenized import read_tokenized_meta
+from lmtransfer.core.tokenized import load_pair_split, read_tokenized_meta
 from lmtransfer.core.tokenizer import load_tokenizer
-from lmtransfer.harness.tracking import log_metrics, run_that_wrote, stage_run, tag_checkpoint
-from lmtransfer.core.tokenized import load_pair_split
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.training import build_translation_model, finetune_translation
 
 
 @stage_main(finetune_stage_name)
 def main() -> None:
-    args = finetune_args()
-    variant, seed = args.init, args.seed
-    stage = finetune_stage_name()
     params = load_translation_params(PARAMS)
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)
     train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")
     valid_references = list(read_pairs(PREPARED, "valid")["target"])
+    start = language_model_start(params, meta)
+    variant, seed, stage = start.variant, start.seed, start.stage
     if params.train.nproc > 1:
         print(f"{stage}: train.nproc={params.train.nproc} applies to pretraining; translation fine-tuning runs in "
               "one process")
     device = configure(params.train, seed=seed)
-    if variant == "pretrained":
-        payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
-        lm_config, lm_state = model_config_of(payload), payload["state_dict"]
-        sections, upstream = ("finetune", "train"), run_that_wrote(PRETRAINED)
-    else:
-        lm_config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
-        lm_state, sections, upstream = None, ("model", "finetune", "train"), None
-    model, warm = build_translation_model(lm_config, params.finetune, seed, lm_state)
+    lm_state = start.payload["state_dict"] if start.payload else None
+    model, warm = build_translation_model(start.config, params.finetune, seed, lm_state)
+    sections, upstream = start.sections, start.upstream
     with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
         mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
                          "n_parameters": count_parameters(model)})

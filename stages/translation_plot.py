@@ -3,12 +3,13 @@
 import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 
-from lmtransfer.translation.config import load_translation_params
-from lmtransfer.core.io import read_json, read_tsv, require_file
-from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS, PLOTS, VARIANTS, finetune_epochs
+from lmtransfer.core.finetuned import epoch_logs
+from lmtransfer.core.io import read_json, require_file
+from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS, PLOTS
 from lmtransfer.core.plots import plot_pretraining_logs
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import log_figures_and_headline, stage_run
+from lmtransfer.harness.tracking import plot_stage_run
+from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.plots import plot_translation_curves, plot_translation_scores
 
 
@@ -16,16 +17,13 @@ from lmtransfer.translation.plots import plot_translation_curves, plot_translati
 def main() -> None:
     params = load_translation_params(PARAMS)
     dpi, seeds = params.plot.dpi, params.finetune.seeds
-    runs = {v: [read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics")) for s in seeds] for v in VARIANTS}
+    runs = epoch_logs(seeds)
     report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
-    with stage_run("plot", params.sections("plot")):
-        figures = [
-            plot_translation_curves(runs, PLOTS / "finetune_bleu.png", dpi),
-            plot_pretraining_logs(PLOTS / "pretrain.png", dpi),
-            plot_translation_scores(report, PLOTS / "test_scores.png", dpi),
-        ]
-        log_figures_and_headline(figures)
-    print("plot: " + ", ".join(str(f) for f in figures))
+    plot_stage_run(params, lambda: [
+        plot_translation_curves(runs, PLOTS / "finetune_bleu.png", dpi),
+        plot_pretraining_logs(PLOTS / "pretrain.png", dpi),
+        plot_translation_scores(report, PLOTS / "test_scores.png", dpi),
+    ])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import mlflow
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import stage_run
+from lmtransfer.harness.tracking import log_tokenization, stage_run
 from lmtransfer.translation.batches import tokenize_parallel
 
 
@@ -17,9 +17,7 @@ def main() -> None:
     params = load_translation_params(PARAMS)
     with stage_run("tokenize", params.sections("tokenizer")):
         meta = tokenize_parallel(PREPARED, TOKENIZED, params.tokenizer)
-        mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})
-        mlflow.log_metrics({f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()})
-        mlflow.log_metric("vocab_size", meta["vocab_size"])
+        log_tokenization(meta)
         mlflow.log_artifact(str(TOKENIZED / "vocab.txt"))
     print(f"tokenize: {meta['vocab_size']:,} pieces shared by both languages; pairs {meta['pairs']}, longest "
           f"{meta['longest']} tokens -> {TOKENIZED}; corpus -> {TOKENIZED_CORPUS} "

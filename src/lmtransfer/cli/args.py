@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def how_to_pass(command: str, example: str, file: str) -> str:
@@ -55,3 +56,19 @@ NON_NEGATIVE_FLOAT = bounded(float, 0, "a number")
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """The module docstring's examples kept as written (top level); each option's default in its help."""
+
+
+def add_texts(parser: argparse.ArgumentParser, metavar: str, what: str) -> None:
+    """The texts a model runs over: arguments, else the lines of standard input (`texts_from_arguments_or_stdin`)."""
+    parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar=metavar,
+                        help=f"{what} (default: the lines of standard input)")
+
+
+TOKENIZER_HELP = "the tokenized data directory (or a file in it)"
+
+
+def add_model_files(parser: argparse.ArgumentParser, checkpoint: Path, checkpoint_help: str, tokenizer: Path,
+                    tokenizer_help: str = TOKENIZER_HELP) -> None:
+    """`--checkpoint` and `--tokenizer`: what every command that runs a trained model loads."""
+    parser.add_argument("--checkpoint", type=Path, default=checkpoint, help=checkpoint_help)
+    parser.add_argument("--tokenizer", type=Path, default=tokenizer, help=tokenizer_help)

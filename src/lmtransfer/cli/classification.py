@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from lmtransfer.cli.args import how_to_pass, texts_from_arguments_or_stdin
+from lmtransfer.cli.args import add_model_files, add_texts, how_to_pass, texts_from_arguments_or_stdin
 from lmtransfer.core import paths
 
 HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.txt")
@@ -80,12 +80,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "Label and probability for each text, with a fine-tuned classifier. Texts come from the arguments, "
         "else from piped standard input, one per line (blank lines skipped).",
     )
-    predict_parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar="TEXT",
-                                help="texts to classify (default: the lines of standard input)")
-    predict_parser.add_argument("--checkpoint", type=Path, default=paths.finetuned_checkpoint("pretrained", 0),
-                                help="a fine-tuned classifier checkpoint; the default is the pretrained variant, "
-                                     "seed 0")
-    predict_parser.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
-                                help="the tokenized data directory (or a file in it)")
+    add_texts(predict_parser, "TEXT", "texts to classify")
+    add_model_files(predict_parser, paths.finetuned_checkpoint("pretrained", 0),
+                    "a fine-tuned classifier checkpoint; the default is the pretrained variant, seed 0",
+                    paths.TOKENIZED)
     predict_parser.set_defaults(func=cmd_predict)
 

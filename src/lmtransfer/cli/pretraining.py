@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Callable
 
-from lmtransfer.cli.args import NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE
+from lmtransfer.cli.args import NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, add_model_files
 from lmtransfer.core import paths
 
 
@@ -69,9 +68,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                           help="sample among the k likeliest tokens; 0 = among all")
     generate.add_argument("--samples", type=POSITIVE, default=3, help="continuations to print")
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
-    generate.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED, help="a language-model checkpoint")
-    generate.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
-                          help="the tokenized data directory (or a file in it)")
+    add_model_files(generate, paths.PRETRAINED, "a language-model checkpoint", paths.TOKENIZED)
     generate.set_defaults(func=cmd_generate)
 
     fill = command("fill", "the likeliest words for each <mask> of a prompt, with a masked language model",
@@ -80,8 +77,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     fill.add_argument("prompt", nargs="?", default="the movie was <mask> good",
                       help="a text with <mask> where a word is missing")
     fill.add_argument("--top-k", type=POSITIVE, default=5, help="predictions shown per blank")
-    fill.add_argument("--checkpoint", type=Path, default=paths.PRETRAINED, help="a masked-LM checkpoint")
-    fill.add_argument("--tokenizer", type=Path, default=paths.TOKENIZED,
-                      help="the tokenized data directory (or a file in it)")
+    add_model_files(fill, paths.PRETRAINED, "a masked-LM checkpoint", paths.TOKENIZED)
     fill.set_defaults(func=cmd_fill)
 

@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from lmtransfer.cli.args import NON_NEGATIVE_FLOAT, POSITIVE, how_to_pass, texts_from_arguments_or_stdin
+from lmtransfer.cli.args import (
+    NON_NEGATIVE_FLOAT,
+    POSITIVE,
+    add_model_files,
+    add_texts,
+    how_to_pass,
+    texts_from_arguments_or_stdin,
+)
 from lmtransfer.core import paths
 from lmtransfer.translation.config import TranslationEvaluateParams
 
@@ -37,12 +44,10 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "Translate each sentence (one per argument, else one per line of standard input) with a fine-tuned "
         "encoder-decoder of the translation pipeline (`dvc repro translation/dvc.yaml`), by beam search.",
     )
-    translate.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar="SENTENCE",
-                           help="sentences to translate (default: the lines of standard input)")
-    translate.add_argument("--checkpoint", type=Path, default=TRANSLATION / paths.finetuned_checkpoint("pretrained", 0),
-                           help="a translation checkpoint; the default is the pretrained variant, seed 0")
-    translate.add_argument("--tokenizer", type=Path, default=TRANSLATION / paths.TOKENIZED,
-                           help="the translation pipeline's tokenized data directory (or a file in it)")
+    add_texts(translate, "SENTENCE", "sentences to translate")
+    add_model_files(translate, TRANSLATION / paths.finetuned_checkpoint("pretrained", 0),
+                    "a translation checkpoint; the default is the pretrained variant, seed 0",
+                    TRANSLATION / paths.TOKENIZED, "the translation pipeline's tokenized data directory (or a file in it)")
     translate.add_argument("--beam-size", type=POSITIVE, default=DECODING.beam_size, help="beam width (1 = greedy decoding)")
     translate.add_argument("--length-penalty", type=NON_NEGATIVE_FLOAT, default=DECODING.length_penalty,
                            help="GNMT's alpha: beams ranked by log P / ((5 + length) / 6) ** alpha")

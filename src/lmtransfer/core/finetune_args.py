@@ -1,15 +1,21 @@
-"""The fine-tune stages' command line, shared by both tasks: `--init pretrained|scratch --seed N`.
+"""The fine-tune stages' command line and start, shared by both tasks: `--init pretrained|scratch --seed N`.
 
 dvc.yaml runs one fine-tune stage per variant and seed; the stage's name (`finetune_pretrained@0`)
-labels its log lines and its MLflow run.
+labels its log lines and its MLflow run. Both tasks start the same way: the pretrained language model,
+or the same network, as `model.*` describes it, with fresh weights.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+from dataclasses import dataclass
+from typing import Any
 
-from lmtransfer.core.paths import VARIANTS
+from lmtransfer.core.checkpoint import load_checkpoint, model_config_of
+from lmtransfer.core.model import ModelConfig
+from lmtransfer.core.paths import PRETRAINED, VARIANTS
+from lmtransfer.harness.tracking import run_that_wrote
 
 
 @functools.cache
@@ -25,3 +31,33 @@ def finetune_stage_name() -> str:
     """`finetune_pretrained@0`: the name dvc.yaml gives this stage."""
     args = finetune_args()
     return f"finetune_{args.init}@{args.seed}"
+
+
+@dataclass(frozen=True)
+class LanguageModelStart:
+    """Where a fine-tune starts. `payload` is the pretrained checkpoint (None from scratch); `sections` the params
+    its result depends on (a pretrained start carries `model.*` in the checkpoint); `upstream` the MLflow run that
+    wrote the checkpoint (None from scratch)."""
+
+    variant: str
+    seed: int
+    config: ModelConfig  # of the language model the fine-tune starts from
+    payload: dict | None
+    sections: tuple[str, ...]
+    upstream: str | None
+
+    @property
+    def stage(self) -> str:
+        return f"finetune_{self.variant}@{self.seed}"
+
+
+def language_model_start(params: Any, meta: dict) -> LanguageModelStart:
+    """This stage's start: `models/pretrained.pt` for `--init pretrained`; for `--init scratch` the network
+    `params.model` describes over the tokenizer's ids (`meta`: data/tokenized's meta.json), fresh."""
+    args = finetune_args()
+    if args.init == "pretrained":
+        payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
+        return LanguageModelStart(args.init, args.seed, model_config_of(payload), payload, ("finetune", "train"),
+                                  run_that_wrote(PRETRAINED))
+    config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
+    return LanguageModelStart(args.init, args.seed, config, None, ("model", "finetune", "train"), None)

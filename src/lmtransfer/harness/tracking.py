@@ -27,7 +27,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from lmtransfer.core.io import sha256_of
 from lmtransfer.core.sharing import is_main_process
@@ -359,14 +359,27 @@ def runs_that_wrote(paths: Iterable[str | Path]) -> str:
     return ",".join(filter(None, (run_that_wrote(path) for path in paths)))
 
 
-def log_figures_and_headline(figures: list[Path]) -> None:
-    """The plot stage's figures as artifacts, and the headline on the pipeline run too: the last stage puts the
-    answer there, since evaluate is skipped when the fine-tuned models come out identical (a fresh clone's run)."""
+def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
+    """The plot stage's MLflow run: `draw()` makes the figures inside it, they become artifacts, and the headline
+    goes on the pipeline run too: the last stage puts the answer there, since evaluate is skipped when the
+    fine-tuned models come out identical (a fresh clone's run)."""
     import mlflow
 
     from lmtransfer.core.io import read_json, require_file
     from lmtransfer.core.paths import HEADLINE
 
-    for figure in figures:
-        mlflow.log_artifact(str(figure), "figures")
-    log_to_pipeline(read_json(require_file(HEADLINE, "headline metrics")))
+    with stage_run("plot", params.sections("plot")):
+        figures = draw()
+        for figure in figures:
+            mlflow.log_artifact(str(figure), "figures")
+        log_to_pipeline(read_json(require_file(HEADLINE, "headline metrics")))
+    print("plot: " + ", ".join(str(f) for f in figures))
+
+
+def log_tokenization(meta: dict) -> None:
+    """What a tokenize stage made of the data: tokens and unknown-piece rate per split, and the vocabulary size."""
+    import mlflow
+
+    mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})
+    mlflow.log_metrics({f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()})
+    mlflow.log_metric("vocab_size", meta["vocab_size"])
