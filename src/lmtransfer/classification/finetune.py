@@ -7,6 +7,7 @@ one clipped AdamW step each, then validation; the best epoch's weights are kept.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -90,24 +91,20 @@ def finetune(
     groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
     optimizer = make_optimizer(groups, params.lr, params.weight_decay)
     steps_per_epoch = -(-len(train) // params.batch_size)
-    if params.schedule == "constant":
-        scheduler = warmup_constant(optimizer, params.warmup_steps)
-    else:
-        scheduler = warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs)
+    scheduler = (warmup_constant(optimizer, params.warmup_steps) if params.schedule == "constant"
+                 else warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs))
     print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
     generator = np.random.default_rng(seed)
     world = distributed.world()
     distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
     trainer = compiled(distributed.wrap(model, _scores, device), compile_steps) if world.size > 1 else None
+    step = (functools.partial(_local_step, forward, device=device) if trainer is None
+            else functools.partial(_sharded_step, trainer, world=world, device=device))
     result, done = FinetuneResult(), 0
     saved = snapshots.load("epochs") if snapshots else None
     if saved:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        set_rng_state(saved["rng"])
-        generator.bit_generator.state = saved["batch_order"]
-        result, done = FinetuneResult(**saved["result"]), len(saved["result"]["history"])
+        result = _restore(saved, model, optimizer, scheduler, generator)
+        done = len(result.history)
         print(f"{desc}: resumed from the snapshot after epoch {done} of {params.epochs}", flush=True)
         for row in result.history:
             if on_epoch:
@@ -117,35 +114,17 @@ def finetune(
         model.train()
         if params.freeze_backbone:
             model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
-        loss_sum, correct, seen = 0.0, 0, 0
         epoch_start = time.perf_counter()
         progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
-        for ids, labels in classification_batches(
-            train, params.batch_size, params.max_len, model.base.config.pad_id, generator
-        ):
-            ids, labels = to_device((ids, labels), device)
-            if trainer is None:
-                with autocast(device):
-                    logits = forward(ids).float()
-                loss = F.cross_entropy(logits, labels)
-                optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-                loss_sum += loss.item() * len(labels)
-                correct += int((logits.argmax(-1) == labels).sum())
-            else:
-                loss, measured = _sharded_step(trainer, ids, labels, world, device)
-                optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-                loss_sum += measured["loss"].item() * len(labels)
-                correct += int(measured["correct"].round())
-            seen += len(labels)
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
-        progress.close()
+        batches = classification_batches(train, params.batch_size, params.max_len, model.base.config.pad_id, generator)
+        train_loss, train_accuracy = _train_epoch(step, batches, model, optimizer, scheduler, params.grad_clip,
+                                                  device, progress)
         probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)
         val_accuracy = float((probabilities.argmax(-1) == valid.labels).mean())
         row = {
             "epoch": epoch,
-            "train_loss": loss_sum / seen,
-            "train_accuracy": correct / seen,
+            "train_loss": train_loss,
+            "train_accuracy": train_accuracy,
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
         }
@@ -173,6 +152,41 @@ def finetune(
 def _scores(model: Classifier, ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
     logits = model(ids).float()
     return {"loss": F.cross_entropy(logits, labels), "correct": (logits.argmax(-1) == labels).sum()}
+
+
+def _restore(saved: dict, model, optimizer, scheduler, generator: np.random.Generator) -> FinetuneResult:
+    """The last epoch's snapshot back in place: weights, optimizer, schedule, every RNG and the batch order."""
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    set_rng_state(saved["rng"])
+    generator.bit_generator.state = saved["batch_order"]
+    return FinetuneResult(**saved["result"])
+
+
+def _local_step(forward, ids: torch.Tensor, labels: torch.Tensor, device: torch.device):
+    """One process's batch: the loss to step on, and the loss and number correct it measured."""
+    with autocast(device):
+        logits = forward(ids).float()
+    loss = F.cross_entropy(logits, labels)
+    return loss, {"loss": loss, "correct": (logits.argmax(-1) == labels).sum()}
+
+
+def _train_epoch(step, batches, model, optimizer, scheduler, grad_clip: float, device: torch.device,
+                 progress) -> tuple[float, float]:
+    """One pass over the shuffled batches, a clipped optimizer step each: the epoch's mean loss and accuracy."""
+    loss_sum, correct, seen = 0.0, 0, 0
+    for ids, labels in batches:
+        ids, labels = to_device((ids, labels), device)
+        loss, measured = step(ids, labels)
+        optimizer_step(loss, model, optimizer, scheduler, grad_clip)
+        loss_sum += measured["loss"].item() * len(labels)
+        correct += int(measured["correct"].round())
+        seen += len(labels)
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
+    progress.close()
+    return loss_sum / seen, correct / seen
 
 
 def _sharded_step(trainer, ids: torch.Tensor, labels: torch.Tensor, world: distributed.World, device: torch.device):

@@ -7,10 +7,11 @@ adaptation to the task's texts) is the same loop with its own schedule.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -147,6 +148,8 @@ def pretrain(
     idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
     trainer = (compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
                if world.size > 1 else None)
+    step = (functools.partial(_local_losses, step_losses) if trainer is None
+            else functools.partial(_sharded_losses, trainer, world=world))
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     result, at = PretrainResult(steps=steps), _Position()
@@ -166,12 +169,7 @@ def pretrain(
 
     saved = snapshots.load(phase) if snapshots else None
     if saved:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        set_rng_state(saved["rng"])
-        result, at, epoch_order = PretrainResult(**saved["result"]), _Position(**saved["position"]), saved["epoch_order"]
-        train_batches.generator.set_state(epoch_order)
+        result, at, epoch_order = _restore(saved, model, optimizer, scheduler, train_batches.generator)
         _log_again(result, log_metrics)
         print(f"{desc}: resumed from the snapshot at step {at.step} of {steps}", flush=True)
         if saved["done"]:
@@ -187,37 +185,14 @@ def pretrain(
         for batch in draws.batches(train_batches.epoch(skip=at.batch)):
             batch = to_device(batch, device)  # inputs, targets[, segments, is_next]
             with autocast(device):
-                if trainer is None:
-                    losses = step_losses(*batch)
-                    loss = losses["loss"]
-                else:
-                    loss, losses = _sharded_losses(trainer, batch, world)
+                loss, losses = step(batch)
             optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-            at.step += 1
-            at.batch += 1
-            at.window_loss += losses["loss"].item()
-            for key, value in losses.items():
-                if key != "loss":
-                    at.window_extras[key] = at.window_extras.get(key, 0.0) + value.item()
-            at.window_batches += 1
-            at.window_tokens += batch[0].numel()
-            result.tokens_seen += batch[0].numel()
+            _count_step(at, result, losses, batch[0].numel())
             if at.step % log_every == 0 or at.step == steps:
-                elapsed = time.perf_counter() - window_start
-                row = {
-                    "step": first_step + at.step,
-                    "epoch": at.epoch,
-                    "train_loss": at.window_loss / at.window_batches,
-                    "lr": scheduler.get_last_lr()[0],
-                    **{f"train_{key}": total / at.window_batches for key, total in at.window_extras.items()},
-                }
-                tokens_per_s = at.window_tokens / max(elapsed, 1e-9)
-                result.train_log.append(row)
-                result.throughput.append({"step": first_step + at.step, "tokens_per_s": round(tokens_per_s, 1)})
+                row, tokens_per_s = _close_window(at, result, scheduler, first_step, time.perf_counter() - window_start)
                 log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
                             first_step + at.step)
                 progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
-                at.window_loss, at.window_batches, at.window_tokens, at.window_extras = 0.0, 0, 0, {}
                 window_start = time.perf_counter()
             if at.step % params.eval_every == 0 and at.step != steps:
                 validate(at.step)
@@ -236,6 +211,52 @@ def pretrain(
     if snapshots:
         snapshot(done=True)  # a kill in a later phase resumes there, not here
     return result
+
+
+def _restore(saved: dict, model, optimizer, scheduler, generator) -> tuple[PretrainResult, _Position, Any]:
+    """A snapshot back in place: weights, optimizer, schedule, every RNG and the epoch's batch order."""
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    set_rng_state(saved["rng"])
+    generator.set_state(saved["epoch_order"])
+    return PretrainResult(**saved["result"]), _Position(**saved["position"]), saved["epoch_order"]
+
+
+def _count_step(at: _Position, result: PretrainResult, losses: dict[str, torch.Tensor], tokens: int) -> None:
+    """One optimizer step done: the position moves on and the logging window sums its losses and tokens."""
+    at.step += 1
+    at.batch += 1
+    at.window_loss += losses["loss"].item()
+    for key, value in losses.items():
+        if key != "loss":
+            at.window_extras[key] = at.window_extras.get(key, 0.0) + value.item()
+    at.window_batches += 1
+    at.window_tokens += tokens
+    result.tokens_seen += tokens
+
+
+def _close_window(at: _Position, result: PretrainResult, scheduler, first_step: int,
+                  elapsed: float) -> tuple[dict, float]:
+    """The logging window's means as a train-log row, and its tokens per second; the window starts again."""
+    row = {
+        "step": first_step + at.step,
+        "epoch": at.epoch,
+        "train_loss": at.window_loss / at.window_batches,
+        "lr": scheduler.get_last_lr()[0],
+        **{f"train_{key}": total / at.window_batches for key, total in at.window_extras.items()},
+    }
+    tokens_per_s = at.window_tokens / max(elapsed, 1e-9)
+    result.train_log.append(row)
+    result.throughput.append({"step": first_step + at.step, "tokens_per_s": round(tokens_per_s, 1)})
+    at.window_loss, at.window_batches, at.window_tokens, at.window_extras = 0.0, 0, 0, {}
+    return row, tokens_per_s
+
+
+def _local_losses(step_losses, batch: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One process's batch: the loss to step on, and every loss the objective measured."""
+    losses = step_losses(*batch)
+    return losses["loss"], losses
 
 
 def _losses(model: LanguageModel, *batch: torch.Tensor) -> dict[str, torch.Tensor]:
