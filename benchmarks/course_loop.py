@@ -170,7 +170,7 @@ def our_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> fl
     import torch
 
     from lmtransfer.core.config import PretrainParams
-    from lmtransfer.core.model import LanguageModel, ModelConfig
+    from lmtransfer.modeling.model import LanguageModel, ModelConfig
     from lmtransfer.pretraining.loop import pretrain
 
     model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT))
@@ -191,8 +191,8 @@ def our_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
 
     from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.classification.finetune import finetune
-    from lmtransfer.core.model import Classifier, ModelConfig
-    from lmtransfer.core.tokenized import LabeledSplit
+    from lmtransfer.modeling.model import Classifier, ModelConfig
+    from lmtransfer.tokens.tokenized import LabeledSplit
 
     def split(rows):
         lengths = np.array([len(texts[i]) for i in rows])
@@ -247,11 +247,11 @@ LOOPS = {"course": (COURSE, False), "ours": (OURS, True), "course+flush": (COURS
 def measure(loop: str, workloads: list[str], quick: bool) -> dict:
     """One loop over the workloads, in this process: tokens/s each, and this process's sgemm rate. Ours flushes
     denormals as the pipeline's stages do (`runtime.configure`), before torch starts its threads."""
-    import lmtransfer  # noqa: F401 - pins the kernels unless LMTRANSFER_CPU_KERNELS=native
     import numpy as np
     import torch
 
-    from lmtransfer.core.runtime import flush_denormals
+    import lmtransfer  # noqa: F401 - pins the kernels unless LMTRANSFER_CPU_KERNELS=native
+    from lmtransfer.modeling.runtime import flush_denormals
 
     functions, flush = LOOPS[loop]
     if flush:

@@ -18,8 +18,8 @@ import sys
 
 MEASURE = r"""
 import json, time, torch
-from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.core.optim import make_optimizer
+from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.training.optim import make_optimizer
 torch.manual_seed(0)
 config = ModelConfig(vocab_size=4000, d_model=200, n_layers=4, n_heads=2, d_ff=200)
 results = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}

@@ -16,9 +16,14 @@ import time
 
 import torch
 
-from lmtransfer.core.model import LanguageModel, ModelConfig, count_parameters
-from lmtransfer.core.optim import make_optimizer
-from lmtransfer.core.runtime import autocast, compiled, flush_denormals, select_device
+from lmtransfer.modeling.model import LanguageModel, ModelConfig, count_parameters
+from lmtransfer.modeling.runtime import (
+    autocast,
+    compiled,
+    flush_denormals,
+    select_device,
+)
+from lmtransfer.training.optim import make_optimizer
 
 SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)
     ("reference D=200 N=4, V=4000", 4000, 200, 4, 2, 200),

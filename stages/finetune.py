@@ -13,17 +13,17 @@ import mlflow
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core import distributed
-from lmtransfer.core.checkpoint import classifier_from_pretrained, save_checkpoint
-from lmtransfer.core.finetune_args import finetune_stage_name, language_model_start
+from lmtransfer.training import distributed
+from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
+from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.core.io import write_json, write_tsv
-from lmtransfer.core.model import Classifier, count_parameters
+from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.core.paths import (
     PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
-from lmtransfer.core.resume import Snapshots, fingerprint
-from lmtransfer.core.runtime import configure, environment_facts
-from lmtransfer.core.tokenized import load_labeled_split, read_tokenized_meta
+from lmtransfer.training.resume import Snapshots, fingerprint
+from lmtransfer.modeling.runtime import configure, environment_facts
+from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 

@@ -6,13 +6,13 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.metrics import majority_share
 from lmtransfer.classification.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss
-from lmtransfer.core.finetuned import epoch_logs
+from lmtransfer.reporting.finetuned import epoch_logs
 from lmtransfer.core.io import read_json, require_file
 from lmtransfer.core.paths import (
     BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_summary,
 )
-from lmtransfer.core.plots import plot_pretraining_logs
-from lmtransfer.core.tokenized import load_labeled_split
+from lmtransfer.reporting.plots import plot_pretraining_logs
+from lmtransfer.tokens.tokenized import load_labeled_split
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import plot_stage_run
 

@@ -12,7 +12,7 @@ from lmtransfer.classification.config import load_params
 from lmtransfer.core.io import write_json
 from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.core.tokenize_data import tokenize_prepared
+from lmtransfer.tokens.tokenize_data import tokenize_prepared
 from lmtransfer.harness.tracking import log_tokenization, stage_run
 
 

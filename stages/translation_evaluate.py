@@ -10,17 +10,17 @@ import pandas as pd
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.data.clauses import short_test_pairs
 from lmtransfer.translation.data.parallel import read_pairs
-from lmtransfer.core.finetuned import finetuned_checkpoints
+from lmtransfer.reporting.finetuned import finetuned_checkpoints
 from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
 from lmtransfer.core.paths import (
     EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PREPARED, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
     finetune_epochs,
 )
-from lmtransfer.core.runtime import select_device, use_share_of_cores
+from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.core.tokenizer import load_tokenizer
+from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
-from lmtransfer.core.tokenized import load_pair_split
+from lmtransfer.tokens.tokenized import load_pair_split
 from lmtransfer.translation.evaluate import report_lines, translation_headline, translation_report
 from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_sources, translate_texts
 

@@ -11,16 +11,16 @@ import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs 
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 import mlflow
 
-from lmtransfer.core.checkpoint import save_checkpoint
-from lmtransfer.core.finetune_args import finetune_stage_name, language_model_start
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.core.io import write_json, write_tsv
-from lmtransfer.core.model import count_parameters
+from lmtransfer.modeling.model import count_parameters
 from lmtransfer.core.paths import (
     PARAMS, PREPARED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
 )
-from lmtransfer.core.runtime import configure, environment_facts
-from lmtransfer.core.tokenized import load_pair_split, read_tokenized_meta
-from lmtransfer.core.tokenizer import load_tokenizer
+from lmtransfer.modeling.runtime import configure, environment_facts
+from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
+from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 from lmtransfer.translation.config import load_translation_params

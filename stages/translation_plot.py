@@ -3,10 +3,10 @@
 import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
 import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
 
-from lmtransfer.core.finetuned import epoch_logs
+from lmtransfer.reporting.finetuned import epoch_logs
 from lmtransfer.core.io import read_json, require_file
 from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS, PLOTS
-from lmtransfer.core.plots import plot_pretraining_logs
+from lmtransfer.reporting.plots import plot_pretraining_logs
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import plot_stage_run
 from lmtransfer.translation.config import load_translation_params

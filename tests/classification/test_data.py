@@ -33,12 +33,17 @@ from lmtransfer.classification.data.prepare import (
     stratified_split,
     write_prepared,
 )
-from lmtransfer.core.text import dedup_key, normalize_text
+from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data import pinned
 from lmtransfer.data.pinned import verify_checksum
-from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
-from lmtransfer.data.raw import RawData
+from lmtransfer.data.prepared import (
+    SPLITS,
+    read_corpus_meta,
+    read_prepared_meta,
+    read_split,
+)
 from lmtransfer.harness.errors import DataSourceError, EmptySplitError
+from lmtransfer.text.normalize import dedup_key, normalize_text
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 

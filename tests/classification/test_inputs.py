@@ -20,17 +20,27 @@ import pandas as pd
 import pytest
 
 from lmtransfer.classification.config import parse_params
-from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
+from lmtransfer.classification.data.prepare import (
+    prepare,
+    prepare_labeled,
+    write_prepared,
+)
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.classification.inputs import check_inputs
-from lmtransfer.core.checkpoint import save_checkpoint
-from lmtransfer.core.checkpoint_import import CheckpointImportError
 from lmtransfer.core.config import ConfigError
-from lmtransfer.core.model import LanguageModel, ModelConfig
-from lmtransfer.core.tokenize_data import tokenize_prepared
-from lmtransfer.core.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 from lmtransfer.data.prepared import read_corpus_meta, read_split
-from lmtransfer.harness.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
+from lmtransfer.harness.errors import (
+    DataSourceError,
+    EmptySplitError,
+    InputFileError,
+    SplitError,
+    TokenizerError,
+)
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import LanguageModel, ModelConfig
+from lmtransfer.pretraining.checkpoint_import import CheckpointImportError
+from lmtransfer.tokens.tokenize_data import tokenize_prepared
+from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -682,7 +692,10 @@ def test_a_vocab_size_too_large_for_a_small_corpus_stops_validate_with_the_large
 
 
 def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_representative():
-    from lmtransfer.classification.data.prepare import MAX_DOCUMENT_CHARS, split_long_line
+    from lmtransfer.classification.data.prepare import (
+        MAX_DOCUMENT_CHARS,
+        split_long_line,
+    )
 
     words = [f"word{i % 997}" for i in range(200_000)]  # about 1.6 million characters on one line
     write_csv("train.csv", reviews(["pos", "neg"], 10))

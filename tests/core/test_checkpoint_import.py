@@ -9,14 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from lmtransfer.core.checkpoint import save_checkpoint
-from lmtransfer.core.checkpoint_import import (
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
+from lmtransfer.pretraining.checkpoint_import import (
     CheckpointImportError,
     check_compatible,
     load_into_language_model,
     read_checkpoint_weights,
 )
-from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
 
 V, D, N, F, A = 50, 16, 2, 24, 2
 CONFIG = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dropout=0.1)

@@ -10,10 +10,14 @@ import pytest
 import torch
 
 from lmtransfer.cli.main import build_parser, main
-from lmtransfer.core.checkpoint import save_checkpoint
 from lmtransfer.core.config import TokenizerParams
-from lmtransfer.core.model import Classifier, ModelConfig, expected_base_parameters
-from lmtransfer.core.tokenizer import SentencePieceTokenizer, save_tokenizer, train_sentencepiece
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import Classifier, ModelConfig, expected_base_parameters
+from lmtransfer.tokens.tokenizer import (
+    SentencePieceTokenizer,
+    save_tokenizer,
+    train_sentencepiece,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ TRAIN_A_LITTLE = """
 import hashlib, json
 import lmtransfer  # pins the kernels before torch loads
 import torch
-from lmtransfer.core.model import LanguageModel, ModelConfig
+from lmtransfer.modeling.model import LanguageModel, ModelConfig
 torch.manual_seed(0)
 torch.set_num_threads(1)
 model = LanguageModel(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=2, d_ff=128, dropout=0.1))
@@ -66,8 +66,8 @@ def test_checkpoints_of_equal_weights_are_equal_bytes(tmp_path):
     """dvc.lock records checkpoint hashes: a rerun with the same weights must not change them."""
     import torch
 
-    from lmtransfer.core.checkpoint import save_checkpoint
-    from lmtransfer.core.model import LanguageModel, ModelConfig
+    from lmtransfer.modeling.checkpoint import save_checkpoint
+    from lmtransfer.modeling.model import LanguageModel, ModelConfig
 
     torch.manual_seed(0)
     model = LanguageModel(ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=8, dropout=0.1))

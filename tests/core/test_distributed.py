@@ -21,12 +21,12 @@ import torch.multiprocessing as mp
 
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core import distributed
 from lmtransfer.core.config import PretrainParams, TrainParams
-from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.loop import adapt_to_task, pretrain
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.training import distributed
 
 CPU = torch.device("cpu")
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 40
@@ -151,7 +151,7 @@ def test_one_process_changes_nothing():
 FAILING_STAGE = """
 import sys
 sys.path.insert(0, {src!r})
-from lmtransfer.core import distributed
+from lmtransfer.training import distributed
 from lmtransfer.core.config import TrainParams
 from lmtransfer.harness.errors import ConfigError
 from lmtransfer.harness.stage import stage_main

@@ -12,7 +12,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.core.model import Dropout, ModelConfig, TransformerBase, attention_with_dropout_on_cpu, causal_mask
+from lmtransfer.modeling.model import (
+    Dropout,
+    ModelConfig,
+    TransformerBase,
+    attention_with_dropout_on_cpu,
+    causal_mask,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,7 +143,7 @@ def test_attention_dropout_drops_weights_and_keeps_their_expected_sum():
 
 def test_a_training_layer_on_the_cpu_uses_its_own_attention_dropout(monkeypatch):
     calls = []
-    monkeypatch.setattr("lmtransfer.core.model.attention_with_dropout_on_cpu",
+    monkeypatch.setattr("lmtransfer.modeling.model.attention_with_dropout_on_cpu",
                         lambda *args: calls.append(args[-1]) or attention_with_dropout_on_cpu(*args))
     base = TransformerBase(ModelConfig(vocab_size=30, d_model=8, n_layers=2, n_heads=2, d_ff=8, dropout=0.2))
     ids = torch.randint(1, 30, (2, 5))
@@ -152,7 +158,7 @@ import runpy, sys
 sys.path.insert(0, "stages")  # as when the stage runs as a script: its folder first
 runpy.run_path({stage!r}, run_name="imported")  # the stage's imports and module code, not its main
 from lmtransfer.core.config import TrainParams
-from lmtransfer.core.runtime import configure, denormals_flushed
+from lmtransfer.modeling.runtime import configure, denormals_flushed
 configure(TrainParams(num_threads=2))
 print(denormals_flushed())
 """
@@ -169,7 +175,7 @@ def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage):
 
 def test_the_probe_sees_a_thread_that_started_before_the_flush():
     late = ("import torch\ntorch.set_num_threads(2)\n(torch.ones(1 << 20) * 2).sum()\n"
-            "from lmtransfer.core.runtime import denormals_flushed, flush_denormals\nflush_denormals()\n"
+            "from lmtransfer.modeling.runtime import denormals_flushed, flush_denormals\nflush_denormals()\n"
             "print(denormals_flushed())")
     result = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, check=True)
     assert result.stdout.split()[-1] == "False"

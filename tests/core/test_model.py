@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lmtransfer.core.model import (
+from lmtransfer.modeling.model import (
     Classifier,
     LanguageModel,
     ModelConfig,

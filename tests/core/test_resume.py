@@ -18,12 +18,12 @@ import torch
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
-from lmtransfer.core.resume import Snapshots, fingerprint
-from lmtransfer.core.tokenized import LabeledSplit
-from lmtransfer.core.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
 from lmtransfer.pretraining.loop import adapt_to_task, pretrain
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training.resume import Snapshots, fingerprint
 
 CPU = torch.device("cpu")
 CONFIG = ModelConfig(vocab_size=24, d_model=16, n_heads=2, n_layers=1, d_ff=16, dropout=0.1)
@@ -190,7 +190,7 @@ KILLED_RUN = textwrap.dedent("""
     import torch
     sys.path.insert(0, {tests!r})
     import test_resume as t
-    from lmtransfer.core.resume import Snapshots
+    from lmtransfer.training.resume import Snapshots
 
     def slow_log(metrics, step):
         print(step, flush=True)

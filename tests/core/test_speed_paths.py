@@ -17,7 +17,14 @@ import torch
 from torch.nn import functional as F
 
 from lmtransfer.core.config import PretrainParams, TrainParams
-from lmtransfer.core.lm_loss import (
+from lmtransfer.core.sharing import (
+    JOBS_ENV,
+    parallel_jobs,
+    running_queue_workers,
+    thread_share,
+)
+from lmtransfer.harness.errors import ConfigError
+from lmtransfer.modeling.lm_loss import (
     AUTO_MIN_VOCAB,
     CHUNK_LOGITS,
     IGNORE_INDEX,
@@ -25,13 +32,11 @@ from lmtransfer.core.lm_loss import (
     linear_cross_entropy,
     use_chunked_loss,
 )
-from lmtransfer.core.model import LanguageModel, ModelConfig
-from lmtransfer.core.optim import make_optimizer
-from lmtransfer.core.runtime import configure, to_device
-from lmtransfer.core.sharing import JOBS_ENV, parallel_jobs, running_queue_workers, thread_share
-from lmtransfer.core.tokenizer import BOS_ID, EOS_ID
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.modeling.model import LanguageModel, ModelConfig
+from lmtransfer.modeling.runtime import configure, to_device
 from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training.optim import make_optimizer
 
 CPU = torch.device("cpu")
 

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.harness.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
+from lmtransfer.harness.errors import (
+    ConfigError,
+    DeviceError,
+    LmtransferError,
+    MissingOutputError,
+)
 from lmtransfer.harness.stage import stage_main
 
 
@@ -75,7 +80,7 @@ def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path
 
 def test_the_fine_tune_command_line_is_parsed_once_and_names_the_stage(monkeypatch):
     """Both tasks' fine-tune stages share it; the stage wrapper and the stage ask for it, argparse runs once."""
-    from lmtransfer.core import finetune_args as module
+    from lmtransfer.training import finetune_args as module
 
     module.finetune_args.cache_clear()
     monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "2"])

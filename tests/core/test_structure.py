@@ -4,7 +4,16 @@ and no module imports in a circle."""
 from __future__ import annotations
 
 import pytest
-from import_closure import EXEMPT, PIPELINES, REPO, SRC, closure_files, dep_prefix, imported_modules, module_file
+from import_closure import (
+    EXEMPT,
+    PIPELINES,
+    REPO,
+    SRC,
+    closure_files,
+    dep_prefix,
+    imported_modules,
+    module_file,
+)
 from ruamel.yaml import YAML
 
 STAGES = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
@@ -88,8 +97,8 @@ def test_stage_scripts_stay_thin():
 
 def test_each_stored_format_has_one_home():
     """File names of the prepared and tokenized folders are spelled in one module each."""
-    for needle, home in (('"corpus_{part}.txt"', "data/prepared.py"), ('f"{name}.npz"', "core/tokenized.py"),
-                         ('f"corpus_{part}.npy"', "core/tokenized.py")):
+    for needle, home in (('"corpus_{part}.txt"', "data/prepared.py"), ('f"{name}.npz"', "tokens/tokenized.py"),
+                         ('f"corpus_{part}.npy"', "tokens/tokenized.py")):
         holders = [p.relative_to(SRC / "lmtransfer").as_posix() for p in SRC.rglob("*.py") if needle in p.read_text()]
         assert holders == [home], f"{needle} spelled in {holders}"
     sources = [p for p in list(SRC.rglob("*.py")) + list((REPO / "stages").glob("*.py"))]
@@ -137,7 +146,15 @@ def test_the_training_stages_can_be_restored_from_the_run_cache(stage):
 # --- the layout: a shared core and one package per task ------------------------------------------------------------
 
 TASKS = ("classification", "translation")
-SHARED = ("core", "data", "pretraining", "harness")  # what both tasks build on: never imports a task
+FRONT = ("cli", "docs")  # the command line and the docs' generators: may use either task
+SHARED = tuple(sorted(p.parent.name for p in (SRC / "lmtransfer").glob("*/__init__.py")
+                      if p.parent.name not in TASKS + FRONT))  # what both tasks build on: never imports a task
+
+
+def test_the_module_map_names_every_package_and_module():
+    page = (REPO / "docs" / "guide" / "development.md").read_text(encoding="utf-8")
+    for package in SHARED + TASKS + FRONT:
+        assert f"\n  {package}/ " in page, f"docs/guide/development.md's module map lacks src/lmtransfer/{package}/"
 
 
 def _package_of(module: str) -> str:
@@ -161,6 +178,13 @@ def test_no_task_module_is_left_at_the_top_of_the_package():
     top = sorted(p.name for p in (SRC / "lmtransfer").glob("*.py"))
     assert top == ["__init__.py"], f"modules at the top of src/lmtransfer/: {top}; each belongs in a package"
     assert not list((SRC / "lmtransfer").rglob("translation_*.py"))
+
+
+@pytest.mark.parametrize("pipeline_stage", sorted(ALL_STAGES), ids="{0[0]}:{0[1]}".format)
+def test_core_holds_only_what_every_stage_runs_so_each_lists_it_as_one_folder(pipeline_stage):
+    prefix, definition = ALL_STAGES[pipeline_stage]
+    deps = [str(d).removeprefix(prefix) for d in definition["deps"]]
+    assert "src/lmtransfer/core" in deps, f"{pipeline_stage} lists core's files one by one: {deps}"
 
 
 @pytest.mark.parametrize("pipeline_stage", sorted(ALL_STAGES), ids="{0[0]}:{0[1]}".format)

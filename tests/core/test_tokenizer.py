@@ -11,11 +11,15 @@ import sentencepiece as spm
 
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.prepare import write_prepared
+from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import read_json
-from lmtransfer.core.tokenize_data import tokenize_prepared
-from lmtransfer.core.tokenized import load_labeled_split, write_corpus_part
-from lmtransfer.core.tokenizer import (
+from lmtransfer.data.prepared import SPLITS, read_split
+from lmtransfer.harness.errors import TokenizerError
+from lmtransfer.pretraining.generation import encode_prompt
+from lmtransfer.tokens.tokenize_data import tokenize_prepared
+from lmtransfer.tokens.tokenized import load_labeled_split, write_corpus_part
+from lmtransfer.tokens.tokenizer import (
     BOS_ID,
     EOS_ID,
     MASK_PIECE,
@@ -30,10 +34,6 @@ from lmtransfer.core.tokenizer import (
     train_sentencepiece,
     training_sample_lines,
 )
-from lmtransfer.data.prepared import SPLITS, read_split
-from lmtransfer.data.raw import RawData
-from lmtransfer.harness.errors import TokenizerError
-from lmtransfer.pretraining.generation import encode_prompt
 
 WORDS = (
     "the a an film movie was is good bad great story plot actor actress scene funny dull long short and but "
@@ -290,7 +290,7 @@ def test_loading_a_missing_split_names_the_file(tmp_path):
 
 
 def test_prompts_are_read_as_pieces_when_only_a_dictionary_is_given():
-    from lmtransfer.core.tokenizer import DictionaryTokenizer
+    from lmtransfer.tokens.tokenizer import DictionaryTokenizer
 
     dictionary = DictionaryTokenizer(["\u2581Ce", "\u2581livre", "\u2581est"])
     with pytest.raises(TokenizerError, match="tokenizer.model_file"):

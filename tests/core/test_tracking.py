@@ -40,14 +40,15 @@ def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code:
 
 def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
     """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
-    import os
-    import subprocess
-    import sys
 
     import mlflow
-    from mlflow import MlflowClient
 
-    from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, _process_tag, stage_run
+    from lmtransfer.harness.tracking import (
+        PREVIOUS_ATTEMPT_TAG,
+        PROCESS_TAG,
+        _process_tag,
+        stage_run,
+    )
 
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "kill-test",
@@ -76,12 +77,8 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 
 def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_killed(tmp_path, monkeypatch):
     """Killed between a stage closing its own run and closing the pipeline run: the next stage closes it."""
-    import os
-    import subprocess
-    import sys
 
     import mlflow
-    from mlflow import MlflowClient
 
     from lmtransfer.harness.tracking import stage_run
 

@@ -10,24 +10,33 @@ import pytest
 import torch
 
 from lmtransfer.classification.config import FinetuneParams
-from lmtransfer.classification.finetune import describe_trainable, finetune, set_backbone_frozen
+from lmtransfer.classification.finetune import (
+    describe_trainable,
+    finetune,
+    set_backbone_frozen,
+)
 from lmtransfer.classification.inference import predict
-from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
+from lmtransfer.classification.metrics import (
+    accuracy,
+    confusion_matrix,
+    macro_f1,
+    per_class_f1,
+)
 from lmtransfer.core import io as lmio
-from lmtransfer.core.checkpoint import (
+from lmtransfer.core.config import PretrainParams
+from lmtransfer.modeling.checkpoint import (
     build_classifier,
     build_language_model,
     classifier_from_pretrained,
     load_checkpoint,
     save_checkpoint,
 )
-from lmtransfer.core.config import PretrainParams
-from lmtransfer.core.datasets import PackedBatches, classification_batches, pad_batch
-from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.core.optim import make_optimizer, warmup_constant, warmup_cosine
-from lmtransfer.core.tokenized import LabeledSplit
-from lmtransfer.core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.tokens.datasets import PackedBatches, classification_batches, pad_batch
+from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
 
 CPU = torch.device("cpu")
 LM_CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)

@@ -26,7 +26,7 @@ import torch
 from pipeline_repo import REPO, make_repo, merge, run
 from ruamel.yaml import YAML
 
-from lmtransfer.core.model import LanguageModel, ModelConfig, sinusoidal_positions
+from lmtransfer.modeling.model import LanguageModel, ModelConfig, sinusoidal_positions
 
 pytestmark = pytest.mark.slow
 

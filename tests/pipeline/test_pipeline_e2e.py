@@ -435,7 +435,7 @@ def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path
                                         "val_nsp_accuracy", "phase"]
     assert json.loads((tmp_path / "metrics/evaluate.json").read_text())["n_seeds"] == 2
     assert all((tmp_path / "plots" / name).stat().st_size > 0 for name in ("finetune_accuracy.png", "pretrain.png"))
-    code = ("import sys, torch; from lmtransfer.core.checkpoint import read_torch_file; "
+    code = ("import sys, torch; from lmtransfer.modeling.checkpoint import read_torch_file; "
             "print([read_torch_file(p)['model_config']['causal'] for p in sys.argv[1:]])")
     checkpoints = ["models/pretrained.pt", "models/finetuned/pretrained/seed0.pt", "models/finetuned/scratch/seed1.pt"]
     assert run([sys.executable, "-c", code, *checkpoints], tmp_path, env).strip() == "[False, False, False]"

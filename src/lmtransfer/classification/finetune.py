@@ -18,14 +18,19 @@ from torch.nn import functional as F
 
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.inference import predict
-from lmtransfer.core import distributed
-from lmtransfer.core.datasets import classification_batches
-from lmtransfer.core.model import Classifier, count_parameters
-from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
-from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
-from lmtransfer.core.runtime import autocast, compiled, to_device
-from lmtransfer.core.tokenized import LabeledSplit
 from lmtransfer.harness.progress import progress_bar
+from lmtransfer.modeling.model import Classifier, count_parameters
+from lmtransfer.modeling.runtime import autocast, compiled, to_device
+from lmtransfer.tokens.datasets import classification_batches
+from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.training import distributed
+from lmtransfer.training.optim import (
+    make_optimizer,
+    optimizer_step,
+    warmup_constant,
+    warmup_cosine,
+)
+from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
 
 EpochCallback = Callable[[dict[str, float]], None]
 

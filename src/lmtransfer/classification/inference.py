@@ -6,10 +6,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from lmtransfer.core.datasets import classification_batches
-from lmtransfer.core.model import Classifier
-from lmtransfer.core.runtime import autocast
-from lmtransfer.core.tokenized import LabeledSplit
+from lmtransfer.modeling.model import Classifier
+from lmtransfer.modeling.runtime import autocast
+from lmtransfer.tokens.datasets import classification_batches
+from lmtransfer.tokens.tokenized import LabeledSplit
 
 
 @torch.no_grad()

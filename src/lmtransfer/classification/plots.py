@@ -7,7 +7,7 @@ from pathlib import Path
 from matplotlib.ticker import MaxNLocator
 
 from lmtransfer.core.paths import VARIANTS
-from lmtransfer.core.plots import COLORS, Rows, mean_band, plt, save_figure
+from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plt, save_figure
 
 
 def plot_finetune_accuracy(

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from lmtransfer.cli.args import add_model_files, add_texts, how_to_pass, texts_from_arguments_or_stdin
+from lmtransfer.cli.args import (
+    add_model_files,
+    add_texts,
+    how_to_pass,
+    texts_from_arguments_or_stdin,
+)
 from lmtransfer.core import paths
 
 HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.txt")
@@ -16,10 +21,10 @@ def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
     from lmtransfer.classification.inference import predict
-    from lmtransfer.core.checkpoint import build_classifier, load_checkpoint
-    from lmtransfer.core.runtime import select_device
-    from lmtransfer.core.tokenized import LabeledSplit
-    from lmtransfer.core.tokenizer import encode_for_classification, load_tokenizer
+    from lmtransfer.modeling.checkpoint import build_classifier, load_checkpoint
+    from lmtransfer.modeling.runtime import select_device
+    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.tokenizer import encode_for_classification, load_tokenizer
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "classify", HOW_TO_PASS_TEXTS)
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")

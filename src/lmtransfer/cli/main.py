@@ -36,7 +36,13 @@ def parameter_table(
 ) -> str:
     """Per-block parameter counts, measured on real modules, next to their closed-form totals.
     `origin` (where the sizes came from) goes under the first line."""
-    from lmtransfer.core.model import Classifier, LanguageModel, ModelConfig, count_parameters, expected_base_parameters
+    from lmtransfer.modeling.model import (
+        Classifier,
+        LanguageModel,
+        ModelConfig,
+        count_parameters,
+        expected_base_parameters,
+    )
 
     config = ModelConfig(vocab_size, d_model, n_layers, n_heads, d_ff, dropout=0.0)
     classifier, language_model = Classifier(config, n_classes), LanguageModel(config)
@@ -100,7 +106,7 @@ def _existing(path: Path, named_by: str) -> Path:
 
 def dictionary_size(path: Path, named_by: str) -> int:
     """V of a fairseq dictionary: its entries + the 4 special ids."""
-    from lmtransfer.core.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+    from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
     return DictionaryTokenizer(read_fairseq_dictionary(_existing(path, named_by))).vocab_size
 
@@ -108,7 +114,7 @@ def dictionary_size(path: Path, named_by: str) -> int:
 def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
     """V as the tokenize stage will make it, without running it: the dictionary's entries + 4 special ids,
     an existing sentencepiece model's pieces (+ any specials it lacks), or the size to train."""
-    from lmtransfer.core.tokenizer import SentencePieceTokenizer
+    from lmtransfer.tokens.tokenizer import SentencePieceTokenizer
 
     if tokenizer.vocab_file:
         path = root / tokenizer.vocab_file
@@ -188,7 +194,11 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
 
 def attention_line(params, d_model: int) -> str:
     """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
-    from lmtransfer.core.model import MaskedLanguageModel, ModelConfig, count_parameters
+    from lmtransfer.modeling.model import (
+        MaskedLanguageModel,
+        ModelConfig,
+        count_parameters,
+    )
 
     objective = params.pretrain.objective
     line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "

@@ -5,16 +5,25 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from lmtransfer.cli.args import NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, add_model_files
+from lmtransfer.cli.args import (
+    NON_NEGATIVE,
+    NON_NEGATIVE_FLOAT,
+    POSITIVE,
+    add_model_files,
+)
 from lmtransfer.core import paths
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
-    from lmtransfer.core.checkpoint import build_language_model, load_checkpoint, objective_of
-    from lmtransfer.core.tokenizer import load_tokenizer
+    from lmtransfer.modeling.checkpoint import (
+        build_language_model,
+        load_checkpoint,
+        objective_of,
+    )
     from lmtransfer.pretraining.generation import continue_prompt
+    from lmtransfer.tokens.tokenizer import load_tokenizer
 
     payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
     if objective_of(payload) == "mlm":
@@ -33,9 +42,13 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_fill(args: argparse.Namespace) -> None:
-    from lmtransfer.core.checkpoint import build_language_model, load_checkpoint, objective_of
-    from lmtransfer.core.tokenizer import load_tokenizer
+    from lmtransfer.modeling.checkpoint import (
+        build_language_model,
+        load_checkpoint,
+        objective_of,
+    )
     from lmtransfer.pretraining.generation import MASK_TEXT, fill_blanks, mask_id_of
+    from lmtransfer.tokens.tokenizer import load_tokenizer
 
     if not args.prompt.strip():
         raise SystemExit(f"error: the prompt is empty: write a text with {MASK_TEXT} where a word is missing")

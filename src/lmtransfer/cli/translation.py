@@ -23,9 +23,13 @@ DECODING = TranslationEvaluateParams()  # the evaluate stage's beam search is th
 
 def cmd_translate(args: argparse.Namespace) -> None:
     """Translate sentences with a fine-tuned translation checkpoint (the translation pipeline's)."""
-    from lmtransfer.core.runtime import select_device
-    from lmtransfer.core.tokenizer import load_tokenizer
-    from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_texts
+    from lmtransfer.modeling.runtime import select_device
+    from lmtransfer.tokens.tokenizer import load_tokenizer
+    from lmtransfer.translation.translator import (
+        DecodingOptions,
+        load_translation_model,
+        translate_texts,
+    )
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "translate",
                               how_to_pass("translate", "I am a student.", "sentences.txt"))

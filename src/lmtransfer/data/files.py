@@ -18,8 +18,8 @@ from typing import Iterator, NamedTuple
 
 import pandas as pd
 
-from lmtransfer.core.input_files import resolve_input
 from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.text.input_files import resolve_input
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",

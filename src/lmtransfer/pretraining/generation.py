@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from lmtransfer.core.model import LanguageModel
-from lmtransfer.core.tokenizer import mask_id_of as tokenizer_mask_id
 from lmtransfer.harness.errors import TokenizerError
+from lmtransfer.modeling.model import LanguageModel
+from lmtransfer.tokens.tokenizer import mask_id_of as tokenizer_mask_id
 
 MASK_TEXT = "<mask>"  # how a blank is written in a prompt
 

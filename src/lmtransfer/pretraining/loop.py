@@ -16,16 +16,16 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lmtransfer.core import distributed
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.core.datasets import PackedBatches
-from lmtransfer.core.lm_loss import use_chunked_loss
-from lmtransfer.core.model import IGNORE_INDEX, LanguageModel
-from lmtransfer.core.optim import make_optimizer, optimizer_step, warmup_cosine
-from lmtransfer.core.resume import Snapshots, rng_state, set_rng_state
-from lmtransfer.core.runtime import autocast, compiled, to_device
 from lmtransfer.harness.progress import progress_bar
+from lmtransfer.modeling.lm_loss import use_chunked_loss
+from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
+from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.tokens.datasets import PackedBatches
+from lmtransfer.training import distributed
+from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_cosine
+from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages

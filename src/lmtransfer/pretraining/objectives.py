@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.core.datasets import PackedBatches
-from lmtransfer.core.model import LanguageModel, MaskedLanguageModel, ModelConfig
-from lmtransfer.core.tokenizer import real_mask_id
 from lmtransfer.harness.errors import ConfigError
+from lmtransfer.modeling.model import LanguageModel, MaskedLanguageModel, ModelConfig
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker
+from lmtransfer.tokens.datasets import PackedBatches
+from lmtransfer.tokens.tokenizer import real_mask_id
 
 
 @dataclass(frozen=True)

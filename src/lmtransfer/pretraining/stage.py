@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import mlflow
 
-from lmtransfer.core import distributed
-from lmtransfer.core.checkpoint import save_checkpoint
-from lmtransfer.core.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.core.config import PipelineParams
-from lmtransfer.core.input_files import resolve_input
 from lmtransfer.core.io import write_json, write_text, write_tsv
-from lmtransfer.core.model import ModelConfig, count_parameters
 from lmtransfer.core.paths import (
     PRETRAIN_SAMPLES,
     PRETRAIN_SUMMARY,
@@ -22,11 +17,14 @@ from lmtransfer.core.paths import (
     TOKENIZED_CORPUS,
     timings_file,
 )
-from lmtransfer.core.resume import Snapshots, fingerprint
-from lmtransfer.core.runtime import configure, environment_facts
-from lmtransfer.core.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
-from lmtransfer.core.tokenizer import load_tokenizer
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import ModelConfig, count_parameters
+from lmtransfer.modeling.runtime import configure, environment_facts
+from lmtransfer.pretraining.checkpoint_import import (
+    load_into_language_model,
+    read_checkpoint_weights,
+)
 from lmtransfer.pretraining.generation import pretraining_samples
 from lmtransfer.pretraining.loop import (
     adapt_to_task,
@@ -37,6 +35,15 @@ from lmtransfer.pretraining.loop import (
     pretrain_timings,
 )
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.text.input_files import resolve_input
+from lmtransfer.tokens.tokenized import (
+    load_corpus,
+    load_labeled_split,
+    read_tokenized_meta,
+)
+from lmtransfer.tokens.tokenizer import load_tokenizer
+from lmtransfer.training import distributed
+from lmtransfer.training.resume import Snapshots, fingerprint
 
 
 def run_pretrain_stage(params: PipelineParams) -> None:

@@ -17,10 +17,10 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from lmtransfer.core.datasets import pad_batch
 from lmtransfer.core.io import atomic_directory
-from lmtransfer.core.tokenized import PairSplit, write_pair_split
-from lmtransfer.core.tokenizer import Tokenizer, encode_documents
+from lmtransfer.tokens.datasets import pad_batch
+from lmtransfer.tokens.tokenized import PairSplit, write_pair_split
+from lmtransfer.tokens.tokenizer import Tokenizer, encode_documents
 
 
 def encode_pairs(tokenizer: Tokenizer, sources: Sequence[str], targets: Sequence[str]) -> PairSplit:
@@ -71,10 +71,15 @@ def steps_per_epoch(n_pairs: int, batch_size: int) -> int:
 def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, warn=print) -> dict:
     """The translation tokenize stage: one sentencepiece model over both languages (trained on the corpus, which
     holds both sides of the train pairs), the corpus encoded as for classification, each split's pairs as ids."""
-    from lmtransfer.core.tokenize_data import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
-    from lmtransfer.core.tokenized import write_tokenized_meta
-    from lmtransfer.core.tokenizer import save_tokenizer
     from lmtransfer.data.prepared import SPLITS
+    from lmtransfer.tokens.tokenize_data import (
+        build_tokenizer,
+        encode_corpus,
+        tokenizer_meta,
+        warn_unknown,
+    )
+    from lmtransfer.tokens.tokenized import write_tokenized_meta
+    from lmtransfer.tokens.tokenizer import save_tokenizer
     from lmtransfer.translation.data.parallel import read_pairs
 
     started = time.perf_counter()

@@ -20,7 +20,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.core.model import ModelConfig, PositionalEncoding, causal_mask, fold_segment_a
+from lmtransfer.modeling.model import (
+    ModelConfig,
+    PositionalEncoding,
+    causal_mask,
+    fold_segment_a,
+)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ line, so the 63,082,496 of our closed form sits next to the paper's "about 65M"
 
 from __future__ import annotations
 
-from lmtransfer.core.model import count_parameters
+from lmtransfer.modeling.model import count_parameters
 from lmtransfer.translation.model import (
     TranslationConfig,
     TranslationModel,

@@ -12,10 +12,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from lmtransfer.core.checkpoint import load_checkpoint
-from lmtransfer.core.runtime import autocast
-from lmtransfer.core.tokenizer import Tokenizer
 from lmtransfer.harness.progress import progress_bar
+from lmtransfer.modeling.checkpoint import load_checkpoint
+from lmtransfer.modeling.runtime import autocast
+from lmtransfer.tokens.tokenizer import Tokenizer
 from lmtransfer.translation.batches import pad_rows
 from lmtransfer.translation.decoding import translate_ids
 from lmtransfer.translation.model import TranslationConfig, TranslationModel

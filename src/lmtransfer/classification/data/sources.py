@@ -7,8 +7,8 @@ from typing import Callable
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.labeled_files import load_files
 from lmtransfer.classification.data.movies_en import load_movies_en
+from lmtransfer.classification.data.raw import RawData
 from lmtransfer.classification.data.reviews_zh import load_reviews_zh
-from lmtransfer.data.raw import RawData
 
 SOURCES: dict[str, Callable[[DataParams], RawData]] = {
     "movies-en": load_movies_en,

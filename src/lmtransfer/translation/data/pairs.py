@@ -16,7 +16,6 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from lmtransfer.core.text import normalize_text
 from lmtransfer.data.files import (
     Column,
     Columns,
@@ -28,6 +27,7 @@ from lmtransfer.data.files import (
     table_format,
 )
 from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError
+from lmtransfer.text.normalize import normalize_text
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")

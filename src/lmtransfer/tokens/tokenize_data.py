@@ -16,14 +16,23 @@ import numpy as np
 
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import atomic_directory
-from lmtransfer.core.tokenized import (
+from lmtransfer.data.prepared import (
+    SPLITS,
+    corpus_path,
+    read_corpus,
+    read_corpus_meta,
+    read_prepared_meta,
+    read_split,
+)
+from lmtransfer.harness.progress import progress_bar
+from lmtransfer.tokens.tokenized import (
     LabeledSplit,
     corpus_dir,
     write_corpus_part,
     write_labeled_split,
     write_tokenized_meta,
 )
-from lmtransfer.core.tokenizer import (
+from lmtransfer.tokens.tokenizer import (
     MASK_PIECE,
     SentencePieceTokenizer,
     Tokenizer,
@@ -34,8 +43,6 @@ from lmtransfer.core.tokenizer import (
     save_tokenizer,
     train_sentencepiece,
 )
-from lmtransfer.data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
-from lmtransfer.harness.progress import progress_bar
 
 UNKNOWN_WARNING = 0.05  # warn when more than 5% of the pieces map to the unknown id
 

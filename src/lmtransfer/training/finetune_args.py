@@ -12,10 +12,10 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from lmtransfer.core.checkpoint import load_checkpoint, model_config_of
-from lmtransfer.core.model import ModelConfig
 from lmtransfer.core.paths import PRETRAINED, VARIANTS
 from lmtransfer.harness.tracking import run_that_wrote
+from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of
+from lmtransfer.modeling.model import ModelConfig
 
 
 @functools.cache

@@ -29,10 +29,10 @@ import numpy as np
 import sentencepiece as spm
 
 from lmtransfer.core.config import TokenizerParams
-from lmtransfer.core.input_files import resolve_input
 from lmtransfer.core.io import how_to_produce
-from lmtransfer.core.text import PIECE_SPACE
 from lmtransfer.harness.errors import MissingOutputError, TokenizerError
+from lmtransfer.text.input_files import resolve_input
+from lmtransfer.text.normalize import PIECE_SPACE
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # of a tokenizer this project trains
 MASK_PIECE = "<mask>"

@@ -13,8 +13,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from lmtransfer.core.tokenized import LabeledSplit
 from lmtransfer.harness.errors import ConfigError
+from lmtransfer.tokens.tokenized import LabeledSplit
 
 
 class PackedBatches:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.core.lm_loss import IGNORE_INDEX, linear_cross_entropy
+from lmtransfer.modeling.lm_loss import IGNORE_INDEX, linear_cross_entropy
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ from typing import Any, Iterable
 
 import torch
 
-from lmtransfer.core import distributed
-from lmtransfer.core.checkpoint import read_torch_file
 from lmtransfer.core.io import atomic_path, sha256_of
-from lmtransfer.core.runtime import environment_facts
 from lmtransfer.harness.errors import CheckpointError
+from lmtransfer.modeling.checkpoint import read_torch_file
+from lmtransfer.modeling.runtime import environment_facts
+from lmtransfer.training import distributed
 
 RESUME_DIR = Path(".resume")
 CODE = (Path("src/lmtransfer"), Path("stages"))
