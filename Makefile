@@ -41,7 +41,7 @@ test-fast: venv
 
 ## MLflow UI on the project's store (http://127.0.0.1:$(UI_PORT))
 ui: venv
-	@echo "open $$($(BIN)/python -c 'from lmtransfer.tracking import ui_link; print(ui_link("http://127.0.0.1:$(UI_PORT)"))')"
+	@echo "open $$($(BIN)/python -c 'from lmtransfer.harness.tracking import ui_link; print(ui_link("http://127.0.0.1:$(UI_PORT)"))')"
 	@echo "  (the experiment's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
 

@@ -21,7 +21,7 @@ import json, time, torch
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.training.optim import make_optimizer
 torch.manual_seed(0)
-config = ModelConfig(vocab_size=4000, d_model=200, n_layers=4, n_heads=2, d_ff=200)
+config = ModelConfig(vocab_size=4000, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
 results = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 for name, model, shape in (("pretrain (32 x 64, LM head over 4,000 ids)", LanguageModel(config), (32, 65)),
                            ("fine-tune (32 x 40, classifier)", Classifier(config, 2), (32, 40))):

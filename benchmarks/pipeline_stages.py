@@ -1,0 +1,55 @@
+"""A whole pipeline's wall time, stage by stage: `dvc repro --force` of the classification pipeline (or, with
+--translation, the translation one) in this checkout, every stage run, the times from each stage's own
+`<stage>: done in N s` line. Writes benchmarks/results/pipeline[-translation].json (the docs' stage tables).
+
+    python benchmarks/pipeline_stages.py                 # make run's pipeline, from nothing
+    python benchmarks/pipeline_stages.py --translation   # make run-translation's
+
+It replaces this checkout's outputs, as `make run` would (same params, same results); run it alone on the
+machine: a neighbour slows training many times over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from results_file import REPO, Column, write_result
+
+DONE = re.compile(r"^(?P<stage>[\w@]+): done in (?P<seconds>[\d.]+) s$")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--translation", action="store_true", help="the translation pipeline")
+    args = parser.parse_args()
+    pipeline = ["translation/dvc.yaml"] if args.translation else []
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    stages: dict[str, float] = {}
+    start = time.perf_counter()
+    with subprocess.Popen(["dvc", "repro", "--force", *pipeline], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as run:
+        for line in run.stdout:
+            print(line, end="", flush=True)
+            found = DONE.match(line.strip())
+            if found:
+                stages[found["stage"]] = float(found["seconds"])
+    wall = time.perf_counter() - start
+    if run.returncode:
+        sys.exit(f"pipeline_stages: dvc repro failed (exit {run.returncode}); nothing written")
+    rows = [[stage, seconds] for stage, seconds in stages.items()]
+    rows.append(["all stages", round(sum(stages.values()), 1)])
+    rows.append(["dvc repro, wall", round(wall, 1)])
+    name = "pipeline-translation" if args.translation else "pipeline"
+    write_result(name, [Column("stage"), Column("wall time, s", ",.1f")], rows, seconds=wall,
+                 notes="every stage rerun (--force), the virtual environment already built")
+    print(f"pipeline: {wall:.0f} s wall, {sum(stages.values()):.0f} s in {len(stages)} stages")
+
+
+if __name__ == "__main__":
+    main()
