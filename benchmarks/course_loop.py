@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+from results_file import Column, write_result
+
 D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT = 200, 4, 2, 200, 0.1
 BATCH, SEQ_LEN, MAX_TEXT = 32, 64, 256
 PAD, BOS, EOS = 0, 2, 3
@@ -310,7 +312,8 @@ def main() -> None:
     header = (f"{'kernels':<16}{'workload':<17}{'course tok/s':>13}{'ours tok/s':>12}{'ours/course':>12}"
               f"{'ours GFLOP/s':>14}{'% of sgemm':>11}" + (f"{'course+flush':>14}{'ours/that':>10}"
                                                              if args.flushed_course else ""))
-    rows = []
+    rows, table = [], []
+    start = time.perf_counter()
     for setting in settings:
         print(f"measuring with {setting} kernels ...", flush=True)
         samples = [{loop: run_loop(setting, loop, args.workloads, args.quick) for loop in loops}
@@ -324,14 +327,26 @@ def main() -> None:
             gflops = ours * flops_per_token(name) / 1e9
             row = (f"{label:<16}{name:<17}{course:>13,.0f}{ours:>12,.0f}{ours / course:>11.2f}x"
                    f"{gflops:>14.1f}{100 * gflops / sgemm:>10.0f}%")
+            cells = [label, name, round(course), round(ours), round(ours / course, 2), round(gflops, 1),
+                     round(100 * gflops / sgemm)]
             if args.flushed_course:
                 flushed = median["course+flush"][name]
                 row += f"{flushed:>14,.0f}{ours / flushed:>9.2f}x"
+                cells += [round(flushed), round(ours / flushed, 2)]
             rows.append(row)
+            table.append(cells)
         rows.append(f"{label:<16}{'sgemm 2048^3':<17}{'':>13}{'':>12}{'':>12}{sgemm:>14.1f}{100:>10.0f}%")
+        table.append([label, "sgemm 2048^3", None, None, None, round(sgemm, 1), 100]
+                     + ([None, None] if args.flushed_course else []))
     print(header)
     print("\n".join(rows))
-
+    columns = [Column("kernels"), Column("workload"), Column("course tok/s", ",.0f"), Column("ours tok/s", ",.0f"),
+               Column("ours/course", ".2f"), Column("ours GFLOP/s", ".1f"), Column("% of sgemm", ".0f")]
+    if args.flushed_course:
+        columns += [Column("course+flush tok/s", ",.0f"), Column("ours/that", ".2f")]
+    write_result("course_loop" + ("-quick" if args.quick else ""), columns, table,
+                 seconds=time.perf_counter() - start,
+                 notes=f"median of {rounds} round(s); each loop in its own process, the loops alternating")
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,9 @@ import os
 import statistics
 import subprocess
 import sys
+import time
+
+from results_file import Column, write_result
 
 MEASURE = r"""
 import json, time, torch
@@ -54,6 +57,7 @@ def run(extra_env: dict[str, str]) -> dict:
 
 
 def main(rounds: int = 3) -> None:
+    start = time.perf_counter()
     samples: dict[str, list[dict]] = {name: [] for name in SETTINGS}
     for _ in range(rounds):
         for name, env in SETTINGS.items():
@@ -63,10 +67,16 @@ def main(rounds: int = 3) -> None:
     print(f"kernels: pinned -> {pinned[0]['capability']}, native -> {native[0]['capability']}; "
           f"{pinned[0]['threads']} threads; median of {rounds} alternating rounds")
     print(f"{'workload':<45}{'pinned tok/s':>14}{'native tok/s':>14}{'pinned/native':>15}")
+    rows = []
     for workload in workloads:
         a = statistics.median(s[workload] for s in pinned)
         b = statistics.median(s[workload] for s in native)
         print(f"{workload:<45}{a:>14,.0f}{b:>14,.0f}{a / b:>15.2f}")
+        rows.append([workload, round(a), round(b), round(a / b, 2)])
+    write_result("cpu_kernels", [Column("workload"), Column(f"pinned ({pinned[0]['capability']}) tok/s", ",.0f"),
+                                 Column(f"native ({native[0]['capability']}) tok/s", ",.0f"),
+                                 Column("pinned/native", ".2f")], rows, seconds=time.perf_counter() - start,
+                 notes=f"{pinned[0]['threads']} threads; median of {rounds} alternating rounds")
 
 
 if __name__ == "__main__":

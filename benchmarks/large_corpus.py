@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from results_file import Column, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -257,10 +258,13 @@ def report(repo: Path, corpus: Path, walls: dict, own: dict, peaks: dict, args, 
     print(f"\ncorpus {corpus.stat().st_size / mb:,.0f} MB; {psutil.cpu_count()} cores; "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; total {total:,.0f} s (generation included)")
     print(f"{'stage':<10} {'wall s':>8} {'own s':>8} {'peak RSS stage MB':>18} {'peak RSS with dvc MB':>21}")
+    rows = []
     for stage in CORPUS_STAGES:
         peak = peaks.get(stage, {"stage": 0, "tree": 0})
         print(f"{stage:<10} {walls.get(stage, float('nan')):>8.1f} {own.get(stage, float('nan')):>8.1f} "
               f"{peak['stage'] / mb:>18,.0f} {peak['tree'] / mb:>21,.0f}")
+        rows.append([stage, walls.get(stage), own.get(stage), round(peak["stage"] / mb), round(peak["tree"] / mb)])
+    notes = f"a {corpus.stat().st_size / mb:,.0f} MB generated corpus; total {total:,.0f} s (generation included)"
     timings_path = repo / "timings" / "tokenize.json"
     if timings_path.is_file():
         timings = json.loads(timings_path.read_text())
@@ -268,6 +272,12 @@ def report(repo: Path, corpus: Path, walls: dict, own: dict, peaks: dict, args, 
               f"{timings['corpus_bytes'] / mb:,.0f} MB, {timings['corpus_tokens']:,} tokens in "
               f"{timings['encode_seconds']:.1f} s: {timings['corpus_bytes'] / mb / timings['encode_seconds']:.1f} MB/s, "
               f"{timings['corpus_tokens'] / timings['encode_seconds']:,.0f} tokens/s")
+        notes += (f"; tokenize encoded {timings['corpus_tokens']:,} tokens at "
+                  f"{timings['corpus_bytes'] / mb / timings['encode_seconds']:.1f} MB/s, "
+                  f"{timings['corpus_tokens'] / timings['encode_seconds']:,.0f} tokens/s")
+    write_result("large_corpus", [Column("stage"), Column("wall s", ".1f"), Column("own s", ".1f"),
+                                  Column("peak RSS, stage MB", ",.0f"), Column("peak RSS with dvc MB", ",.0f")],
+                 rows, seconds=total, notes=notes)
 
 
 if __name__ == "__main__":

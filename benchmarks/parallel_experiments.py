@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import Column, write_result
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from pipeline_repo import (  # noqa: E402
     NEGATIVE,
@@ -76,6 +78,7 @@ def queue_wall_seconds(root: Path, env: dict[str, str], jobs: int) -> float:
 
 
 def main() -> None:
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         env = make_repo(root, PARAMS, write_data)
@@ -95,6 +98,10 @@ def main() -> None:
     print(f"{'mode':<40}{'wall s':>8}{'vs -j 1':>9}")
     for label, seconds in rows:
         print(f"{label:<40}{seconds:>8.1f}{seconds / rows[0][1]:>8.2f}x")
+    write_result("parallel_experiments", [Column("mode"), Column("wall s", ".1f"), Column("vs -j 1", ".2f")],
+                 [[label, round(seconds, 1), round(seconds / rows[0][1], 2)] for label, seconds in rows],
+                 seconds=time.perf_counter() - start,
+                 notes=f"{EXPERIMENTS} queued experiments (fine-tunes, evaluate, plot each)")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def write_result(name: str, columns: list[Column], rows: list[list], *, seconds:
         "columns": [asdict(column) for column in columns],
         "rows": rows,
     }
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

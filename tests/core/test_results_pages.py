@@ -255,3 +255,48 @@ def test_the_repositorys_own_pages_match_the_committed_metrics():
     """What `lmtransfer report --check` (and `make docs`) keeps true: every results table of README.md and docs/."""
     assert sum(page.read_text(encoding="utf-8").count("<!-- report:") for page in pages(REPO)) >= 2 * len(TABLES)
     assert check_pages(REPO) == []
+
+
+def _bench(tmp_path: Path):
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import results_file
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return results_file
+
+
+def test_a_benchmarks_result_file_becomes_its_table_with_machine_and_command(tmp_path, monkeypatch):
+    results_file = _bench(tmp_path)
+    monkeypatch.setattr(results_file, "RESULTS", tmp_path / "benchmarks" / "results")
+    monkeypatch.setattr(results_file, "REPO", tmp_path)
+    path = results_file.write_result(
+        "demo", [results_file.Column("stage"), results_file.Column("wall s", ",.1f")],
+        [["pretrain", 1234.56], ["plot", None]], seconds=1300.2, notes="alone", command="python benchmarks/demo.py")
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["machine"]["cores"] and written["rows"] == [["pretrain", 1234.56], ["plot", None]]
+    table = generate("bench.demo", tmp_path)
+    caption, _, body = table.partition("\n\n")
+    assert caption.startswith("`python benchmarks/demo.py` on ") and caption.endswith(": 1,300 s; alone.")
+    assert body == "| stage | wall s |\n|---|---|\n| pretrain | 1,234.6 |\n| plot | |\n"
+
+
+def test_a_missing_or_broken_benchmark_result_is_named(tmp_path):
+    with pytest.raises(ValueError, match="benchmarks/results/none.json is missing"):
+        generate("bench.none", tmp_path)
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "nan.json").write_text(json.dumps({
+        "command": "x", "machine": {}, "seconds": 1, "notes": "", "columns": [{"name": "a", "format": ".1f"}],
+        "rows": [[float("nan")]]}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"nan.json: rows\[0\] 'a' is nan"):
+        generate("bench.nan", tmp_path)
+
+
+def test_a_benchmark_writes_whole_rows_or_nothing(tmp_path, monkeypatch):
+    results_file = _bench(tmp_path)
+    monkeypatch.setattr(results_file, "RESULTS", tmp_path)
+    with pytest.raises(ValueError, match="every row needs 2 cells"):
+        results_file.write_result("bad", [results_file.Column("a"), results_file.Column("b")], [[1]], seconds=1)
+    assert not list(tmp_path.iterdir())

@@ -196,3 +196,12 @@ def test_no_stage_depends_on_the_other_task(pipeline_stage):
     assert not [d for d in deps if d.startswith(f"src/lmtransfer/{other}")], f"{pipeline_stage} lists {other} code"
     scripts = [d for d in deps if d.startswith("stages/")]
     assert scripts == [definition["cmd"].split()[1].removeprefix(prefix)], f"{pipeline_stage}: stage scripts {scripts}"
+
+
+def test_every_module_the_makefile_and_ci_name_exists():
+    """`make ui` runs `python -c 'from lmtransfer.<module> import ...'`: a moved module must not break it."""
+    import re
+
+    for path in (REPO / "Makefile", *(REPO / ".ci").glob("*")):
+        for module in re.findall(r"from (lmtransfer(?:\.\w+)*) import", path.read_text(encoding="utf-8")):
+            assert module_file(module), f"{path.name} imports {module}, which does not exist"

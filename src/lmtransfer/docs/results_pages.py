@@ -1,4 +1,4 @@
-"""The docs' results tables, generated from the committed metrics files so they cannot go stale.
+"""The docs' results tables, generated from the committed metrics and benchmark result files so they cannot go stale.
 
 README.md and every docs/**/*.md may hold tables between two markers, each on a line of its own:
 
@@ -8,7 +8,8 @@ README.md and every docs/**/*.md may hold tables between two markers, each on a 
 
 `write_pages` rewrites what lies between them; `check_pages` lists where a page is stale or its markers
 are broken (a test and `lmtransfer report --check` run it). A marker inside a fenced code block is text,
-not a marker, so a page can show the syntax. NAME is a key of `TABLES`; `generate` gives its text.
+not a marker, so a page can show the syntax. NAME is a key of `TABLES`, or `bench.<name>` for the table a
+benchmark wrote to benchmarks/results/<name>.json; `generate` gives its text.
 
     python -m lmtransfer.docs.results_pages            # rewrite the tables
     python -m lmtransfer.docs.results_pages --check    # exit 1 at the first stale or broken table
@@ -48,7 +49,7 @@ class UnknownTable(KeyError):
         self.name = name
 
     def __str__(self) -> str:
-        return f"unknown table {self.name!r}; known: {', '.join(TABLES)}"
+        return f"unknown table {self.name!r}; known: {', '.join(TABLES)}, and {BENCHMARK}NAME for each benchmarks/results/NAME.json"
 
 
 class MetricsError(ValueError):
@@ -345,8 +346,44 @@ TABLES: dict[str, Table] = {
 }
 
 
+BENCHMARK = "bench."  # `bench.NAME` is the table benchmarks/results/NAME.json holds
+BENCHMARK_RESULTS = "benchmarks/results"
+
+
+def _benchmark_cell(value: Any, spec: str, where: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return format(_finite(value, where), spec or "g")
+
+
+def _benchmark(root: Path, name: str) -> str:
+    """The table a benchmark wrote (`benchmarks/results_file.py`), under a line naming the command, the machine
+    and what else the run reported."""
+    source = _Source(root, f"{BENCHMARK_RESULTS}/{name}.json")
+    columns, machine = source.get("columns"), source.get("machine")
+    rows = [[_benchmark_cell(value, column.get("format", ""), f"{source.rel}: rows[{i}] {column['name']!r}")
+             for value, column in zip(row, columns)] for i, row in enumerate(source.get("rows"))]
+    cores = f", {machine['cores']} cores" if machine.get("cores") else ""
+    kernels = f", kernels {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
+    notes = f"; {source.get('notes')}" if source.get("notes") else ""
+    caption = (f"`{source.get('command')}` on {machine.get('cpu', 'an unnamed CPU')}{cores}{kernels}: "
+               f"{source.number('seconds'):,.0f} s{notes}.")
+    return caption + "\n\n" + _table([column["name"] for column in columns], rows)
+
+
+def _sources(name: str) -> tuple[str, ...]:
+    """The files table NAME is generated from."""
+    if name.startswith(BENCHMARK):
+        return (f"{BENCHMARK_RESULTS}/{name.removeprefix(BENCHMARK)}.json",)
+    return TABLES[name].sources
+
+
 def generate(name: str, root: Path) -> str:
     """The Markdown table NAME, from the metrics files under `root`, ending with a newline."""
+    if name.startswith(BENCHMARK):
+        return _benchmark(Path(root), name.removeprefix(BENCHMARK))
     if name not in TABLES:
         raise UnknownTable(name)
     return TABLES[name].build(Path(root))
@@ -453,7 +490,7 @@ def _read_page(path: Path, root: Path, cache: dict[str, str | Exception]) -> _Pa
         body = ["", *made.rstrip("\n").split("\n"), ""]
         if lines[block.start + 1:block.end] != body:
             page.stale.append((block.start + 1, f"table {block.name!r} differs from what "
-                                                f"{_named(TABLES[block.name].sources)}; run `{REGENERATE}`"))
+                                                f"{_named(_sources(block.name))}; run `{REGENERATE}`"))
             lines[block.start + 1:block.end] = body
     page.fresh = newline.join(lines)
     return page
