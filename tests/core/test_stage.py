@@ -91,3 +91,33 @@ def test_the_fine_tune_command_line_is_parsed_once_and_names_the_stage(monkeypat
         assert module.finetune_args.cache_info().misses == 1
     finally:
         module.finetune_args.cache_clear()
+
+
+def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params_describe(monkeypatch, tmp_path):
+    """Scratch: `model.*` over the tokenizer's ids, which its result then depends on; pretrained: the checkpoint's
+    own network (its `model.*` is in the checkpoint, so the params' are not a dependency)."""
+    from lmtransfer.classification.config import parse_params
+    from lmtransfer.modeling.checkpoint import save_checkpoint
+    from lmtransfer.modeling.model import LanguageModel
+    from lmtransfer.training import finetune_args as module
+
+    params = parse_params({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}})
+    module.finetune_args.cache_clear()
+    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "3"])
+    try:
+        start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1})
+        assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@3", None, None)
+        assert start.sections == ("model", "finetune", "train")
+        assert (start.config.vocab_size, start.config.pad_id, start.config.d_model, start.config.n_layers) == (50, 1, 16, 1)
+
+        pretrained = start.config.__class__(**{**start.config.to_dict(), "d_model": 8})
+        monkeypatch.setattr(module, "PRETRAINED", tmp_path / "pretrained.pt")
+        save_checkpoint(tmp_path / "pretrained.pt", LanguageModel(pretrained), "language_model", pretrained)
+        monkeypatch.setattr(module, "run_that_wrote", lambda path: "run-of-" + path.name)
+        module.finetune_args.cache_clear()
+        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
+        start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1})
+        assert start.stage == "finetune_pretrained@0" and start.upstream == "run-of-pretrained.pt"
+        assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]
+    finally:
+        module.finetune_args.cache_clear()
