@@ -25,7 +25,7 @@ run: venv
 	@echo; lmtransfer results; echo
 	@echo "figures: plots/*.png | sample generations: metrics/pretrain/samples.txt | MLflow UI: make ui"
 
-## the translation pipeline (English->French, pretrained vs scratch; 13 minutes measured on 2 CPU cores, 20 budgeted)
+## the translation pipeline (English->French, pretrained vs scratch; 14 minutes measured on 2 CPU cores, 20 budgeted)
 run-translation: venv
 	dvc repro translation/dvc.yaml
 	@echo; lmtransfer results --translation; echo

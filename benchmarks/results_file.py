@@ -54,13 +54,18 @@ def machine() -> dict:
     return facts
 
 
+CODE = ("src", "stages", "benchmarks", "tests", "params.yaml", "translation/params.yaml", "requirements.txt")
+
+
 def code_version() -> str:
-    """The commit measured, with `+changes` when the working tree differed from it."""
+    """The commit measured, with `+changes` when its code or params differed from it (a pipeline run's own
+    outputs, dvc.lock and metrics, do not count)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD")
-    return f"{commit}+changes" if commit and git("status", "--porcelain", "--untracked-files=no") else commit
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
+    return f"{commit}+changes" if commit and changed else commit
 
 
 def write_result(name: str, columns: list[Column], rows: list[list], *, seconds: float, notes: str = "",

@@ -366,7 +366,7 @@ def _benchmark(root: Path, name: str) -> str:
     rows = [[_benchmark_cell(value, column.get("format", ""), f"{source.rel}: rows[{i}] {column['name']!r}")
              for value, column in zip(row, columns)] for i, row in enumerate(source.get("rows"))]
     cores = f", {machine['cores']} cores" if machine.get("cores") else ""
-    kernels = f", kernels {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
+    kernels = f", {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
     notes = f"; {source.get('notes')}" if source.get("notes") else ""
     caption = (f"`{source.get('command')}` on {machine.get('cpu', 'an unnamed CPU')}{cores}{kernels}: "
                f"{source.number('seconds'):,.0f} s{notes}.")
