@@ -116,7 +116,8 @@ def test_unknown_names_and_unpaired_markers_are_reported_and_nothing_is_written(
     problems = check_pages(repo)
     assert problems[0].startswith("README.md:3: table 'classification-epochs' differs")  # README first, then docs/
     assert problems[1:5] == [
-        "docs/broken.md:2: unknown table 'no-such-table'; known: " + ", ".join(TABLES),
+        "docs/broken.md:2: unknown table 'no-such-table'; known: " + ", ".join(TABLES)
+        + ", and bench.NAME for each benchmarks/results/NAME.json",
         "docs/broken.md:4: table 'classification-test': end marker without a start marker",
         "docs/broken.md:5: table 'classification-epochs': start marker without an end marker",
         "docs/broken.md:6: malformed marker: expected `<!-- report:NAME:start -->` or `...:end -->`",
