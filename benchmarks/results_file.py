@@ -75,7 +75,7 @@ def write_result(name: str, columns: list[Column], rows: list[list], *, seconds:
         raise ValueError(f"{name}: every row needs {len(columns)} cells")
     payload = {
         "benchmark": name,
-        "command": command or " ".join(["python", *[Path(sys.argv[0]).resolve().relative_to(REPO).as_posix()],
+        "command": command or " ".join(["python", Path(sys.argv[0]).resolve().relative_to(REPO).as_posix(),
                                         *sys.argv[1:]]),
         "machine": machine(),
         "code": code_version(),
