@@ -55,13 +55,14 @@ summary: venv
 
 ## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
 ## the original course's training loop against ours (about 12 minutes); several queued experiments at once;
-## one process against two (train.nproc=2) through the pipeline
+## one process against two (train.nproc=2) through the pipeline; a stage beside other programs (run it alone)
 bench: venv
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/cpu_kernels.py
 	$(BIN)/python benchmarks/course_loop.py
 	$(BIN)/python benchmarks/parallel_experiments.py
 	$(BIN)/python benchmarks/two_processes.py
+	$(BIN)/python benchmarks/cotenancy.py
 
 ## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus (CORPUS_MB=1024: ~15 min, ~5 GB of disk)
 CORPUS_MB ?= 1024

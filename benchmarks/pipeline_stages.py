@@ -4,9 +4,10 @@
 
     python benchmarks/pipeline_stages.py                 # make run's pipeline, from nothing
     python benchmarks/pipeline_stages.py --translation   # make run-translation's
+    python benchmarks/pipeline_stages.py --name pipeline-beside --note "beside ..."   # a run that shares the machine
 
 It replaces this checkout's outputs, as `make run` would (same params, same results); run it alone on the
-machine: a neighbour slows training many times over.
+machine, unless the neighbour is what you measure (then give --name, so the alone figures stay).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ DONE = re.compile(r"^(?P<stage>[\w@]+): done in (?P<seconds>[\d.]+) s$")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--translation", action="store_true", help="the translation pipeline")
+    parser.add_argument("--name", help="the result file's name (default: pipeline[-translation])")
+    parser.add_argument("--note", default="", help="what else ran on the machine, for the result file")
     args = parser.parse_args()
     pipeline = ["translation/dvc.yaml"] if args.translation else []
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -45,9 +48,10 @@ def main() -> None:
     rows = [[stage, seconds] for stage, seconds in stages.items()]
     rows.append(["all stages", round(sum(stages.values()), 1)])
     rows.append(["dvc repro, wall", round(wall, 1)])
-    name = "pipeline-translation" if args.translation else "pipeline"
+    name = args.name or ("pipeline-translation" if args.translation else "pipeline")
     write_result(name, [Column("stage"), Column("wall time, s", ",.1f")], rows, seconds=wall,
-                 notes="every stage rerun (--force), the virtual environment already built")
+                 notes="; ".join(filter(None, ["every stage rerun (--force), the virtual environment already built",
+                                               args.note])))
     print(f"pipeline: {wall:.0f} s wall, {sum(stages.values()):.0f} s in {len(stages)} stages")
 
 

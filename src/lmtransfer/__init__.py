@@ -11,8 +11,9 @@ It also turns MLflow's telemetry off (MLFLOW_DISABLE_TELEMETRY=true unless the u
 set it): the pipeline promises no network use but the pinned dataset download, and
 MLflow decides on telemetry when it is imported, so this too must come first.
 
-And when several jobs share the machine (`sharing.py`), OpenMP's waiting threads sleep
-instead of spinning (OMP_WAIT_POLICY, read when torch loads OpenMP).
+And it chooses how OpenMP's waiting threads wait (`sharing.choose_openmp_wait`, read when torch
+loads OpenMP): a brief spin, then sleep, so that a stage keeps a fair share of the cores beside
+other programs; no spin at all when several of its own jobs share the machine.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def pin_cpu_kernels() -> dict[str, str]:
 
 
 pin_cpu_kernels()
-from lmtransfer.core.sharing import parallel_jobs, wait_passively_when_shared  # noqa: E402 - after the pins, before any torch
+from lmtransfer.core.sharing import choose_openmp_wait, parallel_jobs  # noqa: E402 - after the pins, before any torch
 
-wait_passively_when_shared(parallel_jobs())
+choose_openmp_wait(parallel_jobs())
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # MLFLOW_DISABLE_TELEMETRY=false turns it back on

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.core.sharing import (
+    CHOSEN_ENV,
     JOBS_ENV,
     parallel_jobs,
     running_queue_workers,
@@ -233,10 +234,21 @@ def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeyp
             worker.wait()
 
 
-@pytest.mark.parametrize("jobs, policy", [("1", None), ("3", "PASSIVE")])
-def test_waiting_threads_sleep_only_when_the_machine_is_shared(jobs, policy):
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env[JOBS_ENV] = jobs
-    out = subprocess.run([sys.executable, "-c", "import os, lmtransfer; print(os.environ.get('OMP_WAIT_POLICY'))"],
-                         env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(policy)
+OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+CHOSE_ALONE = {"GOMP_SPINCOUNT": "10000", CHOSEN_ENV: "GOMP_SPINCOUNT=10000"}  # what a process alone passes on
+
+
+@pytest.mark.parametrize("jobs, user, chosen", [
+    ("1", {}, {"GOMP_SPINCOUNT": "10000"}),  # alone as far as it knows: a brief spin, then sleep
+    ("3", {}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # known co-tenants: no spin
+    ("1", {"GOMP_SPINCOUNT": "300000"}, {"GOMP_SPINCOUNT": "300000"}),  # the user's choice stays
+    ("3", {"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE"}),
+    ("3", CHOSE_ALONE, {"OMP_WAIT_POLICY": "PASSIVE"}),  # a parent's choice is not the user's: a stage chooses afresh
+    ("3", {**CHOSE_ALONE, "GOMP_SPINCOUNT": "5"}, {"GOMP_SPINCOUNT": "5"}),  # ... unless the user changed it since
+])
+def test_waiting_threads_spin_briefly_and_sleep_when_the_machine_is_shared(jobs, user, chosen):
+    env = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV)}
+    env.update({JOBS_ENV: jobs, **user})
+    code = f"import os, lmtransfer; print({{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}})"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(chosen)

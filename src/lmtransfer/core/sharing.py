@@ -4,7 +4,8 @@ Every stage used to take all cores. Two at once (`dvc queue start -j 2`, or any 
 then run twice as many threads as there are cores, and OpenMP threads that spin while they
 wait take the cores the other job needs: a fine-tuning epoch went from 0.14 s to 8.6 s.
 Each stage now counts the jobs (`LMTRANSFER_JOBS`, else the DVC queue workers running on this
-machine), takes cores / jobs threads, and lets waiting threads sleep when it is not alone.
+machine), takes cores / jobs threads, and lets waiting threads sleep when it is not alone. Other
+programs it cannot count: its waiting threads spin only briefly before they sleep (`choose_openmp_wait`).
 No torch import here: the wait policy must be set before torch loads OpenMP.
 """
 
@@ -16,6 +17,8 @@ import os
 from lmtransfer.harness.errors import ConfigError
 
 JOBS_ENV = "LMTRANSFER_JOBS"  # how many jobs share the machine; overrides counting the DVC queue's workers
+SPIN_COUNT = 10_000  # rounds an idle OpenMP thread spins before it sleeps (libgomp's own default: 300,000)
+CHOSEN_ENV = "LMTRANSFER_OPENMP_WAIT"  # what `choose_openmp_wait` set, so that a child process chooses afresh
 QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 
 
@@ -57,10 +60,22 @@ def thread_share(jobs: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // jobs)
 
 
-def wait_passively_when_shared(jobs: int) -> bool:
-    """OMP_WAIT_POLICY=PASSIVE (unless the user set it) when the machine is shared: a waiting thread sleeps
-    instead of spinning on a core another job needs. Alone, spinning is kept: it answers faster."""
-    if jobs > 1 and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        return True
-    return False
+def choose_openmp_wait(jobs: int) -> dict[str, str]:
+    """How OpenMP's idle threads wait, read once when torch loads OpenMP; returns what was set.
+
+    Left to itself, libgomp spins a waiting thread for 300,000 rounds (milliseconds) before it sleeps. A
+    stage's second thread waits like that between every two parallel operations, so it holds a core all the
+    time; beside any other CPU-heavy program the two fight for the cores and a stage ran 10-29 times slower.
+    Alone, spinning a little is what keeps the next operation's start fast: GOMP_SPINCOUNT=10000 keeps 98%
+    of the speed alone and a fair share beside others (`benchmarks/cotenancy.py`). With known co-tenants
+    (jobs > 1) threads do not spin at all (OMP_WAIT_POLICY=PASSIVE). Nothing is set when the user chose
+    either variable; none of this changes a result, only when a thread waits."""
+    for name, value in (item.split("=", 1) for item in os.environ.get(CHOSEN_ENV, "").split(",") if item):
+        if os.environ.get(name) == value:  # chosen by a parent lmtransfer process, not the user: choose afresh
+            del os.environ[name]
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    chosen = {"OMP_WAIT_POLICY": "PASSIVE"} if jobs > 1 else {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
+    os.environ.update(chosen)
+    os.environ[CHOSEN_ENV] = ",".join(f"{name}={value}" for name, value in chosen.items())
+    return chosen

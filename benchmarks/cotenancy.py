@@ -1,0 +1,264 @@
+"""How much of its alone speed a training stage keeps when other CPU-heavy work shares the machine.
+
+A fixed workload (the pipeline's own `pretrain` for a few steps, then `finetune` for one epoch, the
+default model shape, synthetic ids) runs alone, then beside each neighbour:
+
+* `neighbour`: another lmtransfer training process, from another checkout (a copy of this one's
+  `src/` in a temporary folder), pretraining without end, with as many threads as this one;
+* `cpu-hog`: a plain CPU-bound program, one busy process per core;
+
+each also under `nice -n 19`. Two more cases run with libgomp's own default spin (GOMP_SPINCOUNT=300000,
+what stages used before): alone, and beside a neighbour that spins so too. Every case runs in fresh
+processes, the cases alternate over the rounds, and the median is printed as the fraction of the alone
+speed (alone seconds / seconds beside it). The trained weights are hashed in each case: beside a
+neighbour they must be the same bytes as alone (the thread count is the same; `same weights` says).
+
+    python benchmarks/cotenancy.py                 # 3 rounds, about 12 minutes on 2 cores
+    python benchmarks/cotenancy.py --rounds 1      # a quick look
+    python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=300000   # every lmtransfer process with this variable
+
+Run it on a machine where nothing else runs: the other work is what it measures. Its last line:
+`cotenancy: neighbour <f>, neighbour-niced <f>, cpu-hog <f>, cpu-hog-niced <f>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from results_file import REPO, Column, write_result
+
+VOCAB, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT = 4000, 200, 4, 2, 200, 0.1
+PRETRAIN_STEPS, FINETUNE_TEXTS = 40, 640
+CASES = {  # name: (neighbour, its nice level)
+    "neighbour": ("lmtransfer", 0),
+    "neighbour-niced": ("lmtransfer", 19),
+    "cpu-hog": ("hog", 0),
+    "cpu-hog-niced": ("hog", 19),
+}
+WORKLOADS = ("pretrain", "finetune")
+BEFORE_ENV = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default spin, what every stage used before
+BEFORE = "alone-spin-300k"  # alone, so: the speed alone must not fall more than 3% below it
+BEFORE_NEIGHBOUR = "neighbour-spin-300k"  # both sides so: the collapse this benchmark exists for
+HOG = "while True:\n    pass\n"
+
+
+# --- the measured workload and the neighbour (child processes) --------------------------------------------
+
+
+def _stream(n_tokens: int):
+    import numpy as np
+
+    return np.random.default_rng(0).integers(5, VOCAB, n_tokens).astype(np.uint16)
+
+
+def _config():
+    from lmtransfer.modeling.model import ModelConfig
+
+    return ModelConfig(VOCAB, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
+
+
+def _digest(model) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _pretrain_params(steps: int):
+    from lmtransfer.core.config import PretrainParams
+
+    return PretrainParams(max_steps=steps, warmup_steps=10, eval_every=10**9, eval_batches=1)
+
+
+def measure() -> dict:
+    """Seconds and weight digest of each workload, in this process (threads as a pipeline stage chooses them)."""
+    import lmtransfer  # noqa: F401 - first, as in a stage: it sets how OpenMP waits before torch loads it
+    # isort: split
+    import numpy as np
+    import torch
+
+    from lmtransfer.classification.config import FinetuneParams
+    from lmtransfer.classification.finetune import finetune
+    from lmtransfer.modeling.model import Classifier, LanguageModel
+    from lmtransfer.modeling.runtime import seed_everything, use_share_of_cores
+    from lmtransfer.pretraining.loop import pretrain
+    from lmtransfer.tokens.tokenized import LabeledSplit
+
+    threads = use_share_of_cores()
+    result = {"threads": threads}
+    seed_everything(0)
+    model = LanguageModel(_config())
+    stream = _stream(PRETRAIN_STEPS * 32 * 65 + 10_000)
+    start = time.perf_counter()
+    pretrain(model, stream, stream[:4096], _pretrain_params(PRETRAIN_STEPS), torch.device("cpu"), log_every=10**9)
+    result["pretrain"] = {"seconds": time.perf_counter() - start, "digest": _digest(model)}
+
+    seed_everything(0)
+    generator = np.random.default_rng(1)
+    lengths = np.clip(np.exp(generator.normal(np.log(55), 0.8, FINETUNE_TEXTS)).astype(int), 4, 256)
+    ids = generator.integers(5, VOCAB, int(lengths.sum())).astype(np.uint16)
+    split = LabeledSplit(ids, np.concatenate([[0], np.cumsum(lengths)]), generator.integers(0, 2, FINETUNE_TEXTS))
+    classifier = Classifier(_config(), 2, pooling="last")
+    start = time.perf_counter()
+    finetune(classifier, split, split, FinetuneParams(epochs=1, batch_size=32, max_len=256, pooling="last"),
+             torch.device("cpu"))
+    result["finetune"] = {"seconds": time.perf_counter() - start, "digest": _digest(classifier)}
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # where this process's CPU time went: the profile
+    result["cpu"] = {"user": usage.ru_utime, "system": usage.ru_stime, "switches": usage.ru_nvcsw + usage.ru_nivcsw}
+    return result
+
+
+def neighbour() -> None:
+    """Pretrain without end, as another checkout's pretraining stage would, until killed."""
+    import lmtransfer  # noqa: F401 - first, as in a stage
+    # isort: split
+    import torch
+
+    from lmtransfer.modeling.model import LanguageModel
+    from lmtransfer.modeling.runtime import use_share_of_cores
+    from lmtransfer.pretraining.loop import pretrain
+
+    use_share_of_cores()
+    stream = _stream(2_000_000)
+    pretrain(LanguageModel(_config()), stream, stream[:4096], _pretrain_params(10**9), torch.device("cpu"),
+             log_every=10**9)
+
+
+# --- the conductor ------------------------------------------------------------------------------------------
+
+
+def _env(extra: dict[str, str], src: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ, **extra, TQDM_DISABLE="1")
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    return env
+
+
+def start_neighbours(kind: str, nice: int, checkout: Path, extra: dict[str, str]) -> list[subprocess.Popen]:
+    if kind == "hog":
+        commands = [[sys.executable, "-c", HOG] for _ in range(os.cpu_count() or 1)]
+        env = dict(os.environ)
+    else:
+        commands = [[sys.executable, str(checkout / "benchmarks" / "cotenancy.py"), "--neighbour"]]
+        env = _env(extra, checkout / "src")
+    processes = [subprocess.Popen(["nice", "-n", str(nice), *command], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for command in commands]
+    time.sleep(5)  # past the neighbour's start-up: imports, model, first steps
+    return processes
+
+
+def run_measure(extra: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--measure"], env=_env(extra), capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"the measured workload failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_case(case: str, checkout: Path, extra: dict[str, str]) -> dict:
+    if case in (BEFORE, BEFORE_NEIGHBOUR):
+        extra = {**extra, **BEFORE_ENV}
+    if case in ("alone", BEFORE):
+        return run_measure(extra)
+    neighbours = start_neighbours(*CASES["neighbour" if case == BEFORE_NEIGHBOUR else case], checkout, extra)
+    try:
+        return run_measure(extra)
+    finally:
+        for process in neighbours:
+            process.kill()
+            process.wait()
+
+
+def copy_checkout(target: Path) -> Path:
+    """Another checkout: this one's `src/` and `benchmarks/` (what the neighbour runs), copied."""
+    for folder in ("src", "benchmarks"):
+        shutil.copytree(REPO / folder, target / folder, ignore=shutil.ignore_patterns("__pycache__", "results"))
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in every lmtransfer process, measured and neighbour (e.g. OMP_WAIT_POLICY=PASSIVE)")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the measured child
+    parser.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)  # the lmtransfer neighbour
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure()))
+        return
+    if args.neighbour:
+        neighbour()
+        return
+    extra = dict(item.split("=", 1) for item in args.env)
+    started = time.perf_counter()
+    results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, BEFORE_NEIGHBOUR, *args.cases]}
+    with tempfile.TemporaryDirectory(prefix="lmtransfer-neighbour-") as folder:
+        checkout = copy_checkout(Path(folder))
+        for round_ in range(1, args.rounds + 1):
+            for case, runs in results.items():
+                runs.append(run_case(case, checkout, extra))
+                print(f"round {round_}/{args.rounds} {case:<20}" + "".join(
+                    f"  {w} {runs[-1][w]['seconds']:6.1f} s" for w in WORKLOADS), flush=True)
+    report(results, extra, args.rounds, time.perf_counter() - started)
+
+
+def _median(runs: list[dict], *keys: str) -> float:
+    def value(run: dict) -> float:
+        for key in keys:
+            run = run[key]
+        return run
+    return statistics.median(value(run) for run in runs)
+
+
+def _cell(value, column: Column, first: bool) -> str:
+    text = format(value, column.format) if column.format and not isinstance(value, str) else str(value)
+    return text.ljust(22) if first else text.rjust(max(len(column.name), 8) + 2)
+
+
+def report(results: dict[str, list[dict]], extra: dict[str, str], rounds: int, elapsed: float) -> None:
+    """The table (medians over the rounds), its result file, and the summary lines."""
+    threads = "/".join(str(t) for t in sorted({run["threads"] for runs in results.values() for run in runs}))
+    alone = {w: _median(results["alone"], w, "seconds") for w in WORKLOADS}
+    alone_digests = {" ".join(run[w]["digest"] for w in WORKLOADS) for run in results["alone"]}
+    columns = [Column("case"), *[column for w in WORKLOADS for column in (Column(f"{w} s", ".1f"),
+                                                                             Column(f"{w} fraction", ".2f"))],
+               Column("fraction", ".2f"), Column("CPU s", ".1f"), Column("system %", ".0f"),
+               Column("switches", ",.0f"), Column("same weights")]
+    rows, fractions = [], {}
+    for case, runs in results.items():
+        medians = {w: _median(runs, w, "seconds") for w in WORKLOADS}
+        fractions[case] = sum(alone.values()) / sum(medians.values())
+        user, system = _median(runs, "cpu", "user"), _median(runs, "cpu", "system")
+        digests = {" ".join(run[w]["digest"] for w in WORKLOADS) for run in runs}
+        same = "yes" if len(alone_digests) == 1 and digests == alone_digests else "NO"
+        per_workload = [cell for w in WORKLOADS for cell in (round(medians[w], 1), round(alone[w] / medians[w], 2))]
+        rows.append([case, *per_workload, round(fractions[case], 2), round(user + system, 1),
+                     round(100 * system / (user + system)), round(_median(runs, "cpu", "switches")), same])
+    print(f"\n{os.cpu_count()} cores, {threads} thread(s) per lmtransfer process; median of {rounds} rounds; "
+          "fraction = alone seconds / seconds beside it; CPU s, system %, switches: the measured process's"
+          + (f"; {' '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""))
+    for row in [[column.name for column in columns], *rows]:
+        print("".join(_cell(cell, column, first=i == 0) for i, (cell, column) in enumerate(zip(row, columns))))
+    name = "cotenancy" if not extra else "cotenancy-" + "-".join(f"{k}-{v}" for k, v in extra.items()).lower()
+    write_result(name, columns, rows, seconds=elapsed, notes=f"{threads} thread(s) per process; median of {rounds} "
+                 "rounds; " + (" ".join(f"{k}={v}" for k, v in extra.items()) or "the default settings"))
+    print(f"alone: {1 / fractions[BEFORE]:.2f} of the speed alone with libgomp's default spin (GOMP_SPINCOUNT=300000)")
+    print("cotenancy: " + ", ".join(f"{case} {fractions[case]:.2f}" for case in results if case in CASES))
+
+
+if __name__ == "__main__":
+    main()
