@@ -268,6 +268,26 @@ def test_predict_with_only_blank_lines_on_standard_input_says_so(monkeypatch):
         main(["predict", "--checkpoint", "nothing.pt"])
 
 
+def _bytes_on_stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape"))
+
+
+def test_a_piped_line_that_is_not_utf8_stops_predict_naming_the_line_and_byte(monkeypatch, capsys):
+    _bytes_on_stdin(monkeypatch, b"nice film\ncaf\xe9 good\n")
+    with pytest.raises(SystemExit, match=r"line 2 of standard input is not UTF-8 \(byte 0xe9 at byte 4\): convert"):
+        main(["predict", "--checkpoint", "nothing.pt"])  # before any model loads
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("argv", [["predict", "caf\udce9 good"], ["generate", "caf\udce9"], ["fill", "caf\udce9 <mask>"],
+                                  ["translate", "caf\udce9"]])
+def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_the_byte(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:  # Python hands undecodable argument bytes over as lone surrogates
+        main([*argv, "--checkpoint", "nothing.pt"])
+    assert exit_.value.code == 2
+    assert "is not UTF-8 (byte 0xe9 at character 4): convert it to UTF-8" in capsys.readouterr().err
+
+
 WORDS = "the a film movie was is good bad great dull moving long short story actor plot".split()
 
 
@@ -291,6 +311,14 @@ def classifier_files(in_empty_dir):
 def _predictions(out: str) -> list[tuple[str, float, str]]:
     rows = [line.split("\t") for line in out.splitlines()]
     return [(label, float(probability), text) for label, probability, text in rows]
+
+
+def test_predict_reads_piped_utf8_bytes_with_a_byte_order_mark(classifier_files, monkeypatch, capsys):
+    main(["predict", "a good film", "--checkpoint", str(classifier_files)])
+    expected = capsys.readouterr().out
+    _bytes_on_stdin(monkeypatch, b"\xef\xbb\xbfa good film\r\n")
+    main(["predict", "--checkpoint", str(classifier_files)])
+    assert capsys.readouterr().out == expected
 
 
 def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, monkeypatch, capsys):

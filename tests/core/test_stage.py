@@ -50,6 +50,60 @@ def test_a_bug_keeps_its_traceback():
         main()
 
 
+FULL_STORE = """
+import resource
+from pathlib import Path
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import quiet_mlflow_logs
+from lmtransfer.harness.tracking_store import ensure_store
+
+@stage_main("pretrain")
+def main():
+    quiet_mlflow_logs()  # as a stage's MLflow run does
+    store = ensure_store(Path("mlflow.db"))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (store.stat().st_size + 4096, resource.RLIM_INFINITY))
+    from mlflow import MlflowClient
+    client = MlflowClient(tracking_uri="sqlite:///mlflow.db")
+    experiment = client.create_experiment("e")
+    for _ in range(100):
+        client.log_param(client.create_run(experiment).info.run_id, "p", "v" * 5000)
+
+main()
+"""
+
+
+def test_a_tracking_store_that_cannot_grow_is_one_line_naming_it(tmp_path):
+    """Under a file-size limit, MLflow's SQLite store fails with `disk I/O error` under three chained tracebacks."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LMTRANSFER_DEBUG", "MLFLOW_TRACKING_URI")}
+    env["DVC_ROOT"] = str(tmp_path)  # the store the message names: this folder's mlflow.db
+    out = subprocess.run([sys.executable, "-c", FULL_STORE], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"pretrain: error: could not write the MLflow store sqlite:///{tmp_path / 'mlflow.db'} "
+                           "(disk I/O error): the disk is full, a file-size limit is reached, or the disk failed")
+
+
+def test_a_full_disk_names_the_file_it_could_not_write(capsys, monkeypatch):
+    import errno
+
+    monkeypatch.delenv("LMTRANSFER_DEBUG", raising=False)
+
+    @stage_main("tokenize")
+    def main() -> None:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "data/tokenized/train.bin")
+        except OSError as error:
+            raise RuntimeError("writing the ids failed") from error
+
+    with pytest.raises(SystemExit):
+        main()
+    assert capsys.readouterr().err == ("tokenize: error: could not write data/tokenized/train.bin: the disk is full; "
+                                       "free some space and run it again (what earlier stages wrote is kept)\n")
+
+
 def test_every_expected_error_shares_one_base():
     import lmtransfer.harness.errors as errors
 

@@ -67,6 +67,23 @@ def test_a_file_that_is_not_sqlite_is_named(tmp_path):
     assert store_problem(store).startswith("not a readable SQLite database")
 
 
+def test_a_truncated_store_that_held_runs_is_left_alone_not_replaced(tmp_path):
+    from mlflow import MlflowClient
+
+    store = tmp_path / "mlflow.db"
+    ensure_store(store)
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    experiment = client.create_experiment("e")
+    for _ in range(30):
+        client.create_run(experiment)
+    store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
+    digest = sha256_of(store)
+    with pytest.raises(TrackingStoreError, match="it may hold runs \\(SQLite cannot read it\\), so it is left as it is"):
+        ensure_store(store)
+    assert sha256_of(store) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
 def test_a_kill_while_the_store_is_built_leaves_no_store_and_the_next_stage_builds_it(tmp_path):
     """kill -9 at a random moment of the build (import included), then the store is usable and complete."""
     store = tmp_path / "mlflow.db"

@@ -24,10 +24,41 @@ def texts_from_arguments_or_stdin(arguments: list[str], verb: str, how: str) -> 
         return arguments
     if sys.stdin is None or sys.stdin.isatty():
         raise SystemExit(f"error: no texts to {verb}: {how}")
-    texts = [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    texts = [line.rstrip("\r\n") for line in _stdin_lines() if line.strip()]
     if not texts:
         raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {how}")
     return texts
+
+
+CONVERT_HINT = "convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+
+
+def _stdin_lines():
+    """Standard input's lines, decoded as UTF-8 here (not by the locale), so that a line that is not UTF-8
+    stops the command with its number instead of reaching the tokenizer as undecodable characters."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # replaced by a text-only stream (a test, an embedding program)
+        yield from sys.stdin
+        return
+    for number, raw in enumerate(stream, start=1):
+        try:
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"error: line {number} of standard input is not UTF-8 (byte 0x{raw[error.start]:02x} at "
+                             f"byte {error.start + 1}): {CONVERT_HINT}") from None
+
+
+def utf8_text(text: str) -> str:
+    """An argparse type for texts: arguments that are not UTF-8 reach Python as lone surrogates, which the
+    tokenizer cannot take; refused here, naming the byte."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = text[error.start].encode("utf-8", "surrogateescape")[0]
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise argparse.ArgumentTypeError(f"{shown!r} is not UTF-8 (byte 0x{byte:02x} at character {error.start + 1}): "
+                                         f"{CONVERT_HINT}") from None
+    return text
 
 
 def bounded(kind: type, low: float, name: str):
@@ -60,7 +91,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 def add_texts(parser: argparse.ArgumentParser, metavar: str, what: str) -> None:
     """The texts a model runs over: arguments, else the lines of standard input (`texts_from_arguments_or_stdin`)."""
-    parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar=metavar,
+    parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar=metavar, type=utf8_text,
                         help=f"{what} (default: the lines of standard input)")
 
 

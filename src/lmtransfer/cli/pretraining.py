@@ -10,6 +10,7 @@ from lmtransfer.cli.args import (
     NON_NEGATIVE_FLOAT,
     POSITIVE,
     add_model_files,
+    utf8_text,
 )
 from lmtransfer.core import paths
 
@@ -71,7 +72,7 @@ def cmd_fill(args: argparse.Namespace) -> None:
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register `generate` and `fill` (`command` makes a subparser)."""
     generate = command("generate", "continue a prompt with the pretrained language model")
-    generate.add_argument("prompt", nargs="?", default="",
+    generate.add_argument("prompt", nargs="?", default="", type=utf8_text,
                           help="the text to continue; '' starts from the begin-of-text id alone (default: %(default)r)")
     generate.add_argument("--tokens", type=POSITIVE, default=30,
                           help="new tokens to generate, at most (stops early at end-of-text)")
@@ -87,7 +88,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     fill = command("fill", "the likeliest words for each <mask> of a prompt, with a masked language model",
                    "The likeliest words for each <mask> of the prompt (one is appended when it has none), with "
                    "a checkpoint pretrained with pretrain.objective: mlm.")
-    fill.add_argument("prompt", nargs="?", default="the movie was <mask> good",
+    fill.add_argument("prompt", nargs="?", default="the movie was <mask> good", type=utf8_text,
                       help="a text with <mask> where a word is missing")
     fill.add_argument("--top-k", type=POSITIVE, default=5, help="predictions shown per blank")
     add_model_files(fill, paths.PRETRAINED, "a masked-LM checkpoint", paths.TOKENIZED)

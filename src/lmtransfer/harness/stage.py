@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import sqlite3
 import sys
 import time
 from typing import Callable
@@ -31,7 +33,14 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
                 print(f"{label}: error: {exc}", file=sys.stderr)
                 sys.exit(1)
             except Exception as exc:
-                if os.environ.get("LMTRANSFER_DEBUG") or not _lost_another_process(exc):
+                if os.environ.get("LMTRANSFER_DEBUG"):
+                    raise
+                no_room = _no_room_to_write(exc)
+                if no_room:
+                    print(f"{label}: error: {no_room}; free some space and run it again (what earlier stages wrote is "
+                          "kept)", file=sys.stderr)
+                    sys.exit(1)
+                if not _lost_another_process(exc):
                     raise
                 print(f"{label}: stopped: process {os.environ['RANK']} lost contact with the others (the error of the "
                       "one that failed is above)", file=sys.stderr)
@@ -40,6 +49,27 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
         return run
 
     return decorate
+
+
+ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+        errno.EFBIG: "the file-size limit (ulimit -f) is reached"}
+
+
+def _no_room_to_write(exc: BaseException) -> str | None:
+    """A write that failed for want of room, in one line naming what could not be written; else None. MLflow's
+    SQLite store reports a full disk or a file-size limit as `disk I/O error` deep in a chained traceback."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in ROOM:
+            return f"could not write {seen.filename or 'a file'}: {ROOM[seen.errno]}"
+        if isinstance(seen, sqlite3.OperationalError) and any(
+                sign in str(seen) for sign in ("disk I/O error", "database or disk is full")):
+            from lmtransfer.harness.tracking import tracking_uri
+
+            return (f"could not write the MLflow store {tracking_uri()} ({seen}): the disk is full, a file-size "
+                    "limit is reached, or the disk failed")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _lost_another_process(exc: Exception) -> bool:

@@ -130,9 +130,14 @@ def _task_of(params_file: Path) -> str:
     return str(raw.get("task", "classification")) if isinstance(raw, dict) else "classification"
 
 
-def _quiet_mlflow_logs() -> None:
+def quiet_mlflow_logs() -> None:
+    """MLflow's chatter off. Its SQLite layer also logs every database error with a traceback before it raises
+    it again: the stage reports that exception in one line (a full disk) or with its traceback (a bug), so the
+    logged copy is dropped, unless LMTRANSFER_DEBUG asks for everything."""
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    if not os.environ.get("LMTRANSFER_DEBUG"):
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
@@ -287,7 +292,7 @@ def stage_run(
     if not is_main_process():
         yield None
         return
-    _quiet_mlflow_logs()
+    quiet_mlflow_logs()
     root = project_root()
     # Read before set_tracking_uri(), which itself exports MLFLOW_TRACKING_URI into this process.
     user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))

@@ -6,7 +6,8 @@ file on which every later stage failed with a long double traceback
 (`table _alembic_tmp_... already exists`). So the store is built under a temporary
 name and linked into place only once complete; a store found half-migrated anyway
 (an older version of this tool, an interrupted `mlflow db upgrade`) is set aside and
-rebuilt when it holds no run, and named in one line when it does.
+rebuilt when it can be read and holds no run, and named in one line when it holds runs or cannot be
+read (a truncated store may still hold them).
 
 A tracking server (`MLFLOW_TRACKING_URI=http://...`) is only checked to accept
 connections: MLflow's client retries a refused request for minutes (7 retries,
@@ -35,9 +36,10 @@ def ensure_store(path: Path) -> Path:
         problem = store_problem(path)
         if problem is None:
             return path
-        if _holds_runs(path):
+        runs = _runs_it_holds(path)
+        if runs:
             raise TrackingStoreError(
-                f"{path} is {problem}; it holds runs, so it is left as it is: back it up and run "
+                f"{path} is {problem}; it {runs}, so it is left as it is: back it up and run "
                 f"`mlflow db upgrade sqlite:///{path}`, or move it away to start a new store"
             )
         aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -89,12 +91,17 @@ def _latest_schema_revision() -> str | None:
         return None
 
 
-def _holds_runs(path: Path) -> bool:
+def _runs_it_holds(path: Path) -> str:
+    """'holds runs', 'may hold runs ...' when it cannot be read (a truncated store may still be recoverable),
+    or '' when it can be read and holds none: only then may it be set aside and replaced."""
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
-    except sqlite3.DatabaseError:  # no runs table: nothing was ever logged
-        return False
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "runs" not in tables:  # nothing was ever logged
+                return ""
+            return "holds runs" if db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0 else ""
+    except sqlite3.DatabaseError:
+        return "may hold runs (SQLite cannot read it)"
 
 
 def _build(path: Path) -> None:
