@@ -8,7 +8,7 @@ import os
 import sqlite3
 import sys
 import time
-from typing import Callable
+from typing import Callable, NoReturn
 
 from lmtransfer.harness.errors import LmtransferError
 
@@ -30,25 +30,28 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
             except LmtransferError as exc:
                 if os.environ.get("LMTRANSFER_DEBUG"):
                     raise
-                print(f"{label}: error: {exc}", file=sys.stderr)
-                sys.exit(1)
+                _stop(f"{label}: error: {exc}")
             except Exception as exc:
                 if os.environ.get("LMTRANSFER_DEBUG"):
                     raise
                 no_room = _no_room_to_write(exc)
                 if no_room:
-                    print(f"{label}: error: {no_room}; free some space and run it again (what earlier stages wrote is "
-                          "kept)", file=sys.stderr)
-                    sys.exit(1)
+                    _stop(f"{label}: error: {no_room}; free some space and run it again (what earlier stages wrote is "
+                          "kept)")
                 if not _lost_another_process(exc):
                     raise
-                print(f"{label}: stopped: process {os.environ['RANK']} lost contact with the others (the error of the "
-                      "one that failed is above)", file=sys.stderr)
-                sys.exit(1)
+                _stop(f"{label}: stopped: process {os.environ['RANK']} lost contact with the others (the error of the "
+                      "one that failed is above)")
 
         return run
 
     return decorate
+
+
+def _stop(line: str) -> NoReturn:
+    """The stage's one line on standard error, and exit status 1."""
+    print(line, file=sys.stderr)
+    sys.exit(1)
 
 
 ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",

@@ -67,7 +67,7 @@ def store_problem(path: Path) -> str | None:
     """None for a complete store at MLflow's current schema, else what is wrong with it, in words."""
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = _table_names(db)
             version = db.execute("SELECT version_num FROM alembic_version").fetchone() if (
                 "alembic_version" in tables) else None
     except sqlite3.DatabaseError as error:
@@ -80,6 +80,10 @@ def store_problem(path: Path) -> str | None:
     if latest and version[0] != latest:
         return f"at schema {version[0]}, not the {latest} this MLflow needs (an interrupted or pending migration)"
     return None
+
+
+def _table_names(db: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 def _latest_schema_revision() -> str | None:
@@ -96,8 +100,7 @@ def _runs_it_holds(path: Path) -> str:
     or '' when it can be read and holds none: only then may it be set aside and replaced."""
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "runs" not in tables:  # nothing was ever logged
+            if "runs" not in _table_names(db):  # nothing was ever logged
                 return ""
             return "holds runs" if db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0 else ""
     except sqlite3.DatabaseError:
