@@ -47,8 +47,8 @@ def main() -> None:
             mlflow.log_metrics({f"{variant}_test_accuracy": metrics["accuracy"],
                                 f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
         confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
-        report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate)
-        headline = headline_metrics(report, pretraining)
+        report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate, pretraining)
+        headline = headline_metrics(report)
         write_json(EVALUATE_REPORT, report)
         write_json(HEADLINE, headline)
         write_json(EVALUATE_DETAILS / "confusion.json", confusion)

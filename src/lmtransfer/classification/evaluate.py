@@ -111,9 +111,12 @@ def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: f
 
 
 def transfer_report(
-    pretrained: list[SeedResult], scratch: list[SeedResult], baseline: dict, params: EvaluateParams
+    pretrained: list[SeedResult], scratch: list[SeedResult], baseline: dict, params: EvaluateParams,
+    pretraining: dict,
 ) -> dict:
-    """The headline first (the gap and its uncertainty), then each variant, then the baseline."""
+    """The headline first (the gap and its uncertainty), then each variant, then the baseline, then the pretrain
+    stage's summary (`metrics/pretrain.json`): a DVC-cached file, so this git-tracked report is where an
+    experiment's commit keeps its pretraining figures (`lmtransfer compare` reads them there)."""
     if [r.seed for r in pretrained] != [r.seed for r in scratch]:
         raise ValueError("pretrained and scratch must be evaluated on the same seeds (they are paired by seed)")
     correct_pretrained = np.stack([r.correct for r in pretrained])
@@ -142,32 +145,31 @@ def transfer_report(
                      "valid_accuracy": baseline["valid_accuracy"]},
         "n_seeds": len(pretrained),
         "n_test_examples": int(correct_pretrained.shape[1]),
+        "pretraining": pretraining,
     }
 
 
-def headline_metrics(report: dict, pretraining: dict) -> dict:
-    """The answer in ten flat numbers (`metrics/headline.json`, the one file `dvc.yaml` declares as metrics),
-    so `dvc metrics show` fits on one row and `dvc exp show` compares experiments on what matters; the
-    MLflow pipeline run carries the same numbers.
+def headline_metrics(report: dict) -> dict:
+    """The answer in eight flat numbers (`metrics/headline.json`, the one file `dvc.yaml` declares as metrics),
+    so bare `dvc metrics show` fits one 120-column row and `dvc exp show` compares experiments on what matters;
+    the MLflow pipeline run carries the same numbers.
 
-    `report` is `transfer_report`'s (metrics/evaluate.json, which keeps every detail), `pretraining` the
-    pretrain stage's summary (metrics/pretrain.json). Accuracies are test accuracies, mean over seeds; `gap` is
-    pretrained minus scratch, `ci95_low`/`ci95_high` its 95% interval and `p_value` its paired test (the names
-    of evaluate.json's `gap.*`, kept short so the columns fit a terminal); `gap_val_epoch1` the gap in validation
-    accuracy after one epoch; `lm_val_ppl` the language model's validation perplexity on the held-out corpus.
+    `report` is `transfer_report`'s (metrics/evaluate.json, which keeps every detail). `pretrained`, `scratch`
+    and `baseline` are test accuracies (the two variants' means over seeds); `gap` is pretrained minus scratch,
+    `gap_low`/`gap_high` its 95% interval and `p_value` its paired test; `head_start` the gap in validation
+    accuracy after one epoch. The names are short so that the row fits a terminal; the seeds and the language
+    model's perplexity stay in the report (`n_seeds`, `pretraining.val_perplexity`).
     """
     gap = report["gap"]
     return {
-        "acc_pretrained": report["pretrained"]["accuracy_mean"],
-        "acc_scratch": report["scratch"]["accuracy_mean"],
+        "pretrained": report["pretrained"]["accuracy_mean"],
+        "scratch": report["scratch"]["accuracy_mean"],
         "gap": gap["accuracy_mean"],
-        "ci95_low": gap["ci95_low"],
-        "ci95_high": gap["ci95_high"],
+        "gap_low": gap["ci95_low"],
+        "gap_high": gap["ci95_high"],
         "p_value": gap["p_value"],
-        "gap_val_epoch1": gap["first_epoch_val_accuracy_mean"],
-        "acc_baseline": report["baseline"]["accuracy"],
-        "lm_val_ppl": pretraining["val_perplexity"],
-        "n_seeds": report["n_seeds"],
+        "head_start": gap["first_epoch_val_accuracy_mean"],
+        "baseline": report["baseline"]["accuracy"],
     }
 
 

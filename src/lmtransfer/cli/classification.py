@@ -45,7 +45,7 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
     from lmtransfer.core.io import read_json, require_file
 
     report = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
-    pretraining = read_json(require_file(metrics_dir / "pretrain.json", "pretraining metrics"))
+    pretraining = report["pretraining"]  # metrics/pretrain.json is DVC-cached: evaluate.json carries it in git
     gap, n_seeds = report["gap"], report["n_seeds"]
 
     def spread(variant: str, key: str) -> str:
