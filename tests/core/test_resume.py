@@ -232,3 +232,19 @@ def test_a_pretraining_process_killed_at_a_random_step_resumes_to_the_same_weigh
     assert rerun.returncode == 0
     a, b = torch.load(reference, weights_only=True), torch.load(resumed, weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a), f"killed at step {kill_at}"
+
+
+def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_stay_as_they_were():
+    """`pretrain.adapt_epochs: 0.5` (the scaling study's small budgets) stops halfway through the pass; an integer
+    count still runs whole passes, as the committed results were made."""
+    from lmtransfer.pretraining.loop import adaptation_steps
+
+    assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
+    assert isinstance(PretrainParams(adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
+    whole = PARAMS.model_copy(update={"adapt_epochs": 1})
+    torch.manual_seed(0)
+    one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, CPU, seed=3)
+    torch.manual_seed(0)
+    half = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_epochs": 0.5}),
+                         CPU, seed=3)
+    assert half.steps == round(one_pass.steps / 2) and half.tokens_seen < one_pass.tokens_seen

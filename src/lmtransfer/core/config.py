@@ -127,9 +127,9 @@ class PretrainParams(Section):
     )
     # ULMFiT's second step: after the corpus, the language model keeps training on the labeled *train*
     # texts alone (labels unused) for this many epochs, so it learns the task's kind of text.
-    adapt_epochs: int = Field(
+    adapt_epochs: int | float = Field(
         5, ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
-        "second step; 0 = off)"
+        "second step; 0 = off; a fraction runs that share of the steps, as `lmtransfer scaling` does)"
     )
     adapt_lr: float = Field(
         1e-3, gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"

@@ -66,7 +66,7 @@ def choose_openmp_wait(jobs: int) -> dict[str, str]:
     Left to itself, libgomp spins a waiting thread for 300,000 rounds (milliseconds) before it sleeps. A
     stage's second thread waits like that between every two parallel operations, so it holds a core all the
     time; beside any other CPU-heavy program the two fight for the cores and a stage ran 10-29 times slower.
-    Alone, spinning a little is what keeps the next operation's start fast: GOMP_SPINCOUNT=10000 keeps 98%
+    Alone, spinning a little is what keeps the next operation's start fast: GOMP_SPINCOUNT=10000 keeps 99%
     of the speed alone and a fair share beside others (`benchmarks/cotenancy.py`). With known co-tenants
     (jobs > 1) threads do not spin at all (OMP_WAIT_POLICY=PASSIVE). Nothing is set when the user chose
     either variable; none of this changes a result, only when a thread waits."""

@@ -293,6 +293,13 @@ def _log_again(result: PretrainResult, log_metrics: MetricsLogger) -> None:
         log_metrics({k: v for k, v in row.items() if k != "step"}, row["step"])
 
 
+def adaptation_steps(adapt_epochs: int | float, steps_per_epoch: int) -> int:
+    """Steps of the adaptation phase: whole passes, or a fraction of them (at least one step when it is on)."""
+    if float(adapt_epochs).is_integer():
+        return int(adapt_epochs) * steps_per_epoch
+    return max(1, round(adapt_epochs * steps_per_epoch))
+
+
 def adapt_to_task(
     model: LanguageModel,
     train_texts: np.ndarray,
@@ -313,10 +320,11 @@ def adapt_to_task(
     `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps; masked
     language modelling adapts without next-sentence prediction (the task's texts are independent sentences).
     """
-    steps = params.adapt_epochs * PackedBatches(train_texts, params.seq_len, params.batch_size,
-                                                what=TASK_TEXTS).steps_per_epoch()
-    phase = params.model_copy(update={"epochs": params.adapt_epochs, "max_steps": 0, "lr": params.adapt_lr,
-                                      "warmup_steps": max(1, steps // 10)})
+    steps = adaptation_steps(params.adapt_epochs, PackedBatches(train_texts, params.seq_len, params.batch_size,
+                                                                what=TASK_TEXTS).steps_per_epoch())
+    whole = float(params.adapt_epochs).is_integer()  # whole passes run as before; a fraction stops at its steps
+    phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
+                                      "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
                     first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task",
                     objective=objective.without_next_sentence(), compile_steps=compile_steps)
