@@ -41,8 +41,8 @@ test-fast: venv
 
 ## MLflow UI on the project's store (http://127.0.0.1:$(UI_PORT))
 ui: venv
-	@echo "open $$($(BIN)/python -c 'from lmtransfer.harness.tracking import ui_link; print(ui_link("http://127.0.0.1:$(UI_PORT)"))')"
-	@echo "  (the experiment's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
+	@$(BIN)/python -c 'from lmtransfer.harness.tracking import ui_links; print(*(f"open {link}  ({task})" for task, link in ui_links("http://127.0.0.1:$(UI_PORT)").items()), sep="\n")'
+	@echo "  (each task's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
 
 ## the generated tables of README.md and docs/: results from metrics/ and results/, parameters from the params models

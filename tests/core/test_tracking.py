@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from lmtransfer.harness.tracking import UI_WORKFLOW, ui_link
+import pytest
+
+from lmtransfer.harness.tracking import UI_WORKFLOW, ui_link, ui_links
 
 
 def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatch):
@@ -17,6 +19,123 @@ def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatc
     client.create_experiment("other")
     experiment_id = client.create_experiment("lmtransfer")
     assert ui_link("http://h:1", tmp_path) == f"http://h:1/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
+def test_the_ui_links_open_each_tasks_experiment(tmp_path, monkeypatch):
+    """`make ui` prints one per task: classification and translation runs live in separate experiments."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    classification = client.create_experiment("lmtransfer")
+    assert ui_links("http://h:1", tmp_path) == {  # no translation run yet: the experiment list
+        "classification": f"http://h:1/#/experiments/{classification}?{UI_WORKFLOW}",
+        "translation": f"http://h:1/#/experiments?{UI_WORKFLOW}"}
+    translation = client.create_experiment("lmtransfer-translation")
+    assert ui_links("http://h:1", tmp_path)["translation"] == f"http://h:1/#/experiments/{translation}?{UI_WORKFLOW}"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """The project's own store under tmp_path, stages run from tmp_path (no params.yaml: classification); yields
+    a client of that store."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "one-repro")
+    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    yield MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_tracking_uri(None)
+
+
+def _pipeline_of(client, run):
+    return client.get_run(run.data.tags["mlflow.parentRunId"])
+
+
+def test_the_pipeline_run_lasts_until_its_last_stage_ends(store):
+    """Each stage makes it RUNNING again; the last one to end gives it its end time: it spans the pipeline."""
+    from lmtransfer.harness.tracking import stage_run
+
+    with stage_run("prepare", {}) as first:
+        assert _pipeline_of(store, first).info.status == "RUNNING"
+    assert _pipeline_of(store, first).info.status == "FINISHED"  # between stages
+    with stage_run("pretrain", {}) as second:
+        during = _pipeline_of(store, second)
+    first, second = store.get_run(first.info.run_id), store.get_run(second.info.run_id)
+    after = _pipeline_of(store, second)
+    assert during.info.run_id == after.info.run_id == _pipeline_of(store, first).info.run_id
+    assert during.info.status == "RUNNING"
+    assert after.info.status == "FINISHED"
+    assert after.info.start_time <= first.info.start_time
+    assert after.info.end_time >= second.info.end_time >= second.info.start_time >= first.info.end_time
+
+
+def test_the_pipeline_run_ends_as_its_last_stage_did(store):
+    """A stage that fails leaves the pipeline run FAILED; one stopped with Ctrl-C, KILLED (its own run too)."""
+    from lmtransfer.harness.tracking import stage_run
+
+    with pytest.raises(ValueError):
+        with stage_run("prepare", {}) as failed:
+            raise ValueError("broken")
+    assert _pipeline_of(store, failed).info.status == "FAILED"
+    with pytest.raises(KeyboardInterrupt):
+        with stage_run("tokenize", {}) as stopped:
+            raise KeyboardInterrupt
+    assert store.get_run(stopped.info.run_id).info.status == "KILLED"
+    assert _pipeline_of(store, stopped).info.status == "KILLED"
+    with stage_run("tokenize", {}) as again:  # the same pipeline, run on: it ends as its latest stage did
+        pass
+    assert _pipeline_of(store, again).info.status == "FINISHED"
+
+
+def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
+    """Stages side by side under one LMTRANSFER_PIPELINE_ID: the first to end hands the pipeline run on."""
+    from lmtransfer.harness.tracking import PROCESS_TAG, _process_tag, stage_run
+
+    with stage_run("prepare", {}) as first:
+        parent = _pipeline_of(store, first)
+        sibling = store.create_run(first.info.experiment_id, run_name="baseline", tags={
+            "mlflow.parentRunId": parent.info.run_id, "lmtransfer.kind": "stage", PROCESS_TAG: _process_tag()})
+    assert store.get_run(parent.info.run_id).info.status == "RUNNING"
+    store.set_terminated(sibling.info.run_id)
+
+
+def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path):
+    """Its params leave `model.*` out (the checkpoint decides the shape): the run logs the checkpoint's, not
+    params.yaml's, so it compares with its scratch twin."""
+    from torch import nn
+
+    from lmtransfer.core.paths import PRETRAINED
+    from lmtransfer.harness.tracking import stage_run
+    from lmtransfer.modeling.checkpoint import save_checkpoint
+    from lmtransfer.modeling.model import ModelConfig
+
+    config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
+    PRETRAINED.parent.mkdir(parents=True)
+    save_checkpoint(PRETRAINED, nn.Linear(1, 1), "language_model", config)
+    with stage_run("finetune_pretrained", {"finetune": {"lr": 0.1}}, run_name="finetune_pretrained@0") as tuned:
+        pass
+    params = store.get_run(tuned.info.run_id).data.params
+    assert {key: params[key] for key in params if key.startswith("model.")} == {
+        "model.n_layers": "3", "model.d_model": "8", "model.n_heads": "2", "model.d_ff": "16",
+        "model.dropout": "0.0", "model.attention": "bidirectional"}
+    assert params["finetune.lr"] == "0.1"
+    with stage_run("finetune_scratch", {"model": {"n_layers": 4}}, run_name="finetune_scratch@0") as scratch:
+        pass
+    assert store.get_run(scratch.info.run_id).data.params == {"model.n_layers": "4"}  # declared: as they are
+
+
+def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
+    from lmtransfer.harness.tracking import stage_run
+
+    (tmp_path / "params.yaml").write_text("task: translation\nmodel:\n  d_model: 16\n", encoding="utf-8")
+    with stage_run("prepare", {}) as run:
+        pass
+    assert _pipeline_of(store, run).data.params == {"task": "translation", "model.d_model": "16"}
 
 
 def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code: str):
@@ -87,10 +206,10 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
         "import os, signal\nfrom mlflow import MlflowClient\n"
         "from lmtransfer.harness.tracking import stage_run\n"
         "close = MlflowClient.set_terminated\n"
-        "def die_on_pipeline(self, run_id, *a, **k):\n"
-        "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline':\n"
+        "def die_on_pipeline(self, run_id, status=None, **k):\n"
+        "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline' and status != 'RUNNING':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    return close(self, run_id, *a, **k)\n"
+        "    return close(self, run_id, status, **k)\n"
         "MlflowClient.set_terminated = die_on_pipeline\n"
         "with stage_run('prepare', {}):\n    pass\n",
     )

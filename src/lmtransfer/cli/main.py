@@ -24,6 +24,7 @@ import argparse
 from pathlib import Path
 
 import lmtransfer.cli.classification as classification_cli
+import lmtransfer.cli.experiments as experiments_cli
 import lmtransfer.cli.pretraining as pretraining_cli
 import lmtransfer.cli.translation as translation_cli
 from lmtransfer.cli.args import POSITIVE, HelpFormatter
@@ -341,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pretraining_cli.add_commands(command)
     classification_cli.add_commands(command)
+    experiments_cli.add_commands(command)
     translation_cli.add_commands(command)
     return parser
 

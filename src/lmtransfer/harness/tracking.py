@@ -13,9 +13,14 @@ parent carries every parameter of params.yaml, lasts from its first stage's star
 to its last stage's end, and receives the headline (`log_to_pipeline`), so the
 experiment's run table compares pipeline executions at a glance.
 
+The parent's status follows its stages: each stage that starts under it makes it
+RUNNING again and owns it (PROCESS_TAG); each stage that ends gives it its end
+time and outcome (FINISHED, FAILED, KILLED), unless another of its stages still
+runs. After the last stage it is FINISHED, its duration the whole pipeline's.
+
 The experiment is tagged as a model-training experiment (`mlflow.experimentKind`).
 MLflow 3.17's UI still opens on its GenAI pages unless its "Model training" switch
-is on; `ui_link` gives the address that turns it on (`make ui` prints it).
+is on; `ui_link` gives the address that turns it on (`make ui` prints one per task: `ui_links`).
 """
 
 from __future__ import annotations
@@ -111,12 +116,12 @@ def pipeline_id() -> str:
     return f"standalone-{uuid.uuid4().hex[:12]}"
 
 
-def experiment_name() -> str:
-    """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (the
-    `task` key of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
+def experiment_name(task: str | None = None) -> str:
+    """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (by
+    default the `task` key of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
     if os.environ.get(EXPERIMENT_ENV):
         return os.environ[EXPERIMENT_ENV]
-    task = _task_of(Path("params.yaml"))
+    task = task or _task_of(Path("params.yaml"))
     return DEFAULT_EXPERIMENT if task == "classification" else f"{DEFAULT_EXPERIMENT}-{task}"
 
 
@@ -152,7 +157,8 @@ def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
 
 
 def _all_params(root: Path) -> dict[str, Any]:
-    """Every key of params.yaml (flattened), for the pipeline run: one row per execution in the run table."""
+    """Every key of params.yaml (flattened; top-level ones like `task` as they are), for the pipeline run: one
+    row per execution in the run table."""
     from ruamel.yaml import YAML
 
     path = Path("params.yaml") if Path("params.yaml").is_file() else root / "params.yaml"
@@ -160,7 +166,10 @@ def _all_params(root: Path) -> dict[str, Any]:
         raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
     except (OSError, ValueError):
         return {}
-    return flatten({section: values for section, values in raw.items() if isinstance(values, dict)})
+    if not isinstance(raw, dict):
+        return {}
+    top_level = {key: value for key, value in raw.items() if not isinstance(value, dict)}
+    return {**top_level, **flatten({section: values for section, values in raw.items() if isinstance(values, dict)})}
 
 
 def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str], root: Path) -> str:
@@ -175,7 +184,7 @@ def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[s
     if found:
         return found[0].info.run_id
     name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
-    # The creating stage's process: the parent stays RUNNING only until that stage ends (see close_orphaned_runs).
+    # Owned by the stage that runs under it (see _resume_pipeline, close_orphaned_runs): first the creating one.
     run = client.create_run(experiment_id, run_name=name,
                             tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline", PROCESS_TAG: _process_tag()})
     params = [Param(key, str(value)) for key, value in _all_params(root).items()]
@@ -187,17 +196,25 @@ def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[s
 UI_WORKFLOW = "workflowType=machine_learning"  # the UI's "Model training" switch; the UI remembers it
 
 
-def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> str:
-    """The UI address that opens the project's experiment on its runs table (the store is never created here)."""
+def ui_link(base: str = "http://127.0.0.1:5000", root: Path | None = None, task: str | None = None) -> str:
+    """The UI address that opens a task's experiment (default: the one of the current folder's params.yaml) on its
+    runs table; the experiment list while it has none (the store is never created here)."""
     from mlflow import MlflowClient
 
     store = (root or project_root()) / STORE_NAME
     if os.environ.get("MLFLOW_TRACKING_URI") or store.is_file():
         experiment = MlflowClient(tracking_uri=tracking_uri(root)).get_experiment_by_name(
-            experiment_name())
+            experiment_name(task))
         if experiment is not None:
             return f"{base}/#/experiments/{experiment.experiment_id}?{UI_WORKFLOW}"
     return f"{base}/#/experiments?{UI_WORKFLOW}"
+
+
+def ui_links(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> dict[str, str]:
+    """`ui_link` of every task, by task: each task's runs live in their own experiment (`make ui` prints them)."""
+    from lmtransfer.core.config import TASKS
+
+    return {task: ui_link(base, root, task) for task in TASKS}
 
 
 def _process_tag() -> str:
@@ -239,10 +256,12 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
     for run in orphans:
         _mark_killed(client, run.info.run_id)
         parent_id = run.data.tags.get(PARENT_TAG)
-        if parent_id and client.get_run(parent_id).info.status == "RUNNING":  # its pipeline stopped with it
-            client.set_terminated(parent_id, status="KILLED")
-    # A pipeline run is RUNNING only until its first stage ends; a kill just after that stage closed its own
-    # run leaves it RUNNING with no stage to find it by, so it is found by the process that created it.
+        if parent_id:
+            parent = client.get_run(parent_id)
+            if parent.info.status == "RUNNING" and not _is_alive(parent.data.tags.get(PROCESS_TAG, "")):
+                client.set_terminated(parent_id, status="KILLED")  # its pipeline stopped with it
+    # A pipeline run is RUNNING while a stage owns it (PROCESS_TAG); a kill just after that stage closed its own
+    # run leaves it RUNNING with no stage to find it by, so it is found by its owner's process.
     pipelines = client.search_runs(
         [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
     )
@@ -255,6 +274,58 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
 def _mark_killed(client, run_id: str) -> None:
     client.set_terminated(run_id, status="KILLED")
     client.set_tag(run_id, f"{TAG_PREFIX}note", "its process ended without closing the run")
+
+
+def _set_pipeline_status(client, parent_id: str, status: str) -> None:
+    """The pipeline run's status, with now as its end time: MLflow cannot clear an end time, so while RUNNING
+    it says when the latest stage started, and once ended, when the latest stage ended."""
+    client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
+
+
+def _resume_pipeline(client, parent_id: str) -> None:
+    """A stage starting under the pipeline run: it owns the run (an earlier stage may have ended it) and makes it
+    RUNNING until it ends; the owner tag first, so close_orphaned_runs elsewhere never sees it ownerless."""
+    client.set_tag(parent_id, PROCESS_TAG, _process_tag())
+    _set_pipeline_status(client, parent_id, "RUNNING")
+
+
+def _end_pipeline(client, experiment_id: str, parent_id: str, status: str, own_run_id: str | None) -> None:
+    """A stage ending: the pipeline run ends with it (its end time, its outcome), unless another of its stages still
+    runs (stages run side by side under one LMTRANSFER_PIPELINE_ID): that one then owns it, and ends it."""
+    running = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING' "
+                      f"and tags.`{TAG_PREFIX}kind` = 'stage'",
+    )
+    others = [run for run in running
+              if run.info.run_id != own_run_id and _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
+    if others:
+        client.set_tag(parent_id, PROCESS_TAG, others[0].data.tags[PROCESS_TAG])
+    else:
+        _set_pipeline_status(client, parent_id, status)
+
+
+def checkpoint_model_params(path: str | Path) -> dict[str, Any]:
+    """The `model.*` keys of params.yaml as a checkpoint's model config has them: the network really built."""
+    from lmtransfer.core.config import ModelParams
+    from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of
+
+    config = model_config_of(load_checkpoint(path))  # torch.load(weights_only=True)
+    return {key: getattr(config, key) for key in ModelParams.model_fields}  # `attention`: causal | bidirectional
+
+
+PRETRAINED_FINETUNE = "finetune_pretrained"  # the stage of both tasks that starts from models/pretrained.pt
+
+
+def _logged_params(stage: str, params: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The params a stage declares, and for a fine-tune of the pretrained model the `model.*` it was built with,
+    read from the checkpoint (it declares none: its shape is the checkpoint's, not params.yaml's), so the
+    Compare view lines it up with its scratch twin."""
+    from lmtransfer.core.paths import PRETRAINED
+
+    if stage != PRETRAINED_FINETUNE or "model" in params or not PRETRAINED.is_file():
+        return params
+    return {**params, "model": checkpoint_model_params(PRETRAINED)}
 
 
 def log_to_pipeline(metrics: dict[str, float]) -> None:
@@ -307,8 +378,7 @@ def stage_run(
         **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
     }
     parent_id = _pipeline_parent(client, experiment_id, group, common_tags, root)
-    # The parent may be finished already (an earlier stage ended it), which start_run(parent_run_id=...)
-    # refuses; the tag nests the run all the same.
+    # The tag nests the run; start_run(parent_run_id=...) would also check that the parent is active.
     tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
             PROCESS_TAG: _process_tag()}
     if upstream_run_id:
@@ -316,15 +386,22 @@ def stage_run(
     orphans = close_orphaned_runs(client, experiment_id, run_name or stage)
     if orphans:
         tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
-    status = "FAILED"
+    _resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
+    status, run_id = "FAILED", None
     try:
         with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
-            mlflow.log_params(flatten(params))
+            run_id = run.info.run_id
+            mlflow.log_params(flatten(_logged_params(stage, params)))
             yield run
         status = "FINISHED"
+    except KeyboardInterrupt:  # Ctrl-C (DVC passes it on): stopped, not broken
+        status = "KILLED"
+        if run_id:
+            client.set_terminated(run_id, status=status)
+        raise
     finally:
-        # The pipeline run spans its stages: it ends when the latest one ends, failed if that one failed.
-        client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
+        # The pipeline run spans its stages: it ends when the latest one ends, with that one's outcome.
+        _end_pipeline(client, experiment_id, parent_id, status, run_id)
 
 
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:

@@ -1,0 +1,111 @@
+"""`lmtransfer compare`: the experiments side by side on the transfer question, with the uncertainty kept.
+
+One row per experiment: the params that differ between them, both variants' test accuracy (mean ± std over
+seeds), the gap with its 95% interval and p-value, the epoch-1 head start and the TF-IDF baseline. With a
+swept parameter (`--by finetune.lr`), the rows follow it and a figure shows both accuracies and the gap against
+it, the baseline as a line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.reporting.experiments import Experiment, changed_params
+from lmtransfer.reporting.plots import COLORS, plt, save_figure
+
+
+@dataclass
+class Row:
+    """One experiment's answer, read from its evaluate report."""
+    name: str
+    params: dict[str, Any]
+    pretrained: tuple[float, float]  # test accuracy: mean, std over seeds
+    scratch: tuple[float, float]
+    gap: tuple[float, float, float]  # mean, 95% interval low, high
+    p_value: float
+    head_start: float
+    baseline: float
+    seeds: int
+
+    @classmethod
+    def of(cls, experiment: Experiment) -> Row:
+        report = experiment.report
+        gap = report["gap"]
+        return cls(experiment.name, experiment.params,
+                   *((report[v]["accuracy_mean"], report[v]["accuracy_std"]) for v in ("pretrained", "scratch")),
+                   (gap["accuracy_mean"], gap["ci95_low"], gap["ci95_high"]), gap["p_value"],
+                   gap["first_epoch_val_accuracy_mean"], report["baseline"]["accuracy"], report["n_seeds"])
+
+
+def compare_rows(experiments: list[Experiment], by: str | None = None) -> tuple[list[Row], list[str]]:
+    """The rows of the experiments that have results (ordered by `by` when given) and the params shown."""
+    done = [e for e in experiments if e.report is not None]
+    if not done:
+        raise LmtransferError("no experiment has results yet: run the pipeline (`make run`) or `dvc exp run`")
+    if by is not None:
+        missing = [e.name for e in done if by not in e.params]
+        if missing:
+            raise LmtransferError(f"--by {by}: not a key of params.yaml in {', '.join(missing)} (keys look like "
+                                  "finetune.lr, model.n_layers)")
+        done.sort(key=lambda e: (_sortable(e.params[by]), e.name))
+    shown = changed_params(done)
+    if by is not None and by not in shown:
+        shown.insert(0, by)
+    return [Row.of(e) for e in done], shown
+
+
+def _sortable(value: Any) -> tuple:
+    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value))
+
+
+def format_table(rows: list[Row], shown: list[str]) -> str:
+    """A plain-text table, one line per experiment, that fits a terminal for a few changed params."""
+    header = ["experiment", *shown, "pretrained", "scratch", "gap [95% CI]", "p", "head start", "baseline"]
+    lines = [[row.name, *(_cell(row.params.get(key)) for key in shown),
+              f"{row.pretrained[0]:.4f} ± {row.pretrained[1]:.4f}", f"{row.scratch[0]:.4f} ± {row.scratch[1]:.4f}",
+              f"{row.gap[0]:+.4f} [{row.gap[1]:+.4f}, {row.gap[2]:+.4f}]", f"{row.p_value:.4f}",
+              f"{row.head_start:+.4f}", f"{row.baseline:.4f}"] for row in rows]
+    widths = [max(len(str(line[i])) for line in [header, *lines]) for i in range(len(header))]
+    text = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
+            for line in [header, *lines]]
+    seeds = sorted({row.seeds for row in rows})
+    note = (f"test accuracy, mean ± std over {'/'.join(map(str, seeds))} seeds; gap = pretrained - scratch with "
+            "its paired bootstrap 95% interval and permutation p; head start = the gap in validation accuracy "
+            "after epoch 1; baseline = TF-IDF + logistic regression")
+    return "\n".join([*text, "", note])
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plot_by(rows: list[Row], by: str, path: Path, dpi: int = 120) -> Path:
+    """Both accuracies (± std over seeds) and the gap (with its 95% interval) against the swept parameter."""
+    values = [row.params[by] for row in rows]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    xs = [float(v) for v in values] if numeric else list(range(len(rows)))
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, height_ratios=(3, 2))
+    for variant, attr in (("pretrained", "pretrained"), ("scratch", "scratch")):
+        means, stds = zip(*(getattr(row, attr) for row in rows))
+        top.errorbar(xs, means, yerr=stds, fmt="o-", capsize=4, color=COLORS[variant], label=f"{variant} (± std)")
+    baselines = sorted({row.baseline for row in rows})
+    top.axhline(baselines[-1], color="gray", linestyle="--",
+                label="TF-IDF baseline" if len(baselines) == 1 else "TF-IDF baseline (highest)")
+    top.set_ylabel("test accuracy")
+    top.legend(fontsize=8)
+    gaps = [row.gap[0] for row in rows]
+    errors = [[g - row.gap[1] for g, row in zip(gaps, rows)], [row.gap[2] - g for g, row in zip(gaps, rows)]]
+    bottom.errorbar(xs, gaps, yerr=errors, fmt="s-", capsize=4, color="tab:green", label="gap (95% CI)")
+    bottom.axhline(0, color="black", linewidth=0.8)
+    bottom.set_ylabel("pretrained - scratch")
+    bottom.set_xlabel(by)
+    bottom.legend(fontsize=8)
+    if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:
+        bottom.set_xscale("log")
+    if not numeric:
+        bottom.set_xticks(xs, [str(v) for v in values])
+    top.set_title(f"transfer against {by} ({len(rows)} experiments)")
+    return save_figure(figure, path, dpi)

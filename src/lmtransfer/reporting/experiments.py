@@ -1,0 +1,94 @@
+"""The experiments DVC knows (the workspace, its commit, and every `dvc exp run` from it), each with its params
+and the evaluate report it wrote: what `lmtransfer compare` and `lmtransfer scaling` put side by side.
+
+Read through DVC's documented interfaces only: `dvc exp show --json` lists the experiments and their params,
+`dvc.api.read` reads `metrics/evaluate.json` (git-tracked) at each one's revision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS
+from lmtransfer.harness.errors import LmtransferError
+
+
+@dataclass
+class Experiment:
+    name: str  # "workspace", the commit's branch or short rev, or the experiment's name
+    rev: str
+    params: dict[str, Any]  # params.yaml, flat: {"finetune.lr": 0.0005, ...}
+    report: dict | None  # metrics/evaluate.json at that revision; None when it has none (queued, failed)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{"finetune": {"lr": 1}} -> {"finetune.lr": 1}: the column names `dvc exp run -S` takes."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _dvc(root: Path, *args: str) -> str:
+    """A dvc command's standard output; the venv's dvc first on PATH, as the stages run."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["dvc", *args], cwd=root, env=env, text=True, capture_output=True)
+    if done.returncode:
+        raise LmtransferError(f"`dvc {' '.join(args)}` failed in {root}: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout
+
+
+def _params_of(entry: dict) -> dict[str, Any]:
+    files = (entry.get("data") or {}).get("params") or {}
+    return flatten((files.get(str(PARAMS)) or {}).get("data") or {})
+
+
+def _report_at(root: Path, rev: str) -> dict | None:
+    """evaluate.json as that revision holds it (the workspace: the file itself)."""
+    if rev == "workspace":
+        path = root / EVALUATE_REPORT
+        return json.loads(path.read_text()) if path.is_file() else None
+    import dvc.api
+
+    try:
+        return json.loads(dvc.api.read(str(EVALUATE_REPORT), repo=str(root), rev=rev))
+    except Exception:  # noqa: BLE001 - an experiment without the file (failed before evaluate) has no report
+        return None
+
+
+def _entries(shown: list[dict]):
+    """(name, rev, entry) for each baseline row of `dvc exp show --json` and each experiment under it."""
+    for baseline in shown:
+        rev = baseline["rev"]
+        yield (baseline.get("name") or rev[:7]), rev, baseline
+        for experiment in baseline.get("experiments") or []:
+            for run in experiment.get("revs") or []:
+                yield (run.get("name") or experiment.get("name") or run["rev"][:7]), run["rev"], run
+
+
+def list_experiments(root: Path = Path("."), prefix: str = "") -> list[Experiment]:
+    """Every experiment of the current commit (names starting with `prefix`, when given), the workspace and the
+    commit first. The workspace is left out when its params and report are the commit's (nothing new in it)."""
+    shown = json.loads(_dvc(root, "exp", "show", "--json"))
+    found = [Experiment(name, rev, _params_of(entry), _report_at(root, rev)) for name, rev, entry in _entries(shown)]
+    if len(found) > 1 and found[0].rev == "workspace" and (found[0].params, found[0].report) == (
+            found[1].params, found[1].report):
+        found = found[1:]
+    return [e for e in found if e.name.startswith(prefix)] if prefix else found
+
+
+def changed_params(experiments: list[Experiment]) -> list[str]:
+    """The params whose values differ between the experiments (params.yaml order)."""
+    keys: list[str] = []
+    for experiment in experiments:
+        keys += [key for key in experiment.params if key not in keys]
+    return [key for key in keys if len({json.dumps(e.params.get(key)) for e in experiments}) > 1]

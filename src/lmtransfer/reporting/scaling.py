@@ -1,0 +1,179 @@
+"""`lmtransfer scaling` (`make scaling`): how much pretraining pays, and whether it ever catches the baseline.
+
+The default pipeline at several pretraining budgets, each a multiple of params.yaml's: corpus steps
+(`pretrain.max_steps`) and the adaptation phase (`pretrain.adapt_epochs`) scaled alike, everything else as it
+is, every fine-tune over `finetune.seeds`. Each budget is one DVC experiment (`scaling-<budget>x`) queued and
+run through DVC's queue; the scratch fine-tunes, the baseline and the data stages do not depend on the budget,
+so DVC's run-cache restores them instead of training them again.
+
+The summary (`results/scaling/summary.json`) holds, per budget, the pretraining tokens, the language model's
+validation perplexity, both variants' test accuracy, the gap with its interval and the head start; and two
+straight-line fits against log10(tokens): the gap's, and the pretrained accuracy's, with where that line would
+reach the baseline (and the range of that point over the slope's 95% interval).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from lmtransfer.core.config import PretrainParams
+from lmtransfer.core.io import write_json
+from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.reporting.compare import Row
+from lmtransfer.reporting.experiments import Experiment, _dvc, list_experiments
+from lmtransfer.reporting.plots import COLORS, plt, save_figure
+
+BUDGETS = (0.125, 0.25, 0.5, 1, 2, 4, 8)
+PREFIX = "scaling-"
+RESULTS = Path("results/scaling")
+
+
+def experiment_name(budget: float) -> str:
+    return f"{PREFIX}{budget:g}x".replace(".", "_")  # a git ref name: no dots
+
+
+def budget_overrides(budget: float, base: PretrainParams) -> list[str]:
+    """The `-S` arguments of one budget: corpus steps and adaptation epochs, both `budget` times the base's."""
+    if budget <= 0:
+        raise LmtransferError(f"budget {budget:g}: a budget is a positive multiple of params.yaml's pretraining "
+                              "(no pretraining at all is the scratch variant, already in every run)")
+    if not base.max_steps:
+        raise LmtransferError("pretrain.max_steps is 0 (whole epochs): the scaling study multiplies a step count; "
+                              "set pretrain.max_steps")
+    adapt = base.adapt_epochs * budget
+    adapt = int(adapt) if float(adapt).is_integer() else adapt
+    return ["-S", f"pretrain.max_steps={max(1, round(base.max_steps * budget))}",
+            "-S", f"pretrain.adapt_epochs={adapt}"]
+
+
+def queue_budgets(budgets: list[float], base: PretrainParams, root: Path = Path(".")) -> list[str]:
+    """Queue one experiment per budget that has none yet; the names of those queued."""
+    done = {e.name for e in list_experiments(root, PREFIX)}
+    queued = []
+    for budget in budgets:
+        name = experiment_name(budget)
+        if name in done:
+            print(f"scaling: {name} already ran: kept (`dvc exp remove {name}` to run it again)")
+            continue
+        _dvc(root, "exp", "run", "--queue", "--name", name, *budget_overrides(budget, base))
+        queued.append(name)
+        print(f"scaling: queued {name}")
+    return queued
+
+
+def run_queue(root: Path = Path("."), jobs: int = 1) -> None:
+    """Run what the queue holds, showing DVC's own progress (one experiment at a time on a small machine)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run(["dvc", "exp", "run", "--run-all", "--jobs", str(jobs)], cwd=root, env=env, check=True)
+
+
+def _budget_of(experiment: Experiment, base: PretrainParams) -> float:
+    return experiment.params["pretrain.max_steps"] / base.max_steps
+
+
+def budget_row(experiment: Experiment, base: PretrainParams) -> dict:
+    """One budget's figures, from its evaluate report (which carries the pretrain stage's summary)."""
+    row, pretraining = Row.of(experiment), experiment.report["pretraining"]
+    tokens = pretraining["tokens_seen"] + pretraining.get("adapt_tokens_seen", 0)
+    return {
+        "budget": _budget_of(experiment, base), "experiment": experiment.name, "rev": experiment.rev,
+        "pretrain.max_steps": experiment.params["pretrain.max_steps"],
+        "pretrain.adapt_epochs": experiment.params["pretrain.adapt_epochs"],
+        "pretraining_tokens": tokens, "corpus_tokens": pretraining["tokens_seen"],
+        "lm_val_perplexity": pretraining["val_perplexity"],
+        "pretrained_accuracy_mean": row.pretrained[0], "pretrained_accuracy_std": row.pretrained[1],
+        "scratch_accuracy_mean": row.scratch[0], "scratch_accuracy_std": row.scratch[1],
+        "pretrained_accuracy_per_seed": experiment.report["pretrained"]["accuracy_per_seed"],
+        "scratch_accuracy_per_seed": experiment.report["scratch"]["accuracy_per_seed"],
+        "gap": row.gap[0], "gap_ci95_low": row.gap[1], "gap_ci95_high": row.gap[2], "gap_p_value": row.p_value,
+        "head_start": row.head_start, "baseline_accuracy": row.baseline, "n_seeds": row.seeds,
+    }
+
+
+def line_fit(tokens: list[float], values: list[float]) -> dict:
+    """values ~ intercept + slope * log10(tokens), with the slope's 95% interval (t distribution)."""
+    fit = stats.linregress(np.log10(tokens), values)
+    t = stats.t.ppf(0.975, len(tokens) - 2)
+    return {"slope_per_decade": fit.slope, "slope_ci95": [fit.slope - t * fit.stderr, fit.slope + t * fit.stderr],
+            "intercept": fit.intercept, "r2": fit.rvalue ** 2, "points": len(tokens)}
+
+
+def tokens_to_reach(fit: dict, target: float) -> dict:
+    """Where the pretrained-accuracy line meets the baseline: at the fitted slope, and at both ends of its
+    interval (None where the line never gets there: a slope of 0 or below)."""
+    def reach(slope: float) -> float | None:
+        return None if slope <= 0 else 10 ** ((target - fit["intercept"]) / slope)
+    low_slope, high_slope = fit["slope_ci95"]
+    return {"target_accuracy": target, "tokens": reach(fit["slope_per_decade"]),
+            "tokens_at_steepest_slope": reach(high_slope), "tokens_at_shallowest_slope": reach(low_slope)}
+
+
+def summarize(experiments: list[Experiment], base: PretrainParams) -> dict:
+    """The summary.json of the experiments that finished, ordered by budget."""
+    done = sorted((e for e in experiments if e.report is not None and "pretraining" in e.report),
+                  key=lambda e: _budget_of(e, base))
+    if len(done) < 3:
+        raise LmtransferError(f"{len(done)} scaling experiments have results; a trend needs at least 3 "
+                              "(`lmtransfer scaling` queues and runs them)")
+    rows = [budget_row(e, base) for e in done]
+    tokens = [row["pretraining_tokens"] for row in rows]
+    accuracy_fit = line_fit(tokens, [row["pretrained_accuracy_mean"] for row in rows])
+    baseline = max(row["baseline_accuracy"] for row in rows)
+    return {
+        "base": {"pretrain.max_steps": base.max_steps, "pretrain.adapt_epochs": base.adapt_epochs},
+        "budgets": rows,
+        "gap_fit": line_fit(tokens, [row["gap"] for row in rows]),
+        "pretrained_accuracy_fit": accuracy_fit,
+        "baseline_reached": tokens_to_reach(accuracy_fit, baseline),
+    }
+
+
+def plot_summary(summary: dict, path: Path, dpi: int = 120) -> Path:
+    """Accuracy and gap against pretraining tokens (log axis), the baseline as a line, the fits dashed."""
+    rows = summary["budgets"]
+    tokens = np.array([row["pretraining_tokens"] for row in rows], dtype=float)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7), sharex=True, height_ratios=(3, 2))
+    for variant in ("pretrained", "scratch"):
+        top.errorbar(tokens, [row[f"{variant}_accuracy_mean"] for row in rows],
+                     yerr=[row[f"{variant}_accuracy_std"] for row in rows], fmt="o-", capsize=4,
+                     color=COLORS[variant], label=f"{variant} (mean ± std over {rows[0]['n_seeds']} seeds)")
+    top.axhline(summary["baseline_reached"]["target_accuracy"], color="gray", linestyle="--",
+                label="TF-IDF + logistic regression")
+    grid = np.logspace(math.log10(tokens.min()), math.log10(tokens.max()), 50)
+    fit = summary["pretrained_accuracy_fit"]
+    top.plot(grid, fit["intercept"] + fit["slope_per_decade"] * np.log10(grid), ":", color=COLORS["pretrained"],
+             label=f"fit: {fit['slope_per_decade']:+.3f} per 10x tokens")
+    top.set_ylabel("test accuracy")
+    top.legend(fontsize=8)
+    gaps = np.array([row["gap"] for row in rows])
+    errors = [gaps - [row["gap_ci95_low"] for row in rows], [row["gap_ci95_high"] for row in rows] - gaps]
+    bottom.errorbar(tokens, gaps, yerr=errors, fmt="s-", capsize=4, color="tab:green", label="gap (95% CI)")
+    gap_fit = summary["gap_fit"]
+    bottom.plot(grid, gap_fit["intercept"] + gap_fit["slope_per_decade"] * np.log10(grid), ":", color="tab:green",
+                label=f"fit: {gap_fit['slope_per_decade']:+.3f} per 10x tokens")
+    bottom.axhline(0, color="black", linewidth=0.8)
+    bottom.set_xscale("log")
+    bottom.set_xlabel("pretraining tokens (corpus + adaptation)")
+    bottom.set_ylabel("pretrained - scratch")
+    bottom.legend(fontsize=8)
+    for row in rows:
+        top.annotate(f"{row['budget']:g}x", (row["pretraining_tokens"], row["pretrained_accuracy_mean"]),
+                     textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
+    top.set_title("Pretraining budget against transfer (test accuracy)")
+    return save_figure(figure, path, dpi)
+
+
+def write_study(root: Path, base: PretrainParams, out: Path = RESULTS) -> dict:
+    """Collect the scaling experiments, write summary.json and scaling.png under `out`."""
+    summary = summarize(list_experiments(root, PREFIX), base)
+    write_json(root / out / "summary.json", summary)
+    plot_summary(summary, root / out / "scaling.png")
+    return summary
