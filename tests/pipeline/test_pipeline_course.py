@@ -250,16 +250,13 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
     for stage in ("finetune_pretrained@0", "finetune_scratch@0"):
         assert f"Stage '{stage}' is cached - skipping run, checking out outputs" in back
         assert f"Running stage '{stage}'" not in back
-    assert _files(root, *results) == before  # restored byte for byte, the git-tracked metrics included
+    assert _files(root, *results) == before  # restored byte for byte, the DVC-cached summaries included
     shown = json.loads(_dvc(["metrics", "show", "--json"], root, env).splitlines()[-1])
     workspace = next(iter(shown.values()))["data"]
-    summary = json.loads((root / "metrics/finetune/scratch/seed0.json").read_text())
-    assert workspace["metrics/finetune/scratch/seed0.json"]["data"]["best_val_accuracy"] == summary[
-        "best_val_accuracy"]
-    assert "acc_scratch" in workspace["metrics/headline.json"]["data"]
+    assert list(workspace) == ["metrics/headline.json"] and "scratch" in workspace["metrics/headline.json"]["data"]
     ignored = subprocess.run(["git", "check-ignore", "metrics/finetune/scratch/seed0.json"], cwd=root, env=env,
                              capture_output=True, text=True)
-    assert ignored.returncode == 1  # still files for git to track, not DVC-cached ones it ignores
+    assert ignored.returncode == 0  # a DVC-cached summary (git ignores it): out of the metrics views
 
 
 def _edit_params(root: Path, **sections: dict) -> None:

@@ -87,12 +87,12 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
         evaluation["pretrained"]["accuracy_mean"] - evaluation["scratch"]["accuracy_mean"])
     assert gap["ci95_low"] <= gap["accuracy_mean"] <= gap["ci95_high"] and 0 < gap["p_value"] <= 1
     headline = json.loads((root / "metrics/headline.json").read_text())  # the answer's one metrics file
-    assert headline["gap"] == gap["accuracy_mean"] and headline["n_seeds"] == 2
-    assert headline["lm_val_ppl"] == json.loads((root / "metrics/pretrain.json").read_text())["val_perplexity"]
+    assert headline["gap"] == gap["accuracy_mean"] and evaluation["n_seeds"] == 2
+    assert evaluation["pretraining"] == json.loads((root / "metrics/pretrain.json").read_text())
     shown = json.loads(run(["dvc", "metrics", "show", "--json"], root, env))
-    declared = ["metrics/headline.json", "metrics/pretrain.json",  # + the training stages' (for the run-cache)
-                *[f"metrics/finetune/{v}/seed{s}.json" for v in VARIANTS for s in (0, 1)]]
-    assert [sorted(rev["data"]) for rev in shown.values()] == [sorted(declared)]
+    assert [sorted(rev["data"]) for rev in shown.values()] == [["metrics/headline.json"]]  # the one declared
+    table = run(["dvc", "metrics", "show"], root, {**env, "COLUMNS": "120"})
+    assert max(len(line) for line in table.splitlines()) <= 120 and "head_start" in table
     baseline = json.loads((root / "metrics/baseline.json").read_text())
     assert evaluation["baseline"]["accuracy"] == baseline["accuracy"] and baseline["best_c"] in (0.5, 2.0)
     epochs = (root / "metrics/finetune/scratch/seed1.tsv").read_text().splitlines()
@@ -231,7 +231,7 @@ def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo
     parent = client.get_run(parents[-1].info.run_id)
     report = json.loads(FIRST_RUN["metrics/evaluate.json"])
     assert parent.data.params["model.d_model"] == "16" and parent.data.params["finetune.seeds"] == "[0, 1]"
-    assert parent.data.metrics["acc_pretrained"] == pytest.approx(report["pretrained"]["accuracy_mean"])
+    assert parent.data.metrics["pretrained"] == pytest.approx(report["pretrained"]["accuracy_mean"])
     assert parent.data.metrics["gap"] == pytest.approx(report["gap"]["accuracy_mean"])
     assert parent.data.metrics == pytest.approx(json.loads(FIRST_RUN["metrics/headline.json"]))
     assert parent.info.status == "FINISHED"
@@ -256,6 +256,37 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
     for r in runs:
         if r.data.tags.get("stage") == "finetune_scratch":
             assert len(client.get_metric_history(r.info.run_id, "val_accuracy")) == 2
+
+
+def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_the_same_numbers(pipeline_repo):
+    """Two finetune.lr values queued and run through DVC's queue (after the temp experiment above): `lmtransfer
+    compare --by finetune.lr` lists every experiment in lr order with its interval and draws the figure; each
+    experiment's MLflow pipeline run holds the headline `dvc exp show` shows for it."""
+    root, env = pipeline_repo
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-qm", "results", "--allow-empty"], root, env)  # experiments start from a commit
+    for lr in ("0.002", "0.004"):
+        run(["dvc", "exp", "run", "--queue", "-n", f"tiny-lr-{lr[-1]}", "-S", f"finetune.lr={lr}"], root, env)
+    run(["dvc", "exp", "run", "--run-all"], root, env)
+    table = run(["lmtransfer", "compare", "--by", "finetune.lr"], root, env)
+    lines = [line for line in table.splitlines() if line.startswith(("tiny-lr-", "tiny-temp"))]
+    assert [line.split()[0] for line in lines] == ["tiny-temp", "tiny-lr-2", "tiny-lr-4"]  # 0.001 < 0.002 < 0.004
+    assert all(" ± " in line and "[" in line for line in lines) and table.splitlines()[0].split()[:2] == [
+        "experiment", "finetune.lr"]
+    assert (root / "plots/compare-finetune.lr.png").read_bytes()[:4] == b"\x89PNG"
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], root, env))
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    for baseline in shown:
+        for exp in baseline.get("experiments") or []:
+            name = exp["name"]
+            headline = exp["revs"][0]["data"]["metrics"]["metrics/headline.json"]["data"]
+            parents = client.search_runs([experiment.experiment_id], filter_string=(
+                f"tags.`lmtransfer.kind` = 'pipeline' and attributes.run_name = '{name}'"))
+            assert parents and parents[0].data.metrics == pytest.approx(headline), name
+            assert parents[0].info.status == "FINISHED"
 
 
 def _kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str) -> None:

@@ -69,7 +69,7 @@ def _entries(shown: list[dict]):
     """(name, rev, entry) for each baseline row of `dvc exp show --json` and each experiment under it."""
     for baseline in shown:
         rev = baseline["rev"]
-        yield (baseline.get("name") or rev[:7]), rev, baseline
+        yield (baseline.get("name") or (rev if rev == "workspace" else rev[:7])), rev, baseline
         for experiment in baseline.get("experiments") or []:
             for run in experiment.get("revs") or []:
                 yield (run.get("name") or experiment.get("name") or run["rev"][:7]), run["rev"], run

@@ -1,0 +1,116 @@
+"""lmtransfer compare and lmtransfer scaling on made-up experiments: what they read, order, fit and refuse."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lmtransfer.core.config import PretrainParams
+from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.reporting import experiments as experiments_module
+from lmtransfer.reporting import scaling
+from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
+from lmtransfer.reporting.experiments import Experiment, changed_params, list_experiments
+
+
+def _report(pretrained: float, scratch: float, tokens: int = 1000, ppl: float = 80.0) -> dict:
+    gap = pretrained - scratch
+    return {
+        "gap": {"accuracy_mean": gap, "ci95_low": gap - 0.02, "ci95_high": gap + 0.02, "p_value": 0.01,
+                "first_epoch_val_accuracy_mean": 0.05},
+        "pretrained": {"accuracy_mean": pretrained, "accuracy_std": 0.01, "accuracy_per_seed": [pretrained] * 3},
+        "scratch": {"accuracy_mean": scratch, "accuracy_std": 0.02, "accuracy_per_seed": [scratch] * 3},
+        "baseline": {"accuracy": 0.8},
+        "n_seeds": 3,
+        "pretraining": {"tokens_seen": tokens, "adapt_tokens_seen": tokens // 10, "val_perplexity": ppl},
+    }
+
+
+def _experiment(name: str, lr: float, pretrained: float, report: bool = True) -> Experiment:
+    params = {"finetune.lr": lr, "finetune.epochs": 2, "model.n_layers": 4}
+    return Experiment(name, f"{name}-rev", params, _report(pretrained, 0.6) if report else None)
+
+
+def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experiments_without_results(tmp_path):
+    found = [_experiment("b", 0.004, 0.70), _experiment("a", 0.001, 0.66), _experiment("queued", 0.002, 0, False)]
+    rows, shown = compare_rows(found, by="finetune.lr")
+    assert [row.name for row in rows] == ["a", "b"] and shown == ["finetune.lr"]  # epochs, n_layers unchanged
+    table = format_table(rows, shown)
+    first = table.splitlines()[1]
+    assert first.split()[:3] == ["a", "0.001", "0.6600"] and "+0.0600 [+0.0400, +0.0800]" in first
+    assert "0.6000 ± 0.0200" in first and "over 3 seeds" in table
+    figure = plot_by(rows, "finetune.lr", tmp_path / "compare.png")
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_refuses_a_param_that_is_not_in_params_yaml_naming_it():
+    with pytest.raises(LmtransferError, match="--by finetune.lrr: not a key of params.yaml"):
+        compare_rows([_experiment("a", 0.001, 0.66)], by="finetune.lrr")
+    with pytest.raises(LmtransferError, match="no experiment has results"):
+        compare_rows([_experiment("q", 0.001, 0.66, report=False)])
+
+
+def test_changed_params_are_the_ones_whose_values_differ():
+    one, two = _experiment("a", 0.001, 0.6), _experiment("b", 0.001, 0.6)
+    two.params["model.n_layers"] = 6
+    assert changed_params([one, two]) == ["model.n_layers"] and changed_params([one]) == []
+
+
+def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monkeypatch, tmp_path):
+    shown = [
+        {"rev": "workspace", "name": None, "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
+         "experiments": None},
+        {"rev": "abc1234def", "name": "main", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
+         "experiments": [{"name": "exp-1", "revs": [
+             {"rev": "f00", "name": "exp-1", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 2}}}}},
+              "experiments": None}]}]},
+    ]
+    monkeypatch.setattr(experiments_module, "_dvc", lambda root, *args: json.dumps(shown))
+    reports = {"workspace": {"r": 1}, "abc1234def": {"r": 1}, "f00": {"r": 2}}
+    monkeypatch.setattr(experiments_module, "_report_at", lambda root, rev: reports[rev])
+    found = list_experiments(tmp_path)
+    assert [(e.name, e.params) for e in found] == [("main", {"finetune.lr": 1}), ("exp-1", {"finetune.lr": 2})]
+    assert [e.name for e in list_experiments(tmp_path, "exp-")] == ["exp-1"]  # the unchanged workspace left out
+    reports["workspace"] = {"r": 3}
+    assert [e.name for e in list_experiments(tmp_path)] == ["workspace", "main", "exp-1"]
+
+
+def test_a_budget_scales_corpus_steps_and_adaptation_alike_and_refuses_zero():
+    base = PretrainParams(max_steps=500, adapt_epochs=5)
+    assert scaling.budget_overrides(0.125, base) == ["-S", "pretrain.max_steps=62", "-S", "pretrain.adapt_epochs=0.625"]
+    assert scaling.budget_overrides(2, base) == ["-S", "pretrain.max_steps=1000", "-S", "pretrain.adapt_epochs=10"]
+    assert scaling.experiment_name(0.125) == "scaling-0_125x" and scaling.experiment_name(4) == "scaling-4x"
+    with pytest.raises(LmtransferError, match="positive multiple"):
+        scaling.budget_overrides(0, base)
+    with pytest.raises(LmtransferError, match="pretrain.max_steps is 0"):
+        scaling.budget_overrides(1, PretrainParams(max_steps=0))
+
+
+def test_the_scaling_summary_fits_the_trend_and_says_where_it_would_reach_the_baseline(tmp_path):
+    base = PretrainParams(max_steps=500, adapt_epochs=5)
+    found = []
+    for budget in (0.5, 1, 2, 4):  # the pretrained accuracy climbs 0.05 per doubling of tokens
+        experiment = _experiment(scaling.experiment_name(budget), 0.001, 0.65 + 0.05 * math.log2(budget))
+        experiment.params.update({"pretrain.max_steps": int(500 * budget), "pretrain.adapt_epochs": 5 * budget})
+        experiment.report = _report(0.65 + 0.05 * math.log2(budget), 0.6, tokens=int(1000 * budget))
+        found.append(experiment)
+    summary = scaling.summarize(found[::-1], base)
+    assert [row["budget"] for row in summary["budgets"]] == [0.5, 1, 2, 4]
+    assert summary["budgets"][1]["pretraining_tokens"] == 1100 and summary["budgets"][1]["lm_val_perplexity"] == 80
+    per_decade = 0.05 / math.log10(2)
+    assert summary["pretrained_accuracy_fit"]["slope_per_decade"] == pytest.approx(per_decade)
+    assert summary["gap_fit"]["slope_per_decade"] == pytest.approx(per_decade)
+    reach = summary["baseline_reached"]  # 0.8 = 0.65 + 0.05 * log2(b): b = 8, 8,800 tokens
+    assert reach["target_accuracy"] == 0.8 and reach["tokens"] == pytest.approx(8800, rel=1e-6)
+    assert scaling.plot_summary(summary, tmp_path / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(LmtransferError, match="a trend needs at least 3"):
+        scaling.summarize(found[:2], base)
+
+
+def test_a_line_that_does_not_climb_never_reaches_the_baseline():
+    fit = {"slope_per_decade": -0.01, "slope_ci95": [-0.02, 0.03], "intercept": 0.7}
+    reach = scaling.tokens_to_reach(fit, 0.8)
+    assert reach["tokens"] is None and reach["tokens_at_shallowest_slope"] is None
+    assert reach["tokens_at_steepest_slope"] == pytest.approx(10 ** (0.1 / 0.03))
