@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: venv run run-translation test test-fast ui docs summary bench bench-corpus clean-outputs
+.PHONY: venv run run-translation test test-fast ui docs summary scaling bench bench-corpus clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ docs: venv
 
 summary: venv
 	$(BIN)/lmtransfer summary
+
+## the pretraining scaling study: the pipeline at these multiples of today's pretraining, queued through DVC
+## (3 seeds each), then results/scaling/summary.json and scaling.png; budgets already run are kept
+BUDGETS ?= 0.125 0.25 0.5 1 2 4 8
+scaling: venv
+	$(BIN)/lmtransfer scaling --budgets $(BUDGETS)
 
 ## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
 ## the original course's training loop against ours (about 12 minutes); several queued experiments at once;
