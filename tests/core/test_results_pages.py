@@ -217,6 +217,8 @@ EXPECTED_HEADERS = {
     "translation-test": "| test set: {n} verses | BLEU | per seed | chrF | per seed |",
     "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
     "translation-epochs": "| validation (mean of {n} seeds) | loss, epoch 1 |",
+    "scaling": "| pretraining budget | tokens (corpus + adaptation) | LM val. perplexity | pretrained (mean ± std, {n} seeds) |",
+    "scaling-trend": "| fitted against log10(pretraining tokens) | slope per 10x tokens [95% CI] | R² |",
 }
 HEADER_COUNTS = {  # where the header's count comes from
     "classification-test": ("metrics/evaluate.json", ["n_test_examples"]),
@@ -225,6 +227,8 @@ HEADER_COUNTS = {  # where the header's count comes from
     "translation-test": ("translation/metrics/evaluate.json", ["n_test_sentences"]),
     "translation-clauses": ("translation/metrics/evaluate.json", ["clauses", "n_test_sentences"]),
     "translation-epochs": ("translation/metrics/evaluate.json", ["n_seeds"]),
+    "scaling": ("results/scaling/summary.json", ["budgets", 0, "n_seeds"]),
+    "scaling-trend": ("results/scaling/summary.json", ["budgets", 0, "n_seeds"]),
 }
 
 

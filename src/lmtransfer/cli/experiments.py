@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -26,9 +27,11 @@ def cmd_scaling(args: argparse.Namespace) -> None:
     from lmtransfer.reporting import scaling
 
     base = load_params(args.root / paths.PARAMS).pretrain
+    start = time.perf_counter()
     if not args.summary_only:
         scaling.queue_budgets(args.budgets, base, args.root)
         scaling.run_queue(args.root, args.jobs)
+        print(f"scaling: the queue ran in {time.perf_counter() - start:,.0f} s")
     summary = scaling.write_study(args.root, base)
     reach = summary["baseline_reached"]
     print(f"scaling: {len(summary['budgets'])} budgets -> {scaling.RESULTS}/summary.json, scaling.png")

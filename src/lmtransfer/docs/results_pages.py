@@ -91,9 +91,12 @@ class _Source:
     def get(self, key: str) -> Any:
         node = self.data
         for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):  # "budgets.0.gap"
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
                 raise MetricsError(f"{self.rel} has no {key!r}")
-            node = node[part]
         return node
 
     def number(self, key: str) -> float:
@@ -328,6 +331,55 @@ def _translation_epochs(root: Path) -> str:
     return _table(header, rows)
 
 
+SCALING = "results/scaling/summary.json"
+
+
+def _tokens(value: float) -> str:
+    return f"{value / 1e6:,.2f}M" if value >= 1e5 else f"{value:,.0f}"
+
+
+def _scaling(root: Path) -> str:
+    """The scaling study per budget: pretraining tokens, the LM's perplexity, both accuracies, the gap."""
+    summary = _Source(root, SCALING)
+    rows = []
+    for i, _ in enumerate(summary.get("budgets")):
+        at = f"budgets.{i}"
+        gap = summary.number(f"{at}.gap")
+        rows.append([f"{summary.number(f'{at}.budget'):g}x", _tokens(summary.number(f"{at}.pretraining_tokens")),
+                     f"{summary.number(f'{at}.lm_val_perplexity'):.1f}",
+                     *(f"{summary.number(f'{at}.{v}_accuracy_mean'):.4f} ± {summary.number(f'{at}.{v}_accuracy_std'):.4f}"
+                       for v in VARIANTS),
+                     f"{_signed(gap, 4)} [{_signed(summary.number(f'{at}.gap_ci95_low'), 4)}, "
+                     f"{_signed(summary.number(f'{at}.gap_ci95_high'), 4)}]",
+                     _signed(summary.number(f"{at}.head_start"), 4), f"{summary.number(f'{at}.baseline_accuracy'):.4f}"])
+    header = ["pretraining budget", "tokens (corpus + adaptation)", "LM val. perplexity",
+              f"pretrained (mean ± std, {summary.count('budgets.0.n_seeds')} seeds)", "from scratch",
+              "gap [95% CI]", "head start (epoch 1)", "TF-IDF baseline"]
+    return _table(header, rows)
+
+
+def _scaling_trend(root: Path) -> str:
+    """The straight lines against log10(tokens), and where the pretrained one would reach the baseline."""
+    summary = _Source(root, SCALING)
+
+    def fit(name: str, label: str) -> list[str]:
+        low, high = summary.numbers(f"{name}.slope_ci95")
+        return [label, f"{_signed(summary.number(f'{name}.slope_per_decade'), 4)} [{_signed(low, 4)}, "
+                f"{_signed(high, 4)}]", f"{summary.number(f'{name}.r2'):.2f}"]
+
+    def tokens(key: str) -> str:
+        value = summary.get(f"baseline_reached.{key}")
+        return "never" if value is None else _tokens(_finite(value, f"{SCALING}: baseline_reached.{key}"))
+
+    target = summary.number("baseline_reached.target_accuracy")
+    reach = [f"pretraining tokens at which the pretrained line reaches the baseline ({target:.4f})",
+             f"{tokens('tokens')} [{tokens('tokens_at_steepest_slope')}, {tokens('tokens_at_shallowest_slope')}]",
+             ""]
+    return _table(["fitted against log10(pretraining tokens)", "slope per 10x tokens [95% CI]", "R²"],
+                  [fit("gap_fit", "gap (pretrained − scratch)"), fit("pretrained_accuracy_fit", "pretrained accuracy"),
+                   reach])
+
+
 @dataclass(frozen=True)
 class Table:
     """A generator and the files it reads (named when a page's copy is stale)."""
@@ -343,6 +395,8 @@ TABLES: dict[str, Table] = {
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
     "translation-epochs": Table(_translation_epochs, (TRANSLATION, "translation/metrics/finetune/")),
+    "scaling": Table(_scaling, (SCALING,)),
+    "scaling-trend": Table(_scaling_trend, (SCALING,)),
 }
 
 
