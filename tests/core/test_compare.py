@@ -65,7 +65,8 @@ def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monke
         {"rev": "abc1234def", "name": "main", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
          "experiments": [{"name": "exp-1", "revs": [
              {"rev": "f00", "name": "exp-1", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 2}}}}},
-              "experiments": None}]}]},
+              "experiments": None}]},
+             {"name": "exp-2", "executor": {"state": "running"}, "revs": [{"rev": "ba5", "name": "exp-2", "data": {}}]}]},
     ]
     monkeypatch.setattr(experiments_module, "_dvc", lambda root, *args: json.dumps(shown))
     reports = {"workspace": {"r": 1}, "abc1234def": {"r": 1}, "f00": {"r": 2}}

@@ -66,11 +66,15 @@ def _report_at(root: Path, rev: str) -> dict | None:
 
 
 def _entries(shown: list[dict]):
-    """(name, rev, entry) for each baseline row of `dvc exp show --json` and each experiment under it."""
+    """(name, rev, entry) for each baseline row of `dvc exp show --json` and each finished experiment under it
+    (a queued or running one still shows its commit's files: its numbers are not its own yet)."""
     for baseline in shown:
         rev = baseline["rev"]
         yield (baseline.get("name") or (rev if rev == "workspace" else rev[:7])), rev, baseline
         for experiment in baseline.get("experiments") or []:
+            executor = experiment.get("executor") or {}
+            if executor.get("state", "success") != "success":  # queued, running or failed: no results of its own
+                continue
             for run in experiment.get("revs") or []:
                 yield (run.get("name") or experiment.get("name") or run["rev"][:7]), run["rev"], run
 
