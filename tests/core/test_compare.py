@@ -111,10 +111,11 @@ def test_the_scaling_summary_fits_the_trend_and_says_where_it_would_reach_the_ba
 
 
 def test_a_line_that_does_not_climb_never_reaches_the_baseline():
-    fit = {"slope_per_decade": -0.01, "slope_ci95": [-0.02, 0.03], "intercept": 0.7}
+    fit = {"slope_per_decade": -0.01, "slope_ci95": [-0.02, 0.03], "intercept": 0.7, "log10_tokens_mean": 6.0,
+           "value_mean": 0.7}
     reach = scaling.tokens_to_reach(fit, 0.8)
     assert reach["tokens"] is None and reach["tokens_at_shallowest_slope"] is None
-    assert reach["tokens_at_steepest_slope"] == pytest.approx(10 ** (0.1 / 0.03))
+    assert reach["tokens_at_steepest_slope"] == pytest.approx(10 ** (6 + 0.1 / 0.03))  # through the centre
 
 
 def test_the_docs_tables_of_the_scaling_study_come_from_its_summary(tmp_path):

@@ -76,7 +76,12 @@ def run_queue(root: Path = Path("."), jobs: int = 1) -> None:
 
 
 def _budget_of(experiment: Experiment, base: PretrainParams) -> float:
-    return experiment.params["pretrain.max_steps"] / base.max_steps
+    """The budget its name says (62 steps are the 0.125x budget, not 0.124x), else its steps' share."""
+    named = experiment.name.removeprefix(PREFIX).removesuffix("x").replace("_", ".")
+    try:
+        return float(named)
+    except ValueError:
+        return experiment.params["pretrain.max_steps"] / base.max_steps
 
 
 def budget_row(experiment: Experiment, base: PretrainParams) -> dict:
@@ -100,17 +105,22 @@ def budget_row(experiment: Experiment, base: PretrainParams) -> dict:
 
 def line_fit(tokens: list[float], values: list[float]) -> dict:
     """values ~ intercept + slope * log10(tokens), with the slope's 95% interval (t distribution)."""
-    fit = stats.linregress(np.log10(tokens), values)
+    x = np.log10(tokens)
+    fit = stats.linregress(x, values)
     t = stats.t.ppf(0.975, len(tokens) - 2)
     return {"slope_per_decade": fit.slope, "slope_ci95": [fit.slope - t * fit.stderr, fit.slope + t * fit.stderr],
-            "intercept": fit.intercept, "r2": fit.rvalue ** 2, "points": len(tokens)}
+            "intercept": fit.intercept, "r2": fit.rvalue ** 2, "points": len(tokens),
+            "log10_tokens_mean": float(x.mean()), "value_mean": float(np.mean(values))}
 
 
 def tokens_to_reach(fit: dict, target: float) -> dict:
     """Where the pretrained-accuracy line meets the baseline: at the fitted slope, and at both ends of its
-    interval (None where the line never gets there: a slope of 0 or below)."""
+    interval, each line through the points' centre (where a least-squares line always passes); None where the
+    line never gets there (a slope of 0 or below)."""
     def reach(slope: float) -> float | None:
-        return None if slope <= 0 else 10 ** ((target - fit["intercept"]) / slope)
+        if slope <= 0:
+            return None
+        return 10 ** (fit["log10_tokens_mean"] + (target - fit["value_mean"]) / slope)
     low_slope, high_slope = fit["slope_ci95"]
     return {"target_accuracy": target, "tokens": reach(fit["slope_per_decade"]),
             "tokens_at_steepest_slope": reach(high_slope), "tokens_at_shallowest_slope": reach(low_slope)}
