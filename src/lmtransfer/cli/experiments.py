@@ -15,7 +15,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
     from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
     from lmtransfer.reporting.experiments import list_experiments
 
-    rows, shown = compare_rows(list_experiments(args.root, args.prefix), args.by)
+    rows, shown = compare_rows(list_experiments(args.root, args.prefix, args.rev), args.by)
     print(format_table(rows, shown))
     if args.by:
         figure = plot_by(rows, args.by, args.root / (args.plot or paths.PLOTS / f"compare-{args.by}.png"))
@@ -32,7 +32,7 @@ def cmd_scaling(args: argparse.Namespace) -> None:
         scaling.queue_budgets(args.budgets, base, args.root)
         scaling.run_queue(args.root, args.jobs)
         print(f"scaling: the queue ran in {time.perf_counter() - start:,.0f} s")
-    summary = scaling.write_study(args.root, base)
+    summary = scaling.write_study(args.root, base, rev=args.rev)
     reach = summary["baseline_reached"]
     print(f"scaling: {len(summary['budgets'])} budgets -> {scaling.RESULTS}/summary.json, scaling.png")
     print(f"scaling: gap {summary['gap_fit']['slope_per_decade']:+.4f} per 10x pretraining tokens "
@@ -57,6 +57,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                          "and draw accuracies and gap against it")
     compare.add_argument("--plot", type=Path, help="where --by writes its figure (default: plots/compare-PARAM.png)")
     compare.add_argument("--prefix", default="", help="only experiments whose name starts with this")
+    compare.add_argument("--rev", help="the experiments of this commit (default: the current one, HEAD)")
     compare.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     compare.set_defaults(func=cmd_compare)
 
@@ -73,5 +74,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     scaling.add_argument("--jobs", type=int, default=1, help="experiments run at once by the queue")
     scaling.add_argument("--summary-only", action="store_true",
                          help="queue and run nothing: summarize the scaling experiments that exist")
+    scaling.add_argument("--rev", help="with --summary-only: the experiments of this commit (default: HEAD)")
     scaling.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     scaling.set_defaults(func=cmd_scaling)

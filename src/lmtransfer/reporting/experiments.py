@@ -79,10 +79,11 @@ def _entries(shown: list[dict]):
                 yield (run.get("name") or experiment.get("name") or run["rev"][:7]), run["rev"], run
 
 
-def list_experiments(root: Path = Path("."), prefix: str = "") -> list[Experiment]:
-    """Every experiment of the current commit (names starting with `prefix`, when given), the workspace and the
-    commit first. The workspace is left out when its params and report are the commit's (nothing new in it)."""
-    shown = json.loads(_dvc(root, "exp", "show", "--json"))
+def list_experiments(root: Path = Path("."), prefix: str = "", rev: str | None = None) -> list[Experiment]:
+    """Every experiment of the current commit (or of `rev`: experiments belong to the commit they ran from), the
+    workspace and the commit first, names starting with `prefix` when given. The workspace is left out when its
+    params and report are the commit's (nothing new in it)."""
+    shown = json.loads(_dvc(root, "exp", "show", "--json", *(["--rev", rev] if rev else [])))
     found = [Experiment(name, rev, _params_of(entry), _report_at(root, rev)) for name, rev, entry in _entries(shown)]
     if len(found) > 1 and found[0].rev == "workspace" and (found[0].params, found[0].report) == (
             found[1].params, found[1].report):

@@ -181,9 +181,10 @@ def plot_summary(summary: dict, path: Path, dpi: int = 120) -> Path:
     return save_figure(figure, path, dpi)
 
 
-def write_study(root: Path, base: PretrainParams, out: Path = RESULTS) -> dict:
-    """Collect the scaling experiments, write summary.json and scaling.png under `out`."""
-    summary = summarize(list_experiments(root, PREFIX), base)
+def write_study(root: Path, base: PretrainParams, out: Path = RESULTS, rev: str | None = None) -> dict:
+    """Collect the scaling experiments (of the current commit, or of `rev`), write summary.json and scaling.png
+    under `out`."""
+    summary = summarize(list_experiments(root, PREFIX, rev), base)
     write_json(root / out / "summary.json", summary)
     plot_summary(summary, root / out / "scaling.png")
     return summary
