@@ -310,7 +310,7 @@ def checkpoint_model_params(path: str | Path) -> dict[str, Any]:
     from lmtransfer.core.config import ModelParams
     from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of
 
-    config = model_config_of(load_checkpoint(path))  # torch.load(weights_only=True)
+    config = model_config_of(load_checkpoint(path))  # weights only: no code from the file runs
     return {key: getattr(config, key) for key in ModelParams.model_fields}  # `attention`: causal | bidirectional
 
 
