@@ -68,7 +68,7 @@ def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monke
               "experiments": None}]},
              {"name": "exp-2", "executor": {"state": "running"}, "revs": [{"rev": "ba5", "name": "exp-2", "data": {}}]}]},
     ]
-    monkeypatch.setattr(experiments_module, "_dvc", lambda root, *args: json.dumps(shown))
+    monkeypatch.setattr(experiments_module, "dvc_output", lambda root, *args: json.dumps(shown))
     reports = {"workspace": {"r": 1}, "abc1234def": {"r": 1}, "f00": {"r": 2}}
     monkeypatch.setattr(experiments_module, "_report_at", lambda root, rev: reports[rev])
     found = list_experiments(tmp_path)

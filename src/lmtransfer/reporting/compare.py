@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core.paths import VARIANTS
 from lmtransfer.harness.errors import LmtransferError
 from lmtransfer.reporting.experiments import Experiment, changed_params
 from lmtransfer.reporting.plots import COLORS, plt, save_figure
@@ -35,7 +36,7 @@ class Row:
         report = experiment.report
         gap = report["gap"]
         return cls(experiment.name, experiment.params,
-                   *((report[v]["accuracy_mean"], report[v]["accuracy_std"]) for v in ("pretrained", "scratch")),
+                   *((report[v]["accuracy_mean"], report[v]["accuracy_std"]) for v in VARIANTS),
                    (gap["accuracy_mean"], gap["ci95_low"], gap["ci95_high"]), gap["p_value"],
                    gap["first_epoch_val_accuracy_mean"], report["baseline"]["accuracy"], report["n_seeds"])
 
@@ -82,30 +83,39 @@ def _cell(value: Any) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def plot_by(rows: list[Row], by: str, path: Path, dpi: int = 120) -> Path:
-    """Both accuracies (± std over seeds) and the gap (with its 95% interval) against the swept parameter."""
-    values = [row.params[by] for row in rows]
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    xs = [float(v) for v in values] if numeric else list(range(len(rows)))
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, height_ratios=(3, 2))
-    for variant, attr in (("pretrained", "pretrained"), ("scratch", "scratch")):
-        means, stds = zip(*(getattr(row, attr) for row in rows))
-        top.errorbar(xs, means, yerr=stds, fmt="o-", capsize=4, color=COLORS[variant], label=f"{variant} (± std)")
+def transfer_figure(xs: list[float], rows: list[Row], xlabel: str):
+    """The figure both reports draw: above, both variants' test accuracy (mean ± std over seeds) and the TF-IDF
+    baseline as a line; below, the gap with its 95% interval and zero. Returns the figure and its two axes."""
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7), sharex=True, height_ratios=(3, 2))
+    seeds = "/".join(map(str, sorted({row.seeds for row in rows})))
+    for variant in VARIANTS:
+        means, stds = zip(*(getattr(row, variant) for row in rows))
+        top.errorbar(xs, means, yerr=stds, fmt="o-", capsize=4, color=COLORS[variant],
+                     label=f"{variant} (mean ± std over {seeds} seeds)")
     baselines = sorted({row.baseline for row in rows})
     top.axhline(baselines[-1], color="gray", linestyle="--",
                 label="TF-IDF baseline" if len(baselines) == 1 else "TF-IDF baseline (highest)")
     top.set_ylabel("test accuracy")
-    top.legend(fontsize=8)
     gaps = [row.gap[0] for row in rows]
     errors = [[g - row.gap[1] for g, row in zip(gaps, rows)], [row.gap[2] - g for g, row in zip(gaps, rows)]]
     bottom.errorbar(xs, gaps, yerr=errors, fmt="s-", capsize=4, color="tab:green", label="gap (95% CI)")
     bottom.axhline(0, color="black", linewidth=0.8)
     bottom.set_ylabel("pretrained - scratch")
-    bottom.set_xlabel(by)
-    bottom.legend(fontsize=8)
+    bottom.set_xlabel(xlabel)
+    return figure, top, bottom
+
+
+def plot_by(rows: list[Row], by: str, path: Path, dpi: int = 120) -> Path:
+    """Both accuracies (± std over seeds) and the gap (with its 95% interval) against the swept parameter."""
+    values = [row.params[by] for row in rows]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    xs = [float(v) for v in values] if numeric else list(range(len(rows)))
+    figure, top, bottom = transfer_figure(xs, rows, by)
     if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:
         bottom.set_xscale("log")
     if not numeric:
         bottom.set_xticks(xs, [str(v) for v in values])
+    top.legend(fontsize=8)
+    bottom.legend(fontsize=8)
     top.set_title(f"transfer against {by} ({len(rows)} experiments)")
     return save_figure(figure, path, dpi)

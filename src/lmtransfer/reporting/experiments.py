@@ -38,10 +38,15 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _dvc(root: Path, *args: str) -> str:
-    """A dvc command's standard output; the venv's dvc first on PATH, as the stages run."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run(["dvc", *args], cwd=root, env=env, text=True, capture_output=True)
+def dvc_env() -> dict[str, str]:
+    """The environment dvc runs in: this interpreter's folder (the venv's dvc and python) first on PATH, as the
+    stages run."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def dvc_output(root: Path, *args: str) -> str:
+    """A dvc command's standard output; its last error line when it fails."""
+    done = subprocess.run(["dvc", *args], cwd=root, env=dvc_env(), text=True, capture_output=True)
     if done.returncode:
         raise LmtransferError(f"`dvc {' '.join(args)}` failed in {root}: {done.stderr.strip().splitlines()[-1:]}")
     return done.stdout
@@ -83,7 +88,7 @@ def list_experiments(root: Path = Path("."), prefix: str = "", rev: str | None =
     """Every experiment of the current commit (or of `rev`: experiments belong to the commit they ran from), the
     workspace and the commit first, names starting with `prefix` when given. The workspace is left out when its
     params and report are the commit's (nothing new in it)."""
-    shown = json.loads(_dvc(root, "exp", "show", "--json", *(["--rev", rev] if rev else [])))
+    shown = json.loads(dvc_output(root, "exp", "show", "--json", *(["--rev", rev] if rev else [])))
     found = [Experiment(name, rev, _params_of(entry), _report_at(root, rev)) for name, rev, entry in _entries(shown)]
     if len(found) > 1 and found[0].rev == "workspace" and (found[0].params, found[0].report) == (
             found[1].params, found[1].report):

@@ -15,6 +15,7 @@ reach the baseline (and the range of that point over the slope's 95% interval).
 from __future__ import annotations
 
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +24,9 @@ from scipy import stats
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.io import write_json
 from lmtransfer.harness.errors import LmtransferError
-from lmtransfer.reporting.compare import Row
-from lmtransfer.reporting.experiments import Experiment, _dvc, list_experiments
-from lmtransfer.reporting.plots import COLORS, plt, save_figure
+from lmtransfer.reporting.compare import Row, transfer_figure
+from lmtransfer.reporting.experiments import Experiment, dvc_env, dvc_output, list_experiments
+from lmtransfer.reporting.plots import COLORS, save_figure
 
 BUDGETS = (0.125, 0.25, 0.5, 1, 2, 4, 8)
 PREFIX = "scaling-"
@@ -59,7 +60,7 @@ def queue_budgets(budgets: list[float], base: PretrainParams, root: Path = Path(
         if name in done:
             print(f"scaling: {name} already ran: kept (`dvc exp remove {name}` to run it again)")
             continue
-        _dvc(root, "exp", "run", "--queue", "--name", name, *budget_overrides(budget, base))
+        dvc_output(root, "exp", "run", "--queue", "--name", name, *budget_overrides(budget, base))
         queued.append(name)
         print(f"scaling: queued {name}")
     return queued
@@ -67,12 +68,7 @@ def queue_budgets(budgets: list[float], base: PretrainParams, root: Path = Path(
 
 def run_queue(root: Path = Path("."), jobs: int = 1) -> None:
     """Run what the queue holds, showing DVC's own progress (one experiment at a time on a small machine)."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    subprocess.run(["dvc", "exp", "run", "--run-all", "--jobs", str(jobs)], cwd=root, env=env, check=True)
+    subprocess.run(["dvc", "exp", "run", "--run-all", "--jobs", str(jobs)], cwd=root, env=dvc_env(), check=True)
 
 
 def _budget_of(experiment: Experiment, base: PretrainParams) -> float:
@@ -146,36 +142,29 @@ def summarize(experiments: list[Experiment], base: PretrainParams) -> dict:
     }
 
 
+def _row_of(budget: dict) -> Row:
+    """A budget of summary.json as compare's row (the figure is drawn from the summary alone)."""
+    return Row(budget["experiment"], {}, (budget["pretrained_accuracy_mean"], budget["pretrained_accuracy_std"]),
+               (budget["scratch_accuracy_mean"], budget["scratch_accuracy_std"]),
+               (budget["gap"], budget["gap_ci95_low"], budget["gap_ci95_high"]), budget["gap_p_value"],
+               budget["head_start"], budget["baseline_accuracy"], budget["n_seeds"])
+
+
 def plot_summary(summary: dict, path: Path, dpi: int = 120) -> Path:
-    """Accuracy and gap against pretraining tokens (log axis), the baseline as a line, the fits dashed."""
-    rows = summary["budgets"]
-    tokens = np.array([row["pretraining_tokens"] for row in rows], dtype=float)
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7), sharex=True, height_ratios=(3, 2))
-    for variant in ("pretrained", "scratch"):
-        top.errorbar(tokens, [row[f"{variant}_accuracy_mean"] for row in rows],
-                     yerr=[row[f"{variant}_accuracy_std"] for row in rows], fmt="o-", capsize=4,
-                     color=COLORS[variant], label=f"{variant} (mean ± std over {rows[0]['n_seeds']} seeds)")
-    top.axhline(summary["baseline_reached"]["target_accuracy"], color="gray", linestyle="--",
-                label="TF-IDF + logistic regression")
+    """Accuracy and gap against pretraining tokens (log axis), the baseline as a line, the fits dotted."""
+    budgets = summary["budgets"]
+    tokens = np.array([budget["pretraining_tokens"] for budget in budgets], dtype=float)
+    figure, top, bottom = transfer_figure(list(tokens), [_row_of(budget) for budget in budgets],
+                                          "pretraining tokens (corpus + adaptation)")
     grid = np.logspace(math.log10(tokens.min()), math.log10(tokens.max()), 50)
-    fit = summary["pretrained_accuracy_fit"]
-    top.plot(grid, fit["intercept"] + fit["slope_per_decade"] * np.log10(grid), ":", color=COLORS["pretrained"],
-             label=f"fit: {fit['slope_per_decade']:+.3f} per 10x tokens")
-    top.set_ylabel("test accuracy")
-    top.legend(fontsize=8)
-    gaps = np.array([row["gap"] for row in rows])
-    errors = [gaps - [row["gap_ci95_low"] for row in rows], [row["gap_ci95_high"] for row in rows] - gaps]
-    bottom.errorbar(tokens, gaps, yerr=errors, fmt="s-", capsize=4, color="tab:green", label="gap (95% CI)")
-    gap_fit = summary["gap_fit"]
-    bottom.plot(grid, gap_fit["intercept"] + gap_fit["slope_per_decade"] * np.log10(grid), ":", color="tab:green",
-                label=f"fit: {gap_fit['slope_per_decade']:+.3f} per 10x tokens")
-    bottom.axhline(0, color="black", linewidth=0.8)
+    for axis, name, color in ((top, "pretrained_accuracy_fit", COLORS["pretrained"]), (bottom, "gap_fit", "tab:green")):
+        fit = summary[name]
+        axis.plot(grid, fit["intercept"] + fit["slope_per_decade"] * np.log10(grid), ":", color=color,
+                  label=f"fit: {fit['slope_per_decade']:+.3f} per 10x tokens")
+        axis.legend(fontsize=8)
     bottom.set_xscale("log")
-    bottom.set_xlabel("pretraining tokens (corpus + adaptation)")
-    bottom.set_ylabel("pretrained - scratch")
-    bottom.legend(fontsize=8)
-    for row in rows:
-        top.annotate(f"{row['budget']:g}x", (row["pretraining_tokens"], row["pretrained_accuracy_mean"]),
+    for budget in budgets:
+        top.annotate(f"{budget['budget']:g}x", (budget["pretraining_tokens"], budget["pretrained_accuracy_mean"]),
                      textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
     top.set_title("Pretraining budget against transfer (test accuracy)")
     return save_figure(figure, path, dpi)
