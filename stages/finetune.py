@@ -24,6 +24,7 @@ from lmtransfer.core.paths import (
 from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
+from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 
@@ -68,6 +69,7 @@ def main() -> None:
             checkpoint, model, "classifier", model.base.config,
             n_classes=len(label_names), pooling=params.finetune.pooling, label_names=label_names,
             max_len=params.finetune.max_len, variant=variant, seed=seed,
+            tokenizer_sha256=tokenizer_fingerprint(TOKENIZED),
         )
         summary = {
             "best_val_accuracy": result.best_val_accuracy,

@@ -20,7 +20,7 @@ from lmtransfer.core.paths import (
 )
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
-from lmtransfer.tokens.tokenizer import load_tokenizer
+from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 from lmtransfer.translation.config import load_translation_params
@@ -62,7 +62,8 @@ def main() -> None:
                                       seed, on_epoch=on_epoch, desc=stage)
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, seed)
-        save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed)
+        save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed,
+                        tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
         summary = {"best_val_bleu": result.best_val_bleu, "best_epoch": result.best_epoch,
                    "first_epoch_val_bleu": result.history[0]["val_bleu"],
                    "final_val_loss": result.history[-1]["val_loss"], "pairs_left_out": result.left_out,

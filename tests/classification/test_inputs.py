@@ -711,3 +711,98 @@ def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_re
     assert split_long_line("x" * 25) == ["x" * 25]
     assert split_long_line("ab cd ef", limit=5) == ["ab cd", "ef"]
     assert split_long_line("abcdefgh ij", limit=3) == ["abc", "def", "gh", "ij"]  # no space: cut at the limit
+
+
+# === E. labels spelled more than one way, and texts that are not texts ============================
+
+
+def _labels_of(params) -> dict[str, list[str]]:
+    raw = load_source(params.data)
+    return {name: sorted(set(table["label"])) for name, table in raw.splits.items()}
+
+
+def test_numeric_labels_are_compared_as_numbers_across_every_file():
+    rows = reviews(["1", "0"], 6)
+    rows[2], rows[5] = (rows[2][0], "1.0"), (rows[5][0], "0.0")  # as spreadsheets export them
+    write_csv("train.csv", rows)
+    write_csv("test.csv", [(f"another film {i}", ["1.00", "0", "01"][i % 3]) for i in range(6)])
+    assert _labels_of(files_params(train="train.csv", test="test.csv")) == {"train": ["0", "1"], "test": ["0", "1"]}
+    lines = [json.dumps({"text": f"film {i}", "label": [1, 1.0, 0, 0.0][i % 4]}) for i in range(8)]
+    write("train.jsonl", "\n".join(lines) + "\n")
+    assert _labels_of(files_params(train="train.jsonl")) == {"train": ["0", "1"]}
+
+
+def test_labels_differing_only_in_case_stop_validate_naming_both_spellings_and_their_lines():
+    rows = reviews(["pos", "neg"], 6)
+    rows[6] = (rows[6][0], "Pos")  # file line 8
+    write_csv("train.csv", rows)
+    with pytest.raises(DataSourceError, match=r"labels 'pos' \(train\.csv, line 2\) and 'Pos' \(train\.csv, "
+                                              r"line 8\) differ only in case .* set data\.label_case: fold"):
+        check_inputs(files_params(train="train.csv"))
+    assert _labels_of(files_params(train="train.csv", label_case="fold")) == {"train": ["neg", "pos"]}
+
+
+def test_labels_differing_only_in_unicode_form_are_one_class_only_when_folded():
+    rows = reviews(["caf\u00e9", "bar"], 6)
+    rows[4] = (rows[4][0], "cafe\u0301")  # the same word, decomposed
+    write_csv("train.csv", rows)
+    with pytest.raises(DataSourceError, match="differ only in case or Unicode form"):
+        check_inputs(files_params(train="train.csv"))
+    assert _labels_of(files_params(train="train.csv", label_case="fold")) == {"train": ["bar", "caf\u00e9"]}
+
+
+def test_boolean_labels_are_one_class_per_truth_value_in_every_format():
+    write_csv("train.csv", [(f"film {i}", ["True", "true", "false", "FALSE"][i % 4]) for i in range(12)])
+    assert _labels_of(files_params(train="train.csv")) == {"train": ["false", "true"]}
+    lines = [json.dumps({"text": f"film {i}", "label": i % 2 == 0}) for i in range(8)]
+    write("train.jsonl", "\n".join(lines) + "\n")
+    assert _labels_of(files_params(train="train.jsonl")) == {"train": ["false", "true"]}
+
+
+def test_a_number_column_given_as_the_texts_is_refused_naming_the_key():
+    pd.DataFrame({"text": np.arange(10, dtype=np.int64), "label": [0, 1] * 5}).to_parquet("train.parquet")
+    with pytest.raises(DataSourceError, match=r"train\.parquet, row 1: the text \(data\.text_column 'text'\) is a "
+                                              r"number \(0\), not a string: is data\.text_column the column"):
+        check_inputs(files_params(train="train.parquet"))
+    write("train.tsv", "id\tlabel\n" + "".join(f"{i}\t{i % 2}\n" for i in range(10)))
+    with pytest.raises(DataSourceError, match=r"train\.tsv, line 2: every text of data\.text_column 'id' is a number"):
+        check_inputs(files_params(train="train.tsv", text_column="id"))
+
+
+def test_utf16_without_a_byte_order_mark_and_a_truncated_utf16le_file_are_one_line_each():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(DataSourceError, match=r"train\.csv, line 1: not valid utf-16 text .*utf-16-le or utf-16-be"):
+        check_inputs(files_params(train="train.csv", encoding="utf-16"))
+    Path("odd.csv").write_bytes("text,label\nfilm,1\n".encode("utf-16-le") + b"x")
+    with pytest.raises(DataSourceError, match=r"odd\.csv, line 3: not valid utf-16-le text \(the file ends in the "
+                                              r"middle of a character\)"):
+        check_inputs(files_params(train="odd.csv", encoding="utf-16-le"))
+
+
+def test_a_gzip_file_named_csv_is_called_compressed():
+    import gzip
+
+    Path("train.csv").write_bytes(gzip.compress("text,label\nfilm,1\n".encode()))
+    with pytest.raises(DataSourceError, match=r"train\.csv: the file looks gzip-compressed, not text \(set by "
+                                              r"data\.train\); decompress it first"):
+        check_inputs(files_params(train="train.csv"))
+
+
+def test_a_symlink_loop_and_a_broken_link_are_not_called_missing_files():
+    os.symlink("loop_b.csv", "loop_a.csv")
+    os.symlink("loop_a.csv", "loop_b.csv")
+    with pytest.raises(InputFileError, match=r"loop_a\.csv: is a symbolic link to loop_b\.csv, which leads back to "
+                                             r"itself \(a loop of links\) \(set by data\.train\)"):
+        check_inputs(files_params(train="loop_a.csv"))
+    os.symlink("gone.csv", "broken.csv")
+    with pytest.raises(InputFileError, match=r"broken\.csv: is a symbolic link to gone\.csv, which does not exist"):
+        check_inputs(files_params(train="broken.csv"))
+
+
+def test_a_test_file_holding_every_train_text_says_no_train_text_is_left():
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    write_csv("test.csv", reviews(["pos", "neg"], 10))
+    raw = load_source(files_params(train="train.csv", test="test.csv").data)
+    with pytest.raises(SplitError, match=r"data\.train \(train\.csv\): all 20 of its texts are also in data\.test "
+                                         r"\(test\.csv\), so none is left to train on"):
+        prepare_labeled(raw, files_params(train="train.csv", test="test.csv").data)

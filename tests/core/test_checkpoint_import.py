@@ -238,6 +238,16 @@ def test_all_mismatches_are_reported_together(tmp_path):
     assert "base.token_embedding.weight" in body  # our own naming for our own file
 
 
+def test_our_checkpoint_trained_with_another_tokenizer_is_refused_as_init_from(tmp_path):
+    path = tmp_path / "lm.pt"
+    save_checkpoint(path, _fresh(), "language_model", CONFIG, tokenizer_sha256="a" * 64)
+    weights = read_checkpoint_weights(path)
+    weights.check_tokenizer("a" * 64)  # the same tokenizer: fine
+    with pytest.raises(CheckpointImportError, match=r"lm\.pt: trained with another tokenizer than this pipeline's "
+                                                    r"\(sha256 aaaaaaaaaaaa against bbbbbbbbbbbb\).*pretrain\.init_from"):
+        weights.check_tokenizer("b" * 64)
+
+
 # --- files that cannot be used ---------------------------------------------------------
 
 
@@ -274,6 +284,25 @@ def test_a_pickled_custom_object_is_refused_without_unsafe_loading(tmp_path):
     torch.save({"model": Custom()}, path)
     message = _error(path)
     assert "custom objects" in message and "Custom" in message and "weights_only" in message
+
+
+class RunsACommand:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_checkpoint_that_would_run_a_command_is_refused_as_such_without_advice_to_load_it_unsafely(tmp_path):
+    path, marker = tmp_path / "evil.pt", tmp_path / "ran"
+    torch.save({"model": RunsACommand(marker)}, path)
+    message = _error(path)
+    assert "holds code or objects this tool will not run (posix.system; module posix is blocked)" in message
+    assert "corrupted" not in message and "weights_only=False" not in message and "likely succeed" not in message
+    assert not marker.exists()
 
 
 def test_a_non_dict_pickle_is_refused(tmp_path):

@@ -16,6 +16,7 @@ from lmtransfer.modeling.model import Classifier, ModelConfig, expected_base_par
 from lmtransfer.tokens.tokenizer import (
     SentencePieceTokenizer,
     save_tokenizer,
+    tokenizer_fingerprint,
     train_sentencepiece,
 )
 
@@ -305,7 +306,7 @@ def classifier_files(in_empty_dir):
     torch.manual_seed(0)
     checkpoint = in_empty_dir / "classifier.pt"
     save_checkpoint(checkpoint, Classifier(config, 2, "mean"), "classifier", config, n_classes=2, pooling="mean",
-                    label_names=["neg", "pos"], max_len=16)
+                    label_names=["neg", "pos"], max_len=16, tokenizer_sha256=tokenizer_fingerprint(tokenized))
     return checkpoint
 
 
@@ -331,6 +332,20 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
     monkeypatch.setattr(sys, "stdin", io.StringIO("a good film\n\n   \ndull and long\r\n"))
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments  # blank lines skipped, line ends dropped
+
+
+def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifier_files, in_empty_dir):
+    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", TokenizerParams(vocab_size=42)))
+    save_tokenizer(retrained, in_empty_dir / "data/tokenized")  # tokenize ran again with another vocab_size
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
+    assert str(exit_.value).startswith(f"error: {classifier_files} was trained with another tokenizer than the one "
+                                       "in data/tokenized (sha256 ")
+    payload = torch.load(classifier_files, weights_only=True)
+    del payload["tokenizer_sha256"]  # a checkpoint from elsewhere: only the id range can be checked
+    torch.save(payload, classifier_files)
+    with pytest.raises(SystemExit, match=r"knows 40 ids but the tokenizer in data/tokenized gives 42"):
+        main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
 
 
 def test_translate_refuses_an_empty_sentence_before_loading_any_model(tmp_path):

@@ -38,11 +38,33 @@ def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experime
     rows, shown = compare_rows(found, by="finetune.lr")
     assert [row.name for row in rows] == ["a", "b"] and shown == ["finetune.lr"]  # epochs, n_layers unchanged
     table = format_table(rows, shown)
-    first = table.splitlines()[1]
-    assert first.split()[:3] == ["a", "0.001", "0.6600"] and "+0.0600 [+0.0400, +0.0800]" in first
-    assert "0.6000 ± 0.0200" in first and "over 3 seeds" in table
+    header, first = table.splitlines()[:2]
+    assert header.split()[:3] == ["experiment", "lr", "pretrained"] and "lr = finetune.lr" in table
+    assert first.split()[:3] == ["a", "0.001", "0.660"] and "+0.060 [+0.040, +0.080]" in first
+    assert "0.600 ± 0.020" in first and "over 3 seeds" in table and "0.800 in every experiment" in table
     figure = plot_by(rows, "finetune.lr", tmp_path / "compare.png")
     assert figure.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_table_fits_120_columns_with_two_swept_params_and_shows_differing_baselines():
+    found = []
+    for steps, adapt, name in ((62, 0.625, "scaling-0_125x"), (1000, 10, "scaling-2x")):
+        experiment = _experiment(name, 0.001, 0.65)
+        experiment.params.update({"pretrain.max_steps": steps, "pretrain.adapt_epochs": adapt})
+        found.append(experiment)
+    rows, shown = compare_rows(found, by="pretrain.max_steps")
+    table = format_table(rows, shown).splitlines()
+    assert shown == ["pretrain.max_steps", "pretrain.adapt_epochs"] and table[0].split()[1:3] == [
+        "max_steps", "adapt_epochs"]
+    assert max(len(line) for line in table[:3]) <= 120 and "baseline" not in table[0]
+    rows[1].baseline = 0.75
+    lines = format_table(rows, shown).splitlines()
+    assert lines[0].split()[-1] == "baseline" and lines[2].split()[-1] == "0.750"
+    clash = [_experiment("x", 0.001, 0.6), _experiment("y", 0.002, 0.6)]
+    clash[1].params.update({"pretrain.lr": 0.1, "model.n_layers": 6})
+    clash[0].params["pretrain.lr"] = 0.2
+    assert format_table(*compare_rows(clash)).splitlines()[0].split()[1:4] == [
+        "finetune.lr", "n_layers", "pretrain.lr"]
 
 
 def test_compare_refuses_a_param_that_is_not_in_params_yaml_naming_it():

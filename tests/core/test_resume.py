@@ -116,6 +116,18 @@ def test_a_snapshot_of_another_configuration_is_deleted_not_resumed(tmp_path, un
     assert _results(corpus, task) == _results(*uninterrupted[1:3])
 
 
+def test_a_truncated_snapshot_is_called_unreadable_and_training_starts_over(tmp_path, uninterrupted, capsys):
+    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
+    with pytest.raises(Interrupted):
+        _pretrain_both_phases(snapshots, stop_at=15)
+    path = tmp_path / "pretrain" / "corpus.pt"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a write cut short by a full disk
+    model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", "same", every=4, root=tmp_path))
+    out = capsys.readouterr().out
+    assert "corpus.pt is unreadable (truncated or damaged); starting over" in out and "another configuration" not in out
+    assert _same_weights(model, uninterrupted[0])
+
+
 def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path):
     off = Snapshots("pretrain", "x", every=0, root=tmp_path)
     _pretrain_both_phases(off)
@@ -248,3 +260,16 @@ def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_s
     half = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_epochs": 0.5}),
                          CPU, seed=3)
     assert half.steps == round(one_pass.steps / 2) and half.tokens_seen < one_pass.tokens_seen
+
+
+def test_the_adaptation_phase_stops_at_its_step_cap_and_says_so(capsys):
+    """A large labeled set makes one pass many steps: `pretrain.adapt_max_steps` bounds the phase's cost."""
+    whole = PARAMS.model_copy(update={"adapt_epochs": 2})
+    torch.manual_seed(0)
+    full = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, CPU, seed=3)
+    assert "capped" not in capsys.readouterr().out
+    torch.manual_seed(0)
+    capped = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_max_steps": 3}),
+                           CPU, seed=3)
+    assert capped.steps == 3 < full.steps
+    assert f"would be {full.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out

@@ -227,6 +227,63 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
     assert running == []
 
 
+def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evaluate_clears_its_snapshot(
+        tmp_path, monkeypatch):
+    """kill -9 of a fine-tune, then a run-cache restore (none of our code runs): the next stage marks the run
+    KILLED, and evaluate (which DVC starts only after every training stage completed) removes its snapshot."""
+    import mlflow
+
+    from lmtransfer.harness.tracking import PROCESS_TAG, _process_tag, stage_run
+
+    client, experiment = _store_after_a_killed_process(
+        tmp_path, monkeypatch, "killed-finetune",
+        "import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n"
+        "with stage_run('finetune_scratch', {}, run_name='finetune_scratch@0'):\n    os.kill(os.getpid(), 9)\n",
+    )
+    monkeypatch.chdir(tmp_path)  # stages run from the pipeline's root, where .resume/ lies
+    for stage in ("finetune_scratch_seed0", "finetune_scratch_seed1"):
+        (tmp_path / ".resume" / stage).mkdir(parents=True)
+        (tmp_path / ".resume" / stage / "task.pt").write_bytes(b"snapshot")
+    client.create_run(experiment.experiment_id, run_name="finetune_scratch@1",  # alive: running beside
+                      tags={PROCESS_TAG: _process_tag(), "lmtransfer.kind": "stage"})
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
+    try:
+        with stage_run("baseline", {}):
+            pass
+        (orphan,) = client.search_runs([experiment.experiment_id], "attributes.run_name = 'finetune_scratch@0'")
+        assert orphan.info.status == "KILLED" and (tmp_path / ".resume/finetune_scratch_seed0").is_dir()
+        with stage_run("evaluate", {}):
+            pass
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert sorted(p.name for p in (tmp_path / ".resume").iterdir()) == ["finetune_scratch_seed1"]
+
+
+def test_a_terminated_stage_marks_its_run_killed_and_exits_with_one_line(tmp_path, monkeypatch):
+    """SIGTERM (a stopped dvc repro, a closed terminal) unwinds the stage like Ctrl-C: its run ends KILLED."""
+    import os
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "terminated")
+    code = ("import os, signal\nfrom lmtransfer.harness.stage import stage_main\n"
+            "from lmtransfer.harness.tracking import stage_run\n"
+            "@stage_main('pretrain')\ndef main():\n    with stage_run('pretrain', {}):\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n        raise AssertionError('went on')\nmain()\n")
+    stopped = subprocess.run([sys.executable, "-c", code], env={**os.environ}, capture_output=True, text=True,
+                             cwd=tmp_path)
+    assert stopped.returncode == 143 and stopped.stderr.strip().splitlines()[-1] == (
+        "pretrain: stopped (SIGTERM); what earlier stages wrote is kept")
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("lmtransfer").experiment_id])
+    assert {run.data.tags["lmtransfer.kind"]: run.info.status for run in runs} == {"stage": "KILLED",
+                                                                                   "pipeline": "KILLED"}
+
+
 CI_VARIABLES = ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS", "CI", "CIRCLECI", "GITLAB_CI", "JENKINS_URL", "TRAVIS",
                 "TF_BUILD", "BITBUCKET_BUILD_NUMBER", "CODEBUILD_BUILD_ARN", "BUILDKITE", "TEAMCITY_VERSION",
                 "CLOUD_RUN_EXECUTION", "RUNBOT_HOST_URL", "RUNBOT_BUILD_NAME", "RUNBOT_WORKER_ID")

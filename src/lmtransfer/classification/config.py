@@ -68,6 +68,11 @@ class DataParams(Section):
     label_column: str = Field(
         "label", description="column (JSONL: field) holding the label: any strings or integers, 2 classes or more"
     )
+    label_case: Literal["strict", "fold"] = Field(
+        "strict", description="labels that differ only in case or Unicode form (`pos`, `Pos`): `strict` stops "
+        "`validate` naming both; `fold` makes them one class, spelled as most rows spell it. Numeric labels are "
+        "compared as numbers (`1` and `1.0` are one class) either way"
+    )
     corpus: list[str] = Field(
         default_factory=list,
         description="`files` only: unlabeled text, files or globs, one document per line (streamed: any size)",

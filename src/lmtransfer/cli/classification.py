@@ -24,12 +24,13 @@ def cmd_predict(args: argparse.Namespace) -> None:
     from lmtransfer.modeling.checkpoint import build_classifier, load_checkpoint
     from lmtransfer.modeling.runtime import select_device
     from lmtransfer.tokens.tokenized import LabeledSplit
-    from lmtransfer.tokens.tokenizer import encode_for_classification, load_tokenizer
+    from lmtransfer.tokens.tokenizer import check_trained_with, encode_for_classification, load_tokenizer
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "classify", HOW_TO_PASS_TEXTS)
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
-    model = build_classifier(payload)
     tokenizer = load_tokenizer(args.tokenizer)
+    check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
+    model = build_classifier(payload)
     ids, offsets = encode_for_classification(tokenizer, texts)  # as the training texts were: BOS + pieces
     split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
     probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))

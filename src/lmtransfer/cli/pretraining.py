@@ -24,7 +24,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         objective_of,
     )
     from lmtransfer.pretraining.generation import continue_prompt
-    from lmtransfer.tokens.tokenizer import load_tokenizer
+    from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
 
     payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
     if objective_of(payload) == "mlm":
@@ -33,8 +33,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
             f"both sides and cannot continue a text left to right; try lmtransfer fill \"{args.prompt or 'the movie was'} "
             f"<mask>\""
         )
-    model = build_language_model(payload).eval()
     tokenizer = load_tokenizer(args.tokenizer)
+    check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
+    model = build_language_model(payload).eval()
     generator = torch.Generator().manual_seed(args.seed)
     for _ in range(args.samples):
         continuation = continue_prompt(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k,
@@ -49,7 +50,7 @@ def cmd_fill(args: argparse.Namespace) -> None:
         objective_of,
     )
     from lmtransfer.pretraining.generation import MASK_TEXT, fill_blanks, mask_id_of
-    from lmtransfer.tokens.tokenizer import load_tokenizer
+    from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
 
     if not args.prompt.strip():
         raise SystemExit(f"error: the prompt is empty: write a text with {MASK_TEXT} where a word is missing")
@@ -60,8 +61,9 @@ def cmd_fill(args: argparse.Namespace) -> None:
             f"it cannot fill a blank from both sides; pretrain with pretrain.objective: mlm, or continue a prompt "
             f"with `lmtransfer generate`"
         )
-    model = build_language_model(payload)
     tokenizer = load_tokenizer(args.tokenizer)
+    check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
+    model = build_language_model(payload)
     prompt = args.prompt if MASK_TEXT in args.prompt else f"{args.prompt} {MASK_TEXT}"
     for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id_of(tokenizer), args.top_k), 1):
         print(f"{MASK_TEXT} {number}:" if prompt.count(MASK_TEXT) > 1 else f"{prompt}")

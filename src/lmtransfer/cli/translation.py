@@ -23,19 +23,22 @@ DECODING = TranslationEvaluateParams()  # the evaluate stage's beam search is th
 
 def cmd_translate(args: argparse.Namespace) -> None:
     """Translate sentences with a fine-tuned translation checkpoint (the translation pipeline's)."""
+    from lmtransfer.modeling.checkpoint import load_checkpoint
     from lmtransfer.modeling.runtime import select_device
-    from lmtransfer.tokens.tokenizer import load_tokenizer
+    from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
     from lmtransfer.translation.translator import (
         DecodingOptions,
-        load_translation_model,
         translate_texts,
+        translation_model,
     )
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "translate",
                               how_to_pass("translate", "I am a student.", "sentences.txt"))
     device = select_device("auto")
-    model = load_translation_model(args.checkpoint, device)
+    payload = load_checkpoint(args.checkpoint, expected_kind="translation")
     tokenizer = load_tokenizer(args.tokenizer)
+    check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
+    model = translation_model(payload, device)
     options = DecodingOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
     for translation in translate_texts(model, texts, tokenizer, options, device):
         print(translation)

@@ -134,6 +134,10 @@ class PretrainParams(Section):
     adapt_lr: float = Field(
         1e-3, gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
     )
+    adapt_max_steps: int = Field(
+        5000, ge=0, description="at most this many steps of that phase, however large the labeled texts (the log "
+        "says when it cuts; 0 = no cap)"
+    )
     objective: Literal["clm", "mlm"] = Field(
         "clm", description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
         "modelling (bidirectional attention; prompts become fill-in-the-blank samples)"

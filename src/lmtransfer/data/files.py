@@ -59,22 +59,50 @@ def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]
     decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     pending, number = "", 0
     with open(path, "rb") as handle:
+        head = handle.read(8)
+        refuse_compressed(path, head, key)
+        handle.seek(0)
         for raw in iter(lambda: handle.read(1 << 16), b""):
-            try:
-                pending += decoder.decode(raw)
-            except UnicodeDecodeError as exc:
-                bad_line = number + (pending + exc.object[: exc.start].decode(encoding, "replace")).count("\n") + 1
-                raise DataSourceError(
-                    f"{path}, line {bad_line}: not valid {encoding} text ({exc.reason}); "
-                    f"convert the file or set data.encoding (read because of {key})"
-                ) from None
+            pending += _decode(decoder, raw, path, encoding, key, number, pending)
             *complete, pending = pending.split("\n")
             for line in complete:
                 number += 1
                 yield number, _clean(line, number)
-        pending += decoder.decode(b"", final=True)
+        pending += _decode(decoder, b"", path, encoding, key, number, pending, final=True)
     if pending:
         yield number + 1, _clean(pending, number + 1)
+
+
+def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, path: Path, encoding: str, key: str, number: int,
+            pending: str, final: bool = False) -> str:
+    """One chunk decoded; a bad byte (or a file that ends mid-character) becomes one message naming its line."""
+    try:
+        return decoder.decode(raw, final=final)
+    except UnicodeDecodeError as exc:
+        bad_line = number + (pending + exc.object[: exc.start].decode(encoding, "replace")).count("\n") + 1
+        reason = "the file ends in the middle of a character" if final else exc.reason
+        raise DataSourceError(
+            f"{path}, line {bad_line}: not valid {encoding} text ({reason}); "
+            f"convert the file or set data.encoding (read because of {key})"
+        ) from None
+    except UnicodeError as exc:  # UTF-16/32 without a byte-order mark: the decoder cannot tell the byte order
+        hint = (f"; name the byte order: {encoding}-le or {encoding}-be" if "BOM" in str(exc) else "")
+        raise DataSourceError(
+            f"{path}, line {number + 1}: not valid {encoding} text ({exc}){hint}; convert the file or set "
+            f"data.encoding (read because of {key})"
+        ) from None
+
+
+COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
+              b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def refuse_compressed(path: Path, head: bytes, key: str) -> None:
+    """Compressed bytes would read as a wrong encoding (or as garbage text): say what they are instead."""
+    for magic, kind in COMPRESSED.items():
+        if head.startswith(magic):
+            raise DataSourceError(f"{path}: the file looks {kind}-compressed, not text (set by {key}); decompress "
+                                  "it first and name the decompressed file")
 
 
 def _clean(line: str, number: int) -> str:
@@ -133,7 +161,7 @@ class Column(NamedTuple):
 
     name: str
     key: str
-    is_label: bool = False  # a class label (1, 1.0 and true name one class); otherwise a text
+    is_label: bool = False  # a class label (a number or a name); otherwise a text
 
 
 Columns = dict[str, Column]  # output column -> the file's column it is read from
@@ -215,7 +243,21 @@ def _select_columns(table: pd.DataFrame, path: Path, columns: Columns, encoding:
             values[name].append(
                 _as_label(value, at, column) if column.is_label else _as_text(value, at, column, encoding)
             )
+    for name, column in columns.items():
+        if not column.is_label and values[name] and all(_is_number(text) for text in values[name]):
+            raise DataSourceError(
+                f"{path}, {where[0]}: every text of {column.key} {column.name!r} is a number ({values[name][0]!r} "
+                f"here): is {column.key} the column of texts? (a number column is a label or an id)"
+            )
     return pd.DataFrame({**values, "where": where})
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_missing(value) -> bool:
@@ -232,22 +274,27 @@ def _as_text(value, place: str, column: Column, encoding: str) -> str:
         except UnicodeDecodeError as exc:
             raise DataSourceError(f"{place}: the text is bytes that are not {encoding} ({exc.reason}); "
                                   "set data.encoding") from None
-    elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise DataSourceError(
+            f"{place}: the text ({column.key} {column.name!r}) is a number ({value!r}), not a string: is "
+            f"{column.key} the column of texts? (a number column is a label or an id)"
+        )
+    elif not isinstance(value, str):
         raise DataSourceError(
             f"{place}: the text ({column.key} {column.name!r}) is a {type(value).__name__}, not a string; "
             "join it into one string per row"
         )
-    value = str(value)
     refuse_nul(value, place, encoding, subject="the text ")
     return value
 
 
 def _as_label(value, place: str, column: Column) -> str:
-    """1, 1.0, '1' and true name the same class (true = 1, false = 0); strings are kept as they are."""
+    """A label as the text a CSV would hold: 1.0 as `1`, true as `true`; how spellings that name one class are
+    then made one is the labels' rule, for every format alike (`classification.data.labels`)."""
     if _is_missing(value):
         return ""
     if isinstance(value, bool):
-        value = int(value)
+        value = "true" if value else "false"
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     elif not isinstance(value, (str, int, float)):

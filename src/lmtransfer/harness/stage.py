@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import signal
 import sqlite3
 import sys
 import time
@@ -24,9 +25,15 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
         def run() -> None:
             start = time.perf_counter()
             label = name() if callable(name) else name
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, _terminated)
             try:
                 main()
                 print(f"{label}: done in {time.perf_counter() - start:.1f} s", flush=True)
+            except Terminated as stopped:
+                print(f"{label}: stopped ({signal.Signals(stopped.signum).name}); what earlier stages wrote is kept",
+                      file=sys.stderr)
+                sys.exit(128 + stopped.signum)
             except LmtransferError as exc:
                 if os.environ.get("LMTRANSFER_DEBUG"):
                     raise
@@ -46,6 +53,19 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
         return run
 
     return decorate
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a stopped `dvc repro`) or SIGHUP (a closed terminal): unwound like Ctrl-C, so the stage's MLflow
+    run is marked KILLED and its files closed before the process ends, instead of dying with the run RUNNING."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminated(signum: int, frame) -> NoReturn:
+    raise Terminated(signum)
 
 
 def _stop(line: str) -> NoReturn:

@@ -243,14 +243,14 @@ def _is_alive(tag: str) -> bool:
 
 
 def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
-    """Runs of this stage still RUNNING although their process is gone (killed, power cut) are marked KILLED.
+    """Stage runs still RUNNING although their process is gone (killed, power cut) are marked KILLED: this stage's,
+    and every other stage's too, since a stage DVC restores from its run-cache runs no code to close its own.
 
-    Called when the stage runs again; returns their ids so the new run can link to them.
+    Called when any stage starts; returns the ids of this stage's, so the new run can link to them.
     """
     stale = client.search_runs(
         [experiment_id],
-        filter_string=f"attributes.run_name = '{run_name}' and attributes.status = 'RUNNING' "
-                      f"and tags.`{TAG_PREFIX}kind` = 'stage'",
+        filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'stage'",
     )
     orphans = [run for run in stale if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
     for run in orphans:
@@ -268,7 +268,7 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
     for run in pipelines:
         if PROCESS_TAG in run.data.tags and not _is_alive(run.data.tags[PROCESS_TAG]):
             _mark_killed(client, run.info.run_id)
-    return [run.info.run_id for run in orphans]
+    return [run.info.run_id for run in orphans if run.info.run_name == run_name]
 
 
 def _mark_killed(client, run_id: str) -> None:
@@ -315,6 +315,18 @@ def checkpoint_model_params(path: str | Path) -> dict[str, Any]:
 
 
 PRETRAINED_FINETUNE = "finetune_pretrained"  # the stage of both tasks that starts from models/pretrained.pt
+READS_EVERY_MODEL = {"evaluate"}  # both tasks' stage that DVC starts only after every training stage completed
+
+
+def _clear_finished_snapshots(client, experiment_id: str) -> None:
+    """Resume snapshots of training stages that completed (a restored one leaves its own behind) are removed."""
+    from lmtransfer.training.resume import clear_finished_snapshots
+
+    running = client.search_runs(
+        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'stage'")
+    alive = {run.info.run_name for run in running if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
+    for stage in clear_finished_snapshots(alive):
+        print(f"resume: the snapshot of {stage} removed: that stage has completed")
 
 
 def _logged_params(stage: str, params: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -386,6 +398,8 @@ def stage_run(
     orphans = close_orphaned_runs(client, experiment_id, run_name or stage)
     if orphans:
         tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
+    if stage in READS_EVERY_MODEL:
+        _clear_finished_snapshots(client, experiment_id)
     _resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
     status, run_id = "FAILED", None
     try:

@@ -57,6 +57,9 @@ def read_torch_file(path: str | Path, key: str = "") -> Any:
         raise CheckpointError(_describe_load_failure(path, exc, key)) from None
 
 
+_TORCH_ADVICE = re.compile(r"weights_only|Weights only load failed|documentation of torch.load")
+
+
 def _describe_load_failure(path: Path, exc: Exception, key: str) -> str:
     """Tell a file that pickles custom objects apart from one that is simply unreadable."""
     text = str(exc)
@@ -69,8 +72,16 @@ def _describe_load_failure(path: Path, exc: Exception, key: str) -> str:
             f"a file. Re-save just the weights where that class is importable, e.g. "
             f"torch.save({{'model_state_dict': model.state_dict()}}, path){check}"
         )
-    lines = text.split("WeightsUnpickler error:")[-1].strip().splitlines()
-    detail = f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
+    blocked = re.search(r"unsupported GLOBAL ([\w.]+) whose module ([\w.]+) is blocked", text)
+    if blocked:
+        return (
+            f"{path}: the file holds code or objects this tool will not run ({blocked.group(1)}; module "
+            f"{blocked.group(2)} is blocked): it was not loaded. A checkpoint holds only tensors and plain values; "
+            f"use a checkpoint from a source you trust{check}"
+        )
+    lines = [line.strip() for line in text.split("WeightsUnpickler error:")[-1].strip().splitlines()
+             if line.strip() and not _TORCH_ADVICE.search(line)]  # never pass on "load with weights_only=False"
+    detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return (
         f"{path}: not a readable PyTorch checkpoint (corrupted, truncated or not written by torch.save; "
         f"{detail}){check}"

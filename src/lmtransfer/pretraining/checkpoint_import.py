@@ -82,6 +82,16 @@ class ImportedWeights:
     n_heads: int | None = None  # only known for our own checkpoints (model_config)
     causal: bool = True  # attention direction; the original course's model is causal
     objective: str = "clm"
+    tokenizer_sha256: str | None = None  # our own checkpoints: the tokenizer they were trained with
+
+    def check_tokenizer(self, fingerprint: str) -> None:
+        """Ids of another tokenizer would index the wrong rows of the embedding, without a word."""
+        if self.tokenizer_sha256 is not None and self.tokenizer_sha256 != fingerprint:
+            raise CheckpointImportError(
+                f"{self.origin}: trained with another tokenizer than this pipeline's (sha256 "
+                f"{self.tokenizer_sha256[:12]} against {fingerprint[:12]}): its ids mean other pieces here; set "
+                f"{INIT_KEY} to a checkpoint trained with this tokenizer, or the tokenizer.* keys to its own"
+            )
 
 
 # --- reading --------------------------------------------------------------------------
@@ -119,7 +129,8 @@ def _unwrap(payload: Any, origin: str) -> tuple[dict[str, Any], dict[str, Any], 
     for wrapper_key in ("model_state_dict", "state_dict"):
         inner = payload.get(wrapper_key)
         if isinstance(inner, Mapping):
-            meta = {k: payload[k] for k in ("kind", "model_config", "objective", "next_sentence") if k in payload}
+            kept = ("kind", "model_config", "objective", "next_sentence", "tokenizer_sha256")
+            meta = {k: payload[k] for k in kept if k in payload}
             ignored = [str(k) for k in payload if k != wrapper_key and k not in meta]
             return dict(inner), meta, ignored
     return dict(payload), {}, []
@@ -262,6 +273,7 @@ def _assemble(
         n_heads=_n_heads_of(meta) if layout == "lmtransfer" else None,
         causal=bool(meta.get("model_config", {}).get("causal", True)) if layout == "lmtransfer" else True,
         objective=str(meta.get("objective", "clm")),
+        tokenizer_sha256=meta.get("tokenizer_sha256") if layout == "lmtransfer" else None,
     )
 
 

@@ -323,6 +323,10 @@ def adapt_to_task(
     steps = adaptation_steps(params.adapt_epochs, PackedBatches(train_texts, params.seq_len, params.batch_size,
                                                                 what=TASK_TEXTS).steps_per_epoch())
     whole = float(params.adapt_epochs).is_integer()  # whole passes run as before; a fraction stops at its steps
+    if params.adapt_max_steps and steps > params.adapt_max_steps:
+        print(f"adapt: {params.adapt_epochs:g} epochs of the task's texts would be {steps:,} steps; capped at "
+              f"{params.adapt_max_steps:,} (pretrain.adapt_max_steps)")
+        steps, whole = params.adapt_max_steps, False
     phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
                                       "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,

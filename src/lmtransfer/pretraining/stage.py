@@ -41,7 +41,7 @@ from lmtransfer.tokens.tokenized import (
     load_labeled_split,
     read_tokenized_meta,
 )
-from lmtransfer.tokens.tokenizer import load_tokenizer
+from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots, fingerprint
 
@@ -59,6 +59,7 @@ def run_pretrain_stage(params: PipelineParams) -> None:
     weights = None
     if params.pretrain.init_from:  # checked before any work: a mismatch stops here with the params to change
         weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
+        weights.check_tokenizer(tokenizer_fingerprint(TOKENIZED))
         load_into_language_model(weights, model)
     sections = params.sections("model", "pretrain", "train")
     snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED, TOKENIZED_CORPUS], device), params.train.resume_every)
@@ -102,7 +103,8 @@ def run_pretrain_stage(params: PipelineParams) -> None:
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
         if weights:
             mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
-        save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras)
+        save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras,
+                        tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
         tag_checkpoint(PRETRAINED)
         write_tsv(PRETRAIN_TRAIN_LOG, train_log)
         write_tsv(PRETRAIN_VALID_LOG, valid_log)

@@ -63,20 +63,46 @@ def _sortable(value: Any) -> tuple:
 
 
 def format_table(rows: list[Row], shown: list[str]) -> str:
-    """A plain-text table, one line per experiment, that fits a terminal for a few changed params."""
-    header = ["experiment", *shown, "pretrained", "scratch", "gap [95% CI]", "p", "head start", "baseline"]
-    lines = [[row.name, *(_cell(row.params.get(key)) for key in shown),
-              f"{row.pretrained[0]:.4f} ± {row.pretrained[1]:.4f}", f"{row.scratch[0]:.4f} ± {row.scratch[1]:.4f}",
-              f"{row.gap[0]:+.4f} [{row.gap[1]:+.4f}, {row.gap[2]:+.4f}]", f"{row.p_value:.4f}",
-              f"{row.head_start:+.4f}", f"{row.baseline:.4f}"] for row in rows]
+    """A plain-text table, one line per experiment, that fits 120 columns for two or three changed params:
+    accuracies to three decimals, a param named by its last part when that is unambiguous, and the baseline
+    in the note when every experiment has the same one."""
+    names = _short_names(shown)
+    baselines = sorted({row.baseline for row in rows})
+    header = ["experiment", *names.values(), "pretrained", "scratch", "gap [95% CI]", "p", "head start"]
+    lines = [[row.name, *(_cell(row.params.get(key)) for key in shown), _spread(row.pretrained),
+              _spread(row.scratch), f"{row.gap[0]:+.3f} [{row.gap[1]:+.3f}, {row.gap[2]:+.3f}]",
+              _p_value(row.p_value), f"{row.head_start:+.3f}"] for row in rows]
+    if len(baselines) > 1:
+        header.append("baseline")
+        for line, row in zip(lines, rows):
+            line.append(f"{row.baseline:.3f}")
     widths = [max(len(str(line[i])) for line in [header, *lines]) for i in range(len(header))]
     text = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
             for line in [header, *lines]]
-    seeds = sorted({row.seeds for row in rows})
-    note = (f"test accuracy, mean ± std over {'/'.join(map(str, seeds))} seeds; gap = pretrained - scratch with "
-            "its paired bootstrap 95% interval and permutation p; head start = the gap in validation accuracy "
-            "after epoch 1; baseline = TF-IDF + logistic regression")
-    return "\n".join([*text, "", note])
+    seeds = "/".join(map(str, sorted({row.seeds for row in rows})))
+    baseline = ("baseline = TF-IDF + logistic regression" if len(baselines) > 1 else
+                f"baseline (TF-IDF + logistic regression) {baselines[0]:.3f} in every experiment")
+    note = [f"test accuracy, mean ± std over {seeds} seeds; gap = pretrained - scratch with its paired bootstrap "
+            "95% interval and permutation p; head start = the gap in validation accuracy after epoch 1; "
+            f"{baseline}"]
+    renamed = [f"{short} = {key}" for key, short in names.items() if short != key]
+    if renamed:
+        note.append("params: " + ", ".join(renamed))
+    return "\n".join([*text, "", *note])
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """`finetune.lr` shown as `lr`, unless two shown keys end alike (then both keep their full names)."""
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    return {key: short if last.count(short) == 1 else key for key, short in zip(keys, last)}
+
+
+def _spread(mean_std: tuple[float, float]) -> str:
+    return f"{mean_std[0]:.3f} ± {mean_std[1]:.3f}"
+
+
+def _p_value(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _cell(value: Any) -> str:

@@ -7,6 +7,7 @@ files, and DVC_ROOT still points at the original, where they live.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,24 @@ def resolve_input(path: str, key: str) -> Path:
             what = "is a directory, not a file"
         elif candidate.exists():
             what = "is not a regular file (a pipe, socket or device): it can be read only once; save it to a file"
+        elif candidate.is_symlink():
+            what = f"is a symbolic link to {os.readlink(candidate)}, which {_dead_end(candidate)}"
         else:
             what = "file not found"
         raise InputFileError(f"{path}: {what} (set by {key})")
     if candidate.stat().st_size == 0:
         raise InputFileError(f"{path}: the file is empty (set by {key})")
     return candidate
+
+
+def _dead_end(link: Path) -> str:
+    """Why a symbolic link leads to no file: a loop, or a target that does not exist."""
+    try:
+        os.stat(link)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "leads back to itself (a loop of links)"
+    return "does not exist (a broken link)"
 
 
 def manifest_entry(key: str, given: str, path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ tokenizer's own files (spm.model, dict.txt, vocab.txt).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import re
@@ -275,6 +276,37 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if segmenter is None:
         raise MissingOutputError(f"{directory}: no tokenizer found (run the tokenize stage: {how_to_produce(directory)})")
     return segmenter
+
+
+def tokenizer_fingerprint(directory: str | Path) -> str:
+    """sha256 of the files that define the id space (the sentencepiece model, the dictionary). Every checkpoint
+    records it, so a model is never fed the ids of a tokenizer it was not trained with."""
+    directory = Path(directory)
+    if directory.is_file():
+        directory = directory.parent
+    digest = hashlib.sha256()
+    for name in (MODEL_FILE, DICTIONARY_FILE):
+        if (directory / name).is_file():
+            digest.update(name.encode() + b"\0" + (directory / name).read_bytes())
+    return digest.hexdigest()
+
+
+def check_trained_with(payload: dict, checkpoint: str | Path, tokenizer: Tokenizer, directory: str | Path) -> None:
+    """A checkpoint used with the tokenizer it was trained with, or one line saying it is not. A checkpoint that
+    records no tokenizer (one imported from elsewhere) must at least hold every id the tokenizer gives."""
+    recorded = payload.get("tokenizer_sha256")
+    if recorded is not None and recorded != tokenizer_fingerprint(directory):
+        raise TokenizerError(
+            f"{checkpoint} was trained with another tokenizer than the one in {directory} (sha256 {recorded[:12]} "
+            f"against {tokenizer_fingerprint(directory)[:12]}): the tokenize stage ran again since it was trained; "
+            "run the pipeline again so the model matches, or pass the tokenizer it was trained with"
+        )
+    vocab_size = payload["model_config"]["vocab_size"]
+    if tokenizer.vocab_size > vocab_size:
+        raise TokenizerError(
+            f"{checkpoint} knows {vocab_size} ids but the tokenizer in {directory} gives {tokenizer.vocab_size}: it "
+            "was trained with another tokenizer; pass the tokenizer it was trained with"
+        )
 
 
 # --- flat id arrays ------------------------------------------------------------------------

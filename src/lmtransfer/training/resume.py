@@ -92,9 +92,11 @@ class Snapshots:
             return None
         try:
             state = read_torch_file(path)
-        except CheckpointError:  # unreadable (a disk fault): start over rather than stop
-            state = None
-        if not state or state.pop("fingerprint", None) != self.fingerprint:
+        except CheckpointError:  # unreadable (a disk fault, a truncated write): start over rather than stop
+            print(f"resume: {path} is unreadable (truncated or damaged); starting over")
+            self.clear()
+            return None
+        if not isinstance(state, dict) or state.pop("fingerprint", None) != self.fingerprint:
             print(f"resume: {path} belongs to another configuration (params, inputs or code changed); starting over")
             self.clear()
             return None
@@ -103,3 +105,16 @@ class Snapshots:
     def clear(self) -> None:
         """Called when the stage has written its outputs: nothing is left to resume."""
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def clear_finished_snapshots(running: set[str], root: Path = RESUME_DIR) -> list[str]:
+    """The snapshots of every stage not running now, removed; called by the stage that reads every trained model
+    (evaluate): DVC starts it only once each training stage has completed, by training or by a run-cache restore
+    (which runs none of our code, so could not clear its own). Returns the stages whose snapshots went."""
+    if not root.is_dir():
+        return []
+    keep = {stage.replace("@", "_seed") for stage in running}
+    cleared = sorted(path.name for path in root.iterdir() if path.is_dir() and path.name not in keep)
+    for name in cleared:
+        shutil.rmtree(root / name, ignore_errors=True)
+    return cleared

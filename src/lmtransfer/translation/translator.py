@@ -62,7 +62,11 @@ def translate_texts(model: TranslationModel, texts: Sequence[str], tokenizer: To
 
 def load_translation_model(path, device: torch.device) -> TranslationModel:
     """A fine-tuned translation checkpoint (`models/translation/<variant>/seed<N>.pt`), ready to decode."""
-    payload = load_checkpoint(path, expected_kind="translation")
+    return translation_model(load_checkpoint(path, expected_kind="translation"), device)
+
+
+def translation_model(payload: dict, device: torch.device) -> TranslationModel:
+    """The network a translation checkpoint's payload describes, with its weights, in evaluation mode."""
     model = TranslationModel(TranslationConfig(**payload["model_config"]))
     model.load_state_dict(payload["state_dict"])
     return model.to(device).eval()

@@ -8,6 +8,7 @@ from typing import Iterable
 import pandas as pd
 
 from lmtransfer.classification.config import DataParams
+from lmtransfer.classification.data.labels import canonical_labels
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data.files import (
     Column,
@@ -28,6 +29,9 @@ def load_files(params: DataParams) -> RawData:
     splits, origins = {}, {}
     for name, path in split_files({name: getattr(params, name) for name in ("train", "valid", "test")}):
         splits[name], origins[name] = read_labeled(path, params, f"data.{name}"), str(path)
+    splits, folded = canonical_labels(splits, origins, params.label_case)
+    for line in folded:
+        print(f"data: {line}")
     corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
     return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
                    corpus_pieces=params.corpus_pieces, origins=origins)

@@ -106,6 +106,13 @@ def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
             removed[f"train_texts_also_in_{name}"] = int(in_split.sum())
         leaked |= in_split
     removed["train_texts_also_in_valid_or_test"] = int(leaked.sum())
+    if len(train) and leaked.all():
+        held_out = " and ".join(f"data.{name} ({raw.origins.get(name, name)})" for name in given)
+        raise SplitError(
+            f"data.train ({raw.origins.get('train', 'train')}): all {len(train)} of its texts are also in "
+            f"{held_out}, so none is left to train on (a text is never both trained and tested on); give the "
+            "held-out split texts of its own, or leave its key '' to carve it from data.train"
+        )
     train = train[~leaked].reset_index(drop=True)
 
     if params.max_examples and len(train) > params.max_examples:
