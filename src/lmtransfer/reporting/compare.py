@@ -8,6 +8,7 @@ it, the baseline as a line.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,7 @@ def format_table(rows: list[Row], shown: list[str]) -> str:
     renamed = [f"{short} = {key}" for key, short in names.items() if short != key]
     if renamed:
         note.append("params: " + ", ".join(renamed))
-    return "\n".join([*text, "", *note])
+    return "\n".join([*text, "", *(textwrap.fill(line, width=100) for line in note)])
 
 
 def _short_names(keys: list[str]) -> dict[str, str]:
