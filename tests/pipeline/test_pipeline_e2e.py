@@ -272,7 +272,7 @@ def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_t
     lines = [line for line in table.splitlines() if line.startswith("tiny-lr-")]
     assert [line.split()[0] for line in lines] == ["tiny-lr-2", "tiny-lr-4", "tiny-lr-8"]  # in lr order
     assert all(" ± " in line and "[" in line for line in lines) and table.splitlines()[0].split()[:2] == [
-        "experiment", "finetune.lr"]
+        "experiment", "lr"] and "params: lr = finetune.lr" in table
     assert (root / "plots/compare-finetune.lr.png").read_bytes()[:4] == b"\x89PNG"
     shown = json.loads(run(["dvc", "exp", "show", "--json"], root, env))
     from mlflow import MlflowClient
