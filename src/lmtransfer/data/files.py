@@ -244,20 +244,24 @@ def _select_columns(table: pd.DataFrame, path: Path, columns: Columns, encoding:
                 _as_label(value, at, column) if column.is_label else _as_text(value, at, column, encoding)
             )
     for name, column in columns.items():
-        if not column.is_label and values[name] and all(_is_number(text) for text in values[name]):
+        if not column.is_label and values[name] and all(as_number(text) is not None for text in values[name]):
             raise DataSourceError(
                 f"{path}, {where[0]}: every text of {column.key} {column.name!r} is a number ({values[name][0]!r} "
-                f"here): is {column.key} the column of texts? (a number column is a label or an id)"
+                f"here): {_not_texts(column)}"
             )
     return pd.DataFrame({**values, "where": where})
 
 
-def _is_number(text: str) -> bool:
+def _not_texts(column: Column) -> str:
+    return f"is {column.key} the column of texts? (a number column is a label or an id)"
+
+
+def as_number(text: str) -> float | None:
+    """The number a text spells (`1`, `1.0`, `1e3`, `inf`), or None: how a number column is told apart."""
     try:
-        float(text)
+        return float(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _is_missing(value) -> bool:
@@ -276,8 +280,8 @@ def _as_text(value, place: str, column: Column, encoding: str) -> str:
                                   "set data.encoding") from None
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         raise DataSourceError(
-            f"{place}: the text ({column.key} {column.name!r}) is a number ({value!r}), not a string: is "
-            f"{column.key} the column of texts? (a number column is a label or an id)"
+            f"{place}: the text ({column.key} {column.name!r}) is a number ({value!r}), not a string: "
+            f"{_not_texts(column)}"
         )
     elif not isinstance(value, str):
         raise DataSourceError(

@@ -166,10 +166,7 @@ def _all_params(root: Path) -> dict[str, Any]:
         raw = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
     except (OSError, ValueError):
         return {}
-    if not isinstance(raw, dict):
-        return {}
-    top_level = {key: value for key, value in raw.items() if not isinstance(value, dict)}
-    return {**top_level, **flatten({section: values for section, values in raw.items() if isinstance(values, dict)})}
+    return flatten(raw) if isinstance(raw, dict) else {}
 
 
 def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str], root: Path) -> str:
@@ -248,11 +245,8 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
 
     Called when any stage starts; returns the ids of this stage's, so the new run can link to them.
     """
-    stale = client.search_runs(
-        [experiment_id],
-        filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'stage'",
-    )
-    orphans = [run for run in stale if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
+    orphans = [run for run in _running_stage_runs(client, experiment_id)
+               if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
     for run in orphans:
         _mark_killed(client, run.info.run_id)
         parent_id = run.data.tags.get(PARENT_TAG)
@@ -269,6 +263,13 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
         if PROCESS_TAG in run.data.tags and not _is_alive(run.data.tags[PROCESS_TAG]):
             _mark_killed(client, run.info.run_id)
     return [run.info.run_id for run in orphans if run.info.run_name == run_name]
+
+
+def _running_stage_runs(client, experiment_id: str, parent_id: str | None = None) -> list:
+    """Stage runs the store marks RUNNING (those of one pipeline run, when given), alive or not."""
+    of_parent = f" and tags.`{PARENT_TAG}` = '{parent_id}'" if parent_id else ""
+    return client.search_runs(
+        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'stage'{of_parent}")
 
 
 def _mark_killed(client, run_id: str) -> None:
@@ -292,12 +293,7 @@ def _resume_pipeline(client, parent_id: str) -> None:
 def _end_pipeline(client, experiment_id: str, parent_id: str, status: str, own_run_id: str | None) -> None:
     """A stage ending: the pipeline run ends with it (its end time, its outcome), unless another of its stages still
     runs (stages run side by side under one LMTRANSFER_PIPELINE_ID): that one then owns it, and ends it."""
-    running = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING' "
-                      f"and tags.`{TAG_PREFIX}kind` = 'stage'",
-    )
-    others = [run for run in running
+    others = [run for run in _running_stage_runs(client, experiment_id, parent_id)
               if run.info.run_id != own_run_id and _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
     if others:
         client.set_tag(parent_id, PROCESS_TAG, others[0].data.tags[PROCESS_TAG])
@@ -322,9 +318,8 @@ def _clear_finished_snapshots(client, experiment_id: str) -> None:
     """Resume snapshots of training stages that completed (a restored one leaves its own behind) are removed."""
     from lmtransfer.training.resume import clear_finished_snapshots
 
-    running = client.search_runs(
-        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'stage'")
-    alive = {run.info.run_name for run in running if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
+    alive = {run.info.run_name for run in _running_stage_runs(client, experiment_id)
+             if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
     for stage in clear_finished_snapshots(alive):
         print(f"resume: the snapshot of {stage} removed: that stage has completed")
 
@@ -351,12 +346,15 @@ def log_to_pipeline(metrics: dict[str, float]) -> None:
     MlflowClient().log_batch(parent_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
 
 
-def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """{'model': {'d_model': 200}} -> {'model.d_model': 200}: the keys of params.yaml."""
-    flat = {}
-    for section, values in sections.items():
-        for key, value in values.items():
-            flat[f"{section}.{key}"] = value
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'model': {'d_model': 200}, 'task': 'x'} -> {'model.d_model': 200, 'task': 'x'}: the keys of params.yaml,
+    as `dvc exp run -S` and MLflow's params name them."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
     return flat
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS
 from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.harness.tracking import flatten
 
 
 @dataclass
@@ -25,17 +26,6 @@ class Experiment:
     rev: str
     params: dict[str, Any]  # params.yaml, flat: {"finetune.lr": 0.0005, ...}
     report: dict | None  # metrics/evaluate.json at that revision; None when it has none (queued, failed)
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"finetune": {"lr": 1}} -> {"finetune.lr": 1}: the column names `dvc exp run -S` takes."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def dvc_env() -> dict[str, str]:

@@ -295,10 +295,11 @@ def check_trained_with(payload: dict, checkpoint: str | Path, tokenizer: Tokeniz
     """A checkpoint used with the tokenizer it was trained with, or one line saying it is not. A checkpoint that
     records no tokenizer (one imported from elsewhere) must at least hold every id the tokenizer gives."""
     recorded = payload.get("tokenizer_sha256")
-    if recorded is not None and recorded != tokenizer_fingerprint(directory):
+    found = tokenizer_fingerprint(directory) if recorded is not None else None
+    if recorded != found:
         raise TokenizerError(
             f"{checkpoint} was trained with another tokenizer than the one in {directory} (sha256 {recorded[:12]} "
-            f"against {tokenizer_fingerprint(directory)[:12]}): the tokenize stage ran again since it was trained; "
+            f"against {found[:12]}): the tokenize stage ran again since it was trained; "
             "run the pipeline again so the model matches, or pass the tokenizer it was trained with"
         )
     vocab_size = payload["model_config"]["vocab_size"]

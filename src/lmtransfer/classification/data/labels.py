@@ -17,6 +17,7 @@ from typing import Literal
 
 import pandas as pd
 
+from lmtransfer.data.files import as_number
 from lmtransfer.harness.errors import DataSourceError
 
 BOOLEANS = {"true": "1", "false": "0"}
@@ -42,11 +43,8 @@ def canonical_labels(splits: dict[str, pd.DataFrame], origins: dict[str, str],
 
 def _number(label: str) -> str | None:
     """The class name of a numeric label (`1.0` -> `1`, `0.50` -> `0.5`), or None when it is not a number."""
-    try:
-        value = float(label)
-    except ValueError:
-        return None
-    if not math.isfinite(value):
+    value = as_number(label)
+    if value is None or not math.isfinite(value):
         return None
     return str(int(value)) if value.is_integer() else repr(value)
 
