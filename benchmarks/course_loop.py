@@ -129,37 +129,56 @@ def course_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) ->
     raise ValueError("stream too short for the steps asked")
 
 
-def course_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
-    """The course's classifier loop: random batches padded to the longest, a per-text search for its last
-    non-padding token, Adam 3e-4, clip 0.5; seconds of the last epoch."""
-    import numpy as np
+def course_last_vectors(output, batch):
+    """The course's pooling: for each text (a column of the (T, B) batch), a search for its last non-padding token."""
+    import torch
+
+    last_vectors = []
+    for column in range(batch.size(1)):
+        last = (batch[:, column] != PAD).nonzero()[-1].item()
+        last_vectors.append(output[last, column])
+    return torch.stack(last_vectors)
+
+
+def course_classifier_epoch(model, optimizer, texts, labels, generator, batch_size: int = BATCH,
+                            clip: float = 0.5) -> tuple[float, float]:
+    """One epoch of the course's classifier loop: random batches padded to the longest, the last-token search,
+    cross-entropy, clipped Adam steps. Returns the epoch's mean loss and accuracy."""
     import torch
     from torch import nn
     from torch.nn.utils.rnn import pad_sequence
 
-    model = course_model(vocab_size, 2)
     criterion = nn.CrossEntropyLoss()
+    model.train()
+    order = generator.permutation(len(texts))
+    loss_sum, correct = 0.0, 0
+    for begin in range(0, len(order), batch_size):
+        chosen = order[begin : begin + batch_size]
+        batch = pad_sequence([torch.from_numpy(texts[i].astype("int64")) for i in chosen], padding_value=PAD)
+        target = torch.from_numpy(labels[chosen])
+        optimizer.zero_grad()
+        logits = model.classifier.decoder(course_last_vectors(model.base(batch), batch))  # base: (T, B, D)
+        loss = criterion(logits, target)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        loss_sum += loss.item() * len(chosen)
+        correct += int((logits.argmax(-1) == target).sum())
+    return loss_sum / len(order), correct / len(order)
+
+
+def course_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
+    """The course's classifier loop (`course_classifier_epoch`), Adam 3e-4; seconds of the last epoch."""
+    import numpy as np
+    import torch
+
+    model = course_model(vocab_size, 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
     generator = np.random.default_rng(0)
     seconds = 0.0
     for _ in range(epochs):
-        model.train()
         start = time.perf_counter()
-        order = generator.permutation(len(texts))
-        for begin in range(0, len(order), BATCH):
-            chosen = order[begin : begin + BATCH]
-            batch = pad_sequence([torch.from_numpy(texts[i].astype("int64")) for i in chosen], padding_value=PAD)
-            target = torch.from_numpy(labels[chosen])
-            optimizer.zero_grad()
-            output = model.base(batch)  # (T, B, D)
-            last_vectors = []
-            for column in range(batch.size(1)):
-                last = (batch[:, column] != PAD).nonzero()[-1].item()
-                last_vectors.append(output[last, column])
-            loss = criterion(model.classifier.decoder(torch.stack(last_vectors)), target)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-            optimizer.step()
+        course_classifier_epoch(model, optimizer, texts, labels, generator)
         seconds = time.perf_counter() - start
     return seconds
 

