@@ -6,12 +6,16 @@ Numbers, not pass/fail: machines are noisy, so compare rows of one run, e.g.
     python benchmarks/throughput.py --device cpu --steps 20
     python benchmarks/throughput.py --compile        # the reference size eager and under train.compile
 
-Denormals are flushed first, as the pipeline's stages do (`runtime.flush_denormals`).
+Denormals are flushed first, as the pipeline's stages do (`runtime.flush_denormals`). With `--compile`,
+inductor compiles into an empty cache of its own (unless TORCHINDUCTOR_CACHE_DIR is set), so the first
+steps' seconds include the whole compilation. The table goes to `benchmarks/results/throughput[-compile].json`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import torch
@@ -24,6 +28,7 @@ from lmtransfer.modeling.runtime import (
     select_device,
 )
 from lmtransfer.training.optim import make_optimizer
+from results_file import Column, write_result
 
 SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)
     ("reference D=200 N=4, V=4000", 4000, 200, 4, 2, 200),
@@ -69,6 +74,9 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="the reference size eager and through torch.compile (train.compile), side by side")
     args = parser.parse_args()
+    start = time.perf_counter()
+    if args.compile:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
     flush_denormals()
     device = select_device(args.device)
     print(f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps")
@@ -77,7 +85,7 @@ def main() -> None:
         runs = [(f"{label}, eager", shape, False), (f"{label}, compiled", shape, True)]
     else:
         runs = [(label, shape, False) for label, *shape in SIZES]
-    baseline = None
+    baseline, rows = None, []
     for label, (vocab, d_model, n_layers, n_heads, d_ff), compile_steps in runs:
         torch.manual_seed(0)
         model = LanguageModel(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)).to(device)
@@ -85,6 +93,13 @@ def main() -> None:
         baseline = baseline or rate
         print(f"{label:<38} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}"
               f"  (first 3 steps {first:.1f} s)")
+        rows.append([label, count_parameters(model), rate, rate / baseline, first])
+    columns = [Column("model"), Column("parameters", ",.0f"), Column("tokens/s", ",.0f"),
+               Column("vs first row", ".2f"), Column("first 3 steps, s", ".1f")]
+    write_result("throughput" + ("-compile" if args.compile else ""), columns, rows,
+                 seconds=time.perf_counter() - start,
+                 notes=f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps"
+                       + ("; an empty compile cache" if args.compile else ""))
 
 
 if __name__ == "__main__":

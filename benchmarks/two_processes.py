@@ -19,10 +19,12 @@ import os
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from pipeline_repo import TINY_PARAMS, make_repo, merge, run, write_tiny_data  # noqa: E402
+from results_file import Column, write_result  # noqa: E402
 
 PARAMS = merge(merge({}, TINY_PARAMS), {
     "model": {"n_layers": 2, "d_model": 128, "n_heads": 2, "d_ff": 128, "dropout": 0.0},
@@ -55,6 +57,7 @@ def relative_differences(one: list[dict[str, str]], two: list[dict[str, str]]) -
 
 
 def main() -> None:
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         env = make_repo(root, PARAMS, write_tiny_data)
@@ -81,6 +84,13 @@ def main() -> None:
     print(f"\n{'stage wall time, s':<24}" + "".join(f"{label:>24}" for label in RUNS))
     for stage in ("pretrain", TARGET):
         print(f"{stage:<24}" + "".join(f"{results[label][1][stage]:>24.1f}" for label in RUNS))
+    rows = [[name, len(ddp), max(ddp), max(single)] for name, (ddp, single) in differences.items()]
+    rows += [[f"{CURVES[0]}, step {step}", 1, ddp, single]
+             for step, ddp, single in list(zip(steps, *differences[CURVES[0]]))[:3]]
+    write_result("two_processes", [Column("curve file"), Column("losses", ",.0f"), Column("2 processes", ".1e"),
+                                   Column("1 thread", ".1e")], rows, seconds=time.perf_counter() - start,
+                 notes="the largest relative difference of any logged loss from one process on all cores; "
+                       "then the first three logged pretraining steps alone")
 
 
 if __name__ == "__main__":
