@@ -15,13 +15,15 @@ the source's news corpus. Both loops get the same ids (begin-of-text + pieces, a
 a text for classification).
 
 `--ablation NAME` changes one thing of our loop (and says what); the per-epoch curves of every run go
-to `benchmarks/results/course_parity[-NAME]-curves.json`. The last line compares test accuracy:
+to `benchmarks/results/course_parity[-NAME]-curves.json`. An ablation of our loop alone (`--loops ours`)
+compares with the course's runs of the same data, seeds and schedule in `course_parity-curves.json`, when
+that file holds them (they do not depend on the ablation). The last line compares test accuracy:
 
     parity: course <mean> ours <mean> diff <ours - course> [95% interval low, high]
 
     python benchmarks/course_parity.py                        # 3 seeds each, the course's sizes and schedule
     python benchmarks/course_parity.py --seeds 0 --epochs 2 --train 200 --valid 100 --test 200   # a quick look
-    python benchmarks/course_parity.py --ablation random-batches --loops ours
+    python benchmarks/course_parity.py --ablation random-batches --loops ours   # against the saved course runs
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -209,6 +212,22 @@ def difference_interval(ours: list[float], course: list[float]) -> tuple[float, 
     return difference, float(low), float(high)
 
 
+SAME_RUN = ("seeds", "train", "valid", "test", "min_chars", "vocab_size", "epochs", "batch_size", "lr", "grad_clip",
+            "max_len", "threads")
+
+
+def saved_course_runs(args) -> list[dict] | None:
+    """The course's runs of a run without ablation on the same data, seeds and schedule, if one was saved."""
+    saved = RESULTS / "course_parity-curves.json"
+    if not saved.is_file():
+        return None
+    payload = json.loads(saved.read_text(encoding="utf-8"))
+    if any(payload["args"].get(key) != getattr(args, key) for key in SAME_RUN):
+        return None
+    runs = [run for run in payload["runs"].get("course", [])]
+    return runs if sorted(run["seed"] for run in runs) == sorted(args.seeds) else None
+
+
 def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.3f}"
 
@@ -230,7 +249,17 @@ def main() -> None:
     parser.add_argument("--grad-clip", type=float, default=0.5)
     parser.add_argument("--max-len", type=int, default=512)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="no training: the table and the parity line again from the saved curves of --ablation")
     args = parser.parse_args()
+    if args.report_only:
+        suffix = "" if args.ablation == "none" else f"-{args.ablation}"
+        saved = json.loads((RESULTS / f"course_parity{suffix}-curves.json").read_text(encoding="utf-8"))
+        args = argparse.Namespace(**{**saved["args"], "report_only": False})
+        seconds = saved.get("seconds", sum(r["seconds"] for loop_runs in saved["runs"].values() for r in loop_runs))
+        report(args, saved["runs"], saved["baseline"]["test_accuracy"], seconds,
+               command=saved.get("command", "python benchmarks/course_parity.py"))  # the run's, not this one's
+        return
 
     import torch
 
@@ -253,7 +282,6 @@ def main() -> None:
     schedule = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
                     max_len=args.max_len, vocab_size=args.vocab_size)
     runs: dict[str, list[dict]] = {loop: [] for loop in args.loops}
-    baseline_row = {"loop": "baseline", "test_accuracy": baseline}
     for seed in args.seeds:  # the loops alternate, so a drift in the machine's speed touches both alike
         for loop in args.loops:
             began = time.perf_counter()
@@ -263,31 +291,45 @@ def main() -> None:
             print(f"{loop} seed {seed}: best valid {run['best_val_accuracy']:.3f} (epoch {run['best_epoch']}), "
                   f"test {run['test_accuracy']:.3f}, {run['seconds']:.0f} s", flush=True)
 
+    report(args, runs, baseline, seconds=time.perf_counter() - start)
+
+
+def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, command: str | None = None) -> None:
+    """The table (per seed, mean ± std, the baseline, the difference) printed and written, the curves saved, and
+    the parity line; an ablation of our loop alone is set against the saved course runs."""
     suffix = "" if args.ablation == "none" else f"-{args.ablation}"
+    curves = RESULTS / f"course_parity{suffix}-curves.json"
+    curves.write_text(json.dumps({"args": vars(args), "baseline": {"test_accuracy": baseline}, "runs": runs,
+                                  "seconds": round(seconds, 1), "command": command or " ".join(
+                                      ["python", "benchmarks/course_parity.py", *sys.argv[1:]])}, indent=1) + "\n", encoding="utf-8")
     rows = [[r["loop"], r["seed"], r["best_val_accuracy"], r["best_epoch"], r["test_accuracy"], r["seconds"]]
             for loop in args.loops for r in runs[loop]]
-    print(f"\n{'loop':<8}{'seeds':>6}{'best valid':>16}{'test':>16}")
-    for loop in args.loops:
-        valid_scores = [r["best_val_accuracy"] for r in runs[loop]]
-        test_scores = [r["test_accuracy"] for r in runs[loop]]
-        rows.append([loop, "mean ± std", mean_std(valid_scores), None, mean_std(test_scores), None])
-        print(f"{loop:<8}{len(test_scores):>6}{mean_std(valid_scores):>16}{mean_std(test_scores):>16}")
-    rows.append(["TF-IDF + LR", None, None, None, baseline, None])
-    print(f"{'TF-IDF + logistic regression':<30}{baseline:>16.3f}")
-    curves = RESULTS / f"course_parity{suffix}-curves.json"
-    curves.write_text(json.dumps({"args": vars(args), "baseline": baseline_row, "runs": runs}, indent=1) + "\n", encoding="utf-8")
+    if "course" not in runs and (saved := saved_course_runs(args)):
+        runs = {"course": saved, **runs}
+        print(f"the course's runs of the same data, seeds and schedule: from {RESULTS.name}/course_parity-curves.json")
+    print(f"\n{'loop':<30}{'best valid':>16}{'test':>16}")
+    for loop, loop_runs in runs.items():
+        valid_scores, test_scores = ([r[key] for r in loop_runs] for key in ("best_val_accuracy", "test_accuracy"))
+        label = f"{loop}, {len(loop_runs)} seeds" + ("" if loop in args.loops else " (saved)")
+        rows.append([label, "mean ± std", mean_std(valid_scores), None, mean_std(test_scores), None])
+        print(f"{label:<30}{mean_std(valid_scores):>16}{mean_std(test_scores):>16}")
+    rows.append(["TF-IDF + logistic regression", None, None, None, baseline, None])
+    print(f"{'TF-IDF + logistic regression':<30}{'':>16}{baseline:>16.3f}")
+    parity = None
+    if set(runs) == set(LOOPS):
+        course, ours = ([r["test_accuracy"] for r in runs[loop]] for loop in ("course", "ours"))
+        difference, low, high = difference_interval(ours, course)
+        rows.append(["ours - course", "95% interval", None, None, f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]", None])
+        parity = (f"parity: course {statistics.fmean(course):.3f} ours {statistics.fmean(ours):.3f} "
+                  f"diff {difference:+.3f} [{low:+.3f}, {high:+.3f}]")
     notes = (f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}, "
              f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation]}")
     write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),
                                             Column("best epoch"), Column("test", ".3f"), Column("seconds", ".0f")],
-                 rows, seconds=time.perf_counter() - start, notes=notes)
+                 rows, seconds=seconds, notes=notes, command=command)
     print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}")
-    if set(runs) == set(LOOPS):
-        course, ours = ([r["test_accuracy"] for r in runs[loop]] for loop in ("course", "ours"))
-        difference, low, high = difference_interval(ours, course)
-        print(f"parity: course {statistics.fmean(course):.3f} ours {statistics.fmean(ours):.3f} "
-              f"diff {difference:+.3f} [{low:+.3f}, {high:+.3f}]")
-
+    if parity:
+        print(parity)
 
 if __name__ == "__main__":
     main()
