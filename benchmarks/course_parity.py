@@ -41,9 +41,10 @@ import numpy as np
 from course_loop import course_classifier_epoch, course_model
 from results_file import RESULTS, Column, write_result
 
-ABLATIONS = {  # name: what it changes in our loop
-    "none": "our loop as the pipeline runs it",
-    "random-batches": "batches drawn at random, as the course's loop draws them, instead of length-bucketed ones",
+ABLATIONS = {  # name: (what it changes in our loop, the finetune params that change it)
+    "none": ("our loop as the pipeline runs it", {}),
+    "random-batches": ("batches drawn at random, as the course's loop draws them, instead of length-bucketed ones "
+                       "(finetune.batches: random)", {"batches": "random"}),
 }
 
 
@@ -152,26 +153,12 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
     return dict(best_val_accuracy=best[0], best_epoch=best[2], test_accuracy=test_accuracy, history=history)
 
 
-def random_batches(split, batch_size: int, max_len: int, pad_id: int, generator=None):
-    """The course's batching for our loop: a random permutation cut into batches, no length buckets."""
-    import torch
-
-    from lmtransfer.tokens.datasets import pad_batch
-
-    order = generator.permutation(len(split)) if generator is not None else np.arange(len(split))
-    for begin in range(0, len(order), batch_size):
-        indices = order[begin : begin + batch_size]
-        yield pad_batch([split.sequence(i) for i in indices], max_len, pad_id), torch.from_numpy(split.labels[indices])
-
-
 def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> dict:
     """`finetune` with the course preset, as the `finetune_scratch` stage runs it; the best epoch's test score."""
-    from unittest import mock
-
     import torch
 
-    from lmtransfer.classification import finetune as finetune_module
     from lmtransfer.classification.config import FinetuneParams
+    from lmtransfer.classification.finetune import finetune
     from lmtransfer.classification.inference import predict
     from lmtransfer.modeling.model import Classifier, ModelConfig
     from lmtransfer.modeling.runtime import seed_everything
@@ -180,15 +167,13 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
 
     params = FinetuneParams(epochs=schedule["epochs"], batch_size=schedule["batch_size"], lr=schedule["lr"],
                             schedule="constant", warmup_steps=0, weight_decay=0.0, grad_clip=schedule["grad_clip"],
-                            head_lr_multiplier=1.0, layer_lr_decay=1.0, pooling="last", max_len=schedule["max_len"])
+                            head_lr_multiplier=1.0, layer_lr_decay=1.0, pooling="last", max_len=schedule["max_len"],
+                            **ABLATIONS[ablation][1])
     seed_everything(seed)
     vocab = int(max(train.ids.max(), valid.ids.max(), test.ids.max())) + 1
     config = ModelConfig(max(vocab, schedule["vocab_size"]), D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
     model = Classifier(config, 2, pooling="last")
-    batches = random_batches if ablation == "random-batches" else finetune_module.classification_batches
-    with mock.patch.object(finetune_module, "classification_batches", batches):
-        result = finetune_module.finetune(model, train, valid, params, torch.device("cpu"), seed=seed,
-                                          desc=f"  ours seed {seed}")
+    result = finetune(model, train, valid, params, torch.device("cpu"), seed=seed, desc=f"  ours seed {seed}")
     model.load_state_dict(result.best_state)
     probabilities, _ = predict(model, test, params.batch_size * 2, params.max_len, torch.device("cpu"))
     return dict(best_val_accuracy=result.best_val_accuracy, best_epoch=result.best_epoch,
@@ -237,7 +222,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
     parser.add_argument("--ablation", choices=list(ABLATIONS), default="none", help="; ".join(
-        f"{name}: {what}" for name, what in ABLATIONS.items()))
+        f"{name}: {what}" for name, (what, _) in ABLATIONS.items()))
     parser.add_argument("--train", type=int, default=1600)
     parser.add_argument("--valid", type=int, default=400)
     parser.add_argument("--test", type=int, default=2000)
@@ -277,7 +262,7 @@ def main() -> None:
     print(f"reviews-zh, >= {args.min_chars} characters: {len(train):,} train / {len(valid):,} valid / {len(test):,} "
           f"test; pieces per text median {int(np.median(lengths))}, 90th percentile "
           f"{int(np.percentile(lengths, 90))}, max {int(lengths.max())}; V = {args.vocab_size:,}; "
-          f"ablation: {ABLATIONS[args.ablation]}", flush=True)
+          f"ablation: {ABLATIONS[args.ablation][0]}", flush=True)
     print(f"baseline (TF-IDF + logistic regression, C chosen on valid): test {baseline:.3f}", flush=True)
     schedule = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
                     max_len=args.max_len, vocab_size=args.vocab_size)
@@ -323,7 +308,7 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
         parity = (f"parity: course {statistics.fmean(course):.3f} ours {statistics.fmean(ours):.3f} "
                   f"diff {difference:+.3f} [{low:+.3f}, {high:+.3f}]")
     notes = (f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}, "
-             f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation]}")
+             f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation][0]}")
     write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),
                                             Column("best epoch"), Column("test", ".3f"), Column("seconds", ".0f")],
                  rows, seconds=seconds, notes=notes, command=command)

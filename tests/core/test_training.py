@@ -244,14 +244,27 @@ def test_predict_returns_probabilities_in_split_order():
     assert loss == pytest.approx(-np.log(probabilities[np.arange(10), split.labels]).mean(), rel=1e-4)
 
 
-def test_shuffled_classification_batches_cover_each_example_once():
+@pytest.mark.parametrize("bucketed", [True, False])
+def test_shuffled_classification_batches_cover_each_example_once(bucketed):
     split = _separable_split(50, seed=2)
     seen = []
-    for ids, labels in classification_batches(split, 8, 16, PAD_ID, np.random.default_rng(0)):
+    for ids, labels in classification_batches(split, 8, 16, PAD_ID, np.random.default_rng(0), bucketed=bucketed):
         assert ids.size(0) == labels.size(0) <= 8
         seen += [(tuple(row[row != PAD_ID].tolist()), int(label)) for row, label in zip(ids, labels)]
     expected = [(tuple(split.sequence(i).tolist()), int(split.labels[i])) for i in range(len(split))]
     assert sorted(seen) == sorted(expected)
+
+
+def test_random_batches_are_the_permutation_cut_in_order_and_bucketed_ones_group_lengths():
+    lengths = np.arange(3, 3 + 64) % 29 + 3  # lengths 3..31, scattered over the split
+    ids = np.concatenate([np.full(n, 7, dtype=np.uint16) for n in lengths])
+    split = LabeledSplit(ids, np.concatenate([[0], np.cumsum(lengths)]), np.arange(64) % 2)
+    widths = {bucketed: [batch.size(1) for batch, _ in classification_batches(
+        split, 8, 64, PAD_ID, np.random.default_rng(5), bucketed=bucketed)] for bucketed in (True, False)}
+    order = np.random.default_rng(5).permutation(64)
+    assert widths[False] == [int(lengths[order[i : i + 8]].max()) for i in range(0, 64, 8)]
+    padding = {bucketed: sum(w * 8 for w in widths[bucketed]) - lengths.sum() for bucketed in widths}
+    assert padding[True] < padding[False] / 3  # similar lengths together: little padding
 
 
 # --- padding ------------------------------------------------------------------------------

@@ -126,6 +126,10 @@ class FinetuneParams(Section):
         2, ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
     )
     batch_size: int = Field(32, ge=1, description="texts per step")
+    batches: Literal["bucketed", "random"] = Field(
+        "bucketed", description="how an epoch's texts are grouped: `bucketed` (similar lengths together: least "
+        "padding, fastest) or `random` (any texts together, as the original course drew them)"
+    )
     lr: float = Field(
         5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer (its course over the steps: "
         "`finetune.schedule`)"

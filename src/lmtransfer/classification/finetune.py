@@ -1,6 +1,6 @@
 """Fine-tuning for classification: one code path for the pretrained and the scratch model.
 
-Per epoch: shuffled, length-bucketed batches (`datasets.classification_batches`),
+Per epoch: shuffled batches, length-bucketed or random (`finetune.batches`, `datasets.classification_batches`),
 one clipped AdamW step each, then validation; the best epoch's weights are kept.
 """
 
@@ -121,7 +121,8 @@ def finetune(
             model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
         epoch_start = time.perf_counter()
         progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
-        batches = classification_batches(train, params.batch_size, params.max_len, model.base.config.pad_id, generator)
+        batches = classification_batches(train, params.batch_size, params.max_len, model.base.config.pad_id, generator,
+                                         bucketed=params.batches == "bucketed")
         train_loss, train_accuracy = _train_epoch(step, batches, model, optimizer, scheduler, params.grad_clip,
                                                   device, progress)
         probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)

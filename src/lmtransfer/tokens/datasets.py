@@ -81,11 +81,16 @@ def pad_batch(sequences: list[np.ndarray], max_len: int, pad_id: int) -> torch.T
 
 def classification_batches(
     split: LabeledSplit, batch_size: int, max_len: int, pad_id: int, generator: np.random.Generator | None = None,
+    bucketed: bool = True,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Shuffled, length-bucketed batches (little compute wasted on padding) when a generator is given;
-    in order otherwise."""
+    """In order without a generator (evaluation). With one, shuffled: `bucketed` batches of similar lengths
+    (little compute wasted on padding), else a random permutation cut into batches (each padded to its longest:
+    a batch mixes short and long texts, as the original course drew them)."""
     if generator is None:
         batches = [np.arange(i, min(i + batch_size, len(split))) for i in range(0, len(split), batch_size)]
+    elif not bucketed:
+        order = generator.permutation(len(split))
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     else:
         order = generator.permutation(len(split))
         lengths = split.lengths()
