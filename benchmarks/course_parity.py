@@ -287,7 +287,7 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
     curves.write_text(json.dumps({"args": vars(args), "baseline": {"test_accuracy": baseline}, "runs": runs,
                                   "seconds": round(seconds, 1), "command": command or " ".join(
                                       ["python", "benchmarks/course_parity.py", *sys.argv[1:]])}, indent=1) + "\n", encoding="utf-8")
-    rows = [[r["loop"], r["seed"], r["best_val_accuracy"], r["best_epoch"], r["test_accuracy"], r["seconds"]]
+    rows = [[r["loop"], r["seed"], r["best_val_accuracy"], r["best_epoch"], r["test_accuracy"]]
             for loop in args.loops for r in runs[loop]]
     if "course" not in runs and (saved := saved_course_runs(args)):
         runs = {"course": saved, **runs}
@@ -296,21 +296,21 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
     for loop, loop_runs in runs.items():
         valid_scores, test_scores = ([r[key] for r in loop_runs] for key in ("best_val_accuracy", "test_accuracy"))
         label = f"{loop}, {len(loop_runs)} seeds" + ("" if loop in args.loops else " (saved)")
-        rows.append([label, "mean ± std", mean_std(valid_scores), None, mean_std(test_scores), None])
+        rows.append([label, "mean ± std", mean_std(valid_scores), None, mean_std(test_scores)])
         print(f"{label:<30}{mean_std(valid_scores):>16}{mean_std(test_scores):>16}")
-    rows.append(["TF-IDF + logistic regression", None, None, None, baseline, None])
+    rows.append(["TF-IDF + logistic regression", None, None, None, baseline])
     print(f"{'TF-IDF + logistic regression':<30}{'':>16}{baseline:>16.3f}")
     parity = None
     if set(runs) == set(LOOPS):
         course, ours = ([r["test_accuracy"] for r in runs[loop]] for loop in ("course", "ours"))
         difference, low, high = difference_interval(ours, course)
-        rows.append(["ours - course", "95% interval", None, None, f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]", None])
+        rows.append(["ours - course", "95% interval", None, None, f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]"])
         parity = (f"parity: course {statistics.fmean(course):.3f} ours {statistics.fmean(ours):.3f} "
                   f"diff {difference:+.3f} [{low:+.3f}, {high:+.3f}]")
     notes = (f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}, "
              f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation][0]}")
     write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),
-                                            Column("best epoch"), Column("test", ".3f"), Column("seconds", ".0f")],
+                                            Column("best epoch"), Column("test", ".3f")],
                  rows, seconds=seconds, notes=notes, command=command)
     print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}")
     if parity:
