@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: venv run run-translation test test-fast ui docs summary scaling bench bench-corpus clean-outputs
+.PHONY: venv run run-translation test test-fast ui docs summary scaling bench bench-corpus bench-parity clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,3 +74,7 @@ bench: venv
 CORPUS_MB ?= 1024
 bench-corpus: venv
 	$(BIN)/python benchmarks/large_corpus.py --size-mb $(CORPUS_MB)
+
+## accuracy: the original course's fine-tuning loop against ours, same texts and splits, 3 seeds each (~45 min)
+bench-parity: venv
+	$(BIN)/python benchmarks/course_parity.py

@@ -279,6 +279,25 @@ def main() -> None:
     report(args, runs, baseline, seconds=time.perf_counter() - start)
 
 
+def plot_curves(runs: dict[str, list[dict]], baseline: float, path: Path) -> Path:
+    """Validation accuracy and loss per epoch, each loop's mean over seeds with the seeds' range, the baseline."""
+    import matplotlib.pyplot as plt
+
+    from lmtransfer.reporting.plots import mean_band, save_figure
+
+    figure, (accuracy, loss) = plt.subplots(1, 2, figsize=(10, 3.8))
+    names = {"course": "the course's loop", "ours": "our loop"}
+    for (loop, loop_runs), color in zip(runs.items(), ("tab:green", "tab:blue")):
+        histories = [run["history"] for run in loop_runs]
+        mean_band(accuracy, histories, "val_accuracy", color, names[loop])
+        mean_band(loss, histories, "val_loss", color, names[loop])
+    accuracy.axhline(baseline, color="gray", linestyle="--", label="TF-IDF + logistic regression (test)")
+    accuracy.set(xlabel="epoch", ylabel="validation accuracy", title="accuracy")
+    loss.set(xlabel="epoch", ylabel="validation loss", title="loss")
+    accuracy.legend(fontsize=8)
+    return save_figure(figure, path, dpi=100)
+
+
 def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, command: str | None = None) -> None:
     """The table (per seed, mean ± std, the baseline, the difference) printed and written, the curves saved, and
     the parity line; an ablation of our loop alone is set against the saved course runs."""
@@ -312,7 +331,8 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
     write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),
                                             Column("best epoch"), Column("test", ".3f")],
                  rows, seconds=seconds, notes=notes, command=command)
-    print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}")
+    figure = plot_curves(runs, baseline, RESULTS / f"course_parity{suffix}.png")
+    print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}, {figure.relative_to(RESULTS.parents[1])}")
     if parity:
         print(parity)
 
