@@ -201,16 +201,30 @@ SAME_RUN = ("seeds", "train", "valid", "test", "min_chars", "vocab_size", "epoch
             "max_len", "threads")
 
 
-def saved_course_runs(args) -> list[dict] | None:
-    """The course's runs of a run without ablation on the same data, seeds and schedule, if one was saved."""
+def saved_runs(args, loop: str = "course") -> list[dict] | None:
+    """`loop`'s runs of a run without ablation on the same data, seeds and schedule, if one was saved."""
     saved = RESULTS / "course_parity-curves.json"
     if not saved.is_file():
         return None
     payload = json.loads(saved.read_text(encoding="utf-8"))
     if any(payload["args"].get(key) != getattr(args, key) for key in SAME_RUN):
         return None
-    runs = [run for run in payload["runs"].get("course", [])]
+    runs = list(payload["runs"].get(loop, []))
     return runs if sorted(run["seed"] for run in runs) == sorted(args.seeds) else None
+
+
+def paired_difference(changed: list[dict], plain: list[dict]) -> tuple[float, float, float]:
+    """Mean test-accuracy difference of the same seeds with and without a change, and its 95% paired t interval."""
+    from scipy import stats
+
+    before = {run["seed"]: run["test_accuracy"] for run in plain}
+    after = [run["test_accuracy"] for run in changed]
+    paired = [before[run["seed"]] for run in changed]
+    difference = statistics.fmean(after) - statistics.fmean(paired)
+    if len(after) < 2:
+        return difference, float("nan"), float("nan")
+    low, high = stats.ttest_rel(after, paired).confidence_interval(0.95)
+    return difference, float(low), float(high)
 
 
 def mean_std(values: list[float]) -> str:
@@ -308,7 +322,7 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
                                       ["python", "benchmarks/course_parity.py", *sys.argv[1:]])}, indent=1) + "\n", encoding="utf-8")
     rows = [[r["loop"], r["seed"], r["best_val_accuracy"], r["best_epoch"], r["test_accuracy"]]
             for loop in args.loops for r in runs[loop]]
-    if "course" not in runs and (saved := saved_course_runs(args)):
+    if "course" not in runs and (saved := saved_runs(args)):
         runs = {"course": saved, **runs}
         print(f"the course's runs of the same data, seeds and schedule: from {RESULTS.name}/course_parity-curves.json")
     print(f"\n{'loop':<30}{'best valid':>16}{'test':>16}")
@@ -326,6 +340,11 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
         rows.append(["ours - course", "95% interval", None, None, f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]"])
         parity = (f"parity: course {statistics.fmean(course):.3f} ours {statistics.fmean(ours):.3f} "
                   f"diff {difference:+.3f} [{low:+.3f}, {high:+.3f}]")
+    if args.ablation != "none" and "ours" in args.loops and (plain := saved_runs(args, "ours")):
+        effect, low, high = paired_difference(runs["ours"], plain)
+        rows.append(["ablation - our loop as it is", "paired 95% interval", None, None,
+                     f"{effect:+.3f} [{low:+.3f}, {high:+.3f}]"])
+        print(f"the ablation against our loop as it is, seed by seed: {effect:+.3f} [{low:+.3f}, {high:+.3f}]")
     notes = (f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}, "
              f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation][0]}")
     write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),

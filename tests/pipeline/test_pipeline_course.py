@@ -76,7 +76,7 @@ def test_the_recipe_names_the_course_files_its_valid_split_and_its_training_sche
     assert tokenizer["model_file"] == "data/raw/course/sentencepiece.french.model"
     schedule = {k: v for k, v in RECIPE["finetune"].items() if k != "seeds"}
     assert schedule == readme_schedule_overrides()  # the params.yaml recipe and the -S line say the same
-    course = {"batch_size": 8, "lr": 0.0003, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0,
+    course = {"batch_size": 8, "batches": "random", "lr": 0.0003, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0,
               "grad_clip": 0.5, "head_lr_multiplier": 1.0, "layer_lr_decay": 1.0, "pooling": "last"}
     assert {k: schedule[k] for k in course} == course
 
