@@ -131,8 +131,7 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
     import torch
 
     torch.manual_seed(seed)
-    vocab = int(max(train.ids.max(), valid.ids.max(), test.ids.max())) + 1
-    model = course_model(max(vocab, schedule["vocab_size"]), 2)
+    model = course_model(schedule["vocab_size"], 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=schedule["lr"])
     generator = np.random.default_rng(seed)
     data = {name: texts_of(split, schedule["max_len"]) for name, split in
@@ -170,8 +169,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
                             head_lr_multiplier=1.0, layer_lr_decay=1.0, pooling="last", max_len=schedule["max_len"],
                             **ABLATIONS[ablation][1])
     seed_everything(seed)
-    vocab = int(max(train.ids.max(), valid.ids.max(), test.ids.max())) + 1
-    config = ModelConfig(max(vocab, schedule["vocab_size"]), D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
+    config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
     model = Classifier(config, 2, pooling="last")
     result = finetune(model, train, valid, params, torch.device("cpu"), seed=seed, desc=f"  ours seed {seed}")
     model.load_state_dict(result.best_state)
