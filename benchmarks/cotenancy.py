@@ -1,21 +1,24 @@
 """How much of its alone speed a training stage keeps when other CPU-heavy work shares the machine.
 
-A fixed workload (the pipeline's own `pretrain` for a few steps, then `finetune` for one epoch, the
-default model shape, synthetic ids) runs alone, then beside each neighbour:
+A fixed workload (the pipeline's own `pretrain` for a few steps, then `finetune` for one epoch with the
+pipeline's fine-tuning params, the default model shape, synthetic ids) runs alone, then beside each neighbour:
 
 * `neighbour`: another lmtransfer training process, from another checkout (a copy of this one's
   `src/` in a temporary folder), pretraining without end, with as many threads as this one;
 * `cpu-hog`: a plain CPU-bound program, one busy process per core;
 
-each also under `nice -n 19`. Two more cases run with libgomp's own default spin (GOMP_SPINCOUNT=300000,
-what stages used before): alone, and beside a neighbour that spins so too. Every case runs in fresh
-processes, the cases alternate over the rounds, and the median is printed as the fraction of the alone
-speed (alone seconds / seconds beside it). The trained weights are hashed in each case: beside a
-neighbour they must be the same bytes as alone (the thread count is the same; `same weights` says).
+each also under `nice -n 19`; and `finetuning-neighbour`: another checkout's process fine-tuning without
+end (smaller operations than pretraining). Each neighbour starts first, so the measured process sees the
+machine busy as it starts, as a stage would. Two more cases run with libgomp's own default spin
+(GOMP_SPINCOUNT=300000, what stages used before): alone, and beside a neighbour that spins so too. Every
+case runs in fresh processes, the cases alternate over the rounds, and the median is printed as the
+fraction of the alone speed (alone seconds / seconds beside it). The trained weights are hashed in each
+case: beside a neighbour they must be the same bytes as alone (the thread count is the same; `same
+weights` says).
 
     python benchmarks/cotenancy.py                 # 3 rounds, about 12 minutes on 2 cores
     python benchmarks/cotenancy.py --rounds 1      # a quick look
-    python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=300000   # every lmtransfer process with this variable
+    python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=10000    # every lmtransfer process with this variable
 
 Run it on a machine where nothing else runs: the other work is what it measures. Its last line:
 `cotenancy: neighbour <f>, neighbour-niced <f>, cpu-hog <f>, cpu-hog-niced <f>`.
@@ -38,13 +41,15 @@ from pathlib import Path
 from results_file import REPO, Column, write_result
 
 VOCAB, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT = 4000, 200, 4, 2, 200, 0.1
-PRETRAIN_STEPS, FINETUNE_TEXTS = 40, 640
+PRETRAIN_STEPS, FINETUNE_TEXTS = 40, 2560
 CASES = {  # name: (neighbour, its nice level)
     "neighbour": ("lmtransfer", 0),
     "neighbour-niced": ("lmtransfer", 19),
     "cpu-hog": ("hog", 0),
     "cpu-hog-niced": ("hog", 19),
+    "finetuning-neighbour": ("lmtransfer-finetune", 0),
 }
+SUMMARY = ("neighbour", "neighbour-niced", "cpu-hog", "cpu-hog-niced")  # the last line's cases
 WORKLOADS = ("pretrain", "finetune")
 BEFORE_ENV = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default spin, what every stage used before
 BEFORE = "alone-spin-300k"  # alone, so: the speed alone must not fall more than 3% below it
@@ -87,15 +92,12 @@ def measure() -> dict:
     """Seconds and weight digest of each workload, in this process (threads as a pipeline stage chooses them)."""
     import lmtransfer  # noqa: F401 - first, as in a stage: it sets how OpenMP waits before torch loads it
     # isort: split
-    import numpy as np
     import torch
 
-    from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.modeling.model import Classifier, LanguageModel
     from lmtransfer.modeling.runtime import seed_everything, use_share_of_cores
     from lmtransfer.pretraining.loop import pretrain
-    from lmtransfer.tokens.tokenized import LabeledSplit
 
     threads = use_share_of_cores()
     result = {"threads": threads}
@@ -107,18 +109,50 @@ def measure() -> dict:
     result["pretrain"] = {"seconds": time.perf_counter() - start, "digest": _digest(model)}
 
     seed_everything(0)
-    generator = np.random.default_rng(1)
-    lengths = np.clip(np.exp(generator.normal(np.log(55), 0.8, FINETUNE_TEXTS)).astype(int), 4, 256)
-    ids = generator.integers(5, VOCAB, int(lengths.sum())).astype(np.uint16)
-    split = LabeledSplit(ids, np.concatenate([[0], np.cumsum(lengths)]), generator.integers(0, 2, FINETUNE_TEXTS))
-    classifier = Classifier(_config(), 2, pooling="last")
+    split = _finetune_split(FINETUNE_TEXTS)
+    classifier = Classifier(_config(), 2, pooling=_finetune_params().pooling)
     start = time.perf_counter()
-    finetune(classifier, split, split, FinetuneParams(epochs=1, batch_size=32, max_len=256, pooling="last"),
-             torch.device("cpu"))
+    finetune(classifier, split, split, _finetune_params(), torch.device("cpu"))
     result["finetune"] = {"seconds": time.perf_counter() - start, "digest": _digest(classifier)}
     usage = resource.getrusage(resource.RUSAGE_SELF)  # where this process's CPU time went: the profile
     result["cpu"] = {"user": usage.ru_utime, "system": usage.ru_stime, "switches": usage.ru_nvcsw + usage.ru_nivcsw}
     return result
+
+
+def _finetune_split(n_texts: int):
+    """Labeled texts of random ids, lengths spread like real reviews (median 55 tokens)."""
+    import numpy as np
+
+    from lmtransfer.tokens.tokenized import LabeledSplit
+
+    generator = np.random.default_rng(1)
+    lengths = np.clip(np.exp(generator.normal(np.log(55), 0.8, n_texts)).astype(int), 4, 256)
+    ids = generator.integers(5, VOCAB, int(lengths.sum())).astype(np.uint16)
+    return LabeledSplit(ids, np.concatenate([[0], np.cumsum(lengths)]), generator.integers(0, 2, n_texts))
+
+
+def _finetune_params():
+    """The pipeline's fine-tuning params, one epoch: short texts (`max_len` 64), so small operations."""
+    from lmtransfer.classification.config import FinetuneParams
+
+    return FinetuneParams(epochs=1)
+
+
+def finetuning_neighbour() -> None:
+    """Fine-tune without end, as another checkout's fine-tuning stage would, until killed."""
+    import lmtransfer  # noqa: F401 - first, as in a stage
+    # isort: split
+    import torch
+
+    from lmtransfer.classification.finetune import finetune
+    from lmtransfer.modeling.model import Classifier
+    from lmtransfer.modeling.runtime import use_share_of_cores
+
+    use_share_of_cores()
+    split = _finetune_split(FINETUNE_TEXTS)
+    classifier = Classifier(_config(), 2, pooling=_finetune_params().pooling)
+    while True:
+        finetune(classifier, split, split, _finetune_params(), torch.device("cpu"))
 
 
 def neighbour() -> None:
@@ -152,7 +186,7 @@ def start_neighbours(kind: str, nice: int, checkout: Path, extra: dict[str, str]
         commands = [[sys.executable, "-c", HOG] for _ in range(os.cpu_count() or 1)]
         env = dict(os.environ)
     else:
-        commands = [[sys.executable, str(checkout / "benchmarks" / "cotenancy.py"), "--neighbour"]]
+        commands = [[sys.executable, str(checkout / "benchmarks" / "cotenancy.py"), f"--{kind}"]]
         env = _env(extra, checkout / "src")
     processes = [subprocess.Popen(["nice", "-n", str(nice), *command], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL) for command in commands]
@@ -195,13 +229,17 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set in every lmtransfer process, measured and neighbour (e.g. OMP_WAIT_POLICY=PASSIVE)")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the measured child
-    parser.add_argument("--neighbour", action="store_true", help=argparse.SUPPRESS)  # the lmtransfer neighbour
+    parser.add_argument("--neighbour", "--lmtransfer", action="store_true", help=argparse.SUPPRESS)  # neighbours
+    parser.add_argument("--lmtransfer-finetune", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure()))
         return
     if args.neighbour:
         neighbour()
+        return
+    if args.lmtransfer_finetune:
+        finetuning_neighbour()
         return
     extra = dict(item.split("=", 1) for item in args.env)
     started = time.perf_counter()
@@ -257,7 +295,7 @@ def report(results: dict[str, list[dict]], extra: dict[str, str], rounds: int, e
     write_result(name, columns, rows, seconds=elapsed, notes=f"{threads} thread(s) per process; median of {rounds} "
                  "rounds; " + (" ".join(f"{k}={v}" for k, v in extra.items()) or "the default settings"))
     print(f"alone: {1 / fractions[BEFORE]:.2f} of the speed alone with libgomp's default spin (GOMP_SPINCOUNT=300000)")
-    print("cotenancy: " + ", ".join(f"{case} {fractions[case]:.2f}" for case in results if case in CASES))
+    print("cotenancy: " + ", ".join(f"{case} {fractions[case]:.2f}" for case in results if case in SUMMARY))
 
 
 if __name__ == "__main__":

@@ -17,9 +17,12 @@ import torch
 from torch.nn import functional as F
 
 from lmtransfer.core.config import PretrainParams, TrainParams
+from lmtransfer.core import sharing
 from lmtransfer.core.sharing import (
     CHOSEN_ENV,
     JOBS_ENV,
+    busy_cores_of_others,
+    choose_openmp_wait,
     parallel_jobs,
     running_queue_workers,
     thread_share,
@@ -252,3 +255,64 @@ def test_waiting_threads_spin_briefly_and_sleep_when_the_machine_is_shared(jobs,
     code = f"import os, lmtransfer; print({{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}})"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(chosen)
+
+
+@pytest.mark.parametrize("others_busy, jobs_env, chosen, watched", [
+    (1.2, "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),  # others keep a core busy: sleep at once
+    (0.1, "", {"GOMP_SPINCOUNT": "10000"}, True),  # a quiet machine: a brief spin
+    (1.2, "1", {"GOMP_SPINCOUNT": "10000"}, False),  # the user counted the jobs: the machine is not watched
+])
+def test_a_process_starting_beside_busy_cores_lets_its_waiting_threads_sleep(monkeypatch, others_busy, jobs_env,
+                                                                              chosen, watched):
+    environ = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV, JOBS_ENV)}
+    monkeypatch.setattr(os, "environ", {**environ, JOBS_ENV: jobs_env} if jobs_env else environ)
+    monkeypatch.setattr(sharing, "busy_at_start", None)
+    monkeypatch.delitem(sys.modules, "torch")  # as in a process that has not loaded OpenMP yet
+    asked = []
+    assert choose_openmp_wait(1, others_busy=lambda: asked.append(True) or others_busy) == chosen
+    assert asked == ([True] if watched else [])
+
+
+def test_with_torch_loaded_the_machine_is_not_watched(monkeypatch):
+    """OpenMP read its variables when torch loaded it: watching the machine then would only cost time."""
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV,
+                                                                                          JOBS_ENV)})
+    monkeypatch.setattr(sharing, "busy_at_start", None)
+    assert "torch" in sys.modules
+    assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "10000"}
+
+
+def test_cores_kept_busy_by_others_are_seen_and_niced_ones_left_out():
+    def busy_processes(nice: int) -> list[subprocess.Popen]:
+        return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 1)]
+
+    def watch(processes: list[subprocess.Popen]) -> float:
+        try:
+            time.sleep(0.3)  # past their start-up
+            return busy_cores_of_others(seconds=0.5)
+        finally:
+            for process in processes:
+                process.kill()
+                process.wait()
+
+    cores = os.cpu_count() or 1
+    normal, niced = watch(busy_processes(0)), watch(busy_processes(19))
+    assert normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
+    assert niced < normal - 0.4 * cores  # the same work, niced: left out
+
+
+def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)
+        env = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV, JOBS_ENV, "DVC_ROOT")}
+        code = ("import os, lmtransfer; from lmtransfer.modeling.runtime import use_share_of_cores; "
+                "use_share_of_cores(); print(os.environ['OMP_WAIT_POLICY'])")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert out.stdout.splitlines()[-1] == "PASSIVE"
+    assert "waiting threads sleep at once (OMP_WAIT_POLICY=PASSIVE), which changes speed, never a result" in out.stdout
