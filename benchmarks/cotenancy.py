@@ -10,13 +10,14 @@ pipeline's fine-tuning params, the default model shape, synthetic ids) runs alon
 each also under `nice -n 19`; and `finetuning-neighbour`: another checkout's process fine-tuning without
 end (smaller operations than pretraining). Each neighbour starts first, so the measured process sees the
 machine busy as it starts, as a stage would. Two more cases run with libgomp's own default spin
-(GOMP_SPINCOUNT=300000, what stages used before): alone, and beside a neighbour that spins so too. Every
-case runs in fresh processes, the cases alternate over the rounds, and the median is printed as the
+(GOMP_SPINCOUNT=300000, what stages used before): alone, and beside a neighbour that spins so too; and one
+runs alone with threads that sleep at once (`alone-passive`, what a process chooses when it starts beside
+busy cores). Every case runs in fresh processes, the cases alternate over the rounds, and the median is printed as the
 fraction of the alone speed (alone seconds / seconds beside it). The trained weights are hashed in each
 case: beside a neighbour they must be the same bytes as alone (the thread count is the same; `same
 weights` says).
 
-    python benchmarks/cotenancy.py                 # 3 rounds, about 12 minutes on 2 cores
+    python benchmarks/cotenancy.py                 # 3 rounds, about 15 minutes on 2 cores
     python benchmarks/cotenancy.py --rounds 1      # a quick look
     python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=10000    # every lmtransfer process with this variable
 
@@ -54,6 +55,8 @@ WORKLOADS = ("pretrain", "finetune")
 BEFORE_ENV = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default spin, what every stage used before
 BEFORE = "alone-spin-300k"  # alone, so: the speed alone must not fall more than 3% below it
 BEFORE_NEIGHBOUR = "neighbour-spin-300k"  # both sides so: the collapse this benchmark exists for
+ASLEEP = "alone-passive"  # alone, threads that sleep at once: why a process alone spins briefly instead
+ASLEEP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 HOG = "while True:\n    pass\n"
 
 
@@ -204,7 +207,9 @@ def run_measure(extra: dict[str, str]) -> dict:
 def run_case(case: str, checkout: Path, extra: dict[str, str]) -> dict:
     if case in (BEFORE, BEFORE_NEIGHBOUR):
         extra = {**extra, **BEFORE_ENV}
-    if case in ("alone", BEFORE):
+    if case == ASLEEP:
+        extra = {**extra, **ASLEEP_ENV}
+    if case in ("alone", BEFORE, ASLEEP):
         return run_measure(extra)
     neighbours = start_neighbours(*CASES["neighbour" if case == BEFORE_NEIGHBOUR else case], checkout, extra)
     try:
@@ -243,7 +248,8 @@ def main() -> None:
         return
     extra = dict(item.split("=", 1) for item in args.env)
     started = time.perf_counter()
-    results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, BEFORE_NEIGHBOUR, *args.cases]}
+    results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, ASLEEP, BEFORE_NEIGHBOUR,
+                                                                           *args.cases]}
     with tempfile.TemporaryDirectory(prefix="lmtransfer-neighbour-") as folder:
         checkout = copy_checkout(Path(folder))
         for round_ in range(1, args.rounds + 1):
