@@ -21,6 +21,7 @@ from lmtransfer.core import sharing
 from lmtransfer.core.sharing import (
     CHOSEN_ENV,
     JOBS_ENV,
+    BusyCores,
     busy_cores_of_others,
     choose_openmp_wait,
     parallel_jobs,
@@ -258,9 +259,11 @@ def test_waiting_threads_spin_briefly_and_sleep_when_the_machine_is_shared(jobs,
 
 
 @pytest.mark.parametrize("others_busy, jobs_env, chosen, watched", [
-    (1.2, "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),  # others keep a core busy: sleep at once
-    (0.1, "", {"GOMP_SPINCOUNT": "10000"}, True),  # a quiet machine: a brief spin
-    (1.2, "1", {"GOMP_SPINCOUNT": "10000"}, False),  # the user counted the jobs: the machine is not watched
+    (BusyCores(1.2, 0.0), "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),  # others keep a core busy: sleep at once
+    (BusyCores(0.1, 0.0), "", {"GOMP_SPINCOUNT": "10000"}, True),  # a quiet machine: a brief spin
+    (BusyCores(0.1, 1.5), "", {"GOMP_SPINCOUNT": "300000"}, True),  # niced work only: keep the cores
+    (BusyCores(1.2, 1.5), "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),
+    (BusyCores(1.2, 0.0), "1", {"GOMP_SPINCOUNT": "10000"}, False),  # the user counted the jobs: not watched
 ])
 def test_a_process_starting_beside_busy_cores_lets_its_waiting_threads_sleep(monkeypatch, others_busy, jobs_env,
                                                                               chosen, watched):
@@ -282,12 +285,12 @@ def test_with_torch_loaded_the_machine_is_not_watched(monkeypatch):
     assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "10000"}
 
 
-def test_cores_kept_busy_by_others_are_seen_and_niced_ones_left_out():
+def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
     def busy_processes(nice: int) -> list[subprocess.Popen]:
         return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"])
                 for _ in range(os.cpu_count() or 1)]
 
-    def watch(processes: list[subprocess.Popen]) -> float:
+    def watch(processes: list[subprocess.Popen]) -> BusyCores:
         try:
             time.sleep(0.3)  # past their start-up
             return busy_cores_of_others(seconds=0.5)
@@ -298,8 +301,9 @@ def test_cores_kept_busy_by_others_are_seen_and_niced_ones_left_out():
 
     cores = os.cpu_count() or 1
     normal, niced = watch(busy_processes(0)), watch(busy_processes(19))
-    assert normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
-    assert niced < normal - 0.4 * cores  # the same work, niced: left out
+    assert normal.normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
+    assert niced.niced >= 0.5 * cores  # the same work, niced: counted apart
+    assert niced.normal < normal.normal - 0.4 * cores
 
 
 def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():

@@ -16,6 +16,7 @@ import functools
 import os
 import sys
 import time
+from typing import NamedTuple
 
 from lmtransfer.harness.errors import ConfigError
 
@@ -25,7 +26,8 @@ CHOSEN_ENV = "LMTRANSFER_OPENMP_WAIT"  # what `choose_openmp_wait` set, so that 
 QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 BUSY_CORES = 0.5  # cores other programs keep busy from which this process's waiting threads do not spin
 BUSY_SAMPLE_SECONDS = 0.1  # how long the machine is watched at start: ten of the kernel's 10 ms ticks per core
-busy_at_start: float | None = None  # cores others kept busy when this process chose how its threads wait
+SPIN_COUNT_BESIDE_NICED = 300_000  # libgomp's own: beside only niced work, a waiting thread keeps its core
+busy_at_start = None  # BusyCores: what others kept busy when this process chose how its threads wait
 
 
 def is_main_process() -> bool:
@@ -66,19 +68,30 @@ def thread_share(jobs: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // jobs)
 
 
-def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> float:
-    """Cores that other programs keep busy, watched for `seconds`. Time at a raised nice level is left out:
-    those programs asked to yield, and a stage beside them is fastest spinning as when alone."""
+class BusyCores(NamedTuple):
+    """Cores other programs kept busy: at this process's priority or above, and at a raised nice level."""
+
+    normal: float
+    niced: float
+
+
+def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> BusyCores:
+    """Cores that other programs keep busy, watched for `seconds`; niced time apart (those programs asked to
+    yield: beside them a process is fastest spinning longest)."""
     import psutil
 
-    def busy(times) -> float:
-        return times.user + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
+    def busy(times) -> tuple[float, float]:
+        normal = times.user + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
+        return normal, getattr(times, "nice", 0.0)
 
     me = psutil.Process()
-    start, machine, mine = time.perf_counter(), busy(psutil.cpu_times()), busy(me.cpu_times())
+    start, machine, mine = time.perf_counter(), busy(psutil.cpu_times()), me.cpu_times()
     time.sleep(seconds)
-    machine_after, mine_after = busy(psutil.cpu_times()), busy(me.cpu_times())
-    return max(0.0, (machine_after - machine) - (mine_after - mine)) / (time.perf_counter() - start)
+    machine_after, mine_after = busy(psutil.cpu_times()), me.cpu_times()
+    elapsed = time.perf_counter() - start
+    own = (mine_after.user + mine_after.system) - (mine.user + mine.system)
+    return BusyCores(max(0.0, machine_after[0] - machine[0] - own) / elapsed,
+                     max(0.0, machine_after[1] - machine[1]) / elapsed)
 
 
 def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str, str]:
@@ -88,12 +101,15 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     stage's second thread waits like that between every two parallel operations, so it holds a core all the
     time; beside any other CPU-heavy program the two fight for the cores and a stage ran 10-29 times slower.
     Alone, spinning a little is what keeps the next operation's start fast: GOMP_SPINCOUNT=10000 keeps 99%
-    of the speed alone. Beside others, threads that sleep at once (OMP_WAIT_POLICY=PASSIVE) keep more of it:
-    a fine-tuning stage beside another kept 0.55 of its speed alone instead of 0.32, but alone it would be a
-    quarter slower. So they do not spin with known co-tenants (jobs > 1), nor, when the jobs are not counted
+    of the speed alone. Beside others, threads that sleep at once (OMP_WAIT_POLICY=PASSIVE) keep more of it,
+    most of all in fine-tuning's small operations, but alone they are slower (`benchmarks/cotenancy.py`
+    measures both). So they do not spin with known co-tenants (jobs > 1), nor, when the jobs are not counted
     by `LMTRANSFER_JOBS`, while other programs keep `BUSY_CORES` busy as this process starts
-    (`others_busy()`, in cores; not asked once torch is loaded, too late to matter). Nothing is set when the
-    user chose either variable; none of this changes a result, only when a thread waits."""
+    (`others_busy()`; not asked once torch is loaded, too late to matter). Beside niced programs alone, a
+    thread that sleeps briefly lets them in at every gap between two operations and waits to get its core
+    back: there threads spin as long as libgomp's own default, which keeps the cores between operations.
+    Nothing is set when the user chose either variable; none of this changes a result, only when a thread
+    waits."""
     for name, value in (item.split("=", 1) for item in os.environ.get(CHOSEN_ENV, "").split(",") if item):
         if os.environ.get(name) == value:  # chosen by a parent lmtransfer process, not the user: choose afresh
             del os.environ[name]
@@ -102,8 +118,11 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     global busy_at_start
     if jobs == 1 and not os.environ.get(JOBS_ENV, "").strip() and "torch" not in sys.modules:
         busy_at_start = others_busy()
-    crowded = jobs > 1 or (busy_at_start or 0.0) >= BUSY_CORES
-    chosen = {"OMP_WAIT_POLICY": "PASSIVE"} if crowded else {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
+    busy = busy_at_start or BusyCores(0.0, 0.0)
+    if jobs > 1 or busy.normal >= BUSY_CORES:
+        chosen = {"OMP_WAIT_POLICY": "PASSIVE"}
+    else:
+        chosen = {"GOMP_SPINCOUNT": str(SPIN_COUNT_BESIDE_NICED if busy.niced >= BUSY_CORES else SPIN_COUNT)}
     os.environ.update(chosen)
     os.environ[CHOSEN_ENV] = ",".join(f"{name}={value}" for name, value in chosen.items())
     return chosen
