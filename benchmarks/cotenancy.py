@@ -17,7 +17,7 @@ fraction of the alone speed (alone seconds / seconds beside it). The trained wei
 case: beside a neighbour they must be the same bytes as alone (the thread count is the same; `same
 weights` says).
 
-    python benchmarks/cotenancy.py                 # 3 rounds, about 15 minutes on 2 cores
+    python benchmarks/cotenancy.py                 # 3 rounds, about 20 minutes on 2 cores
     python benchmarks/cotenancy.py --rounds 1      # a quick look
     python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=10000    # every lmtransfer process with this variable
 
@@ -248,8 +248,8 @@ def main() -> None:
         return
     extra = dict(item.split("=", 1) for item in args.env)
     started = time.perf_counter()
-    results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, ASLEEP, BEFORE_NEIGHBOUR,
-                                                                           *args.cases]}
+    asleep = [] if extra else [ASLEEP]  # with a variable of the user's in every process, it would be `alone` again
+    results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, *asleep, BEFORE_NEIGHBOUR, *args.cases]}
     with tempfile.TemporaryDirectory(prefix="lmtransfer-neighbour-") as folder:
         checkout = copy_checkout(Path(folder))
         for round_ in range(1, args.rounds + 1):
