@@ -6,6 +6,7 @@ Each must give what the plain path gives, up to the last bits of float rounding.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,8 +17,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.core import sharing
+from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.core.sharing import (
     CHOSEN_ENV,
     JOBS_ENV,
@@ -290,10 +291,15 @@ def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
         return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"])
                 for _ in range(os.cpu_count() or 1)]
 
-    def watch(processes: list[subprocess.Popen]) -> BusyCores:
+    def watch(processes: list[subprocess.Popen], watcher_nice: int = 0) -> BusyCores:
+        code = "import json; from lmtransfer.core.sharing import busy_cores_of_others as b; print(json.dumps(b(0.5)))"
         try:
             time.sleep(0.3)  # past their start-up
-            return busy_cores_of_others(seconds=0.5)
+            if not watcher_nice:
+                return busy_cores_of_others(seconds=0.5)
+            out = subprocess.run(["nice", "-n", str(watcher_nice), sys.executable, "-c", code], check=True,
+                                 capture_output=True, text=True)
+            return BusyCores(*json.loads(out.stdout))
         finally:
             for process in processes:
                 process.kill()
@@ -304,6 +310,9 @@ def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
     assert normal.normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
     assert niced.niced >= 0.5 * cores  # the same work, niced: counted apart
     assert niced.normal < normal.normal - 0.4 * cores
+    niced_beside_niced = watch(busy_processes(19), watcher_nice=19)
+    assert niced_beside_niced.normal >= 0.5 * cores  # they did not ask a niced process to go first
+    assert niced_beside_niced.niced == 0
 
 
 def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():

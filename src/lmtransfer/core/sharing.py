@@ -69,7 +69,8 @@ def thread_share(jobs: int, cores: int | None = None) -> int:
 
 
 class BusyCores(NamedTuple):
-    """Cores other programs kept busy: at this process's priority or above, and at a raised nice level."""
+    """Cores other programs kept busy: `niced`, at a raised nice level while this process's is not raised;
+    `normal`, the rest."""
 
     normal: float
     niced: float
@@ -90,8 +91,15 @@ def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> BusyCores:
     machine_after, mine_after = busy(psutil.cpu_times()), me.cpu_times()
     elapsed = time.perf_counter() - start
     own = (mine_after.user + mine_after.system) - (mine.user + mine.system)
-    return BusyCores(max(0.0, machine_after[0] - machine[0] - own) / elapsed,
-                     max(0.0, machine_after[1] - machine[1]) / elapsed)
+    normal, niced = machine_after[0] - machine[0], machine_after[1] - machine[1]
+    if niced_self():  # its own time is niced time, and niced programs did not ask to yield to it
+        return BusyCores(max(0.0, normal + niced - own) / elapsed, 0.0)
+    return BusyCores(max(0.0, normal - own) / elapsed, max(0.0, niced) / elapsed)
+
+
+def niced_self() -> bool:
+    """Whether this process runs at a raised nice level (`nice make run`)."""
+    return hasattr(os, "nice") and os.nice(0) > 0
 
 
 def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str, str]:

@@ -9,8 +9,8 @@ import random
 import numpy as np
 import torch
 
-from lmtransfer.core.config import TrainParams
 from lmtransfer.core import sharing
+from lmtransfer.core.config import TrainParams
 from lmtransfer.core.sharing import parallel_jobs, thread_share
 from lmtransfer.harness.errors import DeviceError
 
