@@ -12,8 +12,8 @@ end (smaller operations than pretraining). Each neighbour starts first, so the m
 machine busy as it starts, as a stage would. Two more cases run with libgomp's own default spin
 (GOMP_SPINCOUNT=300000, what stages used before): alone, and beside a neighbour that spins so too; and one
 runs alone with threads that sleep at once (`alone-passive`, what a process chooses when it starts beside
-busy cores). Every case runs in fresh processes, the cases alternate over the rounds, and the median is printed as the
-fraction of the alone speed (alone seconds / seconds beside it). The trained weights are hashed in each
+busy cores). Every case runs in fresh processes, the cases alternate over the rounds, and the median is
+printed as the fraction of the alone speed (alone seconds / seconds beside it). The trained weights are hashed in each
 case: beside a neighbour they must be the same bytes as alone (the thread count is the same; `same
 weights` says).
 
