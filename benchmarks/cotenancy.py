@@ -234,13 +234,13 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set in every lmtransfer process, measured and neighbour (e.g. OMP_WAIT_POLICY=PASSIVE)")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the measured child
-    parser.add_argument("--neighbour", "--lmtransfer", action="store_true", help=argparse.SUPPRESS)  # neighbours
+    parser.add_argument("--lmtransfer", action="store_true", help=argparse.SUPPRESS)  # the neighbours, by kind
     parser.add_argument("--lmtransfer-finetune", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure()))
         return
-    if args.neighbour:
+    if args.lmtransfer:
         neighbour()
         return
     if args.lmtransfer_finetune:

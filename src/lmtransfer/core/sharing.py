@@ -102,6 +102,11 @@ def niced_self() -> bool:
     return hasattr(os, "nice") and os.nice(0) > 0
 
 
+def others_were_busy() -> bool:
+    """Whether other programs kept `BUSY_CORES` busy when this process chose how its threads wait."""
+    return busy_at_start is not None and busy_at_start.normal >= BUSY_CORES
+
+
 def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str, str]:
     """How OpenMP's idle threads wait, read once when torch loads OpenMP; returns what was set.
 
@@ -126,11 +131,11 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     global busy_at_start
     if jobs == 1 and not os.environ.get(JOBS_ENV, "").strip() and "torch" not in sys.modules:
         busy_at_start = others_busy()
-    busy = busy_at_start or BusyCores(0.0, 0.0)
-    if jobs > 1 or busy.normal >= BUSY_CORES:
+    if jobs > 1 or others_were_busy():
         chosen = {"OMP_WAIT_POLICY": "PASSIVE"}
     else:
-        chosen = {"GOMP_SPINCOUNT": str(SPIN_COUNT_BESIDE_NICED if busy.niced >= BUSY_CORES else SPIN_COUNT)}
+        niced_only = busy_at_start is not None and busy_at_start.niced >= BUSY_CORES
+        chosen = {"GOMP_SPINCOUNT": str(SPIN_COUNT_BESIDE_NICED if niced_only else SPIN_COUNT)}
     os.environ.update(chosen)
     os.environ[CHOSEN_ENV] = ",".join(f"{name}={value}" for name, value in chosen.items())
     return chosen
