@@ -34,17 +34,36 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from course_loop import course_classifier_epoch, course_model
-from results_file import RESULTS, Column, write_result
+from results_file import REPO, RESULTS, Column, write_result
 
-ABLATIONS = {  # name: (what it changes in our loop, the finetune params that change it)
-    "none": ("our loop as the pipeline runs it", {}),
-    "random-batches": ("batches drawn at random, as the course's loop draws them, instead of length-bucketed ones "
-                       "(finetune.batches: random)", {"batches": "random"}),
+
+@dataclass(frozen=True)
+class Ablation:
+    """One change to our loop: what it is, the finetune params it sets, and whether texts end with EOS."""
+
+    what: str
+    params: dict = field(default_factory=dict)
+    recipe: str = "course"  # course: the course preset, then `params`; default: params.yaml's recipe, then `params`
+    eos: bool = False
+
+
+ABLATIONS = {
+    "none": Ablation("our loop as the pipeline runs it"),
+    "random-batches": Ablation("batches drawn at random, as the course's loop draws them, instead of length-bucketed "
+                               "ones (finetune.batches: random)", {"batches": "random"}),
+    "mean-pooling": Ablation("the mean of the non-padding tokens' vectors instead of the last token's "
+                             "(finetune.pooling: mean)", {"pooling": "mean"}),
+    "eos": Ablation("every text ends with the end-of-text token, so the last token is the same for all "
+                    "(fairseq's framing; the pipeline's is begin-of-text + pieces)", eos=True),
+    "default-recipe": Ablation("params.yaml's fine-tuning recipe (batch 32, length buckets, AdamW 5e-4 with weight "
+                               "decay 0.01, warm-up and cosine decay, the head at 30x the rate, mean pooling) for the "
+                               "same epochs and max_len", recipe="default"),
 }
 
 
@@ -95,6 +114,29 @@ def tfidf_baseline(splits) -> float:
     (train_texts, train_labels), (valid_texts, valid_labels), (test_texts, test_labels) = splits
     return run_baseline(train_texts, train_labels, valid_texts, valid_labels, test_texts, test_labels,
                         BaselineParams()).accuracy
+
+
+def pipeline_data():
+    """movies-en as the pipeline cut and encoded it (`dvc repro tokenize` with params.yaml's data and tokenizer
+    sections): its splits' ids, the texts for the baseline, the tokenizer's size and end-of-text id."""
+    from lmtransfer.core.paths import PREPARED, TOKENIZED
+    from lmtransfer.data.prepared import read_split
+    from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
+
+    folders = [REPO / PREPARED, REPO / TOKENIZED]
+    if not all((folder / "meta.json").is_file() for folder in folders):
+        raise SystemExit(f"--data movies-en reads the pipeline's {PREPARED} and {TOKENIZED}: run `dvc repro tokenize` "
+                         "(or `make run`) first")
+    meta = read_tokenized_meta(REPO / TOKENIZED)
+    source = json.loads((REPO / PREPARED / "meta.json").read_text(encoding="utf-8"))["source"]
+    if source != "movies-en" or meta["scheme"] != "sentencepiece":
+        raise SystemExit(f"{REPO / PREPARED}: holds data.source {source!r} ({meta['scheme']}); --data movies-en "
+                         "compares on the built-in run's data (params.yaml's data.source: movies-en)")
+    names = ("train", "valid", "test")
+    tables = [read_split(REPO / PREPARED, name) for name in names]
+    texts = [(table["text"].tolist(), table["label"].to_numpy()) for table in tables]
+    encoded = [load_labeled_split(REPO / TOKENIZED, name) for name in names]
+    return encoded, texts, meta["vocab_size"], meta["eos_id"]
 
 
 # --- the two loops ---------------------------------------------------------------------------------------------
@@ -152,8 +194,18 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
     return dict(best_val_accuracy=best[0], best_epoch=best[2], test_accuracy=test_accuracy, history=history)
 
 
+def with_eos(split, eos_id: int, max_len: int):
+    """Each text cut to max_len - 1 pieces and ended with EOS, so no text loses its EOS to the cut."""
+    from lmtransfer.tokens.tokenized import LabeledSplit
+
+    texts = [np.append(split.sequence(i)[: max_len - 1], eos_id).astype(split.ids.dtype) for i in range(len(split))]
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
+    return LabeledSplit(np.concatenate(texts), offsets, split.labels)
+
+
 def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> dict:
-    """`finetune` with the course preset, as the `finetune_scratch` stage runs it; the best epoch's test score."""
+    """`finetune` with the course preset, as the `finetune_scratch` stage runs it (or with the ablation's change);
+    the best epoch's test score."""
     import torch
 
     from lmtransfer.classification.config import FinetuneParams
@@ -164,13 +216,17 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
 
     from course_loop import D_FF, D_MODEL, DROPOUT, N_HEADS, N_LAYERS
 
-    params = FinetuneParams(epochs=schedule["epochs"], batch_size=schedule["batch_size"], lr=schedule["lr"],
-                            schedule="constant", warmup_steps=0, weight_decay=0.0, grad_clip=schedule["grad_clip"],
-                            head_lr_multiplier=1.0, layer_lr_decay=1.0, pooling="last", max_len=schedule["max_len"],
-                            **ABLATIONS[ablation][1])
+    change = ABLATIONS[ablation]
+    course = dict(batch_size=schedule["batch_size"], lr=schedule["lr"], schedule="constant", warmup_steps=0,
+                  weight_decay=0.0, grad_clip=schedule["grad_clip"], head_lr_multiplier=1.0, layer_lr_decay=1.0,
+                  pooling="last")
+    params = FinetuneParams(epochs=schedule["epochs"], max_len=schedule["max_len"],
+                            **(course if change.recipe == "course" else {}), **change.params)
+    if change.eos:
+        train, valid, test = (with_eos(split, schedule["eos_id"], params.max_len) for split in (train, valid, test))
     seed_everything(seed)
     config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
-    model = Classifier(config, 2, pooling="last")
+    model = Classifier(config, 2, pooling=params.pooling)
     result = finetune(model, train, valid, params, torch.device("cpu"), seed=seed, desc=f"  ours seed {seed}")
     model.load_state_dict(result.best_state)
     probabilities, _ = predict(model, test, params.batch_size * 2, params.max_len, torch.device("cpu"))
@@ -195,17 +251,24 @@ def difference_interval(ours: list[float], course: list[float]) -> tuple[float, 
     return difference, float(low), float(high)
 
 
-SAME_RUN = ("seeds", "train", "valid", "test", "min_chars", "vocab_size", "epochs", "batch_size", "lr", "grad_clip",
+SAME_RUN = ("data", "seeds", "train", "valid", "test", "min_chars", "vocab_size", "epochs", "batch_size", "lr", "grad_clip",
             "max_len", "threads")
+
+
+def result_name(data: str, ablation: str) -> str:
+    """course_parity[-DATA][-ABLATION]: the result files of a run (reviews-zh and no ablation unnamed)."""
+    return "-".join(["course_parity", *([data] if data != "reviews-zh" else []),
+                     *([ablation] if ablation != "none" else [])])
 
 
 def saved_runs(args, loop: str = "course") -> list[dict] | None:
     """`loop`'s runs of a run without ablation on the same data, seeds and schedule, if one was saved."""
-    saved = RESULTS / "course_parity-curves.json"
+    saved = RESULTS / f"{result_name(args.data, 'none')}-curves.json"
     if not saved.is_file():
         return None
     payload = json.loads(saved.read_text(encoding="utf-8"))
-    if any(payload["args"].get(key) != getattr(args, key) for key in SAME_RUN):
+    if any(payload["args"].get(key, "reviews-zh" if key == "data" else None) != getattr(args, key)
+           for key in SAME_RUN):
         return None
     runs = list(payload["runs"].get(loop, []))
     return runs if sorted(run["seed"] for run in runs) == sorted(args.seeds) else None
@@ -225,6 +288,12 @@ def paired_difference(changed: list[dict], plain: list[dict]) -> tuple[float, fl
     return difference, float(low), float(high)
 
 
+def data_description(args) -> str:
+    if args.data == "movies-en":
+        return f"movies-en as the pipeline splits and encodes it, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}"
+    return f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}"
+
+
 def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.3f}"
 
@@ -233,8 +302,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+    parser.add_argument("--data", choices=("reviews-zh", "movies-en"), default="reviews-zh",
+                        help="reviews-zh: long reviews cut as the course's (below); movies-en: the built-in run's "
+                        "splits and ids, as `dvc repro tokenize` wrote them")
     parser.add_argument("--ablation", choices=list(ABLATIONS), default="none", help="; ".join(
-        f"{name}: {what}" for name, (what, _) in ABLATIONS.items()))
+        f"{name}: {change.what}" for name, change in ABLATIONS.items()))
     parser.add_argument("--train", type=int, default=1600)
     parser.add_argument("--valid", type=int, default=400)
     parser.add_argument("--test", type=int, default=2000)
@@ -249,10 +321,12 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true",
                         help="no training: the table and the parity line again from the saved curves of --ablation")
     args = parser.parse_args()
+    if args.ablation != "none" and "course" in args.loops:
+        parser.error(f"--ablation {args.ablation} changes our loop only; add --loops ours (its runs are set against "
+                     f"the saved course runs of the same data, seeds and schedule)")
     if args.report_only:
-        suffix = "" if args.ablation == "none" else f"-{args.ablation}"
-        saved = json.loads((RESULTS / f"course_parity{suffix}-curves.json").read_text(encoding="utf-8"))
-        args = argparse.Namespace(**{**saved["args"], "report_only": False})
+        saved = json.loads((RESULTS / f"{result_name(args.data, args.ablation)}-curves.json").read_text(encoding="utf-8"))
+        args = argparse.Namespace(**{"data": "reviews-zh", **saved["args"], "report_only": False})
         seconds = saved.get("seconds", sum(r["seconds"] for loop_runs in saved["runs"].values() for r in loop_runs))
         report(args, saved["runs"], saved["baseline"]["test_accuracy"], seconds,
                command=saved.get("command", "python benchmarks/course_parity.py"))  # the run's, not this one's
@@ -267,17 +341,22 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    splits, news = labeled_reviews(args.min_chars, (args.train, args.valid, args.test), seed=0)
-    train, valid, test = encoded_splits(splits, news, args.vocab_size)
+    if args.data == "movies-en":
+        (train, valid, test), splits, args.vocab_size, eos_id = pipeline_data()
+        args.train, args.valid, args.test, args.min_chars = len(train), len(valid), len(test), 0
+    else:
+        from lmtransfer.tokens.tokenizer import EOS_ID
+
+        splits, news = labeled_reviews(args.min_chars, (args.train, args.valid, args.test), seed=0)
+        (train, valid, test), eos_id = encoded_splits(splits, news, args.vocab_size), EOS_ID
     baseline = tfidf_baseline(splits)
     lengths = train.lengths()
-    print(f"reviews-zh, >= {args.min_chars} characters: {len(train):,} train / {len(valid):,} valid / {len(test):,} "
-          f"test; pieces per text median {int(np.median(lengths))}, 90th percentile "
-          f"{int(np.percentile(lengths, 90))}, max {int(lengths.max())}; V = {args.vocab_size:,}; "
-          f"ablation: {ABLATIONS[args.ablation][0]}", flush=True)
+    print(f"{data_description(args)}: pieces per text median {int(np.median(lengths))}, 90th percentile "
+          f"{int(np.percentile(lengths, 90))}, max {int(lengths.max())}; ablation: {ABLATIONS[args.ablation].what}",
+          flush=True)
     print(f"baseline (TF-IDF + logistic regression, C chosen on valid): test {baseline:.3f}", flush=True)
     schedule = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
-                    max_len=args.max_len, vocab_size=args.vocab_size)
+                    max_len=args.max_len, vocab_size=args.vocab_size, eos_id=eos_id)
     runs: dict[str, list[dict]] = {loop: [] for loop in args.loops}
     for seed in args.seeds:  # the loops alternate, so a drift in the machine's speed touches both alike
         for loop in args.loops:
@@ -313,8 +392,8 @@ def plot_curves(runs: dict[str, list[dict]], baseline: float, path: Path) -> Pat
 def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, command: str | None = None) -> None:
     """The table (per seed, mean ± std, the baseline, the difference) printed and written, the curves saved, and
     the parity line; an ablation of our loop alone is set against the saved course runs."""
-    suffix = "" if args.ablation == "none" else f"-{args.ablation}"
-    curves = RESULTS / f"course_parity{suffix}-curves.json"
+    name = result_name(args.data, args.ablation)
+    curves = RESULTS / f"{name}-curves.json"
     curves.write_text(json.dumps({"args": vars(args), "baseline": {"test_accuracy": baseline}, "runs": runs,
                                   "seconds": round(seconds, 1), "command": command or " ".join(
                                       ["python", "benchmarks/course_parity.py", *sys.argv[1:]])}, indent=1) + "\n", encoding="utf-8")
@@ -343,12 +422,12 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
         rows.append(["ablation - our loop as it is", "paired 95% interval", None, None,
                      f"{effect:+.3f} [{low:+.3f}, {high:+.3f}]"])
         print(f"the ablation against our loop as it is, seed by seed: {effect:+.3f} [{low:+.3f}, {high:+.3f}]")
-    notes = (f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}, "
-             f"{args.epochs} epochs, batch {args.batch_size}; ablation: {ABLATIONS[args.ablation][0]}")
-    write_result(f"course_parity{suffix}", [Column("loop"), Column("seed"), Column("best valid", ".3f"),
+    notes = (f"{data_description(args)}, {args.epochs} epochs, batch {args.batch_size}, max_len {args.max_len}; "
+             f"ablation: {ABLATIONS[args.ablation].what}")
+    write_result(name, [Column("loop"), Column("seed"), Column("best valid", ".3f"),
                                             Column("best epoch"), Column("test", ".3f")],
                  rows, seconds=seconds, notes=notes, command=command)
-    figure = plot_curves(runs, baseline, RESULTS / f"course_parity{suffix}.png")
+    figure = plot_curves(runs, baseline, RESULTS / f"{name}.png")
     print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}, {figure.relative_to(RESULTS.parents[1])}")
     if parity:
         print(parity)
