@@ -48,6 +48,7 @@ class Ablation:
     """One change to our loop: what it is, the finetune params it sets, and whether texts end with EOS."""
 
     what: str
+    setting: str = "the course preset"  # the change in a few words, for the summary table
     params: dict = field(default_factory=dict)
     recipe: str = "course"  # course: the course preset, then `params`; default: params.yaml's recipe, then `params`
     eos: bool = False
@@ -56,14 +57,14 @@ class Ablation:
 ABLATIONS = {
     "none": Ablation("our loop as the pipeline runs it"),
     "random-batches": Ablation("batches drawn at random, as the course's loop draws them, instead of length-bucketed "
-                               "ones (finetune.batches: random)", {"batches": "random"}),
+                               "ones (finetune.batches: random)", "finetune.batches: random", {"batches": "random"}),
     "mean-pooling": Ablation("the mean of the non-padding tokens' vectors instead of the last token's "
-                             "(finetune.pooling: mean)", {"pooling": "mean"}),
+                             "(finetune.pooling: mean)", "finetune.pooling: mean", {"pooling": "mean"}),
     "eos": Ablation("every text ends with the end-of-text token, so the last token is the same for all "
-                    "(fairseq's framing; the pipeline's is begin-of-text + pieces)", eos=True),
+                    "(fairseq's framing; the pipeline's is begin-of-text + pieces)", "texts end with EOS", eos=True),
     "default-recipe": Ablation("params.yaml's fine-tuning recipe (batch 32, length buckets, AdamW 5e-4 with weight "
                                "decay 0.01, warm-up and cosine decay, the head at 30x the rate, mean pooling) for the "
-                               "same epochs and max_len", recipe="default"),
+                               "same epochs and max_len", "params.yaml's finetune recipe", recipe="default"),
 }
 
 
@@ -208,10 +209,11 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     the best epoch's test score."""
     import torch
 
-    from lmtransfer.classification.config import FinetuneParams
+    from lmtransfer.classification.config import FinetuneParams, load_params
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.classification.inference import predict
     from lmtransfer.modeling.model import Classifier, ModelConfig
+    from lmtransfer.core.paths import PARAMS
     from lmtransfer.modeling.runtime import seed_everything
 
     from course_loop import D_FF, D_MODEL, DROPOUT, N_HEADS, N_LAYERS
@@ -220,8 +222,11 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     course = dict(batch_size=schedule["batch_size"], lr=schedule["lr"], schedule="constant", warmup_steps=0,
                   weight_decay=0.0, grad_clip=schedule["grad_clip"], head_lr_multiplier=1.0, layer_lr_decay=1.0,
                   pooling="last")
-    params = FinetuneParams(epochs=schedule["epochs"], max_len=schedule["max_len"],
-                            **(course if change.recipe == "course" else {}), **change.params)
+    if change.recipe == "default":  # params.yaml's, as the built-in run fine-tunes
+        params = load_params(REPO / PARAMS).finetune.model_copy(
+            update=dict(epochs=schedule["epochs"], max_len=schedule["max_len"], **change.params))
+    else:
+        params = FinetuneParams(epochs=schedule["epochs"], max_len=schedule["max_len"], **course, **change.params)
     if change.eos:
         train, valid, test = (with_eos(split, schedule["eos_id"], params.max_len) for split in (train, valid, test))
     seed_everything(seed)
@@ -320,7 +325,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--report-only", action="store_true",
                         help="no training: the table and the parity line again from the saved curves of --ablation")
+    parser.add_argument("--summary", action="store_true",
+                        help="no training: the table of every saved ablation of --data again, from the saved curves")
     args = parser.parse_args()
+    if args.summary:
+        summarize_ablations(args.data)
+        return
     if args.ablation != "none" and "course" in args.loops:
         parser.error(f"--ablation {args.ablation} changes our loop only; add --loops ours (its runs are set against "
                      f"the saved course runs of the same data, seeds and schedule)")
@@ -401,7 +411,8 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
             for loop in args.loops for r in runs[loop]]
     if "course" not in runs and (saved := saved_runs(args)):
         runs = {"course": saved, **runs}
-        print(f"the course's runs of the same data, seeds and schedule: from {RESULTS.name}/course_parity-curves.json")
+        print(f"the course's runs of the same data, seeds and schedule: from "
+              f"{RESULTS.name}/{result_name(args.data, 'none')}-curves.json")
     print(f"\n{'loop':<30}{'best valid':>16}{'test':>16}")
     for loop, loop_runs in runs.items():
         valid_scores, test_scores = ([r[key] for r in loop_runs] for key in ("best_val_accuracy", "test_accuracy"))
@@ -429,8 +440,50 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
                  rows, seconds=seconds, notes=notes, command=command)
     figure = plot_curves(runs, baseline, RESULTS / f"{name}.png")
     print(f"per-epoch curves: {curves.relative_to(RESULTS.parents[1])}, {figure.relative_to(RESULTS.parents[1])}")
+    if args.ablation != "none":
+        summarize_ablations(args.data)
     if parity:
         print(parity)
+
+
+def summarize_ablations(data: str) -> None:
+    """One table of every ablation saved for `data`: our loop's test accuracy with the change, its effect seed by
+    seed against our loop as it is (paired 95% interval), and the difference from the course's loop (Welch)."""
+    plain_file = RESULTS / f"{result_name(data, 'none')}-curves.json"
+    if not plain_file.is_file():
+        raise SystemExit(f"{plain_file.relative_to(REPO)}: no run without ablation on {data} to set the ablations against")
+    plain = json.loads(plain_file.read_text(encoding="utf-8"))
+    course, ours = plain["runs"]["course"], plain["runs"]["ours"]
+    rows, seconds, commands = [], 0.0, []
+
+    def row(name: str, runs: list[dict]) -> list:
+        scores = [run["test_accuracy"] for run in runs]
+        effect = "" if runs is ours else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*paired_difference(runs, ours))
+        return [name, ABLATIONS[name].setting, len(runs), mean_std(scores), effect,
+                "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference_interval(scores, [r["test_accuracy"] for r in course]))]
+
+    rows.append(row("none", ours))
+    for name in ABLATIONS:
+        saved = RESULTS / f"{result_name(data, name)}-curves.json"
+        if name == "none" or not saved.is_file():
+            continue
+        payload = json.loads(saved.read_text(encoding="utf-8"))
+        if any(payload["args"].get(key, "reviews-zh" if key == "data" else None) != plain["args"].get(key, "reviews-zh")
+               for key in SAME_RUN):
+            print(f"{saved.relative_to(REPO)}: other data, seeds or schedule than the run without ablation: left out")
+            continue
+        rows.append(row(name, payload["runs"]["ours"]))
+        seconds += payload["seconds"]
+        commands.append(payload["command"])
+    rows.append(["TF-IDF + logistic regression", "", None, f"{plain['baseline']['test_accuracy']:.3f}", "", ""])
+    args = argparse.Namespace(**{"data": "reviews-zh", **plain["args"]})
+    notes = (f"{data_description(args)}, {args.epochs} epochs; the table: python benchmarks/course_parity.py "
+             f"--summary, from these runs and the course's loop and ours as it is ({plain['command']})")
+    write_result(f"{result_name(data, 'none')}-ablations",
+                 [Column("ablation"), Column("change to our loop"), Column("seeds"), Column("test, mean ± std"),
+                  Column("- our loop as it is, paired 95% interval"), Column("- the course's loop, 95% interval")],
+                 rows, seconds=seconds, notes=notes, command=" && ".join(commands))
+
 
 if __name__ == "__main__":
     main()
