@@ -93,18 +93,49 @@ def labeled_reviews(min_chars: int, sizes: tuple[int, int, int], seed: int):
     return [(texts[a:b], labels[a:b]) for a, b in zip(bounds, bounds[1:])], news
 
 
-def encoded_splits(splits, news: list[str], vocab_size: int):
-    """A sentencepiece model trained on the news corpus and the train texts; every split as a LabeledSplit."""
+def trained_tokenizer(splits, news: list[str], vocab_size: int):
+    """A sentencepiece model trained on the news corpus and the train texts, as the pipeline trains one."""
     from lmtransfer.core.config import TokenizerParams
-    from lmtransfer.tokens.tokenized import LabeledSplit
-    from lmtransfer.tokens.tokenizer import SentencePieceTokenizer, encode_for_classification, train_sentencepiece
+    from lmtransfer.tokens.tokenizer import SentencePieceTokenizer, train_sentencepiece
 
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "corpus.txt"
         corpus.write_text("\n".join([*news, *splits[0][0]]) + "\n", encoding="utf-8")
         params = TokenizerParams(vocab_size=vocab_size, character_coverage=0.9995)
-        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, params))
+        return SentencePieceTokenizer(train_sentencepiece(corpus, params))
+
+
+def encoded_splits(splits, tokenizer):
+    """Every split as a LabeledSplit: begin-of-text + pieces, as the pipeline encodes a text for classification."""
+    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.tokenizer import encode_for_classification
+
     return [LabeledSplit(*encode_for_classification(tokenizer, texts), labels) for texts, labels in splits]
+
+
+def write_course_files(folder: Path, splits, news: list[str], tokenizer) -> None:
+    """The benchmark's data in the course's file formats and names (docs/guide/course.md's recipe runs on them as
+    written): pieces per line in train/valid/test.review.spm with their .label files, the sentencepiece model as
+    sentencepiece.french.model, and a fairseq dict.txt of its pieces, most frequent first (counted over the news
+    corpus and train)."""
+    from collections import Counter
+
+    from lmtransfer.tokens.tokenizer import MASK_PIECE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (texts, labels) in zip(("train", "valid", "test"), splits):
+        pieces = tokenizer.sp.encode(texts, out_type=str)
+        (folder / f"{name}.review.spm").write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+        (folder / f"{name}.label").write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
+    counts = Counter(piece for pieces in tokenizer.sp.encode([*news, *splits[0][0]], out_type=str) for piece in pieces)
+    sp = tokenizer.sp
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+              if not (sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) == MASK_PIECE)]
+    ordered = sorted(pieces, key=lambda p: -counts[p])  # stable: ties in the model's order
+    (folder / "dict.txt").write_text("".join(f"{p} {counts[p]}\n" for p in ordered), encoding="utf-8")
+    (folder / "sentencepiece.french.model").write_bytes(tokenizer.model_bytes)
+    print(f"the course's files of these data -> {folder}: run docs/guide/course.md's recipe on them "
+          f"(data/raw/course/), pretrain.init_from: ''")
 
 
 def tfidf_baseline(splits) -> float:
@@ -325,6 +356,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--report-only", action="store_true",
                         help="no training: the table and the parity line again from the saved curves of --ablation")
+    parser.add_argument("--write-course-files", type=Path, metavar="DIR",
+                        help="no training: write the reviews-zh splits in the course's file formats to DIR")
     parser.add_argument("--summary", action="store_true",
                         help="no training: the table of every saved ablation of --data again, from the saved curves")
     args = parser.parse_args()
@@ -358,7 +391,11 @@ def main() -> None:
         from lmtransfer.tokens.tokenizer import EOS_ID
 
         splits, news = labeled_reviews(args.min_chars, (args.train, args.valid, args.test), seed=0)
-        (train, valid, test), eos_id = encoded_splits(splits, news, args.vocab_size), EOS_ID
+        tokenizer = trained_tokenizer(splits, news, args.vocab_size)
+        (train, valid, test), eos_id = encoded_splits(splits, tokenizer), EOS_ID
+        if args.write_course_files:
+            write_course_files(args.write_course_files, splits, news, tokenizer)
+            return
     baseline = tfidf_baseline(splits)
     lengths = train.lengths()
     print(f"{data_description(args)}: pieces per text median {int(np.median(lengths))}, 90th percentile "
