@@ -8,22 +8,25 @@ of its notebook (sequence-first `nn.TransformerEncoder`, random batches padded t
 a Python search for each text's last token); ours is `classification.finetune.finetune`, as the
 pipeline's `finetune_scratch` stage runs it with the course preset.
 
-The data are close in character to the course's French book reviews (CLS-books: 1,600 train / 400
-valid / 2,000 test): the built-in `reviews-zh` product reviews of at least `--min-chars` characters,
+The data (`--data`) are close in character to the course's French book reviews (CLS-books: 1,600 train /
+400 valid / 2,000 test): the built-in `reviews-zh` product reviews of at least `--min-chars` characters,
 both classes equally often, cut into pieces by a sentencepiece model trained on the train texts and
-the source's news corpus. Both loops get the same ids (begin-of-text + pieces, as the pipeline encodes
-a text for classification).
+the source's news corpus (`--write-course-files DIR` writes them in the course's file formats, for the
+course page's recipe). Or they are the built-in run's own (`movies-en`: short movie-review sentences, the
+splits and ids `dvc repro tokenize` wrote, V = 4,000). Both loops get the same ids (begin-of-text + pieces,
+as the pipeline encodes a text for classification).
 
-`--ablation NAME` changes one thing of our loop (and says what); the per-epoch curves of every run go
-to `benchmarks/results/course_parity[-NAME]-curves.json`. An ablation of our loop alone (`--loops ours`)
-compares with the course's runs of the same data, seeds and schedule in `course_parity-curves.json`, when
-that file holds them (they do not depend on the ablation). The last line compares test accuracy:
+`--ablation NAME --loops ours` changes one thing of our loop (and says what) and sets it against the
+course's runs and ours without it, saved by the run without ablation on the same data, seeds and
+schedule; `--summary` tables every saved ablation of `--data`. The per-epoch curves of every run go to
+`benchmarks/results/course_parity[-DATA][-NAME]-curves.json`. The last line compares test accuracy:
 
     parity: course <mean> ours <mean> diff <ours - course> [95% interval low, high]
 
     python benchmarks/course_parity.py                        # 3 seeds each, the course's sizes and schedule
     python benchmarks/course_parity.py --seeds 0 --epochs 2 --train 200 --valid 100 --test 200   # a quick look
-    python benchmarks/course_parity.py --ablation random-batches --loops ours   # against the saved course runs
+    python benchmarks/course_parity.py --ablation eos --loops ours      # one change, against the saved runs
+    python benchmarks/course_parity.py --data movies-en --epochs 5      # after `dvc repro tokenize`
 """
 
 from __future__ import annotations
