@@ -260,7 +260,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
         params = load_params(REPO / PARAMS).finetune.model_copy(
             update=dict(epochs=schedule["epochs"], max_len=schedule["max_len"], **change.params))
     else:
-        params = FinetuneParams(epochs=schedule["epochs"], max_len=schedule["max_len"], **course, **change.params)
+        params = FinetuneParams(epochs=schedule["epochs"], max_len=schedule["max_len"], **{**course, **change.params})
     if change.eos:
         train, valid, test = (with_eos(split, schedule["eos_id"], params.max_len) for split in (train, valid, test))
     seed_everything(seed)
@@ -423,6 +423,7 @@ def main() -> None:
 def plot_curves(runs: dict[str, list[dict]], baseline: float, path: Path) -> Path:
     """Validation accuracy and loss per epoch, each loop's mean over seeds with the seeds' range, the baseline."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from lmtransfer.reporting.plots import mean_band, save_figure
 
@@ -435,6 +436,8 @@ def plot_curves(runs: dict[str, list[dict]], baseline: float, path: Path) -> Pat
     accuracy.axhline(baseline, color="gray", linestyle="--", label="TF-IDF + logistic regression (test)")
     accuracy.set(xlabel="epoch", ylabel="validation accuracy", title="accuracy")
     loss.set(xlabel="epoch", ylabel="validation loss", title="loss")
+    for axis in (accuracy, loss):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     accuracy.legend(fontsize=8)
     return save_figure(figure, path, dpi=100)
 
