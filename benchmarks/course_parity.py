@@ -520,8 +520,10 @@ def summarize_ablations(data: str) -> None:
         commands.append(payload["command"])
     rows.append(["TF-IDF + logistic regression", "", None, f"{plain['baseline']['test_accuracy']:.3f}", "", ""])
     args = argparse.Namespace(**{"data": "reviews-zh", **plain["args"]})
-    notes = (f"{data_description(args)}, {args.epochs} epochs; the table: python benchmarks/course_parity.py "
-             f"--summary, from these runs and the course's loop and ours as it is ({plain['command']})")
+    summary = " ".join(["python benchmarks/course_parity.py", *([f"--data {data}"] if data != "reviews-zh" else []),
+                        "--summary"])
+    notes = (f"{data_description(args)}, {args.epochs} epochs; the table: {summary}, from these runs and the "
+             f"course's loop and ours as it is ({plain['command']})")
     write_result(f"{result_name(data, 'none')}-ablations",
                  [Column("ablation"), Column("change to our loop"), Column("seeds"), Column("test, mean ± std"),
                   Column("- our loop as it is, paired 95% interval"), Column("- the course's loop, 95% interval")],
