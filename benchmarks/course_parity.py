@@ -246,8 +246,8 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     from lmtransfer.classification.config import FinetuneParams, load_params
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.classification.inference import predict
-    from lmtransfer.modeling.model import Classifier, ModelConfig
     from lmtransfer.core.paths import PARAMS
+    from lmtransfer.modeling.model import Classifier, ModelConfig
     from lmtransfer.modeling.runtime import seed_everything
 
     from course_loop import D_FF, D_MODEL, DROPOUT, N_HEADS, N_LAYERS
@@ -367,6 +367,8 @@ def main() -> None:
     if args.summary:
         summarize_ablations(args.data)
         return
+    if args.write_course_files and args.data != "reviews-zh":
+        parser.error("--write-course-files writes the reviews-zh splits; movies-en is the built-in run's own data")
     if args.ablation != "none" and "course" in args.loops:
         parser.error(f"--ablation {args.ablation} changes our loop only; add --loops ours (its runs are set against "
                      f"the saved course runs of the same data, seeds and schedule)")
