@@ -125,13 +125,13 @@ def write_course_files(folder: Path, splits, news: list[str], tokenizer) -> None
 
     from lmtransfer.tokens.tokenizer import MASK_PIECE
 
+    sp = tokenizer.sp
     folder.mkdir(parents=True, exist_ok=True)
     for name, (texts, labels) in zip(("train", "valid", "test"), splits):
-        pieces = tokenizer.sp.encode(texts, out_type=str)
+        pieces = sp.encode(texts, out_type=str)
         (folder / f"{name}.review.spm").write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
         (folder / f"{name}.label").write_text("".join(f"{label}\n" for label in labels), encoding="utf-8")
-    counts = Counter(piece for pieces in tokenizer.sp.encode([*news, *splits[0][0]], out_type=str) for piece in pieces)
-    sp = tokenizer.sp
+    counts = Counter(piece for pieces in sp.encode([*news, *splits[0][0]], out_type=str) for piece in pieces)
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
               if not (sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) == MASK_PIECE)]
     ordered = sorted(pieces, key=lambda p: -counts[p])  # stable: ties in the model's order
@@ -300,14 +300,26 @@ def result_name(data: str, ablation: str) -> str:
                      *([ablation] if ablation != "none" else [])])
 
 
+def saved_curves(data: str, ablation: str) -> dict | None:
+    """The curves file a run of `data` and `ablation` saved, if there is one; its args name the data (files
+    written before --data existed hold reviews-zh runs)."""
+    path = RESULTS / f"{result_name(data, ablation)}-curves.json"
+    if not path.is_file():
+        return None
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    payload["args"] = {"data": "reviews-zh", **payload["args"]}
+    return payload
+
+
+def same_run(args: dict, other: dict) -> bool:
+    """Whether two runs' args give the same data, seeds and schedule."""
+    return all(args.get(key) == other.get(key) for key in SAME_RUN)
+
+
 def saved_runs(args, loop: str = "course") -> list[dict] | None:
     """`loop`'s runs of a run without ablation on the same data, seeds and schedule, if one was saved."""
-    saved = RESULTS / f"{result_name(args.data, 'none')}-curves.json"
-    if not saved.is_file():
-        return None
-    payload = json.loads(saved.read_text(encoding="utf-8"))
-    if any(payload["args"].get(key, "reviews-zh" if key == "data" else None) != getattr(args, key)
-           for key in SAME_RUN):
+    payload = saved_curves(args.data, "none")
+    if payload is None or not same_run(payload["args"], vars(args)):
         return None
     runs = list(payload["runs"].get(loop, []))
     return runs if sorted(run["seed"] for run in runs) == sorted(args.seeds) else None
@@ -369,16 +381,19 @@ def main() -> None:
         return
     if args.write_course_files and args.data != "reviews-zh":
         parser.error("--write-course-files writes the reviews-zh splits; movies-en is the built-in run's own data")
-    if args.ablation != "none" and "course" in args.loops:
-        parser.error(f"--ablation {args.ablation} changes our loop only; add --loops ours (its runs are set against "
-                     f"the saved course runs of the same data, seeds and schedule)")
     if args.report_only:
-        saved = json.loads((RESULTS / f"{result_name(args.data, args.ablation)}-curves.json").read_text(encoding="utf-8"))
-        args = argparse.Namespace(**{"data": "reviews-zh", **saved["args"], "report_only": False})
+        saved = saved_curves(args.data, args.ablation)
+        if saved is None:
+            parser.error(f"no saved curves of --data {args.data} --ablation {args.ablation} to report")
+        args = argparse.Namespace(**{**saved["args"], "report_only": False})
         seconds = saved.get("seconds", sum(r["seconds"] for loop_runs in saved["runs"].values() for r in loop_runs))
         report(args, saved["runs"], saved["baseline"]["test_accuracy"], seconds,
                command=saved.get("command", "python benchmarks/course_parity.py"))  # the run's, not this one's
         return
+
+    if args.ablation != "none" and "course" in args.loops:
+        parser.error(f"--ablation {args.ablation} changes our loop only; add --loops ours (its runs are set against "
+                     f"the saved course runs of the same data, seeds and schedule)")
 
     import torch
 
@@ -494,10 +509,10 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
 def summarize_ablations(data: str) -> None:
     """One table of every ablation saved for `data`: our loop's test accuracy with the change, its effect seed by
     seed against our loop as it is (paired 95% interval), and the difference from the course's loop (Welch)."""
-    plain_file = RESULTS / f"{result_name(data, 'none')}-curves.json"
-    if not plain_file.is_file():
-        raise SystemExit(f"{plain_file.relative_to(REPO)}: no run without ablation on {data} to set the ablations against")
-    plain = json.loads(plain_file.read_text(encoding="utf-8"))
+    plain = saved_curves(data, "none")
+    if plain is None:
+        raise SystemExit(f"{RESULTS.relative_to(REPO)}/{result_name(data, 'none')}-curves.json: no run without "
+                         f"ablation on {data} to set the ablations against")
     course, ours = plain["runs"]["course"], plain["runs"]["ours"]
     rows, seconds, commands = [], 0.0, []
 
@@ -509,19 +524,18 @@ def summarize_ablations(data: str) -> None:
 
     rows.append(row("none", ours))
     for name in ABLATIONS:
-        saved = RESULTS / f"{result_name(data, name)}-curves.json"
-        if name == "none" or not saved.is_file():
+        payload = None if name == "none" else saved_curves(data, name)
+        if payload is None:
             continue
-        payload = json.loads(saved.read_text(encoding="utf-8"))
-        if any(payload["args"].get(key, "reviews-zh" if key == "data" else None) != plain["args"].get(key, "reviews-zh")
-               for key in SAME_RUN):
-            print(f"{saved.relative_to(REPO)}: other data, seeds or schedule than the run without ablation: left out")
+        if not same_run(payload["args"], plain["args"]):
+            print(f"{result_name(data, name)}-curves.json: other data, seeds or schedule than the run without "
+                  "ablation: left out")
             continue
         rows.append(row(name, payload["runs"]["ours"]))
         seconds += payload["seconds"]
         commands.append(payload["command"])
     rows.append(["TF-IDF + logistic regression", "", None, f"{plain['baseline']['test_accuracy']:.3f}", "", ""])
-    args = argparse.Namespace(**{"data": "reviews-zh", **plain["args"]})
+    args = argparse.Namespace(**plain["args"])
     summary = " ".join(["python benchmarks/course_parity.py", *([f"--data {data}"] if data != "reviews-zh" else []),
                         "--summary"])
     notes = (f"{data_description(args)}, {args.epochs} epochs; the table: {summary}, from these runs and the "
