@@ -16,7 +16,7 @@ from lmtransfer.classification.finetune import finetune
 from lmtransfer.training import distributed
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
-from lmtransfer.core.io import write_json, write_tsv
+from lmtransfer.core.io import write_json, write_timings, write_tsv
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.core.paths import (
     PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
@@ -81,7 +81,7 @@ def main() -> None:
         }
         write_tsv(finetune_epochs(variant, seed), result.history)
         write_json(finetune_summary(variant, seed), summary)
-        write_json(timings_file(f"finetune_{variant}_seed{seed}"), {"seconds": round(result.seconds, 2),
+        write_timings(timings_file(f"finetune_{variant}_seed{seed}"), {"seconds": round(result.seconds, 2),
                                                                     "epoch_seconds": result.epoch_seconds})
         mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})
         mlflow.log_metric("seconds", result.seconds)

@@ -9,7 +9,7 @@ import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow tele
 import mlflow
 
 from lmtransfer.classification.config import load_params
-from lmtransfer.core.io import write_json
+from lmtransfer.core.io import write_timings
 from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.tokens.tokenize_data import tokenize_prepared
@@ -28,7 +28,7 @@ def main() -> None:
         timings = meta["timings"]
         timings["encode_tokens_per_second"] = round(timings["corpus_tokens"] / max(timings["encode_seconds"], 1e-9))
         timings["encode_megabytes_per_second"] = round(timings["corpus_bytes"] / 2**20 / max(timings["encode_seconds"], 1e-9), 2)
-        write_json(timings_file("tokenize"), timings)
+        write_timings(timings_file("tokenize"), timings)
         mlflow.log_metrics({f"final_{k}": float(v) for k, v in timings.items()})
     print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED} "
           f"(tokenizer, labeled splits), {TOKENIZED_CORPUS} (corpus)")

@@ -13,7 +13,7 @@ import mlflow
 
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
-from lmtransfer.core.io import write_json, write_tsv
+from lmtransfer.core.io import write_json, write_timings, write_tsv
 from lmtransfer.modeling.model import count_parameters
 from lmtransfer.core.paths import (
     PARAMS, PREPARED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
@@ -70,7 +70,7 @@ def main() -> None:
                    **environment_facts()}
         write_tsv(finetune_epochs(variant, seed), result.history)
         write_json(finetune_summary(variant, seed), summary)
-        write_json(timings_file(f"finetune_{variant}_seed{seed}"),
+        write_timings(timings_file(f"finetune_{variant}_seed{seed}"),
                    {"seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second)})
         mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})
         mlflow.log_metrics({"seconds": result.seconds, "tokens_per_second": result.tokens_per_second})

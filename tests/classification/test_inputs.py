@@ -356,7 +356,7 @@ def test_a_label_file_shorter_than_its_text_file_names_both_counts():
 @pytest.mark.parametrize("key,column", [("text_column", "review"), ("label_column", "stars")])
 def test_a_missing_column_names_the_column_and_the_key(key, column):
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
-    with pytest.raises(DataSourceError, match=rf"train\.csv: no column '{column}' \(data\.{key}\); the columns are: text, label"):
+    with pytest.raises(DataSourceError, match=rf"train\.csv: no column '{column}' \(data\.{key}\); the columns are: 'text', 'label'"):
         check_inputs(files_params(train="train.csv", **{key: column}))
 
 
@@ -806,3 +806,42 @@ def test_a_test_file_holding_every_train_text_says_no_train_text_is_left():
     with pytest.raises(SplitError, match=r"data\.train \(train\.csv\): all 20 of its texts are also in data\.test "
                                          r"\(test\.csv\), so none is left to train on"):
         prepare_labeled(raw, files_params(train="train.csv", test="test.csv").data)
+
+
+# === the last faults: one line naming the file and the real cause ===========================
+
+
+def test_a_class_with_one_example_stops_validate_naming_the_class_and_its_line():
+    rows = reviews(["pos", "neg"], 150)
+    rows.insert(40, ("a lukewarm film neither good nor bad", "neutral"))  # file line 42
+    write_csv("train.csv", rows)
+    with pytest.raises(SplitError) as error:
+        check_inputs(files_params(train="train.csv"))
+    message = str(error.value)
+    assert message.startswith("train.csv, line 42: class 'neutral' has too few examples to be in every split")
+    assert "the test split has none" in message or "the valid split has none" in message
+
+
+def test_labels_with_spaces_around_them_are_folded_with_a_line_like_every_other_fold(capsys):
+    rows = reviews(["pos", "neg"], 6)
+    rows[0], rows[3] = (rows[0][0], " pos"), (rows[3][0], "neg ")
+    write_csv("train.csv", rows)
+    assert _labels_of(files_params(train="train.csv")) == {"train": ["neg", "pos"]}
+    printed = capsys.readouterr().out
+    assert "data: label ' pos' is the class 'pos'" in printed and "data: label 'neg ' is the class 'neg'" in printed
+
+
+@pytest.mark.parametrize("suffix, body", [
+    (".csv", "text,label\n" + "".join(f"film number {i},{'pos' if i % 2 else 'neg'}\n" for i in range(20))),
+    (".jsonl", "".join(json.dumps({"text": f"film {i}", "label": "pos" if i % 2 else "neg"}) + "\n" for i in range(20))),
+])
+def test_utf16_without_a_byte_order_mark_is_named_as_utf16(suffix, body):
+    Path(f"train{suffix}").write_bytes(body.encode("utf-16-le"))
+    with pytest.raises(DataSourceError, match=f"train\\{suffix}: the text is UTF-16-LE .* set data.encoding: utf-16-le"):
+        check_inputs(files_params(train=f"train{suffix}"))
+
+
+def test_a_missing_column_shows_every_column_name_quoted():
+    write_csv("train.csv", reviews(["pos", "neg"], 6), header=("text", "label "))
+    with pytest.raises(DataSourceError, match="no column 'label' \\(data.label_column\\); the columns are: 'text', 'label '$"):
+        check_inputs(files_params(train="train.csv"))

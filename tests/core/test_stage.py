@@ -175,3 +175,90 @@ def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params
         assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]
     finally:
         module.finetune_args.cache_clear()
+
+
+# --- stops and faults that must end in one line ----------------------------------------------------------------
+
+
+def _stage_script(body: str) -> str:
+    return ("import os, signal, sys, time\nfrom lmtransfer.harness.stage import stage_main\n"
+            f"@stage_main('pretrain')\ndef main():\n{body}\nmain()\n")
+
+
+def test_ctrl_c_ends_a_stage_like_sigterm_in_one_line():
+    import subprocess
+
+    code = _stage_script("    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\n    raise AssertionError('went on')")
+    stopped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 130
+    assert stopped.stderr.strip().splitlines() == ["pretrain: stopped (SIGINT); what earlier stages wrote is kept"]
+
+
+def test_a_stage_whose_dvc_is_gone_stops_instead_of_training_on_as_an_orphan(tmp_path):
+    """SIGTERM to the `dvc` process alone: the stage it started notices and stops like SIGTERM."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    stage = tmp_path / "stage.py"
+    stage.write_text(_stage_script("    open('started', 'w').close()\n    time.sleep(60)\n"
+                                   "    raise AssertionError('trained on')"))
+    dvc = tmp_path / "dvc"  # what the watch looks for: a parent process named dvc
+    dvc.write_text(f"#!/bin/bash\n{sys.executable} {stage} 2> stage.err &\necho $! > stage.pid\nwait\n")
+    dvc.chmod(0o755)
+    launcher = subprocess.Popen([str(dvc)], cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = psutil.Process(int((tmp_path / "stage.pid").read_text()))
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=10)
+    child.wait(timeout=30)  # not its child: no exit status to read, but it ended long before its 60 s sleep
+    assert (tmp_path / "stage.err").read_text().strip().splitlines()[-1] == (
+        "pretrain: stopped (the dvc process that started it ended); what earlier stages wrote is kept")
+
+
+def test_a_timing_that_cannot_be_written_costs_a_line_not_the_stage(tmp_path, capsys):
+    from lmtransfer.core.io import write_timings
+
+    (tmp_path / "timings").write_text("a file where the folder should be")
+    write_timings(tmp_path / "timings" / "tokenize.json", {"seconds": 1.0})
+    assert capsys.readouterr().err.startswith(f"could not write {tmp_path / 'timings' / 'tokenize.json'} (")
+
+
+def test_a_write_that_finds_the_disk_full_names_the_file_it_was_writing(tmp_path):
+    import errno
+
+    from lmtransfer.core.io import atomic_path
+    from lmtransfer.harness.stage import _no_room_to_write
+
+    target = tmp_path / "models" / "pretrained.pt"
+    with pytest.raises(OSError) as error:
+        with atomic_path(target):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert error.value.filename == str(target)
+    assert _no_room_to_write(error.value) == f"could not write {target}: the disk is full"
+    assert not any(target.parent.iterdir())
+
+
+def test_bookkeeping_that_fails_while_a_stage_stops_is_one_line(capsys):
+    import sqlite3
+
+    from lmtransfer.harness.tracking import _stop_behind, _while_stopping
+
+    def locked() -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    _while_stopping(locked)
+    assert capsys.readouterr().err == ("tracking: the stopped stage's run could not be marked KILLED (database is "
+                                       "locked); the next stage marks it\n")
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            locked()
+    except sqlite3.OperationalError as error:
+        assert isinstance(_stop_behind(error), KeyboardInterrupt)
+    assert _stop_behind(sqlite3.OperationalError("no stop")) is None

@@ -100,3 +100,63 @@ def test_a_kill_while_the_store_is_built_leaves_no_store_and_the_next_stage_buil
     ensure_store(store)
     assert store_problem(store) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # the dead build's files are gone
+
+
+def _store_with_runs(path, runs: int = 30):
+    from mlflow import MlflowClient
+
+    ensure_store(path)
+    client = MlflowClient(tracking_uri=f"sqlite:///{path}")
+    experiment = client.create_experiment("e")
+    for _ in range(runs):
+        client.create_run(experiment)
+
+
+def test_a_store_with_random_bytes_written_into_it_is_named_and_never_written(tmp_path):
+    store = tmp_path / "mlflow.db"
+    _store_with_runs(store)
+    data = bytearray(store.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 32768] = random.Random(0).randbytes(32768)
+    store.write_bytes(bytes(data))
+    digest = sha256_of(store)
+    with pytest.raises(TrackingStoreError) as error:
+        ensure_store(store)
+    message = str(error.value)
+    assert message.startswith(f"{store} is ") and "so it is left as it is: move it away" in message
+    assert "mlflow db upgrade" not in message and "\n" not in message
+    assert sha256_of(store) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
+def test_a_store_whose_runs_table_is_gone_is_not_a_complete_store(tmp_path):
+    store = tmp_path / "mlflow.db"
+    ensure_store(store)
+    with sqlite3.connect(store) as db:
+        db.execute("PRAGMA foreign_keys = OFF")
+        db.execute("DROP TABLE runs")
+    assert store_problem(store) == "not a complete MLflow store (no runs table)"
+
+
+def test_a_directory_named_like_the_store_is_named_as_one(tmp_path):
+    store = tmp_path / "mlflow.db"
+    (store / "inside").mkdir(parents=True)
+    with pytest.raises(TrackingStoreError) as error:
+        ensure_store(store)
+    assert "is a directory, not an MLflow store (a file)" in str(error.value)
+    assert "mlflow db upgrade" not in str(error.value)
+    assert (store / "inside").is_dir()
+
+
+def test_a_store_that_cannot_be_written_stops_before_any_work_and_is_left_unchanged(tmp_path):
+    store = tmp_path / "mlflow.db"
+    _store_with_runs(store, runs=1)
+    if subprocess.run(["chattr", "+i", str(store)], capture_output=True).returncode:
+        pytest.skip("chattr +i (an immutable file) is not available here")
+    try:
+        digest = sha256_of(store)
+        with pytest.raises(TrackingStoreError, match="cannot be written \\(attempt to write a readonly database\\)"):
+            ensure_store(store)
+        assert sha256_of(store) == digest
+    finally:
+        subprocess.run(["chattr", "-i", str(store)], check=True)

@@ -26,8 +26,14 @@ def per_class_f1(matrix: np.ndarray) -> np.ndarray:
     return np.divide(2 * precision * recall, denominator, out=np.zeros_like(true_positive), where=denominator > 0)
 
 
+def scored_classes(matrix: np.ndarray) -> np.ndarray:
+    """The classes a macro average counts: those the labels hold or the model predicted (scikit-learn's rule). A
+    class that is in neither has no F1 to speak of, and an F1 of 0 for it would pull the average down."""
+    return np.flatnonzero((matrix.sum(axis=0) > 0) | (matrix.sum(axis=1) > 0))
+
+
 def macro_f1(matrix: np.ndarray) -> float:
-    return float(per_class_f1(matrix).mean())
+    return float(per_class_f1(matrix)[scored_classes(matrix)].mean())
 
 
 def majority_share(labels) -> float:

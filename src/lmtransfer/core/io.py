@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give it a normal file's mode
         os.replace(tmp, path)
+    except OSError as error:  # a failed write() names no file: name the one being written
+        if error.filename in (None, str(tmp)) and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -47,6 +52,16 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_timings(path: str | Path, data: Any) -> None:
+    """A stage's wall-clock timings. They are not results: one that cannot be written (a read-only or full
+    `timings/`) costs a line on standard error, never the stage's results, which are already written."""
+    try:
+        write_json(path, data)
+    except OSError as error:
+        print(f"could not write {path} ({error.strerror or error}): timings are not results, so the stage's "
+              "outputs stand", file=sys.stderr, flush=True)
 
 
 def write_tsv(path: str | Path, rows: list[dict[str, Any]]) -> None:

@@ -59,8 +59,9 @@ def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]
     decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     pending, number = "", 0
     with open(path, "rb") as handle:
-        head = handle.read(8)
+        head = handle.read(4096)
         refuse_compressed(path, head, key)
+        refuse_wide_text(path, head, encoding, key)
         handle.seek(0)
         for raw in iter(lambda: handle.read(1 << 16), b""):
             pending += _decode(decoder, raw, path, encoding, key, number, pending)
@@ -103,6 +104,29 @@ def refuse_compressed(path: Path, head: bytes, key: str) -> None:
         if head.startswith(magic):
             raise DataSourceError(f"{path}: the file looks {kind}-compressed, not text (set by {key}); decompress "
                                   "it first and name the decompressed file")
+
+
+def wide_text_encoding(head: bytes) -> str | None:
+    """'utf-16-le' or 'utf-16-be' when the bytes are UTF-16 text (a NUL byte beside nearly every ASCII character,
+    on one side), else None."""
+    pairs = len(head) // 2
+    if pairs < 4:
+        return None
+    for name, zeros in (("utf-16-le", head[1 : 2 * pairs : 2]), ("utf-16-be", head[0 : 2 * pairs : 2])):
+        if zeros.count(0) >= 0.9 * pairs:
+            return name
+    return None
+
+
+def refuse_wide_text(path: Path, head: bytes, encoding: str, key: str) -> None:
+    """UTF-16 read as a one-byte encoding becomes NUL-riddled text that fails later as a bad CSV or JSON row:
+    name the encoding the bytes are in instead."""
+    if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
+        return
+    wide = wide_text_encoding(head.removeprefix(codecs.BOM_UTF16_LE).removeprefix(codecs.BOM_UTF16_BE))
+    if wide:
+        raise DataSourceError(f"{path}: the text is {wide.upper()} (a NUL byte beside every character), not "
+                              f"data.encoding {encoding}: set data.encoding: {wide} (read because of {key})")
 
 
 def _clean(line: str, number: int) -> str:
@@ -234,7 +258,7 @@ def _select_columns(table: pd.DataFrame, path: Path, columns: Columns, encoding:
     """`columns` as clean strings, plus `where`; a value that would silently become a wrong text or class stops here."""
     for column in columns.values():
         if column.name not in table.columns:
-            found = ", ".join(map(str, table.columns[:10]))
+            found = ", ".join(repr(str(name)) for name in table.columns[:10])
             raise DataSourceError(f"{path}: no column {column.name!r} ({column.key}); the columns are: {found}")
     values: dict[str, list[str]] = {name: [] for name in columns}
     for place, *row in zip(where, *(table[column.name] for column in columns.values())):
@@ -306,7 +330,7 @@ def _as_label(value, place: str, column: Column) -> str:
             f"{place}: the label ({column.key} {column.name!r}) is a {type(value).__name__}, "
             "not a single value"
         )
-    return str(value).strip()
+    return str(value)  # spaces around a label are folded, with a line, by the labels' rule
 
 
 def _read_delimited(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
@@ -393,7 +417,7 @@ def read_pieces(path: Path, encoding: str, key: str) -> pd.DataFrame:
             f"{labels_path}: {len(labels)} labels but {path} has {len(texts)} lines; "
             "the label file needs exactly one label per line of the text file"
         )
-    return pd.DataFrame({"text": texts, "label": [label.strip() for label in labels],
+    return pd.DataFrame({"text": texts, "label": labels,
                          "where": [f"line {i + 1}" for i in range(len(texts))]})
 
 

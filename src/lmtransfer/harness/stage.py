@@ -8,7 +8,9 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Callable, NoReturn
 
 from lmtransfer.harness.errors import LmtransferError
@@ -25,15 +27,17 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
         def run() -> None:
             start = time.perf_counter()
             label = name() if callable(name) else name
-            for signum in (signal.SIGTERM, signal.SIGHUP):
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, _terminated)
+            watch_launcher()
             try:
                 main()
                 print(f"{label}: done in {time.perf_counter() - start:.1f} s", flush=True)
-            except Terminated as stopped:
-                print(f"{label}: stopped ({signal.Signals(stopped.signum).name}); what earlier stages wrote is kept",
-                      file=sys.stderr)
-                sys.exit(128 + stopped.signum)
+            except KeyboardInterrupt as stopped:  # Terminated, or a KeyboardInterrupt raised before the handler
+                signum = getattr(stopped, "signum", signal.SIGINT)
+                why = LAUNCHER_GONE if launcher_gone.is_set() else signal.Signals(signum).name
+                print(f"{label}: stopped ({why}); what earlier stages wrote is kept", file=sys.stderr)
+                sys.exit(128 + signum)
             except LmtransferError as exc:
                 if os.environ.get("LMTRANSFER_DEBUG"):
                     raise
@@ -56,8 +60,9 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a stopped `dvc repro`) or SIGHUP (a closed terminal): unwound like Ctrl-C, so the stage's MLflow
-    run is marked KILLED and its files closed before the process ends, instead of dying with the run RUNNING."""
+    """SIGTERM (a stopped `dvc repro`), SIGHUP (a closed terminal) or SIGINT (Ctrl-C): unwound alike, so the stage's
+    MLflow run is marked KILLED and its files closed before the process ends, with one line instead of a
+    traceback."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -66,6 +71,43 @@ class Terminated(KeyboardInterrupt):
 
 def _terminated(signum: int, frame) -> NoReturn:
     raise Terminated(signum)
+
+
+LAUNCHER_GONE = "the dvc process that started it ended"
+launcher_gone = threading.Event()
+
+
+def launching_dvc():
+    """The `dvc` process this one runs under (`dvc repro`, `dvc exp run`, a queue worker), as a psutil.Process,
+    or None when it was started some other way."""
+    try:
+        import psutil
+
+        for process in psutil.Process().parents():
+            command = " ".join(process.cmdline()[:2])
+            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
+                return process
+    except Exception:  # noqa: BLE001 - psutil missing or a process gone while looking: no launcher to watch
+        return None
+    return None
+
+
+def watch_launcher(every: float = 1.0) -> threading.Thread | None:
+    """A stage whose `dvc` is gone (killed alone, not with its process group) has no one to record its outputs
+    in dvc.lock: it stops as on SIGTERM (its snapshot kept for the rerun) instead of training on as an orphan."""
+    launcher = launching_dvc()
+    if launcher is None:
+        return None
+
+    def watch() -> None:
+        while launcher.is_running():
+            time.sleep(every)
+        launcher_gone.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="watch-dvc", daemon=True)
+    thread.start()
+    return thread
 
 
 def _stop(line: str) -> NoReturn:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -91,18 +92,13 @@ def git_commit() -> str:
 
 def _dvc_ancestor() -> str | None:
     """The launching `dvc` process as 'pid-start_time', so one `dvc repro` = one group."""
+    from lmtransfer.harness.stage import launching_dvc
+
+    launcher = launching_dvc()
     try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil comes with dvc
+        return f"{launcher.pid}-{int(launcher.create_time())}" if launcher else None
+    except Exception:  # noqa: BLE001 - psutil.Error: it ended meanwhile
         return None
-    try:
-        for process in psutil.Process().parents():
-            command = " ".join(process.cmdline()[:2])
-            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
-                return f"{process.pid}-{int(process.create_time())}"
-    except psutil.Error:
-        return None
-    return None
 
 
 def pipeline_id() -> str:
@@ -406,14 +402,49 @@ def stage_run(
             mlflow.log_params(flatten(_logged_params(stage, params)))
             yield run
         status = "FINISHED"
-    except KeyboardInterrupt:  # Ctrl-C (DVC passes it on): stopped, not broken
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (harness.stage): stopped, not broken
         status = "KILLED"
         if run_id:
-            client.set_terminated(run_id, status=status)
+            _while_stopping(lambda: client.set_terminated(run_id, status=status))
         raise
+    except Exception as error:
+        stop = _stop_behind(error)  # MLflow failed to close the run while the stage was being stopped
+        if stop is None:
+            raise
+        status = "KILLED"
+        _report_unmarked(error)
+        raise stop from None
     finally:
         # The pipeline run spans its stages: it ends when the latest one ends, with that one's outcome.
-        _end_pipeline(client, experiment_id, parent_id, status, run_id)
+        if status == "KILLED":
+            _while_stopping(lambda: _end_pipeline(client, experiment_id, parent_id, status, run_id))
+        else:
+            _end_pipeline(client, experiment_id, parent_id, status, run_id)
+
+
+def _stop_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The stop (Ctrl-C, SIGTERM) during whose handling `error` was raised, if any."""
+    seen = error.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__context__
+    return None
+
+
+def _while_stopping(mark: Callable[[], None]) -> None:
+    """Store bookkeeping on the way out of a stopped stage: a stop that landed inside a store write can leave the
+    store locked by this very process, and the stop must still end in one line, not a traceback."""
+    try:
+        mark()
+    except Exception as error:  # noqa: BLE001 - sqlite/sqlalchemy errors: the next stage closes the runs
+        _report_unmarked(error)
+
+
+def _report_unmarked(error: BaseException) -> None:
+    first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    print(f"tracking: the stopped stage's run could not be marked KILLED ({first[:160]}); the next stage marks it",
+          file=sys.stderr, flush=True)
 
 
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:

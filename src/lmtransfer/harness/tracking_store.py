@@ -30,23 +30,52 @@ BUILDING_PREFIX = f".{STORE_NAME}.building-"  # + pid-nonce: a store under const
 
 
 def ensure_store(path: Path) -> Path:
-    """Make sure `path` is a complete MLflow SQLite store (building it if absent); returns `path`."""
+    """Make sure `path` is a complete MLflow SQLite store that this process can write (building it if absent);
+    returns `path`. A store that fails a check is never written to: the stage stops before any work."""
     _remove_dead_builds(path.parent)
     if path.exists():
         problem = store_problem(path)
         if problem is None:
+            _check_writable(path)
             return path
         runs = _runs_it_holds(path)
         if runs:
-            raise TrackingStoreError(
-                f"{path} is {problem}; it {runs}, so it is left as it is: back it up and run "
-                f"`mlflow db upgrade sqlite:///{path}`, or move it away to start a new store"
-            )
+            remedy = (f"back it up and run `mlflow db upgrade sqlite:///{path}`, or move it away to start a new store"
+                      if _upgradable(problem) else
+                      f"move it away to start a new store, or restore it from a backup (`sqlite3 {path} .recover` "
+                      "may save its runs)")
+            raise TrackingStoreError(f"{path} is {problem}; it {runs}, so it is left as it is: {remedy}")
+        if path.is_dir():
+            raise TrackingStoreError(f"{path} is {problem}: move it away, and the next stage builds a new store there")
         aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
         print(f"tracking: {path.name} was {problem} and held no run; set aside as {aside.name}, building a new one")
     _build(path)
     return path
+
+
+def _upgradable(problem: str) -> bool:
+    """Whether `mlflow db upgrade` is the cure: a store left at an older schema or mid-migration, not a damaged file."""
+    return problem.startswith(("half-migrated", "at schema"))
+
+
+def _check_writable(path: Path) -> None:
+    """Stop in one line when the store cannot be written (a read-only file, folder or mount): a write inside a
+    transaction that is rolled back, so nothing changes. A store locked by a concurrent stage passes."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=5, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("CREATE TABLE _lmtransfer_write_check (x)")
+            db.execute("ROLLBACK")
+        finally:
+            db.close()
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error) or "busy" in str(error):
+            return
+        raise TrackingStoreError(
+            f"{path} cannot be written ({error}): make it and its folder writable, or point MLFLOW_TRACKING_URI at a "
+            "store that is; nothing was run") from None
 
 
 def check_server(uri: str, timeout: float = 5.0) -> None:
@@ -64,18 +93,26 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
 
 
 def store_problem(path: Path) -> str | None:
-    """None for a complete store at MLflow's current schema, else what is wrong with it, in words."""
+    """None for a complete, undamaged store at MLflow's current schema, else what is wrong with it, in words."""
+    if path.is_dir():
+        return "a directory, not an MLflow store (a file)"
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             tables = _table_names(db)
+            damage = db.execute("PRAGMA quick_check(1)").fetchone()[0]
             version = db.execute("SELECT version_num FROM alembic_version").fetchone() if (
                 "alembic_version" in tables) else None
     except sqlite3.DatabaseError as error:
         return f"not a readable SQLite database ({error})"
+    if damage != "ok":
+        return f"damaged (SQLite's integrity check: {damage})"
     if any(name.startswith("_alembic_tmp_") for name in tables):
         return "half-migrated (an interrupted schema migration left temporary tables)"
     if version is None:
         return "not a complete MLflow store (no schema version)"
+    missing = sorted({"experiments", "runs", "metrics", "params", "tags"} - tables)
+    if missing:
+        return f"not a complete MLflow store (no {', '.join(missing)} table)"
     latest = _latest_schema_revision()
     if latest and version[0] != latest:
         return f"at schema {version[0]}, not the {latest} this MLflow needs (an interrupted or pending migration)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,9 @@ def read_torch_file(path: str | Path, key: str = "") -> Any:
         raise CheckpointError(f"{path}: checkpoint file not found" + (f"; check {key}" if key else
                               f" (run the stage that produces it: {how_to_produce(path)})"))
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of a foreign pickle protocol before failing: ours says it all
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError, KeyError...
         raise CheckpointError(_describe_load_failure(path, exc, key)) from None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlflow
 
 from lmtransfer.core.config import PipelineParams
-from lmtransfer.core.io import write_json, write_text, write_tsv
+from lmtransfer.core.io import write_json, write_text, write_timings, write_tsv
 from lmtransfer.core.paths import (
     PRETRAIN_SAMPLES,
     PRETRAIN_SUMMARY,
@@ -110,7 +110,7 @@ def run_pretrain_stage(params: PipelineParams) -> None:
         write_tsv(PRETRAIN_VALID_LOG, valid_log)
         write_text(PRETRAIN_SAMPLES, sample_text)
         write_json(PRETRAIN_SUMMARY, summary)
-        write_json(timings_file("pretrain"), timings)
+        write_timings(timings_file("pretrain"), timings)
         mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items()
                             if isinstance(v, (int, float)) and not isinstance(v, bool)})
         mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})

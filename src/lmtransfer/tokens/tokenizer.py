@@ -31,6 +31,7 @@ import sentencepiece as spm
 
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import how_to_produce
+from lmtransfer.core.paths import TOKENIZED
 from lmtransfer.harness.errors import MissingOutputError, TokenizerError
 from lmtransfer.text.input_files import resolve_input
 from lmtransfer.text.normalize import PIECE_SPACE
@@ -299,8 +300,7 @@ def check_trained_with(payload: dict, checkpoint: str | Path, tokenizer: Tokeniz
     if recorded != found:
         raise TokenizerError(
             f"{checkpoint} was trained with another tokenizer than the one in {directory} (sha256 {recorded[:12]} "
-            f"against {found[:12]}): the tokenize stage ran again since it was trained; "
-            "run the pipeline again so the model matches, or pass the tokenizer it was trained with"
+            f"against {found[:12]}): {_why_another_tokenizer(Path(directory))}"
         )
     vocab_size = payload["model_config"]["vocab_size"]
     if tokenizer.vocab_size > vocab_size:
@@ -308,6 +308,20 @@ def check_trained_with(payload: dict, checkpoint: str | Path, tokenizer: Tokeniz
             f"{checkpoint} knows {vocab_size} ids but the tokenizer in {directory} gives {tokenizer.vocab_size}: it "
             "was trained with another tokenizer; pass the tokenizer it was trained with"
         )
+
+
+def _why_another_tokenizer(directory: Path) -> str:
+    """What most likely made the tokenizers differ, and what to do: an empty file, the pipeline's own tokenizer
+    made anew, or another folder passed on purpose."""
+    directory = directory.parent if directory.is_file() else directory
+    empty = [directory / name for name in (MODEL_FILE, DICTIONARY_FILE)
+             if (directory / name).is_file() and (directory / name).stat().st_size == 0]
+    if empty:
+        return f"{empty[0]} is empty; pass the folder of the tokenizer it was trained with"
+    if directory.resolve() == TOKENIZED.resolve():
+        return ("the tokenize stage ran again since it was trained; run the pipeline again so the model matches, or "
+                "pass the tokenizer it was trained with")
+    return "pass the folder of the tokenizer it was trained with"
 
 
 # --- flat id arrays ------------------------------------------------------------------------

@@ -26,7 +26,11 @@ LabelCase = Literal["strict", "fold"]
 
 def canonical_labels(splits: dict[str, pd.DataFrame], origins: dict[str, str],
                      label_case: LabelCase = "strict") -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """The splits with one spelling per class, and a line per folded spelling (for the log)."""
+    """The splits with one spelling per class, and a line per folded spelling (for the log). Spaces around a label
+    are dropped first (`' pos'` is the class `'pos'`), and said like every other fold."""
+    padded = [label for label in dict.fromkeys(pd.concat([t["label"] for t in splits.values()])) if label != label.strip()]
+    if padded:
+        splits = {name: table.assign(label=table["label"].str.strip()) for name, table in splits.items()}
     labels = pd.concat([table["label"] for table in splits.values()], ignore_index=True)
     spellings = list(dict.fromkeys(labels))
     if all(label.casefold() in BOOLEANS for label in spellings):
@@ -35,7 +39,8 @@ def canonical_labels(splits: dict[str, pd.DataFrame], origins: dict[str, str],
         mapping = {label: _number(BOOLEANS.get(label.casefold(), label)) for label in spellings}
     else:
         mapping = _fold_names(splits, origins, labels, label_case)
-    folded = [f"label {label!r} is the class {name!r}" for label, name in mapping.items() if label != name]
+    folded = [f"label {label!r} is the class {mapping[label.strip()]!r}" for label in padded]
+    folded += [f"label {label!r} is the class {name!r}" for label, name in mapping.items() if label != name]
     if not folded:
         return splits, []
     return {name: table.assign(label=table["label"].map(mapping)) for name, table in splits.items()}, folded

@@ -140,6 +140,7 @@ def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
     splits = {name: splits[name] for name in SPLITS}
     for name, split in splits.items():
         _check_split(name, split, label_names, len(train), raw.origins.get(name))
+    _check_every_class_in_every_split(splits, label_names, raw, carve)
     return LabeledData(splits, label_names, removed, kept_as_given)
 
 
@@ -171,6 +172,26 @@ def _check_split(name: str, split: pd.DataFrame, label_names: list[str], n_train
         raise SplitError(
             f"split '{name}' has a single class ({label_names[classes[0]]!r}, {len(split)} examples; {source}): "
             "a classifier needs at least two classes to learn or to be measured on"
+        )
+
+
+def _check_every_class_in_every_split(splits: dict[str, pd.DataFrame], label_names: list[str], raw: RawData,
+                                     carve: dict[str, float]) -> None:  # carve: the splits cut from train
+    """A class missing from a split is a silent wrong result: never learned (train), never chosen on (valid), or
+    scored as an F1 of 0 (test). Refused in one line naming where the class first occurs."""
+    for name, split in splits.items():
+        counts = np.bincount(split["label"].to_numpy(), minlength=len(label_names))
+        if counts.min() > 0:
+            continue
+        missing = label_names[int(np.argmin(counts))]
+        origin = raw.origins.get("train", "data.train")
+        rows = raw.splits["train"]["label"].astype(str) == str(missing)
+        where = f", {raw.splits['train'].loc[rows.idxmax(), 'where']}" if "where" in raw.splits["train"] and rows.any() else ""
+        sizes = ", ".join(f"{n} {int((s['label'] == label_names.index(missing)).sum())}" for n, s in splits.items())
+        raise SplitError(
+            f"{origin}{where}: class {missing!r} has too few examples to be in every split ({sizes}): the {name} split "
+            f"has none, so it would be {'scored as an F1 of 0' if name == 'test' else 'missing from ' + name}. Add "
+            f"examples of it{' to data.' + name if not carve.get(name) else ''}, or remove its rows"
         )
 
 
