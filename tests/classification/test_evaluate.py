@@ -66,3 +66,13 @@ def test_the_committed_headline_is_what_evaluate_writes_from_the_committed_repor
     report = json.loads((metrics / "evaluate.json").read_text())
     expected = json.dumps(headline_metrics(report), indent=2) + "\n"  # as lmtransfer.core.io.write_json
     assert (metrics / "headline.json").read_text() == expected
+
+
+def test_a_class_neither_in_the_labels_nor_predicted_does_not_pull_the_macro_f1_down():
+    from lmtransfer.classification.metrics import confusion_matrix, macro_f1, per_class_f1
+
+    actual, predicted = np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 1, 0])
+    two, three = confusion_matrix(actual, predicted, 2), confusion_matrix(actual, predicted, 3)
+    assert macro_f1(three) == macro_f1(two) == pytest.approx(per_class_f1(two).mean())
+    assert macro_f1(confusion_matrix(actual, np.array([0, 2, 1, 1, 0]), 3)) == pytest.approx(
+        per_class_f1(confusion_matrix(actual, np.array([0, 2, 1, 1, 0]), 3)).mean())  # predicted: it counts

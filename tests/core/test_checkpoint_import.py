@@ -348,3 +348,43 @@ def test_a_missing_layer_tensor_is_refused(tmp_path):
     path = tmp_path / "incomplete.pt"
     torch.save({"model_state_dict": state}, path)
     assert "base.transformer_encoder.layers.1.norm2.bias is missing" in _error(path)
+
+
+def test_a_raw_pickle_is_one_line_without_torchs_warning_before_it(tmp_path):
+    import pickle
+    import warnings
+
+    from lmtransfer.harness.errors import CheckpointError
+    from lmtransfer.modeling.checkpoint import read_torch_file
+
+    path = tmp_path / "raw.pt"
+    path.write_bytes(pickle.dumps({"weights": [1, 2]}, protocol=4))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(CheckpointError, match="raw.pt: not a readable PyTorch checkpoint"):
+            read_torch_file(path)
+    assert not seen
+
+
+def test_a_tokenizer_mismatch_says_what_made_the_tokenizers_differ(tmp_path, monkeypatch):
+    from lmtransfer.harness.errors import TokenizerError
+    from lmtransfer.tokens.tokenizer import DictionaryTokenizer, check_trained_with
+
+    monkeypatch.chdir(tmp_path)
+    payload = {"tokenizer_sha256": "0" * 64, "model_config": {"vocab_size": 10}}
+    tokenizer = DictionaryTokenizer(["a", "b"])
+    elsewhere = tmp_path / "mine"
+    elsewhere.mkdir()
+    (elsewhere / "spm.model").write_bytes(b"")
+    with pytest.raises(TokenizerError, match=f"{elsewhere / 'spm.model'} is empty; pass the folder"):
+        check_trained_with(payload, "model.pt", tokenizer, elsewhere)
+    (elsewhere / "spm.model").write_bytes(b"another tokenizer")
+    with pytest.raises(TokenizerError) as error:
+        check_trained_with(payload, "model.pt", tokenizer, elsewhere)
+    assert "ran again" not in str(error.value) and str(error.value).endswith("pass the folder of the tokenizer it "
+                                                                           "was trained with")
+    own = tmp_path / "data" / "tokenized"
+    own.mkdir(parents=True)
+    (own / "dict.txt").write_text("a 1\n")
+    with pytest.raises(TokenizerError, match="the tokenize stage ran again since it was trained"):
+        check_trained_with(payload, "model.pt", tokenizer, own)
