@@ -129,19 +129,19 @@ def course_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) ->
     raise ValueError("stream too short for the steps asked")
 
 
-def course_last_vectors(output, batch):
+def course_last_vectors(output, batch, pad: int = PAD):
     """The course's pooling: for each text (a column of the (T, B) batch), a search for its last non-padding token."""
     import torch
 
     last_vectors = []
     for column in range(batch.size(1)):
-        last = (batch[:, column] != PAD).nonzero()[-1].item()
+        last = (batch[:, column] != pad).nonzero()[-1].item()
         last_vectors.append(output[last, column])
     return torch.stack(last_vectors)
 
 
 def course_classifier_epoch(model, optimizer, texts, labels, generator, batch_size: int = BATCH,
-                            clip: float = 0.5) -> tuple[float, float]:
+                            clip: float = 0.5, pad: int = PAD) -> tuple[float, float]:
     """One epoch of the course's classifier loop: random batches padded to the longest, the last-token search,
     cross-entropy, clipped Adam steps. Returns the epoch's mean loss and accuracy."""
     import torch
@@ -154,10 +154,10 @@ def course_classifier_epoch(model, optimizer, texts, labels, generator, batch_si
     loss_sum, correct = 0.0, 0
     for begin in range(0, len(order), batch_size):
         chosen = order[begin : begin + batch_size]
-        batch = pad_sequence([torch.from_numpy(texts[i].astype("int64")) for i in chosen], padding_value=PAD)
+        batch = pad_sequence([torch.from_numpy(texts[i].astype("int64")) for i in chosen], padding_value=pad)
         target = torch.from_numpy(labels[chosen])
         optimizer.zero_grad()
-        logits = model.classifier.decoder(course_last_vectors(model.base(batch), batch))  # base: (T, B, D)
+        logits = model.classifier.decoder(course_last_vectors(model.base(batch), batch, pad))  # base: (T, B, D)
         loss = criterion(logits, target)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

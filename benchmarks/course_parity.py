@@ -171,7 +171,37 @@ def pipeline_data():
     tables = [read_split(REPO / PREPARED, name) for name in names]
     texts = [(table["text"].tolist(), table["label"].to_numpy()) for table in tables]
     encoded = [load_labeled_split(REPO / TOKENIZED, name) for name in names]
-    return encoded, texts, meta["vocab_size"], meta["eos_id"]
+    return encoded, texts, meta["vocab_size"], meta["eos_id"], meta["pad_id"]
+
+
+def course_files_data(folder: Path):
+    """The course's own files (cls-books: `{train,valid,test}.review.spm` + `.label`, `dict.txt`), read as the course
+    page's recipe reads them: valid and test kept as shipped, train without its repeats and its texts also in valid
+    or test (`prepare_labeled`), each text begin-of-text + its pieces' ids in the dictionary's id space."""
+    from lmtransfer.classification.config import DataParams
+    from lmtransfer.classification.data.labeled_files import load_files
+    from lmtransfer.classification.data.prepare import prepare_labeled
+    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
+
+    names = [f"{split}.review.spm" for split in ("train", "valid", "test")] + ["dict.txt"]
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise SystemExit(f"--data cls-books reads the course's files from {folder} (--course-files): {', '.join(missing)} "
+                         "missing; they are in the GitHub repository moussaKam/transfer_learning_transformers "
+                         "(cls-books/ and dict.txt)")
+    params = DataParams(source="files", format="pieces", **{split: str(folder / f"{split}.review.spm")
+                                                             for split in ("train", "valid", "test")})
+    labeled = prepare_labeled(load_files(params), params)
+    tokenizer = DictionaryTokenizer(read_fairseq_dictionary(folder / "dict.txt"))
+    encoded, texts = [], []
+    for split in ("train", "valid", "test"):
+        table = labeled.splits[split]
+        ids = [np.array([tokenizer.bos_id, *tokenizer.pieces_to_ids(text)]) for text in table["text"]]
+        offsets = np.concatenate([[0], np.cumsum([len(i) for i in ids])]).astype(np.int64)
+        encoded.append(LabeledSplit(np.concatenate(ids).astype(np.int32), offsets, table["label"].to_numpy()))
+        texts.append((table["text"].tolist(), table["label"].to_numpy()))
+    return encoded, texts, tokenizer
 
 
 # --- the two loops ---------------------------------------------------------------------------------------------
@@ -181,21 +211,21 @@ def texts_of(split, max_len: int) -> list[np.ndarray]:
     return [split.sequence(i)[:max_len].astype(np.int64) for i in range(len(split))]
 
 
-def course_scores(model, texts: list[np.ndarray], labels: np.ndarray, batch: int) -> tuple[float, float]:
+def course_scores(model, texts: list[np.ndarray], labels: np.ndarray, batch: int, pad: int) -> tuple[float, float]:
     """Mean loss and accuracy in evaluation mode, batches in order, each text's last non-padding token."""
     import torch
     from torch.nn import functional as F
 
-    from course_loop import PAD, course_last_vectors
+    from course_loop import course_last_vectors
 
     model.eval()
     loss, correct = 0.0, 0
     with torch.no_grad():
         for begin in range(0, len(texts), batch):
             ids = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(t) for t in texts[begin : begin + batch]],
-                                                  padding_value=PAD)
+                                                  padding_value=pad)
             target = torch.from_numpy(labels[begin : begin + batch])
-            logits = model.classifier.decoder(course_last_vectors(model.base(ids), ids))
+            logits = model.classifier.decoder(course_last_vectors(model.base(ids), ids, pad))
             loss += float(F.cross_entropy(logits, target, reduction="sum"))
             correct += int((logits.argmax(-1) == target).sum())
     return loss / len(texts), correct / len(texts)
@@ -216,8 +246,10 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
     history, best = [], (-1.0, None, 0)
     for epoch in range(1, schedule["epochs"] + 1):
         train_loss, train_accuracy = course_classifier_epoch(model, optimizer, data["train"], train.labels, generator,
-                                                             schedule["batch_size"], schedule["grad_clip"])
-        val_loss, val_accuracy = course_scores(model, data["valid"], valid.labels, schedule["batch_size"] * 2)
+                                                             schedule["batch_size"], schedule["grad_clip"],
+                                                             schedule["pad_id"])
+        val_loss, val_accuracy = course_scores(model, data["valid"], valid.labels, schedule["batch_size"] * 2,
+                                               schedule["pad_id"])
         history.append(dict(epoch=epoch, train_loss=train_loss, train_accuracy=train_accuracy, val_loss=val_loss,
                             val_accuracy=val_accuracy))
         if val_accuracy > best[0]:
@@ -225,7 +257,7 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
         print(f"  course seed {seed} epoch {epoch}: train acc {train_accuracy:.3f} val loss {val_loss:.3f} "
               f"acc {val_accuracy:.3f}", flush=True)
     model.load_state_dict(best[1])
-    _, test_accuracy = course_scores(model, data["test"], test.labels, schedule["batch_size"] * 2)
+    _, test_accuracy = course_scores(model, data["test"], test.labels, schedule["batch_size"] * 2, schedule["pad_id"])
     return dict(best_val_accuracy=best[0], best_epoch=best[2], test_accuracy=test_accuracy, history=history)
 
 
@@ -264,7 +296,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     if change.eos:
         train, valid, test = (with_eos(split, schedule["eos_id"], params.max_len) for split in (train, valid, test))
     seed_everything(seed)
-    config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
+    config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT, pad_id=schedule["pad_id"])
     model = Classifier(config, 2, pooling=params.pooling)
     result = finetune(model, train, valid, params, torch.device("cpu"), seed=seed, desc=f"  ours seed {seed}")
     model.load_state_dict(result.best_state)
@@ -274,6 +306,25 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
 
 
 LOOPS = {"course": train_course, "ours": train_ours}
+
+
+def timed_run(task: tuple) -> dict:
+    """One loop's run of one seed (in this process, or in a pool's worker): its scores, curves and seconds."""
+    loop, train, valid, test, seed, schedule, ablation, threads = task
+    import torch
+
+    import lmtransfer  # noqa: F401 - the pinned kernels and the spin setting, as in every stage
+    from lmtransfer.modeling.runtime import flush_denormals
+
+    flush_denormals()
+    if threads:
+        torch.set_num_threads(threads)
+    began = time.perf_counter()
+    run = LOOPS[loop](train, valid, test, seed, schedule, ablation)
+    run.update(loop=loop, seed=seed, seconds=round(time.perf_counter() - began, 1))
+    print(f"{loop} seed {seed}: best valid {run['best_val_accuracy']:.3f} (epoch {run['best_epoch']}), "
+          f"test {run['test_accuracy']:.3f}, {run['seconds']:.0f} s", flush=True)
+    return run
 
 
 # --- the comparison --------------------------------------------------------------------------------------------
@@ -340,6 +391,9 @@ def paired_difference(changed: list[dict], plain: list[dict]) -> tuple[float, fl
 
 
 def data_description(args) -> str:
+    if args.data == "cls-books":
+        return (f"the course's CLS-books files as the recipe reads them, {args.train}/{args.valid}/{args.test}, "
+                f"V = {args.vocab_size}")
     if args.data == "movies-en":
         return f"movies-en as the pipeline splits and encodes it, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}"
     return f"reviews-zh >= {args.min_chars} characters, {args.train}/{args.valid}/{args.test}, V = {args.vocab_size}"
@@ -353,9 +407,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
-    parser.add_argument("--data", choices=("reviews-zh", "movies-en"), default="reviews-zh",
+    parser.add_argument("--data", choices=("reviews-zh", "movies-en", "cls-books"), default="reviews-zh",
                         help="reviews-zh: long reviews cut as the course's (below); movies-en: the built-in run's "
-                        "splits and ids, as `dvc repro tokenize` wrote them")
+                        "splits and ids, as `dvc repro tokenize` wrote them; cls-books: the course's own files "
+                        "(--course-files)")
+    parser.add_argument("--course-files", type=Path, default=REPO / "data" / "raw" / "course",
+                        help="with --data cls-books: the folder of the course's cls-books/*.review.spm and .label "
+                        "files and dict.txt (default: data/raw/course, where the course page's recipe reads them)")
     parser.add_argument("--ablation", choices=list(ABLATIONS), default="none", help="; ".join(
         f"{name}: {change.what}" for name, change in ABLATIONS.items()))
     parser.add_argument("--train", type=int, default=1600)
@@ -368,7 +426,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--grad-clip", type=float, default=0.5)
     parser.add_argument("--max-len", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default; 1 with --jobs)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in a process of its own")
     parser.add_argument("--report-only", action="store_true",
                         help="no training: the table and the parity line again from the saved curves of --ablation")
     parser.add_argument("--write-course-files", type=Path, metavar="DIR",
@@ -376,6 +435,7 @@ def main() -> None:
     parser.add_argument("--summary", action="store_true",
                         help="no training: the table of every saved ablation of --data again, from the saved curves")
     args = parser.parse_args()
+    args.course_files = str(args.course_files)  # saved with the run's args (JSON)
     if args.summary:
         summarize_ablations(args.data)
         return
@@ -405,10 +465,16 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     if args.data == "movies-en":
-        (train, valid, test), splits, args.vocab_size, eos_id = pipeline_data()
+        (train, valid, test), splits, args.vocab_size, eos_id, pad_id = pipeline_data()
+        args.train, args.valid, args.test, args.min_chars = len(train), len(valid), len(test), 0
+    elif args.data == "cls-books":
+        (train, valid, test), splits, tokenizer = course_files_data(Path(args.course_files))
+        args.vocab_size, eos_id, pad_id = tokenizer.vocab_size, tokenizer.eos_id, tokenizer.pad_id
         args.train, args.valid, args.test, args.min_chars = len(train), len(valid), len(test), 0
     else:
-        from lmtransfer.tokens.tokenizer import EOS_ID
+        from lmtransfer.tokens.tokenizer import EOS_ID, PAD_ID
+
+        pad_id = PAD_ID
 
         splits, news = labeled_reviews(args.min_chars, (args.train, args.valid, args.test), seed=0)
         tokenizer = trained_tokenizer(splits, news, args.vocab_size)
@@ -423,16 +489,25 @@ def main() -> None:
           flush=True)
     print(f"baseline (TF-IDF + logistic regression, C chosen on valid): test {baseline:.3f}", flush=True)
     schedule = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
-                    max_len=args.max_len, vocab_size=args.vocab_size, eos_id=eos_id)
+                    max_len=args.max_len, vocab_size=args.vocab_size, eos_id=eos_id, pad_id=pad_id)
     runs: dict[str, list[dict]] = {loop: [] for loop in args.loops}
-    for seed in args.seeds:  # the loops alternate, so a drift in the machine's speed touches both alike
-        for loop in args.loops:
-            began = time.perf_counter()
-            run = LOOPS[loop](train, valid, test, seed, schedule, args.ablation)
-            run.update(loop=loop, seed=seed, seconds=round(time.perf_counter() - began, 1))
-            runs[loop].append(run)
-            print(f"{loop} seed {seed}: best valid {run['best_val_accuracy']:.3f} (epoch {run['best_epoch']}), "
-                  f"test {run['test_accuracy']:.3f}, {run['seconds']:.0f} s", flush=True)
+    # the loops alternate, so a drift in the machine's speed touches both alike
+    tasks = [(loop, train, valid, test, seed, schedule, args.ablation, args.threads)
+             for seed in args.seeds for loop in args.loops]
+    if args.jobs > 1:  # the slower course loop's runs first, so the workers finish together
+        tasks.sort(key=lambda task: task[0] != "course")  # each run in a process of its own, one thread each unless --threads says otherwise
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+            finished = pool.imap_unordered(timed_run, [(*task[:-1], args.threads or 1) for task in tasks])
+            for run in finished:
+                runs[run["loop"]].append(run)
+        for loop_runs in runs.values():
+            loop_runs.sort(key=lambda run: args.seeds.index(run["seed"]))
+    else:
+        for task in tasks:
+            run = timed_run(task)
+            runs[run["loop"]].append(run)
 
     report(args, runs, baseline, seconds=time.perf_counter() - start)
 

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.inference import predict
+from lmtransfer.harness.errors import TokenizerError
 from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
@@ -90,6 +91,7 @@ def finetune(
     """Train the classifier `params.epochs` epochs; with `snapshots`, save after each epoch and resume from the
     last one saved (its epochs are passed to `on_epoch` again, so a new MLflow run is complete).
     `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
+    refuse_padding_ids_in_texts(model.base.config.pad_id, train=train, valid=valid)
     model.to(device)
     forward = compiled(model, compile_steps)
     set_backbone_frozen(model, params.freeze_backbone)
@@ -153,6 +155,16 @@ def finetune(
                 "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
             })
     return result
+
+
+def refuse_padding_ids_in_texts(pad_id: int, **splits: LabeledSplit) -> None:
+    """A text holding the model's padding id is a model built for another id space: that token would be masked
+    as padding, and last-token pooling would read an earlier piece, with no error (a course dictionary puts
+    begin-of-text at 0, where this project's own tokenizers put padding)."""
+    for name, split in splits.items():
+        if np.any(split.ids == pad_id):
+            raise TokenizerError(f"the {name} texts hold the model's padding id {pad_id}: the model was built for "
+                                 "another tokenizer's id space (its pad_id must be the tokenizer's)")
 
 
 def _scores(model: Classifier, ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
