@@ -8,7 +8,12 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: venv run run-translation test test-fast ui docs summary scaling bench bench-corpus bench-parity clean-outputs
+.PHONY: help venv run run-translation test test-fast lint ui docs summary scaling bench bench-corpus bench-parity
+.DEFAULT_GOAL := help
+
+## every target with what it does (this list)
+help:
+	@awk '/^## /{doc = doc (doc ? " " : "") substr($$0, 4); next} /^[a-z][a-z-]*:/{split($$0, t, ":"); if (doc) printf "  make %-16s %s\n", t[1], doc; doc = ""; next} !/\?=/{doc = ""}' $(MAKEFILE_LIST)
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +22,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
+## the virtual environment (.venv) with the pinned requirements; every other target builds it first
 venv: $(STAMP)
 
 ## run the whole pipeline on the built-in data, then show the results
@@ -25,7 +31,7 @@ run: venv
 	@echo; lmtransfer results; echo
 	@echo "figures: plots/*.png | sample generations: metrics/pretrain/samples.txt | MLflow UI: make ui"
 
-## the translation pipeline (English->French, pretrained vs scratch; 14 minutes measured on 2 CPU cores, 20 budgeted)
+## the translation pipeline (English->French, pretrained vs scratch; its time on 2 CPU cores: README)
 run-translation: venv
 	dvc repro translation/dvc.yaml
 	@echo; lmtransfer results --translation; echo
@@ -35,13 +41,17 @@ run-translation: venv
 test: venv
 	$(BIN)/python -m pytest
 
+## the linter: ruff with the rules of pyproject.toml (sorted imports, unused and undefined names, ...)
+lint: venv
+	$(BIN)/ruff check src stages benchmarks tests
+
 ## unit tests only (skips the end-to-end pipeline test)
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow"
 
-## MLflow UI on the project's store (http://127.0.0.1:$(UI_PORT))
+## MLflow UI on the project's store at http://127.0.0.1:5000 (UI_PORT=5001 make ui for another port)
 ui: venv
-	@$(BIN)/python -c 'from lmtransfer.harness.tracking import ui_links; print(*(f"open {link}  ({task})" for task, link in ui_links("http://127.0.0.1:$(UI_PORT)").items()), sep="\n")'
+	@$(BIN)/python -c 'from lmtransfer.harness.tracking import ui_lines; print(*ui_lines("http://127.0.0.1:$(UI_PORT)"), sep="\n")'
 	@echo "  (each task's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
 
@@ -50,6 +60,7 @@ docs: venv
 	$(BIN)/lmtransfer report
 	$(BIN)/lmtransfer params --readme docs/guide/parameters.md
 
+## the parameter table of the model params.yaml configures, block by block
 summary: venv
 	$(BIN)/lmtransfer summary
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+
 from results_file import Column, write_result
 
 REPO = Path(__file__).resolve().parents[1]

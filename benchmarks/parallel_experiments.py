@@ -22,16 +22,7 @@ from pathlib import Path
 from results_file import Column, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from pipeline_repo import (  # noqa: E402
-    NEGATIVE,
-    NEUTRAL,
-    POSITIVE,
-    TINY_PARAMS,
-    make_repo,
-    merge,
-    run,
-    write_tiny_data,
-)
+from pipeline_repo import NEGATIVE, NEUTRAL, POSITIVE, TINY_PARAMS, make_repo, merge, run, write_tiny_data  # noqa: E402
 
 PARAMS = merge(merge({}, TINY_PARAMS), {
     "model": {"n_layers": 2, "d_model": 128, "n_heads": 2, "d_ff": 128},

@@ -21,13 +21,9 @@ import time
 import torch
 
 from lmtransfer.modeling.model import LanguageModel, ModelConfig, count_parameters
-from lmtransfer.modeling.runtime import (
-    autocast,
-    compiled,
-    flush_denormals,
-    select_device,
-)
+from lmtransfer.modeling.runtime import autocast, compiled, flush_denormals, select_device
 from lmtransfer.training.optim import make_optimizer
+
 from results_file import Column, write_result
 
 SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)

@@ -1,14 +1,14 @@
 """Stage baseline: TF-IDF + logistic regression on the same splits, the reference line for every result."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
 from lmtransfer.classification.baseline import run_baseline
 from lmtransfer.classification.config import load_params
-from lmtransfer.data.prepared import SPLITS, read_prepared_meta, read_split
 from lmtransfer.core.io import write_json
 from lmtransfer.core.paths import BASELINE_METRICS, PARAMS, PREPARED
+from lmtransfer.data.prepared import SPLITS, read_prepared_meta, read_split
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import stage_run
 

@@ -1,24 +1,38 @@
 """Stage evaluate: every fine-tuned seed of both variants on the test split, the gap and its uncertainty."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
-from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.evaluate import (
-    SeedResult, evaluate_classifier, headline_metrics, mean_curves, pooled_confusion, report_lines, transfer_report,
+    SeedResult,
+    evaluate_classifier,
+    headline_metrics,
+    mean_curves,
+    pooled_confusion,
+    report_lines,
+    transfer_report,
 )
-from lmtransfer.reporting.finetuned import finetuned_checkpoints
 from lmtransfer.core.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.core.paths import (
-    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
-    finetune_epochs, predictions_file,
+    BASELINE_METRICS,
+    EVALUATE_DETAILS,
+    EVALUATE_REPORT,
+    HEADLINE,
+    PARAMS,
+    PRETRAIN_SUMMARY,
+    TOKENIZED,
+    VARIANTS,
+    finetune_epochs,
+    predictions_file,
 )
-from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.tokens.tokenized import load_labeled_split
 from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
+from lmtransfer.modeling.checkpoint import load_checkpoint
+from lmtransfer.modeling.runtime import select_device, use_share_of_cores
+from lmtransfer.reporting.finetuned import finetuned_checkpoints
+from lmtransfer.tokens.tokenized import load_labeled_split
 
 
 @stage_main("evaluate")

@@ -7,26 +7,32 @@ dvc.yaml runs one stage per variant and seed in `finetune.seeds`, so adding a se
 runs only that seed's two fine-tunes.
 """
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.training import distributed
-from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
-from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.core.io import write_json, write_timings, write_tsv
-from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.core.paths import (
-    PARAMS, PRETRAINED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+    PARAMS,
+    PRETRAINED,
+    TOKENIZED,
+    finetune_epochs,
+    finetune_summary,
+    finetuned_checkpoint,
+    timings_file,
 )
-from lmtransfer.training.resume import Snapshots, fingerprint
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
+from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
-from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.training import distributed
+from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
+from lmtransfer.training.resume import Snapshots, fingerprint
 
 
 @stage_main(finetune_stage_name)

@@ -1,20 +1,26 @@
 """Stage plot: the experiment's figures from the metrics files."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.metrics import majority_share
 from lmtransfer.classification.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss
-from lmtransfer.reporting.finetuned import epoch_logs
 from lmtransfer.core.io import read_json, require_file
 from lmtransfer.core.paths import (
-    BASELINE_METRICS, EVALUATE_DETAILS, EVALUATE_REPORT, PARAMS, PLOTS, TOKENIZED, VARIANTS, finetune_summary,
+    BASELINE_METRICS,
+    EVALUATE_DETAILS,
+    EVALUATE_REPORT,
+    PARAMS,
+    PLOTS,
+    TOKENIZED,
+    VARIANTS,
+    finetune_summary,
 )
-from lmtransfer.reporting.plots import plot_pretraining_logs
-from lmtransfer.tokens.tokenized import load_labeled_split
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import plot_stage_run
+from lmtransfer.reporting.finetuned import epoch_logs
+from lmtransfer.reporting.plots import plot_pretraining_logs
+from lmtransfer.tokens.tokenized import load_labeled_split
 
 
 @stage_main("plot")

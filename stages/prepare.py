@@ -1,15 +1,15 @@
 """Stage prepare: raw source -> labeled splits (given ones kept as given, train deduplicated and leak-free, missing
 ones carved) in data/prepared/ + the pretraining corpus in data/prepared_corpus/."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.data.prepare import describe_removals, write_prepared
-from lmtransfer.data.prepared import read_corpus_meta
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.core.paths import PARAMS, PREPARED, PREPARED_CORPUS
+from lmtransfer.data.prepared import read_corpus_meta
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import stage_run
 

@@ -1,8 +1,7 @@
 """Stage pretrain: next-token or masked-token pretraining of the Transformer LM (or loading `pretrain.init_from`),
 plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.core.paths import PARAMS

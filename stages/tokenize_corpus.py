@@ -4,16 +4,16 @@
 (Not named tokenize.py: that would shadow the standard library module of the same name.)
 """
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.core.io import write_timings
 from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.tokens.tokenize_data import tokenize_prepared
 from lmtransfer.harness.tracking import log_tokenization, stage_run
+from lmtransfer.tokens.tokenize_data import tokenize_prepared
 
 
 @stage_main("tokenize")

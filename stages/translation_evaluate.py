@@ -2,27 +2,39 @@
 the test verses' clause pairs (short sentences); BLEU and chrF with sacreBLEU, the gap and its interval; the
 translations beside the references."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 import pandas as pd
 
+from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
+from lmtransfer.core.paths import (
+    EVALUATE_DETAILS,
+    EVALUATE_REPORT,
+    HEADLINE,
+    PARAMS,
+    PREPARED,
+    PRETRAIN_SUMMARY,
+    TOKENIZED,
+    VARIANTS,
+    finetune_epochs,
+)
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
+from lmtransfer.modeling.runtime import select_device, use_share_of_cores
+from lmtransfer.reporting.finetuned import finetuned_checkpoints
+from lmtransfer.tokens.tokenized import load_pair_split
+from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.data.clauses import short_test_pairs
 from lmtransfer.translation.data.parallel import read_pairs
-from lmtransfer.reporting.finetuned import finetuned_checkpoints
-from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
-from lmtransfer.core.paths import (
-    EVALUATE_DETAILS, EVALUATE_REPORT, HEADLINE, PARAMS, PREPARED, PRETRAIN_SUMMARY, TOKENIZED, VARIANTS,
-    finetune_epochs,
-)
-from lmtransfer.modeling.runtime import select_device, use_share_of_cores
-from lmtransfer.harness.stage import stage_main
-from lmtransfer.tokens.tokenizer import load_tokenizer
-from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
-from lmtransfer.tokens.tokenized import load_pair_split
 from lmtransfer.translation.evaluate import report_lines, translation_headline, translation_report
-from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_sources, translate_texts
+from lmtransfer.translation.translator import (
+    DecodingOptions,
+    load_translation_model,
+    translate_sources,
+    translate_texts,
+)
 
 TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
 CLAUSE_TRANSLATIONS = EVALUATE_DETAILS / "test_clause_translations.tsv"

@@ -7,22 +7,28 @@ Run from translation/ (translation/dvc.yaml does). Same recipe for both variants
 `finetune.*` of translation/params.yaml.
 """
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
-from lmtransfer.modeling.checkpoint import save_checkpoint
-from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.core.io import write_json, write_timings, write_tsv
-from lmtransfer.modeling.model import count_parameters
 from lmtransfer.core.paths import (
-    PARAMS, PREPARED, TOKENIZED, finetune_epochs, finetune_summary, finetuned_checkpoint, timings_file,
+    PARAMS,
+    PREPARED,
+    TOKENIZED,
+    finetune_epochs,
+    finetune_summary,
+    finetuned_checkpoint,
+    timings_file,
 )
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
-from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.training.finetune_args import finetune_stage_name, language_model_start
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.training import build_translation_model, finetune_translation

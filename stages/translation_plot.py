@@ -1,14 +1,13 @@
 """Translation stage plot: fine-tuning curves, pretraining curves and the test scores, from the metrics files."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.reporting.finetuned import epoch_logs
 from lmtransfer.core.io import read_json, require_file
 from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS, PLOTS
-from lmtransfer.reporting.plots import plot_pretraining_logs
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import plot_stage_run
+from lmtransfer.reporting.finetuned import epoch_logs
+from lmtransfer.reporting.plots import plot_pretraining_logs
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.plots import plot_translation_curves, plot_translation_scores
 

@@ -1,15 +1,15 @@
 """Translation stage prepare: sentence pairs (bible-en-fr or your files) split leak-free -> data/prepared/, and the
 pretraining text of both languages -> data/prepared_corpus/ (paths inside translation/)."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
-from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.data.parallel import load_parallel, write_parallel
 from lmtransfer.core.paths import PARAMS, PREPARED, PREPARED_CORPUS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import stage_run
+from lmtransfer.translation.config import load_translation_params
+from lmtransfer.translation.data.parallel import load_parallel, write_parallel
 
 
 @stage_main("prepare")

@@ -1,13 +1,12 @@
 """Translation stage pretrain (run from translation/): next-token or masked-token pretraining of the Transformer LM (or loading `pretrain.init_from`),
 plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.translation.config import load_translation_params
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.pretraining.stage import run_pretrain_stage
+from lmtransfer.translation.config import load_translation_params
 
 
 @stage_main("pretrain")

@@ -1,15 +1,15 @@
 """Translation stage tokenize: one sentencepiece model over both languages; the corpus (data/tokenized_corpus/)
 and the sentence pairs (data/tokenized/) as ids."""
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 import mlflow
 
-from lmtransfer.translation.config import load_translation_params
 from lmtransfer.core.paths import PARAMS, PREPARED, TOKENIZED, TOKENIZED_CORPUS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.harness.tracking import log_tokenization, stage_run
 from lmtransfer.translation.batches import tokenize_parallel
+from lmtransfer.translation.config import load_translation_params
 
 
 @stage_main("tokenize")

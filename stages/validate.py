@@ -4,8 +4,8 @@ Runs on every `dvc repro` (always_changed) and takes a second or so; a broken
 input stops the pipeline here, with every earlier output still in place.
 """
 
-import _checkout  # noqa: F401 - this checkout's src/ first (an experiment runs in a copy)
-import lmtransfer  # noqa: F401 - first: pins the CPU kernels, turns MLflow telemetry off
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
 from lmtransfer.classification.config import load_params
 from lmtransfer.classification.inputs import check_inputs
 from lmtransfer.core.io import write_json

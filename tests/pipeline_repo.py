@@ -7,8 +7,8 @@ import random
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ruamel.yaml import YAML
 

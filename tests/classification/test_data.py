@@ -36,12 +36,7 @@ from lmtransfer.classification.data.prepare import (
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data import pinned
 from lmtransfer.data.pinned import verify_checksum
-from lmtransfer.data.prepared import (
-    SPLITS,
-    read_corpus_meta,
-    read_prepared_meta,
-    read_split,
-)
+from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.harness.errors import DataSourceError, EmptySplitError
 from lmtransfer.text.normalize import dedup_key, normalize_text
 

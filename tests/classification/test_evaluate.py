@@ -7,12 +7,7 @@ import numpy as np
 import pytest
 
 from lmtransfer.classification.config import EvaluateParams
-from lmtransfer.classification.evaluate import (
-    SeedResult,
-    headline_metrics,
-    report_lines,
-    transfer_report,
-)
+from lmtransfer.classification.evaluate import SeedResult, headline_metrics, report_lines, transfer_report
 
 REPO = Path(__file__).resolve().parents[2]
 

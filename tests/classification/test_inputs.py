@@ -20,22 +20,12 @@ import pandas as pd
 import pytest
 
 from lmtransfer.classification.config import parse_params
-from lmtransfer.classification.data.prepare import (
-    prepare,
-    prepare_labeled,
-    write_prepared,
-)
+from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.classification.inputs import check_inputs
 from lmtransfer.core.config import ConfigError
 from lmtransfer.data.prepared import read_corpus_meta, read_split
-from lmtransfer.harness.errors import (
-    DataSourceError,
-    EmptySplitError,
-    InputFileError,
-    SplitError,
-    TokenizerError,
-)
+from lmtransfer.harness.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.pretraining.checkpoint_import import CheckpointImportError
@@ -692,10 +682,7 @@ def test_a_vocab_size_too_large_for_a_small_corpus_stops_validate_with_the_large
 
 
 def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_representative():
-    from lmtransfer.classification.data.prepare import (
-        MAX_DOCUMENT_CHARS,
-        split_long_line,
-    )
+    from lmtransfer.classification.data.prepare import MAX_DOCUMENT_CHARS, split_long_line
 
     words = [f"word{i % 997}" for i in range(200_000)]  # about 1.6 million characters on one line
     write_csv("train.csv", reviews(["pos", "neg"], 10))
@@ -782,7 +769,7 @@ def test_utf16_without_a_byte_order_mark_and_a_truncated_utf16le_file_are_one_li
 def test_a_gzip_file_named_csv_is_called_compressed():
     import gzip
 
-    Path("train.csv").write_bytes(gzip.compress("text,label\nfilm,1\n".encode()))
+    Path("train.csv").write_bytes(gzip.compress(b"text,label\nfilm,1\n"))
     with pytest.raises(DataSourceError, match=r"train\.csv: the file looks gzip-compressed, not text \(set by "
                                               r"data\.train\); decompress it first"):
         check_inputs(files_params(train="train.csv"))

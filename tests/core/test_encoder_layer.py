@@ -12,13 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.modeling.model import (
-    Dropout,
-    ModelConfig,
-    TransformerBase,
-    attention_with_dropout_on_cpu,
-    causal_mask,
-)
+from lmtransfer.modeling.model import Dropout, ModelConfig, TransformerBase, attention_with_dropout_on_cpu, causal_mask
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,24 +11,10 @@ from lmtransfer.classification.config import parse_params
 from lmtransfer.core.config import ConfigError, PretrainParams
 from lmtransfer.harness.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
-from lmtransfer.modeling.model import (
-    IGNORE_INDEX,
-    Classifier,
-    MaskedLanguageModel,
-    ModelConfig,
-    TransformerBase,
-)
-from lmtransfer.pretraining.checkpoint_import import (
-    check_compatible,
-    read_checkpoint_weights,
-)
+from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
+from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.pretraining.loop import pretrain
-from lmtransfer.pretraining.masking import (
-    MaskedWindows,
-    SentencePairs,
-    TokenMasker,
-    _positions,
-)
+from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.objectives import Objective
 
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 50

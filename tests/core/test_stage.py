@@ -8,12 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.harness.errors import (
-    ConfigError,
-    DeviceError,
-    LmtransferError,
-    MissingOutputError,
-)
+from lmtransfer.harness.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
 from lmtransfer.harness.stage import stage_main
 
 
@@ -129,7 +124,8 @@ def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path
     for script in sorted((repo / "stages").glob("*.py")):
         if script.name != "_checkout.py":
             text = script.read_text()
-            assert text.index("import _checkout") < text.index("import lmtransfer"), script.name
+            assert "import _checkout" in text and text.index("import _checkout") < text.find("from lmtransfer"), (
+                script.name)
 
 
 def test_the_fine_tune_command_line_is_parsed_once_and_names_the_stage(monkeypatch):

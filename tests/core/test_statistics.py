@@ -3,11 +3,7 @@
 import numpy as np
 import pytest
 
-from lmtransfer.reporting.statistics import (
-    paired_bootstrap_interval,
-    paired_permutation_p_value,
-    summarize,
-)
+from lmtransfer.reporting.statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
 
 
 def test_summarize_gives_mean_sample_std_and_the_values():

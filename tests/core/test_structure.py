@@ -4,17 +4,9 @@ and no module imports in a circle."""
 from __future__ import annotations
 
 import pytest
-from import_closure import (
-    EXEMPT,
-    PIPELINES,
-    REPO,
-    SRC,
-    closure_files,
-    dep_prefix,
-    imported_modules,
-    module_file,
-)
 from ruamel.yaml import YAML
+
+from import_closure import EXEMPT, PIPELINES, REPO, SRC, closure_files, dep_prefix, imported_modules, module_file
 
 STAGES = YAML(typ="safe").load((REPO / "dvc.yaml").read_text())["stages"]
 # every pipeline's stages, as (pipeline, stage): deps written relative to the pipeline's folder

@@ -162,12 +162,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 
     import mlflow
 
-    from lmtransfer.harness.tracking import (
-        PREVIOUS_ATTEMPT_TAG,
-        PROCESS_TAG,
-        _process_tag,
-        stage_run,
-    )
+    from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, _process_tag, stage_run
 
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "kill-test",
@@ -318,15 +313,19 @@ def test_a_user_can_turn_mlflow_telemetry_back_on():
 
 
 def test_every_stage_imports_lmtransfer_before_mlflow_and_torch():
-    """The kernels are pinned and telemetry turned off when lmtransfer loads: it must load first."""
+    """The kernels are pinned and telemetry turned off when lmtransfer loads: it must load first. Every stage script
+    imports `_checkout` before anything else, and `_checkout` imports lmtransfer once it has set the path."""
     import ast
     from pathlib import Path
 
-    for script in sorted(Path(__file__).resolve().parents[2].joinpath("stages").glob("*.py")):
-        if script.name == "_checkout.py":  # the import path set-up that precedes lmtransfer; it imports sys alone
+    stages = Path(__file__).resolve().parents[2].joinpath("stages")
+    checkout = [node for node in ast.parse((stages / "_checkout.py").read_text()).body
+                if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert [n.names[0].name for n in checkout if isinstance(n, ast.Import)] == ["sys", "lmtransfer"]
+    for script in sorted(stages.glob("*.py")):
+        if script.name == "_checkout.py":
             continue
         imports = [node for node in ast.parse(script.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
-        names = [(n.names[0].name if isinstance(n, ast.Import) else n.module).split(".")[0] for n in imports]
-        ours = names.index("lmtransfer")
-        later = [name for name in names[:ours] if name in ("mlflow", "torch", "numpy", "pandas", "sklearn")]
-        assert not later, f"{script.name} imports {later} before lmtransfer"
+        first = imports[0]
+        assert isinstance(first, ast.Import) and first.names[0].name == "_checkout", (
+            f"{script.name} imports {ast.unparse(first)} before _checkout")

@@ -14,11 +14,7 @@ import pytest
 
 from lmtransfer.core.io import sha256_of
 from lmtransfer.harness.errors import TrackingStoreError
-from lmtransfer.harness.tracking_store import (
-    BUILDING_PREFIX,
-    ensure_store,
-    store_problem,
-)
+from lmtransfer.harness.tracking_store import BUILDING_PREFIX, ensure_store, store_problem
 
 
 def _half_migrated(path):

@@ -10,18 +10,9 @@ import pytest
 import torch
 
 from lmtransfer.classification.config import FinetuneParams
-from lmtransfer.classification.finetune import (
-    describe_trainable,
-    finetune,
-    set_backbone_frozen,
-)
+from lmtransfer.classification.finetune import describe_trainable, finetune, set_backbone_frozen
 from lmtransfer.classification.inference import predict
-from lmtransfer.classification.metrics import (
-    accuracy,
-    confusion_matrix,
-    macro_f1,
-    per_class_f1,
-)
+from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.core import io as lmio
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.modeling.checkpoint import (

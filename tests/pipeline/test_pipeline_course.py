@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from pipeline_repo import REPO, make_repo, merge, run
 from ruamel.yaml import YAML
 
 from lmtransfer.modeling.model import LanguageModel, ModelConfig, sinusoidal_positions
+
+from pipeline_repo import REPO, make_repo, merge, run
 
 pytestmark = pytest.mark.slow
 

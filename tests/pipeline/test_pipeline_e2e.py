@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from pipeline_repo import TINY_PARAMS, make_repo, merge, run, write_tiny_data
 from ruamel.yaml import YAML
+
+from pipeline_repo import TINY_PARAMS, make_repo, merge, run, write_tiny_data
 
 pytestmark = pytest.mark.slow
 
@@ -388,7 +389,7 @@ def test_a_broken_input_stops_dvc_repro_with_a_clear_message_and_leaves_outputs_
     contents = {
         "empty text": "text,label\na fine film,pos\n   ,neg\nbad film,neg\n",
         "single class": "text,label\n" + "".join(f"a fine film {i},pos\n" for i in range(40)),
-        "bad encoding": "text,label\na fine film,pos\n".encode() + b"caf\xe9 au lait,neg\n",
+        "bad encoding": b"text,label\na fine film,pos\n" + b"caf\xe9 au lait,neg\n",
         "bad column": "review,label\na fine film,pos\n",
     }
     bad_params = {"vocab too large": ("vocab_size: 60", "vocab_size: 5000"),  # fails in tokenize unless checked

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from pipeline_repo import make_repo, run
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from pipeline_repo import REPO, TINY_PARAMS, make_repo, merge, run, write_tiny_data
 from ruamel.yaml import YAML
+
+from pipeline_repo import REPO, TINY_PARAMS, make_repo, merge, run, write_tiny_data
 
 pytestmark = pytest.mark.slow
 

@@ -2,12 +2,7 @@
 
 import pandas as pd
 
-from lmtransfer.translation.data.clauses import (
-    add_clause_pairs,
-    clause_pieces,
-    short_test_pairs,
-    split_clauses,
-)
+from lmtransfer.translation.data.clauses import add_clause_pairs, clause_pieces, short_test_pairs, split_clauses
 
 
 def test_split_clauses_cuts_after_clause_punctuation_and_closing_quotes():
@@ -46,11 +41,7 @@ def test_added_pairs_follow_the_whole_pairs_and_never_hold_a_held_out_text():
 
 def test_prepare_adds_clause_pairs_to_train_only_and_counts_them(tmp_path):
     from lmtransfer.translation.config import TranslationDataParams
-    from lmtransfer.translation.data.parallel import (
-        load_parallel,
-        read_pairs,
-        write_parallel,
-    )
+    from lmtransfer.translation.data.parallel import load_parallel, read_pairs, write_parallel
 
     rows = [f"He went to town {i}. She stayed home {i}.\tIl alla en ville {i}. Elle resta chez elle {i}."
             for i in range(40)]

@@ -21,17 +21,8 @@ from lmtransfer.modeling.model import (
 )
 from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.data import bible_en_fr
-from lmtransfer.translation.data.bible_en_fr import (
-    clean_verse,
-    load_bible_pairs,
-    split_chapters,
-)
-from lmtransfer.translation.decoding import (
-    beam_search,
-    greedy_decode,
-    length_penalty,
-    translate_ids,
-)
+from lmtransfer.translation.data.bible_en_fr import clean_verse, load_bible_pairs, split_chapters
+from lmtransfer.translation.decoding import beam_search, greedy_decode, length_penalty, translate_ids
 from lmtransfer.translation.model import (
     TranslationConfig,
     TranslationModel,
@@ -251,7 +242,7 @@ class _TokenBefore:
     def __init__(self, token: torch.Tensor):
         self.token = token
 
-    def select(self, rows: torch.Tensor) -> "_TokenBefore":
+    def select(self, rows: torch.Tensor) -> _TokenBefore:
         return _TokenBefore(self.token[rows])
 
 
@@ -414,11 +405,7 @@ def test_a_masked_lm_with_next_sentence_prediction_warm_starts_with_segment_a_fo
 
 def test_warm_start_reads_a_saved_language_model_checkpoint(tmp_path):
     """The project's checkpoint format end to end: save_checkpoint -> load_checkpoint -> warm start."""
-    from lmtransfer.modeling.checkpoint import (
-        load_checkpoint,
-        model_config_of,
-        save_checkpoint,
-    )
+    from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, save_checkpoint
 
     torch.manual_seed(0)
     lm = LanguageModel(LM)

@@ -9,12 +9,7 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from lmtransfer.harness.errors import ConfigError
-from lmtransfer.translation.batches import (
-    PairSplit,
-    pair_batches,
-    steps_per_epoch,
-    trainable_pairs,
-)
+from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 from lmtransfer.translation.config import parse_translation_params as parse_params
 from lmtransfer.translation.evaluate import (
     corpus_score,
@@ -50,8 +45,9 @@ def test_the_translation_params_file_is_recognised_by_its_task_and_validated():
 
 
 def test_the_shipped_translation_params_are_the_defaults_of_their_sections():
-    from import_closure import REPO
     from ruamel.yaml import YAML
+
+    from import_closure import REPO
 
     raw = YAML(typ="safe").load((REPO / "translation" / "params.yaml").read_text())
     params = parse_params(raw)

@@ -88,7 +88,7 @@ class DataParams(Section):
     _known_encoding = field_validator("encoding")(known_encoding)
 
     @model_validator(mode="after")
-    def _check(self) -> "DataParams":
+    def _check(self) -> DataParams:
         if self.valid_fraction + self.test_fraction >= 0.9:
             raise ValueError("data.valid_fraction + data.test_fraction must leave at least 10% for training")
         if self.source == "files":
@@ -222,14 +222,14 @@ class Params(PipelineParams):
     plot: PlotParams = PlotParams()
 
     @model_validator(mode="after")
-    def _check_pooling_fits_attention(self) -> "Params":
+    def _check_pooling_fits_attention(self) -> Params:
         problem = pooling_mismatch(self.finetune.pooling, self.causal_attention, self.pretrain.objective)
         if problem:
             raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
-    def _check_tokenizer_fits_data(self) -> "Params":
+    def _check_tokenizer_fits_data(self) -> Params:
         pieces = self.data.labeled_pieces or self.data.corpus_pieces
         raw_text = not (self.data.labeled_pieces and self.data.corpus_pieces)
         if pieces and not (self.tokenizer.model_file or self.tokenizer.vocab_file):

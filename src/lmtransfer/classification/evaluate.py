@@ -14,19 +14,10 @@ import torch
 
 from lmtransfer.classification.config import EvaluateParams
 from lmtransfer.classification.inference import predict
-from lmtransfer.classification.metrics import (
-    accuracy,
-    confusion_matrix,
-    macro_f1,
-    per_class_f1,
-)
+from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.core.paths import VARIANTS
 from lmtransfer.modeling.checkpoint import build_classifier
-from lmtransfer.reporting.statistics import (
-    paired_bootstrap_interval,
-    paired_permutation_p_value,
-    summarize,
-)
+from lmtransfer.reporting.statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
 from lmtransfer.tokens.tokenized import LabeledSplit
 
 

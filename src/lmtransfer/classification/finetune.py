@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -25,12 +25,7 @@ from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.tokens.datasets import classification_batches
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
-from lmtransfer.training.optim import (
-    make_optimizer,
-    optimizer_step,
-    warmup_constant,
-    warmup_cosine,
-)
+from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
 from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
 
 EpochCallback = Callable[[dict[str, float]], None]

@@ -20,29 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import Params
-from lmtransfer.classification.data.prepare import (
-    CorpusScan,
-    LabeledData,
-    prepare_labeled,
-    scan_corpus,
-)
+from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.data.files import label_file_for
 from lmtransfer.harness.errors import ConfigError
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import select_device
-from lmtransfer.pretraining.checkpoint_import import (
-    check_compatible,
-    read_checkpoint_weights,
-)
+from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.text.input_files import manifest_entry, resolve_input
-from lmtransfer.tokens.tokenizer import (
-    PAD_ID,
-    Tokenizer,
-    existing_tokenizer,
-    mask_id_of,
-    train_sentencepiece,
-)
+from lmtransfer.tokens.tokenizer import PAD_ID, Tokenizer, existing_tokenizer, mask_id_of, train_sentencepiece
 
 TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)
 MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers

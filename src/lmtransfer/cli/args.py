@@ -85,8 +85,17 @@ NON_NEGATIVE = bounded(int, 0, "an integer")
 NON_NEGATIVE_FLOAT = bounded(float, 0, "a number")
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """The module docstring's examples kept as written (top level); each option's default in its help."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions kept as written (the examples of the top level); each option's default added to its help once:
+    not where the help already says its default, nor for a default that says nothing (None, '', False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default in (None, "", False, argparse.SUPPRESS) or not action.option_strings
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def add_texts(parser: argparse.ArgumentParser, metavar: str, what: str) -> None:

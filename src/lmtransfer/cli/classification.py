@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from lmtransfer.cli.args import (
-    add_model_files,
-    add_texts,
-    how_to_pass,
-    texts_from_arguments_or_stdin,
-)
+from lmtransfer.cli.args import add_model_files, add_texts, how_to_pass, texts_from_arguments_or_stdin
 from lmtransfer.core import paths
 
 HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.txt")

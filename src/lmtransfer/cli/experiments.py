@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lmtransfer.core import paths
 
@@ -15,8 +15,13 @@ def cmd_compare(args: argparse.Namespace) -> None:
     from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
     from lmtransfer.reporting.experiments import list_experiments
 
-    rows, shown = compare_rows(list_experiments(args.root, args.prefix, args.rev), args.by)
+    experiments = list_experiments(args.root, args.prefix, args.rev)
+    rows, shown = compare_rows(experiments, args.by)
     print(format_table(rows, shown))
+    if len(rows) < 2:
+        print(f"\n{'no experiment' + (f' named {args.prefix}*' if args.prefix else '')} of this commit beside the "
+              "workspace yet: make one with `dvc exp run -S finetune.lr=0.001` (any params.yaml key), then compare "
+              "again")
     if args.by:
         figure = plot_by(rows, args.by, args.root / (args.plot or paths.PLOTS / f"compare-{args.by}.png"))
         print(f"\nfigure: {figure}")
@@ -50,7 +55,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "compare", "the experiments side by side: accuracies, the gap with its interval, the baseline",
         "One row per experiment of the current commit (`dvc exp run`s and the workspace, read through "
         "`dvc exp show --json` and each one's metrics/evaluate.json): the params that differ between them, "
-        "pretrained and scratch test accuracy (mean ± std over seeds), the gap with its 95%% interval and "
+        "pretrained and scratch test accuracy (mean ± std over seeds), the gap with its 95% interval and "
         "p-value, the epoch-1 head start and the TF-IDF baseline.",
     )
     compare.add_argument("--by", metavar="PARAM", help="order the rows by this params.yaml key (e.g. finetune.lr) "

@@ -1,8 +1,8 @@
-"""`lmtransfer` command line: look inside the model, talk to the LM, classify or translate new text.
+"""`lmtransfer` command line: look inside the model, talk to the language model, classify or translate new text,
+compare experiments.
 
-The project-wide commands live here; each task registers its own (`cli.classification`, `cli.translation`,
-and `cli.pretraining` for the language model both tasks pretrain).
-
+    lmtransfer results                           # test scores and curves of the last `make run`
+    lmtransfer results --translation             # the same for the last `make run-translation`
     lmtransfer summary                           # the model params.yaml configures, block by block
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
     lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
@@ -12,10 +12,11 @@ and `cli.pretraining` for the language model both tasks pretrain).
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
-    lmtransfer results                           # test scores and curves of the last `make run`
-    lmtransfer results --translation             # the same for the last `make run-translation`
-    lmtransfer report                            # regenerate the results tables of README.md and docs/
-    lmtransfer --version
+    lmtransfer translate "the cat sleeps" "I am hungry"
+    lmtransfer compare --by finetune.lr          # the `dvc exp run`s of this commit side by side
+    lmtransfer scaling --budgets 0.5 1 2         # the pretraining scaling study through DVC's queue
+    lmtransfer report --check                    # are README.md's and docs/'s tables those of the results?
+    lmtransfer -V
 """
 
 from __future__ import annotations
@@ -195,11 +196,7 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
 
 def attention_line(params, d_model: int) -> str:
     """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
-    from lmtransfer.modeling.model import (
-        MaskedLanguageModel,
-        ModelConfig,
-        count_parameters,
-    )
+    from lmtransfer.modeling.model import MaskedLanguageModel, ModelConfig, count_parameters
 
     objective = params.pretrain.objective
     line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "
@@ -273,12 +270,12 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, description: str = "") -> argparse.ArgumentParser:
         return commands.add_parser(
-            name, help=help, description=description or help, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+            name, help=help, description=description or help, formatter_class=HelpFormatter
         )
 
     summary = command(

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from collections.abc import Callable
 
-from lmtransfer.cli.args import (
-    NON_NEGATIVE,
-    NON_NEGATIVE_FLOAT,
-    POSITIVE,
-    add_model_files,
-    utf8_text,
-)
+from lmtransfer.cli.args import NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, add_model_files, utf8_text
 from lmtransfer.core import paths
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
-    from lmtransfer.modeling.checkpoint import (
-        build_language_model,
-        load_checkpoint,
-        objective_of,
-    )
+    from lmtransfer.modeling.checkpoint import build_language_model, load_checkpoint, objective_of
     from lmtransfer.pretraining.generation import continue_prompt
     from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
 
@@ -44,11 +34,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_fill(args: argparse.Namespace) -> None:
-    from lmtransfer.modeling.checkpoint import (
-        build_language_model,
-        load_checkpoint,
-        objective_of,
-    )
+    from lmtransfer.modeling.checkpoint import build_language_model, load_checkpoint, objective_of
     from lmtransfer.pretraining.generation import MASK_TEXT, fill_blanks, mask_id_of
     from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
 

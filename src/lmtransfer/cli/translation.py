@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lmtransfer.cli.args import (
     NON_NEGATIVE_FLOAT,
@@ -26,11 +26,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from lmtransfer.modeling.checkpoint import load_checkpoint
     from lmtransfer.modeling.runtime import select_device
     from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
-    from lmtransfer.translation.translator import (
-        DecodingOptions,
-        translate_texts,
-        translation_model,
-    )
+    from lmtransfer.translation.translator import DecodingOptions, translate_texts, translation_model
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "translate",
                               how_to_pass("translate", "I am a student.", "sentences.txt"))

@@ -89,7 +89,7 @@ class ModelParams(Section):
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelParams":
+    def _check(self) -> ModelParams:
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
@@ -208,7 +208,7 @@ class PipelineParams(Section):
         return self.model.attention == "causal"
 
     @model_validator(mode="after")
-    def _check_objective_fits_model(self) -> "PipelineParams":
+    def _check_objective_fits_model(self) -> PipelineParams:
         """Refuse combinations that would train something other than what the keys say."""
         objective, attention = self.pretrain.objective, self.model.attention
         if objective == "clm" and attention == "bidirectional":

@@ -12,9 +12,10 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from lmtransfer.harness.errors import MissingOutputError
 

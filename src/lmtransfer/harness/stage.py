@@ -10,10 +10,11 @@ import sqlite3
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.harness.launcher import launching_dvc
 
 
 def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], Callable[[], None]]:
@@ -75,21 +76,6 @@ def _terminated(signum: int, frame) -> NoReturn:
 
 LAUNCHER_GONE = "the dvc process that started it ended"
 launcher_gone = threading.Event()
-
-
-def launching_dvc():
-    """The `dvc` process this one runs under (`dvc repro`, `dvc exp run`, a queue worker), as a psutil.Process,
-    or None when it was started some other way."""
-    try:
-        import psutil
-
-        for process in psutil.Process().parents():
-            command = " ".join(process.cmdline()[:2])
-            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
-                return process
-    except Exception:  # noqa: BLE001 - psutil missing or a process gone while looking: no launcher to watch
-        return None
-    return None
 
 
 def watch_launcher(every: float = 1.0) -> threading.Thread | None:

@@ -31,12 +31,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from lmtransfer.core.io import sha256_of
 from lmtransfer.core.sharing import is_main_process
+from lmtransfer.harness.launcher import launching_dvc
 from lmtransfer.harness.tracking_store import STORE_NAME, check_server, ensure_store
 
 EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
@@ -92,8 +94,6 @@ def git_commit() -> str:
 
 def _dvc_ancestor() -> str | None:
     """The launching `dvc` process as 'pid-start_time', so one `dvc repro` = one group."""
-    from lmtransfer.harness.stage import launching_dvc
-
     launcher = launching_dvc()
     try:
         return f"{launcher.pid}-{int(launcher.create_time())}" if launcher else None
@@ -208,6 +208,21 @@ def ui_links(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> d
     from lmtransfer.core.config import TASKS
 
     return {task: ui_link(base, root, task) for task in TASKS}
+
+
+RUN_TARGETS = {"classification": "make run", "translation": "make run-translation"}
+
+
+def ui_lines(base: str = "http://127.0.0.1:5000", root: Path | None = None) -> list[str]:
+    """What `make ui` prints: each task's runs table, or that the task has no runs yet and what makes some."""
+    lines = []
+    for task, link in ui_links(base, root).items():
+        if "/experiments/" in link:
+            lines.append(f"open {link}  ({task})")
+        else:
+            lines.append(f"no {task} runs in this store yet: `{RUN_TARGETS.get(task, 'dvc repro')}` makes them "
+                         f"(the UI still opens at {link})")
+    return lines
 
 
 def _process_tag() -> str:

@@ -20,13 +20,7 @@ from torch import nn
 from lmtransfer.core.config import pooling_mismatch
 from lmtransfer.core.io import atomic_path, how_to_produce, require_file
 from lmtransfer.harness.errors import CheckpointError
-from lmtransfer.modeling.model import (
-    Classifier,
-    LanguageModel,
-    MaskedLanguageModel,
-    ModelConfig,
-    fold_segment_a,
-)
+from lmtransfer.modeling.model import Classifier, LanguageModel, MaskedLanguageModel, ModelConfig, fold_segment_a
 
 BASE_PREFIX = "base."
 SEGMENT_EMBEDDING = "segment_embedding.weight"

@@ -43,7 +43,7 @@ class ModelConfig:
         return "causal" if self.causal else "bidirectional"
 
     @classmethod
-    def from_params(cls, model_params: Any, vocab_size: int, pad_id: int, causal: bool = True) -> "ModelConfig":
+    def from_params(cls, model_params: Any, vocab_size: int, pad_id: int, causal: bool = True) -> ModelConfig:
         """The network `params.yaml`'s `model.*` describes over a tokenizer's id space (V and padding id);
         `causal` is the resolved `model.attention` (`Params.causal_attention`)."""
         shape = {k: v for k, v in model_params.model_dump().items() if k != "attention"}

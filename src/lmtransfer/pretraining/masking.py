@@ -9,9 +9,9 @@ only `<mask>` positions matter. Only the chosen positions are scored.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator
 
 import numpy as np
 import torch

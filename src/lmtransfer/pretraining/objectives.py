@@ -31,7 +31,7 @@ class Objective:
     next_sentence: bool = False
 
     @classmethod
-    def from_params(cls, params: PretrainParams, meta: dict[str, Any]) -> "Objective":
+    def from_params(cls, params: PretrainParams, meta: dict[str, Any]) -> Objective:
         """The objective `pretrain.*` asks for over the tokenized data's ids (`data/tokenized/meta.json`)."""
         ids = {key: meta[key] for key in ("bos_id", "eos_id", "pad_id")}
         if params.objective == "clm":
@@ -56,7 +56,7 @@ class Objective:
         """What a pretrained checkpoint records, so fine-tuning, `fill` and `generate` rebuild the right model."""
         return {"objective": self.name, "next_sentence": self.next_sentence}
 
-    def without_next_sentence(self) -> "Objective":
+    def without_next_sentence(self) -> Objective:
         """The adaptation phase's: the task's texts are independent sentences, so no pairs, masked tokens only."""
         return replace(self, next_sentence=False)
 

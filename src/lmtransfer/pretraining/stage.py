@@ -21,10 +21,7 @@ from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
-from lmtransfer.pretraining.checkpoint_import import (
-    load_into_language_model,
-    read_checkpoint_weights,
-)
+from lmtransfer.pretraining.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.pretraining.generation import pretraining_samples
 from lmtransfer.pretraining.loop import (
     adapt_to_task,
@@ -36,11 +33,7 @@ from lmtransfer.pretraining.loop import (
 )
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.text.input_files import resolve_input
-from lmtransfer.tokens.tokenized import (
-    load_corpus,
-    load_labeled_split,
-    read_tokenized_meta,
-)
+from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots, fingerprint

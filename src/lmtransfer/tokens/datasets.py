@@ -8,7 +8,7 @@ batch being trained on becomes a tensor.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

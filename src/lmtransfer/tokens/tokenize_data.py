@@ -9,21 +9,14 @@ the dictionary does not fit the data.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import atomic_directory
-from lmtransfer.data.prepared import (
-    SPLITS,
-    corpus_path,
-    read_corpus,
-    read_corpus_meta,
-    read_prepared_meta,
-    read_split,
-)
+from lmtransfer.data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.harness.progress import progress_bar
 from lmtransfer.tokens.tokenized import (
     LabeledSplit,

@@ -23,8 +23,8 @@ import hashlib
 import io
 import itertools
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import sentencepiece as spm

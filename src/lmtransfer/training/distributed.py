@@ -25,8 +25,8 @@ import inspect
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch

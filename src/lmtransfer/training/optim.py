@@ -4,7 +4,7 @@ step."""
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn

@@ -18,8 +18,9 @@ import hashlib
 import io
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 

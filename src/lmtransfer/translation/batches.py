@@ -11,8 +11,8 @@ decoder reads BOS + target and is scored on target + EOS (one position ahead).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -72,12 +72,7 @@ def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, 
     """The translation tokenize stage: one sentencepiece model over both languages (trained on the corpus, which
     holds both sides of the train pairs), the corpus encoded as for classification, each split's pairs as ids."""
     from lmtransfer.data.prepared import SPLITS
-    from lmtransfer.tokens.tokenize_data import (
-        build_tokenizer,
-        encode_corpus,
-        tokenizer_meta,
-        warn_unknown,
-    )
+    from lmtransfer.tokens.tokenize_data import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
     from lmtransfer.tokens.tokenized import write_tokenized_meta
     from lmtransfer.tokens.tokenizer import save_tokenizer
     from lmtransfer.translation.data.parallel import read_pairs

@@ -8,7 +8,7 @@ signatures are kept beside the scores.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 

@@ -76,7 +76,7 @@ class TranslationDataParams(Section):
     _known_encoding = field_validator("encoding")(known_encoding)
 
     @model_validator(mode="after")
-    def _files_need_train(self) -> "TranslationDataParams":
+    def _files_need_train(self) -> TranslationDataParams:
         if self.source == "files" and not self.train:
             raise ValueError("data.source: files needs data.train (a TSV, CSV or JSONL file of sentence pairs)")
         if self.source != "files":
@@ -156,7 +156,7 @@ class TranslationParams(PipelineParams):
     plot: PlotParams = PlotParams()
 
     @model_validator(mode="after")
-    def _check_translation(self) -> "TranslationParams":
+    def _check_translation(self) -> TranslationParams:
         if self.pretrain.adapt_epochs:
             raise ValueError("pretrain.adapt_epochs: must be 0 for translation (the sentence pairs already join the "
                              "pretraining corpus)")

@@ -16,9 +16,9 @@ With beam_size 1 this is greedy decoding, token for token.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch.nn import functional as F

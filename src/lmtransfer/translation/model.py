@@ -20,12 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.modeling.model import (
-    ModelConfig,
-    PositionalEncoding,
-    causal_mask,
-    fold_segment_a,
-)
+from lmtransfer.modeling.model import ModelConfig, PositionalEncoding, causal_mask, fold_segment_a
 
 
 @dataclass(frozen=True)
@@ -48,13 +43,13 @@ class TranslationConfig:
         return asdict(self)
 
     @classmethod
-    def paper_base(cls, vocab_size: int = 37_000) -> "TranslationConfig":
+    def paper_base(cls, vocab_size: int = 37_000) -> TranslationConfig:
         """The paper's base model: 63,082,496 parameters with its shared 37,000-piece vocabulary."""
         return cls(vocab_size=vocab_size, d_model=512, n_encoder_layers=6, n_decoder_layers=6, n_heads=8,
                    d_ff=2048, dropout=0.1, tie_output=True, output_bias=False, final_norms=False)
 
     @classmethod
-    def from_language_model(cls, lm: ModelConfig, **overrides: object) -> "TranslationConfig":
+    def from_language_model(cls, lm: ModelConfig, **overrides: object) -> TranslationConfig:
         """The encoder–decoder a pretrained LM can warm-start: its shape, its layer count on both sides."""
         shape = dict(vocab_size=lm.vocab_size, d_model=lm.d_model, n_encoder_layers=lm.n_layers,
                      n_decoder_layers=lm.n_layers, n_heads=lm.n_heads, d_ff=lm.d_ff, dropout=lm.dropout,
@@ -114,9 +109,9 @@ class TranslationModel(nn.Module):
         return self.output(hidden)
 
     def decode_step(
-        self, next_ids: torch.Tensor, cache: "DecoderCache | None", memory: torch.Tensor,
+        self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
         source_padding: torch.Tensor,
-    ) -> tuple[torch.Tensor, "DecoderCache"]:
+    ) -> tuple[torch.Tensor, DecoderCache]:
         """One more target token (B, 1) -> logits (B, V) of the token after it, computing only the new position.
 
         `cache` (None at the first step) holds each decoder layer's self-attention keys and values at the earlier
@@ -191,13 +186,13 @@ class DecoderCache:
     length: int = 0
 
     @classmethod
-    def start(cls, layers: nn.ModuleList, memory: torch.Tensor) -> "DecoderCache":
+    def start(cls, layers: nn.ModuleList, memory: torch.Tensor) -> DecoderCache:
         empty = [memory.new_empty(memory.size(0), layer.self_attn.num_heads, 0,
                                   layer.self_attn.embed_dim // layer.self_attn.num_heads) for layer in layers]
         cross = [tuple(_heads(layer.multihead_attn, memory, parts=slice(1, 3)).unbind(0)) for layer in layers]
         return cls(keys=empty, values=list(empty), cross=cross)
 
-    def select(self, rows: torch.Tensor) -> "DecoderCache":
+    def select(self, rows: torch.Tensor) -> DecoderCache:
         """The cache of the hypotheses `rows` (beam search keeps the best continuations). Beams only ever reorder
         among the same sentence's rows, so the memory's keys and values stay as they are."""
         return DecoderCache([k[rows] for k in self.keys], [v[rows] for v in self.values], self.cross, self.length)

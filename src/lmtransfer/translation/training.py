@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -23,26 +23,12 @@ from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import autocast, to_device
 from lmtransfer.tokens.tokenizer import Tokenizer
 from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_cosine
-from lmtransfer.translation.batches import (
-    PairSplit,
-    pair_batches,
-    steps_per_epoch,
-    trainable_pairs,
-)
+from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.config import TranslationFinetuneParams
 from lmtransfer.translation.decoding import evaluation_mode
-from lmtransfer.translation.model import (
-    TranslationConfig,
-    TranslationModel,
-    WarmStart,
-    warm_start_from_language_model,
-)
-from lmtransfer.translation.translator import (
-    DecodingOptions,
-    translate_sources,
-    translate_texts,
-)
+from lmtransfer.translation.model import TranslationConfig, TranslationModel, WarmStart, warm_start_from_language_model
+from lmtransfer.translation.translator import DecodingOptions, translate_sources, translate_texts
 
 EpochCallback = Callable[[dict[str, float], list[str]], None]
 

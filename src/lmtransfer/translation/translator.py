@@ -6,8 +6,8 @@ and `lmtransfer translate`, so all three translate the same way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
