@@ -33,6 +33,7 @@ from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints
 from lmtransfer.tokens.tokenized import load_labeled_split
+from lmtransfer.training.resume import clear_finished_snapshots
 
 
 @stage_main("evaluate")
@@ -46,7 +47,8 @@ def main() -> None:
     upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
     use_share_of_cores()
-    with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
+    with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
+                   clear_snapshots=clear_finished_snapshots):
         mlflow.log_param("finetune.seeds", seeds)
         results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
         prediction_rows = {v: ["seed,actual,predicted"] for v in VARIANTS}

@@ -55,7 +55,7 @@ def main() -> None:
     inputs = [TOKENIZED] + ([PRETRAINED] if start.payload else [])
     snapshots = Snapshots(stage, fingerprint(stage, params.sections(*sections), inputs, device),
                           params.train.resume_every)
-    with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage) as run:
+    with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=upstream, run_name=stage) as run:
         trainable = count_parameters(model.head) if params.finetune.freeze_backbone else count_parameters(model)
         if run:  # None on ranks other than 0: they train, rank 0 reports
             mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),

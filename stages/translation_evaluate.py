@@ -25,6 +25,7 @@ from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints
 from lmtransfer.tokens.tokenized import load_pair_split
 from lmtransfer.tokens.tokenizer import load_tokenizer
+from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.data.clauses import short_test_pairs
 from lmtransfer.translation.data.parallel import read_pairs
@@ -66,7 +67,8 @@ def main() -> None:
     sources = [test.source(i) for i in range(len(test))]
     clauses = short_test_pairs(pairs, read_pairs(PREPARED, "train"))
     clause_sources, clause_references = [s for s, _ in clauses], [t for _, t in clauses]
-    with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream):
+    with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
+                   clear_snapshots=clear_finished_snapshots):
         mlflow.log_param("finetune.seeds", seeds)
         translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
         clause_translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}

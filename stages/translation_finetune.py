@@ -49,8 +49,8 @@ def main() -> None:
     device = configure(params.train, seed=seed)
     lm_state = start.payload["state_dict"] if start.payload else None
     model, warm = build_translation_model(start.config, params.finetune, seed, lm_state)
-    sections, upstream = start.sections, start.upstream
-    with stage_run(f"finetune_{variant}", params.sections(*sections), upstream_run_id=upstream, run_name=stage):
+    upstream = start.upstream
+    with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=upstream, run_name=stage):
         mlflow.set_tags({"variant": variant, "seed": seed, "device": str(device),
                          "n_parameters": count_parameters(model)})
         mlflow.log_param("seed", seed)

@@ -34,10 +34,10 @@ from lmtransfer.classification.data.prepare import (
     write_prepared,
 )
 from lmtransfer.classification.data.raw import RawData
+from lmtransfer.core.errors import DataSourceError, EmptySplitError
 from lmtransfer.data import pinned
 from lmtransfer.data.pinned import verify_checksum
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
-from lmtransfer.harness.errors import DataSourceError, EmptySplitError
 from lmtransfer.text.normalize import dedup_key, normalize_text
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]

@@ -24,8 +24,8 @@ from lmtransfer.classification.data.prepare import prepare, prepare_labeled, wri
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.classification.inputs import check_inputs
 from lmtransfer.core.config import ConfigError
+from lmtransfer.core.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
 from lmtransfer.data.prepared import read_corpus_meta, read_split
-from lmtransfer.harness.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.pretraining.checkpoint_import import CheckpointImportError
@@ -639,7 +639,7 @@ def test_a_fifo_as_input_is_not_called_a_missing_file():
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_an_unavailable_device_stops_validate_in_one_line_before_any_data_is_read():
-    from lmtransfer.harness.errors import DeviceError
+    from lmtransfer.core.errors import DeviceError
 
     raw = {"data": {"source": "files", "train": "missing.csv"}, "train": {"device": "cuda"}}
     with pytest.raises(DeviceError, match=r"train\.device='cuda' but no CUDA device is available"):

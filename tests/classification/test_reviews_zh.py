@@ -26,7 +26,7 @@ from lmtransfer.classification.data.reviews_zh import (
     read_review_lines,
     strip_annotations,
 )
-from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.core.errors import DataSourceError
 
 POSITIVE = "质量很好，推荐购买\n\n  物流很快  \n质量很好，推荐购买\n一般般吧\n"
 NEGATIVE = "太失望了\n一般般吧\n包装破损\n"

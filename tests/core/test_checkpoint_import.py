@@ -354,7 +354,7 @@ def test_a_raw_pickle_is_one_line_without_torchs_warning_before_it(tmp_path):
     import pickle
     import warnings
 
-    from lmtransfer.harness.errors import CheckpointError
+    from lmtransfer.core.errors import CheckpointError
     from lmtransfer.modeling.checkpoint import read_torch_file
 
     path = tmp_path / "raw.pt"
@@ -367,7 +367,7 @@ def test_a_raw_pickle_is_one_line_without_torchs_warning_before_it(tmp_path):
 
 
 def test_a_tokenizer_mismatch_says_what_made_the_tokenizers_differ(tmp_path, monkeypatch):
-    from lmtransfer.harness.errors import TokenizerError
+    from lmtransfer.core.errors import TokenizerError
     from lmtransfer.tokens.tokenizer import DictionaryTokenizer, check_trained_with
 
     monkeypatch.chdir(tmp_path)

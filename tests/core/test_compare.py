@@ -8,7 +8,7 @@ import math
 import pytest
 
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.core.errors import LmtransferError
 from lmtransfer.reporting import experiments as experiments_module
 from lmtransfer.reporting import scaling
 from lmtransfer.reporting.compare import compare_rows, format_table, plot_by

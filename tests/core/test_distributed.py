@@ -153,7 +153,7 @@ import sys
 sys.path.insert(0, {src!r})
 from lmtransfer.training import distributed
 from lmtransfer.core.config import TrainParams
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.harness.stage import stage_main
 
 @stage_main("tiny")

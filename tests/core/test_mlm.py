@@ -9,7 +9,7 @@ import torch
 
 from lmtransfer.classification.config import parse_params
 from lmtransfer.core.config import ConfigError, PretrainParams
-from lmtransfer.harness.errors import CheckpointError
+from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights

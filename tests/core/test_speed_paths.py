@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from lmtransfer.core import sharing
 from lmtransfer.core.config import PretrainParams, TrainParams
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.core.sharing import (
     CHOSEN_ENV,
     JOBS_ENV,
@@ -29,7 +30,6 @@ from lmtransfer.core.sharing import (
     running_queue_workers,
     thread_share,
 )
-from lmtransfer.harness.errors import ConfigError
 from lmtransfer.modeling.lm_loss import (
     AUTO_MIN_VOCAB,
     CHUNK_LOGITS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.harness.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
+from lmtransfer.core.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
 from lmtransfer.harness.stage import stage_main
 
 
@@ -100,7 +100,7 @@ def test_a_full_disk_names_the_file_it_could_not_write(capsys, monkeypatch):
 
 
 def test_every_expected_error_shares_one_base():
-    import lmtransfer.harness.errors as errors
+    import lmtransfer.core.errors as errors
 
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     assert all(issubclass(c, LmtransferError) for c in classes)

@@ -13,9 +13,9 @@ from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.prepare import write_prepared
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.config import TokenizerParams
+from lmtransfer.core.errors import TokenizerError
 from lmtransfer.core.io import read_json
 from lmtransfer.data.prepared import SPLITS, read_split
-from lmtransfer.harness.errors import TokenizerError
 from lmtransfer.pretraining.generation import encode_prompt
 from lmtransfer.tokens.tokenize_data import tokenize_prepared
 from lmtransfer.tokens.tokenized import load_labeled_split, write_corpus_part

@@ -104,26 +104,34 @@ def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     store.set_terminated(sibling.info.run_id)
 
 
-def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path):
+def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path, monkeypatch):
     """Its params leave `model.*` out (the checkpoint decides the shape): the run logs the checkpoint's, not
-    params.yaml's, so it compares with its scratch twin."""
+    params.yaml's, so it compares with its scratch twin. The tracking layer logs what the stage gives it."""
+    import sys
+
     from torch import nn
 
+    from lmtransfer.classification.config import Params
     from lmtransfer.core.paths import PRETRAINED
     from lmtransfer.harness.tracking import stage_run
     from lmtransfer.modeling.checkpoint import save_checkpoint
     from lmtransfer.modeling.model import ModelConfig
+    from lmtransfer.training import finetune_args
 
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
     PRETRAINED.parent.mkdir(parents=True)
     save_checkpoint(PRETRAINED, nn.Linear(1, 1), "language_model", config)
-    with stage_run("finetune_pretrained", {"finetune": {"lr": 0.1}}, run_name="finetune_pretrained@0") as tuned:
+    finetune_args.finetune_args.cache_clear()
+    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
+    start = finetune_args.language_model_start(Params(), {"vocab_size": 12, "pad_id": 0})
+    finetune_args.finetune_args.cache_clear()
+    with stage_run("finetune_pretrained", start.logged_params(Params()), run_name=start.stage) as tuned:
         pass
     params = store.get_run(tuned.info.run_id).data.params
     assert {key: params[key] for key in params if key.startswith("model.")} == {
         "model.n_layers": "3", "model.d_model": "8", "model.n_heads": "2", "model.d_ff": "16",
         "model.dropout": "0.0", "model.attention": "bidirectional"}
-    assert params["finetune.lr"] == "0.1"
+    assert params["finetune.lr"] == str(Params().finetune.lr)
     with stage_run("finetune_scratch", {"model": {"n_layers": 4}}, run_name="finetune_scratch@0") as scratch:
         pass
     assert store.get_run(scratch.info.run_id).data.params == {"model.n_layers": "4"}  # declared: as they are
@@ -247,7 +255,9 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
             pass
         (orphan,) = client.search_runs([experiment.experiment_id], "attributes.run_name = 'finetune_scratch@0'")
         assert orphan.info.status == "KILLED" and (tmp_path / ".resume/finetune_scratch_seed0").is_dir()
-        with stage_run("evaluate", {}):
+        from lmtransfer.training.resume import clear_finished_snapshots
+
+        with stage_run("evaluate", {}, clear_snapshots=clear_finished_snapshots):
             pass
     finally:
         mlflow.set_tracking_uri(None)

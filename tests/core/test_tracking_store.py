@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from lmtransfer.core.errors import TrackingStoreError
 from lmtransfer.core.io import sha256_of
-from lmtransfer.harness.errors import TrackingStoreError
 from lmtransfer.harness.tracking_store import BUILDING_PREFIX, ensure_store, store_problem
 
 

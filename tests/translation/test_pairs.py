@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError, InputFileError
+from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError, InputFileError
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 from lmtransfer.translation.data.pairs import carve_pairs, load_pair_files, read_pairs
 

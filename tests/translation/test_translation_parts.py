@@ -8,7 +8,7 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 from lmtransfer.translation.config import parse_translation_params as parse_params
 from lmtransfer.translation.evaluate import (

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.inference import predict
-from lmtransfer.harness.errors import TokenizerError
+from lmtransfer.core.errors import TokenizerError
 from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import autocast, compiled, to_device

@@ -22,8 +22,8 @@ from typing import Any
 from lmtransfer.classification.config import Params
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import load_source
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.data.files import label_file_for
-from lmtransfer.harness.errors import ConfigError
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import select_device
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights

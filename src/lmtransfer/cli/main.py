@@ -30,7 +30,7 @@ import lmtransfer.cli.pretraining as pretraining_cli
 import lmtransfer.cli.translation as translation_cli
 from lmtransfer.cli.args import POSITIVE, HelpFormatter
 from lmtransfer.core import paths
-from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.core.errors import LmtransferError
 
 
 def parameter_table(

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 
 
 class Section(BaseModel):

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.harness.errors import MissingOutputError
+from lmtransfer.core.errors import MissingOutputError
 
 
 def _umask() -> int:

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import NamedTuple
 
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 
 JOBS_ENV = "LMTRANSFER_JOBS"  # how many jobs share the machine; overrides counting the DVC queue's workers
 SPIN_COUNT = 10_000  # rounds an idle OpenMP thread spins before it sleeps (libgomp's own default: 300,000)

@@ -18,7 +18,7 @@ from typing import Iterator, NamedTuple
 
 import pandas as pd
 
-from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.core.errors import DataSourceError
 from lmtransfer.text.input_files import resolve_input
 
 FORMAT_BY_SUFFIX = {

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from lmtransfer.core.io import sha256_of
-from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.core.errors import DataSourceError
 
 
 def cache_dir() -> Path:

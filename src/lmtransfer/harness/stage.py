@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from lmtransfer.harness.errors import LmtransferError
+from lmtransfer.core.errors import LmtransferError
 from lmtransfer.harness.launcher import launching_dvc
 
 

@@ -312,40 +312,6 @@ def _end_pipeline(client, experiment_id: str, parent_id: str, status: str, own_r
         _set_pipeline_status(client, parent_id, status)
 
 
-def checkpoint_model_params(path: str | Path) -> dict[str, Any]:
-    """The `model.*` keys of params.yaml as a checkpoint's model config has them: the network really built."""
-    from lmtransfer.core.config import ModelParams
-    from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of
-
-    config = model_config_of(load_checkpoint(path))  # weights only: no code from the file runs
-    return {key: getattr(config, key) for key in ModelParams.model_fields}  # `attention`: causal | bidirectional
-
-
-PRETRAINED_FINETUNE = "finetune_pretrained"  # the stage of both tasks that starts from models/pretrained.pt
-READS_EVERY_MODEL = {"evaluate"}  # both tasks' stage that DVC starts only after every training stage completed
-
-
-def _clear_finished_snapshots(client, experiment_id: str) -> None:
-    """Resume snapshots of training stages that completed (a restored one leaves its own behind) are removed."""
-    from lmtransfer.training.resume import clear_finished_snapshots
-
-    alive = {run.info.run_name for run in _running_stage_runs(client, experiment_id)
-             if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
-    for stage in clear_finished_snapshots(alive):
-        print(f"resume: the snapshot of {stage} removed: that stage has completed")
-
-
-def _logged_params(stage: str, params: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The params a stage declares, and for a fine-tune of the pretrained model the `model.*` it was built with,
-    read from the checkpoint (it declares none: its shape is the checkpoint's, not params.yaml's), so the
-    Compare view lines it up with its scratch twin."""
-    from lmtransfer.core.paths import PRETRAINED
-
-    if stage != PRETRAINED_FINETUNE or "model" in params or not PRETRAINED.is_file():
-        return params
-    return {**params, "model": checkpoint_model_params(PRETRAINED)}
-
-
 def log_to_pipeline(metrics: dict[str, float]) -> None:
     """Put headline numbers on the pipeline run that groups the active stage run (call inside stage_run)."""
     import mlflow
@@ -371,9 +337,12 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @contextmanager
 def stage_run(
-    stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None, run_name: str | None = None
+    stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None, run_name: str | None = None,
+    clear_snapshots: Callable[[set[str]], list[str]] | None = None,
 ) -> Iterator[Any]:
     """Open the MLflow run of one stage execution (named `run_name`, default the stage); yields the active run.
+    `params` are what the run records. `clear_snapshots` (the stage that reads every trained model) is given the
+    names of the stages still running and removes the other stages' resume snapshots, returning their names.
 
     Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block. Under torchrun only rank 0 opens the run:
     the other ranks get None (they train, and log nothing: `log_metrics`).
@@ -407,14 +376,17 @@ def stage_run(
     orphans = close_orphaned_runs(client, experiment_id, run_name or stage)
     if orphans:
         tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
-    if stage in READS_EVERY_MODEL:
-        _clear_finished_snapshots(client, experiment_id)
+    if clear_snapshots is not None:
+        alive = {run.info.run_name for run in _running_stage_runs(client, experiment_id)
+                 if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
+        for finished in clear_snapshots(alive):
+            print(f"resume: the snapshot of {finished} removed: that stage has completed")
     _resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
     status, run_id = "FAILED", None
     try:
         with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
             run_id = run.info.run_id
-            mlflow.log_params(flatten(_logged_params(stage, params)))
+            mlflow.log_params(flatten(params))
             yield run
         status = "FINISHED"
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (harness.stage): stopped, not broken

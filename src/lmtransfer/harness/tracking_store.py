@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lmtransfer.harness.errors import TrackingStoreError
+from lmtransfer.core.errors import TrackingStoreError
 
 STORE_NAME = "mlflow.db"
 BUILDING_PREFIX = f".{STORE_NAME}.building-"  # + pid-nonce: a store under construction

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from lmtransfer.core.config import pooling_mismatch
+from lmtransfer.core.errors import CheckpointError
 from lmtransfer.core.io import atomic_path, how_to_produce, require_file
-from lmtransfer.harness.errors import CheckpointError
 from lmtransfer.modeling.model import Classifier, LanguageModel, MaskedLanguageModel, ModelConfig, fold_segment_a
 
 BASE_PREFIX = "base."
@@ -103,6 +103,14 @@ def base_state(state_dict: dict[str, Any]) -> dict[str, Any]:
 
 def model_config_of(payload: dict[str, Any]) -> ModelConfig:
     return ModelConfig(**payload["model_config"])
+
+
+def model_params_of(config: ModelConfig) -> dict[str, Any]:
+    """The `model.*` keys of params.yaml as a model config has them: the network really built (`attention`:
+    causal | bidirectional)."""
+    from lmtransfer.core.config import ModelParams
+
+    return {key: getattr(config, key) for key in ModelParams.model_fields}
 
 
 def objective_of(payload: dict[str, Any]) -> str:

@@ -11,8 +11,8 @@ import torch
 
 from lmtransfer.core import sharing
 from lmtransfer.core.config import TrainParams
+from lmtransfer.core.errors import DeviceError
 from lmtransfer.core.sharing import parallel_jobs, thread_share
-from lmtransfer.harness.errors import DeviceError
 
 
 def select_device(requested: str = "auto") -> torch.device:

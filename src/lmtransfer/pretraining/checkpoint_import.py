@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from lmtransfer.harness.errors import CheckpointError
+from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import BASE_PREFIX, SEGMENT_EMBEDDING, base_state, read_torch_file
 from lmtransfer.modeling.model import LanguageModel, ModelConfig, fold_segment_a, sinusoidal_positions
 

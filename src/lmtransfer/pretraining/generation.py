@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from lmtransfer.harness.errors import TokenizerError
+from lmtransfer.core.errors import TokenizerError
 from lmtransfer.modeling.model import LanguageModel
 from lmtransfer.tokens.tokenizer import mask_id_of as tokenizer_mask_id
 

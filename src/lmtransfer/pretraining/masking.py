@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.modeling.model import IGNORE_INDEX
 from lmtransfer.tokens.datasets import PackedBatches
 

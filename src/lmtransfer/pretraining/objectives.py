@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.modeling.model import LanguageModel, MaskedLanguageModel, ModelConfig
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker
 from lmtransfer.tokens.datasets import PackedBatches

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core.errors import LmtransferError
 from lmtransfer.core.paths import VARIANTS
-from lmtransfer.harness.errors import LmtransferError
 from lmtransfer.reporting.experiments import Experiment, changed_params
 from lmtransfer.reporting.plots import COLORS, plt, save_figure
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core.errors import LmtransferError
 from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS
-from lmtransfer.harness.errors import LmtransferError
 from lmtransfer.harness.tracking import flatten
 
 

@@ -22,8 +22,8 @@ import numpy as np
 from scipy import stats
 
 from lmtransfer.core.config import PretrainParams
+from lmtransfer.core.errors import LmtransferError
 from lmtransfer.core.io import write_json
-from lmtransfer.harness.errors import LmtransferError
 from lmtransfer.reporting.compare import Row, transfer_figure
 from lmtransfer.reporting.experiments import Experiment, dvc_env, dvc_output, list_experiments
 from lmtransfer.reporting.plots import COLORS, save_figure

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core.errors import InputFileError
 from lmtransfer.core.io import sha256_of
-from lmtransfer.harness.errors import InputFileError
 
 
 def resolve_input(path: str, key: str) -> Path:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.tokens.tokenized import LabeledSplit
 
 

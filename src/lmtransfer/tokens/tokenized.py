@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from lmtransfer.core.errors import EmptySplitError
 from lmtransfer.core.io import read_json, require_file, write_json
-from lmtransfer.harness.errors import EmptySplitError
 
 META = "meta.json"
 

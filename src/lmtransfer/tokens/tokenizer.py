@@ -30,9 +30,9 @@ import numpy as np
 import sentencepiece as spm
 
 from lmtransfer.core.config import TokenizerParams
+from lmtransfer.core.errors import MissingOutputError, TokenizerError
 from lmtransfer.core.io import how_to_produce
 from lmtransfer.core.paths import TOKENIZED
-from lmtransfer.harness.errors import MissingOutputError, TokenizerError
 from lmtransfer.text.input_files import resolve_input
 from lmtransfer.text.normalize import PIECE_SPACE
 

@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch import nn
 
 from lmtransfer.core.config import TrainParams
+from lmtransfer.core.errors import ConfigError, LmtransferError
 from lmtransfer.core.sharing import is_main_process, parallel_jobs, thread_share
-from lmtransfer.harness.errors import ConfigError, LmtransferError
 
 LAUNCHER_ENV = ("LOCAL_RANK", "WORLD_SIZE")  # set by torchrun in every process it starts
 

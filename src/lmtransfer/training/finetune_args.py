@@ -14,7 +14,7 @@ from typing import Any
 
 from lmtransfer.core.paths import PRETRAINED, VARIANTS
 from lmtransfer.harness.tracking import run_that_wrote
-from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of
+from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, model_params_of
 from lmtransfer.modeling.model import ModelConfig
 
 
@@ -49,6 +49,15 @@ class LanguageModelStart:
     @property
     def stage(self) -> str:
         return f"finetune_{self.variant}@{self.seed}"
+
+    def logged_params(self, params: Any) -> dict[str, dict[str, Any]]:
+        """The params this fine-tune's MLflow run records: the sections it reads, and for a pretrained start the
+        `model.*` its checkpoint was built with (it declares none: its shape is the checkpoint's, not
+        params.yaml's), so MLflow's Compare view lines it up with its scratch twin."""
+        logged = params.sections(*self.sections)
+        if self.payload is not None:
+            logged["model"] = model_params_of(self.config)
+        return logged
 
 
 def language_model_start(params: Any, meta: dict) -> LanguageModelStart:

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from lmtransfer.core.errors import CheckpointError
 from lmtransfer.core.io import atomic_path, sha256_of
-from lmtransfer.harness.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import read_torch_file
 from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.training import distributed

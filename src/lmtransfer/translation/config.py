@@ -28,7 +28,7 @@ from lmtransfer.core.config import (
     read_params_file,
     split_task,
 )
-from lmtransfer.harness.errors import ConfigError
+from lmtransfer.core.errors import ConfigError
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl")
 

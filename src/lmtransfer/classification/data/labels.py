@@ -18,7 +18,7 @@ from typing import Literal
 import pandas as pd
 
 from lmtransfer.data.files import as_number
-from lmtransfer.harness.errors import DataSourceError
+from lmtransfer.core.errors import DataSourceError
 
 BOOLEANS = {"true": "1", "false": "0"}
 LabelCase = Literal["strict", "fold"]

@@ -26,7 +26,7 @@ from lmtransfer.data.files import (
     split_files,
     table_format,
 )
-from lmtransfer.harness.errors import ConfigError, DataSourceError, EmptySplitError
+from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.text.normalize import normalize_text
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 
