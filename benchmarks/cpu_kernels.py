@@ -1,7 +1,7 @@
 """What pinning the CPU kernels to AVX2 costs: training tokens/s with pinned vs native kernels, side by side.
 
 lmtransfer pins PyTorch/MKL/oneDNN to AVX2 kernels so that results are the same on every
-AVX2 machine (see the README, "Reproducibility"). Kernels are chosen when torch loads, so
+AVX2 machine (docs/guide/reproducibility.md, "Pinned CPU kernels"). Kernels are chosen when torch loads, so
 each setting runs in its own process; the settings alternate over several rounds and the
 median is printed, with the ratio.
 

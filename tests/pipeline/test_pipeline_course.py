@@ -135,7 +135,7 @@ def write_course_files(root: Path) -> None:
         (course / f"{split}.label").write_text("".join(f"{label}\n" for _, label in rows), encoding="utf-8")
     kept = counts.most_common()[:-RARE_PIECES_LEFT_OUT]
     (course / "dict.txt").write_text("".join(f"{piece} {count}\n" for piece, count in kept), encoding="utf-8")
-    torch.save(original_checkpoint(len(kept) + 4), course / "pretrained.pt")
+    torch.save(original_checkpoint(len(kept) + 4), course / "pretrained_model_4layers.pt")
 
 
 @pytest.fixture(scope="module")
@@ -163,13 +163,13 @@ def test_the_dictionary_is_the_id_space(course_repo):
 
 def test_pretrain_loads_the_course_checkpoint_instead_of_training(course_repo):
     root, _ = course_repo
-    course = torch.load(root / "data/raw/course/pretrained.pt", weights_only=True)["model_state_dict"]
+    course = torch.load(root / "data/raw/course/pretrained_model_4layers.pt", weights_only=True)["model_state_dict"]
     ours = torch.load(root / "models/pretrained.pt", weights_only=True)
     assert torch.equal(ours["state_dict"]["base.token_embedding.weight"], course["base.encoder.weight"])
     assert torch.equal(ours["state_dict"]["base.layers.layers.0.linear1.weight"],
                        course["base.transformer_encoder.layers.0.linear1.weight"])
     assert torch.equal(ours["state_dict"]["head.weight"], course["classifier.decoder.weight"])
-    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/raw/course/pretrained.pt"
+    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/raw/course/pretrained_model_4layers.pt"
     summary = json.loads((root / "metrics/pretrain.json").read_text())
     assert summary["steps"] == 0 and summary["val_loss"] > 0
 
