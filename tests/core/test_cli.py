@@ -64,8 +64,10 @@ def test_every_command_is_documented_and_every_option_has_help_and_shows_its_def
                 continue
             where = f"{name} {'/'.join(action.option_strings) or action.dest}"
             assert action.help and len(action.help) > 10, f"{where} has no help text"
-            if action.default is argparse.SUPPRESS:  # the default depends on the project: said in words
+            if action.default is argparse.SUPPRESS or "default" in action.help:  # said in words, once
                 assert "default" in action.help, f"{where} does not say what happens without it"
+            elif action.default in (None, "", False) or not action.option_strings:
+                assert "(default:" not in action.help, f"{where}: an empty default shown"
             else:
                 shown = {f"(default: {action.default})", f"(default: {action.default!r})"}
                 assert any(s in text for s in shown), f"{where}: its default is not in `lmtransfer {name} --help`"
@@ -399,3 +401,29 @@ def test_an_impossible_shape_from_the_flags_is_refused_by_the_params_own_rule_na
                                 "A from the model defaults (no params.yaml here; --params names one))")
     with pytest.raises(SystemExit, match=r"must be even .* \(D from --d-model, A from --n-heads\)"):
         main(["summary", "--d-model", "9", "--n-heads", "3"])
+
+
+def test_every_help_text_is_clean_and_states_each_default_once(capsys):
+    """No `%%` left unformatted, no `(default: ...)` twice or empty, no internal module names."""
+    import re
+
+    from lmtransfer.cli.main import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    texts = {"lmtransfer": parser.format_help()} | {name: sub.format_help() for name, sub in commands.items()}
+    for name, text in texts.items():
+        flat = " ".join(text.split())
+        assert "%%" not in flat and "%(" not in flat, name
+        assert not re.search(r"\(default: [^)]*\)\s*\(default:", flat), name
+        assert "(default: )" not in flat and "(default: None)" not in flat, name
+        assert "cli." not in flat, name
+    assert {"translate", "compare", "scaling"} <= {word for word in texts["lmtransfer"].split()}
+
+
+def test_the_version_answers_to_dash_capital_v(capsys):
+    from lmtransfer.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["-V"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("lmtransfer ")

@@ -287,8 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
     summary.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
-                         help="the params file whose model to describe (without the default file: the model "
-                              "defaults)")
+                         help="the params file whose model to describe (default: params.yaml, with --translation "
+                              "translation/params.yaml; without that file: the model defaults)")
     vocabulary = summary.add_mutually_exclusive_group()
     vocabulary.add_argument("--vocab-size", type=POSITIVE, default=argparse.SUPPRESS, metavar="V",
                             help=f"token ids ({from_data})")
