@@ -36,9 +36,9 @@ from lmtransfer.classification.data.prepare import (
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.errors import DataSourceError, EmptySplitError
 from lmtransfer.data import pinned
+from lmtransfer.data.normalize import dedup_key, normalize_text
 from lmtransfer.data.pinned import verify_checksum
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
-from lmtransfer.text.normalize import dedup_key, normalize_text
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 

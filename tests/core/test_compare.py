@@ -142,7 +142,7 @@ def test_a_line_that_does_not_climb_never_reaches_the_baseline():
 
 def test_the_docs_tables_of_the_scaling_study_come_from_its_summary(tmp_path):
     from lmtransfer.core.io import write_json
-    from lmtransfer.docs.results_pages import generate
+    from lmtransfer.reporting.pages import generate
 
     base = PretrainParams(max_steps=500, adapt_epochs=5)
     found = []

@@ -8,7 +8,7 @@ from ruamel.yaml import YAML
 
 from lmtransfer.classification.config import Params
 from lmtransfer.cli.main import main
-from lmtransfer.docs.params_tables import (
+from lmtransfer.cli.params_tables import (
     END_MARKER,
     PAGE,
     REGENERATE,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.docs.results_pages import TABLES, PagesError, check_pages, generate, main, pages, write_pages
+from lmtransfer.reporting.pages import TABLES, PagesError, check_pages, generate, main, pages, write_pages
 
 REPO = Path(__file__).resolve().parents[2]
 

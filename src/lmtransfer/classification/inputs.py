@@ -24,10 +24,10 @@ from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prep
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.data.files import label_file_for
+from lmtransfer.data.input_files import manifest_entry, resolve_input
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import select_device
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
-from lmtransfer.text.input_files import manifest_entry, resolve_input
 from lmtransfer.tokens.tokenizer import PAD_ID, Tokenizer, existing_tokenizer, mask_id_of, train_sentencepiece
 
 TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)

@@ -234,7 +234,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
 
 
 def cmd_params(args: argparse.Namespace) -> None:
-    from lmtransfer.docs.params_tables import params_table, update_readme
+    from lmtransfer.cli.params_tables import params_table, update_readme
 
     if "readme" not in vars(args):
         print(params_table("translation" if args.translation else "classification"), end="")
@@ -256,7 +256,7 @@ def cmd_results(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from lmtransfer.docs.results_pages import check_pages, write_pages
+    from lmtransfer.reporting.pages import check_pages, write_pages
 
     if args.check:
         problems = check_pages(args.root)

@@ -19,7 +19,7 @@ from typing import Iterator, NamedTuple
 import pandas as pd
 
 from lmtransfer.core.errors import DataSourceError
-from lmtransfer.text.input_files import resolve_input
+from lmtransfer.data.input_files import resolve_input
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",

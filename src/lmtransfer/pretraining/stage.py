@@ -17,6 +17,7 @@ from lmtransfer.core.paths import (
     TOKENIZED_CORPUS,
     timings_file,
 )
+from lmtransfer.data.input_files import resolve_input
 from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import ModelConfig, count_parameters
@@ -32,7 +33,6 @@ from lmtransfer.pretraining.loop import (
     pretrain_timings,
 )
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.text.input_files import resolve_input
 from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed

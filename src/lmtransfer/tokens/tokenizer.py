@@ -33,8 +33,8 @@ from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.errors import MissingOutputError, TokenizerError
 from lmtransfer.core.io import how_to_produce
 from lmtransfer.core.paths import TOKENIZED
-from lmtransfer.text.input_files import resolve_input
-from lmtransfer.text.normalize import PIECE_SPACE
+from lmtransfer.data.input_files import resolve_input
+from lmtransfer.data.normalize import PIECE_SPACE
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # of a tokenizer this project trains
 MASK_PIECE = "<mask>"

@@ -20,7 +20,7 @@ from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data.prepared import SPLITS, write_prepared_dir
 from lmtransfer.core.errors import EmptySplitError, SplitError
-from lmtransfer.text.normalize import dedup_key, normalize_text, pieces_to_text
+from lmtransfer.data.normalize import dedup_key, normalize_text, pieces_to_text
 
 MAX_DOCUMENT_CHARS = 20_000  # a longer corpus line becomes several documents (see split_long_line)
 

@@ -27,7 +27,7 @@ from lmtransfer.data.files import (
     table_format,
 )
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
-from lmtransfer.text.normalize import normalize_text
+from lmtransfer.data.normalize import normalize_text
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")

@@ -11,8 +11,8 @@ are broken (a test and `lmtransfer report --check` run it). A marker inside a fe
 not a marker, so a page can show the syntax. NAME is a key of `TABLES`, or `bench.<name>` for the table a
 benchmark wrote to benchmarks/results/<name>.json; `generate` gives its text.
 
-    python -m lmtransfer.docs.results_pages            # rewrite the tables
-    python -m lmtransfer.docs.results_pages --check    # exit 1 at the first stale or broken table
+    python -m lmtransfer.reporting.pages            # rewrite the tables
+    python -m lmtransfer.reporting.pages --check    # exit 1 at the first stale or broken table
 """
 
 from __future__ import annotations

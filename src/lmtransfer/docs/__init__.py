@@ -1,1 +1,0 @@
-"""The code that writes the docs' generated tables."""
