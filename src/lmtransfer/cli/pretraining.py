@@ -9,23 +9,29 @@ from lmtransfer.cli.args import NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, add_
 from lmtransfer.core import paths
 
 
-def cmd_generate(args: argparse.Namespace) -> None:
-    import torch
-
+def language_model_and_tokenizer(args: argparse.Namespace, objective: str, refusal: str):
+    """The checkpoint `--checkpoint` names, refused in one line (`refusal`) unless pretrained with `objective`, as a
+    model in evaluation mode, and the `--tokenizer` it was trained with (checked)."""
     from lmtransfer.modeling.checkpoint import build_language_model, load_checkpoint, objective_of
-    from lmtransfer.pretraining.generation import continue_prompt
     from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
 
     payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
-    if objective_of(payload) == "mlm":
-        raise SystemExit(
-            f"error: {args.checkpoint} is a masked language model (pretrain.objective: mlm): it predicts blanks from "
-            f"both sides and cannot continue a text left to right; try lmtransfer fill \"{args.prompt or 'the movie was'} "
-            f"<mask>\""
-        )
+    if (objective_of(payload) == "mlm") != (objective == "mlm"):
+        raise SystemExit(f"error: {args.checkpoint} is {refusal}")
     tokenizer = load_tokenizer(args.tokenizer)
     check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
-    model = build_language_model(payload).eval()
+    return build_language_model(payload).eval(), tokenizer
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    import torch
+
+    from lmtransfer.pretraining.generation import continue_prompt
+    from lmtransfer.tokens.tokenizer import MASK_PIECE
+
+    model, tokenizer = language_model_and_tokenizer(args, "clm", (
+        "a masked language model (pretrain.objective: mlm): it predicts blanks from both sides and cannot continue a "
+        f"text left to right; try lmtransfer fill \"{args.prompt or 'the movie was'} {MASK_PIECE}\""))
     generator = torch.Generator().manual_seed(args.seed)
     for _ in range(args.samples):
         continuation = continue_prompt(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k,
@@ -34,25 +40,17 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_fill(args: argparse.Namespace) -> None:
-    from lmtransfer.modeling.checkpoint import build_language_model, load_checkpoint, objective_of
-    from lmtransfer.pretraining.generation import MASK_TEXT, fill_blanks, mask_id_of
-    from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
+    from lmtransfer.pretraining.generation import fill_blanks, mask_id_of
+    from lmtransfer.tokens.tokenizer import MASK_PIECE
 
     if not args.prompt.strip():
-        raise SystemExit(f"error: the prompt is empty: write a text with {MASK_TEXT} where a word is missing")
-    payload = load_checkpoint(args.checkpoint, expected_kind="language_model")
-    if objective_of(payload) != "mlm":
-        raise SystemExit(
-            f"error: {args.checkpoint} is a causal (next-token) language model: it reads only the left context, so "
-            f"it cannot fill a blank from both sides; pretrain with pretrain.objective: mlm, or continue a prompt "
-            f"with `lmtransfer generate`"
-        )
-    tokenizer = load_tokenizer(args.tokenizer)
-    check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
-    model = build_language_model(payload)
-    prompt = args.prompt if MASK_TEXT in args.prompt else f"{args.prompt} {MASK_TEXT}"
+        raise SystemExit(f"error: the prompt is empty: write a text with {MASK_PIECE} where a word is missing")
+    model, tokenizer = language_model_and_tokenizer(args, "mlm", (
+        "a causal (next-token) language model: it reads only the left context, so it cannot fill a blank from both "
+        "sides; pretrain with pretrain.objective: mlm, or continue a prompt with `lmtransfer generate`"))
+    prompt = args.prompt if MASK_PIECE in args.prompt else f"{args.prompt} {MASK_PIECE}"
     for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id_of(tokenizer), args.top_k), 1):
-        print(f"{MASK_TEXT} {number}:" if prompt.count(MASK_TEXT) > 1 else f"{prompt}")
+        print(f"{MASK_PIECE} {number}:" if prompt.count(MASK_PIECE) > 1 else f"{prompt}")
         for word, probability in blank:
             print(f"  {probability:.3f}  {word}")
 

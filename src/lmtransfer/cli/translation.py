@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
 from lmtransfer.cli.args import (
     NON_NEGATIVE_FLOAT,
@@ -17,7 +16,7 @@ from lmtransfer.cli.args import (
 from lmtransfer.core import paths
 from lmtransfer.translation.config import TranslationEvaluateParams
 
-TRANSLATION = Path("translation")  # the translation pipeline's folder, from the repository root
+TRANSLATION = paths.TRANSLATION_ROOT  # the translation pipeline's folder, from the repository root
 DECODING = TranslationEvaluateParams()  # the evaluate stage's beam search is the command's default
 
 

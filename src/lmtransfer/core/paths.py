@@ -29,6 +29,7 @@ PLOTS = Path("plots")
 # Wall-clock figures (seconds, tokens/s): git-ignored and not DVC outputs, so results stay byte-identical.
 TIMINGS = Path("timings")
 VARIANTS = ("pretrained", "scratch")
+TRANSLATION_ROOT = Path("translation")  # the translation pipeline's folder: its own params, dvc.yaml and outputs
 
 
 def finetuned_checkpoint(variant: str, seed: int) -> Path:

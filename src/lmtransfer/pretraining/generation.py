@@ -10,9 +10,8 @@ import torch
 
 from lmtransfer.core.errors import TokenizerError
 from lmtransfer.modeling.model import LanguageModel
+from lmtransfer.tokens.tokenizer import MASK_PIECE
 from lmtransfer.tokens.tokenizer import mask_id_of as tokenizer_mask_id
-
-MASK_TEXT = "<mask>"  # how a blank is written in a prompt
 
 
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
@@ -31,7 +30,7 @@ def _encode_text(tokenizer, text: str) -> list[int]:
 def encode_with_blanks(tokenizer, prompt: str, mask_id: int) -> list[int]:
     """BOS + the prompt's ids with each `<mask>` as the mask id (cut apart, sentencepiece would spell it out)."""
     ids = [tokenizer.bos_id]
-    parts = prompt.split(MASK_TEXT)
+    parts = prompt.split(MASK_PIECE)
     for index, part in enumerate(parts):
         if part.strip():
             ids += _encode_text(tokenizer, part.strip())
@@ -46,8 +45,8 @@ def fill_blanks(
 ) -> list[list[tuple[str, float]]]:
     """For each `<mask>` of the prompt (one is appended when it has none), the `top_k` likeliest words and
     their probabilities; special ids are never proposed."""
-    if MASK_TEXT not in prompt:
-        prompt = f"{prompt} {MASK_TEXT}"
+    if MASK_PIECE not in prompt:
+        prompt = f"{prompt} {MASK_PIECE}"
     ids = encode_with_blanks(tokenizer, prompt, mask_id)
     model.eval()
     logits = model(torch.tensor([ids], device=device))[0].float()
@@ -67,9 +66,9 @@ def fill_samples(
     """`[fill] the movie was <mask> -> good 0.210 | great 0.104 | ...`, one line per blank (samples.txt)."""
     lines = []
     for prompt in prompts:
-        shown = prompt if MASK_TEXT in prompt else f"{prompt} {MASK_TEXT}"
+        shown = prompt if MASK_PIECE in prompt else f"{prompt} {MASK_PIECE}"
         for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id, top_k, device), start=1):
-            which = f" (blank {number})" if shown.count(MASK_TEXT) > 1 else ""
+            which = f" (blank {number})" if shown.count(MASK_PIECE) > 1 else ""
             lines.append(f"[fill] {shown}{which} -> " + " | ".join(f"{word} {p:.3f}" for word, p in blank))
     return "\n".join(lines) + "\n"
 

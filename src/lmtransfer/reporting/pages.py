@@ -28,12 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.core.io import read_tsv
+from lmtransfer.core.paths import (
+    BASELINE_METRICS,
+    EVALUATE_REPORT,
+    FINETUNE_METRICS,
+    TRANSLATION_ROOT,
+    VARIANTS,
+    finetune_epochs,
+)
 
-EVALUATE = "metrics/evaluate.json"
-BASELINE = "metrics/baseline.json"
-TRANSLATION = "translation/metrics/evaluate.json"
+EVALUATE = EVALUATE_REPORT.as_posix()
+BASELINE = BASELINE_METRICS.as_posix()
+TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
 REGENERATE = "lmtransfer report"
-VARIANTS = ("pretrained", "scratch")
 TEST_LABELS = ("pretrained, then fine-tuned", "same network from scratch")
 
 MARKER = re.compile(r"^\s*<!--\s*report:(?P<name>[^:\s]+):(?P<kind>start|end)\s*-->\s*$")
@@ -305,7 +312,7 @@ def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> lis
     """`column` of each seed's per-epoch log of the translation fine-tune, averaged over the seeds."""
     runs = []
     for seed in seeds:
-        rel = f"translation/metrics/finetune/{variant}/seed{seed}.tsv"
+        rel = (TRANSLATION_ROOT / finetune_epochs(variant, seed)).as_posix()
         try:
             rows = read_tsv(root / rel)
         except (OSError, IndexError) as error:
@@ -314,7 +321,8 @@ def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> lis
             raise MetricsError(f"{rel} has no column {column!r}")
         runs.append([_finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
     if len({len(run) for run in runs}) != 1:
-        raise MetricsError(f"translation/metrics/finetune/{variant}: the seeds logged different numbers of epochs")
+        raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the seeds logged different "
+                           "numbers of epochs")
     return [sum(values) / len(values) for values in zip(*runs)]
 
 
@@ -394,7 +402,7 @@ TABLES: dict[str, Table] = {
     "objectives": Table(_objectives, ("results/objectives/",)),
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
-    "translation-epochs": Table(_translation_epochs, (TRANSLATION, "translation/metrics/finetune/")),
+    "translation-epochs": Table(_translation_epochs, (TRANSLATION, f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/")),
     "scaling": Table(_scaling, (SCALING,)),
     "scaling-trend": Table(_scaling_trend, (SCALING,)),
 }
