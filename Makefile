@@ -43,7 +43,7 @@ test: venv
 
 ## the linter: ruff with the rules of pyproject.toml (sorted imports, unused and undefined names, ...)
 lint: venv
-	$(BIN)/ruff check src stages benchmarks tests
+	$(BIN)/ruff check src stages benchmarks tests tools
 
 ## unit tests only (skips the end-to-end pipeline test)
 test-fast: venv

@@ -38,7 +38,7 @@ def test_every_module_a_stage_can_run_is_one_of_its_deps(pipeline_stage):
     needed = closure_files(REPO / script.removeprefix(prefix))
     declared = _declared_sources(definition["deps"], prefix)
     missing, needless = sorted(needed - declared), sorted(declared - needed)
-    hint = "run `python tests/import_closure.py` for the right list"
+    hint = "run `python tools/import_closure.py` for the right list"
     assert not missing, f"{stage} imports these but dvc.yaml does not list them (edits would not rerun it): {missing}; {hint}"
     assert not needless, f"{stage} lists these but never imports them (edits rerun it for nothing): {needless}; {hint}"
 
@@ -197,3 +197,13 @@ def test_every_module_the_makefile_and_ci_name_exists():
     for path in (REPO / "Makefile", *(REPO / ".ci").glob("*")):
         for module in re.findall(r"from (lmtransfer(?:\.\w+)*) import", path.read_text(encoding="utf-8")):
             assert module_file(module), f"{path.name} imports {module}, which does not exist"
+
+
+def test_the_tests_mirror_the_packages():
+    """A newcomer finds the tests of src/lmtransfer/<package>/ in tests/<package>/."""
+    packages = {p.parent.name for p in (SRC / "lmtransfer").glob("*/__init__.py")}
+    tests = REPO / "tests"
+    missing = sorted(p for p in packages if not any((tests / p).glob("test_*.py")))
+    assert not missing, f"no tests/<package>/test_*.py for: {missing}"
+    assert not [p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "pipeline_repo.py")], (
+        "tools belong in tools/, tests in tests/<package>/")

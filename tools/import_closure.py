@@ -7,8 +7,8 @@ one of its `deps` in dvc.yaml. The modules that cannot change a stage's outputs
 is exempt and not followed. Where a stage runs every module of a folder, its deps
 name the folder instead of the files (the list stays short, and stays exact).
 
-    python tests/import_closure.py          # each stage's closure, as dvc.yaml deps
-    python tests/import_closure.py --write  # rewrite the src/ deps of every stage of both dvc.yaml files to match
+    python tools/import_closure.py          # each stage's closure, as dvc.yaml deps
+    python tools/import_closure.py --write  # rewrite the src/ deps of every stage of both dvc.yaml files to match
 """
 
 from __future__ import annotations
