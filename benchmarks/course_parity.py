@@ -239,6 +239,8 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
 
     torch.manual_seed(seed)
     model = course_model(schedule["vocab_size"], 2)
+    if schedule.get("embedding_init") == "uniform":  # as ours draws it (modeling.model.EMBEDDING_UNIFORM)
+        torch.nn.init.uniform_(model.base.encoder.weight, -0.1, 0.1)
     optimizer = torch.optim.Adam(model.parameters(), lr=schedule["lr"])
     generator = np.random.default_rng(seed)
     data = {name: texts_of(split, schedule["max_len"]) for name, split in
@@ -296,7 +298,8 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     if change.eos:
         train, valid, test = (with_eos(split, schedule["eos_id"], params.max_len) for split in (train, valid, test))
     seed_everything(seed)
-    config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT, pad_id=schedule["pad_id"])
+    config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT, pad_id=schedule["pad_id"],
+                         embedding_init=schedule.get("embedding_init", "normal"))
     model = Classifier(config, 2, pooling=params.pooling)
     result = finetune(model, train, valid, params, torch.device("cpu"), seed=seed, desc=f"  ours seed {seed}")
     model.load_state_dict(result.best_state)
@@ -342,23 +345,25 @@ def difference_interval(ours: list[float], course: list[float]) -> tuple[float, 
 
 
 SAME_RUN = ("data", "seeds", "train", "valid", "test", "min_chars", "vocab_size", "epochs", "batch_size", "lr", "grad_clip",
-            "max_len", "threads")
+            "max_len", "threads", "embedding_init")
 
 
-def result_name(data: str, ablation: str) -> str:
-    """course_parity[-DATA][-ABLATION]: the result files of a run (reviews-zh and no ablation unnamed)."""
+def result_name(data: str, ablation: str, embedding_init: str = "normal") -> str:
+    """course_parity[-DATA][-uniform-init][-ABLATION]: the result files of a run (reviews-zh, nn.Embedding's init and
+    no ablation unnamed)."""
     return "-".join(["course_parity", *([data] if data != "reviews-zh" else []),
+                     *(["uniform-init"] if embedding_init == "uniform" else []),
                      *([ablation] if ablation != "none" else [])])
 
 
-def saved_curves(data: str, ablation: str) -> dict | None:
+def saved_curves(data: str, ablation: str, embedding_init: str = "normal") -> dict | None:
     """The curves file a run of `data` and `ablation` saved, if there is one; its args name the data (files
     written before --data existed hold reviews-zh runs)."""
-    path = RESULTS / f"{result_name(data, ablation)}-curves.json"
+    path = RESULTS / f"{result_name(data, ablation, embedding_init)}-curves.json"
     if not path.is_file():
         return None
     payload = json.loads(path.read_text(encoding="utf-8"))
-    payload["args"] = {"data": "reviews-zh", **payload["args"]}
+    payload["args"] = {"data": "reviews-zh", "embedding_init": "normal", **payload["args"]}
     return payload
 
 
@@ -369,7 +374,7 @@ def same_run(args: dict, other: dict) -> bool:
 
 def saved_runs(args, loop: str = "course") -> list[dict] | None:
     """`loop`'s runs of a run without ablation on the same data, seeds and schedule, if one was saved."""
-    payload = saved_curves(args.data, "none")
+    payload = saved_curves(args.data, "none", getattr(args, "embedding_init", "normal"))
     if payload is None or not same_run(payload["args"], vars(args)):
         return None
     runs = list(payload["runs"].get(loop, []))
@@ -426,6 +431,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--grad-clip", type=float, default=0.5)
     parser.add_argument("--max-len", type=int, default=512)
+    parser.add_argument("--embedding-init", choices=("normal", "uniform"), default="normal",
+                        help="both loops' token embedding: nn.Embedding's N(0, 1), or uniform in ±0.1 (PyTorch's "
+                        "Transformer tutorial; model.embedding_init)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default; 1 with --jobs)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in a process of its own")
     parser.add_argument("--report-only", action="store_true",
@@ -442,7 +450,7 @@ def main() -> None:
     if args.write_course_files and args.data != "reviews-zh":
         parser.error("--write-course-files writes the reviews-zh splits; movies-en is the built-in run's own data")
     if args.report_only:
-        saved = saved_curves(args.data, args.ablation)
+        saved = saved_curves(args.data, args.ablation, args.embedding_init)
         if saved is None:
             parser.error(f"no saved curves of --data {args.data} --ablation {args.ablation} to report")
         args = argparse.Namespace(**{**saved["args"], "report_only": False})
@@ -489,7 +497,8 @@ def main() -> None:
           flush=True)
     print(f"baseline (TF-IDF + logistic regression, C chosen on valid): test {baseline:.3f}", flush=True)
     schedule = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
-                    max_len=args.max_len, vocab_size=args.vocab_size, eos_id=eos_id, pad_id=pad_id)
+                    max_len=args.max_len, vocab_size=args.vocab_size, eos_id=eos_id, pad_id=pad_id,
+                    embedding_init=args.embedding_init)
     runs: dict[str, list[dict]] = {loop: [] for loop in args.loops}
     # the loops alternate, so a drift in the machine's speed touches both alike
     tasks = [(loop, train, valid, test, seed, schedule, args.ablation, args.threads)
@@ -537,7 +546,7 @@ def plot_curves(runs: dict[str, list[dict]], baseline: float, path: Path) -> Pat
 def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, command: str | None = None) -> None:
     """The table (per seed, mean ± std, the baseline, the difference) printed and written, the curves saved, and
     the parity line; an ablation of our loop alone is set against the saved course runs."""
-    name = result_name(args.data, args.ablation)
+    name = result_name(args.data, args.ablation, args.embedding_init)
     curves = RESULTS / f"{name}-curves.json"
     curves.write_text(json.dumps({"args": vars(args), "baseline": {"test_accuracy": baseline}, "runs": runs,
                                   "seconds": round(seconds, 1), "command": command or " ".join(
@@ -547,7 +556,7 @@ def report(args, runs: dict[str, list[dict]], baseline: float, seconds: float, c
     if "course" not in runs and (saved := saved_runs(args)):
         runs = {"course": saved, **runs}
         print(f"the course's runs of the same data, seeds and schedule: from "
-              f"{RESULTS.name}/{result_name(args.data, 'none')}-curves.json")
+              f"{RESULTS.name}/{result_name(args.data, 'none', args.embedding_init)}-curves.json")
     print(f"\n{'loop':<30}{'best valid':>16}{'test':>16}")
     for loop, loop_runs in runs.items():
         valid_scores, test_scores = ([r[key] for r in loop_runs] for key in ("best_val_accuracy", "test_accuracy"))

@@ -278,3 +278,21 @@ def test_sampling_is_reproducible_with_a_seeded_generator():
     ]
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])
+
+
+def test_the_embedding_init_is_nn_embeddings_normal_by_default_or_uniform_within_a_tenth():
+    import torch
+
+    from lmtransfer.modeling.model import Classifier, ModelConfig
+
+    def built(init: str) -> Classifier:
+        torch.manual_seed(0)
+        return Classifier(ModelConfig(500, 20, 2, 2, 20, 0.1, embedding_init=init), 2)
+
+    normal, uniform = built("normal"), built("uniform")
+    assert 0.9 < float(normal.base.token_embedding.weight.std()) < 1.1
+    weights = uniform.base.token_embedding.weight
+    assert float(weights.abs().max()) <= 0.1 and 0.05 < float(weights.std()) < 0.065  # uniform ±0.1: std 0.0577
+    torch.manual_seed(0)
+    default = Classifier(ModelConfig(500, 20, 2, 2, 20, 0.1), 2)
+    assert all(torch.equal(v, default.state_dict()[k]) for k, v in normal.state_dict().items())  # `normal` = before

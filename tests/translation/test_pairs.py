@@ -91,7 +91,7 @@ def test_an_encoding_other_than_utf8_is_read_when_named(tmp_path):
 
 BROKEN = [
     ("train.csv", "src,target\na,b\n",
-     "train.csv: no column 'source' (data.source_column); the columns are: src, target (set by data.train)"),
+     "train.csv: no column 'source' (data.source_column); the columns are: 'src', 'target' (set by data.train)"),
     ("train.jsonl", jsonl([{"source": "a", "target": "b"}, {"source": "c", "tgt": "d"}]),
      "train.jsonl, line 2: no field 'target' (data.target_column); the fields are: source, tgt (set by data.train)"),
     ("train.tsv", "source\ttarget\na\tb\n\tc\n\td\n",

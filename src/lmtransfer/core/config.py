@@ -81,6 +81,11 @@ class ModelParams(Section):
     n_heads: int = Field(2, ge=1, description="A: attention heads per layer")
     d_ff: int = Field(200, ge=1, description="F: hidden units of each layer's feed-forward block")
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout rate after the embedding and inside every layer")
+    embedding_init: Literal["normal", "uniform"] = Field(
+        "normal", description="the token embedding's first weights: `normal`, nn.Embedding's N(0, 1) (times sqrt(D): "
+        "std 14 at D = 200, far above the positions' scale), or `uniform` in [-0.1, 0.1] as PyTorch's Transformer "
+        "tutorial draws them (what reaches the course's published accuracy from scratch: docs/results/course.md)"
+    )
     # Attention direction is architecture (the scratch twin must match the pretrained model), but it follows
     # from the objective: `auto` resolves it from `pretrain.objective`, so one -S switches both.
     attention: Literal["auto", "causal", "bidirectional"] = Field(

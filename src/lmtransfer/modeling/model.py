@@ -34,6 +34,7 @@ class ModelConfig:
     dropout: float
     pad_id: int = 0
     causal: bool = True  # position i attends to positions <= i only; False: to every non-padding position
+    embedding_init: str = "normal"  # the token embedding's first draw: nn.Embedding's N(0, 1), or uniform in ±0.1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,6 +49,9 @@ class ModelConfig:
         `causal` is the resolved `model.attention` (`Params.causal_attention`)."""
         shape = {k: v for k, v in model_params.model_dump().items() if k != "attention"}
         return cls(vocab_size=vocab_size, pad_id=pad_id, causal=causal, **shape)
+
+
+EMBEDDING_UNIFORM = 0.1  # model.embedding_init: uniform: PyTorch's Transformer tutorial's range
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
@@ -210,6 +214,8 @@ class TransformerBase(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        if config.embedding_init == "uniform":  # drawn after N(0, 1), so `normal` keeps every later draw as it was
+            nn.init.uniform_(self.token_embedding.weight, -EMBEDDING_UNIFORM, EMBEDDING_UNIFORM)
         self.positions = PositionalEncoding(config.d_model)
         self.dropout = Dropout(config.dropout)
         layer = EncoderLayer(config.d_model, config.n_heads, config.d_ff, config.dropout)
