@@ -2,82 +2,15 @@
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-import mlflow
-
 from lmtransfer.classification.config import load_params
-from lmtransfer.classification.evaluate import (
-    SeedResult,
-    evaluate_classifier,
-    headline_metrics,
-    mean_curves,
-    pooled_confusion,
-    report_lines,
-    transfer_report,
-)
-from lmtransfer.core.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
-from lmtransfer.core.paths import (
-    BASELINE_METRICS,
-    EVALUATE_DETAILS,
-    EVALUATE_REPORT,
-    HEADLINE,
-    PARAMS,
-    PRETRAIN_SUMMARY,
-    TOKENIZED,
-    VARIANTS,
-    finetune_epochs,
-    predictions_file,
-)
+from lmtransfer.classification.evaluate_stage import run_evaluate_stage
+from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
-from lmtransfer.modeling.checkpoint import load_checkpoint
-from lmtransfer.modeling.runtime import select_device, use_share_of_cores
-from lmtransfer.reporting.finetuned import finetuned_checkpoints
-from lmtransfer.tokens.tokenized import load_labeled_split
-from lmtransfer.training.resume import clear_finished_snapshots
 
 
 @stage_main("evaluate")
 def main() -> None:
-    params = load_params(PARAMS)
-    seeds = params.finetune.seeds
-    test = load_labeled_split(TOKENIZED, "test")
-    baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
-    pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
-    checkpoints = finetuned_checkpoints(seeds)
-    upstream = runs_that_wrote(checkpoints.values())
-    device = select_device("auto")
-    use_share_of_cores()
-    with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
-                   clear_snapshots=clear_finished_snapshots):
-        mlflow.log_param("finetune.seeds", seeds)
-        results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
-        prediction_rows = {v: ["seed,actual,predicted"] for v in VARIANTS}
-        for (variant, seed), path in checkpoints.items():
-            payload = load_checkpoint(path, expected_kind="classifier")
-            metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
-            epochs = read_tsv(require_file(finetune_epochs(variant, seed), "fine-tuning metrics"))
-            history = [{key: float(value) for key, value in row.items()} for row in epochs]
-            results[variant].append(SeedResult(seed, metrics, predicted == test.labels, history))
-            names = payload["label_names"]
-            prediction_rows[variant] += [f"{seed},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
-            mlflow.log_metrics({f"{variant}_test_accuracy": metrics["accuracy"],
-                                f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
-        confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
-        report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate, pretraining)
-        headline = headline_metrics(report)
-        write_json(EVALUATE_REPORT, report)
-        write_json(HEADLINE, headline)
-        write_json(EVALUATE_DETAILS / "confusion.json", confusion)
-        write_tsv(EVALUATE_DETAILS / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
-        for variant, rows in prediction_rows.items():
-            write_text(predictions_file(variant), "\n".join(rows) + "\n")
-        mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
-        mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS
-                            for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")})
-        mlflow.log_metric("baseline_accuracy", report["baseline"]["accuracy"])
-        mlflow.log_dict(report, "evaluate.json")
-        log_to_pipeline(headline)
-    print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
+    run_evaluate_stage(load_params(PARAMS))
 
 
 if __name__ == "__main__":

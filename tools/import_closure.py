@@ -149,7 +149,7 @@ def main() -> None:
         for pipeline in PIPELINES:
             write_dvc_yaml(pipeline)
         return
-    for script in sorted((REPO / "stages").glob("*.py")):
+    for script in sorted((REPO / "stages").rglob("*.py")):
         print(f"{script.relative_to(REPO)}:")
         for path in collapsed(closure_files(script)):
             print(f"  - {path}")

@@ -3,6 +3,8 @@ and no module imports in a circle."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ruamel.yaml import YAML
 
@@ -80,11 +82,15 @@ def test_no_module_imports_in_a_circle():
 
 
 def test_stage_scripts_stay_thin():
-    """Training logic lives in the library: a stage script parses params, calls it, writes outputs."""
-    for script in sorted((REPO / "stages").glob("*.py")):
-        lines = [line for line in script.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
-        assert len(lines) < 110, f"{script.name} has {len(lines)} lines: move logic into src/lmtransfer/"
-        assert "for epoch" not in script.read_text() and ".backward(" not in script.read_text(), script.name
+    """A stage script reads its params and calls one function of its task (or of pretraining); it writes nothing and
+    logs nothing itself (tracking goes through harness.tracking, from the library)."""
+    scripts = sorted((REPO / "stages").rglob("*.py"))
+    assert {p.parent.name for p in scripts} == {"stages", "translation"}  # translation's scripts in a folder of their own
+    for script in scripts:
+        text = script.read_text()
+        assert len(text.splitlines()) <= 30, f"{script.relative_to(REPO)}: move its logic into src/lmtransfer/"
+        assert "import mlflow" not in text and not re.search(r"\b(write_\w*|stage_run)\(", text), script.name
+        assert "for epoch" not in text and ".backward(" not in text, script.name
 
 
 def test_each_stored_format_has_one_home():

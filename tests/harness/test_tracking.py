@@ -130,7 +130,7 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
     params = store.get_run(tuned.info.run_id).data.params
     assert {key: params[key] for key in params if key.startswith("model.")} == {
         "model.n_layers": "3", "model.d_model": "8", "model.n_heads": "2", "model.d_ff": "16",
-        "model.dropout": "0.0", "model.attention": "bidirectional"}
+        "model.dropout": "0.0", "model.embedding_init": "normal", "model.attention": "bidirectional"}
     assert params["finetune.lr"] == str(Params().finetune.lr)
     with stage_run("finetune_scratch", {"model": {"n_layers": 4}}, run_name="finetune_scratch@0") as scratch:
         pass

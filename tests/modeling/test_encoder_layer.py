@@ -158,7 +158,7 @@ print(denormals_flushed())
 """
 
 
-@pytest.mark.parametrize("stage", ["stages/pretrain.py", "stages/finetune.py", "stages/translation_finetune.py"])
+@pytest.mark.parametrize("stage", ["stages/pretrain.py", "stages/finetune.py", "stages/translation/finetune.py"])
 def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage):
     """The flag is per thread and torch's workers copy it only when they start: configure() must come before
     anything a stage does in parallel (its imports included)."""

@@ -125,3 +125,15 @@ def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     tokenizer, tokenizer_files = check_tokenizer(params, scan)
     check_objective(params, tokenizer)
     return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}
+
+
+def run_validate_stage(params: Params) -> None:
+    """The validate stage: every check, then each reading stage's manifest of the external files it reads."""
+    from lmtransfer.core.io import write_json
+    from lmtransfer.core.paths import INPUTS
+
+    manifests = check_inputs(params)
+    for name, entries in manifests.items():
+        write_json(INPUTS / f"{name}.json", {"inputs": entries})
+    described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)
+    print(f"validate: inputs ok ({described}) -> {INPUTS}/")

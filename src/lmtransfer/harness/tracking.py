@@ -442,6 +442,47 @@ def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
         mlflow.log_metrics(metrics, step=step)
 
 
+def log_run(tags: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
+            metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
+    """Tags, params and the numeric metrics (non-numbers left out) on the stage's run; nothing on the other ranks
+    of a torchrun job. The one door the stages' code goes through to MLflow, with `log_file` and `log_checkpoint`."""
+    if not is_main_process():
+        return
+    import mlflow
+
+    if tags:
+        mlflow.set_tags(tags)
+    if params:
+        mlflow.log_params(params)
+    numbers = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float))}
+    if numbers:
+        mlflow.log_metrics(numbers, step=step)
+
+
+def log_file(content: dict | str | Path, name: str) -> None:
+    """A dict (as JSON), a text or a file (by its path) attached to the stage's run under `name`."""
+    if not is_main_process():
+        return
+    import mlflow
+
+    if isinstance(content, dict):
+        mlflow.log_dict(content, name)
+    elif isinstance(content, Path):
+        mlflow.log_artifact(str(content), name or None)
+    else:
+        mlflow.log_text(content, name)
+
+
+def log_checkpoint(path: str | Path) -> None:
+    """The checkpoint a stage wrote: its sha256 as a tag (lineage), and the file as the run's artifact."""
+    if not is_main_process():
+        return
+    import mlflow
+
+    tag_checkpoint(path)
+    mlflow.log_artifact(str(path))
+
+
 def tag_checkpoint(path: str | Path) -> None:
     """Tag the active run with the sha256 of the checkpoint it wrote: lineage that keeps checkpoints byte-identical."""
     import mlflow

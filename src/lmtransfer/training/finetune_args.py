@@ -1,4 +1,4 @@
-"""The fine-tune stages' command line and start, shared by both tasks: `--init pretrained|scratch --seed N`.
+"""The fine-tune stages' command line, start and outputs, shared by both tasks: `--init pretrained|scratch --seed N`.
 
 dvc.yaml runs one fine-tune stage per variant and seed; the stage's name (`finetune_pretrained@0`)
 labels its log lines and its MLflow run. Both tasks start the same way: the pretrained language model,
@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from lmtransfer.core.paths import PRETRAINED, VARIANTS
-from lmtransfer.harness.tracking import run_that_wrote
+from lmtransfer.core.io import write_json, write_timings, write_tsv
+from lmtransfer.core.paths import PRETRAINED, VARIANTS, finetune_epochs, finetune_summary, timings_file
+from lmtransfer.harness.tracking import log_checkpoint, log_run, run_that_wrote
 from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, model_params_of
 from lmtransfer.modeling.model import ModelConfig
 
@@ -70,3 +72,14 @@ def language_model_start(params: Any, meta: dict) -> LanguageModelStart:
                                   run_that_wrote(PRETRAINED))
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
     return LanguageModelStart(args.init, args.seed, config, None, ("model", "finetune", "train"), None)
+
+
+def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[dict], summary: dict,
+                     timings: dict) -> None:
+    """What every fine-tune stage leaves beside its checkpoint: the curve per epoch (a DVC plot), the summary (a
+    DVC-cached output), the wall-clock timings (kept out of the results), and all of it on the stage's run."""
+    write_tsv(finetune_epochs(start.variant, start.seed), history)
+    write_json(finetune_summary(start.variant, start.seed), summary)
+    write_timings(timings_file(f"finetune_{start.variant}_seed{start.seed}"), timings)
+    log_run(metrics={**summary, **timings})
+    log_checkpoint(checkpoint)

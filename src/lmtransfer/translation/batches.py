@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,3 +101,18 @@ def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, 
     warn_unknown({**corpus_meta["unknown_rate"], **meta["unknown_rate"]}, warn)
     return {**meta, "tokens": {**corpus_meta["tokens"], **meta["tokens"]},
             "timings": {"train_seconds": train_seconds, **timings}}
+
+
+def run_translation_tokenize_stage(params: Any, logged: dict) -> None:
+    """The translation pipeline's tokenize stage (`params`: its tokenizer section): one sentencepiece model over both
+    languages, the corpus and the pairs as ids."""
+    from lmtransfer.core.paths import PREPARED, TOKENIZED, TOKENIZED_CORPUS
+    from lmtransfer.harness.tracking import log_file, log_tokenization, stage_run
+
+    with stage_run("tokenize", logged):
+        meta = tokenize_parallel(PREPARED, TOKENIZED, params)
+        log_tokenization(meta)
+        log_file(TOKENIZED / "vocab.txt", "")
+    print(f"tokenize: {meta['vocab_size']:,} pieces shared by both languages; pairs {meta['pairs']}, longest "
+          f"{meta['longest']} tokens -> {TOKENIZED}; corpus -> {TOKENIZED_CORPUS} "
+          f"(tokenizer trained in {meta['timings']['train_seconds']:.1f} s)")

@@ -1,10 +1,9 @@
-"""Translation stage evaluate: every fine-tuned seed of both variants translates the test split (beam search) and
-the test verses' clause pairs (short sentences); BLEU and chrF with sacreBLEU, the gap and its interval; the
-translations beside the references."""
+"""The translation pipeline's evaluate stage: every fine-tuned seed of both variants translates the test split (beam
+search) and the test verses' clause pairs (short sentences); BLEU and chrF with sacreBLEU, the gap and its interval;
+the translations beside the references. The stage script calls `run_translation_evaluate_stage` alone."""
 
-import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+from __future__ import annotations
 
-import mlflow
 import pandas as pd
 
 from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
@@ -12,21 +11,19 @@ from lmtransfer.core.paths import (
     EVALUATE_DETAILS,
     EVALUATE_REPORT,
     HEADLINE,
-    PARAMS,
     PREPARED,
     PRETRAIN_SUMMARY,
     TOKENIZED,
     VARIANTS,
     finetune_epochs,
 )
-from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import log_to_pipeline, runs_that_wrote, stage_run
+from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints
 from lmtransfer.tokens.tokenized import load_pair_split
 from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.resume import clear_finished_snapshots
-from lmtransfer.translation.config import load_translation_params
+from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.clauses import short_test_pairs
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import report_lines, translation_headline, translation_report
@@ -50,9 +47,8 @@ def write_translations(path, sources: list[str], references: list[str],
         table.to_csv(tmp, sep="\t", index=False)
 
 
-@stage_main("evaluate")
-def main() -> None:
-    params = load_translation_params(PARAMS)
+def run_translation_evaluate_stage(params: TranslationParams) -> None:
+    """Translate test with every fine-tuned checkpoint; write the report, the headline and the translations."""
     seeds = params.finetune.seeds
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")
@@ -69,7 +65,7 @@ def main() -> None:
     clause_sources, clause_references = [s for s, _ in clauses], [t for _, t in clauses]
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
                    clear_snapshots=clear_finished_snapshots):
-        mlflow.log_param("finetune.seeds", seeds)
+        log_run(params={"finetune.seeds": seeds})
         translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
         clause_translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
         for (variant, seed), path in checkpoints.items():
@@ -89,14 +85,11 @@ def main() -> None:
         write_json(HEADLINE, headline)
         write_translations(TRANSLATIONS, list(pairs["source"]), list(pairs["target"]), translations)
         write_translations(CLAUSE_TRANSLATIONS, clause_sources, clause_references, clause_translations)
-        mlflow.log_metrics({f"gap_{k}": v for k, v in report["gap"].items()})
-        mlflow.log_metrics({f"{v}_{k}": report[v][k] for v in VARIANTS for k in ("bleu_mean", "chrf_mean")})
-        mlflow.log_dict(report, "evaluate.json")
-        mlflow.log_artifact(str(TRANSLATIONS))
-        mlflow.log_artifact(str(CLAUSE_TRANSLATIONS))
+        log_run(metrics={**{f"gap_{k}": v for k, v in report["gap"].items()},
+                         **{f"{v}_{k}": report[v][k] for v in VARIANTS for k in ("bleu_mean", "chrf_mean")}})
+        log_file(report, "evaluate.json")
+        log_file(TRANSLATIONS, "")
+        log_file(CLAUSE_TRANSLATIONS, "")
         log_to_pipeline(headline)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
 
-
-if __name__ == "__main__":
-    main()

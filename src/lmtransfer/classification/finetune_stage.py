@@ -1,0 +1,70 @@
+"""The finetune_pretrained@<seed> / finetune_scratch@<seed> stage: the same fine-tuning from two starts, once
+params.yaml is read. The stage script calls `run_finetune_stage` and nothing else."""
+
+from __future__ import annotations
+
+from lmtransfer.classification.config import Params
+from lmtransfer.classification.finetune import finetune
+from lmtransfer.core.paths import PRETRAINED, TOKENIZED, finetuned_checkpoint
+from lmtransfer.harness.tracking import log_metrics, log_run, stage_run
+from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
+from lmtransfer.modeling.model import Classifier, count_parameters
+from lmtransfer.modeling.runtime import configure, environment_facts
+from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
+from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
+from lmtransfer.training import distributed
+from lmtransfer.training.finetune_args import language_model_start, record_finetuned
+from lmtransfer.training.resume import Snapshots, fingerprint
+
+
+def run_finetune_stage(params: Params) -> None:
+    """Fine-tune one variant with one seed (`--init`, `--seed`); rank 0 saves the best epoch's weights and reports."""
+    meta = read_tokenized_meta(TOKENIZED)
+    train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
+    label_names = meta["label_names"]
+    distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
+    start = language_model_start(params, meta)
+    variant, seed, stage = start.variant, start.seed, start.stage
+    device = distributed.start(params.train, configure(params.train, seed=seed))
+    if start.payload:
+        model = classifier_from_pretrained(
+            start.payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
+        )
+    else:
+        model = Classifier(start.config, len(label_names), params.finetune.pooling)
+    inputs = [TOKENIZED] + ([PRETRAINED] if start.payload else [])
+    snapshots = Snapshots(stage, fingerprint(stage, params.sections(*start.sections), inputs, device),
+                          params.train.resume_every)
+    with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=start.upstream,
+                   run_name=stage) as run:
+        trainable = count_parameters(model.head) if params.finetune.freeze_backbone else count_parameters(model)
+        log_run(tags={"variant": variant, "seed": seed, "device": str(device), "n_parameters": count_parameters(model),
+                      "n_trainable_parameters": trainable}, params={"seed": seed})
+        print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
+        result = finetune(
+            model, train, valid, params.finetune, device, seed,
+            on_epoch=lambda row: log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
+            desc=stage, snapshots=snapshots, compile_steps=params.train.compile,
+        )
+        if not run:  # None on ranks other than 0: they train, rank 0 reports
+            return
+        model.load_state_dict(result.best_state)
+        checkpoint = finetuned_checkpoint(variant, seed)
+        save_checkpoint(
+            checkpoint, model, "classifier", model.base.config,
+            n_classes=len(label_names), pooling=params.finetune.pooling, label_names=label_names,
+            max_len=params.finetune.max_len, variant=variant, seed=seed,
+            tokenizer_sha256=tokenizer_fingerprint(TOKENIZED),
+        )
+        summary = {
+            "best_val_accuracy": result.best_val_accuracy,
+            "best_epoch": result.best_epoch,
+            "first_epoch_val_accuracy": result.history[0]["val_accuracy"],
+            "final_val_accuracy": result.history[-1]["val_accuracy"],
+            "final_train_accuracy": result.history[-1]["train_accuracy"],
+            **environment_facts(),
+        }
+        record_finetuned(start, checkpoint, result.history, summary,
+                         {"seconds": round(result.seconds, 2), "epoch_seconds": result.epoch_seconds})
+    snapshots.clear()
+    print(f"{stage}: best val accuracy {result.best_val_accuracy:.4f} at epoch {result.best_epoch} -> {checkpoint}")

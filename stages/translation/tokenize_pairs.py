@@ -1,0 +1,19 @@
+"""Translation stage tokenize: one sentencepiece model over both languages; the corpus (data/tokenized_corpus/)
+and the sentence pairs (data/tokenized/) as ids."""
+
+import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
+
+from lmtransfer.core.paths import PARAMS
+from lmtransfer.harness.stage import stage_main
+from lmtransfer.translation.batches import run_translation_tokenize_stage
+from lmtransfer.translation.config import load_translation_params
+
+
+@stage_main("tokenize")
+def main() -> None:
+    params = load_translation_params(PARAMS)
+    run_translation_tokenize_stage(params.tokenizer, params.sections("tokenizer"))
+
+
+if __name__ == "__main__":
+    main()
