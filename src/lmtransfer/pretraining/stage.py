@@ -3,8 +3,6 @@ checkpoint, the curves, the samples and the summary. Both pipelines run it with 
 
 from __future__ import annotations
 
-import mlflow
-
 from lmtransfer.core.config import PipelineParams
 from lmtransfer.core.io import write_json, write_text, write_timings, write_tsv
 from lmtransfer.core.paths import (
@@ -18,7 +16,7 @@ from lmtransfer.core.paths import (
     timings_file,
 )
 from lmtransfer.data.input_files import resolve_input
-from lmtransfer.harness.tracking import log_metrics, stage_run, tag_checkpoint
+from lmtransfer.harness.tracking import log_checkpoint, log_file, log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
@@ -58,7 +56,7 @@ def run_pretrain_stage(params: PipelineParams) -> None:
     snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED, TOKENIZED_CORPUS], device), params.train.resume_every)
     with stage_run("pretrain", sections) as run:  # None on ranks other than 0: they train, rank 0 reports
         if run:
-            mlflow.set_tags({"device": str(device), "n_parameters": count_parameters(model)})
+            log_run(tags={"device": str(device), "n_parameters": count_parameters(model)})
         if weights is not None:
             for note in weights.notes:
                 print(f"pretrain: {note}")
@@ -95,20 +93,18 @@ def run_pretrain_stage(params: PipelineParams) -> None:
         timings = pretrain_timings(phases)
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
         if weights:
-            mlflow.set_tags({"init_from": params.pretrain.init_from, "init_layout": weights.layout})
+            log_run(tags={"init_from": params.pretrain.init_from, "init_layout": weights.layout})
         save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras,
                         tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
-        tag_checkpoint(PRETRAINED)
         write_tsv(PRETRAIN_TRAIN_LOG, train_log)
         write_tsv(PRETRAIN_VALID_LOG, valid_log)
         write_text(PRETRAIN_SAMPLES, sample_text)
         write_json(PRETRAIN_SUMMARY, summary)
         write_timings(timings_file("pretrain"), timings)
-        mlflow.log_metrics({f"final_{k}": float(v) for k, v in summary.items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        mlflow.log_metrics({f"final_{k}": float(timings[k]) for k in ("seconds", "tokens_per_second")})
-        mlflow.log_text(sample_text, "samples.txt")
-        mlflow.log_artifact(str(PRETRAINED))
+        log_run(metrics={**{f"final_{k}": v for k, v in summary.items() if not isinstance(v, bool)},
+                         **{f"final_{k}": timings[k] for k in ("seconds", "tokens_per_second")}})
+        log_file(sample_text, "samples.txt")
+        log_checkpoint(PRETRAINED)
     snapshots.clear()
     print(sample_text, end="")
     print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
