@@ -3,9 +3,11 @@ when it is gone (`stage`)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 
+@functools.cache  # a process's launcher does not change: tracking and the stage's watch ask once between them
 def launching_dvc():
     """The `dvc` process this one runs under (`dvc repro`, `dvc exp run`, a queue worker), as a psutil.Process,
     or None when it was started some other way."""
