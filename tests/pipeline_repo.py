@@ -24,8 +24,8 @@ TINY_PARAMS = {
     "tokenizer": {"vocab_size": 60},
     "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 16},
     "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
-                 "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the film"]},
-    "finetune": {"epochs": 2, "batch_size": 16, "max_len": 24, "warmup_steps": 2, "seeds": [0, 1]},
+                 "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the film"], "seeds": [0, 1]},
+    "finetune": {"epochs": 2, "batch_size": 16, "max_len": 24, "warmup_steps": 2, "seeds": [0]},
     "baseline": {"c_values": [0.5, 2.0]},
     "train": {"log_every": 4},
 }

@@ -116,11 +116,26 @@ class DataParams(Section):
         return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
 
 
-class FinetuneParams(Section):
-    # Each variant is fine-tuned once per seed (one DVC stage each), all from the same pretrained checkpoint.
+class ClassificationPretrainParams(PretrainParams):
+    # One pretraining run per seed (stage pretrain@<seed>): the results' interval samples pretraining runs too.
     seeds: list[int] = Field(
         default_factory=lambda: [0, 1, 2], min_length=1,
-        description="one fine-tune per variant and seed, all from the same pretrained model",
+        description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
+        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        return check_seeds(seeds, "pretrain.seeds")
+
+
+class FinetuneParams(Section):
+    # Each variant is fine-tuned once per pretraining seed and fine-tuning seed (one DVC stage each).
+    seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1,
+        description="fine-tunes per pretraining run (head init, dropout, batch order); with 2 or more the "
+        "report tells the fine-tuning seeds' share of the spread from the pretraining runs'",
     )
     epochs: int = Field(
         2, ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
@@ -167,10 +182,8 @@ class FinetuneParams(Section):
 class EvaluateParams(Section):
     batch_size: int = Field(64, ge=1, description="test texts per batch")
     bootstrap_samples: int = Field(
-        10_000, ge=100, description="resamples of seeds × test examples for the gap's 95% interval"
-    )
-    permutation_samples: int = Field(
-        10_000, ge=100, description="sign flips for the paired permutation test's p-value"
+        10_000, ge=100, description="resamples of pretraining runs × fine-tuning seeds × test examples for the "
+        "gap's 95% interval and p-value"
     )
     seed: int = Field(0, description="seed of the resampling: the interval is the same on every run")
 
@@ -214,7 +227,7 @@ class Params(PipelineParams):
     data: DataParams = DataParams()
     tokenizer: TokenizerParams = TokenizerParams()
     model: ModelParams = ModelParams()
-    pretrain: PretrainParams = PretrainParams()
+    pretrain: ClassificationPretrainParams = ClassificationPretrainParams()
     finetune: FinetuneParams = FinetuneParams()
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()

@@ -1,8 +1,9 @@
-"""Test-set evaluation: every fine-tuned seed of both variants, their spread, and the transfer gap.
+"""Test-set evaluation: every fine-tuned run of both variants, their spread, and the transfer gap.
 
-A single seed's 2-5 point gap can be noise; the report gives each variant's mean,
-standard deviation and per-seed values, and the pretrained-minus-scratch gap with a
-95% interval and a p-value (see `statistics`), beside the TF-IDF baseline.
+A single run's 2-5 point gap can be noise, and so can a single pretraining run: the report gives each
+variant's mean, standard deviation and per-run values, and the pretrained-minus-scratch gap with a 95%
+interval and a p-value that resample pretraining runs, fine-tuning seeds and test examples together, with
+each source's share of the spread (see `statistics`), beside the TF-IDF baseline.
 """
 
 from __future__ import annotations
@@ -17,18 +18,24 @@ from lmtransfer.classification.inference import predict
 from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.core.paths import VARIANTS
 from lmtransfer.modeling.checkpoint import build_classifier
-from lmtransfer.reporting.statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
+from lmtransfer.reporting.statistics import gap_uncertainty, summarize
 from lmtransfer.tokens.tokenized import LabeledSplit
 
 
 @dataclass
 class SeedResult:
-    """One fine-tuned model on the test split, plus its validation curve."""
+    """One fine-tuned model (pretraining run `pretrain_seed`, fine-tuning seed `seed`) on the test split, plus its
+    validation curve."""
 
+    pretrain_seed: int
     seed: int
     metrics: dict
     correct: np.ndarray  # bool per test example
     epochs: list[dict[str, float]]  # the fine-tuning history: epoch, train/val loss and accuracy
+
+    @property
+    def run(self) -> str:
+        return f"{self.pretrain_seed}-{self.seed}"
 
     @property
     def val_accuracy_per_epoch(self) -> list[float]:
@@ -72,7 +79,7 @@ def variant_report(results: list[SeedResult]) -> dict:
     names = list(results[0].metrics["f1_per_class"])
     report["f1_per_class_mean"] = {n: float(np.mean([r.metrics["f1_per_class"][n] for r in results])) for n in names}
     report["loss_mean"] = float(np.mean([r.metrics["loss"] for r in results]))
-    report["seeds"] = [r.seed for r in results]
+    report["runs"] = [r.run for r in results]
     return report
 
 
@@ -80,7 +87,7 @@ def pooled_confusion(results: list[SeedResult]) -> dict:
     """One variant's test confusion matrix summed over its seeds (what the confusion figures show)."""
     matrices = [r.metrics["confusion_matrix"] for r in results]
     total = np.sum([m["rows_actual_columns_predicted"] for m in matrices], axis=0)
-    return {"labels": matrices[0]["labels"], "seeds": [r.seed for r in results],
+    return {"labels": matrices[0]["labels"], "runs": [r.run for r in results],
             "rows_actual_columns_predicted": total.tolist()}
 
 
@@ -101,28 +108,48 @@ def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: f
     return rows
 
 
+def correctness_grid(results: list[SeedResult]) -> np.ndarray:
+    """(pretraining runs, fine-tuning seeds, examples) 0/1 array, runs and seeds in sorted order; every pretraining
+    run must have the same fine-tuning seeds (the pipeline's grid)."""
+    pretrain_seeds = sorted({r.pretrain_seed for r in results})
+    seeds = sorted({r.seed for r in results})
+    by_cell = {(r.pretrain_seed, r.seed): r.correct for r in results}
+    missing = [f"{p}-{s}" for p in pretrain_seeds for s in seeds if (p, s) not in by_cell]
+    if missing:
+        raise ValueError(f"the fine-tuned runs do not form a grid of pretraining x fine-tuning seeds: "
+                         f"missing {', '.join(missing)}")
+    return np.stack([np.stack([by_cell[p, s] for s in seeds]) for p in pretrain_seeds])
+
+
+def pretraining_report(summaries: dict[int, dict]) -> dict:
+    """The pretraining runs' summaries (`metrics/pretrain/seed<N>.json`): each number's mean over the runs at the
+    top (what the studies read: `val_perplexity`, ...), and each run's own under `per_seed`."""
+    first = next(iter(summaries.values()))
+    means = {key: (float(np.mean([s[key] for s in summaries.values()])) if isinstance(value, (int, float))
+                   and not isinstance(value, bool) else value) for key, value in first.items()}
+    return {**means, "seeds": list(summaries), "per_seed": {str(seed): s for seed, s in summaries.items()}}
+
+
 def transfer_report(
     pretrained: list[SeedResult], scratch: list[SeedResult], baseline: dict, params: EvaluateParams,
     pretraining: dict,
 ) -> dict:
-    """The headline first (the gap and its uncertainty), then each variant, then the baseline, then the pretrain
-    stage's summary (`metrics/pretrain.json`): a DVC-cached file, so this git-tracked report is where an
-    experiment's commit keeps its pretraining figures (`lmtransfer compare` reads them there)."""
-    if [r.seed for r in pretrained] != [r.seed for r in scratch]:
-        raise ValueError("pretrained and scratch must be evaluated on the same seeds (they are paired by seed)")
-    correct_pretrained = np.stack([r.correct for r in pretrained])
-    correct_scratch = np.stack([r.correct for r in scratch])
-    low, high = paired_bootstrap_interval(
-        correct_pretrained, correct_scratch, params.bootstrap_samples, seed=params.seed
-    )
+    """The headline first (the gap and its uncertainty), then each variant, then the baseline, then the pretraining
+    runs' summaries (`pretraining_report`): DVC-cached files, so this git-tracked report is where an experiment's
+    commit keeps its pretraining figures (`lmtransfer compare` reads them there)."""
+    if [r.run for r in pretrained] != [r.run for r in scratch]:
+        raise ValueError("pretrained and scratch must be evaluated on the same runs (they are paired run by run)")
+    correct_pretrained, correct_scratch = correctness_grid(pretrained), correctness_grid(scratch)
+    uncertainty = gap_uncertainty(correct_pretrained, correct_scratch, params.bootstrap_samples, seed=params.seed)
     pretrained_report, scratch_report = variant_report(pretrained), variant_report(scratch)
     gap = {
         "accuracy_mean": pretrained_report["accuracy_mean"] - scratch_report["accuracy_mean"],
-        "ci95_low": low,
-        "ci95_high": high,
-        "p_value": paired_permutation_p_value(
-            correct_pretrained, correct_scratch, params.permutation_samples, seed=params.seed
-        ),
+        "ci95_low": uncertainty["ci95_low"],
+        "ci95_high": uncertainty["ci95_high"],
+        "p_value": uncertainty["p_value"],
+        "std": uncertainty["std"],
+        "spread": uncertainty["spread"],
+        "share": uncertainty["share"],
         "macro_f1_mean": pretrained_report["macro_f1_mean"] - scratch_report["macro_f1_mean"],
         "first_epoch_val_accuracy_mean": (
             pretrained_report["first_epoch_val_accuracy_mean"] - scratch_report["first_epoch_val_accuracy_mean"]
@@ -135,7 +162,9 @@ def transfer_report(
         "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"],
                      "valid_accuracy": baseline["valid_accuracy"]},
         "n_seeds": len(pretrained),
-        "n_test_examples": int(correct_pretrained.shape[1]),
+        "n_pretraining_runs": int(correct_pretrained.shape[0]),
+        "n_finetuning_seeds": int(correct_pretrained.shape[1]),
+        "n_test_examples": int(correct_pretrained.shape[2]),
         "pretraining": pretraining,
     }
 
@@ -164,15 +193,34 @@ def headline_metrics(report: dict) -> dict:
     }
 
 
+def runs_described(report: dict) -> str:
+    """`3 runs (3 pretraining runs x 1 fine-tuning seed)`: what each variant's mean is over."""
+    runs, seeds = report["n_pretraining_runs"], report["n_finetuning_seeds"]
+    return (f"{report['n_seeds']} runs ({runs} pretraining run{'s' * (runs != 1)} x {seeds} fine-tuning "
+            f"seed{'s' * (seeds != 1)})")
+
+
+def spread_line(gap: dict, n_finetuning_seeds: int) -> str:
+    """Where the gap's uncertainty comes from: each source's share of the variance, resampled alone."""
+    share = gap["share"]
+    runs = "pretraining runs" if n_finetuning_seeds > 1 else "pretraining runs (with their one fine-tune each)"
+    parts = [f"{runs} {share['pretraining_runs']:.0%}"]
+    if n_finetuning_seeds > 1:
+        parts.append(f"fine-tuning seeds {share['finetuning_seeds']:.0%}")
+    parts.append(f"test examples {share['test_examples']:.0%}")
+    return "the gap's spread comes from: " + ", ".join(parts)
+
+
 def report_lines(report: dict) -> list[str]:
-    """The answer in a few lines, as the evaluate stage prints it: each variant's test accuracy over the seeds,
-    the baseline beside them, the gap with its interval and p-value."""
+    """The answer in a few lines, as the evaluate stage prints it: each variant's test accuracy over the runs,
+    the baseline beside them, the gap with its interval and p-value, and where its uncertainty comes from."""
     lines = [f"{variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
-             f"± {report[variant]['accuracy_std']:.4f} over {report['n_seeds']} seeds "
+             f"± {report[variant]['accuracy_std']:.4f} over {runs_described(report)} "
              f"(epoch-1 validation {report[variant]['first_epoch_val_accuracy_mean']:.4f})"
              for variant in VARIANTS]
     gap = report["gap"]
     lines.append(f"  baseline: test accuracy {report['baseline']['accuracy']:.4f} (TF-IDF + logistic regression)")
     lines.append(f"gap {gap['accuracy_mean']:+.4f}, 95% CI [{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], "
                  f"p = {gap['p_value']:.4f}")
+    lines.append(spread_line(gap, report["n_finetuning_seeds"]))
     return lines

@@ -1,4 +1,4 @@
-"""The evaluate stage: every fine-tuned seed of both variants on the test split, the gap and its uncertainty, once
+"""The evaluate stage: every fine-tuned run of both variants on the test split, the gap and its uncertainty, once
 params.yaml is read. The stage script calls `run_evaluate_stage` alone."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from lmtransfer.classification.config import Params
 from lmtransfer.classification.evaluate import (
     SeedResult,
+    pretraining_report,
     evaluate_classifier,
     headline_metrics,
     mean_curves,
@@ -19,45 +20,48 @@ from lmtransfer.core.paths import (
     EVALUATE_DETAILS,
     EVALUATE_REPORT,
     HEADLINE,
-    PRETRAIN_SUMMARY,
     TOKENIZED,
     VARIANTS,
+    PretrainOutputs,
     finetune_epochs,
+    finetune_run,
     predictions_file,
 )
 from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
 from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
-from lmtransfer.reporting.finetuned import finetuned_checkpoints
+from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_grid
 from lmtransfer.tokens.tokenized import load_labeled_split
 from lmtransfer.training.resume import clear_finished_snapshots
 
 
 def run_evaluate_stage(params: Params) -> None:
     """Score every fine-tuned checkpoint on test; write the report, the headline, confusions, curves, predictions."""
-    seeds = params.finetune.seeds
+    grid = run_grid(params.pretrain.seeds, params.finetune.seeds)
     test = load_labeled_split(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
-    pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
-    checkpoints = finetuned_checkpoints(seeds)
+    pretraining = pretraining_report({seed: read_json(require_file(PretrainOutputs(seed).summary, "pretraining results"))
+                                      for seed in params.pretrain.seeds})
+    cells = {finetune_run(seed, pretrain_seed): (pretrain_seed, seed) for pretrain_seed, seed in grid}
+    checkpoints = finetuned_checkpoints(list(cells))
     upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
     use_share_of_cores()
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
                    clear_snapshots=clear_finished_snapshots):
-        log_run(params={"finetune.seeds": seeds})
+        log_run(params={"pretrain.seeds": params.pretrain.seeds, "finetune.seeds": params.finetune.seeds})
         results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
-        prediction_rows = {v: ["seed,actual,predicted"] for v in VARIANTS}
-        for (variant, seed), path in checkpoints.items():
+        prediction_rows = {v: ["run,actual,predicted"] for v in VARIANTS}
+        for step, ((variant, run), path) in enumerate(checkpoints.items()):
             payload = load_checkpoint(path, expected_kind="classifier")
             metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
-            epochs = read_tsv(require_file(finetune_epochs(variant, seed), "fine-tuning metrics"))
+            epochs = read_tsv(require_file(finetune_epochs(variant, run), "fine-tuning metrics"))
             history = [{key: float(value) for key, value in row.items()} for row in epochs]
-            results[variant].append(SeedResult(seed, metrics, predicted == test.labels, history))
+            results[variant].append(SeedResult(*cells[run], metrics, predicted == test.labels, history))
             names = payload["label_names"]
-            prediction_rows[variant] += [f"{seed},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
+            prediction_rows[variant] += [f"{run},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
             log_run(metrics={f"{variant}_test_accuracy": metrics["accuracy"],
-                             f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=seed)
+                             f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=step % len(cells))
         confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate, pretraining)
         headline = headline_metrics(report)
@@ -67,7 +71,8 @@ def run_evaluate_stage(params: Params) -> None:
         write_tsv(EVALUATE_DETAILS / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
         for variant, rows in prediction_rows.items():
             write_text(predictions_file(variant), "\n".join(rows) + "\n")
-        log_run(metrics={**{f"gap_{k}": v for k, v in report["gap"].items()},
+        log_run(metrics={**{f"gap_{k}": v for k, v in report["gap"].items() if not isinstance(v, dict)},
+                         **{f"gap_share_{k}": v for k, v in report["gap"]["share"].items()},
                          **{f"{v}_{k}": report[v][k] for v in VARIANTS
                             for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")},
                          "baseline_accuracy": report["baseline"]["accuracy"]})

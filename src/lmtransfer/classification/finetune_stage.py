@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lmtransfer.classification.config import Params
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core.paths import PRETRAINED, TOKENIZED, finetuned_checkpoint
+from lmtransfer.core.paths import TOKENIZED, finetuned_checkpoint
 from lmtransfer.harness.tracking import log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import Classifier, count_parameters
@@ -18,13 +18,14 @@ from lmtransfer.training.resume import Snapshots, fingerprint
 
 
 def run_finetune_stage(params: Params) -> None:
-    """Fine-tune one variant with one seed (`--init`, `--seed`); rank 0 saves the best epoch's weights and reports."""
+    """Fine-tune one variant from one pretraining run with one seed (`--init`, `--pretrain-seed`, `--seed`); rank 0
+    saves the best epoch's weights and reports."""
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
     label_names = meta["label_names"]
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
     start = language_model_start(params, meta)
-    variant, seed, stage = start.variant, start.seed, start.stage
+    variant, seed, stage = start.variant, start.draws, start.stage
     device = distributed.start(params.train, configure(params.train, seed=seed))
     if start.payload:
         model = classifier_from_pretrained(
@@ -32,14 +33,16 @@ def run_finetune_stage(params: Params) -> None:
         )
     else:
         model = Classifier(start.config, len(label_names), params.finetune.pooling)
-    inputs = [TOKENIZED] + ([PRETRAINED] if start.payload else [])
+    inputs = [TOKENIZED] + ([start.pretrained] if start.pretrained else [])
     snapshots = Snapshots(stage, fingerprint(stage, params.sections(*start.sections), inputs, device),
                           params.train.resume_every)
     with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=start.upstream,
                    run_name=stage) as run:
         trainable = count_parameters(model.head) if params.finetune.freeze_backbone else count_parameters(model)
-        log_run(tags={"variant": variant, "seed": seed, "device": str(device), "n_parameters": count_parameters(model),
-                      "n_trainable_parameters": trainable}, params={"seed": seed})
+        log_run(tags={"variant": variant, "seed": start.seed, "pretrain_seed": start.pretrain_seed,
+                      "device": str(device), "n_parameters": count_parameters(model),
+                      "n_trainable_parameters": trainable},
+                params={"seed": start.seed, "pretrain_seed": start.pretrain_seed})
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
         result = finetune(
             model, train, valid, params.finetune, device, seed,
@@ -49,11 +52,11 @@ def run_finetune_stage(params: Params) -> None:
         if not run:  # None on ranks other than 0: they train, rank 0 reports
             return
         model.load_state_dict(result.best_state)
-        checkpoint = finetuned_checkpoint(variant, seed)
+        checkpoint = finetuned_checkpoint(variant, start.run)
         save_checkpoint(
             checkpoint, model, "classifier", model.base.config,
             n_classes=len(label_names), pooling=params.finetune.pooling, label_names=label_names,
-            max_len=params.finetune.max_len, variant=variant, seed=seed,
+            max_len=params.finetune.max_len, variant=variant, seed=start.seed, pretrain_seed=start.pretrain_seed,
             tokenizer_sha256=tokenizer_fingerprint(TOKENIZED),
         )
         summary = {

@@ -19,7 +19,7 @@ from lmtransfer.core.paths import (
     finetune_summary,
 )
 from lmtransfer.harness.tracking import plot_stage_run
-from lmtransfer.reporting.finetuned import epoch_logs
+from lmtransfer.reporting.finetuned import epoch_logs, run_names
 from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plot_pretraining_logs, plt, save_figure
 from lmtransfer.tokens.tokenized import load_labeled_split
 
@@ -80,18 +80,18 @@ def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
         axis.set_xticks(range(len(labels)), labels)
         axis.set_yticks(range(len(labels)), labels)
         accuracy = evaluation[variant]["accuracy"]
-        seeds = evaluation[variant]["confusion_matrix"].get("seeds", [])
-        pooled = f", {len(seeds)} seeds pooled" if len(seeds) > 1 else ""
+        runs = evaluation[variant]["confusion_matrix"].get("runs", [])
+        pooled = f", {len(runs)} runs pooled" if len(runs) > 1 else ""
         axis.set(xlabel="predicted", ylabel="actual", title=f"{variant}: test accuracy {accuracy:.3f}{pooled}")
     return save_figure(figure, path, dpi)
 
 
 def run_plot_stage(params: Params) -> None:
     """The plot stage: every figure of the experiment, from the metrics files (and the valid split's labels)."""
-    dpi, seeds = params.plot.dpi, params.finetune.seeds
-    runs = epoch_logs(seeds)
-    best_epochs = {v: [read_json(require_file(finetune_summary(v, s), "fine-tuning metrics"))
-                       ["best_epoch"] for s in seeds] for v in VARIANTS}
+    dpi, names = params.plot.dpi, run_names(params.pretrain.seeds, params.finetune.seeds)
+    runs = epoch_logs(names)
+    best_epochs = {v: [read_json(require_file(finetune_summary(v, r), "fine-tuning metrics"))
+                       ["best_epoch"] for r in names] for v in VARIANTS}
     evaluation = read_json(require_file(EVALUATE_DETAILS / "confusion.json", "evaluation results"))
     report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
@@ -102,6 +102,6 @@ def run_plot_stage(params: Params) -> None:
         plot_finetune_accuracy(runs, PLOTS / "finetune_accuracy.png", dpi, majority, baseline["valid_accuracy"],
                                best_epochs),
         plot_finetune_loss(runs, PLOTS / "finetune_loss.png", dpi),
-        plot_pretraining_logs(PLOTS / "pretrain.png", dpi),
+        plot_pretraining_logs(PLOTS / "pretrain.png", dpi, params.pretrain.seeds),
         plot_confusion(evaluation, PLOTS / "confusion.png", dpi),
     ])

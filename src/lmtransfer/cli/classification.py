@@ -36,26 +36,28 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 
 def results_report(metrics_dir: Path = paths.METRICS) -> str:
-    """The experiment's answer in a few lines: test scores over seeds, the gap with its interval, the baseline,
-    and mean validation accuracy per epoch."""
+    """The experiment's answer in a few lines: test scores over the runs, the gap with its interval and where its
+    spread comes from, the baseline, and mean validation accuracy per epoch."""
+    from lmtransfer.classification.evaluate import runs_described, spread_line
     from lmtransfer.core.io import read_json, require_file
 
     report = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
-    pretraining = report["pretraining"]  # metrics/pretrain.json is DVC-cached: evaluate.json carries it in git
-    gap, n_seeds = report["gap"], report["n_seeds"]
+    pretraining = report["pretraining"]  # metrics/pretrain/*.json are DVC-cached: evaluate.json carries them in git
+    gap = report["gap"]
 
     def spread(variant: str, key: str) -> str:
         return f"{report[variant][f'{key}_mean']:.4f} ± {report[variant][f'{key}_std']:.4f}"
 
     lines = [
-        f"test ({report['n_test_examples']} examples; mean ± std over {n_seeds} seeds)",
+        f"test ({report['n_test_examples']} examples; mean ± std over {runs_described(report)})",
         f"  {'':<34}{'accuracy':>18}{'macro-F1':>18}",
         f"  {'pretrained':<34}{spread('pretrained', 'accuracy'):>18}{spread('pretrained', 'macro_f1'):>18}",
         f"  {'from scratch':<34}{spread('scratch', 'accuracy'):>18}{spread('scratch', 'macro_f1'):>18}",
         f"  {'TF-IDF + logistic regression':<34}{report['baseline']['accuracy']:>18.4f}"
         f"{report['baseline']['macro_f1']:>18.4f}",
         f"  gap (pretrained - scratch): {gap['accuracy_mean']:+.4f} accuracy, 95% CI "
-        f"[{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], paired permutation p = {gap['p_value']:.4g}",
+        f"[{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], p = {gap['p_value']:.4g}",
+        f"  ({spread_line(gap, report['n_finetuning_seeds'])})",
         "",
         f"  {'epoch':<8}{'val acc pretrained':>20}{'val acc scratch':>18}{'gap':>10}",
     ]
@@ -65,10 +67,11 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
     lines += [
         f"  (TF-IDF baseline on the same validation split: {report['baseline']['valid_accuracy']:.4f})",
         "",
-        f"pretraining: {pretraining['steps']} steps, {pretraining['tokens_seen']:,} tokens, "
-        f"validation perplexity {pretraining['val_perplexity']:.1f}",
+        f"pretraining: {len(pretraining['seeds'])} runs of {pretraining['steps']:.0f} steps, "
+        f"{pretraining['tokens_seen']:,.0f} tokens, validation perplexity {pretraining['val_perplexity']:.1f} "
+        "(mean of the runs)",
     ]
-    timings = paths.timings_file("pretrain")
+    timings = paths.timings_file(f"pretrain_seed{pretraining['seeds'][0]}")
     if timings.is_file():
         lines[-1] += f", {read_json(timings)['tokens_per_second']:,.0f} tokens/s on this machine"
     return "\n".join(lines)
@@ -82,8 +85,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "else from piped standard input, one per line (blank lines skipped).",
     )
     add_texts(predict_parser, "TEXT", "texts to classify")
-    add_model_files(predict_parser, paths.finetuned_checkpoint("pretrained", 0),
-                    "a fine-tuned classifier checkpoint; the default is the pretrained variant, seed 0",
+    add_model_files(predict_parser, paths.finetuned_checkpoint("pretrained", paths.finetune_run(0, 0)),
+                    "a fine-tuned classifier checkpoint; the default is the pretrained variant's first run "
+                    "(pretraining run 0, fine-tuning seed 0)",
                     paths.TOKENIZED)
     predict_parser.set_defaults(func=cmd_predict)
 

@@ -162,17 +162,16 @@ class PretrainParams(Section):
     )
 
 
-def check_seeds(seeds: list[int]) -> list[int]:
+def check_seeds(seeds: list[int], key: str = "finetune.seeds") -> list[int]:
     """Seeds name stages (`finetune_scratch@2`) and files: distinct and non-negative."""
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"finetune.seeds has a repeated seed: {seeds}")
+        raise ValueError(f"{key} has a repeated seed: {seeds}")
     if any(seed < 0 for seed in seeds):
-        raise ValueError(f"finetune.seeds must be non-negative integers: {seeds}")
+        raise ValueError(f"{key} must be non-negative integers: {seeds}")
     return seeds
 
 
 class TrainParams(Section):
-    seed: int = Field(0, description="pretraining seed: initial weights, batch order, sample generations")
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
         "auto", description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
     )

@@ -4,6 +4,7 @@ The inside of `data/prepared/` and `data/tokenized/` (and of their `*_corpus` si
 to `data.prepared` and `tokenized`, the modules that write and read those folders.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 PARAMS = Path("params.yaml")
@@ -13,14 +14,9 @@ PREPARED_CORPUS = Path("data/prepared_corpus")  # the pretraining corpus, apart:
 TOKENIZED = Path("data/tokenized")  # the tokenizer and the labeled splits as ids
 TOKENIZED_CORPUS = Path("data/tokenized_corpus")  # the corpus as ids: only pretraining reads it
 MODELS = Path("models")
-PRETRAINED = MODELS / "pretrained.pt"
 FINETUNED = MODELS / "finetuned"  # <variant>/seed<N>.pt, one per fine-tuning stage
 METRICS = Path("metrics")
-PRETRAIN_SUMMARY = METRICS / "pretrain.json"
-PRETRAIN_TRAIN_LOG = METRICS / "pretrain" / "train.tsv"
-PRETRAIN_VALID_LOG = METRICS / "pretrain" / "valid.tsv"
-PRETRAIN_SAMPLES = METRICS / "pretrain" / "samples.txt"
-FINETUNE_METRICS = METRICS / "finetune"  # <variant>/seed<N>.json (summary) and seed<N>.tsv (per epoch)
+FINETUNE_METRICS = METRICS / "finetune"  # <variant>/seed<run>.json (summary) and seed<run>.tsv (per epoch)
 BASELINE_METRICS = METRICS / "baseline.json"
 EVALUATE_REPORT = METRICS / "evaluate.json"  # every detail of the test evaluation
 HEADLINE = METRICS / "headline.json"  # the answer in ten flat numbers: the one file dvc.yaml declares as metrics
@@ -32,16 +28,60 @@ VARIANTS = ("pretrained", "scratch")
 TRANSLATION_ROOT = Path("translation")  # the translation pipeline's folder: its own params, dvc.yaml and outputs
 
 
-def finetuned_checkpoint(variant: str, seed: int) -> Path:
-    return FINETUNED / variant / f"seed{seed}.pt"
+@dataclass(frozen=True)
+class PretrainOutputs:
+    """What one pretraining run writes. The classification task runs one per pretraining seed (stage
+    `pretrain@<seed>`: `models/pretrained/seed<seed>.pt`, `metrics/pretrain/seed<seed>.json`, ...), so that its
+    results sample pretraining runs; the translation task runs one (`seed=None`: `models/pretrained.pt`)."""
+
+    seed: int | None = None
+
+    @property
+    def stage(self) -> str:
+        return "pretrain" if self.seed is None else f"pretrain@{self.seed}"
+
+    @property
+    def checkpoint(self) -> Path:
+        return MODELS / ("pretrained.pt" if self.seed is None else f"pretrained/seed{self.seed}.pt")
+
+    @property
+    def summary(self) -> Path:
+        return METRICS / ("pretrain.json" if self.seed is None else f"pretrain/seed{self.seed}.json")
+
+    @property
+    def folder(self) -> Path:
+        """The curves (train.tsv, valid.tsv) and samples.txt."""
+        return METRICS / "pretrain" / ("" if self.seed is None else f"seed{self.seed}")
+
+    @property
+    def train_log(self) -> Path:
+        return self.folder / "train.tsv"
+
+    @property
+    def valid_log(self) -> Path:
+        return self.folder / "valid.tsv"
+
+    @property
+    def samples(self) -> Path:
+        return self.folder / "samples.txt"
 
 
-def finetune_summary(variant: str, seed: int) -> Path:
-    return FINETUNE_METRICS / variant / f"seed{seed}.json"
+def finetune_run(seed: int, pretrain_seed: int | None = None) -> str:
+    """A fine-tune's name among its variant's: `<pretrain seed>-<fine-tune seed>` (`2-0`: fine-tune seed 0 of
+    pretraining run 2; a scratch run's first number seeds its random start) or the seed alone (translation)."""
+    return str(seed) if pretrain_seed is None else f"{pretrain_seed}-{seed}"
 
 
-def finetune_epochs(variant: str, seed: int) -> Path:
-    return FINETUNE_METRICS / variant / f"seed{seed}.tsv"
+def finetuned_checkpoint(variant: str, run: str | int) -> Path:
+    return FINETUNED / variant / f"seed{run}.pt"
+
+
+def finetune_summary(variant: str, run: str | int) -> Path:
+    return FINETUNE_METRICS / variant / f"seed{run}.json"
+
+
+def finetune_epochs(variant: str, run: str | int) -> Path:
+    return FINETUNE_METRICS / variant / f"seed{run}.tsv"
 
 
 def predictions_file(variant: str) -> Path:

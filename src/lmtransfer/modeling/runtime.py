@@ -67,13 +67,15 @@ def cpu_identity() -> dict[str, str]:
 
 
 def environment_facts() -> dict[str, str | int]:
-    """What CPU results depend on besides code, params and data: the kernels' instruction set and the threads.
+    """What CPU results depend on besides code, params and data: the CPU (vendor and model: the same pins still
+    round a few operations differently on an Intel Xeon and an AMD EPYC), the kernels' instruction set and the
+    threads.
 
     Stored beside the results, so a difference between two machines is explained, not a mystery; several
     processes (torchrun) add their count.
     """
-    facts = {"cpu_kernels": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-             "denormals_flushed": denormals_flushed()}
+    facts = {"cpu_model": cpu_identity()["cpu_model"], "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+             "threads": torch.get_num_threads(), "denormals_flushed": denormals_flushed()}
     if torch.distributed.is_available() and torch.distributed.is_initialized():  # train.nproc > 1: threads each
         facts["processes"] = torch.distributed.get_world_size()
     return facts
@@ -112,9 +114,9 @@ def use_share_of_cores() -> int:
     return torch.get_num_threads()
 
 
-def configure(params: TrainParams, seed: int | None = None) -> torch.device:
-    """Seed (train.seed unless given), set CPU threads, pick the device; called once by each training stage."""
-    seed_everything(params.seed if seed is None else seed)
+def configure(params: TrainParams, seed: int = 0) -> torch.device:
+    """Seed, set CPU threads, pick the device; called once by each training stage."""
+    seed_everything(seed)
     flush_denormals()
     if params.num_threads:
         torch.set_num_threads(params.num_threads)

@@ -1,20 +1,15 @@
 """The pretrain stage of either task: train the language model (or load `pretrain.init_from`), write the
-checkpoint, the curves, the samples and the summary. Both pipelines run it with their own params."""
+checkpoint, the curves, the samples and the summary. Both pipelines run it with their own params: the
+classification task once per `pretrain.seeds` (`pretrain@<seed>`), the translation task once (`train.seed`)."""
 
 from __future__ import annotations
 
+import argparse
+import functools
+
 from lmtransfer.core.config import PipelineParams
 from lmtransfer.core.io import write_json, write_text, write_timings, write_tsv
-from lmtransfer.core.paths import (
-    PRETRAIN_SAMPLES,
-    PRETRAIN_SUMMARY,
-    PRETRAIN_TRAIN_LOG,
-    PRETRAIN_VALID_LOG,
-    PRETRAINED,
-    TOKENIZED,
-    TOKENIZED_CORPUS,
-    timings_file,
-)
+from lmtransfer.core.paths import TOKENIZED, TOKENIZED_CORPUS, PretrainOutputs, timings_file
 from lmtransfer.data.input_files import resolve_input
 from lmtransfer.harness.tracking import log_checkpoint, log_file, log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import save_checkpoint
@@ -37,14 +32,28 @@ from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots, fingerprint
 
 
-def run_pretrain_stage(params: PipelineParams) -> None:
-    """Everything the stage does once its task has read and validated `params`."""
+@functools.cache
+def pretrain_seed_arg() -> int:
+    """`--seed` of this process (the classification task's `pretrain@<seed>`), parsed once."""
+    parser = argparse.ArgumentParser(description="one pretraining run")
+    parser.add_argument("--seed", type=int, required=True, help="the pretraining seed, one of pretrain.seeds")
+    return parser.parse_args().seed
+
+
+def pretrain_stage_name() -> str:
+    """`pretrain@2`: the name dvc.yaml gives this stage."""
+    return PretrainOutputs(pretrain_seed_arg()).stage
+
+
+def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutputs) -> None:
+    """Everything the stage does once its task has read and validated `params`: one pretraining run whose every
+    random draw comes from `seed`, written to `outputs`."""
     meta = read_tokenized_meta(TOKENIZED)
     train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
     tokenizer = load_tokenizer(TOKENIZED)
     objective = Objective.from_params(params.pretrain, meta)  # before any work: mlm needs a <mask> token
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
-    device = distributed.start(params.train, configure(params.train))
+    device = distributed.start(params.train, configure(params.train, seed))
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
     model = objective.build_model(config)
     weights = None
@@ -53,21 +62,25 @@ def run_pretrain_stage(params: PipelineParams) -> None:
         weights.check_tokenizer(tokenizer_fingerprint(TOKENIZED))
         load_into_language_model(weights, model)
     sections = params.sections("model", "pretrain", "train")
-    snapshots = Snapshots("pretrain", fingerprint("pretrain", sections, [TOKENIZED, TOKENIZED_CORPUS], device), params.train.resume_every)
-    with stage_run("pretrain", sections) as run:  # None on ranks other than 0: they train, rank 0 reports
+    stage = outputs.stage
+    inputs = [TOKENIZED, TOKENIZED_CORPUS]
+    snapshots = Snapshots(stage, fingerprint(stage, sections, inputs, device),
+                          params.train.resume_every)
+    with stage_run("pretrain", sections, run_name=stage) as run:  # None on ranks other than 0: they train, rank 0 reports
         if run:
-            log_run(tags={"device": str(device), "n_parameters": count_parameters(model)})
+            log_run(tags={"device": str(device), "n_parameters": count_parameters(model), "seed": seed},
+                    params={"seed": seed})
         if weights is not None:
             for note in weights.notes:
-                print(f"pretrain: {note}")
-            print(f"pretrain: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
+                print(f"{stage}: {note}")
+            print(f"{stage}: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
             result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, device, objective)
         else:
-            print(f"pretrain: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens, "
+            print(f"{stage}: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens, "
                   f"objective {objective.name}{' + next-sentence prediction' if objective.next_sentence else ''} "
                   f"({config.attention} attention)")
             result = pretrain(
-                model, train_ids, valid_ids, params.pretrain, device, params.train.seed, params.train.log_every,
+                model, train_ids, valid_ids, params.pretrain, device, seed, params.train.log_every,
                 log_metrics=log_metrics, snapshots=snapshots, objective=objective,
                 compile_steps=params.train.compile,
             )
@@ -75,10 +88,10 @@ def run_pretrain_stage(params: PipelineParams) -> None:
         if params.pretrain.adapt_epochs:
             train_texts, valid_texts = (load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"])
                                         for name in ("train", "valid"))
-            print(f"pretrain: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
+            print(f"{stage}: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
                   f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
             adaptation = adapt_to_task(
-                model, train_texts, valid_texts, params.pretrain, device, params.train.seed,
+                model, train_texts, valid_texts, params.pretrain, device, seed,
                 params.train.log_every, log_metrics=log_metrics, first_step=result.steps, snapshots=snapshots,
                 objective=objective, compile_steps=params.train.compile,
             )
@@ -87,25 +100,25 @@ def run_pretrain_stage(params: PipelineParams) -> None:
         phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
         train_log, valid_log = phase_logs(phases)
         sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
-                                          device, params.train.seed)
+                                          device, seed)
         summary = {**pretrain_summary(phases, objective), "n_parameters": count_parameters(model),
                    **environment_facts()}
         timings = pretrain_timings(phases)
         extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
         if weights:
             log_run(tags={"init_from": params.pretrain.init_from, "init_layout": weights.layout})
-        save_checkpoint(PRETRAINED, model, "language_model", config, **objective.checkpoint_fields(), **extras,
+        save_checkpoint(outputs.checkpoint, model, "language_model", config, **objective.checkpoint_fields(), **extras,
                         tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
-        write_tsv(PRETRAIN_TRAIN_LOG, train_log)
-        write_tsv(PRETRAIN_VALID_LOG, valid_log)
-        write_text(PRETRAIN_SAMPLES, sample_text)
-        write_json(PRETRAIN_SUMMARY, summary)
-        write_timings(timings_file("pretrain"), timings)
+        write_tsv(outputs.train_log, train_log)
+        write_tsv(outputs.valid_log, valid_log)
+        write_text(outputs.samples, sample_text)
+        write_json(outputs.summary, summary)
+        write_timings(timings_file(stage.replace("@", "_seed")), timings)
         log_run(metrics={**{f"final_{k}": v for k, v in summary.items() if not isinstance(v, bool)},
                          **{f"final_{k}": timings[k] for k in ("seconds", "tokens_per_second")}})
         log_file(sample_text, "samples.txt")
-        log_checkpoint(PRETRAINED)
+        log_checkpoint(outputs.checkpoint)
     snapshots.clear()
     print(sample_text, end="")
-    print(f"pretrain: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
-          f"{timings['tokens_per_second']:.0f} tokens/s -> {PRETRAINED}")
+    print(f"{stage}: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
+          f"{timings['tokens_per_second']:.0f} tokens/s -> {outputs.checkpoint}")

@@ -30,46 +30,54 @@ def column(rows: Rows, key: str) -> list[float]:
 
 
 def mean_band(axis, runs: list[Rows], key: str, color: str, label: str, style: str = "o-") -> None:
-    """Mean over seeds as a line, the seeds' min-max range as a band (one seed: just the line)."""
+    """Mean over runs as a line, the runs' min-max range as a band (one run: just the line)."""
     epochs = column(runs[0], "epoch")
     values = np.array([column(rows, key) for rows in runs])
-    axis.plot(epochs, values.mean(axis=0), style, color=color, label=f"{label} (mean of {len(runs)} seeds)"
+    axis.plot(epochs, values.mean(axis=0), style, color=color, label=f"{label} (mean of {len(runs)} runs)"
               if len(runs) > 1 else label)
     if len(runs) > 1:
         axis.fill_between(epochs, values.min(axis=0), values.max(axis=0), color=color, alpha=0.18, linewidth=0)
 
 
-def plot_pretraining(train_rows: Rows, valid_rows: Rows, path: Path, dpi: int) -> Path:
-    """Loss and perplexity per step; a second phase (adaptation to the task's texts) is drawn apart,
-    since its validation texts are the task's, not the corpus's."""
+def plot_pretraining(runs: list[tuple[Rows, Rows]], path: Path, dpi: int) -> Path:
+    """Loss and perplexity per step of each pretraining run ((train rows, valid rows) each, drawn alike, so their
+    spread shows); a second phase (adaptation to the task's texts) is drawn apart, since its validation texts are
+    the task's, not the corpus's."""
     figure, (loss_axis, ppl_axis) = plt.subplots(1, 2, figsize=(10, 4))
     phase_style = {"corpus": ("tab:red", "corpus"), "task": ("tab:purple", "task texts")}
-    loss_axis.plot(column(train_rows, "step"), column(train_rows, "train_loss"), label="train", color="tab:green")
-    for phase, (color, name) in phase_style.items():
-        rows = [row for row in valid_rows if row.get("phase", "corpus") == phase]
-        if not rows:
-            continue
-        loss_axis.plot(column(rows, "step"), column(rows, "val_loss"), "o-", color=color,
-                       label=f"validation ({name})")
-        ppl_axis.plot(column(rows, "step"), column(rows, "val_perplexity"), "o-", color=color, label=name)
-    adapt_start = [float(row["step"]) for row in valid_rows if row.get("phase") == "task"][:1]
+    several = f" ({len(runs)} runs)" if len(runs) > 1 else ""
+    alpha = 1.0 if len(runs) == 1 else 0.6
+    for index, (train_rows, valid_rows) in enumerate(runs):
+        first = index == 0
+        loss_axis.plot(column(train_rows, "step"), column(train_rows, "train_loss"), color="tab:green",
+                       alpha=alpha, label=f"train{several}" if first else None)
+        for phase, (color, name) in phase_style.items():
+            rows = [row for row in valid_rows if row.get("phase", "corpus") == phase]
+            if not rows:
+                continue
+            loss_axis.plot(column(rows, "step"), column(rows, "val_loss"), "o-", color=color, alpha=alpha,
+                           label=f"validation ({name})" if first else None)
+            ppl_axis.plot(column(rows, "step"), column(rows, "val_perplexity"), "o-", color=color, alpha=alpha,
+                          label=name if first else None)
+    adapt_start = [float(row["step"]) for row in runs[0][1] if row.get("phase") == "task"][:1]
     for axis in (loss_axis, ppl_axis):
         for step in adapt_start:
             axis.axvline(step, color="grey", linestyle=":", linewidth=0.8)
         axis.grid(alpha=0.3)
-    loss_axis.set(xlabel="step", ylabel="next-token loss (nats)", title="Pretraining loss")
+    loss_axis.set(xlabel="step", ylabel="next-token loss (nats)", title=f"Pretraining loss{several}")
     ppl_axis.set(xlabel="step", ylabel="perplexity", yscale="log", title="Validation perplexity")
     loss_axis.legend(fontsize=8)
     ppl_axis.legend(fontsize=8)
     return save_figure(figure, path, dpi)
 
 
-def plot_pretraining_logs(path: Path, dpi: int) -> Path:
-    """`plot_pretraining` of the pretrain stage's own logs (metrics/pretrain/*.tsv), as both tasks plot them."""
+def plot_pretraining_logs(path: Path, dpi: int, seeds: list[int] | None = None) -> Path:
+    """`plot_pretraining` of the pretrain stages' own logs (metrics/pretrain/seed<N>/*.tsv, one run per seed; the
+    translation task's one run: metrics/pretrain/*.tsv), as both tasks plot them."""
     from lmtransfer.core.io import read_tsv, require_file
-    from lmtransfer.core.paths import PRETRAIN_TRAIN_LOG, PRETRAIN_VALID_LOG
+    from lmtransfer.core.paths import PretrainOutputs
 
-    return plot_pretraining(read_tsv(require_file(PRETRAIN_TRAIN_LOG, "pretraining metrics")),
-                            read_tsv(require_file(PRETRAIN_VALID_LOG, "pretraining metrics")), path, dpi)
-
-
+    runs = [PretrainOutputs(seed) for seed in seeds] if seeds is not None else [PretrainOutputs()]
+    return plot_pretraining([(read_tsv(require_file(run.train_log, "pretraining metrics")),
+                              read_tsv(require_file(run.valid_log, "pretraining metrics"))) for run in runs],
+                            path, dpi)

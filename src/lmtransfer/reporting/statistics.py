@@ -1,16 +1,22 @@
-"""How sure the pretrained-minus-scratch gap is: seeds and test examples are both sources of noise.
+"""How sure the pretrained-minus-scratch gap is: pretraining runs, fine-tuning seeds and test examples are all
+sources of noise.
 
-Each variant is fine-tuned once per seed and scored on the same test examples, so
-the data form two (seeds x examples) matrices of 0/1 correctness, paired by seed
-(same seed, same batch order) and by example. The interval resamples both seeds
-and examples (a two-level paired bootstrap); the p-value comes from scipy's paired
-permutation test on the per-example difference averaged over seeds.
+Each pretraining run is fine-tuned with each fine-tuning seed, and each scratch run is paired with one of those
+(same pretraining seed, same fine-tuning seed); every model is scored on the same test examples. The data form
+two (pretraining runs x fine-tuning seeds x examples) arrays of 0/1 correctness, paired cell by cell. The interval
+is a nested paired bootstrap: it draws pretraining runs with replacement, fine-tuning seeds within each drawn run,
+and test examples (Davison & Hinkley's two-stage bootstrap, plus the examples). The p-value reads the same
+resamples (twice the share on the far side of zero), so p < 0.05 exactly when the 95% interval leaves out zero.
+Resampling one source at a time tells how much of the spread each contributes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
-from scipy import stats
+
+SOURCES = ("pretraining_runs", "finetuning_seeds", "test_examples")
 
 
 def summarize(values: list[float]) -> dict[str, float | list[float]]:
@@ -23,43 +29,73 @@ def summarize(values: list[float]) -> dict[str, float | list[float]]:
     }
 
 
-def paired_bootstrap_interval(
-    correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: int = 10_000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile interval of mean(a) - mean(b), resampling seeds and test examples with replacement.
+def _chunks(n_resamples: int, n_examples: int) -> Iterator[tuple[int, int]]:
+    """(begin, size) blocks that keep size x n_examples example weights near 2M numbers at a time."""
+    chunk = max(1, 2_000_000 // max(n_examples, 1))
+    for begin in range(0, n_resamples, chunk):
+        yield begin, min(chunk, n_resamples - begin)
 
-    correct_a, correct_b: (n_seeds, n_examples) arrays, row s of both from seed s.
-    """
-    difference = np.asarray(correct_a, dtype=float) - np.asarray(correct_b, dtype=float)
-    n_seeds, n_examples = difference.shape
+
+def nested_bootstrap(
+    difference: np.ndarray, n_resamples: int = 10_000, seed: int = 0, resample: tuple[str, ...] = SOURCES
+) -> np.ndarray:
+    """Resampled means of `difference` ((runs, seeds, examples)), drawing the sources named in `resample` with
+    replacement (pretraining runs, then fine-tuning seeds within each drawn run, and examples); the others stay
+    as they are."""
+    difference = np.asarray(difference, dtype=float)
+    n_runs, n_seeds, n_examples = difference.shape
     rng = np.random.default_rng(seed)
     gaps = np.empty(n_resamples)
-    chunk = max(1, 2_000_000 // max(n_examples, 1))  # bound memory: chunk x n_examples counts at a time
-    for begin in range(0, n_resamples, chunk):
-        size = min(chunk, n_resamples - begin)
-        seed_weights = rng.multinomial(n_seeds, np.full(n_seeds, 1 / n_seeds), size=size) / n_seeds
-        example_weights = rng.multinomial(n_examples, np.full(n_examples, 1 / n_examples), size=size) / n_examples
-        gaps[begin : begin + size] = np.einsum("rs,se,re->r", seed_weights, difference, example_weights)
+    for begin, size in _chunks(n_resamples, n_examples):
+        runs = (rng.integers(n_runs, size=(size, n_runs)) if "pretraining_runs" in resample
+                else np.broadcast_to(np.arange(n_runs), (size, n_runs)))
+        seeds = (rng.integers(n_seeds, size=(size, n_runs, n_seeds)) if "finetuning_seeds" in resample
+                 else np.broadcast_to(np.arange(n_seeds), (size, n_runs, n_seeds)))
+        cell_weights = np.zeros((size, n_runs, n_seeds))
+        np.add.at(cell_weights, (np.arange(size)[:, None, None], runs[:, :, None], seeds), 1.0 / (n_runs * n_seeds))
+        if "test_examples" in resample:
+            example_weights = rng.multinomial(n_examples, np.full(n_examples, 1 / n_examples), size=size) / n_examples
+            gaps[begin : begin + size] = np.einsum("rpf,pfe,re->r", cell_weights, difference, example_weights)
+        else:
+            gaps[begin : begin + size] = np.einsum("rpf,pf->r", cell_weights, difference.mean(axis=2))
+    return gaps
+
+
+def percentile_interval(gaps: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(gaps, [tail, 100 - tail])
     return float(low), float(high)
 
 
-def paired_permutation_p_value(
-    correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: int = 10_000, seed: int = 0
-) -> float:
-    """Two-sided p-value that a and b score alike: the sign of each example's difference is flipped at random."""
-    per_example_a = np.asarray(correct_a, dtype=float).mean(axis=0)
-    per_example_b = np.asarray(correct_b, dtype=float).mean(axis=0)
-    if np.array_equal(per_example_a, per_example_b):
-        return 1.0
-    result = stats.permutation_test(
-        (per_example_a, per_example_b),
-        lambda a, b, axis: np.mean(a - b, axis=axis),
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(result.pvalue)
+def bootstrap_p_value(gaps: np.ndarray) -> float:
+    """Two-sided p-value that the gap is zero: twice the smaller share of resamples on either side of zero
+    (counting the observed data as one resample, so it is never 0)."""
+    n = len(gaps)
+    below, above = (np.count_nonzero(gaps <= 0) + 1) / (n + 1), (np.count_nonzero(gaps >= 0) + 1) / (n + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def gap_uncertainty(correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: int = 10_000, seed: int = 0,
+                    level: float = 0.95) -> dict:
+    """The gap mean(a) - mean(b) with its interval, p-value and each source's share of the spread.
+
+    correct_a, correct_b: (pretraining runs, fine-tuning seeds, examples) 0/1 arrays, paired cell by cell.
+    `spread` holds the standard deviation of the resampled gap drawing each source alone, and `share` each one's
+    part of their summed variance; with one fine-tuning seed per run, the fine-tuning seeds cannot be told from
+    the pretraining runs (their spread is 0 and the runs' holds both).
+    """
+    difference = np.asarray(correct_a, dtype=float) - np.asarray(correct_b, dtype=float)
+    gaps = nested_bootstrap(difference, n_resamples, seed)
+    low, high = percentile_interval(gaps, level)
+    spread = {source: float(nested_bootstrap(difference, n_resamples, seed, (source,)).std())
+              for source in SOURCES}
+    total = sum(value**2 for value in spread.values())
+    return {
+        "mean": float(difference.mean()),
+        "ci95_low": low,
+        "ci95_high": high,
+        "p_value": bootstrap_p_value(gaps),
+        "std": float(gaps.std()),
+        "spread": spread,
+        "share": {source: (value**2 / total if total else 0.0) for source, value in spread.items()},
+    }

@@ -1,8 +1,10 @@
-"""The fine-tune stages' command line, start and outputs, shared by both tasks: `--init pretrained|scratch --seed N`.
+"""The fine-tune stages' command line, start and outputs, shared by both tasks:
+`--init pretrained|scratch [--pretrain-seed P] --seed N`.
 
-dvc.yaml runs one fine-tune stage per variant and seed; the stage's name (`finetune_pretrained@0`)
-labels its log lines and its MLflow run. Both tasks start the same way: the pretrained language model,
-or the same network, as `model.*` describes it, with fresh weights.
+dvc.yaml runs one fine-tune stage per variant and run; the stage's name (`finetune_pretrained@2-0`: pretraining
+run 2, fine-tuning seed 0; the translation task's `finetune_pretrained@0` has one pretraining run) labels its log
+lines and its MLflow run. Both tasks start the same way: the pretrained language model, or the same network, as
+`model.*` describes it, with fresh weights.
 """
 
 from __future__ import annotations
@@ -13,8 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lmtransfer.core.io import write_json, write_timings, write_tsv
-from lmtransfer.core.paths import PRETRAINED, VARIANTS, finetune_epochs, finetune_summary, timings_file
+from lmtransfer.core.paths import (
+    VARIANTS,
+    PretrainOutputs,
+    finetune_epochs,
+    finetune_run,
+    finetune_summary,
+    timings_file,
+)
 from lmtransfer.harness.tracking import log_checkpoint, log_run, run_that_wrote
 from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, model_params_of
 from lmtransfer.modeling.model import ModelConfig
@@ -25,14 +36,25 @@ def finetune_args() -> argparse.Namespace:
     """`--init` and `--seed` of this process, parsed once (the stage wrapper and the stage both ask)."""
     parser = argparse.ArgumentParser(description="fine-tune one variant with one seed")
     parser.add_argument("--init", choices=VARIANTS, required=True)
+    parser.add_argument("--pretrain-seed", type=int, default=None,
+                        help="the pretraining run (pretrained) or the random start's seed (scratch)")
     parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
     return parser.parse_args()
 
 
 def finetune_stage_name() -> str:
-    """`finetune_pretrained@0`: the name dvc.yaml gives this stage."""
+    """`finetune_pretrained@2-0`: the name dvc.yaml gives this stage."""
     args = finetune_args()
-    return f"finetune_{args.init}@{args.seed}"
+    return f"finetune_{args.init}@{finetune_run(args.seed, args.pretrain_seed)}"
+
+
+def draw_seed(seed: int, pretrain_seed: int | None) -> int:
+    """The seed of every random draw of one fine-tune. With a pretraining seed, both variants' runs of the pair
+    (P, N) draw from numpy's `SeedSequence([P, N])`: the scratch runs of different P start from different random
+    weights, as the pretrained runs start from different pretraining runs."""
+    if pretrain_seed is None:
+        return seed
+    return int(np.random.SeedSequence([pretrain_seed, seed]).generate_state(1)[0])
 
 
 @dataclass(frozen=True)
@@ -47,10 +69,22 @@ class LanguageModelStart:
     payload: dict | None
     sections: tuple[str, ...]
     upstream: str | None
+    pretrain_seed: int | None = None
+    pretrained: Path | None = None  # the checkpoint a pretrained start loaded
+
+    @property
+    def run(self) -> str:
+        """`2-0` (pretraining run 2, fine-tuning seed 0), or the seed alone: the stage's and the files' suffix."""
+        return finetune_run(self.seed, self.pretrain_seed)
 
     @property
     def stage(self) -> str:
-        return f"finetune_{self.variant}@{self.seed}"
+        return f"finetune_{self.variant}@{self.run}"
+
+    @property
+    def draws(self) -> int:
+        """What seeds this fine-tune's random draws (`draw_seed`)."""
+        return draw_seed(self.seed, self.pretrain_seed)
 
     def logged_params(self, params: Any) -> dict[str, dict[str, Any]]:
         """The params this fine-tune's MLflow run records: the sections it reads, and for a pretrained start the
@@ -63,23 +97,26 @@ class LanguageModelStart:
 
 
 def language_model_start(params: Any, meta: dict) -> LanguageModelStart:
-    """This stage's start: `models/pretrained.pt` for `--init pretrained`; for `--init scratch` the network
-    `params.model` describes over the tokenizer's ids (`meta`: data/tokenized's meta.json), fresh."""
+    """This stage's start: the pretraining run's checkpoint for `--init pretrained` (`models/pretrained/seed<P>.pt`,
+    or `models/pretrained.pt` without `--pretrain-seed`); for `--init scratch` the network `params.model` describes
+    over the tokenizer's ids (`meta`: data/tokenized's meta.json), fresh."""
     args = finetune_args()
     if args.init == "pretrained":
-        payload = load_checkpoint(PRETRAINED, expected_kind="language_model")
+        path = PretrainOutputs(args.pretrain_seed).checkpoint
+        payload = load_checkpoint(path, expected_kind="language_model")
         return LanguageModelStart(args.init, args.seed, model_config_of(payload), payload, ("finetune", "train"),
-                                  run_that_wrote(PRETRAINED))
+                                  run_that_wrote(path), args.pretrain_seed, path)
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
-    return LanguageModelStart(args.init, args.seed, config, None, ("model", "finetune", "train"), None)
+    return LanguageModelStart(args.init, args.seed, config, None, ("model", "finetune", "train"), None,
+                              args.pretrain_seed)
 
 
 def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[dict], summary: dict,
                      timings: dict) -> None:
     """What every fine-tune stage leaves beside its checkpoint: the curve per epoch (a DVC plot), the summary (a
     DVC-cached output), the wall-clock timings (kept out of the results), and all of it on the stage's run."""
-    write_tsv(finetune_epochs(start.variant, start.seed), history)
-    write_json(finetune_summary(start.variant, start.seed), summary)
-    write_timings(timings_file(f"finetune_{start.variant}_seed{start.seed}"), timings)
+    write_tsv(finetune_epochs(start.variant, start.run), history)
+    write_json(finetune_summary(start.variant, start.run), summary)
+    write_timings(timings_file(f"finetune_{start.variant}_seed{start.run}"), timings)
     log_run(metrics={**summary, **timings})
     log_checkpoint(checkpoint)

@@ -143,6 +143,10 @@ class TranslationEvaluateParams(Section):
     seed: int = Field(0, description="seed of the resampling: the intervals are the same on every run")
 
 
+class TranslationTrainParams(TrainParams):
+    seed: int = Field(0, description="pretraining seed: initial weights, batch order, sample generations")
+
+
 class TranslationParams(PipelineParams):
     """`translation/params.yaml`: English→French (or your pairs), pretrained vs scratch."""
 
@@ -151,7 +155,7 @@ class TranslationParams(PipelineParams):
     model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512, dropout=0.0)
     pretrain: PretrainParams = PretrainParams(max_steps=1200, adapt_epochs=0, prompts=["And God said", "Et Dieu dit"])
     finetune: TranslationFinetuneParams = TranslationFinetuneParams()
-    train: TrainParams = TrainParams()
+    train: TranslationTrainParams = TranslationTrainParams()
     evaluate: TranslationEvaluateParams = TranslationEvaluateParams()
     plot: PlotParams = PlotParams()
 

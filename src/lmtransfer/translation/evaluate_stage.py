@@ -12,9 +12,9 @@ from lmtransfer.core.paths import (
     EVALUATE_REPORT,
     HEADLINE,
     PREPARED,
-    PRETRAIN_SUMMARY,
     TOKENIZED,
     VARIANTS,
+    PretrainOutputs,
     finetune_epochs,
 )
 from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
@@ -53,7 +53,7 @@ def run_translation_evaluate_stage(params: TranslationParams) -> None:
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")
     tokenizer = load_tokenizer(TOKENIZED)
-    pretraining = read_json(require_file(PRETRAIN_SUMMARY, "pretraining results"))
+    pretraining = read_json(require_file(PretrainOutputs().summary, "pretraining results"))
     checkpoints = finetuned_checkpoints(seeds)
     upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
