@@ -29,7 +29,7 @@ venv: $(STAMP)
 run: venv
 	dvc repro
 	@echo; lmtransfer results; echo
-	@echo "figures: plots/*.png | sample generations: metrics/pretrain/samples.txt | MLflow UI: make ui"
+	@echo "figures: plots/*.png | sample generations: metrics/pretrain/seed*/samples.txt | MLflow UI: make ui"
 
 ## the translation pipeline (English->French, pretrained vs scratch; its time on 2 CPU cores: README)
 run-translation: venv

@@ -4,7 +4,7 @@ Generates a deterministic plain-text corpus (one document per line: Zipfian word
 a made-up vocabulary of 40,000 words, varied line lengths, about 3% of lines repeating an earlier
 one, some of them in other case or spacing, and a few very long lines) plus a small labeled CSV,
 builds a throwaway copy of the pipeline around them (`data.source: files`, a small model, a few
-hundred pretraining steps), runs the real stages with `dvc repro pretrain`, and samples the
+hundred pretraining steps), runs the real stages with `dvc repro pretrain@0`, and samples the
 resident memory of the process tree every 0.2 s. Prints, per stage: DVC's wall time (the stage
 plus DVC hashing and caching its outputs), the stage's own time, the peak resident memory of the
 stage's processes and of the whole tree (DVC included); then tokenize's encoding rate.
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from pipeline_repo import make_repo  # noqa: E402 - the end-to-end tests' throwaway repo, reused
 
-CORPUS_STAGES = ("validate", "prepare", "tokenize", "pretrain")
+CORPUS_STAGES = ("validate", "prepare", "tokenize", "pretrain@0")
 SAMPLE_SECONDS = 0.2
 VOCABULARY = 40_000
 ZIPF_EXPONENT = 1.05
@@ -158,7 +158,7 @@ def benchmark_params(corpus: Path, labeled: Path, threads: int) -> dict:
         "data": {"source": "files", "train": str(labeled), "corpus": [str(corpus)]},
         "model": {"n_layers": 2, "d_model": 128, "n_heads": 2, "d_ff": 128},
         "pretrain": {"max_steps": 200, "eval_every": 100, "eval_batches": 10, "adapt_epochs": 0,
-                     "generate_tokens": 10},
+                     "generate_tokens": 10, "seeds": [0]},  # one pretraining run: pretrain@0
         "finetune": {"seeds": [0], "epochs": 1},
         "train": {"num_threads": threads, "resume_every": 0},
     }
@@ -198,8 +198,8 @@ class TreeSampler(threading.Thread):
 
 
 def run_pipeline(repo: Path, env: dict[str, str], log: Path) -> tuple[dict, dict, dict]:
-    """`dvc repro pretrain`, echoing DVC's lines; returns per stage: wall seconds, own seconds, peak RSS."""
-    process = subprocess.Popen(["dvc", "repro", "pretrain"], cwd=repo, env=env, stdout=subprocess.PIPE,
+    """`dvc repro pretrain@0`, echoing DVC's lines; returns per stage: wall seconds, own seconds, peak RSS."""
+    process = subprocess.Popen(["dvc", "repro", "pretrain@0"], cwd=repo, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, bufsize=1)
     sampler = TreeSampler(psutil.Process(process.pid))
     sampler.start()
@@ -244,7 +244,7 @@ def main() -> None:
             shutil.rmtree(repo)
         repo.mkdir(parents=True)
         env = make_repo(repo, benchmark_params(corpus, labeled, args.threads), lambda root: None)
-        print(f"pipeline copy in {repo}; running dvc repro pretrain")
+        print(f"pipeline copy in {repo}; running dvc repro pretrain@0")
         walls, own, peaks = run_pipeline(repo, env, folder / "dvc_repro.log")
         report(repo, corpus, walls, own, peaks, args, time.perf_counter() - started)
     finally:

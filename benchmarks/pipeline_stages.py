@@ -22,7 +22,7 @@ from pathlib import Path
 
 from results_file import REPO, Column, write_result
 
-DONE = re.compile(r"^(?P<stage>[\w@]+): done in (?P<seconds>[\d.]+) s$")
+DONE = re.compile(r"^(?P<stage>[\w@-]+): done in (?P<seconds>[\d.]+) s$")
 
 
 def main() -> None:

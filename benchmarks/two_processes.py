@@ -1,7 +1,7 @@
 """One process against two (`-S train.nproc=2`, DDP over gloo) through the real pipeline: the same curves?
 
 A small pipeline (2 layers of 128, dropout 0, so that only float rounding can differ) trains
-`finetune_pretrained@0` three times with `dvc exp run`: one process on all cores (the reference), two
+`finetune_pretrained@0-0` three times with `dvc exp run`: one process on all cores (the reference), two
 processes (each with half the cores), and one process on one thread. The third is the yardstick: it
 changes nothing but the order of the float sums, as the second does, so the two columns show whether
 DDP adds any difference of its own beyond rounding. Printed: the largest relative difference of any
@@ -28,16 +28,17 @@ from results_file import Column, write_result  # noqa: E402
 
 PARAMS = merge(merge({}, TINY_PARAMS), {
     "model": {"n_layers": 2, "d_model": 128, "n_heads": 2, "d_ff": 128, "dropout": 0.0},
-    "pretrain": {"max_steps": 60, "batch_size": 32, "seq_len": 32, "eval_every": 20},
+    "pretrain": {"max_steps": 60, "batch_size": 32, "seq_len": 32, "eval_every": 20, "seeds": [0]},
     "finetune": {"epochs": 4, "seeds": [0]},
 })
-TARGET = "finetune_pretrained@0"
+TARGET = "finetune_pretrained@0-0"
 RUNS = {  # label: dvc exp run overrides; the first is the reference
     "1 process, all cores": ["-S", "train.nproc=1", "-S", "train.num_threads=0"],
     "2 processes (gloo)": ["-S", "train.nproc=2", "-S", "train.num_threads=0"],
     "1 process, 1 thread": ["-S", "train.nproc=1", "-S", "train.num_threads=1"],
 }
-CURVES = ["metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv", "metrics/finetune/pretrained/seed0.tsv"]
+CURVES = ["metrics/pretrain/seed0/train.tsv", "metrics/pretrain/seed0/valid.tsv",
+          "metrics/finetune/pretrained/seed0-0.tsv"]
 
 
 def curves(root: Path) -> dict[str, list[dict[str, str]]]:
@@ -82,7 +83,7 @@ def main() -> None:
     for step, ddp, single in zip(steps, *differences[CURVES[0]]):
         print(f"{step:>6}{ddp:>13.1e}{single:>10.1e}")
     print(f"\n{'stage wall time, s':<24}" + "".join(f"{label:>24}" for label in RUNS))
-    for stage in ("pretrain", TARGET):
+    for stage in ("pretrain@0", TARGET):
         print(f"{stage:<24}" + "".join(f"{results[label][1][stage]:>24.1f}" for label in RUNS))
     rows = [[name, len(ddp), max(ddp), max(single)] for name, (ddp, single) in differences.items()]
     rows += [[f"{CURVES[0]}, step {step}", 1, ddp, single]

@@ -7,18 +7,24 @@ import numpy as np
 import pytest
 
 from lmtransfer.classification.config import EvaluateParams
-from lmtransfer.classification.evaluate import SeedResult, headline_metrics, report_lines, transfer_report
+from lmtransfer.classification.evaluate import (
+    SeedResult,
+    headline_metrics,
+    pretraining_report,
+    report_lines,
+    transfer_report,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _seed(seed: int, correct: list[bool], val_accuracy: list[float]) -> SeedResult:
+def _seed(pretrain_seed: int, correct: list[bool], val_accuracy: list[float]) -> SeedResult:
     accuracy = float(np.mean(correct))
     metrics = {"accuracy": accuracy, "macro_f1": accuracy - 0.01, "loss": 0.5,
                "f1_per_class": {"neg": accuracy, "pos": accuracy}}
     epochs = [{"epoch": i + 1, "val_accuracy": v, "train_loss": 0.6, "val_loss": 0.6, "train_accuracy": 0.7}
               for i, v in enumerate(val_accuracy)]
-    return SeedResult(seed, metrics, np.array(correct), epochs)
+    return SeedResult(pretrain_seed, 0, metrics, np.array(correct), epochs)
 
 
 @pytest.fixture
@@ -26,8 +32,9 @@ def report() -> dict:
     pretrained = [_seed(0, [True] * 8 + [False] * 2, [0.70, 0.80]), _seed(1, [True] * 7 + [False] * 3, [0.72, 0.78])]
     scratch = [_seed(0, [True] * 6 + [False] * 4, [0.55, 0.70]), _seed(1, [True] * 5 + [False] * 5, [0.57, 0.66])]
     baseline = {"accuracy": 0.9, "macro_f1": 0.89, "valid_accuracy": 0.88, "best_c": 4.0}
-    params = EvaluateParams(bootstrap_samples=200, permutation_samples=200, seed=0)
-    pretraining = {"val_perplexity": 77.5, "val_loss": 4.35, "steps": 500}
+    params = EvaluateParams(bootstrap_samples=200, seed=0)
+    pretraining = pretraining_report({0: {"val_perplexity": 77.5, "steps": 500, "objective": "clm"},
+                                      1: {"val_perplexity": 80.5, "steps": 500, "objective": "clm"}})
     return transfer_report(pretrained, scratch, baseline, params, pretraining)
 
 
@@ -42,16 +49,31 @@ def test_the_headline_is_flat_and_takes_its_numbers_from_the_report(report):
     assert headline["p_value"] == report["gap"]["p_value"]
     assert headline["head_start"] == pytest.approx(0.71 - 0.56)
     assert headline["baseline"] == 0.9
-    assert report["pretraining"]["steps"] == 500  # the cached pretrain summary travels in the git-tracked report
+    # the cached pretraining summaries travel in the git-tracked report: their mean on top, each run's below
+    assert report["pretraining"]["val_perplexity"] == 79.0 and report["pretraining"]["objective"] == "clm"
+    assert report["pretraining"]["per_seed"]["1"]["val_perplexity"] == 80.5 and report["pretraining"]["seeds"] == [0, 1]
+    assert (report["n_pretraining_runs"], report["n_finetuning_seeds"], report["n_test_examples"]) == (2, 1, 10)
 
 
 def test_the_printed_answer_puts_the_baseline_and_the_gaps_interval_beside_both_variants(report):
-    pretrained, scratch, baseline, gap = report_lines(report)
-    assert pretrained.startswith("pretrained: test accuracy 0.7500 ± ") and "over 2 seeds" in pretrained
+    pretrained, scratch, baseline, gap, spread = report_lines(report)
+    assert pretrained.startswith("pretrained: test accuracy 0.7500 ± ")
+    assert "over 2 runs (2 pretraining runs x 1 fine-tuning seed)" in pretrained
     assert scratch.startswith("   scratch: test accuracy 0.5500 ± ") and "(epoch-1 validation 0.5600)" in scratch
     assert baseline == "  baseline: test accuracy 0.9000 (TF-IDF + logistic regression)"
     low, high, p = report["gap"]["ci95_low"], report["gap"]["ci95_high"], report["gap"]["p_value"]
     assert gap == f"gap +0.2000, 95% CI [{low:+.4f}, {high:+.4f}], p = {p:.4f}"
+    share = report["gap"]["share"]
+    assert spread == (f"the gap's spread comes from: pretraining runs (with their one fine-tune each) "
+                      f"{share['pretraining_runs']:.0%}, test examples {share['test_examples']:.0%}")
+
+
+def test_runs_missing_from_the_grid_stop_the_report(report):
+    from lmtransfer.classification.evaluate import correctness_grid
+
+    runs = [_seed(0, [True, False], [0.5]), _seed(1, [True, True], [0.5]), SeedResult(0, 1, {}, np.ones(2), [])]
+    with pytest.raises(ValueError, match="missing 1-1"):
+        correctness_grid(runs)
 
 
 def test_the_committed_headline_is_what_evaluate_writes_from_the_committed_report():

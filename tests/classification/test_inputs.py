@@ -280,7 +280,7 @@ def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the
     config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1, pad_id=1)
     save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
     params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
-                          pretrain={"init_from": "lm.pt"}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
+                          pretrain={"init_from": "lm.pt", "seeds": [0]}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
 
     entries = entries_of(check_inputs(params))
 
@@ -310,7 +310,7 @@ def test_missing_vocab_file_names_the_file_and_the_key():
 
 def test_missing_init_from_checkpoint_names_the_file_and_the_key():
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
-    params = files_params(train="train.csv", pretrain={"init_from": "models/old.pt"})
+    params = files_params(train="train.csv", pretrain={"init_from": "models/old.pt", "seeds": [0]})
     with pytest.raises(InputFileError, match=r"models/old\.pt: file not found \(set by pretrain\.init_from\)"):
         check_inputs(params)
 
@@ -427,7 +427,7 @@ def test_a_checkpoint_with_another_id_space_names_the_file_and_both_sizes():
     config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1)
     save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
     params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
-                          pretrain={"init_from": "lm.pt"}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
+                          pretrain={"init_from": "lm.pt", "seeds": [0]}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
     with pytest.raises(CheckpointImportError, match=r"lm\.pt: .*has 50 token ids but the tokenizer gives 12: the id space does not match"):
         check_inputs(params)
 

@@ -78,7 +78,7 @@ def test_help_of_generate_shows_the_defaults(capsys):
         main(["generate", "--help"])
     assert exit_.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default: 0.8)" in out and "(default: 40)" in out and "(default: models/pretrained.pt)" in out
+    assert "(default: 0.8)" in out and "(default: 40)" in out and "(default: models/pretrained/seed0.pt)" in out
 
 
 # --- summary ------------------------------------------------------------------------------

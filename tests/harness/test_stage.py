@@ -133,14 +133,25 @@ def test_the_fine_tune_command_line_is_parsed_once_and_names_the_stage(monkeypat
     from lmtransfer.training import finetune_args as module
 
     module.finetune_args.cache_clear()
-    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "2"])
+    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--pretrain-seed", "1", "--seed", "2"])
     try:
-        assert module.finetune_stage_name() == "finetune_scratch@2"
+        assert module.finetune_stage_name() == "finetune_scratch@1-2"
         monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
         assert module.finetune_args() is module.finetune_args() and module.finetune_args().init == "scratch"
         assert module.finetune_args.cache_info().misses == 1
+        module.finetune_args.cache_clear()
+        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "2"])  # translation's
+        assert module.finetune_stage_name() == "finetune_scratch@2"
     finally:
         module.finetune_args.cache_clear()
+
+
+def test_each_run_of_the_grid_draws_from_its_own_seed_and_both_variants_of_a_run_from_the_same():
+    from lmtransfer.training.finetune_args import draw_seed
+
+    draws = {(p, s): draw_seed(s, p) for p in range(3) for s in range(3)}
+    assert len(set(draws.values())) == 9 and draws == {(p, s): draw_seed(s, p) for p in range(3) for s in range(3)}
+    assert draw_seed(4, None) == 4  # one pretraining run (translation): the seed itself
 
 
 def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params_describe(monkeypatch, tmp_path):
@@ -153,21 +164,23 @@ def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params
 
     params = parse_params({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}})
     module.finetune_args.cache_clear()
-    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "3"])
+    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--pretrain-seed", "2", "--seed", "3"])
     try:
         start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1})
-        assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@3", None, None)
+        assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@2-3", None, None)
         assert start.sections == ("model", "finetune", "train")
         assert (start.config.vocab_size, start.config.pad_id, start.config.d_model, start.config.n_layers) == (50, 1, 16, 1)
 
         pretrained = start.config.__class__(**{**start.config.to_dict(), "d_model": 8})
-        monkeypatch.setattr(module, "PRETRAINED", tmp_path / "pretrained.pt")
-        save_checkpoint(tmp_path / "pretrained.pt", LanguageModel(pretrained), "language_model", pretrained)
+        monkeypatch.chdir(tmp_path)
+        checkpoint = tmp_path / "models/pretrained/seed2.pt"
+        save_checkpoint(checkpoint, LanguageModel(pretrained), "language_model", pretrained)
         monkeypatch.setattr(module, "run_that_wrote", lambda path: "run-of-" + path.name)
         module.finetune_args.cache_clear()
-        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
+        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--pretrain-seed", "2", "--seed", "0"])
         start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1})
-        assert start.stage == "finetune_pretrained@0" and start.upstream == "run-of-pretrained.pt"
+        assert start.stage == "finetune_pretrained@2-0" and start.upstream == "run-of-seed2.pt"
+        assert start.pretrained.resolve() == checkpoint
         assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]
     finally:
         module.finetune_args.cache_clear()

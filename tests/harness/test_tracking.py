@@ -112,17 +112,16 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
     from torch import nn
 
     from lmtransfer.classification.config import Params
-    from lmtransfer.core.paths import PRETRAINED
+    from lmtransfer.core.paths import PretrainOutputs
     from lmtransfer.harness.tracking import stage_run
     from lmtransfer.modeling.checkpoint import save_checkpoint
     from lmtransfer.modeling.model import ModelConfig
     from lmtransfer.training import finetune_args
 
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
-    PRETRAINED.parent.mkdir(parents=True)
-    save_checkpoint(PRETRAINED, nn.Linear(1, 1), "language_model", config)
+    save_checkpoint(PretrainOutputs(0).checkpoint, nn.Linear(1, 1), "language_model", config)
     finetune_args.finetune_args.cache_clear()
-    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
+    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
     start = finetune_args.language_model_start(Params(), {"vocab_size": 12, "pad_id": 0})
     finetune_args.finetune_args.cache_clear()
     with stage_run("finetune_pretrained", start.logged_params(Params()), run_name=start.stage) as tuned:

@@ -164,13 +164,13 @@ def test_the_dictionary_is_the_id_space(course_repo):
 def test_pretrain_loads_the_course_checkpoint_instead_of_training(course_repo):
     root, _ = course_repo
     course = torch.load(root / "data/raw/course/pretrained_model_4layers.pt", weights_only=True)["model_state_dict"]
-    ours = torch.load(root / "models/pretrained.pt", weights_only=True)
+    ours = torch.load(root / "models/pretrained/seed0.pt", weights_only=True)
     assert torch.equal(ours["state_dict"]["base.token_embedding.weight"], course["base.encoder.weight"])
     assert torch.equal(ours["state_dict"]["base.layers.layers.0.linear1.weight"],
                        course["base.transformer_encoder.layers.0.linear1.weight"])
     assert torch.equal(ours["state_dict"]["head.weight"], course["classifier.decoder.weight"])
     assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/raw/course/pretrained_model_4layers.pt"
-    summary = json.loads((root / "metrics/pretrain.json").read_text())
+    summary = json.loads((root / "metrics/pretrain/seed0.json").read_text())
     assert summary["steps"] == 0 and summary["val_loss"] > 0
 
 
@@ -194,7 +194,7 @@ def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo
         assert set(evaluation[variant]["f1_per_class_mean"]) == {"0", "1"}
         assert evaluation[variant]["accuracy_std"] == 0.0 and len(evaluation[variant]["accuracy_per_seed"]) == 1
     assert evaluation["gap"]["ci95_low"] <= evaluation["gap"]["accuracy_mean"] <= evaluation["gap"]["ci95_high"]
-    checkpoint = torch.load(root / "models/finetuned/pretrained/seed0.pt", weights_only=True)
+    checkpoint = torch.load(root / "models/finetuned/pretrained/seed0-0.pt", weights_only=True)
     assert checkpoint["label_names"] == ["0", "1"] and checkpoint["model_config"]["pad_id"] == 1
 
 
@@ -210,14 +210,14 @@ def test_a_checkpoint_that_does_not_fit_the_model_stops_validate_naming_the_para
     root, env = course_repo
     params_file = root / "params.yaml"
     original = params_file.read_text()
-    model_before = (root / "models/pretrained.pt").read_bytes()
+    model_before = (root / "models/pretrained/seed0.pt").read_bytes()
     try:
         params_file.write_text(original.replace(f"d_ff: {D_FF}", "d_ff: 32"))
         result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
         output = result.stdout + result.stderr
         assert result.returncode != 0
         assert "validate: error:" in output and "linear1.weight" in output and "set model.d_ff: 16" in output
-        assert (root / "models/pretrained.pt").read_bytes() == model_before
+        assert (root / "models/pretrained/seed0.pt").read_bytes() == model_before
     finally:
         params_file.write_text(original)
         run(["dvc", "repro", "validate"], root, env)
@@ -242,20 +242,20 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
     results = ("models/finetuned", "metrics/finetune")
     before = _files(root, *results)
     changed = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=true"], root, env)
-    for stage in ("finetune_pretrained@0", "finetune_scratch@0"):
+    for stage in ("finetune_pretrained@0-0", "finetune_scratch@0-0"):
         assert f"Running stage '{stage}'" in changed
     assert "trainable of" in changed and "head on random features" in changed  # the frozen scratch model, said
     assert _files(root, *results) != before
 
     back = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=false"], root, env)
-    for stage in ("finetune_pretrained@0", "finetune_scratch@0"):
+    for stage in ("finetune_pretrained@0-0", "finetune_scratch@0-0"):
         assert f"Stage '{stage}' is cached - skipping run, checking out outputs" in back
         assert f"Running stage '{stage}'" not in back
     assert _files(root, *results) == before  # restored byte for byte, the DVC-cached summaries included
     shown = json.loads(_dvc(["metrics", "show", "--json"], root, env).splitlines()[-1])
     workspace = next(iter(shown.values()))["data"]
     assert list(workspace) == ["metrics/headline.json"] and "scratch" in workspace["metrics/headline.json"]["data"]
-    ignored = subprocess.run(["git", "check-ignore", "metrics/finetune/scratch/seed0.json"], cwd=root, env=env,
+    ignored = subprocess.run(["git", "check-ignore", "metrics/finetune/scratch/seed0-0.json"], cwd=root, env=env,
                              capture_output=True, text=True)
     assert ignored.returncode == 0  # a DVC-cached summary (git ignores it): out of the metrics views
 
@@ -284,8 +284,8 @@ def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratc
     _edit_params(root, data={"corpus": ["data/raw/course/unlabeled.spm"], "corpus_format": "pieces"})
 
     output = _dvc(["repro"], root, env)
-    for stage in ("prepare", "tokenize", "pretrain", "finetune_pretrained@0"):
+    for stage in ("prepare", "tokenize", "pretrain@0", "finetune_pretrained@0-0"):
         assert f"Running stage '{stage}'" in output
-    for stage in ("finetune_scratch@0", "baseline"):
+    for stage in ("finetune_scratch@0-0", "baseline"):
         assert f"Running stage '{stage}'" not in output and f"Stage '{stage}' didn't change, skipping" in output
     assert _files(root, *scratch) == before

@@ -53,7 +53,8 @@ def test_a_second_run_from_scratch_gives_byte_identical_results(pipeline_repo, t
     assert sorted(second) == sorted(FIRST_RUN)
     different = [name for name in FIRST_RUN if FIRST_RUN[name] != second[name]]
     assert different == []
-    assert b"seconds" not in second["metrics/pretrain.json"] and b"tokens_per_s" not in second["metrics/pretrain/train.tsv"]
+    assert b"seconds" not in second["metrics/pretrain/seed0.json"]
+    assert b"tokens_per_s" not in second["metrics/pretrain/seed0/train.tsv"]
 
 
 def test_every_stage_writes_its_outputs(pipeline_repo):
@@ -61,10 +62,11 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
     for path in [
         "data/prepared/train.tsv", "data/prepared_corpus/corpus_train.txt", "data/prepared/meta.json",
         "data/tokenized/spm.model", "data/tokenized_corpus/corpus_train.npy", "data/tokenized/test.npz",
-        "models/pretrained.pt", *[f"models/finetuned/{v}/seed{s}.pt" for v in VARIANTS for s in (0, 1)],
-        "metrics/pretrain.json", "metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv",
-        "metrics/pretrain/samples.txt", *[f"metrics/finetune/{v}/seed{s}.{e}" for v in VARIANTS for s in (0, 1)
-                                          for e in ("tsv", "json")],
+        *[f"models/pretrained/seed{p}.pt" for p in (0, 1)], *[f"models/finetuned/{v}/seed{r}.pt" for v in VARIANTS
+                                                              for r in RUNS],
+        *[f"metrics/pretrain/seed{p}{f}" for p in (0, 1) for f in (".json", "/train.tsv", "/valid.tsv",
+                                                                     "/samples.txt")],
+        *[f"metrics/finetune/{v}/seed{r}.{e}" for v in VARIANTS for r in RUNS for e in ("tsv", "json")],
         "metrics/baseline.json", "metrics/evaluate.json", "metrics/headline.json", "metrics/evaluate/curves.tsv",
         "plots/finetune_accuracy.png", "plots/pretrain.png", "plots/confusion.png", "plots/finetune_loss.png",
     ]:
@@ -79,31 +81,39 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
         assert report["accuracy_std"] >= 0 and "first_epoch_val_accuracy_mean" in report
         assert set(report["f1_per_class_mean"]) == {"neg", "neutral", "pos"}
         assert len(report["val_accuracy_mean_per_epoch"]) == TINY_PARAMS["finetune"]["epochs"]
-        seed0 = json.loads((root / f"metrics/finetune/{variant}/seed0.json").read_text())
-        seed1 = json.loads((root / f"metrics/finetune/{variant}/seed1.json").read_text())
+        seed0 = json.loads((root / f"metrics/finetune/{variant}/seed0-0.json").read_text())
+        seed1 = json.loads((root / f"metrics/finetune/{variant}/seed1-0.json").read_text())
         assert report["first_epoch_val_accuracy_mean"] == pytest.approx(  # the curves are stored to 6 digits
             (seed0["first_epoch_val_accuracy"] + seed1["first_epoch_val_accuracy"]) / 2, abs=1e-5)
     gap = evaluation["gap"]
     assert gap["accuracy_mean"] == pytest.approx(
         evaluation["pretrained"]["accuracy_mean"] - evaluation["scratch"]["accuracy_mean"])
     assert gap["ci95_low"] <= gap["accuracy_mean"] <= gap["ci95_high"] and 0 < gap["p_value"] <= 1
+    assert set(gap["share"]) == {"pretraining_runs", "finetuning_seeds", "test_examples"}
+    assert gap["spread"]["finetuning_seeds"] == 0.0  # one fine-tuning seed per pretraining run
     headline = json.loads((root / "metrics/headline.json").read_text())  # the answer's one metrics file
     assert headline["gap"] == gap["accuracy_mean"] and evaluation["n_seeds"] == 2
-    assert evaluation["pretraining"] == json.loads((root / "metrics/pretrain.json").read_text())
+    assert (evaluation["n_pretraining_runs"], evaluation["n_finetuning_seeds"]) == (2, 1)
+    for seed in (0, 1):  # the DVC-cached pretraining summaries travel in the git-tracked report
+        summary = json.loads((root / f"metrics/pretrain/seed{seed}.json").read_text())
+        assert evaluation["pretraining"]["per_seed"][str(seed)] == summary and summary["cpu_model"]
     shown = json.loads(run(["dvc", "metrics", "show", "--json"], root, env))
     assert [sorted(rev["data"]) for rev in shown.values()] == [["metrics/headline.json"]]  # the one declared
     table = run(["dvc", "metrics", "show"], root, {**env, "COLUMNS": "120"})
     assert max(len(line) for line in table.splitlines()) <= 120 and "head_start" in table
     baseline = json.loads((root / "metrics/baseline.json").read_text())
     assert evaluation["baseline"]["accuracy"] == baseline["accuracy"] and baseline["best_c"] in (0.5, 2.0)
-    epochs = (root / "metrics/finetune/scratch/seed1.tsv").read_text().splitlines()
+    epochs = (root / "metrics/finetune/scratch/seed1-0.tsv").read_text().splitlines()
     assert epochs[0].split("\t") == ["epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"]
     assert len(epochs) == 1 + TINY_PARAMS["finetune"]["epochs"]
-    assert json.loads((root / "timings/pretrain.json").read_text())["tokens_per_second"] > 0
+    assert json.loads((root / "timings/pretrain_seed0.json").read_text())["tokens_per_second"] > 0
 
 
 VARIANTS = ("pretrained", "scratch")
-FINETUNES = {f"finetune_{v}@{s}" for v in VARIANTS for s in (0, 1)}
+RUNS = ("0-0", "1-0")  # pretraining runs 0 and 1 (TINY_PARAMS' pretrain.seeds), fine-tuning seed 0 each
+PRETRAINS = {"pretrain@0", "pretrain@1"}
+FINETUNES = {f"finetune_{v}@{r}" for v in VARIANTS for r in RUNS}
+SCRATCH = {f"finetune_scratch@{r}" for r in RUNS}
 
 
 def _changed_stages(root: Path, env: dict[str, str]) -> set[str]:
@@ -153,44 +163,46 @@ def _stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> s
 def test_a_parameter_change_reruns_only_the_stages_that_read_it(pipeline_repo):
     root, env = pipeline_repo
     # dvc status lists the changed stages; their downstream stages rerun through changed deps.
-    assert _stages_to_rerun(root, env, "model.n_layers", "2") == {"pretrain", "finetune_scratch@0",
-                                                                   "finetune_scratch@1"}
+    assert _stages_to_rerun(root, env, "model.n_layers", "2") == PRETRAINS | SCRATCH
     assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == FINETUNES
-    assert _stages_to_rerun(root, env, "pretrain.lr", "0.0123") == {"pretrain"}
+    assert _stages_to_rerun(root, env, "pretrain.lr", "0.0123") == PRETRAINS
     # the objective sets the attention (model.attention: auto), so the scratch twin's architecture changes with it
-    assert _stages_to_rerun(root, env, "pretrain.objective", "mlm") == {"pretrain", "finetune_scratch@0",
-                                                                         "finetune_scratch@1"}
-    assert _stages_to_rerun(root, env, "pretrain.mask_prob", "0.2") == {"pretrain"}
-    assert _stages_to_rerun(root, env, "pretrain.nsp", "true") == {"pretrain"}
+    assert _stages_to_rerun(root, env, "pretrain.objective", "mlm") == PRETRAINS | SCRATCH
+    assert _stages_to_rerun(root, env, "pretrain.mask_prob", "0.2") == PRETRAINS
+    assert _stages_to_rerun(root, env, "pretrain.nsp", "true") == PRETRAINS
     assert _stages_to_rerun(root, env, "tokenizer.vocab_size", "50") == {"tokenize"}
     assert _stages_to_rerun(root, env, "baseline.c_values", "[1.0]") == {"baseline"}
     assert _stages_to_rerun(root, env, "evaluate.bootstrap_samples", "500") == {"evaluate"}
-    dry = run(["dvc", "repro", "--dry", "-f", "finetune_scratch@0", "--downstream"], root, env)
+    dry = run(["dvc", "repro", "--dry", "-f", "finetune_scratch@0-0", "--downstream"], root, env)
     assert "'pretrain'" not in dry and "'prepare'" not in dry and "'baseline'" not in dry
 
 
-def test_adding_a_seed_runs_only_that_seeds_fine_tunes_and_what_follows(pipeline_repo):
+def test_adding_a_pretraining_seed_runs_only_its_pretraining_its_fine_tunes_and_what_follows(pipeline_repo):
     root, env = pipeline_repo
     params_file = root / "params.yaml"
     original = params_file.read_text()
+    new = {"pretrain@2", "finetune_pretrained@2-0", "finetune_scratch@2-0", "evaluate", "plot"}
     try:
         yaml = YAML()
         params = yaml.load(original)
-        params["finetune"]["seeds"] = [0, 1, 2]
+        params["pretrain"]["seeds"] = [0, 1, 2]
         with open(params_file, "w") as handle:
             yaml.dump(params, handle)
-        assert _changed_stages(root, env) == {"finetune_pretrained@2", "finetune_scratch@2", "evaluate", "plot"}
+        assert _changed_stages(root, env) == new
         log = run(["dvc", "repro"], root, env)
         ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
-        assert ran == {"finetune_pretrained@2", "finetune_scratch@2", "evaluate", "plot"}
+        assert ran == new
         evaluation = json.loads((root / "metrics/evaluate.json").read_text())
-        assert evaluation["n_seeds"] == 3 and len(evaluation["scratch"]["accuracy_per_seed"]) == 3
+        assert evaluation["n_pretraining_runs"] == 3 and len(evaluation["scratch"]["accuracy_per_seed"]) == 3
         assert evaluation["scratch"]["accuracy_per_seed"][:2] == json.loads(FIRST_RUN["metrics/evaluate.json"])[
             "scratch"]["accuracy_per_seed"]
     finally:
         params_file.write_text(original)
-        run(["dvc", "repro"], root, env)  # back to two seeds: evaluate and plot only
+        run(["dvc", "repro"], root, env)  # back to two pretraining runs: evaluate and plot only
     assert _changed_stages(root, env) == set()
+    # a second fine-tuning seed: one more fine-tune per pretraining run and variant, no pretraining
+    assert _stages_to_rerun(root, env, "finetune.seeds", "[0, 1]") == {
+        f"finetune_{v}@{p}-1" for v in VARIANTS for p in (0, 1)} | {"evaluate", "plot"}
 
 
 def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo):
@@ -202,36 +214,38 @@ def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
     first = [r for r in runs if r.data.tags["lmtransfer.pipeline_id"] == runs[-1].data.tags["lmtransfer.pipeline_id"]]
     by_name = {r.info.run_name: r for r in first}
-    assert set(by_name) == {"prepare", "tokenize", "baseline", "pretrain", "evaluate", "plot"} | FINETUNES
+    assert set(by_name) == {"prepare", "tokenize", "baseline", "evaluate", "plot"} | PRETRAINS | FINETUNES
     parents = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'pipeline'")
     assert {r.data.tags["mlflow.parentRunId"] for r in first} == {parents[-1].info.run_id}
     assert all(r.info.status == "FINISHED" for r in first)
     # lineage through checkpoint hashes: each pretrained fine-tune consumed the pretrain run's checkpoint,
     # evaluate consumed every fine-tune
-    pretrain_id = by_name["pretrain"].info.run_id
     for seed in (0, 1):
-        tuned = by_name[f"finetune_pretrained@{seed}"]
-        assert tuned.data.tags["upstream_run_id"] == pretrain_id
-        assert tuned.data.tags["stage"] == "finetune_pretrained" and tuned.data.params["seed"] == str(seed)
+        tuned = by_name[f"finetune_pretrained@{seed}-0"]
+        assert tuned.data.tags["upstream_run_id"] == by_name[f"pretrain@{seed}"].info.run_id
+        assert tuned.data.tags["stage"] == "finetune_pretrained" and tuned.data.params["seed"] == "0"
+        assert tuned.data.params["pretrain_seed"] == str(seed)
+    pretrain_id = by_name["pretrain@0"].info.run_id
     assert set(by_name["evaluate"].data.tags["upstream_run_id"].split(",")) == {
         by_name[name].info.run_id for name in FINETUNES}
     # declared params are logged with their params.yaml keys; a pretrained fine-tune's model.* from its checkpoint
-    assert by_name["finetune_scratch@0"].data.params["model.d_model"] == "16"
-    assert by_name["finetune_pretrained@0"].data.params["model.d_model"] == "16"
+    assert by_name["finetune_scratch@0-0"].data.params["model.d_model"] == "16"
+    assert by_name["finetune_pretrained@0-0"].data.params["model.d_model"] == "16"
     # per-epoch curves share keys across both fine-tunes, step = epoch
     for name in FINETUNES:
         history = client.get_metric_history(by_name[name].info.run_id, "val_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
     assert client.get_metric_history(pretrain_id, "val_loss")
     # artifacts in the project's mlartifacts/, as the README says (not MLflow's default mlruns/)
-    assert by_name["pretrain"].info.artifact_uri.startswith((root / "mlartifacts").as_uri())
+    assert by_name["pretrain@0"].info.artifact_uri.startswith((root / "mlartifacts").as_uri())
     assert any((root / "mlartifacts").rglob("samples.txt")) and not (root / "mlruns").exists()
     assert by_name["evaluate"].data.metrics["gap_accuracy_mean"] == pytest.approx(
         json.loads(FIRST_RUN["metrics/evaluate.json"])["gap"]["accuracy_mean"])
     # the pipeline run: every param of params.yaml, the headline, and a duration that spans its stages
     parent = client.get_run(parents[-1].info.run_id)
     report = json.loads(FIRST_RUN["metrics/evaluate.json"])
-    assert parent.data.params["model.d_model"] == "16" and parent.data.params["finetune.seeds"] == "[0, 1]"
+    assert parent.data.params["model.d_model"] == "16" and parent.data.params["finetune.seeds"] == "[0]"
+    assert parent.data.params["pretrain.seeds"] == "[0, 1]"
     assert parent.data.metrics["pretrained"] == pytest.approx(report["pretrained"]["accuracy_mean"])
     assert parent.data.metrics["gap"] == pytest.approx(report["gap"]["accuracy_mean"])
     assert parent.data.metrics == pytest.approx(json.loads(FIRST_RUN["metrics/headline.json"]))
@@ -311,7 +325,7 @@ def test_kill_9_during_pretraining_and_fine_tuning_then_dvc_repro_gives_the_unin
     byte-identical to the uninterrupted run's, no MLflow run left RUNNING and no snapshot left behind."""
     resumable = merge(json.loads(json.dumps(TINY_PARAMS)), {"train": {"resume_every": 1}})  # not a DVC param
     env = make_repo(tmp_path, resumable, write_tiny_data)
-    _kill_repro_when(tmp_path, env, ".resume/pretrain/*.pt")
+    _kill_repro_when(tmp_path, env, ".resume/pretrain*/*.pt")
     _kill_repro_when(tmp_path, env, ".resume/finetune_*/*.pt")
     run(["dvc", "repro"], tmp_path, env)
     assert FIRST_RUN and _results(tmp_path) == FIRST_RUN  # the fixture's uninterrupted run
@@ -427,8 +441,8 @@ def test_a_bad_parameter_stops_the_stage_naming_the_key(pipeline_repo):
     original = params_file.read_text()
     try:
         params_file.write_text(original.replace("n_heads: 2", "n_heads: 3"))
-        result = subprocess.run([sys.executable, "stages/pretrain.py"], cwd=root, env=env, capture_output=True,
-                                text=True)
+        result = subprocess.run([sys.executable, "stages/pretrain.py", "--seed", "0"], cwd=root, env=env,
+                                capture_output=True, text=True)
         assert result.returncode == 1
         assert "model.d_model" in result.stderr and "model.n_heads" in result.stderr
         assert "Traceback" not in result.stderr
@@ -457,19 +471,20 @@ def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path
     a bidirectional model on both sides of the comparison, fill-in-the-blank samples, `lmtransfer fill`."""
     env = make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
     run(["dvc", "exp", "run", "-S", "pretrain.objective=mlm", "-S", "pretrain.nsp=true"], tmp_path, env)
-    summary = json.loads((tmp_path / "metrics/pretrain.json").read_text())
+    summary = json.loads((tmp_path / "metrics/pretrain/seed0.json").read_text())
     assert summary["objective"] == "mlm" and summary["next_sentence"] is True
     assert 0 <= summary["val_masked_accuracy"] <= 1 and 0 <= summary["val_nsp_accuracy"] <= 1
-    samples = (tmp_path / "metrics/pretrain/samples.txt").read_text()
+    samples = (tmp_path / "metrics/pretrain/seed0/samples.txt").read_text()
     assert samples.startswith("[fill] the film <mask> -> ") and samples.count(" | ") == 4
-    valid_log = (tmp_path / "metrics/pretrain/valid.tsv").read_text().splitlines()
+    valid_log = (tmp_path / "metrics/pretrain/seed0/valid.tsv").read_text().splitlines()
     assert valid_log[0].split("\t") == ["step", "val_loss", "val_perplexity", "val_masked_accuracy", "val_nsp_loss",
                                         "val_nsp_accuracy", "phase"]
     assert json.loads((tmp_path / "metrics/evaluate.json").read_text())["n_seeds"] == 2
     assert all((tmp_path / "plots" / name).stat().st_size > 0 for name in ("finetune_accuracy.png", "pretrain.png"))
     code = ("import sys, torch; from lmtransfer.modeling.checkpoint import read_torch_file; "
             "print([read_torch_file(p)['model_config']['causal'] for p in sys.argv[1:]])")
-    checkpoints = ["models/pretrained.pt", "models/finetuned/pretrained/seed0.pt", "models/finetuned/scratch/seed1.pt"]
+    checkpoints = ["models/pretrained/seed1.pt", "models/finetuned/pretrained/seed0-0.pt",
+                   "models/finetuned/scratch/seed1-0.pt"]
     assert run([sys.executable, "-c", code, *checkpoints], tmp_path, env).strip() == "[False, False, False]"
     filled = run(["lmtransfer", "fill", "the <mask> was great", "--top-k", "3"], tmp_path, env)
     assert filled.splitlines()[0] == "the <mask> was great" and len(filled.splitlines()) == 4
@@ -479,22 +494,23 @@ def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path
 
 
 def _curves(root: Path) -> dict[str, list[dict[str, str]]]:
-    files = ["metrics/pretrain/train.tsv", "metrics/pretrain/valid.tsv", "metrics/finetune/pretrained/seed0.tsv"]
+    files = ["metrics/pretrain/seed0/train.tsv", "metrics/pretrain/seed0/valid.tsv",
+             "metrics/finetune/pretrained/seed0-0.tsv"]
     return {name: list(csv.DictReader((root / name).open(), delimiter="\t")) for name in files}
 
 
 def test_two_processes_under_torchrun_train_the_pipeline_like_one(tmp_path):
     """`dvc exp run -S train.nproc=2`: pretraining and a fine-tune as two gloo processes; the same losses as one
     process within float rounding (dropout 0), one MLflow run per stage."""
-    params = merge(copy.deepcopy(TINY_PARAMS), {"model": {"dropout": 0.0}, "finetune": {"seeds": [0]}})
+    params = merge(copy.deepcopy(TINY_PARAMS), {"model": {"dropout": 0.0}, "pretrain": {"seeds": [0]}})
     env = make_repo(tmp_path, params, write_tiny_data)
-    target = "finetune_pretrained@0"
+    target = "finetune_pretrained@0-0"
     run(["dvc", "repro", target], tmp_path, env)
     one = _curves(tmp_path)
     log = run(["dvc", "exp", "run", target, "-S", "train.nproc=2"], tmp_path, env)
     ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
-    assert ran == {"pretrain", target} and "2 processes under torchrun" in log
-    assert log.count("pretrain: done in") == 1 and log.count(f"{target}: done in") == 1  # rank 0 alone reports
+    assert ran == {"pretrain@0", target} and "2 processes under torchrun" in log
+    assert log.count("pretrain@0: done in") == 1 and log.count(f"{target}: done in") == 1  # rank 0 alone reports
     two = _curves(tmp_path)
     for name, rows in one.items():
         assert len(two[name]) == len(rows), name
@@ -502,8 +518,8 @@ def test_two_processes_under_torchrun_train_the_pipeline_like_one(tmp_path):
             for key in (k for k in ours if k.endswith("loss")):
                 assert float(theirs[key]) == pytest.approx(float(ours[key]), rel=1e-4), (name, key, ours["step"
                                                                                          if "step" in ours else "epoch"])
-    assert all((tmp_path / path).stat().st_size > 0 for path in ("models/pretrained.pt",
-                                                                 "models/finetuned/pretrained/seed0.pt"))
+    assert all((tmp_path / path).stat().st_size > 0 for path in ("models/pretrained/seed0.pt",
+                                                                 "models/finetuned/pretrained/seed0-0.pt"))
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -511,8 +527,8 @@ def test_two_processes_under_torchrun_train_the_pipeline_like_one(tmp_path):
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
     by_nproc = {}
     for r in runs:
-        if r.info.run_name in ("pretrain", target):
+        if r.info.run_name in ("pretrain@0", target):
             by_nproc.setdefault(r.data.params["train.nproc"], []).append(r.info.run_name)
-    assert {nproc: sorted(names) for nproc, names in by_nproc.items()} == {"1": ["finetune_pretrained@0", "pretrain"],
-                                                                          "2": ["finetune_pretrained@0", "pretrain"]}
+    both = ["finetune_pretrained@0-0", "pretrain@0"]
+    assert {nproc: sorted(names) for nproc, names in by_nproc.items()} == {"1": both, "2": both}
     assert all(r.info.status == "FINISHED" for r in runs)

@@ -25,11 +25,11 @@ from pipeline_repo import REPO, TINY_PARAMS, make_repo, merge, run, write_tiny_d
 
 pytestmark = pytest.mark.slow
 
-# The e2e test's tiny pipeline, one seed and four pretraining steps: both fine-tunes still log a curve.
-PARAMS = merge(json.loads(json.dumps(TINY_PARAMS)), {"pretrain": {"max_steps": 4, "eval_every": 2},
+# The e2e test's tiny pipeline, one pretraining run of four steps: both fine-tunes still log a curve.
+PARAMS = merge(json.loads(json.dumps(TINY_PARAMS)), {"pretrain": {"max_steps": 4, "eval_every": 2, "seeds": [0]},
                                                      "finetune": {"seeds": [0]}})
 VARIANTS = ("pretrained", "scratch")
-STAGES = {"prepare", "tokenize", "baseline", "pretrain", "evaluate", "plot", *(f"finetune_{v}@0" for v in VARIANTS)}
+STAGES = {"prepare", "tokenize", "baseline", "pretrain@0", "evaluate", "plot", *(f"finetune_{v}@0-0" for v in VARIANTS)}
 SERVER_START_S = 120  # a cold start on a busy 2-core machine takes a few seconds
 
 
@@ -111,18 +111,18 @@ def test_runs_metrics_and_artifacts_arrive_on_the_tracking_server(server, pipeli
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert {r.data.tags["mlflow.parentRunId"] for r in stages.values()} == {parent.info.run_id}
     # lineage: found through checkpoint hashes, searched on the server
-    assert stages["finetune_pretrained@0"].data.tags["upstream_run_id"] == stages["pretrain"].info.run_id
+    assert stages["finetune_pretrained@0-0"].data.tags["upstream_run_id"] == stages["pretrain@0"].info.run_id
     assert set(stages["evaluate"].data.tags["upstream_run_id"].split(",")) == {
-        stages[f"finetune_{v}@0"].info.run_id for v in VARIANTS}
+        stages[f"finetune_{v}@0-0"].info.run_id for v in VARIANTS}
     assert parent.data.metrics == pytest.approx(json.loads((root / "metrics/headline.json").read_text()))
     assert parent.data.params["finetune.seeds"] == "[0]"
     for variant in VARIANTS:  # the overlaid curves of the UI: same key, step = epoch
-        history = client.get_metric_history(stages[f"finetune_{variant}@0"].info.run_id, "val_accuracy")
+        history = client.get_metric_history(stages[f"finetune_{variant}@0-0"].info.run_id, "val_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
-    assert len(client.get_metric_history(stages["pretrain"].info.run_id, "train_loss")) >= 2
-    logged = {("pretrain", "pretrained.pt"): "models/pretrained.pt",
-              ("pretrain", "samples.txt"): "metrics/pretrain/samples.txt",
-              **{(f"finetune_{v}@0", "seed0.pt"): f"models/finetuned/{v}/seed0.pt" for v in VARIANTS},
+    assert len(client.get_metric_history(stages["pretrain@0"].info.run_id, "train_loss")) >= 2
+    logged = {("pretrain@0", "seed0.pt"): "models/pretrained/seed0.pt",
+              ("pretrain@0", "samples.txt"): "metrics/pretrain/seed0/samples.txt",
+              **{(f"finetune_{v}@0-0", "seed0-0.pt"): f"models/finetuned/{v}/seed0-0.pt" for v in VARIANTS},
               ("plot", "figures/finetune_accuracy.png"): "plots/finetune_accuracy.png"}
     for (stage, artifact), output in logged.items():
         run_id = stages[stage].info.run_id
@@ -229,10 +229,11 @@ def test_every_cached_output_round_trips_through_a_dvc_remote_into_a_fresh_clone
     clone = tmp_path / "clone"
     run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
     outputs = _dvc_outputs(root)
-    assert not (clone / "models/pretrained.pt").exists()  # git holds only the small, uncached files
+    assert not (clone / "models/pretrained/seed0.pt").exists()  # git holds only the small, uncached files
     run(["dvc", "pull"], clone, env)
     original, pulled = _contents(root, outputs), _contents(clone, outputs)
-    assert {"models/pretrained.pt", "metrics/pretrain/samples.txt", "data/tokenized/spm.model"} <= set(original)
+    assert {"models/pretrained/seed0.pt", "metrics/pretrain/seed0/samples.txt", "data/tokenized/spm.model"} <= set(
+        original)
     assert sorted(pulled) == sorted(original)
     assert [name for name in original if pulled[name] != original[name]] == []
     status = json.loads(run(["dvc", "status", "--json"], clone, env) or "{}")

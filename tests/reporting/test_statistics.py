@@ -1,9 +1,10 @@
-"""The uncertainty of the transfer gap: spread over seeds, paired bootstrap interval, paired permutation test."""
+"""The uncertainty of the transfer gap: a nested paired bootstrap over pretraining runs, fine-tuning seeds and test
+examples, its p-value, and each source's share of the spread."""
 
 import numpy as np
 import pytest
 
-from lmtransfer.reporting.statistics import paired_bootstrap_interval, paired_permutation_p_value, summarize
+from lmtransfer.reporting.statistics import bootstrap_p_value, gap_uncertainty, nested_bootstrap, summarize
 
 
 def test_summarize_gives_mean_sample_std_and_the_values():
@@ -14,47 +15,82 @@ def test_summarize_gives_mean_sample_std_and_the_values():
     assert summarize([0.5])["std"] == 0.0
 
 
-def _correct(rate: float, n_seeds: int, n_examples: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).random((n_seeds, n_examples)) < rate
+def _correct(rate: float, runs: int, seeds: int, n_examples: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random((runs, seeds, n_examples)) < rate
 
 
 def test_a_real_gap_has_an_interval_above_zero_and_a_small_p_value():
-    better, worse = _correct(0.80, 3, 2000, 1), _correct(0.70, 3, 2000, 2)
-    low, high = paired_bootstrap_interval(better, worse, 2000, seed=0)
-    observed = better.mean() - worse.mean()
-    assert 0 < low < observed < high
-    assert high - low < 0.08
-    assert paired_permutation_p_value(better, worse, 2000, seed=0) < 0.001
+    better, worse = _correct(0.80, 3, 1, 2000, 1), _correct(0.70, 3, 1, 2000, 2)
+    result = gap_uncertainty(better, worse, 2000, seed=0)
+    assert 0 < result["ci95_low"] < result["mean"] < result["ci95_high"]
+    assert result["mean"] == pytest.approx(better.mean() - worse.mean())
+    assert result["ci95_high"] - result["ci95_low"] < 0.08
+    assert result["p_value"] == pytest.approx(2 / 2001)  # no resample at or below zero: the smallest p it can give
 
 
 def test_no_gap_gives_an_interval_around_zero_and_a_large_p_value():
-    a, b = _correct(0.75, 3, 2000, 3), _correct(0.75, 3, 2000, 4)
-    low, high = paired_bootstrap_interval(a, b, 2000, seed=0)
-    assert low < 0 < high
-    assert paired_permutation_p_value(a, b, 2000, seed=0) > 0.05
+    a, b = _correct(0.75, 3, 2, 2000, 3), _correct(0.75, 3, 2, 2000, 4)
+    result = gap_uncertainty(a, b, 2000, seed=0)
+    assert result["ci95_low"] < 0 < result["ci95_high"]
+    assert result["p_value"] > 0.05
 
 
-def test_identical_systems_have_p_value_one():
-    a = _correct(0.7, 2, 100, 5)
-    assert paired_permutation_p_value(a, a.copy()) == 1.0
-    assert paired_bootstrap_interval(a, a.copy(), 500) == (0.0, 0.0)
+def test_the_p_value_says_what_the_interval_says():
+    """p < 0.05 exactly when the 95% interval leaves out zero: both read the same resamples."""
+    rng = np.random.default_rng(9)
+    for shift in (0.0, 0.01, 0.02, 0.03, 0.05):
+        a = rng.random((3, 1, 1500)) < 0.70 + shift
+        b = rng.random((3, 1, 1500)) < 0.70
+        result = gap_uncertainty(a, b, 2000, seed=1)
+        excludes_zero = result["ci95_low"] > 0 or result["ci95_high"] < 0
+        assert (result["p_value"] < 0.05) == excludes_zero, shift
 
 
-def test_the_interval_widens_when_the_seeds_disagree():
-    """Seed-to-seed variation is part of the uncertainty: the same mean gap is less sure when seeds disagree."""
+def test_identical_systems_have_p_value_one_and_a_zero_interval():
+    a = _correct(0.7, 2, 2, 100, 5)
+    result = gap_uncertainty(a, a.copy(), 500)
+    assert result["p_value"] == 1.0 and (result["ci95_low"], result["ci95_high"]) == (0.0, 0.0)
+    assert bootstrap_p_value(np.zeros(10)) == 1.0
+
+
+def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_share():
+    """The blind spot the pretraining replicates close: the same mean gap is less sure when the pretraining runs
+    disagree, and the spread says so."""
     rng = np.random.default_rng(6)
-    base = rng.random((1, 3000)) < 0.7
+    base = rng.random((1, 1, 3000)) < 0.7
     steady = np.repeat(base, 3, axis=0)
     shifted = steady.copy()
-    shifted[0, :300] = True   # seed 0 much better, seed 2 much worse: same mean, more spread
-    shifted[2, :300] = False
-    reference = np.repeat(rng.random((1, 3000)) < 0.65, 3, axis=0)
-    narrow = np.subtract(*paired_bootstrap_interval(steady, reference, 3000, seed=1)[::-1])
-    wide = np.subtract(*paired_bootstrap_interval(shifted, reference, 3000, seed=1)[::-1])
-    assert wide > narrow
+    shifted[0, 0, :300] = True   # pretraining run 0 much better, run 2 much worse: same mean, more spread
+    shifted[2, 0, :300] = False
+    reference = np.repeat(rng.random((1, 1, 3000)) < 0.65, 3, axis=0)
+    narrow, wide = gap_uncertainty(steady, reference, 3000, seed=1), gap_uncertainty(shifted, reference, 3000, seed=1)
+    assert wide["ci95_high"] - wide["ci95_low"] > narrow["ci95_high"] - narrow["ci95_low"]
+    assert narrow["share"]["pretraining_runs"] == pytest.approx(0, abs=1e-12)  # identical runs: nothing to draw
+    assert narrow["spread"]["finetuning_seeds"] == 0.0  # one seed per run
+    assert wide["share"]["pretraining_runs"] > 0.5
+    assert sum(wide["share"].values()) == pytest.approx(1.0)
+
+
+def test_fine_tuning_seeds_are_resampled_within_each_pretraining_run():
+    """Seeds that disagree inside every run move the seeds' share, not the runs': the runs' means agree."""
+    rng = np.random.default_rng(2)
+    base = rng.random((1, 1, 2000)) < 0.7
+    a = np.repeat(np.repeat(base, 2, axis=1), 3, axis=0).copy()
+    a[:, 0, :200] = True
+    a[:, 1, :200] = False
+    b = np.repeat(np.repeat(rng.random((1, 1, 2000)) < 0.65, 2, axis=1), 3, axis=0)
+    result = gap_uncertainty(a, b, 2000, seed=0)
+    assert result["spread"]["pretraining_runs"] == pytest.approx(0, abs=1e-12)
+    assert result["share"]["finetuning_seeds"] > result["share"]["test_examples"]
+
+
+def test_resampling_only_the_named_sources_leaves_the_others_as_they_are():
+    difference = np.random.default_rng(4).normal(size=(3, 2, 50))
+    fixed = nested_bootstrap(difference, 100, seed=0, resample=())
+    assert np.allclose(fixed, difference.mean())
 
 
 def test_resampling_is_seeded():
-    a, b = _correct(0.8, 3, 500, 7), _correct(0.7, 3, 500, 8)
-    assert paired_bootstrap_interval(a, b, 1000, seed=3) == paired_bootstrap_interval(a, b, 1000, seed=3)
-    assert paired_permutation_p_value(a, b, 1000, seed=3) == paired_permutation_p_value(a, b, 1000, seed=3)
+    a, b = _correct(0.8, 3, 1, 500, 7), _correct(0.7, 3, 1, 500, 8)
+    assert gap_uncertainty(a, b, 1000, seed=3) == gap_uncertainty(a, b, 1000, seed=3)
+    assert gap_uncertainty(a, b, 1000, seed=3) != gap_uncertainty(a, b, 1000, seed=4)

@@ -235,6 +235,15 @@ class Params(PipelineParams):
     plot: PlotParams = PlotParams()
 
     @model_validator(mode="after")
+    def _check_one_loaded_model_is_one_run(self) -> Params:
+        """A loaded checkpoint is the same model under every seed: several would be copies counted as replicates."""
+        if self.pretrain.init_from and len(self.pretrain.seeds) > 1:
+            raise ValueError(f"pretrain.seeds: {self.pretrain.seeds} asks for {len(self.pretrain.seeds)} pretraining "
+                             f"runs, but pretrain.init_from loads one model (the same under every seed); set "
+                             "pretrain.seeds: [0], and finetune.seeds for several fine-tunes of it")
+        return self
+
+    @model_validator(mode="after")
     def _check_pooling_fits_attention(self) -> Params:
         problem = pooling_mismatch(self.finetune.pooling, self.causal_attention, self.pretrain.objective)
         if problem:

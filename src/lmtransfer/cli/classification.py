@@ -86,8 +86,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     add_texts(predict_parser, "TEXT", "texts to classify")
     add_model_files(predict_parser, paths.finetuned_checkpoint("pretrained", paths.finetune_run(0, 0)),
-                    "a fine-tuned classifier checkpoint; the default is the pretrained variant's first run "
-                    "(pretraining run 0, fine-tuning seed 0)",
+                    "a fine-tuned classifier checkpoint (seed<p>-<f>.pt: pretraining run p, fine-tuning seed f)",
                     paths.TOKENIZED)
     predict_parser.set_defaults(func=cmd_predict)
 

@@ -2,6 +2,7 @@
 compare experiments.
 
     lmtransfer results                           # test scores and curves of the last `make run`
+    lmtransfer results --reference               # ... beside each CPU vendor's committed reference
     lmtransfer results --translation             # the same for the last `make run-translation`
     lmtransfer summary                           # the model params.yaml configures, block by block
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
@@ -252,7 +253,20 @@ def cmd_results(args: argparse.Namespace) -> None:
         metrics = translation_cli.TRANSLATION / paths.METRICS if args.metrics == paths.METRICS else args.metrics
         print("\n".join(report_lines(read_json(require_file(metrics / "evaluate.json", "translation results")))))
         return
+    if args.save_reference:
+        from lmtransfer.modeling.runtime import cpu_identity
+        from lmtransfer.reporting.reference import save_reference
+
+        print(f"saved {save_reference(cpu_identity(), args.metrics)}")
+        return
     print(classification_cli.results_report(args.metrics))
+    if args.reference:
+        from lmtransfer.core.io import read_json, require_file
+        from lmtransfer.modeling.runtime import cpu_identity
+        from lmtransfer.reporting.reference import comparison_lines, references
+
+        headline = read_json(require_file(args.metrics / paths.HEADLINE.name, "headline"))
+        print("\n" + "\n".join(comparison_lines(headline, cpu_identity(), references())))
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -327,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
     results.add_argument("--translation", action="store_true",
                          help="the translation pipeline's results: test BLEU and chrF, the gap, the baseline")
+    results.add_argument("--reference", action="store_true",
+                         help="also the headline beside each CPU vendor's committed reference (results/reference/)")
+    results.add_argument("--save-reference", action="store_true",
+                         help="write this machine's CPU vendor's reference from the metrics (after `make run`)")
     results.set_defaults(func=cmd_results)
 
     report = command("report", "regenerate the results tables of README.md and docs/ from the committed metrics",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.classification.config import FinetuneParams, Params
+from lmtransfer.classification.config import ClassificationPretrainParams, FinetuneParams, Params
 from lmtransfer.core.config import PipelineParams
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
 
@@ -27,13 +27,19 @@ REGENERATE = f"lmtransfer params --readme {PAGE}"
 
 # Which stages read each section (mirrors the `params:` lists of dvc.yaml; a test keeps them equal).
 # None = the whole section, else the keys that stage declares.
-PER_SEED_STAGES = ("finetune_pretrained", "finetune_scratch")
 _FINETUNE_RECIPE = tuple(key for key in FinetuneParams.model_fields if key != "seeds")
+_PRETRAIN_RECIPE = tuple(key for key in ClassificationPretrainParams.model_fields if key != "seeds")
+# How each task's docs name its matrix stages (one stage per seed, or per pretraining run and seed).
+STAGE_NAMES = {"pretrain": "pretrain@<p>", "finetune_pretrained": "finetune_pretrained@<p>-<seed>",
+               "finetune_scratch": "finetune_scratch@<p>-<seed>"}
+TRANSLATION_STAGE_NAMES = {"finetune_pretrained": "finetune_pretrained@<seed>",
+                           "finetune_scratch": "finetune_scratch@<seed>"}
 SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "data": {"validate": None, "prepare": None},
     "tokenizer": {"validate": None, "tokenize": None},
     "model": {"validate": None, "pretrain": None, "finetune_scratch": None},
-    "pretrain": {"validate": ("init_from", "objective"), "pretrain": None, "finetune_scratch": ("objective",)},
+    "pretrain": {"validate": ("init_from", "objective"), "pretrain": _PRETRAIN_RECIPE,
+                 "finetune_scratch": ("objective",), "evaluate": ("seeds",), "plot": ("seeds",)},
     "finetune": {
         "finetune_pretrained": _FINETUNE_RECIPE,
         "finetune_scratch": _FINETUNE_RECIPE,
@@ -42,7 +48,7 @@ SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     },
     "train": {
         "validate": ("device",),
-        "pretrain": ("seed", "device", "num_threads", "nproc", "compile", "log_every"),  # not resume_every
+        "pretrain": ("device", "num_threads", "nproc", "compile", "log_every"),  # not resume_every
         "finetune_pretrained": ("device", "num_threads", "nproc", "compile"),
         "finetune_scratch": ("device", "num_threads", "nproc", "compile"),
     },
@@ -90,12 +96,14 @@ class TaskTable:
     notes: dict[str, str]
     start: str
     end: str
+    stage_names: dict[str, str]  # a matrix stage's name as the docs write it
 
 
 TABLES = {
-    "classification": TaskTable(Params, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER),
+    "classification": TaskTable(Params, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER, STAGE_NAMES),
     "translation": TaskTable(TranslationParams, TRANSLATION_SECTION_READERS, TRANSLATION_SECTION_NOTES,
-                             "<!-- translation-params-table:start -->", "<!-- translation-params-table:end -->"),
+                             "<!-- translation-params-table:start -->", "<!-- translation-params-table:end -->",
+                             TRANSLATION_STAGE_NAMES),
 }
 
 
@@ -110,8 +118,8 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _stage(name: str) -> str:
-    return f"`{name}@<seed>`" if name in PER_SEED_STAGES else f"`{name}`"
+def _stage(table: TaskTable, name: str) -> str:
+    return f"`{table.stage_names.get(name, name)}`"
 
 
 def _readers(table: TaskTable, section: str) -> str:
@@ -119,12 +127,12 @@ def _readers(table: TaskTable, section: str) -> str:
     phrases = []
     for stage, read in table.readers[section].items():
         if read is None or list(read) == keys:
-            phrases.append(_stage(stage))
+            phrases.append(_stage(table, stage))
         elif len(read) <= len(keys) // 2:
-            phrases.append(f"{_stage(stage)} ({', '.join(f'`{key}`' for key in read)})")
+            phrases.append(f"{_stage(table, stage)} ({', '.join(f'`{key}`' for key in read)})")
         else:
             left_out = ", ".join(f"`{key}`" for key in keys if key not in read)
-            phrases.append(f"{_stage(stage)} (all but {left_out})")
+            phrases.append(f"{_stage(table, stage)} (all but {left_out})")
     return ", ".join(phrases)
 
 

@@ -69,7 +69,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     generate.add_argument("--samples", type=POSITIVE, default=3, help="continuations to print")
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     add_model_files(generate, paths.PretrainOutputs(0).checkpoint,
-                    "a language-model checkpoint (the default: pretraining run 0)", paths.TOKENIZED)
+                    "a language-model checkpoint (seed<p>.pt: pretraining run p)", paths.TOKENIZED)
     generate.set_defaults(func=cmd_generate)
 
     fill = command("fill", "the likeliest words for each <mask> of a prompt, with a masked language model",
@@ -78,7 +78,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     fill.add_argument("prompt", nargs="?", default="the movie was <mask> good", type=utf8_text,
                       help="a text with <mask> where a word is missing")
     fill.add_argument("--top-k", type=POSITIVE, default=5, help="predictions shown per blank")
-    add_model_files(fill, paths.PretrainOutputs(0).checkpoint, "a masked-LM checkpoint (the default: pretraining "
-                    "run 0)", paths.TOKENIZED)
+    add_model_files(fill, paths.PretrainOutputs(0).checkpoint, "a masked-LM checkpoint (seed<p>.pt: pretraining run "
+                    "p)", paths.TOKENIZED)
     fill.set_defaults(func=cmd_fill)
 

@@ -83,8 +83,8 @@ def format_table(rows: list[Row], shown: list[str]) -> str:
     seeds = "/".join(map(str, sorted({row.seeds for row in rows})))
     baseline = ("baseline = TF-IDF + logistic regression" if len(baselines) > 1 else
                 f"baseline (TF-IDF + logistic regression) {baselines[0]:.3f} in every experiment")
-    note = [f"test accuracy, mean ± std over {seeds} seeds; gap = pretrained - scratch with its paired bootstrap "
-            "95% interval and permutation p; head start = the gap in validation accuracy after epoch 1; "
+    note = [f"test accuracy, mean ± std over {seeds} runs (pretraining runs x fine-tuning seeds); gap = pretrained "
+            "- scratch with the 95% interval and p of a bootstrap over runs, seeds and test sentences; head start = the gap in validation accuracy after epoch 1; "
             f"{baseline}"]
     renamed = [f"{short} = {key}" for key, short in names.items() if short != key]
     if renamed:

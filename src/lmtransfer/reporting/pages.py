@@ -192,11 +192,24 @@ def _classification_test(root: Path) -> str:
     gap = (f"**{_signed(report.number('gap.accuracy_mean'), 4)}**, 95% CI {_interval(report, 'gap.ci95', 4, True)}, "
            f"{_p(report.number('gap.p_value'), 4)}")
     rows.append(["**gap** (pretrained − scratch)", gap, "", _signed(report.number("gap.macro_f1_mean"), 4)])
+    rows.append(["the gap's variance, each source resampled alone", _spread_shares(report), "", ""])
     rows.append(["TF-IDF + logistic regression (baseline stage)", f"**{baseline.number('accuracy'):.4f}**",
                  "(deterministic)", f"{baseline.number('macro_f1'):.4f}"])
-    header = [f"test set, {report.count('n_test_examples'):,} sentences", "accuracy (mean ± std over seeds)",
-              "per seed", "macro-F1"]
+    runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
+    header = [f"test set, {report.count('n_test_examples'):,} sentences",
+              f"accuracy (mean ± std over {runs} pretraining runs × {seeds} fine-tuning seed{'s' * (seeds != 1)})",
+              "per run", "macro-F1"]
     return _table(header, rows)
+
+
+def _spread_shares(report: _Source) -> str:
+    """`pretraining runs 41%, test sentences 59%`: each source's share of the gap's variance (the fine-tuning
+    seeds' only when there are several per run: with one, the runs' share holds them)."""
+    parts = [("pretraining runs", "pretraining_runs")]
+    if report.count("n_finetuning_seeds") > 1:
+        parts.append(("fine-tuning seeds", "finetuning_seeds"))
+    parts.append(("test sentences", "test_examples"))
+    return ", ".join(f"{label} {report.number(f'gap.share.{key}'):.0%}" for label, key in parts)
 
 
 def _classification_epochs(root: Path) -> str:
@@ -211,7 +224,7 @@ def _classification_epochs(root: Path) -> str:
     epochs = len(gaps)
     rows.append(["gap", f"**{gaps[0]}**", *gaps[1:]])
     rows.append(["TF-IDF baseline", f"{baseline.number('valid_accuracy'):.4f}", *[""] * (epochs - 1)])
-    header = [f"validation accuracy (mean of {report.count('n_seeds')} seeds)",
+    header = [f"validation accuracy (mean of {report.count('n_seeds')} runs)",
               *(f"epoch {epoch}" for epoch in range(1, epochs + 1))]
     return _table(header, rows)
 
@@ -388,6 +401,27 @@ def _scaling_trend(root: Path) -> str:
                    reach])
 
 
+REFERENCES = "results/reference"
+
+
+def _vendor_references(root: Path) -> str:
+    """Each CPU vendor's committed reference (`lmtransfer results --save-reference`): its machine, the headline."""
+    files = sorted((root / REFERENCES).glob("*.json"))
+    if not files:
+        raise MetricsError(f"{REFERENCES}/ holds no reference")
+    rows = []
+    for path in files:
+        source = _Source(root, f"{REFERENCES}/{path.name}")
+        runs = f"{source.count('n_pretraining_runs')} × {source.count('n_finetuning_seeds')}"
+        rows.append([f"{source.get('cpu_vendor')} ({source.get('cpu_model')})", runs,
+                     f"{source.number('headline.pretrained'):.4f}", f"{source.number('headline.scratch'):.4f}",
+                     f"{_signed(source.number('headline.gap'), 4)} [{_signed(source.number('headline.gap_low'), 4)}, "
+                     f"{_signed(source.number('headline.gap_high'), 4)}]",
+                     _joined(source.numbers("pretrained_per_run"), 4), _joined(source.numbers("scratch_per_run"), 4)])
+    return _table(["CPU", "pretraining runs × fine-tuning seeds", "pretrained", "scratch", "gap [95% CI]",
+                   "pretrained per run", "scratch per run"], rows)
+
+
 @dataclass(frozen=True)
 class Table:
     """A generator and the files it reads (named when a page's copy is stale)."""
@@ -405,6 +439,7 @@ TABLES: dict[str, Table] = {
     "translation-epochs": Table(_translation_epochs, (TRANSLATION, f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/")),
     "scaling": Table(_scaling, (SCALING,)),
     "scaling-trend": Table(_scaling_trend, (SCALING,)),
+    "vendor-references": Table(_vendor_references, (f"{REFERENCES}/",)),
 }
 
 

@@ -87,8 +87,8 @@ def gap_uncertainty(correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: i
     difference = np.asarray(correct_a, dtype=float) - np.asarray(correct_b, dtype=float)
     gaps = nested_bootstrap(difference, n_resamples, seed)
     low, high = percentile_interval(gaps, level)
-    spread = {source: float(nested_bootstrap(difference, n_resamples, seed, (source,)).std())
-              for source in SOURCES}
+    spread = {source: float(nested_bootstrap(difference, n_resamples, seed, (source,)).std()) if size > 1 else 0.0
+              for source, size in zip(SOURCES, difference.shape)}  # one of a kind: nothing to draw
     total = sum(value**2 for value in spread.values())
     return {
         "mean": float(difference.mean()),

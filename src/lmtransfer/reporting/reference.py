@@ -1,0 +1,73 @@
+"""What a `make run` gives per CPU vendor: the same pinned kernels still round differently on an Intel Xeon and an
+AMD EPYC (MKL keeps its AVX2 branch for Intel CPUs and takes its automatic one elsewhere), so each vendor measured
+keeps its own reference (`results/reference/<vendor>.json`), and a rerun is compared with its own vendor's.
+
+    lmtransfer results --reference        # this run's headline beside each vendor's reference
+    lmtransfer results --save-reference   # this machine's vendor's reference, from metrics/ (after `make run`)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmtransfer.core.errors import LmtransferError
+from lmtransfer.core.io import read_json, require_file, write_json
+from lmtransfer.core.paths import EVALUATE_REPORT, HEADLINE, METRICS
+
+REFERENCES = Path("results/reference")
+
+
+def reference_from(report: dict, headline: dict, identity: dict[str, str]) -> dict:
+    """A vendor's reference: the machine, the design (runs), the headline and every run's test accuracy."""
+    return {
+        "cpu_vendor": identity["cpu_vendor"],
+        "cpu_model": identity["cpu_model"],
+        "command": "make run",
+        "n_pretraining_runs": report["n_pretraining_runs"],
+        "n_finetuning_seeds": report["n_finetuning_seeds"],
+        "headline": headline,
+        "pretrained_per_run": report["pretrained"]["accuracy_per_seed"],
+        "scratch_per_run": report["scratch"]["accuracy_per_seed"],
+    }
+
+
+def save_reference(identity: dict[str, str], metrics: Path = METRICS, root: Path = Path(".")) -> Path:
+    """Write this machine's vendor's reference from `metrics/`; refuse metrics another CPU produced."""
+    report = read_json(require_file(metrics / EVALUATE_REPORT.name, "evaluation results"))
+    produced_on = report["pretraining"].get("cpu_model")
+    if produced_on != identity["cpu_model"]:
+        raise LmtransferError(f"{metrics / EVALUATE_REPORT.name}: produced on {produced_on!r}, but this machine is "
+                              f"{identity['cpu_model']!r}: run `make run` here first, then save its reference")
+    headline = read_json(require_file(metrics / HEADLINE.name, "headline"))
+    path = root / REFERENCES / f"{identity['cpu_vendor']}.json"
+    write_json(path, reference_from(report, headline, identity))
+    return path
+
+
+def references(root: Path = Path(".")) -> dict[str, dict]:
+    """Every committed reference, by vendor."""
+    return {path.stem: read_json(path) for path in sorted((root / REFERENCES).glob("*.json"))}
+
+
+def comparison_lines(headline: dict, identity: dict[str, str], saved: dict[str, dict]) -> list[str]:
+    """This run's headline beside each vendor's reference, its own vendor's first, with the differences."""
+    if not saved:
+        return ["no reference saved yet (results/reference/): `lmtransfer results --save-reference` after make run"]
+    order = sorted(saved, key=lambda vendor: vendor != identity["cpu_vendor"])
+    keys = list(headline)
+    lines = [f"this run: {identity['cpu_model']} ({identity['cpu_vendor']})",
+             f"  {'':<12}{'this run':>10}" + "".join(f"{vendor:>16}{'diff':>9}" for vendor in order)]
+    for key in keys:
+        cells = "".join(f"{saved[vendor]['headline'][key]:>16.4f}{headline[key] - saved[vendor]['headline'][key]:>+9.4f}"
+                        for vendor in order)
+        lines.append(f"  {key:<12}{headline[key]:>10.4f}{cells}")
+    own = saved.get(identity["cpu_vendor"])
+    if own is None:
+        lines.append(f"no reference for {identity['cpu_vendor']} yet: `lmtransfer results --save-reference` keeps "
+                     "this run's")
+    else:
+        low, high = own["headline"]["gap_low"], own["headline"]["gap_high"]
+        inside = low <= headline["gap"] <= high
+        lines.append(f"the gap {headline['gap']:+.4f} is {'inside' if inside else 'OUTSIDE'} the {identity['cpu_vendor']} "
+                     f"reference's 95% interval [{low:+.4f}, {high:+.4f}]")
+    return lines
