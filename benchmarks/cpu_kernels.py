@@ -1,9 +1,11 @@
-"""What pinning the CPU kernels to AVX2 costs: training tokens/s with pinned vs native kernels, side by side.
+"""What pinning the CPU kernels to AVX2 costs: training tokens/s with pinned vs native kernels, side by side, and
+with MKL's vendor-neutral branch (MKL_CBWR=COMPATIBLE) beside the pins.
 
 lmtransfer pins PyTorch/MKL/oneDNN to AVX2 kernels so that results are the same on every
-AVX2 machine (docs/guide/reproducibility.md, "Pinned CPU kernels"). Kernels are chosen when torch loads, so
-each setting runs in its own process; the settings alternate over several rounds and the
-median is printed, with the ratio.
+AVX2 machine of a vendor (docs/guide/reproducibility.md, "Pinned CPU kernels"). MKL honours its AVX2 branch on
+Intel CPUs only; COMPATIBLE is the branch it documents for Intel and non-Intel CPUs alike ("Across CPU vendors").
+Kernels are chosen when torch loads, so each setting runs in its own process; the settings alternate over several
+rounds and the median is printed, with the ratios.
 
     python benchmarks/cpu_kernels.py            # pretraining and fine-tuning steps, reference model
 """
@@ -46,7 +48,8 @@ for name, model, shape in (("pretrain (32 x 64, LM head over 4,000 ids)", Langua
     results[name] = tokens / (time.perf_counter() - start)
 print(json.dumps(results))
 """
-SETTINGS = {"pinned (AVX2, the default)": {}, "native (LMTRANSFER_CPU_KERNELS=native)": {"LMTRANSFER_CPU_KERNELS": "native"}}
+SETTINGS = {"pinned (AVX2, the default)": {}, "native (LMTRANSFER_CPU_KERNELS=native)": {"LMTRANSFER_CPU_KERNELS": "native"},
+            "pinned, MKL_CBWR=COMPATIBLE": {"MKL_CBWR": "COMPATIBLE"}}
 
 
 def run(extra_env: dict[str, str]) -> dict:
@@ -62,20 +65,22 @@ def main(rounds: int = 3) -> None:
     for _ in range(rounds):
         for name, env in SETTINGS.items():
             samples[name].append(run(env))
-    pinned, native = (samples[name] for name in SETTINGS)
+    pinned, native, compatible = (samples[name] for name in SETTINGS)
     workloads = [k for k in pinned[0] if k not in ("capability", "threads")]
     print(f"kernels: pinned -> {pinned[0]['capability']}, native -> {native[0]['capability']}; "
           f"{pinned[0]['threads']} threads; median of {rounds} alternating rounds")
-    print(f"{'workload':<45}{'pinned tok/s':>14}{'native tok/s':>14}{'pinned/native':>15}")
+    print(f"{'workload':<45}{'pinned tok/s':>14}{'native tok/s':>14}{'COMPATIBLE tok/s':>18}{'pinned/native':>15}"
+          f"{'COMPATIBLE/pinned':>19}")
     rows = []
     for workload in workloads:
-        a = statistics.median(s[workload] for s in pinned)
-        b = statistics.median(s[workload] for s in native)
-        print(f"{workload:<45}{a:>14,.0f}{b:>14,.0f}{a / b:>15.2f}")
-        rows.append([workload, round(a), round(b), round(a / b, 2)])
+        a, b, c = (statistics.median(s[workload] for s in runs) for runs in (pinned, native, compatible))
+        print(f"{workload:<45}{a:>14,.0f}{b:>14,.0f}{c:>18,.0f}{a / b:>15.2f}{c / a:>19.2f}")
+        rows.append([workload, round(a), round(b), round(c), round(a / b, 2), round(c / a, 2)])
     write_result("cpu_kernels", [Column("workload"), Column(f"pinned ({pinned[0]['capability']}) tok/s", ",.0f"),
                                  Column(f"native ({native[0]['capability']}) tok/s", ",.0f"),
-                                 Column("pinned/native", ".2f")], rows, seconds=time.perf_counter() - start,
+                                 Column("pinned + MKL_CBWR=COMPATIBLE tok/s", ",.0f"),
+                                 Column("pinned/native", ".2f"), Column("COMPATIBLE/pinned", ".2f")], rows,
+                 seconds=time.perf_counter() - start,
                  notes=f"{pinned[0]['threads']} threads; median of {rounds} alternating rounds")
 
 

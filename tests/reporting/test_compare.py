@@ -159,3 +159,26 @@ def test_the_docs_tables_of_the_scaling_study_come_from_its_summary(tmp_path):
     rows = trend.splitlines()
     assert rows[2].startswith("| gap (pretrained − scratch) | +0.0498 [-0.0720, +0.1717] |")  # 3 points: wide
     assert rows[4].startswith("| pretraining tokens at which the pretrained line reaches the baseline (0.8000) | ")
+
+
+def _budget(tokens: float, gap: float, half_width: float) -> dict:
+    return {"pretraining_tokens": tokens, "gap": gap, "gap_ci95_low": gap - half_width, "gap_ci95_high": gap + half_width}
+
+
+def test_the_gap_slope_counts_the_measured_spread_of_pretraining_runs():
+    """The study pretrains once per budget: each point carries one pretraining run's spread, measured where the
+    pipeline pretrained several times; the slope's interval widens with it, and equals the points' own without it."""
+    budgets = [_budget(10**k, 0.02 * k, 0.02) for k in range(5, 9)]
+    report = {"n_pretraining_runs": 3, "pretrained": {"accuracy_per_seed": [0.68, 0.70, 0.69]},
+              "scratch": {"accuracy_per_seed": [0.62, 0.63, 0.64]}, "gap": {"accuracy_mean": 0.06, "ci95_low": 0.03,
+                                                                           "ci95_high": 0.09}}
+    summary = scaling.add_pretraining_spread({"gap_fit": {"slope_per_decade": 0.02}, "budgets": budgets}, report)
+    spread = summary["pretraining_spread"]
+    assert spread["per_run_gap"] == pytest.approx([0.06, 0.07, 0.05]) and spread["sd"] == pytest.approx(0.01)
+    low, high = summary["gap_fit"]["slope_ci95_with_pretraining_spread"]
+    assert low < 0.02 < high and (low + high) / 2 == pytest.approx(0.02)
+    own_low, own_high = scaling.slope_interval_with_spread(budgets, 0.0)
+    assert high - low > own_high - own_low
+    with pytest.raises(LmtransferError, match="2 or more"):
+        scaling.pretraining_spread({**report, "pretrained": {"accuracy_per_seed": [0.7]},
+                                    "scratch": {"accuracy_per_seed": [0.6]}})

@@ -227,7 +227,7 @@ class Params(PipelineParams):
     data: DataParams = DataParams()
     tokenizer: TokenizerParams = TokenizerParams()
     model: ModelParams = ModelParams()
-    pretrain: ClassificationPretrainParams = ClassificationPretrainParams()
+    pretrain: ClassificationPretrainParams = ClassificationPretrainParams(max_steps=400, adapt_epochs=3)
     finetune: FinetuneParams = FinetuneParams()
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()

@@ -6,11 +6,11 @@ from __future__ import annotations
 from lmtransfer.classification.config import Params
 from lmtransfer.classification.evaluate import (
     SeedResult,
-    pretraining_report,
     evaluate_classifier,
     headline_metrics,
     mean_curves,
     pooled_confusion,
+    pretraining_report,
     report_lines,
     transfer_report,
 )

@@ -31,6 +31,17 @@ def cmd_scaling(args: argparse.Namespace) -> None:
     from lmtransfer.classification.config import load_params
     from lmtransfer.reporting import scaling
 
+    if args.pretraining_spread:
+        from lmtransfer.core.io import read_json, require_file, write_json
+
+        path = args.root / scaling.RESULTS / "summary.json"
+        summary = scaling.add_pretraining_spread(read_json(require_file(path, "scaling summary")),
+                                                 read_json(require_file(args.pretraining_spread, "evaluation report")))
+        write_json(path, summary)
+        low, high = summary["gap_fit"]["slope_ci95_with_pretraining_spread"]
+        print(f"scaling: one pretraining run moves the gap by {summary['pretraining_spread']['sd']:.4f} (sd); the gap's "
+              f"slope per 10x tokens, that spread counted: 95% CI {low:+.4f} to {high:+.4f} -> {path}")
+        return
     base = load_params(args.root / paths.PARAMS).pretrain
     start = time.perf_counter()
     if not args.summary_only:
@@ -80,5 +91,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     scaling.add_argument("--summary-only", action="store_true",
                          help="queue and run nothing: summarize the scaling experiments that exist")
     scaling.add_argument("--rev", help="with --summary-only: the experiments of this commit (default: HEAD)")
+    scaling.add_argument("--pretraining-spread", type=Path, metavar="EVALUATE_JSON",
+                         help="only add to results/scaling/summary.json how far one pretraining run moves the gap, "
+                              "from a run with several (its metrics/evaluate.json), and the gap slope's interval "
+                              "that counts it")
     scaling.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     scaling.set_defaults(func=cmd_scaling)

@@ -396,9 +396,16 @@ def _scaling_trend(root: Path) -> str:
     reach = [f"pretraining tokens at which the pretrained line reaches the baseline ({target:.4f})",
              f"{tokens('tokens')} [{tokens('tokens_at_steepest_slope')}, {tokens('tokens_at_shallowest_slope')}]",
              ""]
+    rows = [fit("gap_fit", "gap (pretrained − scratch)")]
+    if "slope_ci95_with_pretraining_spread" in summary.get("gap_fit"):
+        low, high = summary.numbers("gap_fit.slope_ci95_with_pretraining_spread")
+        spread = summary.number("pretraining_spread.sd")
+        rows.append([f"gap, each point also ± one pretraining run's spread (sd {spread:.4f}, "
+                     f"{summary.count('pretraining_spread.n_pretraining_runs')} runs at 1x)",
+                     f"{_signed(summary.number('gap_fit.slope_per_decade'), 4)} [{_signed(low, 4)}, "
+                     f"{_signed(high, 4)}]", ""])
     return _table(["fitted against log10(pretraining tokens)", "slope per 10x tokens [95% CI]", "R²"],
-                  [fit("gap_fit", "gap (pretrained − scratch)"), fit("pretrained_accuracy_fit", "pretrained accuracy"),
-                   reach])
+                  [*rows, fit("pretrained_accuracy_fit", "pretrained accuracy"), reach])
 
 
 REFERENCES = "results/reference"

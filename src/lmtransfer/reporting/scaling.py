@@ -109,6 +109,39 @@ def line_fit(tokens: list[float], values: list[float]) -> dict:
             "log10_tokens_mean": float(x.mean()), "value_mean": float(np.mean(values))}
 
 
+def pretraining_spread(report: dict) -> dict:
+    """How far one pretraining run moves the gap, from a run of the pipeline with several (its evaluate.json):
+    each run's paired gap (pretrained minus scratch, same run) and their standard deviation. A budget of the study
+    pretrains once, so its point carries this spread besides its own resampling error. The per-run gaps hold the
+    fine-tuning seed's noise too, so the spread errs wide."""
+    gaps = [p - s for p, s in zip(report["pretrained"]["accuracy_per_seed"], report["scratch"]["accuracy_per_seed"])]
+    if len(gaps) < 2:
+        raise LmtransferError("the spread of pretraining runs needs a run with 2 or more of them (pretrain.seeds)")
+    return {"n_pretraining_runs": report["n_pretraining_runs"], "per_run_gap": gaps,
+            "sd": float(np.std(gaps, ddof=1)), "gap": report["gap"]["accuracy_mean"],
+            "gap_ci95": [report["gap"]["ci95_low"], report["gap"]["ci95_high"]]}
+
+
+def slope_interval_with_spread(budgets: list[dict], sd: float, level: float = 0.95) -> list[float]:
+    """The gap's slope per 10x tokens with each budget's point as uncertain as its own interval says plus one
+    pretraining run's spread `sd`: the least-squares slope's standard error from those point variances (normal)."""
+    x = np.log10([budget["pretraining_tokens"] for budget in budgets])
+    weights = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
+    z = stats.norm.ppf(0.5 + level / 2)
+    own = np.array([(budget["gap_ci95_high"] - budget["gap_ci95_low"]) / (2 * z) for budget in budgets])
+    slope = float(weights @ np.array([budget["gap"] for budget in budgets]))
+    error = float(np.sqrt(np.sum(weights**2 * (own**2 + sd**2))))
+    return [slope - z * error, slope + z * error]
+
+
+def add_pretraining_spread(summary: dict, report: dict) -> dict:
+    """The summary with the measured spread of pretraining runs, and the gap slope's interval that counts it."""
+    spread = pretraining_spread(report)
+    gap_fit = {**summary["gap_fit"],
+               "slope_ci95_with_pretraining_spread": slope_interval_with_spread(summary["budgets"], spread["sd"])}
+    return {**summary, "gap_fit": gap_fit, "pretraining_spread": spread}
+
+
 def tokens_to_reach(fit: dict, target: float) -> dict:
     """Where the pretrained-accuracy line meets the baseline: at the fitted slope, and at both ends of its
     interval, each line through the points' centre (where a least-squares line always passes); None where the
