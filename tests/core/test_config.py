@@ -28,7 +28,8 @@ def test_empty_mapping_gives_the_documented_defaults():
     assert params.finetune.pooling == "mean"
     assert (params.finetune.epochs, params.finetune.head_lr_multiplier) == (2, 30.0)
     assert params.pretrain.lr == 2e-3
-    assert (params.pretrain.max_steps, params.pretrain.adapt_epochs) == (500, 5)
+    assert (params.pretrain.max_steps, params.pretrain.adapt_epochs) == (400, 3)
+    assert (params.pretrain.seeds, params.finetune.seeds) == ([0, 1, 2], [0])  # 3 pretraining runs, 1 fine-tune each
     assert params.tokenizer.vocab_size == 4000
 
 

@@ -152,7 +152,8 @@ def _stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> s
         yaml = YAML()
         params = yaml.load(original)
         section, name = key.split(".")
-        params[section][name] = yaml.load(value)
+        params[section][name] = YAML(typ="safe").load(value)  # plain values: a flow list in place of a block one
+        # under a commented key makes ruamel glue the next lines together
         with open(params_file, "w") as handle:
             yaml.dump(params, handle)
         return _changed_stages(root, env)

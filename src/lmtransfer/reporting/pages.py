@@ -229,7 +229,7 @@ def _classification_epochs(root: Path) -> str:
     return _table(header, rows)
 
 
-# label, folder with the run's evaluate.json and pretrain.json, the objective and NSP flag pretrain.json must record
+# label, folder with the run's evaluate.json, the objective and NSP flag its pretraining summary must record
 OBJECTIVE_RUNS = (
     ("`clm` (default)", "results/objectives/clm", "clm", False),
     ("`mlm`", "results/objectives/mlm", "mlm", False),
@@ -237,28 +237,29 @@ OBJECTIVE_RUNS = (
 )
 
 
-def _language_model_cell(pretrain: _Source, nsp: bool) -> str:
-    """The LM's validation perplexity; a masked LM's masked (and NSP) accuracy beside it."""
-    perplexity = f"{pretrain.number('val_perplexity'):.1f}"
-    if pretrain.get("objective") == "clm":
+def _language_model_cell(report: _Source, nsp: bool) -> str:
+    """The LM's validation perplexity (mean of the pretraining runs); a masked LM's masked (and NSP) accuracy
+    beside it."""
+    perplexity = f"{report.number('pretraining.val_perplexity'):.1f}"
+    if report.get("pretraining.objective") == "clm":
         return f"{perplexity} (next-token)"
-    accuracies = f"masked acc {pretrain.number('val_masked_accuracy'):.3f}"
+    accuracies = f"masked acc {report.number('pretraining.val_masked_accuracy'):.3f}"
     if nsp:
-        accuracies += f", NSP acc {pretrain.number('val_nsp_accuracy'):.3f}"
+        accuracies += f", NSP acc {report.number('pretraining.val_nsp_accuracy'):.3f}"
     return f"{perplexity} ({accuracies})"
 
 
 def _objective_row(root: Path, label: str, folder: str, objective: str, nsp: bool) -> list[str]:
-    """One run's row; a run whose pretrain.json records another objective is refused, not mislabelled."""
-    report, pretrain = _Source(root, f"{folder}/evaluate.json"), _Source(root, f"{folder}/pretrain.json")
-    recorded = (pretrain.get("objective"), pretrain.get("next_sentence"))
+    """One run's row; a run whose pretraining records another objective is refused, not mislabelled."""
+    report = _Source(root, f"{folder}/evaluate.json")
+    recorded = (report.get("pretraining.objective"), report.get("pretraining.next_sentence"))
     if recorded != (objective, nsp):
-        raise MetricsError(f"{pretrain.rel} records objective {recorded[0]!r}, next_sentence {recorded[1]!r}; "
-                           f"the row {label} needs {objective!r}, {nsp}")
+        raise MetricsError(f"{report.rel}: its pretraining records objective {recorded[0]!r}, next_sentence "
+                           f"{recorded[1]!r}; the row {label} needs {objective!r}, {nsp}")
     better = _better(report, "accuracy_mean")
     gap = (f"{_signed(report.number('gap.accuracy_mean'), 4)} {_interval(report, 'gap.ci95', 4, True)}, "
            f"{_p(report.number('gap.p_value'), 4)}")
-    return [label, _language_model_cell(pretrain, nsp),
+    return [label, _language_model_cell(report, nsp),
             *(f"{p:.4f} vs {s:.4f}" for p, s in zip(*_curves(report))),
             *(_bold(_mean_std(report, f"{variant}.accuracy", 4), variant in better) for variant in VARIANTS), gap]
 
