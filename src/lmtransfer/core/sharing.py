@@ -1,10 +1,10 @@
 """How many training jobs share this machine, so that each takes its share of the cores.
 
-Every stage used to take all cores. Two at once (`dvc queue start -j 2`, or any other job)
-then run twice as many threads as there are cores, and OpenMP threads that spin while they
-wait take the cores the other job needs: a fine-tuning epoch went from 0.14 s to 8.6 s.
-Each stage now counts the jobs (`LMTRANSFER_JOBS`, else the DVC queue workers running on this
-machine), takes cores / jobs threads, and lets waiting threads sleep when it is not alone. Other
+Two jobs that each took all cores (`dvc queue start -j 2`, or any other job) would run twice as
+many threads as there are cores, and OpenMP threads that spin while they wait take the cores the
+other job needs (measured: a fine-tuning epoch from 0.14 s to 8.6 s). So each stage counts the jobs
+(`LMTRANSFER_JOBS`, else the DVC queue workers running on this machine), takes cores / jobs
+threads, and lets waiting threads sleep when it is not alone. Other
 programs it cannot count, but it can see them: a process that starts while others keep the cores busy
 lets its waiting threads sleep at once, else they spin briefly before they sleep (`choose_openmp_wait`).
 No torch import here: the wait policy must be set before torch loads OpenMP.

@@ -2,8 +2,8 @@
 
 One interface, `Tokenizer`, over three id spaces:
 * a sentencepiece model trained on the corpus (the default): 0 padding, 1 unknown,
-  2 begin-of-sequence, 3 end-of-sequence, 4 a reserved `<mask>` for a future
-  masked-LM objective;
+  2 begin-of-sequence, 3 end-of-sequence, 4 `<mask>` (the masked-LM objective's,
+  `pretrain.objective: mlm`);
 * an existing sentencepiece model (`tokenizer.model_file`): its own special ids,
   with any it lacks (often padding) appended after its pieces;
 * a fairseq-style dictionary (`tokenizer.vocab_file`), the original experiment's
