@@ -71,7 +71,7 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
         f"{pretraining['tokens_seen']:,.0f} tokens, validation perplexity {pretraining['val_perplexity']:.1f} "
         "(mean of the runs)",
     ]
-    timings = paths.timings_file(f"pretrain_seed{pretraining['seeds'][0]}")
+    timings = paths.timings_file(paths.PretrainOutputs(pretraining["seeds"][0]).stage)
     if timings.is_file():
         lines[-1] += f", {read_json(timings)['tokens_per_second']:,.0f} tokens/s on this machine"
     return "\n".join(lines)

@@ -88,5 +88,11 @@ def predictions_file(variant: str) -> Path:
     return EVALUATE_DETAILS / f"predictions_{variant}.csv"
 
 
+def stage_file_name(stage: str) -> str:
+    """A stage's name as a file or folder name: `finetune_scratch@2-0` -> `finetune_scratch_seed2-0`."""
+    return stage.replace("@", "_seed")
+
+
 def timings_file(stage: str) -> Path:
-    return TIMINGS / f"{stage}.json"
+    """`timings/<stage>.json` of a stage named as dvc.yaml names it (`pretrain@0`, `tokenize`)."""
+    return TIMINGS / f"{stage_file_name(stage)}.json"

@@ -113,7 +113,7 @@ def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutpu
         write_tsv(outputs.valid_log, valid_log)
         write_text(outputs.samples, sample_text)
         write_json(outputs.summary, summary)
-        write_timings(timings_file(stage.replace("@", "_seed")), timings)
+        write_timings(timings_file(stage), timings)
         log_run(metrics={**{f"final_{k}": v for k, v in summary.items() if not isinstance(v, bool)},
                          **{f"final_{k}": timings[k] for k in ("seconds", "tokens_per_second")}})
         log_file(sample_text, "samples.txt")

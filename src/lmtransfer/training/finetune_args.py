@@ -117,6 +117,6 @@ def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[
     DVC-cached output), the wall-clock timings (kept out of the results), and all of it on the stage's run."""
     write_tsv(finetune_epochs(start.variant, start.run), history)
     write_json(finetune_summary(start.variant, start.run), summary)
-    write_timings(timings_file(f"finetune_{start.variant}_seed{start.run}"), timings)
+    write_timings(timings_file(start.stage), timings)
     log_run(metrics={**summary, **timings})
     log_checkpoint(checkpoint)

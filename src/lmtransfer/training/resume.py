@@ -26,6 +26,7 @@ import torch
 
 from lmtransfer.core.errors import CheckpointError
 from lmtransfer.core.io import atomic_path, sha256_of
+from lmtransfer.core.paths import stage_file_name
 from lmtransfer.modeling.checkpoint import read_torch_file
 from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.training import distributed
@@ -66,7 +67,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def snapshot_folder(stage: str) -> str:
     """The folder of a stage's snapshots under .resume/: `finetune_scratch@2` -> `finetune_scratch_seed2`."""
-    return stage.replace("@", "_seed")
+    return stage_file_name(stage)
 
 
 class Snapshots:
