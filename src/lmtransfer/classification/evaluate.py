@@ -16,7 +16,7 @@ import torch
 from lmtransfer.classification.config import EvaluateParams
 from lmtransfer.classification.inference import predict
 from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
-from lmtransfer.core.paths import VARIANTS
+from lmtransfer.core.paths import VARIANTS, finetune_run
 from lmtransfer.modeling.checkpoint import build_classifier
 from lmtransfer.reporting.statistics import gap_uncertainty, summarize
 from lmtransfer.tokens.tokenized import LabeledSplit
@@ -35,7 +35,7 @@ class SeedResult:
 
     @property
     def run(self) -> str:
-        return f"{self.pretrain_seed}-{self.seed}"
+        return finetune_run(self.seed, self.pretrain_seed)
 
     @property
     def val_accuracy_per_epoch(self) -> list[float]:
@@ -114,7 +114,7 @@ def correctness_grid(results: list[SeedResult]) -> np.ndarray:
     pretrain_seeds = sorted({r.pretrain_seed for r in results})
     seeds = sorted({r.seed for r in results})
     by_cell = {(r.pretrain_seed, r.seed): r.correct for r in results}
-    missing = [f"{p}-{s}" for p in pretrain_seeds for s in seeds if (p, s) not in by_cell]
+    missing = [finetune_run(s, p) for p in pretrain_seeds for s in seeds if (p, s) not in by_cell]
     if missing:
         raise ValueError(f"the fine-tuned runs do not form a grid of pretraining x fine-tuning seeds: "
                          f"missing {', '.join(missing)}")
