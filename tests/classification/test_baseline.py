@@ -1,9 +1,12 @@
 """The TF-IDF + logistic regression baseline: tuned on valid, trained on train, scored on test."""
 
+import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from lmtransfer.classification.baseline import run_baseline
 from lmtransfer.classification.config import BaselineParams, parse_params
@@ -65,3 +68,14 @@ def test_the_baseline_handles_more_than_two_classes():
 
     result = run_baseline(*texts(150), *texts(45), *texts(60), params=BaselineParams(c_values=[1.0]))
     assert set(result.test_predictions) <= {0, 1, 2} and result.accuracy > 0.8
+
+
+def test_the_committed_baselines_c_is_inside_its_grid():
+    """A C at either end of `baseline.c_values` may be a grid edge, not an optimum: the baseline would be
+    understated. The committed run and the shipped params must leave a tried C on each side of the chosen one."""
+    repo = Path(__file__).resolve().parents[2]
+    grid = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))["baseline"]["c_values"]
+    committed = json.loads((repo / "metrics/baseline.json").read_text(encoding="utf-8"))
+    assert grid == BaselineParams().c_values  # the code's default is the shipped grid
+    assert sorted(map(float, committed["valid_accuracy_by_c"])) == sorted(grid)  # the run used this grid
+    assert min(grid) < committed["best_c"] < max(grid)

@@ -201,7 +201,7 @@ class BaselineParams(Section):
     )
     min_df: int = Field(1, ge=1, description="n-grams in fewer train texts than this are dropped")
     c_values: list[float] = Field(
-        default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0], min_length=1,
+        default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0], min_length=1,
         description="inverse regularisation strengths tried; the best on the validation split is kept",
     )
     max_iter: int = Field(1000, ge=10, description="solver iterations per logistic-regression fit")
