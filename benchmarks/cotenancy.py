@@ -32,25 +32,48 @@ import json
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from results_file import REPO, Column, write_result
 
+WATCH_ENV = "LMTRANSFER_WATCH"  # training.handover's: the measured process watches its neighbours as a stage does
+
 VOCAB, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT = 4000, 200, 4, 2, 200, 0.1
-PRETRAIN_STEPS, FINETUNE_TEXTS = 40, 2560
-CASES = {  # name: (neighbour, its nice level)
-    "neighbour": ("lmtransfer", 0),
-    "neighbour-niced": ("lmtransfer", 19),
-    "cpu-hog": ("hog", 0),
-    "cpu-hog-niced": ("hog", 19),
-    "finetuning-neighbour": ("lmtransfer-finetune", 0),
+PRETRAIN_STEPS, FINETUNE_TEXTS, FINETUNE_EPOCHS = 40, 640, 4  # fine-tuning: epochs, so it can hand over
+MEASURE_DIR_ENV = "COTENANCY_MEASURE_DIR"  # the measured workload's snapshots and clock, across a handover
+
+
+class Case(NamedTuple):
+    """A neighbour: what it runs, its nice level, whether it starts in a session of its own (`setsid`: another
+    terminal) and how many seconds after the measured process it starts (0: before it, as the machine is busy)."""
+
+    kind: str
+    nice: int = 0
+    own_session: bool = False
+    delay: float = 0.0
+
+
+LATE = 10.0  # seconds after the measured process starts that a late neighbour arrives
+CASES = {
+    "neighbour": Case("lmtransfer"),
+    "neighbour-niced": Case("lmtransfer", 19),
+    "cpu-hog": Case("hog"),
+    "cpu-hog-niced": Case("hog", 19),
+    "finetuning-neighbour": Case("lmtransfer-finetune"),
+    "other-session": Case("lmtransfer", own_session=True),
+    "other-session-niced": Case("lmtransfer", 19, own_session=True),
+    "late-neighbour": Case("lmtransfer", delay=LATE),
+    "late-neighbour-niced": Case("lmtransfer", 19, delay=LATE),
+    "short-processes": Case("short-processes"),
 }
-SUMMARY = ("neighbour", "neighbour-niced", "cpu-hog", "cpu-hog-niced")  # the last line's cases
+SAME_SESSION_NICED = ("neighbour-niced", "cpu-hog-niced", "late-neighbour-niced")  # these yield: >= 0.80 expected
 WORKLOADS = ("pretrain", "finetune")
 BEFORE_ENV = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default spin, what every stage used before
 BEFORE = "alone-spin-300k"  # alone, so: the speed alone must not fall more than 3% below it
@@ -58,6 +81,11 @@ BEFORE_NEIGHBOUR = "neighbour-spin-300k"  # both sides so: the collapse this ben
 ASLEEP = "alone-passive"  # alone, threads that sleep at once: why a process alone spins briefly instead
 ASLEEP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 HOG = "while True:\n    pass\n"
+SHORT = ("import time, torch\n"  # one short process: imports torch, computes for about a second, exits
+         "x, end = torch.randn(256, 256), time.perf_counter() + 1.0\n"
+         "while time.perf_counter() < end:\n    x = torch.tanh(x @ x / 16)\n")
+SHORT_LOOP = ("import subprocess, sys\n"  # a test suite or a shell loop of CLI calls: one short process after another
+              "while True:\n    subprocess.run([sys.executable, '-c', sys.argv[1]])\n")
 
 
 # --- the measured workload and the neighbour (child processes) --------------------------------------------
@@ -92,7 +120,9 @@ def _pretrain_params(steps: int):
 
 
 def measure() -> dict:
-    """Seconds and weight digest of each workload, in this process (threads as a pipeline stage chooses them)."""
+    """Seconds and weight digest of each workload, timed across processes: as a stage does, the measured process
+    watches its neighbours and may hand its training over to a new one (`training.handover`), which runs this
+    again and resumes from the snapshot in `MEASURE_DIR_ENV`; the clock file keeps each workload's start and end."""
     import lmtransfer  # noqa: F401 - first, as in a stage: it sets how OpenMP waits before torch loads it
     # isort: split
     import torch
@@ -100,25 +130,40 @@ def measure() -> dict:
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.modeling.model import Classifier, LanguageModel
     from lmtransfer.modeling.runtime import seed_everything, use_share_of_cores
-    from lmtransfer.pretraining.loop import pretrain
+    from lmtransfer.pretraining.loop import LoopOptions, pretrain
+    from lmtransfer.training.handover import handovers_so_far
+    from lmtransfer.training.resume import Snapshots
+
+    folder = Path(os.environ[MEASURE_DIR_ENV])
+    clock_file = folder / "clock.json"
+    clock = json.loads(clock_file.read_text()) if clock_file.exists() else {}
+
+    def tick(key: str) -> None:
+        clock.setdefault(key, time.time())
+        clock_file.write_text(json.dumps(clock))
 
     threads = use_share_of_cores()
     result = {"threads": threads}
     seed_everything(0)
     model = LanguageModel(_config())
     stream = _stream(PRETRAIN_STEPS * 32 * 65 + 10_000)
-    start = time.perf_counter()
-    pretrain(model, stream, stream[:4096], _pretrain_params(PRETRAIN_STEPS), torch.device("cpu"), log_every=10**9)
-    result["pretrain"] = {"seconds": time.perf_counter() - start, "digest": _digest(model)}
+    tick("pretrain_start")
+    pretrain(model, stream, stream[:4096], _pretrain_params(PRETRAIN_STEPS),
+             LoopOptions(log_every=10**9, snapshots=Snapshots("pretrain", "cotenancy", 10**9, root=folder)))
+    tick("pretrain_end")
+    result["pretrain"] = {"seconds": clock["pretrain_end"] - clock["pretrain_start"], "digest": _digest(model)}
 
     seed_everything(0)
     split = _finetune_split(FINETUNE_TEXTS)
     classifier = Classifier(_config(), 2, pooling=_finetune_params().pooling)
-    start = time.perf_counter()
-    finetune(classifier, split, split, _finetune_params(), torch.device("cpu"))
-    result["finetune"] = {"seconds": time.perf_counter() - start, "digest": _digest(classifier)}
+    tick("finetune_start")
+    finetune(classifier, split, split, _finetune_params(), torch.device("cpu"),
+             snapshots=Snapshots("finetune", "cotenancy", 1, root=folder))
+    tick("finetune_end")
+    result["finetune"] = {"seconds": clock["finetune_end"] - clock["finetune_start"], "digest": _digest(classifier)}
     usage = resource.getrusage(resource.RUSAGE_SELF)  # where this process's CPU time went: the profile
     result["cpu"] = {"user": usage.ru_utime, "system": usage.ru_stime, "switches": usage.ru_nvcsw + usage.ru_nivcsw}
+    result["handovers"] = handovers_so_far()
     return result
 
 
@@ -135,10 +180,10 @@ def _finetune_split(n_texts: int):
 
 
 def _finetune_params():
-    """The pipeline's fine-tuning params, one epoch: short texts (`max_len` 64), so small operations."""
+    """The pipeline's fine-tuning params, `FINETUNE_EPOCHS` epochs: short texts (`max_len` 64), so small operations."""
     from lmtransfer.classification.config import FinetuneParams
 
-    return FinetuneParams(epochs=1)
+    return FinetuneParams(epochs=FINETUNE_EPOCHS)
 
 
 def finetuning_neighbour() -> None:
@@ -162,16 +207,14 @@ def neighbour() -> None:
     """Pretrain without end, as another checkout's pretraining stage would, until killed."""
     import lmtransfer  # noqa: F401 - first, as in a stage
     # isort: split
-    import torch
 
     from lmtransfer.modeling.model import LanguageModel
     from lmtransfer.modeling.runtime import use_share_of_cores
-    from lmtransfer.pretraining.loop import pretrain
+    from lmtransfer.pretraining.loop import LoopOptions, pretrain
 
     use_share_of_cores()
     stream = _stream(2_000_000)
-    pretrain(LanguageModel(_config()), stream, stream[:4096], _pretrain_params(10**9), torch.device("cpu"),
-             log_every=10**9)
+    pretrain(LanguageModel(_config()), stream, stream[:4096], _pretrain_params(10**9), LoopOptions(log_every=10**9))
 
 
 # --- the conductor ------------------------------------------------------------------------------------------
@@ -184,24 +227,59 @@ def _env(extra: dict[str, str], src: Path | None = None) -> dict[str, str]:
     return env
 
 
-def start_neighbours(kind: str, nice: int, checkout: Path, extra: dict[str, str]) -> list[subprocess.Popen]:
-    if kind == "hog":
-        commands = [[sys.executable, "-c", HOG] for _ in range(os.cpu_count() or 1)]
-        env = dict(os.environ)
+def start_neighbours(case: Case, checkout: Path, extra: dict[str, str]) -> list[subprocess.Popen]:
+    """The case's neighbour processes, started now: in this session, or in one of their own (`setsid`)."""
+    if case.kind == "hog":
+        commands, env = [[sys.executable, "-c", HOG] for _ in range(os.cpu_count() or 1)], dict(os.environ)
+    elif case.kind == "short-processes":
+        commands, env = [[sys.executable, "-c", SHORT_LOOP, SHORT]], dict(os.environ)
     else:
-        commands = [[sys.executable, str(checkout / "benchmarks" / "cotenancy.py"), f"--{kind}"]]
+        commands = [[sys.executable, str(checkout / "benchmarks" / "cotenancy.py"), f"--{case.kind}"]]
         env = _env(extra, checkout / "src")
-    processes = [subprocess.Popen(["nice", "-n", str(nice), *command], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for command in commands]
-    time.sleep(5)  # past the neighbour's start-up: imports, model, first steps
-    return processes
+    return [subprocess.Popen(["nice", "-n", str(case.nice), *command], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=case.own_session) for command in commands]
 
 
-def run_measure(extra: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--measure"], env=_env(extra), capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"the measured workload failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def stop(processes: list[subprocess.Popen]) -> None:
+    """The neighbours and whatever they started (a short-process loop's current child) killed."""
+    for process in processes:
+        try:
+            os.killpg(process.pid, signal.SIGKILL) if _leads_group(process) else process.kill()
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def _leads_group(process: subprocess.Popen) -> bool:
+    try:
+        return os.getpgid(process.pid) == process.pid
+    except ProcessLookupError:
+        return False
+
+
+def run_measure(extra: dict[str, str], case: Case | None = None, checkout: Path | None = None) -> dict:
+    """The measured workload in a fresh process, beside `case`'s neighbours: started first (5 s before, past
+    their start-up) or `case.delay` seconds after it."""
+    neighbours = start_neighbours(case, checkout, extra) if case and not case.delay else []
+    folder = tempfile.mkdtemp(prefix="cotenancy-measure-")
+    try:
+        if neighbours:
+            time.sleep(5)  # past the neighbour's start-up: imports, model, first steps
+        measured = subprocess.Popen([sys.executable, __file__, "--measure"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True,
+                                    env=_env({**extra, MEASURE_DIR_ENV: folder, WATCH_ENV: "1"}))
+        if case and case.delay:
+            try:
+                measured.wait(timeout=case.delay)
+            except subprocess.TimeoutExpired:
+                neighbours = start_neighbours(case, checkout, extra)
+        out, err = measured.communicate()
+    finally:
+        stop(neighbours)
+        shutil.rmtree(folder, ignore_errors=True)
+    if measured.returncode != 0:
+        sys.exit(f"the measured workload failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run_case(case: str, checkout: Path, extra: dict[str, str]) -> dict:
@@ -211,13 +289,7 @@ def run_case(case: str, checkout: Path, extra: dict[str, str]) -> dict:
         extra = {**extra, **ASLEEP_ENV}
     if case in ("alone", BEFORE, ASLEEP):
         return run_measure(extra)
-    neighbours = start_neighbours(*CASES["neighbour" if case == BEFORE_NEIGHBOUR else case], checkout, extra)
-    try:
-        return run_measure(extra)
-    finally:
-        for process in neighbours:
-            process.kill()
-            process.wait()
+    return run_measure(extra, CASES["neighbour" if case == BEFORE_NEIGHBOUR else case], checkout)
 
 
 def copy_checkout(target: Path) -> Path:
@@ -281,7 +353,7 @@ def report(results: dict[str, list[dict]], extra: dict[str, str], rounds: int, e
     columns = [Column("case"), *[column for w in WORKLOADS for column in (Column(f"{w} s", ".1f"),
                                                                              Column(f"{w} fraction", ".2f"))],
                Column("fraction", ".2f"), Column("CPU s", ".1f"), Column("system %", ".0f"),
-               Column("switches", ",.0f"), Column("same weights")]
+               Column("switches", ",.0f"), Column("handovers", ".0f"), Column("same weights")]
     rows, fractions = [], {}
     for case, runs in results.items():
         medians = {w: _median(runs, w, "seconds") for w in WORKLOADS}
@@ -291,7 +363,8 @@ def report(results: dict[str, list[dict]], extra: dict[str, str], rounds: int, e
         same = "yes" if len(alone_digests) == 1 and digests == alone_digests else "NO"
         per_workload = [cell for w in WORKLOADS for cell in (round(medians[w], 1), round(alone[w] / medians[w], 2))]
         rows.append([case, *per_workload, round(fractions[case], 2), round(user + system, 1),
-                     round(100 * system / (user + system)), round(_median(runs, "cpu", "switches")), same])
+                     round(100 * system / (user + system)), round(_median(runs, "cpu", "switches")),
+                     round(_median(runs, "handovers")), same])
     print(f"\n{os.cpu_count()} cores, {threads} thread(s) per lmtransfer process; median of {rounds} rounds; "
           "fraction = alone seconds / seconds beside it; CPU s, system %, switches: the measured process's"
           + (f"; {' '.join(f'{k}={v}' for k, v in extra.items())}" if extra else ""))
@@ -301,7 +374,7 @@ def report(results: dict[str, list[dict]], extra: dict[str, str], rounds: int, e
     write_result(name, columns, rows, seconds=elapsed, notes=f"{threads} thread(s) per process; median of {rounds} "
                  "rounds; " + (" ".join(f"{k}={v}" for k, v in extra.items()) or "the default settings"))
     print(f"alone: {1 / fractions[BEFORE]:.2f} of the speed alone with libgomp's default spin (GOMP_SPINCOUNT=300000)")
-    print("cotenancy: " + ", ".join(f"{case} {fractions[case]:.2f}" for case in results if case in SUMMARY))
+    print("cotenancy: " + ", ".join(f"{case} {fractions[case]:.2f}" for case in results if case in CASES))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
-from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.pretraining.loop import LoopOptions, pretrain
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.objectives import Objective
 
@@ -230,8 +230,7 @@ def test_mlm_pretraining_learns_and_logs_its_scores(nsp):
                             eval_batches=4, warmup_steps=10, lr=3e-3)
     objective = Objective.from_params(params, META)
     model = objective.build_model(bidirectional())
-    result = pretrain(model, stream[:5000], stream[5000:], params, torch.device("cpu"), log_every=20,
-                      objective=objective)
+    result = pretrain(model, stream[:5000], stream[5000:], params, LoopOptions(log_every=20, objective=objective))
     first, last = result.valid_log[0], result.valid_log[-1]
     assert last["val_loss"] < first["val_loss"] - 0.5 and last["val_masked_accuracy"] > first["val_masked_accuracy"]
     assert {"val_masked_accuracy", "val_perplexity"} <= set(last)

@@ -19,7 +19,7 @@ from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
-from lmtransfer.pretraining.loop import adapt_to_task, pretrain
+from lmtransfer.pretraining.loop import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
@@ -52,10 +52,9 @@ def _pretrain_both_phases(snapshots: Snapshots | None, stop_at: int | None = Non
             raise Interrupted
         logged.append((step, {k: v for k, v in metrics.items() if k != "tokens_per_s"}))
 
-    corpus = pretrain(model, CORPUS, CORPUS[:400], PARAMS, CPU, seed=3, log_every=3, log_metrics=log,
-                      snapshots=snapshots, objective=objective)
-    task = adapt_to_task(model, TASK, TASK[:200], PARAMS, CPU, seed=3, log_every=3, log_metrics=log,
-                         first_step=corpus.steps, snapshots=snapshots, objective=objective)
+    options = LoopOptions(CPU, seed=3, log_every=3, log_metrics=log, snapshots=snapshots, objective=objective)
+    corpus = pretrain(model, CORPUS, CORPUS[:400], PARAMS, options)
+    task = adapt_to_task(model, TASK, TASK[:200], PARAMS, options, first_step=corpus.steps)
     return model, corpus, task, logged
 
 
@@ -211,10 +210,9 @@ KILLED_RUN = textwrap.dedent("""
     torch.manual_seed(0)
     model = t.LanguageModel(t.CONFIG)
     snapshots = Snapshots("pretrain", "same", every=3, root=Path({root!r}))
-    corpus = t.pretrain(model, t.CORPUS, t.CORPUS[:400], t.PARAMS, t.CPU, seed=3, log_every=1, log_metrics=slow_log,
-                        snapshots=snapshots)
-    t.adapt_to_task(model, t.TASK, t.TASK[:200], t.PARAMS, t.CPU, seed=3, log_every=1, log_metrics=slow_log,
-                    first_step=corpus.steps, snapshots=snapshots)
+    options = t.LoopOptions(t.CPU, seed=3, log_every=1, log_metrics=slow_log, snapshots=snapshots)
+    corpus = t.pretrain(model, t.CORPUS, t.CORPUS[:400], t.PARAMS, options)
+    t.adapt_to_task(model, t.TASK, t.TASK[:200], t.PARAMS, options, first_step=corpus.steps)
     torch.save(model.state_dict(), {out!r})
 """)
 
@@ -255,10 +253,10 @@ def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_s
     assert isinstance(PretrainParams(adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
     whole = PARAMS.model_copy(update={"adapt_epochs": 1})
     torch.manual_seed(0)
-    one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, CPU, seed=3)
+    one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, LoopOptions(CPU, seed=3))
     torch.manual_seed(0)
     half = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_epochs": 0.5}),
-                         CPU, seed=3)
+                         LoopOptions(CPU, seed=3))
     assert half.steps == round(one_pass.steps / 2) and half.tokens_seen < one_pass.tokens_seen
 
 
@@ -266,10 +264,10 @@ def test_the_adaptation_phase_stops_at_its_step_cap_and_says_so(capsys):
     """A large labeled set makes one pass many steps: `pretrain.adapt_max_steps` bounds the phase's cost."""
     whole = PARAMS.model_copy(update={"adapt_epochs": 2})
     torch.manual_seed(0)
-    full = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, CPU, seed=3)
+    full = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, LoopOptions(CPU, seed=3))
     assert "capped" not in capsys.readouterr().out
     torch.manual_seed(0)
     capped = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_max_steps": 3}),
-                           CPU, seed=3)
+                           LoopOptions(CPU, seed=3))
     assert capped.steps == 3 < full.steps
     assert f"would be {full.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out

@@ -40,7 +40,7 @@ from lmtransfer.modeling.lm_loss import (
 )
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.modeling.runtime import configure, cpu_identity, to_device
-from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.pretraining.loop import LoopOptions, pretrain
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.optim import make_optimizer
 
@@ -144,8 +144,8 @@ def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_ste
     model = LanguageModel(config)
     params = PretrainParams(max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
                             eval_batches=2, **overrides)
-    result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params, CPU, log_every=1,
-                      compile_steps=compile_steps)
+    result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
+                      LoopOptions(CPU, log_every=1, compile_steps=compile_steps))
     return model, result
 
 

@@ -23,7 +23,7 @@ from lmtransfer.modeling.checkpoint import (
     save_checkpoint,
 )
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.pretraining.loop import pretrain
+from lmtransfer.pretraining.loop import LoopOptions, pretrain
 from lmtransfer.tokens.datasets import PackedBatches, classification_batches, pad_batch
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -106,7 +106,7 @@ def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: 
         max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=20, eval_batches=2,
         **overrides,
     )
-    result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params, CPU, seed=data_seed, log_every=1)
+    result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params, LoopOptions(CPU, seed=data_seed, log_every=1))
     return model, result
 
 
@@ -148,7 +148,8 @@ def test_pretraining_logs_metrics_through_the_callback():
     torch.manual_seed(0)
     params = PretrainParams(max_steps=6, batch_size=4, seq_len=8, eval_every=3, eval_batches=1, warmup_steps=1)
     ids = np.tile(PATTERN, 20)
-    pretrain(LanguageModel(LM_CONFIG), ids, ids, params, CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m)))
+    pretrain(LanguageModel(LM_CONFIG), ids, ids, params,
+             LoopOptions(CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m))))
     train_steps = [step for step, metrics in logged if "train_loss" in metrics]
     valid_steps = [step for step, metrics in logged if "val_loss" in metrics]
     assert train_steps == [2, 4, 6]

@@ -20,11 +20,13 @@ from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.inference import predict
 from lmtransfer.core.errors import TokenizerError
 from lmtransfer.harness.progress import progress_bar
+from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.tokens.datasets import classification_batches
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
+from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
 from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
 from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
 
@@ -88,7 +90,6 @@ def finetune(
     `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
     refuse_padding_ids_in_texts(model.base.config.pad_id, train=train, valid=valid)
     model.to(device)
-    forward = compiled(model, compile_steps)
     set_backbone_frozen(model, params.freeze_backbone)
     groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
     optimizer = make_optimizer(groups, params.lr, params.weight_decay)
@@ -97,22 +98,12 @@ def finetune(
                  else warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs))
     print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
     generator = np.random.default_rng(seed)
-    world = distributed.world()
     distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
-    trainer = compiled(distributed.wrap(model, _scores, device), compile_steps) if world.size > 1 else None
-    step = (functools.partial(_local_step, forward, device=device) if trainer is None
-            else functools.partial(_sharded_step, trainer, world=world, device=device))
-    result, done = FinetuneResult(), 0
-    saved = snapshots.load("epochs") if snapshots else None
-    if saved:
-        result = _restore(saved, model, optimizer, scheduler, generator)
-        done = len(result.history)
-        print(f"{desc}: resumed from the snapshot after epoch {done} of {params.epochs}", flush=True)
-        for row in result.history:
-            if on_epoch:
-                on_epoch(row)
+    step = _step_function(model, device, compile_steps)
+    result = _resumed(snapshots, model, optimizer, scheduler, generator, params, desc, on_epoch)
+    watch = neighbour_watch(resumable=bool(snapshots and snapshots.every > 0), on_cpu=device.type == "cpu")
     start = time.perf_counter() - result.seconds
-    for epoch in range(done + 1, params.epochs + 1):
+    for epoch in range(len(result.history) + 1, params.epochs + 1):
         model.train()
         if params.freeze_backbone:
             model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
@@ -122,25 +113,14 @@ def finetune(
                                          bucketed=params.batches == "bucketed")
         train_loss, train_accuracy = _train_epoch(step, batches, model, optimizer, scheduler, params.grad_clip,
                                                   device, progress)
-        probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)
-        val_accuracy = float((probabilities.argmax(-1) == valid.labels).mean())
-        row = {
-            "epoch": epoch,
-            "train_loss": train_loss,
-            "train_accuracy": train_accuracy,
-            "val_loss": val_loss,
-            "val_accuracy": val_accuracy,
-        }
+        row = _validated_epoch(model, valid, params, device, epoch, train_loss, train_accuracy)
         result.history.append(row)
         result.epoch_seconds.append(round(time.perf_counter() - epoch_start, 2))
-        if val_accuracy > result.best_val_accuracy:
-            result.best_val_accuracy, result.best_epoch = val_accuracy, epoch
+        if row["val_accuracy"] > result.best_val_accuracy:
+            result.best_val_accuracy, result.best_epoch = row["val_accuracy"], epoch
             result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-        print(
-            f"{desc} epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_accuracy']:.4f} | "
-            f"val loss {val_loss:.4f} acc {val_accuracy:.4f}",
-            flush=True,
-        )
+        print(f"{desc} epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_accuracy']:.4f} | "
+              f"val loss {row['val_loss']:.4f} acc {row['val_accuracy']:.4f}", flush=True)
         if on_epoch:
             on_epoch(row)
         result.seconds = time.perf_counter() - start
@@ -149,7 +129,42 @@ def finetune(
                 "result": asdict(result), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
             })
+            hand_over_if_due(watch, lambda: None, f"the end of epoch {epoch} of {params.epochs}", active_run_id)
+    if watch:
+        watch.stop()
     return result
+
+
+def _step_function(model: Classifier, device: torch.device, compile_steps: bool):
+    """(ids, labels) -> (the loss to step on, its measurements): one process, or this rank's share under DDP."""
+    world = distributed.world()
+    if world.size == 1:
+        return functools.partial(_local_step, compiled(model, compile_steps), device=device)
+    trainer = compiled(distributed.wrap(model, _scores, device), compile_steps)
+    return functools.partial(_sharded_step, trainer, world=world, device=device)
+
+
+def _resumed(snapshots: Snapshots | None, model, optimizer, scheduler, generator, params: FinetuneParams, desc: str,
+             on_epoch: EpochCallback | None) -> FinetuneResult:
+    """The last epoch's snapshot back in place (its epochs passed to `on_epoch` again, unless this process
+    continues the run that logged them: a handover), or a fresh result."""
+    saved = snapshots.load("epochs") if snapshots else None
+    if not saved:
+        return FinetuneResult()
+    result = _restore(saved, model, optimizer, scheduler, generator)
+    print(f"{desc}: resumed from the snapshot after epoch {len(result.history)} of {params.epochs}", flush=True)
+    if on_epoch and not continues_a_run():
+        for row in result.history:
+            on_epoch(row)
+    return result
+
+
+def _validated_epoch(model: Classifier, valid: LabeledSplit, params: FinetuneParams, device: torch.device, epoch: int,
+                     train_loss: float, train_accuracy: float) -> dict[str, float]:
+    """The epoch's row: its training loss and accuracy, and the validation split's."""
+    probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)
+    return {"epoch": epoch, "train_loss": train_loss, "train_accuracy": train_accuracy, "val_loss": val_loss,
+            "val_accuracy": float((probabilities.argmax(-1) == valid.labels).mean())}
 
 
 def refuse_padding_ids_in_texts(pad_id: int, **splits: LabeledSplit) -> None:

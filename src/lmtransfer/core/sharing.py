@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import time
 from typing import NamedTuple
 
@@ -28,6 +29,7 @@ BUSY_CORES = 0.5  # cores other programs keep busy from which this process's wai
 BUSY_SAMPLE_SECONDS = 0.1  # how long the machine is watched at start: ten of the kernel's 10 ms ticks per core
 SPIN_COUNT_BESIDE_NICED = 300_000  # libgomp's own: beside only niced work, a waiting thread keeps its core
 busy_at_start = None  # BusyCores: what others kept busy when this process chose how its threads wait
+HANDOVER_ENV = "LMTRANSFER_HANDOVER"  # set by a training process for the one it hands its work over to (JSON)
 
 
 def is_main_process() -> bool:
@@ -69,32 +71,96 @@ def thread_share(jobs: int, cores: int | None = None) -> int:
 
 
 class BusyCores(NamedTuple):
-    """Cores other programs kept busy: `niced`, at a raised nice level while this process's is not raised;
-    `normal`, the rest."""
+    """Cores other programs kept busy: `niced`, at a raised nice level in this process's session while this
+    process's is not raised (those yield to it); `normal`, the rest."""
 
     normal: float
     niced: float
 
 
-def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> BusyCores:
-    """Cores that other programs keep busy, watched for `seconds`; niced time apart (those programs asked to
-    yield: beside them a process is fastest spinning longest)."""
+WAITS = {  # how OpenMP's idle threads wait, by name: what `choose_openmp_wait` sets
+    "brief-spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT)},  # alone
+    "long-spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT_BESIDE_NICED)},  # beside niced programs of this session only
+    "sleep": {"OMP_WAIT_POLICY": "PASSIVE"},  # beside programs that do not yield
+}
+WAIT_WORDS = {name: f"waiting threads {how} ({', '.join(f'{k}={v}' for k, v in WAITS[name].items())})"
+              for name, how in (("brief-spin", "spin briefly"), ("long-spin", "spin long"), ("sleep", "sleep at once"))}
+chosen_wait: str | None = None  # the name this process's threads wait by; None: the user's variables rule
+
+
+def wait_for(busy: BusyCores) -> str:
+    """The wait that keeps most speed beside what others keep busy (`choose_openmp_wait` says why)."""
+    if busy.normal >= BUSY_CORES:
+        return "sleep"
+    return "long-spin" if busy.niced >= BUSY_CORES else "brief-spin"
+
+
+def autogroup(pid: int | str = "self") -> str | None:
+    """The scheduler's group of a process (`/autogroup-12`), or None where the kernel shares the CPU by process
+    alone. With autogroups (one per session: a terminal, `setsid`) the CPU is shared between sessions before
+    `nice` is looked at, so a niced program in another session takes its session's share and yields nothing."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled", encoding="ascii") as enabled:
+            if enabled.read().strip() != "1":
+                return None
+        with open(f"/proc/{pid}/autogroup", encoding="ascii") as group:
+            return group.read().split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def niced_elsewhere() -> dict[int, float]:
+    """CPU seconds so far of each niced process in another autogroup than this one's (none without autogroups)."""
     import psutil
 
-    def busy(times) -> tuple[float, float]:
-        normal = times.user + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
-        return normal, getattr(times, "nice", 0.0)
+    mine = autogroup()
+    if mine is None:
+        return {}
+    seconds = {}
+    for process in psutil.process_iter(["nice", "cpu_times"]):
+        times = process.info["cpu_times"]
+        if (process.info["nice"] or 0) > 0 and times is not None and autogroup(process.pid) not in (None, mine):
+            seconds[process.pid] = times.user + times.system
+    return seconds
 
-    me = psutil.Process()
-    start, machine, mine = time.perf_counter(), busy(psutil.cpu_times()), me.cpu_times()
+
+class CpuClock(NamedTuple):
+    """The machine's and this process's CPU seconds at one moment: two of them give what others kept busy."""
+
+    at: float
+    normal: float
+    niced: float
+    own: float
+    niced_elsewhere: dict[int, float]
+
+    @classmethod
+    def read(cls, look_for_sessions: bool = True) -> CpuClock:
+        import psutil
+
+        machine, mine = psutil.cpu_times(), psutil.Process().cpu_times()
+        normal = machine.user + machine.system + getattr(machine, "irq", 0.0) + getattr(machine, "softirq", 0.0)
+        return cls(time.perf_counter(), normal, getattr(machine, "nice", 0.0), mine.user + mine.system,
+                   niced_elsewhere() if look_for_sessions else {})
+
+    def busy_since(self, earlier: CpuClock) -> BusyCores:
+        """Cores others kept busy between `earlier` and this reading; niced time of other sessions as normal."""
+        elapsed = max(self.at - earlier.at, 1e-9)
+        own = self.own - earlier.own
+        normal, niced = self.normal - earlier.normal, self.niced - earlier.niced
+        if niced_self():  # its own time is niced time, and niced programs did not ask to yield to it
+            return BusyCores(max(0.0, normal + niced - own) / elapsed, 0.0)
+        elsewhere = sum(max(0.0, seconds - earlier.niced_elsewhere.get(pid, seconds))
+                        for pid, seconds in self.niced_elsewhere.items())
+        elsewhere = min(max(0.0, niced), elsewhere)
+        return BusyCores(max(0.0, normal - own + elsewhere) / elapsed, max(0.0, niced - elsewhere) / elapsed)
+
+
+def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> BusyCores:
+    """Cores that other programs keep busy, watched for `seconds`; niced time of this session apart (those
+    programs asked to yield: beside them a process is fastest spinning longest)."""
+    start = CpuClock.read()
     time.sleep(seconds)
-    machine_after, mine_after = busy(psutil.cpu_times()), me.cpu_times()
-    elapsed = time.perf_counter() - start
-    own = (mine_after.user + mine_after.system) - (mine.user + mine.system)
-    normal, niced = machine_after[0] - machine[0], machine_after[1] - machine[1]
-    if niced_self():  # its own time is niced time, and niced programs did not ask to yield to it
-        return BusyCores(max(0.0, normal + niced - own) / elapsed, 0.0)
-    return BusyCores(max(0.0, normal - own) / elapsed, max(0.0, niced) / elapsed)
+    return CpuClock.read().busy_since(start)
 
 
 def niced_self() -> bool:
@@ -105,6 +171,15 @@ def niced_self() -> bool:
 def others_were_busy() -> bool:
     """Whether other programs kept `BUSY_CORES` busy when this process chose how its threads wait."""
     return busy_at_start is not None and busy_at_start.normal >= BUSY_CORES
+
+
+def handed_over() -> dict | None:
+    """What a training process that handed its work over to this one (`training.handover`) passed on: the wait
+    to take (`wait`), what it saw (`saw`), the MLflow run to continue (`run_id`) and handovers so far (`count`)."""
+    import json
+
+    value = os.environ.get(HANDOVER_ENV)
+    return json.loads(value) if value else None
 
 
 def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str, str]:
@@ -118,24 +193,73 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     most of all in fine-tuning's small operations, but alone they are slower (`benchmarks/cotenancy.py`
     measures both). So they do not spin with known co-tenants (jobs > 1), nor, when the jobs are not counted
     by `LMTRANSFER_JOBS`, while other programs keep `BUSY_CORES` busy as this process starts
-    (`others_busy()`; not asked once torch is loaded, too late to matter). Beside niced programs alone, a
-    thread that sleeps briefly lets them in at every gap between two operations and waits to get its core
-    back: there threads spin as long as libgomp's own default, which keeps the cores between operations.
-    Nothing is set when the user chose either variable; none of this changes a result, only when a thread
-    waits."""
+    (`others_busy()`; not asked once torch is loaded, too late to matter). Beside niced programs of its own
+    session alone, a thread that sleeps briefly lets them in at every gap between two operations and waits
+    to get its core back: there threads spin as long as libgomp's own default. A niced program in another
+    session does not yield (`autogroup`): it counts as any other. A process that a training process handed
+    its work over to (`handed_over`) takes the wait it was given. Nothing is set when the user chose either
+    variable; none of this changes a result, only when a thread waits."""
+    global busy_at_start, chosen_wait
     for name, value in (item.split("=", 1) for item in os.environ.get(CHOSEN_ENV, "").split(",") if item):
         if os.environ.get(name) == value:  # chosen by a parent lmtransfer process, not the user: choose afresh
             del os.environ[name]
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        chosen_wait = None
         return {}
-    global busy_at_start
-    if jobs == 1 and not os.environ.get(JOBS_ENV, "").strip() and "torch" not in sys.modules:
-        busy_at_start = others_busy()
-    if jobs > 1 or others_were_busy():
-        chosen = {"OMP_WAIT_POLICY": "PASSIVE"}
+    handover = handed_over()
+    if handover:
+        chosen_wait = handover["wait"]
+    elif jobs > 1:
+        chosen_wait = "sleep"
     else:
-        niced_only = busy_at_start is not None and busy_at_start.niced >= BUSY_CORES
-        chosen = {"GOMP_SPINCOUNT": str(SPIN_COUNT_BESIDE_NICED if niced_only else SPIN_COUNT)}
+        if not os.environ.get(JOBS_ENV, "").strip() and "torch" not in sys.modules:
+            busy_at_start = others_busy()
+        chosen_wait = wait_for(busy_at_start) if busy_at_start is not None else "brief-spin"
+    chosen = WAITS[chosen_wait]
     os.environ.update(chosen)
     os.environ[CHOSEN_ENV] = ",".join(f"{name}={value}" for name, value in chosen.items())
     return chosen
+
+
+class NeighbourWatch:
+    """Keeps looking, during training, at what other programs keep busy, and says when the wait this process's
+    threads were started with (`chosen_wait`) no longer fits: a neighbour that arrived after the start (spinning
+    threads beside it lose most of their speed), or one that left (sleeping threads alone lose 14%). Only
+    spinning against sleeping: both spins keep the speed alone. OpenMP reads the wait once, so the answer is
+    acted on by handing the work over to a new process (`training.handover`).
+
+    A reading every `every` seconds, on a thread of its own (`start`); once `patience` readings in a row ask
+    for the same change, `wanted` names the wait to change to and `saw` what those readings saw on average."""
+
+    def __init__(self, every: float = 2.0, patience: int = 2, clock=CpuClock.read) -> None:
+        self.every, self.patience, self.clock = every, patience, clock
+        self.last = clock()
+        self.streak: list[BusyCores] = []
+        self.wanted: str | None = None
+        self.saw: BusyCores | None = None
+        self._stopped = threading.Event()
+
+    def look(self) -> str | None:
+        """One reading: the wait to change to, once `patience` readings in a row ask for it; else None."""
+        if chosen_wait is None or self.wanted is not None:
+            return self.wanted
+        now = self.clock()
+        busy, self.last = now.busy_since(self.last), now
+        spinning = chosen_wait != "sleep"
+        fits = wait_for(busy) != "sleep" if spinning else busy.normal + busy.niced >= BUSY_CORES / 2
+        self.streak = [] if fits else [*self.streak, busy]
+        if len(self.streak) >= self.patience:
+            self.saw = BusyCores(*(sum(values) / len(self.streak) for values in zip(*self.streak)))
+            self.wanted = "sleep" if spinning else "brief-spin"
+        return self.wanted
+
+    def start(self) -> NeighbourWatch:
+        def watch() -> None:
+            while not self._stopped.wait(self.every) and self.look() is None:
+                pass
+
+        threading.Thread(target=watch, name="neighbour-watch", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.core.io import sha256_of
-from lmtransfer.core.sharing import is_main_process
+from lmtransfer.core.sharing import handed_over, is_main_process
 from lmtransfer.harness.launcher import launching_dvc
 from lmtransfer.harness.tracking_store import STORE_NAME, check_server, ensure_store
 
@@ -384,7 +384,9 @@ def stage_run(
     _resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
     status, run_id = "FAILED", None
     try:
-        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
+        continued = handed_over()  # a training handed over to this process: its run goes on
+        with (mlflow.start_run(run_id=continued["run_id"]) if continued and continued.get("run_id") else
+              mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags)) as run:
             run_id = run.info.run_id
             mlflow.log_params(flatten(params))
             yield run
@@ -432,6 +434,16 @@ def _report_unmarked(error: BaseException) -> None:
     first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
     print(f"tracking: the stopped stage's run could not be marked KILLED ({first[:160]}); the next stage marks it",
           file=sys.stderr, flush=True)
+
+
+def active_run_id() -> str | None:
+    """The MLflow run this process logs into, if any: a training handed over to a new process continues it."""
+    if "mlflow" not in sys.modules:
+        return None
+    import mlflow
+
+    run = mlflow.active_run()
+    return run.info.run_id if run else None
 
 
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:

@@ -11,7 +11,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,12 +19,14 @@ import torch
 
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.harness.progress import progress_bar
+from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.modeling.lm_loss import use_chunked_loss
 from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.tokens.datasets import PackedBatches
 from lmtransfer.training import distributed
+from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
 from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_cosine
 from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
 
@@ -103,6 +105,32 @@ def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
     return params.max_steps or params.epochs * batches.steps_per_epoch()
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """How a pretraining run goes, apart from what it trains (model, data, params): the same for both phases.
+    `compile_steps` (`train.compile`) runs the losses through torch.compile; with `snapshots`, the state is saved
+    every `snapshots.every` steps and at the end of each phase, and a matching snapshot is resumed from."""
+
+    device: torch.device = torch.device("cpu")
+    seed: int = 0
+    log_every: int = 50
+    log_metrics: MetricsLogger = _no_log
+    snapshots: Snapshots | None = None
+    objective: Objective = Objective()
+    compile_steps: bool = False
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Which of the two phases runs: its snapshot's name, its progress bar's label, what it reads (for
+    messages), and the step its logged steps count from (the adaptation continues the corpus phase's curve)."""
+
+    name: str = "corpus"
+    desc: str = "pretrain"
+    data_name: str = "the corpus"
+    first_step: int = 0
+
+
 @dataclass
 class _Position:
     """Where training is: what a resume snapshot needs besides weights, optimizer and generators."""
@@ -116,112 +144,139 @@ class _Position:
     window_extras: dict[str, float] = field(default_factory=dict)  # the objective's other measurements
 
 
-def pretrain(
-    model: LanguageModel,
-    train_ids: np.ndarray,
-    valid_ids: np.ndarray,
-    params: PretrainParams,
-    device: torch.device,
-    seed: int = 0,
-    log_every: int = 50,
-    log_metrics: MetricsLogger = _no_log,
-    first_step: int = 0,
-    desc: str = "pretrain",
-    data_name: str = "the corpus",
-    snapshots: Snapshots | None = None,
-    phase: str = "corpus",
-    objective: Objective = Objective(),
-    compile_steps: bool = False,
-) -> PretrainResult:
-    """Language-model training (`objective`: next-token by default); logged steps count from `first_step` (a second
-    phase continues the first's curve). `compile_steps` (`train.compile`) runs the losses through torch.compile.
+@dataclass
+class _Run:
+    """One phase under way: what it trains with, where it is, and what it has measured."""
 
-    With `snapshots`, the state is saved every `snapshots.every` steps and at the end under `phase`, and a
-    matching snapshot is resumed from: its logged rows are logged again, so the new MLflow run is complete.
-    """
-    train_batches = objective.train_batches(train_ids, params, seed, f"{data_name}'s training part")
-    valid_sets = objective.valid_batches(valid_ids, params, seed, f"{data_name}'s validation part")
-    steps = total_steps(params, train_batches)
-    model.to(device).train()
-    model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
-    step_losses = compiled(model.losses, compile_steps)
-    world, draws = distributed.world(), distributed.Draws(seed)  # one process: no change
-    idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
-    trainer = (compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
-               if world.size > 1 else None)
-    step = (functools.partial(_local_losses, step_losses) if trainer is None
-            else functools.partial(_sharded_losses, trainer, world=world))
-    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
-    scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
-    result, at = PretrainResult(steps=steps), _Position()
-    epoch_order = train_batches.generator.get_state()  # the generator before the current epoch drew its order
+    model: LanguageModel
+    params: PretrainParams
+    options: LoopOptions
+    phase: Phase
+    batches: PackedBatches
+    valid_sets: tuple
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    result: PretrainResult
+    at: _Position = field(default_factory=_Position)
+    epoch_order: Any = None  # the generator before the current epoch drew its order
+    finished: bool = False  # resumed from the snapshot of a phase that had ended
 
-    def validate(step: int) -> None:
-        scores = validation_row(model, valid_sets, params.eval_batches, device)
-        result.valid_log.append({"step": first_step + step, **scores})
-        log_metrics(scores, first_step + step)
+    def validate(self, step: int) -> None:
+        scores = validation_row(self.model, self.valid_sets, self.params.eval_batches, self.options.device)
+        self.result.valid_log.append({"step": self.phase.first_step + step, **scores})
+        self.options.log_metrics(scores, self.phase.first_step + step)
 
-    def snapshot(done: bool) -> None:
-        snapshots.save(phase, {
-            "done": done, "position": asdict(at), "result": asdict(result), "epoch_order": epoch_order,
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": rng_state(device),
+    def snapshot(self, done: bool) -> None:
+        self.options.snapshots.save(self.phase.name, {
+            "done": done, "position": asdict(self.at), "result": asdict(self.result), "epoch_order": self.epoch_order,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.options.device),
         })
 
-    saved = snapshots.load(phase) if snapshots else None
-    if saved:
-        result, at, epoch_order = _restore(saved, model, optimizer, scheduler, train_batches.generator)
-        _log_again(result, log_metrics)
-        print(f"{desc}: resumed from the snapshot at step {at.step} of {steps}", flush=True)
-        if saved["done"]:
-            return result
+    def resume(self) -> bool:
+        """A matching snapshot back in place, its rows logged again into a new MLflow run; True if one was."""
+        saved = self.options.snapshots.load(self.phase.name) if self.options.snapshots else None
+        if not saved:
+            return False
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        self.batches.generator.set_state(saved["epoch_order"])
+        self.result, self.at = PretrainResult(**saved["result"]), _Position(**saved["position"])
+        self.epoch_order, self.finished = saved["epoch_order"], saved["done"]
+        if not continues_a_run():  # a handed-over run holds these rows already
+            _log_again(self.result, self.options.log_metrics)
+        print(f"{self.phase.desc}: resumed from the snapshot at step {self.at.step} of {self.result.steps}", flush=True)
+        return True
+
+
+def pretrain(
+    model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
+    options: LoopOptions = LoopOptions(), phase: Phase = Phase(),
+) -> PretrainResult:
+    """Language-model training (`options.objective`: next-token by default) on `train_ids`, scored on
+    `valid_ids`; one phase (`phase`: the corpus by default). A resumed phase logs its rows so far again, so the
+    new MLflow run is complete; a phase that a snapshot says is done returns its result at once."""
+    objective, device = options.objective, options.device
+    train_batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
+    valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
+    model.to(device).train()
+    model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
+    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
+    steps = total_steps(params, train_batches)
+    run = _Run(model, params, options, phase, train_batches, valid_sets, optimizer,
+               warmup_cosine(optimizer, params.warmup_steps, steps), PretrainResult(steps=steps),
+               epoch_order=train_batches.generator.get_state())
+    if run.resume():
+        if run.finished:
+            return run.result
     else:
-        validate(0)
+        run.validate(0)
+    snapshots = options.snapshots
+    watch = neighbour_watch(resumable=bool(snapshots and snapshots.every > 0), on_cpu=device.type == "cpu")
+    try:
+        start = _train_steps(run, _step_function(model, objective, device, options.compile_steps), watch)
+    finally:
+        if watch:
+            watch.stop()
+    run.validate(run.at.step)
+    run.result.seconds = time.perf_counter() - start
+    if snapshots:
+        run.snapshot(done=True)  # a kill in a later phase resumes there, not here
+    return run.result
+
+
+def _step_function(model: LanguageModel, objective: Objective, device: torch.device, compile_steps: bool):
+    """batch -> (the loss to step on, every loss the objective measured): one process, or this rank's share."""
+    world = distributed.world()
+    if world.size == 1:  # one process: no change
+        return functools.partial(_local_losses, compiled(model.losses, compile_steps))
+    idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
+    trainer = compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
+    return functools.partial(_sharded_losses, trainer, world=world)
+
+
+def _train_steps(run: _Run, step, watch) -> float:
+    """The steps from where `run` is to its last: batches, loss, one clipped AdamW step, logging every
+    `log_every` steps, validation every `eval_every`, a snapshot every `snapshots.every`, and a handover to a
+    new process when the neighbours changed (`training.handover`)."""
+    at, result, options, first_step = run.at, run.result, run.options, run.phase.first_step
+    draws = distributed.Draws(options.seed)
     start, window_start = time.perf_counter() - result.seconds, time.perf_counter()
-    progress = progress_bar(total=steps, initial=at.step, desc=desc, unit="step")
-    while at.step < steps:
+    progress = progress_bar(total=result.steps, initial=at.step, desc=run.phase.desc, unit="step")
+    while at.step < result.steps:
         if at.batch == 0:  # a new epoch; a resumed one replays its order from the saved generator state
             at.epoch += 1
-            epoch_order = train_batches.generator.get_state()
-        for batch in draws.batches(train_batches.epoch(skip=at.batch)):
-            batch = to_device(batch, device)  # inputs, targets[, segments, is_next]
-            with autocast(device):
+            run.epoch_order = run.batches.generator.get_state()
+        for batch in draws.batches(run.batches.epoch(skip=at.batch)):
+            batch = to_device(batch, options.device)  # inputs, targets[, segments, is_next]
+            with autocast(options.device):
                 loss, losses = step(batch)
-            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+            optimizer_step(loss, run.model, run.optimizer, run.scheduler, run.params.grad_clip)
             _count_step(at, result, losses, batch[0].numel())
-            if at.step % log_every == 0 or at.step == steps:
-                row, tokens_per_s = _close_window(at, result, scheduler, first_step, time.perf_counter() - window_start)
-                log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
-                            first_step + at.step)
+            if at.step % options.log_every == 0 or at.step == result.steps:
+                row, tokens_per_s = _close_window(at, result, run.scheduler, first_step,
+                                                  time.perf_counter() - window_start)
+                options.log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
+                                    first_step + at.step)
                 progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
                 window_start = time.perf_counter()
-            if at.step % params.eval_every == 0 and at.step != steps:
-                validate(at.step)
+            if at.step % run.params.eval_every == 0 and at.step != result.steps:
+                run.validate(at.step)
             progress.update(1)
-            if at.step >= steps:
+            if at.step >= result.steps:
                 break
-            if snapshots and snapshots.due(at.step):
-                result.seconds = time.perf_counter() - start
-                snapshot(done=False)
+            result.seconds = time.perf_counter() - start
+            if options.snapshots and options.snapshots.due(at.step):
+                run.snapshot(done=False)
+            hand_over_if_due(watch, lambda: run.snapshot(done=False), f"step {at.step} of {result.steps}",
+                             active_run_id)
         else:
             at.batch = 0  # the epoch ran out
     progress.close()
     draws.close()
-    validate(at.step)
-    result.seconds = time.perf_counter() - start
-    if snapshots:
-        snapshot(done=True)  # a kill in a later phase resumes there, not here
-    return result
-
-
-def _restore(saved: dict, model, optimizer, scheduler, generator) -> tuple[PretrainResult, _Position, Any]:
-    """A snapshot back in place: weights, optimizer, schedule, every RNG and the epoch's batch order."""
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    set_rng_state(saved["rng"])
-    generator.set_state(saved["epoch_order"])
-    return PretrainResult(**saved["result"]), _Position(**saved["position"]), saved["epoch_order"]
+    return start  # the clock reading the phase started at (less the seconds before a resume)
 
 
 def _count_step(at: _Position, result: PretrainResult, losses: dict[str, torch.Tensor], tokens: int) -> None:
@@ -302,20 +357,11 @@ def adaptation_steps(adapt_epochs: int | float, steps_per_epoch: int) -> int:
 
 
 def adapt_to_task(
-    model: LanguageModel,
-    train_texts: np.ndarray,
-    valid_texts: np.ndarray,
-    params: PretrainParams,
-    device: torch.device,
-    seed: int = 0,
-    log_every: int = 50,
-    log_metrics: MetricsLogger = _no_log,
-    first_step: int = 0,
-    snapshots: Snapshots | None = None,
-    objective: Objective = Objective(),
-    compile_steps: bool = False,
+    model: LanguageModel, train_texts: np.ndarray, valid_texts: np.ndarray, params: PretrainParams,
+    options: LoopOptions = LoopOptions(), first_step: int = 0,
 ) -> PretrainResult:
-    """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused.
+    """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused; its logged
+    steps count from `first_step` (where the corpus phase ended).
 
     The general corpus teaches language; this phase teaches the kind of text the classifier will read.
     `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps; masked
@@ -330,9 +376,8 @@ def adapt_to_task(
         steps, whole = params.adapt_max_steps, False
     phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
                                       "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
-    return pretrain(model, train_texts, valid_texts, phase, device, seed + 1, log_every, log_metrics,
-                    first_step=first_step, desc="adapt", data_name=TASK_TEXTS, snapshots=snapshots, phase="task",
-                    objective=objective.without_next_sentence(), compile_steps=compile_steps)
+    options = replace(options, seed=options.seed + 1, objective=options.objective.without_next_sentence())
+    return pretrain(model, train_texts, valid_texts, phase, options, Phase("task", "adapt", TASK_TEXTS, first_step))
 
 
 Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted

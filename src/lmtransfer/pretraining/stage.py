@@ -18,6 +18,8 @@ from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.pretraining.generation import pretraining_samples
 from lmtransfer.pretraining.loop import (
+    LoopOptions,
+    Phases,
     adapt_to_task,
     evaluate_imported,
     phase_logs,
@@ -49,7 +51,6 @@ def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutpu
     """Everything the stage does once its task has read and validated `params`: one pretraining run whose every
     random draw comes from `seed`, written to `outputs`."""
     meta = read_tokenized_meta(TOKENIZED)
-    train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
     tokenizer = load_tokenizer(TOKENIZED)
     objective = Objective.from_params(params.pretrain, meta)  # before any work: mlm needs a <mask> token
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
@@ -63,62 +64,69 @@ def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutpu
         load_into_language_model(weights, model)
     sections = params.sections("model", "pretrain", "train")
     stage = outputs.stage
-    inputs = [TOKENIZED, TOKENIZED_CORPUS]
-    snapshots = Snapshots(stage, fingerprint(stage, sections, inputs, device),
+    snapshots = Snapshots(stage, fingerprint(stage, sections, [TOKENIZED, TOKENIZED_CORPUS], device),
                           params.train.resume_every)
+    options = LoopOptions(device, seed, params.train.log_every, log_metrics, snapshots, objective, params.train.compile)
     with stage_run("pretrain", sections, run_name=stage) as run:  # None on ranks other than 0: they train, rank 0 reports
         if run:
             log_run(tags={"device": str(device), "n_parameters": count_parameters(model), "seed": seed},
                     params={"seed": seed})
-        if weights is not None:
-            for note in weights.notes:
-                print(f"{stage}: {note}")
-            print(f"{stage}: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
-            result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, device, objective)
-        else:
-            print(f"{stage}: {count_parameters(model):,} parameters on {device}, {train_ids.size:,} corpus tokens, "
-                  f"objective {objective.name}{' + next-sentence prediction' if objective.next_sentence else ''} "
-                  f"({config.attention} attention)")
-            result = pretrain(
-                model, train_ids, valid_ids, params.pretrain, device, seed, params.train.log_every,
-                log_metrics=log_metrics, snapshots=snapshots, objective=objective,
-                compile_steps=params.train.compile,
-            )
-        adaptation = None
-        if params.pretrain.adapt_epochs:
-            train_texts, valid_texts = (load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"])
-                                        for name in ("train", "valid"))
-            print(f"{stage}: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
-                  f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
-            adaptation = adapt_to_task(
-                model, train_texts, valid_texts, params.pretrain, device, seed,
-                params.train.log_every, log_metrics=log_metrics, first_step=result.steps, snapshots=snapshots,
-                objective=objective, compile_steps=params.train.compile,
-            )
+        phases = _train_phases(model, params, meta, options, weights, stage)
         if not run:
             return
-        phases = [("corpus", result)] + ([("task", adaptation)] if adaptation else [])
-        train_log, valid_log = phase_logs(phases)
-        sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
-                                          device, seed)
-        summary = {**pretrain_summary(phases, objective), "n_parameters": count_parameters(model),
-                   **environment_facts()}
-        timings = pretrain_timings(phases)
-        extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
-        if weights:
-            log_run(tags={"init_from": params.pretrain.init_from, "init_layout": weights.layout})
-        save_checkpoint(outputs.checkpoint, model, "language_model", config, **objective.checkpoint_fields(), **extras,
-                        tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
-        write_tsv(outputs.train_log, train_log)
-        write_tsv(outputs.valid_log, valid_log)
-        write_text(outputs.samples, sample_text)
-        write_json(outputs.summary, summary)
-        write_timings(timings_file(stage), timings)
-        log_run(metrics={**{f"final_{k}": v for k, v in summary.items() if not isinstance(v, bool)},
-                         **{f"final_{k}": timings[k] for k in ("seconds", "tokens_per_second")}})
-        log_file(sample_text, "samples.txt")
-        log_checkpoint(outputs.checkpoint)
+        summary, timings, sample_text = _write_outputs(model, params, phases, options, weights, outputs, tokenizer, meta)
     snapshots.clear()
     print(sample_text, end="")
     print(f"{stage}: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
           f"{timings['tokens_per_second']:.0f} tokens/s -> {outputs.checkpoint}")
+
+
+def _train_phases(model, params: PipelineParams, meta: dict, options: LoopOptions, weights, stage: str) -> Phases:
+    """The corpus phase (or the loaded checkpoint's measurements), then the adaptation to the task's texts."""
+    train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
+    objective = options.objective
+    if weights is not None:
+        for note in weights.notes:
+            print(f"{stage}: {note}")
+        print(f"{stage}: loaded {params.pretrain.init_from} ({weights.layout} layout), no training")
+        result = evaluate_imported(model, train_ids, valid_ids, params.pretrain, options.device, objective)
+    else:
+        print(f"{stage}: {count_parameters(model):,} parameters on {options.device}, {train_ids.size:,} corpus "
+              f"tokens, objective {objective.name}{' + next-sentence prediction' if objective.next_sentence else ''} "
+              f"({model.base.config.attention} attention)")
+        result = pretrain(model, train_ids, valid_ids, params.pretrain, options)
+    phases = [("corpus", result)]
+    if params.pretrain.adapt_epochs:
+        train_texts, valid_texts = (load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"])
+                                    for name in ("train", "valid"))
+        print(f"{stage}: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
+              f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
+        phases.append(("task", adapt_to_task(model, train_texts, valid_texts, params.pretrain, options,
+                                             first_step=result.steps)))
+    return phases
+
+
+def _write_outputs(model, params: PipelineParams, phases: Phases, options: LoopOptions, weights,
+                   outputs: PretrainOutputs, tokenizer, meta: dict) -> tuple[dict, dict, str]:
+    """The checkpoint, curves, samples, summary and timings, and the run's final metrics and artifacts (rank 0)."""
+    objective = options.objective
+    train_log, valid_log = phase_logs(phases)
+    sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
+                                      options.device, options.seed)
+    summary = {**pretrain_summary(phases, objective), "n_parameters": count_parameters(model), **environment_facts()}
+    timings = pretrain_timings(phases)
+    extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
+    if weights:
+        log_run(tags={"init_from": params.pretrain.init_from, "init_layout": weights.layout})
+    save_checkpoint(outputs.checkpoint, model, "language_model", model.base.config, **objective.checkpoint_fields(),
+                    **extras, tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
+    write_tsv(outputs.train_log, train_log)
+    write_tsv(outputs.valid_log, valid_log)
+    write_text(outputs.samples, sample_text)
+    write_json(outputs.summary, summary)
+    write_timings(timings_file(outputs.stage), timings)
+    log_run(metrics={**{f"final_{k}": v for k, v in summary.items() if not isinstance(v, bool)},
+                     **{f"final_{k}": timings[k] for k in ("seconds", "tokens_per_second")}})
+    log_file(sample_text, "samples.txt")
+    log_checkpoint(outputs.checkpoint)
+    return summary, timings, sample_text

@@ -1,0 +1,71 @@
+"""Handing training over to a new process when a neighbour arrives or leaves.
+
+How OpenMP's idle threads wait is read once, when torch loads OpenMP (`core.sharing.choose_openmp_wait`), and
+the best wait depends on the neighbours: brief spinning alone, sleeping at once beside programs that do not
+yield. A stage keeps watching (`sharing.NeighbourWatch`); when the neighbours change for good, it saves a resume
+snapshot at the next point where one is whole (a pretraining step, a fine-tuning epoch), and replaces itself
+(`os.execv`: the same process id, so DVC sees one stage) with the same command under the other wait. The new
+process resumes from the snapshot, bit for bit as after a kill, and continues the same MLflow run. Nothing of
+this changes a result: threads, kernels and every random draw stay as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from lmtransfer.core import sharing
+from lmtransfer.training import distributed
+
+WATCH_ENV = "LMTRANSFER_WATCH"  # 1: watch outside a pipeline stage too (the benchmark); 0: never watch
+MAX_HANDOVERS = 3  # per stage run: a neighbour that comes and goes every few seconds is not chased
+
+
+def neighbour_watch(resumable: bool, on_cpu: bool = True) -> sharing.NeighbourWatch | None:
+    """A running watch where this process can act on it, else None: a pipeline stage (or `LMTRANSFER_WATCH=1`)
+    on the CPU, one process, its wait chosen by lmtransfer (not by the user's variables, nor for jobs counted
+    by `LMTRANSFER_JOBS` or the DVC queue), resume snapshots on (`resumable`), handovers left."""
+    asked = os.environ.get(WATCH_ENV, "").strip()
+    in_stage = "DVC_ROOT" in os.environ or "DVC_EXP_NAME" in os.environ
+    if asked == "0" or not (asked == "1" or in_stage) or not (resumable and on_cpu):
+        return None
+    if sharing.chosen_wait is None or sharing.parallel_jobs() > 1 or distributed.world().size > 1:
+        return None
+    if handovers_so_far() >= MAX_HANDOVERS:
+        return None
+    return sharing.NeighbourWatch().start()
+
+
+def handovers_so_far() -> int:
+    handover = sharing.handed_over()
+    return handover["count"] if handover else 0
+
+
+def continues_a_run() -> bool:
+    """Whether this process took over a training whose MLflow run it continues: the rows before the snapshot
+    are in that run already, so they are not logged again."""
+    handover = sharing.handed_over()
+    return bool(handover and handover.get("run_id"))
+
+
+def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], None], where: str,
+                     run_id: Callable[[], str | None] = lambda: None) -> None:
+    """At a point where the training can stop whole: if the watch asks for another wait, `save` the snapshot
+    and become the same command under that wait (never returns then). `where` says the point, for the log."""
+    if watch is None or watch.wanted is None:
+        return
+    wait, saw = watch.wanted, watch.saw
+    seen = (f"other programs kept {saw.normal:.1f} of {os.cpu_count()} cores busy"
+            + (f" (+{saw.niced:.1f} niced, yielding)" if saw.niced >= 0.05 else "")
+            + (" after the start" if wait == "sleep" else ", then fewer"))
+    print(f"\nneighbours: {seen}; handing the training over at {where} to the same command, "
+          f"{sharing.WAIT_WORDS[wait]}: the result is the same", flush=True)
+    watch.stop()
+    save()
+    handover = {"wait": wait, "saw": seen, "count": handovers_so_far() + 1, "run_id": run_id()}
+    env = dict(os.environ, **{sharing.HANDOVER_ENV: json.dumps(handover)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
