@@ -97,7 +97,7 @@ def test_a_number_edited_by_hand_is_reported_with_file_line_and_name_first(repo,
         "and metrics/baseline.json give; run `lmtransfer report`",
     ]
     assert main(["--check", "--root", str(repo)]) == 1
-    assert capsys.readouterr().err.splitlines() == [check_pages(repo)[0], "2 problem(s) in the generated tables in all"]
+    assert capsys.readouterr().err.splitlines() == [check_pages(repo)[0], "2 problem(s) in the generated tables and values in all"]
 
 
 def test_unknown_names_and_unpaired_markers_are_reported_and_nothing_is_written(repo):

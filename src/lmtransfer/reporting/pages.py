@@ -1,4 +1,5 @@
-"""The docs' results tables, generated from the committed metrics and benchmark result files so they cannot go stale.
+"""The docs' results tables and stated values, generated from the committed metrics and benchmark result files so
+they cannot go stale.
 
 README.md and every docs/**/*.md may hold tables between two markers, each on a line of its own:
 
@@ -11,15 +12,16 @@ are broken (a test and `lmtransfer report --check` run it). A marker inside a fe
 not a marker, so a page can show the syntax. NAME is a key of `TABLES`, or `bench.<name>` for the table a
 benchmark wrote to benchmarks/results/<name>.json; `generate` gives its text.
 
-    python -m lmtransfer.reporting.pages            # rewrite the tables
-    python -m lmtransfer.reporting.pages --check    # exit 1 at the first stale or broken table
+A number in a sentence is marked on its line, `<!-- value:SOURCE:PATH:FORMAT -->0.674<!-- /value -->`, and
+rewritten and checked the same way (`lmtransfer.reporting.values`).
+
+    python -m lmtransfer.reporting.pages            # rewrite the tables and values
+    python -m lmtransfer.reporting.pages --check    # exit 1 at the first stale or broken table or value
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -28,18 +30,22 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.core.io import read_tsv
-from lmtransfer.core.paths import (
-    BASELINE_METRICS,
-    EVALUATE_REPORT,
-    FINETUNE_METRICS,
-    TRANSLATION_ROOT,
-    VARIANTS,
-    finetune_epochs,
+from lmtransfer.core.paths import FINETUNE_METRICS, TRANSLATION_ROOT, VARIANTS, finetune_epochs
+from lmtransfer.reporting import values
+from lmtransfer.reporting.sources import (
+    BASELINE,
+    BENCHMARK,
+    BENCHMARK_RESULTS,
+    EVALUATE,
+    SCALING,
+    TRANSLATION,
+    MetricsError,
+    Source,
+    finite,
+    named_files,
+    tokens_text,
 )
 
-EVALUATE = EVALUATE_REPORT.as_posix()
-BASELINE = BASELINE_METRICS.as_posix()
-TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
 REGENERATE = "lmtransfer report"
 TEST_LABELS = ("pretrained, then fine-tuned", "same network from scratch")
 
@@ -59,67 +65,12 @@ class UnknownTable(KeyError):
         return f"unknown table {self.name!r}; known: {', '.join(TABLES)}, and {BENCHMARK}NAME for each benchmarks/results/NAME.json"
 
 
-class MetricsError(ValueError):
-    """A metrics file missing or unreadable, or without a value a table needs; the message names file and key."""
-
-
 class PagesError(ValueError):
     """Broken markers, or tables that cannot be generated: `write_pages` writes nothing then."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__(f"{problems[0]} ({len(problems)} problem(s) in all)")
         self.problems = problems
-
-
-# --- reading the metrics ----------------------------------------------------------------------------------------
-
-
-def _finite(value: Any, where: str) -> float:
-    """A number a cell can show: NaN, a string or a bool in a metrics file is a broken run, not a value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise MetricsError(f"{where} is {value!r}, not a finite number")
-    return float(value)
-
-
-class _Source:
-    """One metrics JSON file; values are fetched by dotted key, so every error names the file and the key."""
-
-    def __init__(self, root: Path, rel: str) -> None:
-        self.rel = rel
-        try:
-            self.data = json.loads((root / rel).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise MetricsError(f"{rel} is missing") from None
-        except json.JSONDecodeError as error:
-            raise MetricsError(f"{rel} is not JSON (line {error.lineno}: {error.msg})") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise MetricsError(f"{rel} cannot be read ({error})") from None
-
-    def get(self, key: str) -> Any:
-        node = self.data
-        for part in key.split("."):
-            if isinstance(node, list) and part.isdigit() and int(part) < len(node):  # "budgets.0.gap"
-                node = node[int(part)]
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                raise MetricsError(f"{self.rel} has no {key!r}")
-        return node
-
-    def number(self, key: str) -> float:
-        return _finite(self.get(key), f"{self.rel}: {key!r}")
-
-    def numbers(self, key: str) -> list[float]:
-        values = self.get(key)
-        if not isinstance(values, list) or not values:
-            raise MetricsError(f"{self.rel}: {key!r} is {values!r}, not a list of numbers")
-        return [_finite(value, f"{self.rel}: {key!r}[{i}]") for i, value in enumerate(values)]
-
-    def count(self, key: str) -> int:
-        value = self.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MetricsError(f"{self.rel}: {key!r} is {value!r}, not a positive whole number")
-        return value
 
 
 # --- formatting: one rule per kind of cell, so every table rounds the same way ------------------------------------
@@ -137,12 +88,12 @@ def _bold(text: str, on: bool) -> str:
     return f"**{text}**" if on else text
 
 
-def _mean_std(source: _Source, prefix: str, digits: int) -> str:
+def _mean_std(source: Source, prefix: str, digits: int) -> str:
     """`prefix_mean ± prefix_std`: the spread over seeds."""
     return f"{source.number(f'{prefix}_mean'):.{digits}f} ± {source.number(f'{prefix}_std'):.{digits}f}"
 
 
-def _interval(source: _Source, prefix: str, digits: int, signed: bool = False) -> str:
+def _interval(source: Source, prefix: str, digits: int, signed: bool = False) -> str:
     """`[prefix_low, prefix_high]`, signed for a gap (whose sign is the point)."""
     low, high = source.number(f"{prefix}_low"), source.number(f"{prefix}_high")
     show = (lambda x: _signed(x, digits)) if signed else (lambda x: f"{x:.{digits}f}")
@@ -155,7 +106,7 @@ def _p(value: float, digits: int) -> str:
     return f"p < {floor:.{digits}f}" if value < floor / 2 else f"p = {value:.{digits}f}"
 
 
-def _better(source: _Source, key: str, prefix: str = "") -> set[str]:
+def _better(source: Source, key: str, prefix: str = "") -> set[str]:
     """The variant(s) with the higher `key`: the bold one(s)."""
     values = {variant: source.number(f"{prefix}{variant}.{key}") for variant in VARIANTS}
     return {variant for variant, value in values.items() if value == max(values.values())}
@@ -171,7 +122,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([_row(header), "|" + "---|" * len(header), *map(_row, rows)]) + "\n"
 
 
-def _curves(source: _Source) -> tuple[list[float], list[float]]:
+def _curves(source: Source) -> tuple[list[float], list[float]]:
     """Each variant's validation accuracy per epoch (mean of seeds); both variants must have the same epochs."""
     pretrained, scratch = (source.numbers(f"{variant}.val_accuracy_mean_per_epoch") for variant in VARIANTS)
     if len(pretrained) != len(scratch):
@@ -184,7 +135,7 @@ def _curves(source: _Source) -> tuple[list[float], list[float]]:
 
 def _classification_test(root: Path) -> str:
     """README, "The answer": test accuracy and macro-F1 per variant, the gap with its interval, the baseline."""
-    report, baseline = _Source(root, EVALUATE), _Source(root, BASELINE)
+    report, baseline = Source(root, EVALUATE), Source(root, BASELINE)
     better = _better(report, "accuracy_mean")
     rows = [[label, _bold(_mean_std(report, f"{variant}.accuracy", 4), variant in better),
              _joined(report.numbers(f"{variant}.accuracy_per_seed"), 4), _mean_std(report, f"{variant}.macro_f1", 4)]
@@ -202,7 +153,7 @@ def _classification_test(root: Path) -> str:
     return _table(header, rows)
 
 
-def _spread_shares(report: _Source) -> str:
+def _spread_shares(report: Source) -> str:
     """`pretraining runs 41%, test sentences 59%`: each source's share of the gap's variance (the fine-tuning
     seeds' only when there are several per run: with one, the runs' share holds them)."""
     parts = [("pretraining runs", "pretraining_runs")]
@@ -214,7 +165,7 @@ def _spread_shares(report: _Source) -> str:
 
 def _classification_epochs(root: Path) -> str:
     """README, "The answer": validation accuracy per epoch, the first epoch's per seed (the head start)."""
-    report, baseline = _Source(root, EVALUATE), _Source(root, BASELINE)
+    report, baseline = Source(root, EVALUATE), Source(root, BASELINE)
     curves = dict(zip(VARIANTS, _curves(report)))
     rows = []
     for variant, label in zip(VARIANTS, ("pretrained", "from scratch")):
@@ -237,7 +188,7 @@ OBJECTIVE_RUNS = (
 )
 
 
-def _language_model_cell(report: _Source, nsp: bool) -> str:
+def _language_model_cell(report: Source, nsp: bool) -> str:
     """The LM's validation perplexity (mean of the pretraining runs); a masked LM's masked (and NSP) accuracy
     beside it."""
     perplexity = f"{report.number('pretraining.val_perplexity'):.1f}"
@@ -251,7 +202,7 @@ def _language_model_cell(report: _Source, nsp: bool) -> str:
 
 def _objective_row(root: Path, label: str, folder: str, objective: str, nsp: bool) -> list[str]:
     """One run's row; a run whose pretraining records another objective is refused, not mislabelled."""
-    report = _Source(root, f"{folder}/evaluate.json")
+    report = Source(root, f"{folder}/evaluate.json")
     recorded = (report.get("pretraining.objective"), report.get("pretraining.next_sentence"))
     if recorded != (objective, nsp):
         raise MetricsError(f"{report.rel}: its pretraining records objective {recorded[0]!r}, next_sentence "
@@ -270,7 +221,7 @@ def _objectives(root: Path) -> str:
     epochs = len(rows[0]) - 5  # besides the epochs: objective, LM, test pretrained, test scratch, gap
     if any(len(row) != len(rows[0]) for row in rows):
         raise MetricsError(f"the runs of {', '.join(folder for _, folder, _, _ in OBJECTIVE_RUNS)} differ in epochs")
-    baseline = _Source(root, BASELINE)
+    baseline = Source(root, BASELINE)
     rows.append(["TF-IDF + logistic regression", "", f"{baseline.number('valid_accuracy'):.4f}", *[""] * (epochs - 1),
                  f"{baseline.number('accuracy'):.4f}", "", ""])
     header = ["objective", "LM validation perplexity", "epoch-1 validation, pretrained vs scratch",
@@ -282,14 +233,14 @@ def _objectives(root: Path) -> str:
 METRICS = ("bleu", "chrf")
 
 
-def _score_cells(report: _Source, at: str, metric: str, bold: bool) -> list[str]:
+def _score_cells(report: Source, at: str, metric: str, bold: bool) -> list[str]:
     """`mean ± std [interval of the mean]` and the per-seed scores of one variant (`at`) and metric."""
     spread = _bold(_mean_std(report, f"{at}.{metric}", 2), bold)
     return [f"{spread} {_interval(report, f'{at}.{metric}_ci95', 2)}",
             _joined(report.numbers(f"{at}.{metric}_per_seed"), 2)]
 
 
-def _gap_cells(report: _Source, at: str, metric: str) -> list[str]:
+def _gap_cells(report: Source, at: str, metric: str) -> list[str]:
     """The gap, its interval and p-value (3 digits: the test resamples 1,000 times), and an empty per-seed cell."""
     mean, p_value = report.number(f"{at}.{metric}_mean"), report.number(f"{at}.{metric}_p_value")
     return [f"**{_signed(mean, 2)}** {_interval(report, f'{at}.{metric}_ci95', 2, True)}, {_p(p_value, 3)}", ""]
@@ -298,7 +249,7 @@ def _gap_cells(report: _Source, at: str, metric: str) -> list[str]:
 def _translation(root: Path, part: str, title: str, gap_label: str, copy_label: str) -> str:
     """Test BLEU and chrF per variant, the gap, the source copied as a baseline.
     `part` is "" for the verses and "clauses." for the short test sentences."""
-    report = _Source(root, TRANSLATION)
+    report = Source(root, TRANSLATION)
     better = {metric: _better(report, f"{metric}_mean", part) for metric in METRICS}
     rows = [[label, *(cell for metric in METRICS
                       for cell in _score_cells(report, f"{part}{variant}", metric, variant in better[metric]))]
@@ -333,7 +284,7 @@ def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> lis
             raise MetricsError(f"{rel} cannot be read ({error or 'empty'})") from None
         if not rows or column not in rows[0]:
             raise MetricsError(f"{rel} has no column {column!r}")
-        runs.append([_finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
+        runs.append([finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
     if len({len(run) for run in runs}) != 1:
         raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the seeds logged different "
                            "numbers of epochs")
@@ -342,7 +293,7 @@ def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> lis
 
 def _translation_epochs(root: Path) -> str:
     """Translation's validation loss and BLEU per epoch, mean of the seeds: the pretrained start shows here."""
-    report = _Source(root, TRANSLATION)
+    report = Source(root, TRANSLATION)
     seeds = [int(seed) for seed in report.numbers("seeds")]
     curves = {v: (_epoch_means(root, v, seeds, "val_loss"), _epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
     epochs = len(curves["pretrained"][0])
@@ -353,21 +304,14 @@ def _translation_epochs(root: Path) -> str:
     return _table(header, rows)
 
 
-SCALING = "results/scaling/summary.json"
-
-
-def _tokens(value: float) -> str:
-    return f"{value / 1e6:,.2f}M" if value >= 1e5 else f"{value:,.0f}"
-
-
 def _scaling(root: Path) -> str:
     """The scaling study per budget: pretraining tokens, the LM's perplexity, both accuracies, the gap."""
-    summary = _Source(root, SCALING)
+    summary = Source(root, SCALING)
     rows = []
     for i, _ in enumerate(summary.get("budgets")):
         at = f"budgets.{i}"
         gap = summary.number(f"{at}.gap")
-        rows.append([f"{summary.number(f'{at}.budget'):g}x", _tokens(summary.number(f"{at}.pretraining_tokens")),
+        rows.append([f"{summary.number(f'{at}.budget'):g}x", tokens_text(summary.number(f"{at}.pretraining_tokens")),
                      f"{summary.number(f'{at}.lm_val_perplexity'):.1f}",
                      *(f"{summary.number(f'{at}.{v}_accuracy_mean'):.4f} ± {summary.number(f'{at}.{v}_accuracy_std'):.4f}"
                        for v in VARIANTS),
@@ -382,7 +326,7 @@ def _scaling(root: Path) -> str:
 
 def _scaling_trend(root: Path) -> str:
     """The straight lines against log10(tokens), and where the pretrained one would reach the baseline."""
-    summary = _Source(root, SCALING)
+    summary = Source(root, SCALING)
 
     def fit(name: str, label: str) -> list[str]:
         low, high = summary.numbers(f"{name}.slope_ci95")
@@ -391,7 +335,7 @@ def _scaling_trend(root: Path) -> str:
 
     def tokens(key: str) -> str:
         value = summary.get(f"baseline_reached.{key}")
-        return "never" if value is None else _tokens(_finite(value, f"{SCALING}: baseline_reached.{key}"))
+        return "never" if value is None else tokens_text(finite(value, f"{SCALING}: baseline_reached.{key}"))
 
     target = summary.number("baseline_reached.target_accuracy")
     reach = [f"pretraining tokens at which the pretrained line reaches the baseline ({target:.4f})",
@@ -419,7 +363,7 @@ def _vendor_references(root: Path) -> str:
         raise MetricsError(f"{REFERENCES}/ holds no reference")
     rows = []
     for path in files:
-        source = _Source(root, f"{REFERENCES}/{path.name}")
+        source = Source(root, f"{REFERENCES}/{path.name}")
         runs = f"{source.count('n_pretraining_runs')} × {source.count('n_finetuning_seeds')}"
         rows.append([f"{source.get('cpu_vendor')} ({source.get('cpu_model')})", runs,
                      f"{source.number('headline.pretrained'):.4f}", f"{source.number('headline.scratch'):.4f}",
@@ -451,8 +395,6 @@ TABLES: dict[str, Table] = {
 }
 
 
-BENCHMARK = "bench."  # `bench.NAME` is the table benchmarks/results/NAME.json holds
-BENCHMARK_RESULTS = "benchmarks/results"
 
 
 def _benchmark_cell(value: Any, spec: str, where: str) -> str:
@@ -460,13 +402,13 @@ def _benchmark_cell(value: Any, spec: str, where: str) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return format(_finite(value, where), spec or "g")
+    return format(finite(value, where), spec or "g")
 
 
 def _benchmark(root: Path, name: str) -> str:
     """The table a benchmark wrote (`benchmarks/results_file.py`), under a line naming the command, the machine
     and what else the run reported."""
-    source = _Source(root, f"{BENCHMARK_RESULTS}/{name}.json")
+    source = Source(root, f"{BENCHMARK_RESULTS}/{name}.json")
     columns, machine = source.get("columns"), source.get("machine")
     rows = [[_benchmark_cell(value, column.get("format", ""), f"{source.rel}: rows[{i}] {column['name']!r}")
              for value, column in zip(row, columns)] for i, row in enumerate(source.get("rows"))]
@@ -506,8 +448,8 @@ def pages(root: Path) -> list[Path]:
     return readme + docs
 
 
-def _markers(lines: list[str]) -> Iterator[tuple[int, re.Match[str] | None]]:
-    """Each marker line outside fenced code, with None for a line that looks like a marker but is malformed."""
+def _unfenced(lines: list[str]) -> Iterator[int]:
+    """The index of each line outside fenced code (the fences themselves excluded)."""
     fence = ""
     for index, line in enumerate(lines):
         opening = FENCE.match(line)
@@ -515,8 +457,21 @@ def _markers(lines: list[str]) -> Iterator[tuple[int, re.Match[str] | None]]:
             fence = opening.group(1)
         elif opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
             fence = ""
-        elif not fence and MARKER_LIKE.match(line):
-            yield index, MARKER.match(line)
+        elif not fence:
+            yield index
+
+
+def _markers(lines: list[str]) -> Iterator[tuple[int, re.Match[str] | None]]:
+    """Each marker line outside fenced code, with None for a line that looks like a marker but is malformed."""
+    for index in _unfenced(lines):
+        if MARKER_LIKE.match(lines[index]):
+            yield index, MARKER.match(lines[index])
+
+
+def _prose(lines: list[str], blocks: list[_Block]) -> list[int]:
+    """The lines a value marker may stand on: outside fenced code and outside the generated tables."""
+    generated = {index for block in blocks for index in range(block.start, block.end + 1)}
+    return [index for index in _unfenced(lines) if index not in generated]
 
 
 @dataclass(frozen=True)
@@ -548,13 +503,6 @@ def _scan(lines: list[str]) -> tuple[list[_Block], list[tuple[int, str]]]:
     return blocks, problems
 
 
-def _named(sources: tuple[str, ...]) -> str:
-    """`a gives`, `a and b give`: the files a stale table comes from."""
-    if len(sources) == 1:
-        return f"{sources[0]} gives"
-    return f"{', '.join(sources[:-1])} and {sources[-1]} give"
-
-
 def _generated(name: str, root: Path, cache: dict[str, str | Exception]) -> str | Exception:
     """generate(), with its error as a value, once per name and run."""
     if name not in cache:
@@ -575,8 +523,9 @@ class _Page:
     broken: list[tuple[int, str]] = field(default_factory=list)  # it cannot
 
 
-def _read_page(path: Path, root: Path, cache: dict[str, str | Exception]) -> _Page:
-    """A page, its regenerated text, and what is stale or broken in it."""
+def _read_page(path: Path, root: Path, cache: dict[str, str | Exception], reader: values.Reader) -> _Page:
+    """A page, its regenerated text, and what is stale or broken in it: its values first (they change no line
+    count, so every problem names the line as the page has it), then its tables."""
     page = _Page(path, path.relative_to(root).as_posix(), "")
     try:
         page.text = path.read_text(encoding="utf-8")
@@ -586,6 +535,8 @@ def _read_page(path: Path, root: Path, cache: dict[str, str | Exception]) -> _Pa
     newline = "\r\n" if "\r\n" in page.text else "\n"
     lines = page.text.split(newline)
     blocks, page.broken = _scan(lines)
+    page.stale, broken = values.refresh(lines, _prose(lines, blocks), root, reader)
+    page.broken += broken
     for block in reversed(blocks):  # from the end, so the earlier blocks' line numbers hold
         made = _generated(block.name, root, cache)
         if isinstance(made, Exception):
@@ -595,7 +546,7 @@ def _read_page(path: Path, root: Path, cache: dict[str, str | Exception]) -> _Pa
         body = ["", *made.rstrip("\n").split("\n"), ""]
         if lines[block.start + 1:block.end] != body:
             page.stale.append((block.start + 1, f"table {block.name!r} differs from what "
-                                                f"{_named(_sources(block.name))}; run `{REGENERATE}`"))
+                                                f"{named_files(_sources(block.name))}; run `{REGENERATE}`"))
             lines[block.start + 1:block.end] = body
     page.fresh = newline.join(lines)
     return page
@@ -606,20 +557,24 @@ def _listed(page: _Page, found: list[tuple[int, str]]) -> list[str]:
 
 
 def check_pages(root: Path) -> list[str]:
-    """Every stale table and broken marker, as `file:line: problem`, in page and line order; [] when all fresh."""
+    """Every stale table or value and broken marker, as `file:line: problem`, in page and line order; [] when all
+    fresh."""
     root, cache = Path(root), {}
+    reader = values.Reader(root)
     problems: list[str] = []
     for path in pages(root):
-        page = _read_page(path, root, cache)
+        page = _read_page(path, root, cache, reader)
         problems += _listed(page, page.stale + page.broken)
     return problems
 
 
 def write_pages(root: Path) -> list[Path]:
-    """Regenerate every marked table; returns the files changed. Nothing is written while any marker is broken
-    or any table cannot be generated (PagesError lists them): a half-regenerated docs tree helps no one."""
+    """Regenerate every marked table and value; returns the files changed. Nothing is written while any marker is
+    broken or any table or value cannot be generated (PagesError lists them): a half-regenerated docs tree helps no
+    one."""
     root, cache = Path(root), {}
-    read = [_read_page(path, root, cache) for path in pages(root)]
+    reader = values.Reader(root)
+    read = [_read_page(path, root, cache, reader) for path in pages(root)]
     broken = [problem for page in read for problem in _listed(page, page.broken)]
     if broken:
         raise PagesError(broken)
@@ -630,10 +585,11 @@ def write_pages(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`lmtransfer report [--check]`: rewrite the tables, or exit 1 naming the first stale or broken one."""
-    parser = argparse.ArgumentParser(prog="lmtransfer report",
-                                     description="Regenerate the results tables of README.md and docs/**/*.md.")
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale or broken")
+    """`lmtransfer report [--check]`: rewrite the tables and values, or exit 1 naming the first stale or broken one."""
+    parser = argparse.ArgumentParser(prog="lmtransfer report", description="Regenerate the results tables and the "
+                                     "stated values of README.md and docs/**/*.md.")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a table or value is stale or broken")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository (default: here)")
     args = parser.parse_args(argv)
     try:
@@ -643,12 +599,12 @@ def main(argv: list[str] | None = None) -> int:
         problems = error.problems
     if problems:
         print(problems[0], file=sys.stderr)
-        print(f"{len(problems)} problem(s) in the generated tables in all", file=sys.stderr)
+        print(f"{len(problems)} problem(s) in the generated tables and values in all", file=sys.stderr)
         return 1
     for path in changed:
-        print(f"{path.relative_to(args.root).as_posix()}: tables regenerated")
+        print(f"{path.relative_to(args.root).as_posix()}: tables and values regenerated")
     if not changed:
-        print("the generated tables are up to date")
+        print("the generated tables and values are up to date")
     return 0
 
 

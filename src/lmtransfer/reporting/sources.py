@@ -1,0 +1,110 @@
+"""The committed result files the docs' generated tables and stated values are read from.
+
+Every value is fetched by file and dotted key, so a missing file, a missing key or a broken number is reported
+as `file: key` and never reaches a page as a wrong number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.core.paths import BASELINE_METRICS, EVALUATE_REPORT, TRANSLATION_ROOT
+
+EVALUATE = EVALUATE_REPORT.as_posix()
+BASELINE = BASELINE_METRICS.as_posix()
+TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
+SCALING = "results/scaling/summary.json"
+BENCHMARK = "bench."  # `bench.NAME`: the table, or a value, benchmarks/results/NAME.json holds
+BENCHMARK_RESULTS = "benchmarks/results"
+
+
+class MetricsError(ValueError):
+    """A metrics file missing or unreadable, or without a value a table needs; the message names file and key."""
+
+
+def finite(value: Any, where: str) -> float:
+    """A number a cell can show: NaN, a string or a bool in a metrics file is a broken run, not a value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MetricsError(f"{where} is {value!r}, not a finite number")
+    return float(value)
+
+
+def _index(part: str, size: int) -> int | None:
+    """`0`, `2`, `-1` (the last): a list index in a dotted key, when in range."""
+    if part.lstrip("-").isdigit() and -size <= int(part) < size:
+        return int(part)
+    return None
+
+
+class Source:
+    """One metrics JSON file; values are fetched by dotted key, so every error names the file and the key."""
+
+    def __init__(self, root: Path, rel: str) -> None:
+        self.rel = rel
+        try:
+            self.data = json.loads((Path(root) / rel).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise MetricsError(f"{rel} is missing") from None
+        except json.JSONDecodeError as error:
+            raise MetricsError(f"{rel} is not JSON (line {error.lineno}: {error.msg})") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise MetricsError(f"{rel} cannot be read ({error})") from None
+
+    def get(self, key: str) -> Any:
+        """The value at a dotted key; a list takes an index (`budgets.0.gap`, `budgets.-1.gap`), and a dict's own
+        key may hold dots (`base.pretrain.max_steps` reads `{"base": {"pretrain.max_steps": ...}}`)."""
+        node, parts = self.data, key.split(".")
+        while parts:
+            if isinstance(node, list) and _index(parts[0], len(node)) is not None:
+                node, parts = node[_index(parts[0], len(node))], parts[1:]
+                continue
+            joined = next((n for n in range(len(parts), 0, -1)
+                           if isinstance(node, dict) and ".".join(parts[:n]) in node), 0)
+            if not joined:
+                raise MetricsError(f"{self.rel} has no {key!r}")
+            node, parts = node[".".join(parts[:joined])], parts[joined:]
+        return node
+
+    def number(self, key: str) -> float:
+        return finite(self.get(key), f"{self.rel}: {key!r}")
+
+    def numbers(self, key: str) -> list[float]:
+        values = self.get(key)
+        if not isinstance(values, list) or not values:
+            raise MetricsError(f"{self.rel}: {key!r} is {values!r}, not a list of numbers")
+        return [finite(value, f"{self.rel}: {key!r}[{i}]") for i, value in enumerate(values)]
+
+    def count(self, key: str) -> int:
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MetricsError(f"{self.rel}: {key!r} is {value!r}, not a positive whole number")
+        return value
+
+    def cell(self, path: str) -> Any:
+        """A cell of a benchmark's table (`benchmarks/results_file.py`): `CELL/.../COLUMN` is the one row whose
+        leading cells read CELL, ... and the column named COLUMN."""
+        *leading, column = path.split("/")
+        names = [entry.get("name") for entry in self.get("columns")]
+        if column not in names:
+            raise MetricsError(f"{self.rel} has no column {column!r}; its columns: {', '.join(map(str, names))}")
+        rows = [row for row in self.get("rows")
+                if len(row) > len(leading) and [str(cell) for cell in row[:len(leading)]] == leading]
+        if len(rows) != 1:
+            found = "no row" if not rows else f"{len(rows)} rows"
+            raise MetricsError(f"{self.rel}: {found} whose leading cells are {' / '.join(leading)!r}")
+        return rows[0][names.index(column)]
+
+
+def tokens_text(value: float) -> str:
+    """A token count as the tables write it: `2.23M` from 100,000 on, else whole."""
+    return f"{value / 1e6:,.2f}M" if value >= 1e5 else f"{value:,.0f}"
+
+
+def named_files(files: tuple[str, ...] | list[str]) -> str:
+    """`a gives`, `a and b give`: the files a stale table or value comes from."""
+    if len(files) == 1:
+        return f"{files[0]} gives"
+    return f"{', '.join(files[:-1])} and {files[-1]} give"

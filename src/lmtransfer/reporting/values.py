@@ -1,0 +1,271 @@
+"""Numbers stated in the docs' sentences, each read from a committed result file, so a sentence cannot go stale.
+
+A number in a sentence of README.md or docs/**/*.md is wrapped, on one line, in two HTML comments that GitHub
+does not render:
+
+    the gap, <!-- value:evaluate:gap.accuracy_mean:+.4f -->+0.0472<!-- /value -->, ...
+
+`<!-- value:SOURCE:PATH:FORMAT -->` names where the number comes from and how it is written:
+
+* SOURCE: a key of `SOURCES` (`evaluate` is metrics/evaluate.json), `bench.NAME` for the file
+  benchmarks/results/NAME.json a benchmark wrote, or `derived` for a number computed from several files
+  (`DERIVED`, where PATH is its name).
+* PATH: a dotted key into the JSON (`gap.ci95_low`; a list index, `-1` the last: `budgets.3.gap`), or, in a
+  benchmark's table, `CELL/.../COLUMN`: the row whose leading cells read CELL, ... and its column COLUMN.
+* FORMAT: a Python format spec (`.4f`, `+.3f`, `,.0f`, `.0%`), or `pt` and a spec for a fraction in points
+  (x 100: `pt+.1f`), `min` for seconds as minutes and seconds (`12 min 56 s`), `tokens` for a token count
+  as the tables write it (`2.23M`), `len` for the length of a list (the epochs of a curve); left out, text
+  as it is and a number as `g` writes it.
+
+`lmtransfer report` rewrites the text between the comments from the source; `lmtransfer report --check` names
+page and line of each stated number that differs from it. A marker in fenced code or in a code span is text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmtransfer.reporting.sources import (
+    BASELINE,
+    BENCHMARK,
+    BENCHMARK_RESULTS,
+    EVALUATE,
+    SCALING,
+    TRANSLATION,
+    MetricsError,
+    Source,
+    finite,
+    named_files,
+    tokens_text,
+)
+
+DERIVED_SOURCE = "derived"
+
+SOURCES: dict[str, str] = {
+    "evaluate": EVALUATE,
+    "baseline": BASELINE,
+    "translation": TRANSLATION,
+    "scaling": SCALING,
+    "scaling-1x-replicated": "results/scaling/replicated-1x/evaluate.json",
+    "objectives-clm": "results/objectives/clm/evaluate.json",
+    "objectives-mlm": "results/objectives/mlm/evaluate.json",
+    "objectives-mlm-nsp": "results/objectives/mlm-nsp/evaluate.json",
+}
+
+VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
+VALUE_LIKE = re.compile(r"<!--\s*/?value\b")  # meant as a value marker, well formed or not
+SYNTAX = "`<!-- value:SOURCE:PATH:FORMAT -->TEXT<!-- /value -->`, on one line"
+
+
+class UnknownValue(KeyError):
+    """A SOURCE or derived name with no entry; the message lists the known ones."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _file(source: str) -> str:
+    """The file SOURCE names, relative to the repository."""
+    if source.startswith(BENCHMARK):
+        return f"{BENCHMARK_RESULTS}/{source.removeprefix(BENCHMARK)}.json"
+    if source not in SOURCES:
+        raise UnknownValue(f"unknown source {source!r}; known: {', '.join(SOURCES)}, {BENCHMARK}NAME for "
+                           f"{BENCHMARK_RESULTS}/NAME.json, and {DERIVED_SOURCE}")
+    return SOURCES[source]
+
+
+class Reader:
+    """The result files a page's values read, each read once per run."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.files: dict[str, Source] = {}
+
+    def source(self, name: str) -> Source:
+        rel = _file(name)
+        if rel not in self.files:
+            self.files[rel] = Source(self.root, rel)
+        return self.files[rel]
+
+    def raw(self, name: str, path: str) -> Any:
+        source = self.source(name)
+        return source.cell(path) if "/" in path and name.startswith(BENCHMARK) else source.get(path)
+
+    def number(self, name: str, path: str) -> float:
+        return finite(self.raw(name, path), f"{_file(name)}: {path!r}")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A number computed from values of other files, and the sources it reads (named when it is stale)."""
+
+    compute: Callable[[Reader], float]
+    sources: tuple[str, ...]
+
+
+def _per_run_lead(read: Reader) -> float:
+    """How far the best pretrained run is ahead of the next best: what one pretraining run can be worth."""
+    runs = sorted(read.source("evaluate").numbers("pretrained.accuracy_per_seed"))
+    return runs[-1] - runs[-2]
+
+
+def _scaling_step(low: int, high: int) -> Callable[[Reader], float]:
+    """The gap's change from budget row `low` to row `high` of the scaling study."""
+    return lambda read: read.number("scaling", f"budgets.{high}.gap") - read.number("scaling", f"budgets.{low}.gap")
+
+
+def _tokens_per_hour(read: Reader) -> float:
+    """Pretraining tokens the default run pretrains per hour on the machine that ran it: corpus and adaptation
+    tokens of one run over its pretrain stage's wall time in benchmarks/results/pipeline.json."""
+    tokens = read.number("evaluate", "pretraining.tokens_seen") + read.number("evaluate", "pretraining.adapt_tokens_seen")
+    return tokens / read.number("bench.pipeline", "pretrain@0/wall time, s") * 3600
+
+
+DERIVED: dict[str, Derived] = {
+    "pipeline.pretrain-max-s": Derived(
+        lambda read: max(cell[1] for cell in read.source("bench.pipeline").get("rows") if cell[0].startswith("pretrain@")),
+        ("bench.pipeline",)),
+    "pipeline.pretrain-tokens-per-s": Derived(lambda read: _tokens_per_hour(read) / 3600, ("evaluate", "bench.pipeline")),
+    "classification.best-run-lead": Derived(_per_run_lead, ("evaluate",)),
+    "classification.share-of-distance": Derived(
+        lambda read: read.number("evaluate", "gap.accuracy_mean")
+        / (read.number("baseline", "accuracy") - read.number("evaluate", "scratch.accuracy_mean")),
+        ("evaluate", "baseline")),
+    "objectives.bidirectional-scratch-lead": Derived(
+        lambda read: read.number("objectives-mlm", "scratch.accuracy_mean")
+        - read.number("objectives-clm", "scratch.accuracy_mean"), ("objectives-mlm", "objectives-clm")),
+    "scaling.step-1x-2x": Derived(_scaling_step(3, 4), ("scaling",)),
+    "scaling.step-2x-4x": Derived(_scaling_step(4, 5), ("scaling",)),
+    "scaling.best-below-baseline": Derived(
+        lambda read: read.number("scaling", "baseline_reached.target_accuracy")
+        - max(read.number("scaling", f"budgets.{i}.pretrained_accuracy_mean")
+              for i in range(len(read.source("scaling").get("budgets")))), ("scaling",)),
+    "scaling.gap-slope-per-doubling": Derived(
+        lambda read: read.number("scaling", "gap_fit.slope_per_decade") * math.log10(2), ("scaling",)),
+    "scaling.baseline-tokens-over-base": Derived(
+        lambda read: read.number("scaling", "baseline_reached.tokens") / read.number("scaling", "budgets.3.pretraining_tokens"),
+        ("scaling",)),
+    "scaling.baseline-hours": Derived(
+        lambda read: read.number("scaling", "baseline_reached.tokens") / _tokens_per_hour(read),
+        ("scaling", "evaluate", "bench.pipeline")),
+    "scaling.baseline-hours-steepest": Derived(
+        lambda read: read.number("scaling", "baseline_reached.tokens_at_steepest_slope") / _tokens_per_hour(read),
+        ("scaling", "evaluate", "bench.pipeline")),
+    "scaling.baseline-days-shallowest": Derived(
+        lambda read: read.number("scaling", "baseline_reached.tokens_at_shallowest_slope") / _tokens_per_hour(read) / 24,
+        ("scaling", "evaluate", "bench.pipeline")),
+}
+
+
+def _formatted(value: Any, spec: str, where: str) -> str:
+    """The text a value is stated as (see the module's FORMAT)."""
+    if spec == "len":
+        if not isinstance(value, list):
+            raise MetricsError(f"{where} is {value!r}, not a list")
+        return str(len(value))
+    if isinstance(value, str):
+        if spec:
+            raise MetricsError(f"{where} is the text {value!r}, which takes no format ({spec!r})")
+        return value
+    number: float = finite(value, where)
+    if isinstance(value, int):
+        number = value  # a count keeps its type: `,` writes 2,113, not 2,113.0
+    if spec == "min":
+        seconds = round(number)
+        return f"{seconds // 60} min {seconds % 60} s"
+    if spec == "tokens":
+        return tokens_text(number)
+    if spec.startswith("pt"):
+        number, spec = number * 100, spec.removeprefix("pt")
+    if not spec:
+        return f"{number:,}" if isinstance(number, int) else f"{number:g}"
+    try:
+        return format(number, spec)
+    except ValueError:
+        raise MetricsError(f"{where}: {spec!r} is not a format") from None
+
+
+def resolve(key: str, read: Reader) -> str:
+    """The text `SOURCE:PATH:FORMAT` states."""
+    source, _, rest = key.partition(":")
+    path, _, spec = rest.rpartition(":") if rest.count(":") else (rest, "", "")
+    if not path:
+        raise UnknownValue(f"value {key!r}: expected SOURCE:PATH:FORMAT")
+    if source == DERIVED_SOURCE:
+        if path not in DERIVED:
+            raise UnknownValue(f"unknown derived value {path!r}; known: {', '.join(DERIVED)}")
+        return _formatted(DERIVED[path].compute(read), spec, f"derived value {path!r}")
+    return _formatted(read.raw(source, path), spec, f"{_file(source)}: {path!r}")
+
+
+def files_of(key: str) -> list[str]:
+    """The files the value `key` is read from, for a stale value's message."""
+    source, _, rest = key.partition(":")
+    if source == DERIVED_SOURCE and (name := rest.split(":")[0]) in DERIVED:
+        return [_file(name) for name in DERIVED[name].sources]
+    try:
+        return [_file(source)]
+    except UnknownValue:
+        return []
+
+
+def _code_spans(line: str) -> list[tuple[int, int]]:
+    """Where the line's code spans lie (a run of backticks to the next run of the same length)."""
+    spans, at = [], 0
+    while (opening := re.compile(r"`+").search(line, at)) is not None:
+        ticks = opening.group()
+        closing = re.compile(rf"(?<!`){ticks}(?!`)").search(line, opening.end())
+        if closing is None:
+            break
+        spans.append((opening.start(), closing.end()))
+        at = closing.end()
+    return spans
+
+
+def _in_code(start: int, spans: list[tuple[int, int]]) -> bool:
+    return any(low <= start < high for low, high in spans)
+
+
+def refresh(lines: list[str], indices: Iterable[int], root: Path, reader: Reader | None = None
+            ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """Rewrite each value marker of `lines[i]` for i in `indices` (the page's prose: no fenced code, no generated
+    table) from its source, in place; returns (1-based line, problem) for the stale values and the broken ones."""
+    read = reader or Reader(root)
+    stale: list[tuple[int, str]] = []
+    broken: list[tuple[int, str]] = []
+    for index in indices:
+        line = lines[index]
+        if not VALUE_LIKE.search(line):
+            continue
+        spans = _code_spans(line)
+        pieces, at, used = [], 0, []
+        for match in VALUE.finditer(line):
+            if _in_code(match.start(), spans):
+                continue
+            used.append((match.start(), match.end()))
+            key, text = match["key"].strip(), match["text"]
+            try:
+                fresh = resolve(key, read)
+            except (UnknownValue, MetricsError) as error:
+                broken.append((index + 1, f"value {key!r} cannot be read: {error}"))
+                continue
+            if text != fresh:
+                stale.append((index + 1, f"value {key!r} is {text!r} here, {named_files(files_of(key))} "
+                                         f"{fresh!r}; run `lmtransfer report`"))
+                pieces.append(line[at:match.start("text")] + fresh)
+                at = match.end("text")
+        for stray in VALUE_LIKE.finditer(line):
+            if not _in_code(stray.start(), spans) and not any(low <= stray.start() < high for low, high in used):
+                broken.append((index + 1, f"malformed value marker: expected {SYNTAX}"))
+                break
+        lines[index] = "".join(pieces) + line[at:]
+    return stale, broken
