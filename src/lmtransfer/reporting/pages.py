@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.core.io import read_tsv
-from lmtransfer.core.paths import FINETUNE_METRICS, TRANSLATION_ROOT, VARIANTS, finetune_epochs
+from lmtransfer.core.paths import FINETUNE_METRICS, TRANSLATION_ROOT, VARIANTS
 from lmtransfer.reporting import values
 from lmtransfer.reporting.sources import (
     BASELINE,
@@ -41,6 +40,7 @@ from lmtransfer.reporting.sources import (
     TRANSLATION,
     MetricsError,
     Source,
+    epoch_means,
     finite,
     named_files,
     tokens_text,
@@ -273,29 +273,11 @@ def _translation_clauses(root: Path) -> str:
                         "baseline: the source copied")
 
 
-def _epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> list[float]:
-    """`column` of each seed's per-epoch log of the translation fine-tune, averaged over the seeds."""
-    runs = []
-    for seed in seeds:
-        rel = (TRANSLATION_ROOT / finetune_epochs(variant, seed)).as_posix()
-        try:
-            rows = read_tsv(root / rel)
-        except (OSError, IndexError) as error:
-            raise MetricsError(f"{rel} cannot be read ({error or 'empty'})") from None
-        if not rows or column not in rows[0]:
-            raise MetricsError(f"{rel} has no column {column!r}")
-        runs.append([finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
-    if len({len(run) for run in runs}) != 1:
-        raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the seeds logged different "
-                           "numbers of epochs")
-    return [sum(values) / len(values) for values in zip(*runs)]
-
-
 def _translation_epochs(root: Path) -> str:
     """Translation's validation loss and BLEU per epoch, mean of the seeds: the pretrained start shows here."""
     report = Source(root, TRANSLATION)
     seeds = [int(seed) for seed in report.numbers("seeds")]
-    curves = {v: (_epoch_means(root, v, seeds, "val_loss"), _epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
+    curves = {v: (epoch_means(root, v, seeds, "val_loss"), epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
     epochs = len(curves["pretrained"][0])
     rows = [[label, *(f"{x:.3f}" for x in curves[variant][0]), *(f"{x:.2f}" for x in curves[variant][1])]
             for variant, label in zip(VARIANTS, ("pretrained", "from scratch"))]

@@ -11,7 +11,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.core.paths import BASELINE_METRICS, EVALUATE_REPORT, TRANSLATION_ROOT
+from lmtransfer.core.io import read_tsv
+from lmtransfer.core.paths import (
+    BASELINE_METRICS,
+    EVALUATE_REPORT,
+    FINETUNE_METRICS,
+    TRANSLATION_ROOT,
+    VARIANTS,
+    finetune_epochs,
+)
 
 EVALUATE = EVALUATE_REPORT.as_posix()
 BASELINE = BASELINE_METRICS.as_posix()
@@ -42,8 +50,11 @@ def _index(part: str, size: int) -> int | None:
 class Source:
     """One metrics JSON file; values are fetched by dotted key, so every error names the file and the key."""
 
-    def __init__(self, root: Path, rel: str) -> None:
+    def __init__(self, root: Path, rel: str, data: Any = None) -> None:
         self.rel = rel
+        if data is not None:  # values computed from several files, `rel` naming them
+            self.data = data
+            return
         try:
             self.data = json.loads((Path(root) / rel).read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -108,3 +119,33 @@ def named_files(files: tuple[str, ...] | list[str]) -> str:
     if len(files) == 1:
         return f"{files[0]} gives"
     return f"{', '.join(files[:-1])} and {files[-1]} give"
+
+
+def epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> list[float]:
+    """`column` of each seed's per-epoch log of the translation fine-tune, averaged over the seeds."""
+    runs = []
+    for seed in seeds:
+        rel = (TRANSLATION_ROOT / finetune_epochs(variant, seed)).as_posix()
+        try:
+            rows = read_tsv(Path(root) / rel)
+        except (OSError, IndexError) as error:
+            raise MetricsError(f"{rel} cannot be read ({error or 'empty'})") from None
+        if not rows or column not in rows[0]:
+            raise MetricsError(f"{rel} has no column {column!r}")
+        runs.append([finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
+    if len({len(run) for run in runs}) != 1:
+        raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the seeds logged different "
+                           "numbers of epochs")
+    return [sum(values) / len(values) for values in zip(*runs)]
+
+
+TRANSLATION_EPOCHS = f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/"
+
+
+def translation_epochs(root: Path) -> Source:
+    """The translation fine-tunes' validation curves, mean of the seeds, as one source:
+    `{variant}.{val_loss|val_bleu}` is a list, one number per epoch."""
+    seeds = [int(seed) for seed in Source(root, TRANSLATION).numbers("seeds")]
+    data = {variant: {column: epoch_means(root, variant, seeds, column) for column in ("val_loss", "val_bleu")}
+            for variant in VARIANTS}
+    return Source(root, TRANSLATION_EPOCHS, data)

@@ -7,15 +7,17 @@ does not render:
 
 `<!-- value:SOURCE:PATH:FORMAT -->` names where the number comes from and how it is written:
 
-* SOURCE: a key of `SOURCES` (`evaluate` is metrics/evaluate.json), `bench.NAME` for the file
+* SOURCE: a key of `SOURCES` (`evaluate` is metrics/evaluate.json) or of `COMPUTED` (`translation-epochs`:
+  `pretrained.val_loss.-1`, the last epoch's validation loss, mean of the seeds), `bench.NAME` for the file
   benchmarks/results/NAME.json a benchmark wrote, or `derived` for a number computed from several files
   (`DERIVED`, where PATH is its name).
 * PATH: a dotted key into the JSON (`gap.ci95_low`; a list index, `-1` the last: `budgets.3.gap`), or, in a
   benchmark's table, `CELL/.../COLUMN`: the row whose leading cells read CELL, ... and its column COLUMN.
 * FORMAT: a Python format spec (`.4f`, `+.3f`, `,.0f`, `.0%`), or `pt` and a spec for a fraction in points
-  (x 100: `pt+.1f`), `min` for seconds as minutes and seconds (`12 min 56 s`), `tokens` for a token count
-  as the tables write it (`2.23M`), `len` for the length of a list (the epochs of a curve); left out, text
-  as it is and a number as `g` writes it.
+  (x 100: `pt+.1f`), `duration` for seconds as minutes and seconds (`12 min 56 s`), `tokens` for a token
+  count as the tables write it (`2.23M`), `len` for the length of a list (the epochs of a curve), `low` or
+  `high` and a spec for the lowest or highest number of a list; left out, text as it is and a number as `g`
+  writes it.
 
 `lmtransfer report` rewrites the text between the comments from the source; `lmtransfer report --check` names
 page and line of each stated number that differs from it. A marker in fenced code or in a code span is text.
@@ -37,11 +39,13 @@ from lmtransfer.reporting.sources import (
     EVALUATE,
     SCALING,
     TRANSLATION,
+    TRANSLATION_EPOCHS,
     MetricsError,
     Source,
     finite,
     named_files,
     tokens_text,
+    translation_epochs,
 )
 
 DERIVED_SOURCE = "derived"
@@ -56,6 +60,9 @@ SOURCES: dict[str, str] = {
     "objectives-mlm": "results/objectives/mlm/evaluate.json",
     "objectives-mlm-nsp": "results/objectives/mlm-nsp/evaluate.json",
 }
+
+# sources computed from several files: the translation fine-tunes' curves, mean of the seeds, per variant
+COMPUTED: dict[str, Callable[[Path], Source]] = {"translation-epochs": translation_epochs}
 
 VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
 VALUE_LIKE = re.compile(r"<!--\s*/?value\b")  # meant as a value marker, well formed or not
@@ -74,11 +81,13 @@ class UnknownValue(KeyError):
 
 
 def _file(source: str) -> str:
-    """The file SOURCE names, relative to the repository."""
+    """The file SOURCE names, relative to the repository (a folder, for a source computed from its files)."""
+    if source in COMPUTED:
+        return TRANSLATION_EPOCHS
     if source.startswith(BENCHMARK):
         return f"{BENCHMARK_RESULTS}/{source.removeprefix(BENCHMARK)}.json"
     if source not in SOURCES:
-        raise UnknownValue(f"unknown source {source!r}; known: {', '.join(SOURCES)}, {BENCHMARK}NAME for "
+        raise UnknownValue(f"unknown source {source!r}; known: {', '.join([*SOURCES, *COMPUTED])}, {BENCHMARK}NAME for "
                            f"{BENCHMARK_RESULTS}/NAME.json, and {DERIVED_SOURCE}")
     return SOURCES[source]
 
@@ -93,7 +102,7 @@ class Reader:
     def source(self, name: str) -> Source:
         rel = _file(name)
         if rel not in self.files:
-            self.files[rel] = Source(self.root, rel)
+            self.files[rel] = COMPUTED[name](self.root) if name in COMPUTED else Source(self.root, rel)
         return self.files[rel]
 
     def raw(self, name: str, path: str) -> Any:
@@ -172,6 +181,11 @@ def _formatted(value: Any, spec: str, where: str) -> str:
         if not isinstance(value, list):
             raise MetricsError(f"{where} is {value!r}, not a list")
         return str(len(value))
+    if spec.startswith(("low", "high")):  # the lowest or highest of a list of numbers
+        if not isinstance(value, list) or not value:
+            raise MetricsError(f"{where} is {value!r}, not a list of numbers")
+        numbers = [finite(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        value, spec = (min(numbers), spec[3:]) if spec.startswith("low") else (max(numbers), spec[4:])
     if isinstance(value, str):
         if spec:
             raise MetricsError(f"{where} is the text {value!r}, which takes no format ({spec!r})")
@@ -179,7 +193,7 @@ def _formatted(value: Any, spec: str, where: str) -> str:
     number: float = finite(value, where)
     if isinstance(value, int):
         number = value  # a count keeps its type: `,` writes 2,113, not 2,113.0
-    if spec == "min":
+    if spec == "duration":
         seconds = round(number)
         return f"{seconds // 60} min {seconds % 60} s"
     if spec == "tokens":
