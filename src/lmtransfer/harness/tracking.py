@@ -368,19 +368,9 @@ def stage_run(
         **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
     }
     parent_id = _pipeline_parent(client, experiment_id, group, common_tags, root)
-    # The tag nests the run; start_run(parent_run_id=...) would also check that the parent is active.
-    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
-            PROCESS_TAG: _process_tag()}
-    if upstream_run_id:
-        tags["upstream_run_id"] = upstream_run_id
-    orphans = close_orphaned_runs(client, experiment_id, run_name or stage)
-    if orphans:
-        tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
+    tags = _stage_tags(client, experiment_id, stage, run_name or stage, common_tags, parent_id, upstream_run_id)
     if clear_snapshots is not None:
-        alive = {run.info.run_name for run in _running_stage_runs(client, experiment_id)
-                 if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
-        for finished in clear_snapshots(alive):
-            print(f"resume: the snapshot of {finished} removed: that stage has completed")
+        _clear_snapshots_of_finished_stages(client, experiment_id, clear_snapshots)
     _resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
     status, run_id = "FAILED", None
     try:
@@ -409,6 +399,28 @@ def stage_run(
             _while_stopping(lambda: _end_pipeline(client, experiment_id, parent_id, status, run_id))
         else:
             _end_pipeline(client, experiment_id, parent_id, status, run_id)
+
+
+def _stage_tags(client, experiment_id: str, stage: str, run_name: str, common_tags: dict[str, str], parent_id: str,
+                upstream_run_id: str | None) -> dict[str, str]:
+    """A stage run's tags: nested under the pipeline run (the tag nests it; start_run(parent_run_id=...) would
+    also check that the parent is active), its process, and the earlier attempts it follows (closed here)."""
+    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
+            PROCESS_TAG: _process_tag()}
+    if upstream_run_id:
+        tags["upstream_run_id"] = upstream_run_id
+    orphans = close_orphaned_runs(client, experiment_id, run_name)
+    if orphans:
+        tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
+    return tags
+
+
+def _clear_snapshots_of_finished_stages(client, experiment_id: str, clear: Callable[[set[str]], list[str]]) -> None:
+    """The resume snapshots of every stage whose run is no longer alive, removed by `clear`."""
+    alive = {run.info.run_name for run in _running_stage_runs(client, experiment_id)
+             if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
+    for finished in clear(alive):
+        print(f"resume: the snapshot of {finished} removed: that stage has completed")
 
 
 def _stop_behind(error: BaseException) -> KeyboardInterrupt | None:
