@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.core.paths import FINETUNE_METRICS, TRANSLATION_ROOT, VARIANTS
+from lmtransfer.core.paths import EVALUATE_REPORT, FINETUNE_METRICS, TRANSLATION_ROOT, VARIANTS
 from lmtransfer.reporting import values
 from lmtransfer.reporting.sources import (
     BASELINE,
@@ -166,12 +166,13 @@ def _spread_shares(report: Source) -> str:
 def _classification_epochs(root: Path) -> str:
     """README, "The answer": validation accuracy per epoch, the first epoch's per seed (the head start)."""
     report, baseline = Source(root, EVALUATE), Source(root, BASELINE)
-    curves = dict(zip(VARIANTS, _curves(report)))
+    pretrained, scratch = _curves(report)
+    curves = dict(zip(VARIANTS, (pretrained, scratch)))
     rows = []
     for variant, label in zip(VARIANTS, ("pretrained", "from scratch")):
         seeds = _joined(report.numbers(f"{variant}.first_epoch_val_accuracy_per_seed"), 4)
         rows.append([label, f"{curves[variant][0]:.4f} ({seeds})", *(f"{x:.4f}" for x in curves[variant][1:])])
-    gaps = [_signed(p - s, 4) for p, s in zip(curves["pretrained"], curves["scratch"])]
+    gaps = [_signed(p - s, 4) for p, s in zip(pretrained, scratch)]
     epochs = len(gaps)
     rows.append(["gap", f"**{gaps[0]}**", *gaps[1:]])
     rows.append(["TF-IDF baseline", f"{baseline.number('valid_accuracy'):.4f}", *[""] * (epochs - 1)])
@@ -202,7 +203,7 @@ def _language_model_cell(report: Source, nsp: bool) -> str:
 
 def _objective_row(root: Path, label: str, folder: str, objective: str, nsp: bool) -> list[str]:
     """One run's row; a run whose pretraining records another objective is refused, not mislabelled."""
-    report = Source(root, f"{folder}/evaluate.json")
+    report = Source(root, f"{folder}/{EVALUATE_REPORT.name}")
     recorded = (report.get("pretraining.objective"), report.get("pretraining.next_sentence"))
     if recorded != (objective, nsp):
         raise MetricsError(f"{report.rel}: its pretraining records objective {recorded[0]!r}, next_sentence "
@@ -278,7 +279,7 @@ def _translation_epochs(root: Path) -> str:
     report = Source(root, TRANSLATION)
     seeds = [int(seed) for seed in report.numbers("seeds")]
     curves = {v: (epoch_means(root, v, seeds, "val_loss"), epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
-    epochs = len(curves["pretrained"][0])
+    epochs = len(curves[VARIANTS[0]][0])  # both variants train the same epochs
     rows = [[label, *(f"{x:.3f}" for x in curves[variant][0]), *(f"{x:.2f}" for x in curves[variant][1])]
             for variant, label in zip(VARIANTS, ("pretrained", "from scratch"))]
     header = [f"validation (mean of {len(seeds)} seeds)", *(f"loss, epoch {e}" for e in range(1, epochs + 1)),

@@ -97,10 +97,11 @@ class Source:
     def cell(self, path: str) -> Any:
         """A cell of a benchmark's table (`benchmarks/results_file.py`): `CELL/.../COLUMN` is the one row whose
         leading cells read CELL, ... and the column named COLUMN."""
-        *leading, column = path.split("/")
-        names = [entry.get("name") for entry in self.get("columns")]
-        if column not in names:
-            raise MetricsError(f"{self.rel} has no column {column!r}; its columns: {', '.join(map(str, names))}")
+        parts, names = path.split("/"), [entry.get("name") for entry in self.get("columns")]
+        cut = next((n for n in range(1, len(parts)) if "/".join(parts[-n:]) in names), 0)  # `ours/course` is a name
+        if not cut:
+            raise MetricsError(f"{self.rel} has no column {parts[-1]!r}; its columns: {', '.join(map(str, names))}")
+        leading, column = parts[:-cut], "/".join(parts[-cut:])
         rows = [row for row in self.get("rows")
                 if len(row) > len(leading) and [str(cell) for cell in row[:len(leading)]] == leading]
         if len(rows) != 1:

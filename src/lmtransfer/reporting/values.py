@@ -139,7 +139,28 @@ def _tokens_per_hour(read: Reader) -> float:
     return tokens / read.number("bench.pipeline", "pretrain@0/wall time, s") * 3600
 
 
+def _course_loop(workload: str, column: str) -> Callable[[Reader], float]:
+    return lambda read: read.number("bench.course_loop", f"pinned (AVX2)/{workload}/{column}")
+
+
+def _course_share_of_sgemm(read: Reader) -> float:
+    """The course's pretraining step at V = 50,001 as a share of the sgemm rate: ours, over how much faster ours is."""
+    return _course_loop("pretrain-50001", "% of sgemm")(read) / 100 / _course_loop("pretrain-50001", "ours/course")(read)
+
+
 DERIVED: dict[str, Derived] = {
+    "course-loop.flush-lift-4000": Derived(
+        lambda read: _course_loop("pretrain-4000", "course+flush tok/s")(read)
+        / _course_loop("pretrain-4000", "course tok/s")(read) - 1, ("bench.course_loop",)),
+    "course-loop.flush-lift-50001": Derived(
+        lambda read: _course_loop("pretrain-50001", "course+flush tok/s")(read)
+        / _course_loop("pretrain-50001", "course tok/s")(read) - 1, ("bench.course_loop",)),
+    "course-loop.course-share-of-sgemm-50001": Derived(_course_share_of_sgemm, ("bench.course_loop",)),
+    "course-loop.ceiling-50001": Derived(lambda read: 1 / _course_share_of_sgemm(read), ("bench.course_loop",)),
+    "course-parity.movies-en-epoch-over-course": Derived(
+        lambda read: read.number("bench.course_parity-movies-en-curves", "args.train")
+        / read.number("bench.course_parity-curves", "args.train"),
+        ("bench.course_parity-movies-en-curves", "bench.course_parity-curves")),
     "pipeline.pretrain-max-s": Derived(
         lambda read: max(cell[1] for cell in read.source("bench.pipeline").get("rows") if cell[0].startswith("pretrain@")),
         ("bench.pipeline",)),
