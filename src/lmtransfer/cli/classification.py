@@ -41,7 +41,7 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
     from lmtransfer.classification.evaluate import runs_described, spread_line
     from lmtransfer.core.io import read_json, require_file
 
-    report = read_json(require_file(metrics_dir / "evaluate.json", "evaluation metrics"))
+    report = read_json(require_file(metrics_dir / paths.EVALUATE_REPORT.name, "evaluation metrics"))
     pretraining = report["pretraining"]  # metrics/pretrain/*.json are DVC-cached: evaluate.json carries them in git
     gap = report["gap"]
 

@@ -23,7 +23,10 @@ compare experiments.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lmtransfer.cli.classification as classification_cli
 import lmtransfer.cli.experiments as experiments_cli
@@ -129,6 +132,107 @@ def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
     return tokenizer.vocab_size, "tokenizer.vocab_size"
 
 
+@dataclass(frozen=True)
+class ModelSources:
+    """Where the configured model's sizes come from when no flag gives them: the params file (or the task's
+    defaults when its default file is missing) and the tokenize stage's meta.json, once that stage has run."""
+
+    params_file: Path
+    have_params: bool  # False: the default file is missing and `params` holds the task's defaults
+    params: Any
+    meta_file: Path
+    meta: dict | None
+
+    @property
+    def root(self) -> Path:
+        """Paths in params.yaml are relative to the repository root, where it lives."""
+        return self.params_file.parent
+
+
+def task_params_file(args: argparse.Namespace) -> Path:
+    """`--params`, or the translation task's own params file when `--translation` leaves `--params` at its
+    default: a task's command reads its own task's params by default."""
+    params_file: Path = args.params
+    if getattr(args, "translation", False) and params_file is DEFAULT_PARAMS:
+        return TRANSLATION_PARAMS
+    return params_file
+
+
+def model_sources(args: argparse.Namespace) -> ModelSources:
+    """The params and the tokenized data's meta.json that `configured_model` falls back on. A missing default
+    file gives the task's defaults (the command still describes a model); a missing named file is an error."""
+    from lmtransfer.core.io import read_json
+
+    params_file = task_params_file(args)
+    have_params = params_file.is_file() or params_file not in (DEFAULT_PARAMS, TRANSLATION_PARAMS)
+    params = load_any_task_params(params_file) if have_params else default_task_params(args.translation)
+    meta_file = params_file.parent / paths.TOKENIZED / "meta.json"
+    meta = read_json(meta_file) if meta_file.is_file() else None
+    return ModelSources(params_file, have_params, params, meta_file, meta)
+
+
+def vocabulary_size(args: argparse.Namespace, sources: ModelSources) -> tuple[int, str]:
+    """V and where it came from: a flag, else the tokenized data (the V the model is trained with), else what
+    the tokenizer params will give once the tokenize stage runs."""
+    flags = vars(args)  # the override flags are absent unless given (default=SUPPRESS)
+    if "vocab_size" in flags:
+        return args.vocab_size, "from --vocab-size"
+    if "vocab_file" in flags:
+        size = dictionary_size(args.vocab_file, "--vocab-file")
+        return size, f"from --vocab-file ({args.vocab_file}: {size - 4:,} entries + 4 special ids)"
+    if sources.meta is not None:
+        return sources.meta["vocab_size"], f"from {sources.meta_file}"
+    size, source = vocab_size_from_tokenizer_params(sources.params.tokenizer, sources.root)
+    return size, (f"from {source} in {sources.params_file}" if sources.have_params else f"from {source} (default)")
+
+
+def class_count(args: argparse.Namespace, sources: ModelSources) -> tuple[int, str]:
+    """C and where it came from: a flag, else the labels of the tokenized data; 2 otherwise, said to be unused
+    for sentence pairs and an assumption before the tokenize stage has run."""
+    if "n_classes" in vars(args):
+        return args.n_classes, "from --n-classes"
+    if sources.meta is not None and "label_names" in sources.meta:
+        return len(sources.meta["label_names"]), f"from {sources.meta_file}"
+    if args.translation or sources.meta is not None:  # sentence pairs: no classes
+        return 2, "unused (sentence pairs, no classes)"
+    return 2, f"= 2, assumed (no {sources.meta_file} yet; --n-classes sets it)"
+
+
+def model_shape(args: argparse.Namespace, sources: ModelSources) -> dict[str, tuple[int, str]]:
+    """D, N, A, F (by letter) and where each came from: its flag, else the params file's model section."""
+    flags = vars(args)
+    from_params = f"from {sources.params_file}" if sources.have_params else (
+        f"from the model defaults (no {sources.params_file} here; --params names one)"
+    )
+    shape = {}
+    for key, letter in SHAPE.items():
+        if key in flags:
+            shape[letter] = flags[key], f"from --{key.replace('_', '-')}"
+        else:
+            shape[letter] = getattr(sources.params.model, key), from_params
+    return shape
+
+
+def check_shape(sizes: dict[str, int], origins: dict[str, str]) -> None:
+    """Refuse, in one line, a shape the flags and the file give together that the params' own rules forbid,
+    naming where D and A came from (the values a divisibility rule ties together)."""
+    from lmtransfer.core.config import ModelParams
+
+    try:
+        ModelParams(n_layers=sizes["N"], d_model=sizes["D"], n_heads=sizes["A"], d_ff=sizes["F"])
+    except ValueError as exc:
+        rule = exc.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
+        raise SystemExit(f"error: {rule} (D {origins['D']}, A {origins['A']})") from None
+
+
+def origins_line(origins: dict[str, str]) -> str:
+    """Where each value came from, the letters of one origin together: `V, C from ...; D, N, A, F from ...`."""
+    grouped: dict[str, list[str]] = {}
+    for letter in ("V", "C", "D", "N", "A", "F"):
+        grouped.setdefault(origins[letter], []).append(letter)
+    return "; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())
+
+
 def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     """V, C, D, N, A, F of the model the project is configured to build, and where each came from (one line,
     plus a note when the tokenized data no longer matches the tokenizer params).
@@ -136,62 +240,14 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     A flag wins; else D, N, A, F from the params file (the model defaults when the default file is missing),
     V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
     """
-    from lmtransfer.core.config import ModelParams
-    from lmtransfer.core.io import read_json
-
-    params_file: Path = args.params
-    if getattr(args, "translation", False) and params_file is DEFAULT_PARAMS:
-        params_file = TRANSLATION_PARAMS  # a task's command reads its own task's params by default
-    have_params = params_file.is_file() or params_file not in (DEFAULT_PARAMS, TRANSLATION_PARAMS)
-    params = load_any_task_params(params_file) if have_params else default_task_params(args.translation)
-    root = params_file.parent  # paths in params.yaml are relative to the repository root, where it lives
-    meta_file = root / paths.TOKENIZED / "meta.json"
-    meta = read_json(meta_file) if meta_file.is_file() else None
-    flags = vars(args)  # the override flags are absent unless given (default=SUPPRESS)
-    sizes: dict[str, int] = {}
-    origins: dict[str, str] = {}
-
-    if "vocab_size" in flags:
-        sizes["V"], origins["V"] = args.vocab_size, "from --vocab-size"
-    elif "vocab_file" in flags:
-        sizes["V"] = dictionary_size(args.vocab_file, "--vocab-file")
-        origins["V"] = f"from --vocab-file ({args.vocab_file}: {sizes['V'] - 4:,} entries + 4 special ids)"
-    elif meta is not None:
-        sizes["V"], origins["V"] = meta["vocab_size"], f"from {meta_file}"
-    else:
-        sizes["V"], source = vocab_size_from_tokenizer_params(params.tokenizer, root)
-        origins["V"] = f"from {source} in {params_file}" if have_params else f"from {source} (default)"
-
-    if "n_classes" in flags:
-        sizes["C"], origins["C"] = args.n_classes, "from --n-classes"
-    elif meta is not None and "label_names" in meta:
-        sizes["C"], origins["C"] = len(meta["label_names"]), f"from {meta_file}"
-    elif args.translation or meta is not None:  # sentence pairs: no classes
-        sizes["C"], origins["C"] = 2, "unused (sentence pairs, no classes)"
-    else:
-        sizes["C"], origins["C"] = 2, f"= 2, assumed (no {meta_file} yet; --n-classes sets it)"
-
-    model_origin = f"from {params_file}" if have_params else (
-        f"from the model defaults (no {params_file} here; --params names one)"
-    )
-    for key, letter in SHAPE.items():
-        if key in flags:
-            sizes[letter], origins[letter] = flags[key], f"from --{key.replace('_', '-')}"
-        else:
-            sizes[letter], origins[letter] = getattr(params.model, key), model_origin
-    try:  # the shape the flags and the file give together, checked by the params' own rules
-        ModelParams(n_layers=sizes["N"], d_model=sizes["D"], n_heads=sizes["A"], d_ff=sizes["F"])
-    except ValueError as exc:
-        rule = exc.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
-        raise SystemExit(f"error: {rule} (D {origins['D']}, A {origins['A']})") from None
-
-    grouped: dict[str, list[str]] = {}
-    for letter in ("V", "C", "D", "N", "A", "F"):
-        grouped.setdefault(origins[letter], []).append(letter)
-    lines = ["; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())]
-    lines.append(attention_line(params, sizes["D"]))
-    if have_params and origins["V"] == f"from {meta_file}":
-        lines += _stale_vocabulary_note(sizes["V"], params.tokenizer, root, params_file)
+    sources = model_sources(args)
+    chosen = {"V": vocabulary_size(args, sources), "C": class_count(args, sources)} | model_shape(args, sources)
+    sizes = {letter: size for letter, (size, _) in chosen.items()}
+    origins = {letter: origin for letter, (_, origin) in chosen.items()}
+    check_shape(sizes, origins)
+    lines = [origins_line(origins), attention_line(sources.params, sizes["D"])]
+    if sources.have_params and origins["V"] == f"from {sources.meta_file}":
+        lines += _stale_vocabulary_note(sizes["V"], sources.params.tokenizer, sources.root, sources.params_file)
     return sizes, "\n".join(lines)
 
 
@@ -251,7 +307,8 @@ def cmd_results(args: argparse.Namespace) -> None:
         from lmtransfer.translation.evaluate import report_lines
 
         metrics = translation_cli.TRANSLATION / paths.METRICS if args.metrics == paths.METRICS else args.metrics
-        print("\n".join(report_lines(read_json(require_file(metrics / "evaluate.json", "translation results")))))
+        report = read_json(require_file(metrics / paths.EVALUATE_REPORT.name, "translation results"))
+        print("\n".join(report_lines(report)))
         return
     if args.save_reference:
         from lmtransfer.modeling.runtime import cpu_identity
@@ -282,16 +339,20 @@ def cmd_report(args: argparse.Namespace) -> None:
     print("\n".join(f"{path}: results tables regenerated" for path in changed) or "results tables already up to date")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {package_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def subcommand_maker(commands: argparse._SubParsersAction) -> Callable[..., argparse.ArgumentParser]:
+    """`command(name, help, description)`: adds a subcommand whose description is its help unless given, with the
+    shared help formatter; each task's cli module registers its commands through it."""
 
     def command(name: str, help: str, description: str = "") -> argparse.ArgumentParser:
         return commands.add_parser(
             name, help=help, description=description or help, formatter_class=HelpFormatter
         )
 
+    return command
+
+
+def add_summary_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `summary`: the parameter table of the model the project is configured to build."""
     summary = command(
         "summary", "parameter table per block, with the closed-form totals",
         "Parameter counts per block of the model the project is configured to build, with the closed-form "
@@ -299,10 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
         "tokenize stage has run, else V from the tokenizer params and C = 2 (stated as an assumption). "
         "Each flag below overrides one value.",
     )
-    from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
     summary.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
                          help="the params file whose model to describe (default: params.yaml, with --translation "
                               "translation/params.yaml; without that file: the model defaults)")
+    add_size_overrides(summary)
+    summary.add_argument("--translation", action="store_true",
+                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
+                              "from the language model), with the paper's base model for reference")
+    summary.set_defaults(func=cmd_summary)
+
+
+def add_size_overrides(summary: argparse.ArgumentParser) -> None:
+    """`summary`'s flags that override one size each. They stay absent unless given (default=SUPPRESS), so
+    `configured_model` tells a flag from a default and says where each value came from."""
+    from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
     vocabulary = summary.add_mutually_exclusive_group()
     vocabulary.add_argument("--vocab-size", type=POSITIVE, default=argparse.SUPPRESS, metavar="V",
                             help=f"token ids ({from_data})")
@@ -319,11 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--n-classes", type=POSITIVE, default=argparse.SUPPRESS, metavar="C",
                          help="classes of the classification head (default: the labels in "
                               "data/tokenized/meta.json, else 2)")
-    summary.add_argument("--translation", action="store_true",
-                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
-                              "from the language model), with the paper's base model for reference")
-    summary.set_defaults(func=cmd_summary)
 
+
+def add_params_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `params`: every parameter's default and meaning, printed or written into a Markdown file."""
     params = command(
         "params", "every parameter of params.yaml: its default and meaning (Markdown)",
         "Every key of params.yaml (or, with --translation, translation/params.yaml) with its default and meaning, "
@@ -336,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(e.g. docs/guide/parameters.md: both tasks' tables); default: print one")
     params.set_defaults(func=cmd_params)
 
+
+def add_results_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `results`: the last pipeline run's scores, and this machine's place among the references."""
     results = command("results", "test scores and validation curves of the last pipeline run")
     results.add_argument("--metrics", type=Path, default=paths.METRICS,
                          help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
@@ -347,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="write this machine's CPU vendor's reference from the metrics (after `make run`)")
     results.set_defaults(func=cmd_results)
 
+
+def add_report_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `report`: the docs' results tables regenerated, or checked, from the committed metrics."""
     report = command("report", "regenerate the results tables of README.md and docs/ from the committed metrics",
                      "Rewrite every table between `<!-- report:NAME:start -->` and `<!-- report:NAME:end -->` "
                      "markers of README.md and docs/**/*.md from metrics/, translation/metrics/ and results/ "
@@ -355,10 +431,26 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     report.set_defaults(func=cmd_report)
 
-    pretraining_cli.add_commands(command)
-    classification_cli.add_commands(command)
-    experiments_cli.add_commands(command)
-    translation_cli.add_commands(command)
+
+COMMAND_GROUPS = (  # in the order `lmtransfer --help` lists them
+    add_summary_command,
+    add_params_command,
+    add_results_command,
+    add_report_command,
+    pretraining_cli.add_commands,
+    classification_cli.add_commands,
+    experiments_cli.add_commands,
+    translation_cli.add_commands,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `lmtransfer` parser: each command group registers its own subcommands (see COMMAND_GROUPS)."""
+    parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {package_version()}")
+    command = subcommand_maker(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    for add_commands in COMMAND_GROUPS:
+        add_commands(command)
     return parser
 
 
