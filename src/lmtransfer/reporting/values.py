@@ -61,8 +61,11 @@ SOURCES: dict[str, str] = {
     "objectives-mlm-nsp": "results/objectives/mlm-nsp/evaluate.json",
 }
 
-# sources computed from several files: the translation fine-tunes' curves, mean of the seeds, per variant
-COMPUTED: dict[str, Callable[[Path], Source]] = {"translation-epochs": translation_epochs}
+# sources computed from several files (the folder they lie in, how they are read): the translation fine-tunes'
+# validation curves, mean of the seeds, per variant
+COMPUTED: dict[str, tuple[str, Callable[[Path], Source]]] = {
+    "translation-epochs": (TRANSLATION_EPOCHS, translation_epochs),
+}
 
 VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
 VALUE_LIKE = re.compile(r"<!--\s*/?value\b")  # meant as a value marker, well formed or not
@@ -83,7 +86,7 @@ class UnknownValue(KeyError):
 def _file(source: str) -> str:
     """The file SOURCE names, relative to the repository (a folder, for a source computed from its files)."""
     if source in COMPUTED:
-        return TRANSLATION_EPOCHS
+        return COMPUTED[source][0]
     if source.startswith(BENCHMARK):
         return f"{BENCHMARK_RESULTS}/{source.removeprefix(BENCHMARK)}.json"
     if source not in SOURCES:
@@ -102,7 +105,7 @@ class Reader:
     def source(self, name: str) -> Source:
         rel = _file(name)
         if rel not in self.files:
-            self.files[rel] = COMPUTED[name](self.root) if name in COMPUTED else Source(self.root, rel)
+            self.files[rel] = COMPUTED[name][1](self.root) if name in COMPUTED else Source(self.root, rel)
         return self.files[rel]
 
     def raw(self, name: str, path: str) -> Any:
@@ -139,7 +142,14 @@ def _tokens_per_hour(read: Reader) -> float:
     return tokens / read.number("bench.pipeline", "pretrain@0/wall time, s") * 3600
 
 
+def _slowest_pretraining(read: Reader) -> float:
+    """The longest pretrain@<p> stage of the timed default run, seconds."""
+    return max(read.number("bench.pipeline", f"{row[0]}/wall time, s") for row in read.source("bench.pipeline").get("rows")
+               if str(row[0]).startswith("pretrain@"))
+
+
 def _course_loop(workload: str, column: str) -> Callable[[Reader], float]:
+    """A pinned-kernel cell of the speed comparison with the course's loop (benchmarks/course_loop.py)."""
     return lambda read: read.number("bench.course_loop", f"pinned (AVX2)/{workload}/{column}")
 
 
@@ -161,9 +171,7 @@ DERIVED: dict[str, Derived] = {
         lambda read: read.number("bench.course_parity-movies-en-curves", "args.train")
         / read.number("bench.course_parity-curves", "args.train"),
         ("bench.course_parity-movies-en-curves", "bench.course_parity-curves")),
-    "pipeline.pretrain-max-s": Derived(
-        lambda read: max(cell[1] for cell in read.source("bench.pipeline").get("rows") if cell[0].startswith("pretrain@")),
-        ("bench.pipeline",)),
+    "pipeline.pretrain-max-s": Derived(_slowest_pretraining, ("bench.pipeline",)),
     "pipeline.pretrain-tokens-per-s": Derived(lambda read: _tokens_per_hour(read) / 3600, ("evaluate", "bench.pipeline")),
     "classification.best-run-lead": Derived(_per_run_lead, ("evaluate",)),
     "classification.share-of-distance": Derived(
