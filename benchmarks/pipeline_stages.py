@@ -5,6 +5,8 @@
     python benchmarks/pipeline_stages.py                 # make run's pipeline, from nothing
     python benchmarks/pipeline_stages.py --translation   # make run-translation's
     python benchmarks/pipeline_stages.py --name pipeline-beside --note "beside ..."   # a run that shares the machine
+    python benchmarks/pipeline_stages.py --name pipeline-beside --against pipeline   # + each stage's fraction of
+                                                                                    # its time in pipeline.json
 
 It replaces this checkout's outputs, as `make run` would (same params, same results); run it alone on the
 machine, unless the neighbour is what you measure (then give --name, so the alone figures stay).
@@ -13,6 +15,7 @@ machine, unless the neighbour is what you measure (then give --name, so the alon
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -20,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from results_file import REPO, Column, write_result
+from results_file import REPO, RESULTS, Column, write_result
 
 DONE = re.compile(r"^(?P<stage>[\w@-]+): done in (?P<seconds>[\d.]+) s$")
 
@@ -30,6 +33,8 @@ def main() -> None:
     parser.add_argument("--translation", action="store_true", help="the translation pipeline")
     parser.add_argument("--name", help="the result file's name (default: pipeline[-translation])")
     parser.add_argument("--note", default="", help="what else ran on the machine, for the result file")
+    parser.add_argument("--against", metavar="NAME", help="a result file of a run alone (benchmarks/results/NAME.json, "
+                        "same machine): each stage's time there and the fraction of that speed this run kept")
     args = parser.parse_args()
     pipeline = ["translation/dvc.yaml"] if args.translation else []
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -49,7 +54,13 @@ def main() -> None:
     rows.append(["all stages", round(sum(stages.values()), 1)])
     rows.append(["dvc repro, wall", round(wall, 1)])
     name = args.name or ("pipeline-translation" if args.translation else "pipeline")
-    write_result(name, [Column("stage"), Column("wall time, s", ",.1f")], rows, seconds=wall,
+    columns = [Column("stage"), Column("wall time, s", ",.1f")]
+    if args.against:
+        alone = {row[0]: row[1] for row in json.loads((RESULTS / f"{args.against}.json").read_text())["rows"]}
+        columns += [Column(f"alone ({args.against}), s", ",.1f"), Column("fraction", ".2f")]
+        rows = [[*row, alone.get(row[0], ""), round(alone[row[0]] / row[1], 2) if row[0] in alone else ""]
+                for row in rows]
+    write_result(name, columns, rows, seconds=wall,
                  notes="; ".join(filter(None, ["every stage rerun (--force), the virtual environment already built",
                                                args.note])))
     print(f"pipeline: {wall:.0f} s wall, {sum(stages.values()):.0f} s in {len(stages)} stages")
