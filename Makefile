@@ -37,9 +37,11 @@ run-translation: venv
 	@echo; lmtransfer results --translation; echo
 	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"
 
-## the test suite (unit tests + one end-to-end dvc repro on tiny data)
+## the test suite: unit tests and end-to-end dvc repro runs on tiny data, two at a time (pytest-xdist), then
+## the few that measure the machine's CPU (marked quiet), alone
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not quiet"
+	$(BIN)/python -m pytest -m quiet
 
 ## the linter: ruff with the rules of pyproject.toml (sorted imports, unused and undefined names, ...)
 lint: venv

@@ -16,3 +16,14 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n 2` (`make test`): the tests that share a module-scoped fixture (a pipeline run once for
+    the module) run on one worker, so the fixture is built once (`--dist loadgroup`)."""
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        shared = definitions and any(defs[-1].scope == "module" for name, defs in
+                                     definitions.name2fixturedefs.items() if name in item.fixturenames and defs)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -213,3 +213,19 @@ def test_the_tests_mirror_the_packages():
     assert not missing, f"no tests/<package>/test_*.py for: {missing}"
     assert not [p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "pipeline_repo.py")], (
         "tools belong in tools/, tests in tests/<package>/")
+
+
+FUNCTION_LINES = 65  # about a screen: a function longer than that does more than one thing
+
+
+def test_no_function_is_longer_than_a_screen():
+    import ast
+
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []

@@ -299,13 +299,14 @@ def test_with_torch_loaded_the_machine_is_not_watched(monkeypatch):
     assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "10000"}
 
 
+@pytest.mark.quiet
 def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
     if sharing.niced_self():
         pytest.skip("needs programs at normal priority, and under `nice make test` every process it starts is niced")
 
-    def busy_processes(nice: int) -> list[subprocess.Popen]:
-        return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"])
-                for _ in range(os.cpu_count() or 1)]
+    def busy_processes(nice: int, own_session: bool = False) -> list[subprocess.Popen]:
+        return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"],
+                                 start_new_session=own_session) for _ in range(os.cpu_count() or 1)]
 
     def watch(processes: list[subprocess.Popen], watcher_nice: int = 0) -> BusyCores:
         code = "import json; from lmtransfer.core.sharing import busy_cores_of_others as b; print(json.dumps(b(0.5)))"
@@ -329,6 +330,9 @@ def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
     niced_beside_niced = watch(busy_processes(19), watcher_nice=19)
     assert niced_beside_niced.normal >= 0.5 * cores  # they did not ask a niced process to go first
     assert niced_beside_niced.niced == 0
+    if sharing.autogroup() is not None:  # sessions share the CPU first: a niced program in another one yields nothing
+        niced_elsewhere = watch(busy_processes(19, own_session=True))
+        assert niced_elsewhere.normal >= 0.5 * cores and niced_elsewhere.niced < 0.25 * cores
 
 
 def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():

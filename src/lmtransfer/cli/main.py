@@ -333,10 +333,11 @@ def cmd_report(args: argparse.Namespace) -> None:
         problems = check_pages(args.root)
         if problems:
             raise SystemExit(f"error: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-        print("README.md and docs/: every results table matches the committed metrics")
+        print("README.md and docs/: every results table and stated value matches the committed result files")
         return
     changed = write_pages(args.root)
-    print("\n".join(f"{path}: results tables regenerated" for path in changed) or "results tables already up to date")
+    print("\n".join(f"{path}: results tables and stated values regenerated" for path in changed)
+          or "results tables and stated values already up to date")
 
 
 def subcommand_maker(commands: argparse._SubParsersAction) -> Callable[..., argparse.ArgumentParser]:
@@ -422,12 +423,14 @@ def add_results_command(command: Callable[..., argparse.ArgumentParser]) -> None
 
 
 def add_report_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `report`: the docs' results tables regenerated, or checked, from the committed metrics."""
-    report = command("report", "regenerate the results tables of README.md and docs/ from the committed metrics",
+    """Register `report`: the docs' results tables and stated values regenerated, or checked, from the result files."""
+    report = command("report", "regenerate the results tables and stated values of README.md and docs/",
                      "Rewrite every table between `<!-- report:NAME:start -->` and `<!-- report:NAME:end -->` "
-                     "markers of README.md and docs/**/*.md from metrics/, translation/metrics/ and results/ "
-                     "(`make docs`). With --check, change nothing: exit 1 naming the first stale table.")
-    report.add_argument("--check", action="store_true", help="only check that every table is up to date")
+                     "markers, and every value between `<!-- value:SOURCE:PATH:FORMAT -->` and `<!-- /value -->`, "
+                     "of README.md and docs/**/*.md from metrics/, translation/metrics/, results/ and "
+                     "benchmarks/results/ (`make docs`). With --check, change nothing: exit 1 naming the first stale "
+                     "table or value, by page and line.")
+    report.add_argument("--check", action="store_true", help="only check that every table and value is up to date")
     report.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     report.set_defaults(func=cmd_report)
 

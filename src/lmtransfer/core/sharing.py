@@ -6,7 +6,9 @@ other job needs (measured: a fine-tuning epoch from 0.14 s to 8.6 s). So each st
 (`LMTRANSFER_JOBS`, else the DVC queue workers running on this machine), takes cores / jobs
 threads, and lets waiting threads sleep when it is not alone. Other
 programs it cannot count, but it can see them: a process that starts while others keep the cores busy
-lets its waiting threads sleep at once, else they spin briefly before they sleep (`choose_openmp_wait`).
+lets its waiting threads sleep at once, else they spin briefly before they sleep (`choose_openmp_wait`),
+and a training stage keeps looking (`NeighbourWatch`) so that it can hand its training over to a process
+with the other wait when a neighbour arrives or leaves (`training.handover`).
 No torch import here: the wait policy must be set before torch loads OpenMP.
 """
 

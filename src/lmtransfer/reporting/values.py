@@ -158,7 +158,25 @@ def _course_share_of_sgemm(read: Reader) -> float:
     return _course_loop("pretrain-50001", "% of sgemm")(read) / 100 / _course_loop("pretrain-50001", "ours/course")(read)
 
 
+def _lowest_cotenancy_fraction(read: Reader) -> float:
+    """The smallest share of its speed alone the measured workload kept beside any neighbour."""
+    return min(read.number("bench.cotenancy", f"{row[0]}/fraction") for row in read.source("bench.cotenancy").get("rows")
+               if not str(row[0]).startswith(("alone", "neighbour-spin")))
+
+
+def _lowest_training_fraction_beside(read: Reader) -> float:
+    """The smallest share of its time alone a training stage kept in the pipeline run beside another session."""
+    return min(read.number("bench.pipeline-beside-session", f"{row[0]}/fraction")
+               for row in read.source("bench.pipeline-beside-session").get("rows")
+               if str(row[0]).startswith(("pretrain@", "finetune_")))
+
+
 DERIVED: dict[str, Derived] = {
+    "pipeline-beside.lowest-training-fraction": Derived(_lowest_training_fraction_beside,
+                                                        ("bench.pipeline-beside-session",)),
+    "cotenancy.lowest-fraction": Derived(_lowest_cotenancy_fraction, ("bench.cotenancy",)),
+    "cotenancy.alone-vs-default-spin": Derived(
+        lambda read: 1 / read.number("bench.cotenancy", "alone-spin-300k/fraction"), ("bench.cotenancy",)),
     "course-loop.flush-lift-4000": Derived(
         lambda read: _course_loop("pretrain-4000", "course+flush tok/s")(read)
         / _course_loop("pretrain-4000", "course tok/s")(read) - 1, ("bench.course_loop",)),
