@@ -92,6 +92,9 @@ def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["PYTHONPATH"] = str(root / "src")  # the copy's code, not the installed checkout's
     env.update(DVC_NO_ANALYTICS="1")
+    # One job, whatever runs beside: `make test` runs two tests at a time, and the DVC queue workers one of them
+    # starts would count, for every stage on the machine, as jobs sharing it (a thread each, other numbers).
+    env["LMTRANSFER_JOBS"] = "1"
     run(["git", "init", "-q"], root, env)
     run(["git", "config", "user.name", "lmtransfer tests"], root, env)  # a clean CI machine has no identity
     run(["git", "config", "user.email", "tests@lmtransfer.invalid"], root, env)

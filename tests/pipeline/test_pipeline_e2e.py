@@ -279,6 +279,7 @@ def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_t
     `lmtransfer compare --by finetune.lr` lists every experiment in lr order with its interval and draws the figure;
     each experiment's MLflow pipeline run holds the headline `dvc exp show` shows for it."""
     root, env = pipeline_repo
+    env = {k: v for k, v in env.items() if k != "LMTRANSFER_JOBS"}  # the queue's workers are the jobs counted
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "results", "--allow-empty"], root, env)  # experiments start from a commit
     for lr in ("0.008", "0.002"):
