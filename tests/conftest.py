@@ -18,6 +18,7 @@ def single_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
     """Under `pytest -n 2` (`make test`): the tests that share a module-scoped fixture (a pipeline run once for
     the module) run on one worker, so the fixture is built once (`--dist loadgroup`)."""
