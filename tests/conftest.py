@@ -20,8 +20,8 @@ def single_thread():
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
-    """Under `pytest -n 2` (`make test`): the tests that share a module-scoped fixture (a pipeline run once for
-    the module) run on one worker, so the fixture is built once (`--dist loadgroup`)."""
+    """Under `pytest -n 2 --dist loadgroup` (`make test`): the tests that share a module-scoped fixture (a
+    pipeline run that they change and read in turn) form one group, which runs on one worker in file order."""
     for item in items:
         definitions = getattr(item, "_fixtureinfo", None)
         shared = definitions and any(defs[-1].scope == "module" for name, defs in
