@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from lmtransfer.core import sharing
 from lmtransfer.core.sharing import BusyCores, CpuClock, NeighbourWatch, wait_for
@@ -39,7 +40,7 @@ SCRIPT = textwrap.dedent("""
             pass
 
     if not sharing.handed_over():  # the first process sees the neighbour; the one it hands over to, none
-        loop.neighbour_watch = lambda **_: Watch()
+        loop.neighbour_watch = lambda *_: Watch()
     print("pid", os.getpid(), "wait", sharing.chosen_wait, flush=True)
     use_share_of_cores()  # as a stage does (`configure`): says what the process it took over from saw
     torch.manual_seed(0)
@@ -137,20 +138,23 @@ def test_a_sleeping_process_asks_to_spin_once_the_machine_is_quiet(monkeypatch):
     assert [watch.look() for _ in range(3)] == [None, None, "brief-spin"]
 
 
-def test_no_watch_when_the_user_chose_the_wait_or_outside_a_stage(monkeypatch):
+def test_no_watch_when_the_user_chose_the_wait_or_outside_a_stage(monkeypatch, tmp_path):
     from lmtransfer.training.handover import neighbour_watch
+    from lmtransfer.training.resume import Snapshots
 
+    cpu, on = torch.device("cpu"), Snapshots("pretrain", "same", every=100, root=tmp_path)
     monkeypatch.setenv("DVC_ROOT", "/somewhere")
     monkeypatch.delenv("LMTRANSFER_WATCH", raising=False)
     monkeypatch.setattr(sharing, "chosen_wait", None)  # OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the user
-    assert neighbour_watch(resumable=True) is None
+    assert neighbour_watch(on, cpu) is None
     monkeypatch.setattr(sharing, "chosen_wait", "brief-spin")
-    assert neighbour_watch(resumable=False) is None  # resume snapshots off: nothing to hand over with
+    assert neighbour_watch(Snapshots("pretrain", "same", every=0, root=tmp_path), cpu) is None  # resume off
+    assert neighbour_watch(None, cpu) is None  # nothing to hand over with
     monkeypatch.delenv("DVC_ROOT")
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-    assert neighbour_watch(resumable=True) is None  # a notebook, the CLI, the tests
+    assert neighbour_watch(on, cpu) is None  # a notebook, the CLI, the tests
     monkeypatch.setenv("LMTRANSFER_WATCH", "1")
-    watch = neighbour_watch(resumable=True)
+    watch = neighbour_watch(on, cpu)
     assert watch is not None
     watch.stop()
 

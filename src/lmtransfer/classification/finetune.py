@@ -20,7 +20,6 @@ from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.inference import predict
 from lmtransfer.core.errors import TokenizerError
 from lmtransfer.harness.progress import progress_bar
-from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.tokens.datasets import classification_batches
@@ -101,7 +100,7 @@ def finetune(
     distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
     step = _step_function(model, device, compile_steps)
     result = _resumed(snapshots, model, optimizer, scheduler, generator, params, desc, on_epoch)
-    watch = neighbour_watch(resumable=bool(snapshots and snapshots.every > 0), on_cpu=device.type == "cpu")
+    watch = neighbour_watch(snapshots, device)
     start = time.perf_counter() - result.seconds
     for epoch in range(len(result.history) + 1, params.epochs + 1):
         model.train()
@@ -129,7 +128,7 @@ def finetune(
                 "result": asdict(result), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
             })
-            hand_over_if_due(watch, lambda: None, f"the end of epoch {epoch} of {params.epochs}", active_run_id)
+            hand_over_if_due(watch, lambda: None, f"the end of epoch {epoch} of {params.epochs}")
     if watch:
         watch.stop()
     return result

@@ -19,7 +19,6 @@ import torch
 
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.harness.progress import progress_bar
-from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.modeling.lm_loss import use_chunked_loss
 from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
@@ -214,7 +213,7 @@ def pretrain(
     else:
         run.validate(0)
     snapshots = options.snapshots
-    watch = neighbour_watch(resumable=bool(snapshots and snapshots.every > 0), on_cpu=device.type == "cpu")
+    watch = neighbour_watch(snapshots, device)
     try:
         start = _train_steps(run, _step_function(model, objective, device, options.compile_steps), watch)
     finally:
@@ -270,8 +269,7 @@ def _train_steps(run: _Run, step, watch) -> float:
             result.seconds = time.perf_counter() - start
             if options.snapshots and options.snapshots.due(at.step):
                 run.snapshot(done=False)
-            hand_over_if_due(watch, lambda: run.snapshot(done=False), f"step {at.step} of {result.steps}",
-                             active_run_id)
+            hand_over_if_due(watch, lambda: run.snapshot(done=False), f"step {at.step} of {result.steps}")
         else:
             at.batch = 0  # the epoch ran out
     progress.close()

@@ -16,20 +16,25 @@ import os
 import sys
 from collections.abc import Callable
 
+import torch
+
 from lmtransfer.core import sharing
+from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.training import distributed
+from lmtransfer.training.resume import Snapshots
 
 WATCH_ENV = "LMTRANSFER_WATCH"  # 1: watch outside a pipeline stage too (the benchmark); 0: never watch
 MAX_HANDOVERS = 3  # per stage run: a neighbour that comes and goes every few seconds is not chased
 
 
-def neighbour_watch(resumable: bool, on_cpu: bool = True) -> sharing.NeighbourWatch | None:
+def neighbour_watch(snapshots: Snapshots | None, device: torch.device) -> sharing.NeighbourWatch | None:
     """A running watch where this process can act on it, else None: a pipeline stage (or `LMTRANSFER_WATCH=1`)
     on the CPU, one process, its wait chosen by lmtransfer (not by the user's variables, nor for jobs counted
-    by `LMTRANSFER_JOBS` or the DVC queue), resume snapshots on (`resumable`), handovers left."""
+    by `LMTRANSFER_JOBS` or the DVC queue), resume snapshots on (the handover resumes from one), handovers left."""
     asked = os.environ.get(WATCH_ENV, "").strip()
     in_stage = "DVC_ROOT" in os.environ or "DVC_EXP_NAME" in os.environ
-    if asked == "0" or not (asked == "1" or in_stage) or not (resumable and on_cpu):
+    resumable = snapshots is not None and snapshots.every > 0
+    if asked == "0" or not (asked == "1" or in_stage) or not resumable or device.type != "cpu":
         return None
     if sharing.chosen_wait is None or sharing.parallel_jobs() > 1 or distributed.world().size > 1:
         return None
@@ -50,8 +55,7 @@ def continues_a_run() -> bool:
     return bool(handover and handover.get("run_id"))
 
 
-def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], None], where: str,
-                     run_id: Callable[[], str | None] = lambda: None) -> None:
+def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], None], where: str) -> None:
     """At a point where the training can stop whole: if the watch asks for another wait, `save` the snapshot
     and become the same command under that wait (never returns then). `where` says the point, for the log."""
     if watch is None or watch.wanted is None:
@@ -64,7 +68,7 @@ def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], No
           f"{sharing.WAIT_WORDS[wait]}: the result is the same", flush=True)
     watch.stop()
     save()
-    handover = {"wait": wait, "saw": seen, "count": handovers_so_far() + 1, "run_id": run_id()}
+    handover = {"wait": wait, "saw": seen, "count": handovers_so_far() + 1, "run_id": active_run_id()}
     env = dict(os.environ, **{sharing.HANDOVER_ENV: json.dumps(handover)})
     sys.stdout.flush()
     sys.stderr.flush()
