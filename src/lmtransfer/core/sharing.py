@@ -105,6 +105,14 @@ def autogroup(pid: int | str = "self") -> str | None:
         with open("/proc/sys/kernel/sched_autogroup_enabled", encoding="ascii") as enabled:
             if enabled.read().strip() != "1":
                 return None
+    except OSError:
+        return None
+    return _group_of(pid)
+
+
+def _group_of(pid: int | str) -> str | None:
+    """A process's autogroup as /proc names it, or None (gone, or not Linux)."""
+    try:
         with open(f"/proc/{pid}/autogroup", encoding="ascii") as group:
             return group.read().split()[0]
     except (OSError, IndexError):
@@ -121,7 +129,7 @@ def niced_elsewhere() -> dict[int, float]:
     seconds = {}
     for process in psutil.process_iter(["nice", "cpu_times"]):
         times = process.info["cpu_times"]
-        if (process.info["nice"] or 0) > 0 and times is not None and autogroup(process.pid) not in (None, mine):
+        if (process.info["nice"] or 0) > 0 and times is not None and _group_of(process.pid) not in (None, mine):
             seconds[process.pid] = times.user + times.system
     return seconds
 
@@ -136,13 +144,13 @@ class CpuClock(NamedTuple):
     niced_elsewhere: dict[int, float]
 
     @classmethod
-    def read(cls, look_for_sessions: bool = True) -> CpuClock:
+    def read(cls) -> CpuClock:
         import psutil
 
         machine, mine = psutil.cpu_times(), psutil.Process().cpu_times()
         normal = machine.user + machine.system + getattr(machine, "irq", 0.0) + getattr(machine, "softirq", 0.0)
         return cls(time.perf_counter(), normal, getattr(machine, "nice", 0.0), mine.user + mine.system,
-                   niced_elsewhere() if look_for_sessions else {})
+                   niced_elsewhere())
 
     def busy_since(self, earlier: CpuClock) -> BusyCores:
         """Cores others kept busy between `earlier` and this reading; niced time of other sessions as normal."""

@@ -107,8 +107,7 @@ def use_share_of_cores() -> int:
         if jobs > 1:
             print(f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} cores: {jobs} jobs share this machine "
                   f"(LMTRANSFER_JOBS or DVC queue workers); train.num_threads sets it", flush=True)
-        elif sharing.handed_over():
-            handover = sharing.handed_over()
+        elif handover := sharing.handed_over():
             print(f"neighbours: {handover['saw']}; this process took the training over, "
                   f"{sharing.WAIT_WORDS[handover['wait']]}", flush=True)
         elif sharing.others_were_busy():
