@@ -1,28 +1,32 @@
 """How much of its alone speed a training stage keeps when other CPU-heavy work shares the machine.
 
-A fixed workload (the pipeline's own `pretrain` for a few steps, then `finetune` for one epoch with the
-pipeline's fine-tuning params, the default model shape, synthetic ids) runs alone, then beside each neighbour:
+A fixed workload (the pipeline's own `pretrain` for a few steps, then `finetune` for a few epochs with the
+pipeline's fine-tuning params, the default model shape, synthetic ids) runs as a stage does: it watches its
+neighbours and may hand its training over to a new process (`training.handover`), timed across it. It runs
+alone, then beside each neighbour (`CASES`):
 
 * `neighbour`: another lmtransfer training process, from another checkout (a copy of this one's
   `src/` in a temporary folder), pretraining without end, with as many threads as this one;
+  `finetuning-neighbour`: the same fine-tuning without end (smaller operations);
 * `cpu-hog`: a plain CPU-bound program, one busy process per core;
+* `short-processes`: one short process after another (each imports torch, computes for a second);
+* `other-session`: the neighbour in a session of its own (`setsid`, as another terminal is);
+* `late-neighbour`: the neighbour starts 10 s after the measured process, during its training;
 
-each also under `nice -n 19`; and `finetuning-neighbour`: another checkout's process fine-tuning without
-end (smaller operations than pretraining). Each neighbour starts first, so the measured process sees the
-machine busy as it starts, as a stage would. Two more cases run with libgomp's own default spin
-(GOMP_SPINCOUNT=300000, what stages used before): alone, and beside a neighbour that spins so too; and one
-runs alone with threads that sleep at once (`alone-passive`, what a process chooses when it starts beside
-busy cores). Every case runs in fresh processes, the cases alternate over the rounds, and the median is
-printed as the fraction of the alone speed (alone seconds / seconds beside it). The trained weights are hashed in each
-case: beside a neighbour they must be the same bytes as alone (the thread count is the same; `same
-weights` says).
+the lmtransfer ones also under `nice -n 19` (`-niced`). The others start 5 s first, so the measured process
+sees the machine busy as it starts. Two more cases run with libgomp's own default spin
+(GOMP_SPINCOUNT=300000): alone, and beside a neighbour that spins so too; and one runs alone with threads
+that sleep at once (`alone-passive`). Every case runs in fresh processes, the cases alternate over the
+rounds, and the median is printed as the fraction of the alone speed (alone seconds / seconds beside it).
+The trained weights are hashed in each case: beside a neighbour they must be the same bytes as alone
+(`same weights` says); `handovers` counts the measured process's handovers.
 
-    python benchmarks/cotenancy.py                 # 3 rounds, about 20 minutes on 2 cores
+    python benchmarks/cotenancy.py                 # 3 rounds, about 40 minutes on 2 cores
     python benchmarks/cotenancy.py --rounds 1      # a quick look
     python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=10000    # every lmtransfer process with this variable
 
 Run it on a machine where nothing else runs: the other work is what it measures. Its last line:
-`cotenancy: neighbour <f>, neighbour-niced <f>, cpu-hog <f>, cpu-hog-niced <f>`.
+`cotenancy: neighbour <f>, neighbour-niced <f>, ...`, every case of `CASES`.
 """
 
 from __future__ import annotations
@@ -73,7 +77,6 @@ CASES = {
     "late-neighbour-niced": Case("lmtransfer", 19, delay=LATE),
     "short-processes": Case("short-processes"),
 }
-SAME_SESSION_NICED = ("neighbour-niced", "cpu-hog-niced", "late-neighbour-niced")  # these yield: >= 0.80 expected
 WORKLOADS = ("pretrain", "finetune")
 BEFORE_ENV = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default spin, what every stage used before
 BEFORE = "alone-spin-300k"  # alone, so: the speed alone must not fall more than 3% below it
@@ -228,7 +231,8 @@ def _env(extra: dict[str, str], src: Path | None = None) -> dict[str, str]:
 
 
 def start_neighbours(case: Case, checkout: Path, extra: dict[str, str]) -> list[subprocess.Popen]:
-    """The case's neighbour processes, started now: in this session, or in one of their own (`setsid`)."""
+    """The case's neighbour processes, started now: in this session, or in one of their own (`setsid`); each
+    leads a process group, so that `stop` takes what it started too."""
     if case.kind == "hog":
         commands, env = [[sys.executable, "-c", HOG] for _ in range(os.cpu_count() or 1)], dict(os.environ)
     elif case.kind == "short-processes":
@@ -237,24 +241,18 @@ def start_neighbours(case: Case, checkout: Path, extra: dict[str, str]) -> list[
         commands = [[sys.executable, str(checkout / "benchmarks" / "cotenancy.py"), f"--{case.kind}"]]
         env = _env(extra, checkout / "src")
     return [subprocess.Popen(["nice", "-n", str(case.nice), *command], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=case.own_session) for command in commands]
+                             stderr=subprocess.DEVNULL, start_new_session=case.own_session,
+                             process_group=None if case.own_session else 0) for command in commands]
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
     """The neighbours and whatever they started (a short-process loop's current child) killed."""
     for process in processes:
         try:
-            os.killpg(process.pid, signal.SIGKILL) if _leads_group(process) else process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         process.wait()
-
-
-def _leads_group(process: subprocess.Popen) -> bool:
-    try:
-        return os.getpgid(process.pid) == process.pid
-    except ProcessLookupError:
-        return False
 
 
 def run_measure(extra: dict[str, str], case: Case | None = None, checkout: Path | None = None) -> dict:
