@@ -142,10 +142,14 @@ def _tokens_per_hour(read: Reader) -> float:
     return tokens / read.number("bench.pipeline", "pretrain@0/wall time, s") * 3600
 
 
+def _cells(read: Reader, source: str, column: str, keep: Callable[[str], bool]) -> list[float]:
+    """COLUMN of every row of a benchmark's table whose first cell `keep` accepts."""
+    return [read.number(source, f"{row[0]}/{column}") for row in read.source(source).get("rows") if keep(str(row[0]))]
+
+
 def _slowest_pretraining(read: Reader) -> float:
     """The longest pretrain@<p> stage of the timed default run, seconds."""
-    return max(read.number("bench.pipeline", f"{row[0]}/wall time, s") for row in read.source("bench.pipeline").get("rows")
-               if str(row[0]).startswith("pretrain@"))
+    return max(_cells(read, "bench.pipeline", "wall time, s", lambda stage: stage.startswith("pretrain@")))
 
 
 def _course_loop(workload: str, column: str) -> Callable[[Reader], float]:
@@ -160,15 +164,13 @@ def _course_share_of_sgemm(read: Reader) -> float:
 
 def _lowest_cotenancy_fraction(read: Reader) -> float:
     """The smallest share of its speed alone the measured workload kept beside any neighbour."""
-    return min(read.number("bench.cotenancy", f"{row[0]}/fraction") for row in read.source("bench.cotenancy").get("rows")
-               if not str(row[0]).startswith(("alone", "neighbour-spin")))
+    return min(_cells(read, "bench.cotenancy", "fraction", lambda case: not case.startswith(("alone", "neighbour-spin"))))
 
 
 def _lowest_training_fraction_beside(read: Reader) -> float:
     """The smallest share of its time alone a training stage kept in the pipeline run beside another session."""
-    return min(read.number("bench.pipeline-beside-session", f"{row[0]}/fraction")
-               for row in read.source("bench.pipeline-beside-session").get("rows")
-               if str(row[0]).startswith(("pretrain@", "finetune_")))
+    return min(_cells(read, "bench.pipeline-beside-session", "fraction",
+                      lambda stage: stage.startswith(("pretrain@", "finetune_"))))
 
 
 DERIVED: dict[str, Derived] = {
