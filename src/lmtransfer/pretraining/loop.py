@@ -173,7 +173,8 @@ class _Run:
         })
 
     def resume(self) -> bool:
-        """A matching snapshot back in place, its rows logged again into a new MLflow run; True if one was."""
+        """A matching snapshot back in place, its rows logged again into a new MLflow run (not into the run a
+        handover continues: they are there already); True if one was."""
         saved = self.options.snapshots.load(self.phase.name) if self.options.snapshots else None
         if not saved:
             return False
