@@ -156,3 +156,24 @@ def test_a_store_that_cannot_be_written_stops_before_any_work_and_is_left_unchan
         assert sha256_of(store) == digest
     finally:
         subprocess.run(["chattr", "-i", str(store)], check=True)
+
+
+def test_a_store_whose_writer_was_killed_mid_write_is_recovered_not_called_unreadable(tmp_path):
+    """kill -9 during a write leaves a hot journal; a read-only open cannot roll it back ('attempt to write a
+    readonly database'), so the check lets SQLite recover first and then finds the rows committed before."""
+    path = tmp_path / "store.db"
+    code = (
+        "import os, signal, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('PRAGMA cache_size=1')\n"  # spill to the file before the commit: the journal is hot
+        "db.execute('CREATE TABLE runs (x TEXT)')\n"
+        "db.execute(\"INSERT INTO runs VALUES ('kept')\")\n"
+        "db.execute('BEGIN')\n"
+        "for _ in range(2000):\n    db.execute('INSERT INTO runs VALUES (?)', ('y' * 500,))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=False)
+    assert (tmp_path / "store.db-journal").exists()
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("SELECT COUNT(*) FROM runs").fetchone()
+    assert store_problem(path) == "not a complete MLflow store (no schema version)"  # read, not 'unreadable'
+    assert sqlite3.connect(path).execute("SELECT x FROM runs").fetchall() == [("kept",)]

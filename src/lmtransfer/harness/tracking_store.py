@@ -92,12 +92,34 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
         ) from None
 
 
+HOT_JOURNAL = getattr(sqlite3, "SQLITE_READONLY_ROLLBACK", 776)  # a read-only open met a journal to roll back
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the store. A process killed in the middle of a write leaves a hot journal that
+    SQLite rolls back on the next open, which a read-only connection cannot do; that recovery (what MLflow's own
+    open would do) runs first, through one read-write open."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+        return db
+    except sqlite3.OperationalError as error:
+        if getattr(error, "sqlite_errorcode", None) != HOT_JOURNAL:
+            raise
+    recovering = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
+    try:
+        recovering.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+    finally:
+        recovering.close()
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
 def store_problem(path: Path) -> str | None:
     """None for a complete, undamaged store at MLflow's current schema, else what is wrong with it, in words."""
     if path.is_dir():
         return "a directory, not an MLflow store (a file)"
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        with _read_only(path) as db:
             tables = _table_names(db)
             damage = db.execute("PRAGMA quick_check(1)").fetchone()[0]
             version = db.execute("SELECT version_num FROM alembic_version").fetchone() if (
@@ -136,7 +158,7 @@ def _runs_it_holds(path: Path) -> str:
     """'holds runs', 'may hold runs ...' when it cannot be read (a truncated store may still be recoverable),
     or '' when it can be read and holds none: only then may it be set aside and replaced."""
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        with _read_only(path) as db:
             if "runs" not in _table_names(db):  # nothing was ever logged
                 return ""
             return "holds runs" if db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0 else ""
