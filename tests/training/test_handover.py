@@ -19,14 +19,18 @@ SCRIPT = textwrap.dedent("""
     import lmtransfer
     import numpy as np, torch
     from lmtransfer.core import sharing
+    from lmtransfer.classification import finetune
+    from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.core.config import PretrainParams
     from lmtransfer.harness.tracking import log_metrics, stage_run
-    from lmtransfer.modeling.model import LanguageModel, ModelConfig
+    from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
     from lmtransfer.modeling.runtime import use_share_of_cores
     from lmtransfer.pretraining import loop
     from lmtransfer.training.resume import Snapshots
 
-    HAND_OVER_AT = int(sys.argv[1])  # 0: never
+    from lmtransfer.tokens.tokenized import LabeledSplit
+
+    MODE, HAND_OVER_AT = sys.argv[1], int(sys.argv[2])  # pretrain or finetune; the look that sees a neighbour (0: none)
 
     class Watch:  # a neighbour seen from step HAND_OVER_AT on
         saw = sharing.BusyCores(1.0, 0.0)
@@ -40,30 +44,39 @@ SCRIPT = textwrap.dedent("""
             pass
 
     if not sharing.handed_over():  # the first process sees the neighbour; the one it hands over to, none
-        loop.neighbour_watch = lambda *_: Watch()
+        loop.neighbour_watch = finetune.neighbour_watch = lambda *_: Watch()
     print("pid", os.getpid(), "wait", sharing.chosen_wait, flush=True)
     use_share_of_cores()  # as a stage does (`configure`): says what the process it took over from saw
     torch.manual_seed(0)
-    model = LanguageModel(ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.1))
-    ids = np.tile(np.arange(5, 40, dtype=np.uint16), 60)
-    params = PretrainParams(seq_len=8, batch_size=4, max_steps=12, warmup_steps=2, eval_every=5, eval_batches=2)
-    with stage_run("pretrain", {}) as run:
-        options = loop.LoopOptions(log_every=1, log_metrics=log_metrics,
-                                   snapshots=Snapshots("pretrain", "same", 100, root=__import__("pathlib").Path("snap")))
-        result = loop.pretrain(model, ids, ids[:200], params, options)
+    config = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.1)
+    snapshots = Snapshots(MODE, "same", 100 if MODE == "pretrain" else 1, root=__import__("pathlib").Path("snap"))
+    with stage_run(MODE, {}) as run:
+        if MODE == "pretrain":
+            model, ids = LanguageModel(config), np.tile(np.arange(5, 40, dtype=np.uint16), 60)
+            params = PretrainParams(seq_len=8, batch_size=4, max_steps=12, warmup_steps=2, eval_every=5, eval_batches=2)
+            options = loop.LoopOptions(log_every=1, log_metrics=log_metrics, snapshots=snapshots)
+            log = loop.pretrain(model, ids, ids[:200], params, options).train_log
+        else:  # 8 batches an epoch
+            model, texts = Classifier(config, 2), np.random.default_rng(0)
+            lengths = texts.integers(3, 12, 120)
+            split = LabeledSplit(texts.integers(5, 40, lengths.sum()).astype(np.uint16),
+                                 np.concatenate([[0], np.cumsum(lengths)]), texts.integers(0, 2, 120))
+            params = FinetuneParams(epochs=3, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
+            log = finetune.finetune(model, split, split, params, torch.device("cpu"),
+                                    on_epoch=lambda row: log_metrics(row, row["epoch"]), snapshots=snapshots).history
         run_id = run.info.run_id
     digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in model.state_dict().values())).hexdigest()
-    print("done", json.dumps({"run_id": run_id, "digest": digest, "train_log": result.train_log}), flush=True)
+    print("done", json.dumps({"run_id": run_id, "digest": digest, "log": log}), flush=True)
 """)
 
 
-def _train(folder, hand_over_at: int) -> tuple[list[str], dict]:
+def _train(folder, hand_over_at: int, mode: str = "pretrain") -> tuple[list[str], dict]:
     env = {**os.environ, "MLFLOW_TRACKING_URI": "", "DVC_ROOT": str(folder), "LMTRANSFER_PIPELINE_ID": "one",
            "TQDM_DISABLE": "1"}
     for name in (sharing.HANDOVER_ENV, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", sharing.CHOSEN_ENV, sharing.JOBS_ENV):
         env.pop(name, None)
     (folder / "train.py").write_text(SCRIPT)
-    out = subprocess.run([sys.executable, "train.py", str(hand_over_at)], cwd=folder, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "train.py", mode, str(hand_over_at)], cwd=folder, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
@@ -83,7 +96,7 @@ def test_a_handed_over_training_ends_bit_for_bit_in_the_same_process_id_and_mlfl
     said = [line for line in lines if line.startswith("neighbours:")]
     assert len(said) == 2 and "handing the training over at step 4 of 12" in said[0] and "1.0 of" in said[0]
     assert handed["digest"] == plain["digest"]
-    assert handed["train_log"] == plain["train_log"]
+    assert handed["log"] == plain["log"]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'handed' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("lmtransfer").experiment_id],
                               filter_string="attributes.run_name = 'pretrain'")
@@ -91,6 +104,24 @@ def test_a_handed_over_training_ends_bit_for_bit_in_the_same_process_id_and_mlfl
     assert runs[0].info.status == "FINISHED"
     history = client.get_metric_history(handed["run_id"], "train_loss")
     assert sorted(m.step for m in history) == list(range(1, 13))  # each step once: nothing logged twice
+
+
+def test_a_fine_tuning_handed_over_mid_epoch_ends_bit_for_bit_in_one_mlflow_run(tmp_path):
+    from mlflow import MlflowClient
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "handed").mkdir()
+    _, plain = _train(tmp_path / "plain", hand_over_at=0, mode="finetune")
+    lines, handed = _train(tmp_path / "handed", hand_over_at=11, mode="finetune")  # epoch 1: 8 batches + its end
+    said = [line for line in lines if line.startswith("neighbours:")]
+    assert "handing the training over at batch 2 of 8 in finetune epoch 2/3" in said[0]
+    assert "resumed from the snapshot at batch 2 of epoch 2 of 3" in "\n".join(lines)
+    assert handed["digest"] == plain["digest"] and handed["log"] == plain["log"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'handed' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("lmtransfer").experiment_id],
+                              filter_string="attributes.run_name = 'finetune'")
+    assert [run.info.run_id for run in runs] == [handed["run_id"]] and runs[0].info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(handed["run_id"], "val_accuracy")) == [1, 2, 3]
 
 
 def _clock(at: float, normal: float, niced: float, own: float, elsewhere: dict | None = None) -> CpuClock:
@@ -128,9 +159,22 @@ def test_a_spinning_process_asks_to_sleep_once_a_neighbour_stays_two_readings(mo
     assert watch.saw == BusyCores(1.0, 0.0)
 
 
-def test_niced_neighbours_of_its_own_session_leave_a_spinning_process_alone(monkeypatch):
-    watch = _watch(monkeypatch, "brief-spin", [(0.1, 0.9)] * 4)
+def test_niced_neighbours_of_its_own_session_make_a_brief_spin_long_and_leave_a_long_one(monkeypatch):
+    watch = _watch(monkeypatch, "brief-spin", [(0.1, 0.9), (0.0, 0.1), (0.1, 0.9), (0.0, 0.7)])
+    assert [watch.look() for _ in range(4)] == [None, None, None, "long-spin"]
+    assert watch.saw == pytest.approx(BusyCores(0.05, 0.8))
+    watch = _watch(monkeypatch, "long-spin", [(0.1, 0.9)] * 2 + [(0.0, 0.0)] * 2)
     assert [watch.look() for _ in range(4)] == [None] * 4
+
+
+def test_two_readings_must_ask_for_the_same_change(monkeypatch):
+    watch = _watch(monkeypatch, "brief-spin", [(0.1, 0.9), (0.9, 0.0), (0.1, 0.9), (0.8, 0.0), (1.0, 0.0)])
+    assert [watch.look() for _ in range(5)] == [None, None, None, None, "sleep"]
+
+
+def test_a_sleeping_process_beside_niced_programs_of_its_session_only_spins_long(monkeypatch):
+    watch = _watch(monkeypatch, "sleep", [(0.1, 0.8), (0.0, 0.6)])
+    assert [watch.look() for _ in range(2)] == [None, "long-spin"]
 
 
 def test_a_sleeping_process_asks_to_spin_once_the_machine_is_quiet(monkeypatch):

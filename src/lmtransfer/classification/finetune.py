@@ -1,16 +1,19 @@
 """Fine-tuning for classification: one code path for the pretrained and the scratch model.
 
 Per epoch: shuffled batches, length-bucketed or random (`finetune.batches`, `datasets.classification_batches`),
-one clipped AdamW step each, then validation; the best epoch's weights are kept.
+one clipped AdamW step each, then validation; the best epoch's weights are kept. With snapshots, one after
+each epoch, and one after any batch where the training hands itself over to a new process (`training.handover`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,6 +75,67 @@ def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
     return line
 
 
+@dataclass
+class EpochSoFar:
+    """How far the current epoch went: batches done and their sums (a handover mid-epoch saves and resumes it)."""
+
+    batches: int = 0
+    loss_sum: float = 0.0
+    correct: int = 0
+    seen: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class _Training:
+    """A fine-tuning under way: what it trains with, and what a snapshot holds, after an epoch or in one."""
+
+    model: Classifier
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    generator: np.random.Generator  # draws each epoch's batch order
+    device: torch.device
+    snapshots: Snapshots | None
+    result: FinetuneResult = field(default_factory=FinetuneResult)
+    so_far: EpochSoFar | None = None  # a snapshot's epoch under way
+    epoch_order: dict | None = None  # the generator's state before the current epoch drew its order
+    start: float = 0.0  # perf_counter of the start, less the seconds before a resume
+    epoch_start: float = 0.0
+
+    def snapshot(self, so_far: EpochSoFar | None = None) -> None:
+        """After an epoch, or in one (`so_far`): then the generator is saved as it was before the epoch drew its
+        batches, so that the process that resumes draws them again and goes on after those done."""
+        self.result.seconds = time.perf_counter() - self.start
+        if so_far:
+            so_far.seconds = time.perf_counter() - self.epoch_start
+        self.snapshots.save("epochs", {
+            "result": asdict(self.result), "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.device),
+            "batch_order": self.epoch_order if so_far else self.generator.bit_generator.state,
+            "epoch_so_far": asdict(so_far) if so_far else None,
+        })
+
+    def resume(self, params: FinetuneParams, desc: str, on_epoch: EpochCallback | None) -> None:
+        """The last snapshot back in place (its epochs passed to `on_epoch` again, unless this process continues
+        the run that logged them: a handover), if there is one."""
+        saved = self.snapshots.load("epochs") if self.snapshots else None
+        if not saved:
+            return
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        self.generator.bit_generator.state = saved["batch_order"]
+        self.result = FinetuneResult(**saved["result"])
+        self.so_far = EpochSoFar(**saved["epoch_so_far"]) if saved.get("epoch_so_far") else None
+        done = len(self.result.history)
+        where = (f"at batch {self.so_far.batches} of epoch {done + 1}" if self.so_far else f"after epoch {done}")
+        print(f"{desc}: resumed from the snapshot {where} of {params.epochs}", flush=True)
+        if on_epoch and not continues_a_run():
+            for row in self.result.history:
+                on_epoch(row)
+
+
 def finetune(
     model: Classifier,
     train: LabeledSplit,
@@ -96,25 +160,18 @@ def finetune(
     scheduler = (warmup_constant(optimizer, params.warmup_steps) if params.schedule == "constant"
                  else warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs))
     print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
-    generator = np.random.default_rng(seed)
+    training = _Training(model, optimizer, scheduler, np.random.default_rng(seed), device, snapshots)
     distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
     step = _step_function(model, device, compile_steps)
-    result = _resumed(snapshots, model, optimizer, scheduler, generator, params, desc, on_epoch)
-    watch = neighbour_watch(snapshots, device)
-    start = time.perf_counter() - result.seconds
+    training.resume(params, desc, on_epoch)
+    result, watch = training.result, neighbour_watch(snapshots, device)
+    training.start = time.perf_counter() - result.seconds
     for epoch in range(len(result.history) + 1, params.epochs + 1):
-        model.train()
-        if params.freeze_backbone:
-            model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
-        epoch_start = time.perf_counter()
-        progress = progress_bar(total=steps_per_epoch, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
-        batches = classification_batches(train, params.batch_size, params.max_len, model.base.config.pad_id, generator,
-                                         bucketed=params.batches == "bucketed")
-        train_loss, train_accuracy = _train_epoch(step, batches, model, optimizer, scheduler, params.grad_clip,
-                                                  device, progress)
+        train_loss, train_accuracy = _train_epoch(training, step, train, params, f"{desc} epoch {epoch}/{params.epochs}",
+                                                  watch)
         row = _validated_epoch(model, valid, params, device, epoch, train_loss, train_accuracy)
         result.history.append(row)
-        result.epoch_seconds.append(round(time.perf_counter() - epoch_start, 2))
+        result.epoch_seconds.append(round(time.perf_counter() - training.epoch_start, 2))
         if row["val_accuracy"] > result.best_val_accuracy:
             result.best_val_accuracy, result.best_epoch = row["val_accuracy"], epoch
             result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
@@ -122,16 +179,45 @@ def finetune(
               f"val loss {row['val_loss']:.4f} acc {row['val_accuracy']:.4f}", flush=True)
         if on_epoch:
             on_epoch(row)
-        result.seconds = time.perf_counter() - start
+        result.seconds = time.perf_counter() - training.start
         if snapshots and epoch < params.epochs:
-            snapshots.save("epochs", {
-                "result": asdict(result), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "rng": rng_state(device), "batch_order": generator.bit_generator.state,
-            })
+            training.snapshot()
             hand_over_if_due(watch, lambda: None, f"the end of epoch {epoch} of {params.epochs}")
     if watch:
         watch.stop()
     return result
+
+
+def _train_epoch(training: _Training, step, train: LabeledSplit, params: FinetuneParams, label: str,
+                 watch) -> tuple[float, float]:
+    """One pass over the shuffled batches, a clipped optimizer step each: the epoch's mean loss and accuracy.
+    After each batch the training may hand itself over (`training.handover`, from a snapshot of the epoch so
+    far); an epoch resumed from one goes on after the batches it had done."""
+    so_far, training.so_far = training.so_far or EpochSoFar(), None
+    training.epoch_start = time.perf_counter() - so_far.seconds
+    model = training.model
+    model.train()
+    if params.freeze_backbone:
+        model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
+    total = -(-len(train) // params.batch_size)
+    progress = progress_bar(total=total, initial=so_far.batches, desc=label, unit="batch")
+    training.epoch_order = training.generator.bit_generator.state
+    batches = classification_batches(train, params.batch_size, params.max_len, model.base.config.pad_id,
+                                     training.generator, bucketed=params.batches == "bucketed")
+    for ids, labels in itertools.islice(batches, so_far.batches, None):
+        ids, labels = to_device((ids, labels), training.device)
+        loss, measured = step(ids, labels)
+        optimizer_step(loss, model, training.optimizer, training.scheduler, params.grad_clip)
+        so_far.loss_sum += measured["loss"].item() * len(labels)
+        so_far.correct += int(measured["correct"].round())
+        so_far.seen += len(labels)
+        so_far.batches += 1
+        progress.update(1)
+        progress.set_postfix(loss=f"{so_far.loss_sum / so_far.seen:.3f}", acc=f"{so_far.correct / so_far.seen:.3f}",
+                             refresh=False)
+        hand_over_if_due(watch, lambda: training.snapshot(so_far), f"batch {so_far.batches} of {total} in {label}")
+    progress.close()
+    return so_far.loss_sum / so_far.seen, so_far.correct / so_far.seen
 
 
 def _step_function(model: Classifier, device: torch.device, compile_steps: bool):
@@ -141,21 +227,6 @@ def _step_function(model: Classifier, device: torch.device, compile_steps: bool)
         return functools.partial(_local_step, compiled(model, compile_steps), device=device)
     trainer = compiled(distributed.wrap(model, _scores, device), compile_steps)
     return functools.partial(_sharded_step, trainer, world=world, device=device)
-
-
-def _resumed(snapshots: Snapshots | None, model, optimizer, scheduler, generator, params: FinetuneParams, desc: str,
-             on_epoch: EpochCallback | None) -> FinetuneResult:
-    """The last epoch's snapshot back in place (its epochs passed to `on_epoch` again, unless this process
-    continues the run that logged them: a handover), or a fresh result."""
-    saved = snapshots.load("epochs") if snapshots else None
-    if not saved:
-        return FinetuneResult()
-    result = _restore(saved, model, optimizer, scheduler, generator)
-    print(f"{desc}: resumed from the snapshot after epoch {len(result.history)} of {params.epochs}", flush=True)
-    if on_epoch and not continues_a_run():
-        for row in result.history:
-            on_epoch(row)
-    return result
 
 
 def _validated_epoch(model: Classifier, valid: LabeledSplit, params: FinetuneParams, device: torch.device, epoch: int,
@@ -181,39 +252,12 @@ def _scores(model: Classifier, ids: torch.Tensor, labels: torch.Tensor) -> dict[
     return {"loss": F.cross_entropy(logits, labels), "correct": (logits.argmax(-1) == labels).sum()}
 
 
-def _restore(saved: dict, model, optimizer, scheduler, generator: np.random.Generator) -> FinetuneResult:
-    """The last epoch's snapshot back in place: weights, optimizer, schedule, every RNG and the batch order."""
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    set_rng_state(saved["rng"])
-    generator.bit_generator.state = saved["batch_order"]
-    return FinetuneResult(**saved["result"])
-
-
 def _local_step(forward, ids: torch.Tensor, labels: torch.Tensor, device: torch.device):
     """One process's batch: the loss to step on, and the loss and number correct it measured."""
     with autocast(device):
         logits = forward(ids).float()
     loss = F.cross_entropy(logits, labels)
     return loss, {"loss": loss, "correct": (logits.argmax(-1) == labels).sum()}
-
-
-def _train_epoch(step, batches, model, optimizer, scheduler, grad_clip: float, device: torch.device,
-                 progress) -> tuple[float, float]:
-    """One pass over the shuffled batches, a clipped optimizer step each: the epoch's mean loss and accuracy."""
-    loss_sum, correct, seen = 0.0, 0, 0
-    for ids, labels in batches:
-        ids, labels = to_device((ids, labels), device)
-        loss, measured = step(ids, labels)
-        optimizer_step(loss, model, optimizer, scheduler, grad_clip)
-        loss_sum += measured["loss"].item() * len(labels)
-        correct += int(measured["correct"].round())
-        seen += len(labels)
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
-    progress.close()
-    return loss_sum / seen, correct / seen
 
 
 def _sharded_step(trainer, ids: torch.Tensor, labels: torch.Tensor, world: distributed.World, device: torch.device):

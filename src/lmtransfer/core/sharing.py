@@ -97,6 +97,24 @@ def wait_for(busy: BusyCores) -> str:
     return "long-spin" if busy.niced >= BUSY_CORES else "brief-spin"
 
 
+def better_wait(current: str, busy: BusyCores) -> str | None:
+    """The wait to change to from `current`, beside what others kept busy during a reading; None: keep it.
+
+    Spinning threads beside a program that does not yield lose most of their speed: sleep. A brief spin
+    beside niced programs of this session lets them in at every gap between two operations, where a long spin
+    keeps the cores and costs nothing alone (`benchmarks/cotenancy.py`): from a quarter core of niced time on,
+    spin long. Sleeping threads lose speed once the others that do not yield are gone (alone: 12%): spin
+    again, long beside niced programs of this session. A long spin never goes back to a brief one: both keep
+    the speed alone, and the change would cost a restart."""
+    if current != "sleep":
+        if busy.normal >= BUSY_CORES:
+            return "sleep"
+        return "long-spin" if current == "brief-spin" and busy.niced >= BUSY_CORES / 2 else None
+    if busy.normal >= BUSY_CORES / 2:
+        return None
+    return "long-spin" if busy.niced >= BUSY_CORES / 2 else "brief-spin"
+
+
 def autogroup(pid: int | str = "self") -> str | None:
     """The scheduler's group of a process (`/autogroup-12`), or None where the kernel shares the CPU by process
     alone. With autogroups (one per session: a terminal, `setsid`) the CPU is shared between sessions before
@@ -233,18 +251,16 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
 
 class NeighbourWatch:
     """Keeps looking, during training, at what other programs keep busy, and says when the wait this process's
-    threads were started with (`chosen_wait`) no longer fits: a neighbour that arrived after the start (spinning
-    threads beside it lose most of their speed), or one that left (sleeping threads alone lose 14%). Only
-    spinning against sleeping: both spins keep the speed alone. OpenMP reads the wait once, so the answer is
-    acted on by handing the work over to a new process (`training.handover`).
+    threads were started with (`chosen_wait`) no longer fits (`better_wait`). OpenMP reads the wait once, so the
+    answer is acted on by handing the work over to a new process (`training.handover`).
 
     A reading every `every` seconds, on a thread of its own (`start`); once `patience` readings in a row ask
     for the same change, `wanted` names the wait to change to and `saw` what those readings saw on average."""
 
-    def __init__(self, every: float = 2.0, patience: int = 2, clock=CpuClock.read) -> None:
+    def __init__(self, every: float = 1.0, patience: int = 2, clock=CpuClock.read) -> None:
         self.every, self.patience, self.clock = every, patience, clock
         self.last = clock()
-        self.streak: list[BusyCores] = []
+        self.streak: list[tuple[str, BusyCores]] = []
         self.wanted: str | None = None
         self.saw: BusyCores | None = None
         self._stopped = threading.Event()
@@ -255,12 +271,13 @@ class NeighbourWatch:
             return self.wanted
         now = self.clock()
         busy, self.last = now.busy_since(self.last), now
-        spinning = chosen_wait != "sleep"
-        fits = wait_for(busy) != "sleep" if spinning else busy.normal + busy.niced >= BUSY_CORES / 2
-        self.streak = [] if fits else [*self.streak, busy]
+        better = better_wait(chosen_wait, busy)
+        kept = [entry for entry in self.streak if entry[0] == better]
+        self.streak = [] if better is None else [*kept, (better, busy)]
         if len(self.streak) >= self.patience:
-            self.saw = BusyCores(*(sum(values) / len(self.streak) for values in zip(*self.streak)))
-            self.wanted = "sleep" if spinning else "brief-spin"
+            seen = [entry[1] for entry in self.streak]
+            self.saw = BusyCores(*(sum(values) / len(seen) for values in zip(*seen)))
+            self.wanted = better
         return self.wanted
 
     def start(self) -> NeighbourWatch:

@@ -1,9 +1,10 @@
 """Handing training over to a new process when a neighbour arrives or leaves.
 
 How OpenMP's idle threads wait is read once, when torch loads OpenMP (`core.sharing.choose_openmp_wait`), and
-the best wait depends on the neighbours: brief spinning alone, sleeping at once beside programs that do not
-yield. A stage keeps watching (`sharing.NeighbourWatch`); when the neighbours change for good, it saves a resume
-snapshot at the next point where one is whole (a pretraining step, a fine-tuning epoch), and replaces itself
+the best wait depends on the neighbours: brief spinning alone, long spinning beside niced programs of its own
+session, sleeping at once beside programs that do not yield. A stage keeps watching (`sharing.NeighbourWatch`);
+when the neighbours change for good, it saves a resume snapshot at the next point where one is whole (a
+pretraining step, a fine-tuning batch), and replaces itself
 (`os.execv`: the same process id, so DVC sees one stage) with the same command under the other wait. The new
 process resumes from the snapshot, bit for bit as after a kill, and continues the same MLflow run. Nothing of
 this changes a result: threads, kernels and every random draw stay as they were.
@@ -55,15 +56,24 @@ def continues_a_run() -> bool:
     return bool(handover and handover.get("run_id"))
 
 
+def seen_words(wait: str, saw: sharing.BusyCores) -> str:
+    """What the watch saw that asks for `wait`, in the log's words."""
+    cores = os.cpu_count()
+    if wait == "long-spin":
+        return (f"niced programs of this session kept {saw.niced:.1f} of {cores} cores busy after the start "
+                f"(they yield; others {saw.normal:.1f})")
+    niced = f" (+{saw.niced:.1f} niced, yielding)" if saw.niced >= 0.05 else ""
+    return f"other programs kept {saw.normal:.1f} of {cores} cores busy{niced}" + (
+        " after the start" if wait == "sleep" else ", then fewer")
+
+
 def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], None], where: str) -> None:
     """At a point where the training can stop whole: if the watch asks for another wait, `save` the snapshot
     and become the same command under that wait (never returns then). `where` says the point, for the log."""
     if watch is None or watch.wanted is None:
         return
     wait, saw = watch.wanted, watch.saw
-    seen = (f"other programs kept {saw.normal:.1f} of {os.cpu_count()} cores busy"
-            + (f" (+{saw.niced:.1f} niced, yielding)" if saw.niced >= 0.05 else "")
-            + (" after the start" if wait == "sleep" else ", then fewer"))
+    seen = seen_words(wait, saw)
     print(f"\nneighbours: {seen}; handing the training over at {where} to the same command, "
           f"{sharing.WAIT_WORDS[wait]}: the result is the same", flush=True)
     watch.stop()
