@@ -21,6 +21,24 @@ def test_a_stage_named_by_its_arguments_says_which_one_finished(capsys):
     assert capsys.readouterr().out.startswith("finetune_scratch@2: done in ")
 
 
+def test_a_stage_whose_training_was_handed_over_counts_its_time_from_the_first_process(capsys, monkeypatch):
+    import json
+    import time
+
+    from lmtransfer.core import sharing
+
+    monkeypatch.setenv(sharing.HANDOVER_ENV, json.dumps({"wait": "sleep", "saw": "", "count": 1, "run_id": None,
+                                                         "started": time.time() - 100}))
+
+    @stage_main("pretrain@0")
+    def main() -> None:
+        pass
+
+    main()
+    seconds = float(capsys.readouterr().out.split("done in ")[1].split()[0])
+    assert 100 <= seconds < 110
+
+
 @pytest.mark.parametrize("error", [ConfigError("model.d_model: bad"), MissingOutputError("x: not found"),
                                    DeviceError("train.device='cuda' but no CUDA device is available")])
 def test_expected_problems_are_one_line_and_exit_status_1(capsys, monkeypatch, error):

@@ -124,16 +124,21 @@ def test_a_fine_tuning_handed_over_mid_epoch_ends_bit_for_bit_in_one_mlflow_run(
     assert sorted(m.step for m in client.get_metric_history(handed["run_id"], "val_accuracy")) == [1, 2, 3]
 
 
-def _clock(at: float, normal: float, niced: float, own: float, elsewhere: dict | None = None) -> CpuClock:
-    return CpuClock(at, normal, niced, own, elsewhere or {})
+def _clock(at: float, normal: float, niced: float, own: float, here: dict | None = None) -> CpuClock:
+    """A reading; `here`: niced processes of this session (None: no autogroups, every niced one yields)."""
+    return CpuClock(at, normal, niced, own, here)
 
 
-def test_busy_cores_count_niced_time_of_other_sessions_as_not_yielding(monkeypatch):
+def test_niced_time_yields_only_where_it_is_seen_in_this_session(monkeypatch):
     monkeypatch.setattr(sharing, "niced_self", lambda: False)
-    before = _clock(0.0, 10.0, 5.0, 4.0, {7: 1.0, 8: 2.0})
-    after = _clock(2.0, 14.0, 7.0, 7.0, {7: 2.5, 8: 2.0})  # 2 s: 3 of own, 1 other normal, 2 niced (1.5 elsewhere)
+    before = _clock(0.0, 10.0, 5.0, 4.0, {7: 1.0})
+    # 2 s: 3 of its own, 1 other normal, 3 niced: 0.5 by process 7 of this session, 1.0 by process 9 of this
+    # session that started since, 1.5 by others (another session, or processes that came and went)
+    after = _clock(2.0, 14.0, 8.0, 7.0, {7: 1.5, 9: 1.0})
     busy = after.busy_since(before)
-    assert busy.normal == pytest.approx((1.0 + 1.5) / 2) and busy.niced == pytest.approx(0.5 / 2)
+    assert busy.normal == pytest.approx((1.0 + 1.5) / 2) and busy.niced == pytest.approx(1.5 / 2)
+    no_groups = _clock(2.0, 14.0, 8.0, 7.0, None).busy_since(_clock(0.0, 10.0, 5.0, 4.0, None))
+    assert no_groups == pytest.approx(BusyCores(1.0 / 2, 3.0 / 2))  # without autogroups every niced program yields
 
 
 @pytest.mark.parametrize(("busy", "wait"), [

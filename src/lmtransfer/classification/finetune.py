@@ -100,7 +100,7 @@ class _Training:
     so_far: EpochSoFar | None = None  # a snapshot's epoch under way
     epoch_order: dict | None = None  # the generator's state before the current epoch drew its order
     start: float = 0.0  # perf_counter of the start, less the seconds before a resume
-    epoch_start: float = 0.0
+    epoch_start: float = 0.0  # the same for the current epoch
 
     def snapshot(self, so_far: EpochSoFar | None = None) -> None:
         """After an epoch, or in one (`so_far`): then the generator is saved as it was before the epoch drew its

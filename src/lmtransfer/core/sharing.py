@@ -137,17 +137,18 @@ def _group_of(pid: int | str) -> str | None:
         return None
 
 
-def niced_elsewhere() -> dict[int, float]:
-    """CPU seconds so far of each niced process in another autogroup than this one's (none without autogroups)."""
+def niced_here() -> dict[int, float] | None:
+    """CPU seconds so far of each niced process in this process's autogroup (its session); None without
+    autogroups, where every niced process yields to this one."""
     import psutil
 
     mine = autogroup()
     if mine is None:
-        return {}
+        return None
     seconds = {}
     for process in psutil.process_iter(["nice", "cpu_times"]):
         times = process.info["cpu_times"]
-        if (process.info["nice"] or 0) > 0 and times is not None and _group_of(process.pid) not in (None, mine):
+        if (process.info["nice"] or 0) > 0 and times is not None and _group_of(process.pid) == mine:
             seconds[process.pid] = times.user + times.system
     return seconds
 
@@ -159,7 +160,7 @@ class CpuClock(NamedTuple):
     normal: float
     niced: float
     own: float
-    niced_elsewhere: dict[int, float]
+    niced_here: dict[int, float] | None
 
     @classmethod
     def read(cls) -> CpuClock:
@@ -167,20 +168,23 @@ class CpuClock(NamedTuple):
 
         machine, mine = psutil.cpu_times(), psutil.Process().cpu_times()
         normal = machine.user + machine.system + getattr(machine, "irq", 0.0) + getattr(machine, "softirq", 0.0)
-        return cls(time.perf_counter(), normal, getattr(machine, "nice", 0.0), mine.user + mine.system,
-                   niced_elsewhere())
+        return cls(time.perf_counter(), normal, getattr(machine, "nice", 0.0), mine.user + mine.system, niced_here())
 
     def busy_since(self, earlier: CpuClock) -> BusyCores:
-        """Cores others kept busy between `earlier` and this reading; niced time of other sessions as normal."""
+        """Cores others kept busy between `earlier` and this reading. Niced time counts as yielding only where
+        it is seen: processes of this session present at this reading (all their time, for one that started
+        since). The rest (other sessions' niced programs, and short ones that came and went between the two
+        readings, whose session is not known) counts as not yielding: wrongly taken for yielding, it would have
+        threads spin against a program that does not yield, the worst case."""
         elapsed = max(self.at - earlier.at, 1e-9)
         own = self.own - earlier.own
         normal, niced = self.normal - earlier.normal, self.niced - earlier.niced
         if niced_self():  # its own time is niced time, and niced programs did not ask to yield to it
             return BusyCores(max(0.0, normal + niced - own) / elapsed, 0.0)
-        elsewhere = sum(max(0.0, seconds - earlier.niced_elsewhere.get(pid, seconds))
-                        for pid, seconds in self.niced_elsewhere.items())
-        elsewhere = min(max(0.0, niced), elsewhere)
-        return BusyCores(max(0.0, normal - own + elsewhere) / elapsed, max(0.0, niced - elsewhere) / elapsed)
+        here = niced if self.niced_here is None or earlier.niced_here is None else sum(
+            max(0.0, seconds - earlier.niced_here.get(pid, 0.0)) for pid, seconds in self.niced_here.items())
+        here = min(max(0.0, niced), here)
+        return BusyCores(max(0.0, normal - own + niced - here) / elapsed, here / elapsed)
 
 
 def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> BusyCores:
@@ -203,7 +207,8 @@ def others_were_busy() -> bool:
 
 def handed_over() -> dict | None:
     """What a training process that handed its work over to this one (`training.handover`) passed on: the wait
-    to take (`wait`), what it saw (`saw`), the MLflow run to continue (`run_id`) and handovers so far (`count`)."""
+    to take (`wait`), what it saw (`saw`), the MLflow run to continue (`run_id`), handovers so far (`count`) and
+    when the stage started (`started`, so that its `done in` counts the whole stage)."""
     import json
 
     value = os.environ.get(HANDOVER_ENV)

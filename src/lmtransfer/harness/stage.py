@@ -13,8 +13,11 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
+from lmtransfer.core import sharing
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.harness.launcher import launching_dvc
+
+started: float | None = None  # time.time() when this stage started, in the process it was handed over from if so
 
 
 def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], Callable[[], None]]:
@@ -26,14 +29,16 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
     def decorate(main: Callable[[], None]) -> Callable[[], None]:
         @functools.wraps(main)
         def run() -> None:
-            start = time.perf_counter()
+            global started
+            handover = sharing.handed_over() or {}  # a training handed over (`training.handover`): the stage goes on
+            started = handover.get("started") or time.time()
             label = name() if callable(name) else name
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, _terminated)
             watch_launcher()
             try:
                 main()
-                print(f"{label}: done in {time.perf_counter() - start:.1f} s", flush=True)
+                print(f"{label}: done in {time.time() - started:.1f} s", flush=True)
             except KeyboardInterrupt as stopped:  # Terminated, or a KeyboardInterrupt raised before the handler
                 signum = getattr(stopped, "signum", signal.SIGINT)
                 why = LAUNCHER_GONE if launcher_gone.is_set() else signal.Signals(signum).name
