@@ -317,6 +317,7 @@ def main() -> None:
         finetuning_neighbour()
         return
     extra = dict(item.split("=", 1) for item in args.env)
+    signal.signal(signal.SIGTERM, _terminated)
     started = time.perf_counter()
     asleep = [] if extra else [ASLEEP]  # with a variable of the user's in every process, it would be `alone` again
     results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, *asleep, BEFORE_NEIGHBOUR, *args.cases]}
@@ -328,6 +329,12 @@ def main() -> None:
                 print(f"round {round_}/{args.rounds} {case:<20}" + "".join(
                     f"  {w} {runs[-1][w]['seconds']:6.1f} s" for w in WORKLOADS), flush=True)
     report(results, extra, args.rounds, time.perf_counter() - started)
+
+
+def _terminated(signum: int, frame) -> None:
+    """A conductor killed with SIGTERM (`kill`, `pkill`) stops the case's neighbours on its way out (`run_measure`'s
+    finally): left running, a busy loop would slow whatever is measured next on the machine."""
+    raise SystemExit(128 + signum)
 
 
 def _median(runs: list[dict], *keys: str) -> float:

@@ -102,10 +102,10 @@ def better_wait(current: str, busy: BusyCores) -> str | None:
 
     Spinning threads beside a program that does not yield lose most of their speed: sleep. A brief spin
     beside niced programs of this session lets them in at every gap between two operations, where a long spin
-    keeps the cores and costs nothing alone (`benchmarks/cotenancy.py`): from a quarter core of niced time on,
-    spin long. Sleeping threads lose speed once the others that do not yield are gone (alone: 12%): spin
-    again, long beside niced programs of this session. A long spin never goes back to a brief one: both keep
-    the speed alone, and the change would cost a restart."""
+    keeps the cores (`benchmarks/cotenancy.py`): from a quarter core of niced time on, spin long. Sleeping
+    threads lose speed once the others that do not yield are gone (alone: 9-13%): spin again, long beside
+    niced programs of this session. A long spin does not go back to a brief one when they leave: alone it is
+    a little slower in fine-tuning's small operations, but going back would cost another restart."""
     if current != "sleep":
         if busy.normal >= BUSY_CORES:
             return "sleep"
