@@ -30,7 +30,7 @@ from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
 from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
-from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
+from lmtransfer.training.resume import Snapshots, restore_training_state, training_state
 
 EpochCallback = Callable[[dict[str, float]], None]
 
@@ -109,8 +109,7 @@ class _Training:
         if so_far:
             so_far.seconds = time.perf_counter() - self.epoch_start
         self.snapshots.save("epochs", {
-            "result": asdict(self.result), "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.device),
+            "result": asdict(self.result), **training_state(self.model, self.optimizer, self.scheduler, self.device),
             "batch_order": self.epoch_order if so_far else self.generator.bit_generator.state,
             "epoch_so_far": asdict(so_far) if so_far else None,
         })
@@ -121,13 +120,10 @@ class _Training:
         saved = self.snapshots.load("epochs") if self.snapshots else None
         if not saved:
             return
-        self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scheduler.load_state_dict(saved["scheduler"])
-        set_rng_state(saved["rng"])
+        restore_training_state(saved, self.model, self.optimizer, self.scheduler)
         self.generator.bit_generator.state = saved["batch_order"]
         self.result = FinetuneResult(**saved["result"])
-        self.so_far = EpochSoFar(**saved["epoch_so_far"]) if saved.get("epoch_so_far") else None
+        self.so_far = EpochSoFar(**saved["epoch_so_far"]) if saved["epoch_so_far"] else None
         done = len(self.result.history)
         where = (f"at batch {self.so_far.batches} of epoch {done + 1}" if self.so_far else f"after epoch {done}")
         print(f"{desc}: resumed from the snapshot {where} of {params.epochs}", flush=True)

@@ -27,7 +27,7 @@ from lmtransfer.tokens.datasets import PackedBatches
 from lmtransfer.training import distributed
 from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
 from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_cosine
-from lmtransfer.training.resume import Snapshots, rng_state, set_rng_state
+from lmtransfer.training.resume import Snapshots, restore_training_state, training_state
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
@@ -168,8 +168,7 @@ class _Run:
     def snapshot(self, done: bool) -> None:
         self.options.snapshots.save(self.phase.name, {
             "done": done, "position": asdict(self.at), "result": asdict(self.result), "epoch_order": self.epoch_order,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.options.device),
+            **training_state(self.model, self.optimizer, self.scheduler, self.options.device),
         })
 
     def resume(self) -> bool:
@@ -178,10 +177,7 @@ class _Run:
         saved = self.options.snapshots.load(self.phase.name) if self.options.snapshots else None
         if not saved:
             return False
-        self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scheduler.load_state_dict(saved["scheduler"])
-        set_rng_state(saved["rng"])
+        restore_training_state(saved, self.model, self.optimizer, self.scheduler)
         self.batches.generator.set_state(saved["epoch_order"])
         self.result, self.at = PretrainResult(**saved["result"]), _Position(**saved["position"])
         self.epoch_order, self.finished = saved["epoch_order"], saved["done"]

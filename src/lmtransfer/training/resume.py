@@ -65,6 +65,20 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def training_state(model, optimizer, scheduler, device: torch.device) -> dict[str, Any]:
+    """What every snapshot holds of the training itself: weights, optimizer, schedule and the generators."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": rng_state(device)}
+
+
+def restore_training_state(saved: dict[str, Any], model, optimizer, scheduler) -> None:
+    """`training_state` of a snapshot back in place."""
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    set_rng_state(saved["rng"])
+
+
 def snapshot_folder(stage: str) -> str:
     """The folder of a stage's snapshots under .resume/: `finetune_scratch@2` -> `finetune_scratch_seed2`."""
     return stage_file_name(stage)
