@@ -38,7 +38,7 @@ def cpu_model() -> str:
 
 
 def machine() -> dict:
-    """What a timing depends on besides the code: the CPU, its cores, the memory, the versions."""
+    """What a timing depends on besides the code: the CPU, its cores, the memory, the versions, a GPU if any."""
     facts = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
     try:
         facts["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
@@ -49,6 +49,8 @@ def machine() -> dict:
 
         facts["torch"] = torch.__version__
         facts["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        if torch.cuda.is_available():
+            facts["gpu"] = torch.cuda.get_device_name(0)
     except ImportError:
         pass
     return facts

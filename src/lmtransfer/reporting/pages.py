@@ -397,6 +397,7 @@ def _benchmark(root: Path, name: str) -> str:
              for value, column in zip(row, columns)] for i, row in enumerate(source.get("rows"))]
     cores = f", {machine['cores']} cores" if machine.get("cores") else ""
     kernels = f", {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
+    kernels += f", {machine['gpu']}" if machine.get("gpu") else ""
     notes = f"; {source.get('notes')}" if source.get("notes") else ""
     caption = (f"`{source.get('command')}` on {machine.get('cpu', 'an unnamed CPU')}{cores}{kernels}: "
                f"{source.number('seconds'):,.0f} s{notes}.")
