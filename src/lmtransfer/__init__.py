@@ -12,7 +12,7 @@ set it): the pipeline promises no network use but the pinned dataset download, a
 MLflow decides on telemetry when it is imported, so this too must come first.
 
 And it chooses how OpenMP's waiting threads wait (`sharing.choose_openmp_wait`, read when torch
-loads OpenMP): a brief spin, then sleep, so that a stage keeps a fair share of the cores beside
+loads OpenMP): spin a while, then sleep, so that a stage keeps a fair share of the cores beside
 other programs; no spin at all when several of its own jobs share the machine.
 """
 

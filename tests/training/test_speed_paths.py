@@ -253,18 +253,18 @@ def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeyp
 
 
 OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-CHOSE_ALONE = {"GOMP_SPINCOUNT": "10000", CHOSEN_ENV: "GOMP_SPINCOUNT=10000"}  # what a process alone passes on
+CHOSE_ALONE = {"GOMP_SPINCOUNT": "50000", CHOSEN_ENV: "GOMP_SPINCOUNT=50000"}  # what a process alone passes on
 
 
 @pytest.mark.parametrize("jobs, user, chosen", [
-    ("1", {}, {"GOMP_SPINCOUNT": "10000"}),  # alone as far as it knows: a brief spin, then sleep
+    ("1", {}, {"GOMP_SPINCOUNT": "50000"}),  # alone as far as it knows: spin a while, then sleep
     ("3", {}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # known co-tenants: no spin
     ("1", {"GOMP_SPINCOUNT": "300000"}, {"GOMP_SPINCOUNT": "300000"}),  # the user's choice stays
     ("3", {"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE"}),
     ("3", CHOSE_ALONE, {"OMP_WAIT_POLICY": "PASSIVE"}),  # a parent's choice is not the user's: a stage chooses afresh
     ("3", {**CHOSE_ALONE, "GOMP_SPINCOUNT": "5"}, {"GOMP_SPINCOUNT": "5"}),  # ... unless the user changed it since
 ])
-def test_waiting_threads_spin_briefly_and_sleep_when_the_machine_is_shared(jobs, user, chosen):
+def test_waiting_threads_spin_a_while_and_sleep_when_the_machine_is_shared(jobs, user, chosen):
     env = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV)}
     env.update({JOBS_ENV: jobs, **user})
     code = f"import os, lmtransfer; print({{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}})"
@@ -274,10 +274,10 @@ def test_waiting_threads_spin_briefly_and_sleep_when_the_machine_is_shared(jobs,
 
 @pytest.mark.parametrize("others_busy, jobs_env, chosen, watched", [
     (BusyCores(1.2, 0.0), "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),  # others keep a core busy: sleep at once
-    (BusyCores(0.1, 0.0), "", {"GOMP_SPINCOUNT": "10000"}, True),  # a quiet machine: a brief spin
-    (BusyCores(0.1, 1.5), "", {"GOMP_SPINCOUNT": "300000"}, True),  # niced work only: keep the cores
+    (BusyCores(0.1, 0.0), "", {"GOMP_SPINCOUNT": "50000"}, True),  # a quiet machine: spin a while
+    (BusyCores(0.1, 1.5), "", {"GOMP_SPINCOUNT": "50000"}, True),  # niced work of this session only: as alone
     (BusyCores(1.2, 1.5), "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),
-    (BusyCores(1.2, 0.0), "1", {"GOMP_SPINCOUNT": "10000"}, False),  # the user counted the jobs: not watched
+    (BusyCores(1.2, 0.0), "1", {"GOMP_SPINCOUNT": "50000"}, False),  # the user counted the jobs: not watched
 ])
 def test_a_process_starting_beside_busy_cores_lets_its_waiting_threads_sleep(monkeypatch, others_busy, jobs_env,
                                                                               chosen, watched):
@@ -296,7 +296,7 @@ def test_with_torch_loaded_the_machine_is_not_watched(monkeypatch):
                                                                                           JOBS_ENV)})
     monkeypatch.setattr(sharing, "busy_at_start", None)
     assert "torch" in sys.modules
-    assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "10000"}
+    assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "50000"}
 
 
 @pytest.mark.quiet

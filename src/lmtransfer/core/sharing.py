@@ -6,7 +6,7 @@ other job needs (measured: a fine-tuning epoch from 0.14 s to 8.6 s). So each st
 (`LMTRANSFER_JOBS`, else the DVC queue workers running on this machine), takes cores / jobs
 threads, and lets waiting threads sleep when it is not alone. Other
 programs it cannot count, but it can see them: a process that starts while others keep the cores busy
-lets its waiting threads sleep at once, else they spin briefly before they sleep (`choose_openmp_wait`),
+lets its waiting threads sleep at once, else they spin a while before they sleep (`choose_openmp_wait`),
 and a training stage keeps looking (`NeighbourWatch`) so that it can hand its training over to a process
 with the other wait when a neighbour arrives or leaves (`training.handover`).
 No torch import here: the wait policy must be set before torch loads OpenMP.
@@ -24,12 +24,11 @@ from typing import NamedTuple
 from lmtransfer.core.errors import ConfigError
 
 JOBS_ENV = "LMTRANSFER_JOBS"  # how many jobs share the machine; overrides counting the DVC queue's workers
-SPIN_COUNT = 10_000  # rounds an idle OpenMP thread spins before it sleeps (libgomp's own default: 300,000)
+SPIN_COUNT = 50_000  # rounds an idle OpenMP thread spins before it sleeps (libgomp's own default: 300,000)
 CHOSEN_ENV = "LMTRANSFER_OPENMP_WAIT"  # what `choose_openmp_wait` set, so that a child process chooses afresh
 QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 BUSY_CORES = 0.5  # cores other programs keep busy from which this process's waiting threads do not spin
 BUSY_SAMPLE_SECONDS = 0.1  # how long the machine is watched at start: ten of the kernel's 10 ms ticks per core
-SPIN_COUNT_BESIDE_NICED = 300_000  # libgomp's own: beside only niced work, a waiting thread keeps its core
 busy_at_start = None  # BusyCores: what others kept busy when this process chose how its threads wait
 HANDOVER_ENV = "LMTRANSFER_HANDOVER"  # set by a training process for the one it hands its work over to (JSON)
 
@@ -81,38 +80,31 @@ class BusyCores(NamedTuple):
 
 
 WAITS = {  # how OpenMP's idle threads wait, by name: what `choose_openmp_wait` sets
-    "brief-spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT)},  # alone
-    "long-spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT_BESIDE_NICED)},  # beside niced programs of this session only
+    "spin": {"GOMP_SPINCOUNT": str(SPIN_COUNT)},  # alone, or beside niced programs of this session only
     "sleep": {"OMP_WAIT_POLICY": "PASSIVE"},  # beside programs that do not yield
 }
 WAIT_WORDS = {name: f"waiting threads {how} ({', '.join(f'{k}={v}' for k, v in WAITS[name].items())})"
-              for name, how in (("brief-spin", "spin briefly"), ("long-spin", "spin long"), ("sleep", "sleep at once"))}
+              for name, how in (("spin", "spin, then sleep"), ("sleep", "sleep at once"))}
 chosen_wait: str | None = None  # the name this process's threads wait by; None: the user's variables rule
 
 
 def wait_for(busy: BusyCores) -> str:
     """The wait that keeps most speed beside what others keep busy (`choose_openmp_wait` says why)."""
-    if busy.normal >= BUSY_CORES:
-        return "sleep"
-    return "long-spin" if busy.niced >= BUSY_CORES else "brief-spin"
+    return "sleep" if busy.normal >= BUSY_CORES else "spin"
 
 
 def better_wait(current: str, busy: BusyCores) -> str | None:
     """The wait to change to from `current`, beside what others kept busy during a reading; None: keep it.
 
-    Spinning threads beside a program that does not yield lose most of their speed: sleep. A brief spin
-    beside niced programs of this session lets them in at every gap between two operations, where a long spin
-    keeps the cores (`benchmarks/cotenancy.py`): from a quarter core of niced time on, spin long. Sleeping
-    threads lose speed once the others that do not yield are gone (alone: 9-13%): spin again, long beside
-    niced programs of this session. A long spin does not go back to a brief one when they leave: alone it is
-    a little slower in fine-tuning's small operations, but going back would cost another restart."""
+    Spinning threads beside a program that does not yield lose most of their speed: sleep. Sleeping threads
+    lose speed once those are gone (alone: 9-15%, `alone-passive`): spin again. Niced programs of this session
+    change nothing: they yield, and a thread that spins through the gap between two operations keeps its core
+    from them (`benchmarks/cotenancy.py`, `late-neighbour-niced`). Sleeping asks for half a core of others'
+    time, spinning again for under a quarter: a neighbour that comes and goes near the line does not have the
+    stage hand over at every reading."""
     if current != "sleep":
-        if busy.normal >= BUSY_CORES:
-            return "sleep"
-        return "long-spin" if current == "brief-spin" and busy.niced >= BUSY_CORES / 2 else None
-    if busy.normal >= BUSY_CORES / 2:
-        return None
-    return "long-spin" if busy.niced >= BUSY_CORES / 2 else "brief-spin"
+        return "sleep" if busy.normal >= BUSY_CORES else None
+    return "spin" if busy.normal < BUSY_CORES / 2 else None
 
 
 def autogroup(pid: int | str = "self") -> str | None:
@@ -189,7 +181,7 @@ class CpuClock(NamedTuple):
 
 def busy_cores_of_others(seconds: float = BUSY_SAMPLE_SECONDS) -> BusyCores:
     """Cores that other programs keep busy, watched for `seconds`; niced time of this session apart (those
-    programs asked to yield: beside them a process is fastest spinning longest)."""
+    programs asked to yield: beside them a process is fastest spinning as alone)."""
     start = CpuClock.read()
     time.sleep(seconds)
     return CpuClock.read().busy_since(start)
@@ -221,15 +213,14 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     Left to itself, libgomp spins a waiting thread for 300,000 rounds (milliseconds) before it sleeps. A
     stage's second thread waits like that between every two parallel operations, so it holds a core all the
     time; beside any other CPU-heavy program the two fight for the cores and a stage ran 10-29 times slower.
-    Alone, spinning a little is what keeps the next operation's start fast: GOMP_SPINCOUNT=10000 keeps 99%
-    of the speed alone. Beside others, threads that sleep at once (OMP_WAIT_POLICY=PASSIVE) keep more of it,
+    Alone, spinning a while is what keeps the next operation's start fast: GOMP_SPINCOUNT=50000, a sixth of
+    libgomp's, is as fast alone as any spin measured. Beside others, threads that sleep at once (OMP_WAIT_POLICY=PASSIVE) keep more of it,
     most of all in fine-tuning's small operations, but alone they are slower (`benchmarks/cotenancy.py`
     measures both). So they do not spin with known co-tenants (jobs > 1), nor, when the jobs are not counted
     by `LMTRANSFER_JOBS`, while other programs keep `BUSY_CORES` busy as this process starts
-    (`others_busy()`; not asked once torch is loaded, too late to matter). Beside niced programs of its own
-    session alone, a thread that sleeps briefly lets them in at every gap between two operations and waits
-    to get its core back: there threads spin as long as libgomp's own default. A niced program in another
-    session does not yield (`autogroup`): it counts as any other. A process that a training process handed
+    (`others_busy()`; not asked once torch is loaded, too late to matter). Niced programs of its own session
+    yield: beside them threads spin as alone, through the gaps between two operations that a thread asleep
+    would hand them. A niced program in another session does not yield (`autogroup`): it counts as any other. A process that a training process handed
     its work over to (`handed_over`) takes the wait it was given. Nothing is set when the user chose either
     variable; none of this changes a result, only when a thread waits."""
     global busy_at_start, chosen_wait
@@ -247,7 +238,7 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     else:
         if not os.environ.get(JOBS_ENV, "").strip() and "torch" not in sys.modules:
             busy_at_start = others_busy()
-        chosen_wait = wait_for(busy_at_start) if busy_at_start is not None else "brief-spin"
+        chosen_wait = wait_for(busy_at_start) if busy_at_start is not None else "spin"
     chosen = WAITS[chosen_wait]
     os.environ.update(chosen)
     os.environ[CHOSEN_ENV] = ",".join(f"{name}={value}" for name, value in chosen.items())

@@ -1,8 +1,8 @@
 """Handing training over to a new process when a neighbour arrives or leaves.
 
 How OpenMP's idle threads wait is read once, when torch loads OpenMP (`core.sharing.choose_openmp_wait`), and
-the best wait depends on the neighbours: brief spinning alone, long spinning beside niced programs of its own
-session, sleeping at once beside programs that do not yield. A stage keeps watching (`sharing.NeighbourWatch`);
+the best wait depends on the neighbours: spinning a while alone or beside niced programs of its own session,
+sleeping at once beside programs that do not yield. A stage keeps watching (`sharing.NeighbourWatch`);
 when the neighbours change for good, it saves a resume snapshot at the next point where one is whole (a
 pretraining step, a fine-tuning batch), and replaces itself
 (`os.execv`: the same process id, so DVC sees one stage) with the same command under the other wait. The new
@@ -60,9 +60,6 @@ def continues_a_run() -> bool:
 def seen_words(wait: str, saw: sharing.BusyCores) -> str:
     """What the watch saw that asks for `wait`, in the log's words."""
     cores = os.cpu_count()
-    if wait == "long-spin":
-        return (f"niced programs of this session kept {saw.niced:.1f} of {cores} cores busy after the start "
-                f"(they yield; others {saw.normal:.1f})")
     niced = f" (+{saw.niced:.1f} niced, yielding)" if saw.niced >= 0.05 else ""
     return f"other programs kept {saw.normal:.1f} of {cores} cores busy{niced}" + (
         " after the start" if wait == "sleep" else ", then fewer")
