@@ -24,6 +24,7 @@ The trained weights are hashed in each case: beside a neighbour they must be the
     python benchmarks/cotenancy.py                 # 3 rounds, about 40 minutes on 2 cores
     python benchmarks/cotenancy.py --rounds 1      # a quick look
     python benchmarks/cotenancy.py --env GOMP_SPINCOUNT=10000    # every lmtransfer process with this variable
+    python benchmarks/cotenancy.py --alone-spins 10000 50000 --rounds 5    # alone only, each spin count fixed
 
 Run it on a machine where nothing else runs: the other work is what it measures. Its last line:
 `cotenancy: neighbour <f>, neighbour-niced <f>, ...`, every case of `CASES`.
@@ -303,6 +304,8 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="set in every lmtransfer process, measured and neighbour (e.g. OMP_WAIT_POLICY=PASSIVE)")
+    parser.add_argument("--alone-spins", nargs="+", type=int, metavar="ROUNDS",
+                        help="instead: the workload alone under each GOMP_SPINCOUNT, side by side, no neighbour")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the measured child
     parser.add_argument("--lmtransfer", action="store_true", help=argparse.SUPPRESS)  # the neighbours, by kind
     parser.add_argument("--lmtransfer-finetune", action="store_true", help=argparse.SUPPRESS)
@@ -319,6 +322,9 @@ def main() -> None:
     extra = dict(item.split("=", 1) for item in args.env)
     signal.signal(signal.SIGTERM, _terminated)
     started = time.perf_counter()
+    if args.alone_spins:
+        alone_spins(args.alone_spins, args.rounds, extra, started)
+        return
     asleep = [] if extra else [ASLEEP]  # with a variable of the user's in every process, it would be `alone` again
     results: dict[str, list[dict]] = {case: [] for case in ["alone", BEFORE, *asleep, BEFORE_NEIGHBOUR, *args.cases]}
     with tempfile.TemporaryDirectory(prefix="lmtransfer-neighbour-") as folder:
@@ -329,6 +335,29 @@ def main() -> None:
                 print(f"round {round_}/{args.rounds} {case:<20}" + "".join(
                     f"  {w} {runs[-1][w]['seconds']:6.1f} s" for w in WORKLOADS), flush=True)
     report(results, extra, args.rounds, time.perf_counter() - started)
+
+
+def alone_spins(spins: list[int], rounds: int, extra: dict[str, str], started: float) -> None:
+    """The workload alone under each spin count, the counts alternating over the rounds: which spin is fastest
+    alone, where the host's speed drifts between minutes (medians; the first count is the reference)."""
+    seconds: dict[int, list[tuple[float, float]]] = {spin: [] for spin in spins}
+    for round_ in range(1, rounds + 1):
+        for spin in spins:
+            run = run_measure({**extra, "GOMP_SPINCOUNT": str(spin)})
+            seconds[spin].append(tuple(run[w]["seconds"] for w in WORKLOADS))
+            print(f"round {round_}/{rounds} GOMP_SPINCOUNT={spin:<8}" + "".join(
+                f"  {w} {s:6.1f} s" for w, s in zip(WORKLOADS, seconds[spin][-1])), flush=True)
+    medians = {spin: [statistics.median(run[i] for run in runs) for i in range(len(WORKLOADS))]
+               for spin, runs in seconds.items()}
+    reference = sum(medians[spins[0]])
+    rows = [[f"GOMP_SPINCOUNT={spin}", *[round(m, 2) for m in medians[spin]], round(sum(medians[spin]), 2),
+             round(reference / sum(medians[spin]), 3)] for spin in spins]
+    columns = [Column("spin"), *[Column(f"{w} s", ".2f") for w in WORKLOADS], Column("total s", ".2f"),
+               Column("speed vs first", ".3f")]
+    for row in [[column.name for column in columns], *rows]:
+        print("".join(_cell(cell, column, first=i == 0) for i, (cell, column) in enumerate(zip(row, columns))))
+    write_result("cotenancy-alone-spins", columns, rows, seconds=time.perf_counter() - started,
+                 notes=f"alone, no watch (each spin fixed); median of {rounds} rounds, the spin counts alternating")
 
 
 def _terminated(signum: int, frame) -> None:
