@@ -18,6 +18,8 @@ sees the machine busy as it starts. Two more cases run with libgomp's own defaul
 (GOMP_SPINCOUNT=300000): alone, and beside a neighbour that spins so too; and one runs alone with threads
 that sleep at once (`alone-passive`). Every case runs in fresh processes, the cases alternate over the
 rounds, and the median is printed as the fraction of the alone speed (alone seconds / seconds beside it).
+`alone` runs first and last in each round, and its median over all those runs is the reference: the
+host's speed drifts between minutes, and one alone run taken in a slow minute would flatter every case.
 The trained weights are hashed in each case: beside a neighbour they must be the same bytes as alone
 (`same weights` says); `handovers` counts the measured process's handovers.
 
@@ -82,7 +84,7 @@ WORKLOADS = ("pretrain", "finetune")
 BEFORE_ENV = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default spin, what every stage used before
 BEFORE = "alone-spin-300k"  # alone, so: the speed alone must not fall more than 3% below it
 BEFORE_NEIGHBOUR = "neighbour-spin-300k"  # both sides so: the collapse this benchmark exists for
-ASLEEP = "alone-passive"  # alone, threads that sleep at once: why a process alone spins briefly instead
+ASLEEP = "alone-passive"  # alone, threads that sleep at once: why a process alone spins a while instead
 ASLEEP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 HOG = "while True:\n    pass\n"
 SHORT = ("import time, torch\n"  # one short process: imports torch, computes for about a second, exits
@@ -330,10 +332,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lmtransfer-neighbour-") as folder:
         checkout = copy_checkout(Path(folder))
         for round_ in range(1, args.rounds + 1):
-            for case, runs in results.items():
-                runs.append(run_case(case, checkout, extra))
+            for case in [*results, "alone"]:  # alone first and last: the reference brackets the round's cases
+                results[case].append(run_case(case, checkout, extra))
                 print(f"round {round_}/{args.rounds} {case:<20}" + "".join(
-                    f"  {w} {runs[-1][w]['seconds']:6.1f} s" for w in WORKLOADS), flush=True)
+                    f"  {w} {results[case][-1][w]['seconds']:6.1f} s" for w in WORKLOADS), flush=True)
     report(results, extra, args.rounds, time.perf_counter() - started)
 
 
