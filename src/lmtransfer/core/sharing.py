@@ -210,19 +210,20 @@ def handed_over() -> dict | None:
 def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str, str]:
     """How OpenMP's idle threads wait, read once when torch loads OpenMP; returns what was set.
 
-    Left to itself, libgomp spins a waiting thread for 300,000 rounds (milliseconds) before it sleeps. A
-    stage's second thread waits like that between every two parallel operations, so it holds a core all the
-    time; beside any other CPU-heavy program the two fight for the cores and a stage ran 10-29 times slower.
-    Alone, spinning a while is what keeps the next operation's start fast: GOMP_SPINCOUNT=50000, a sixth of
-    libgomp's, is as fast alone as any spin measured. Beside others, threads that sleep at once (OMP_WAIT_POLICY=PASSIVE) keep more of it,
-    most of all in fine-tuning's small operations, but alone they are slower (`benchmarks/cotenancy.py`
-    measures both). So they do not spin with known co-tenants (jobs > 1), nor, when the jobs are not counted
-    by `LMTRANSFER_JOBS`, while other programs keep `BUSY_CORES` busy as this process starts
-    (`others_busy()`; not asked once torch is loaded, too late to matter). Niced programs of its own session
-    yield: beside them threads spin as alone, through the gaps between two operations that a thread asleep
-    would hand them. A niced program in another session does not yield (`autogroup`): it counts as any other. A process that a training process handed
-    its work over to (`handed_over`) takes the wait it was given. Nothing is set when the user chose either
-    variable; none of this changes a result, only when a thread waits."""
+    Left to itself, libgomp spins a waiting thread for 300,000 rounds (milliseconds) before it sleeps. A stage's
+    second thread waits like that between every two parallel operations, so it holds a core all the time; beside
+    any other CPU-heavy program the two fight for the cores and a stage ran 10-29 times slower. Alone, spinning a
+    while is what keeps the next operation's start fast: GOMP_SPINCOUNT=50000, a sixth of libgomp's, is as fast
+    alone as 10,000 (`benchmarks/cotenancy.py --alone-spins`). Beside others, threads that sleep at once
+    (OMP_WAIT_POLICY=PASSIVE) keep more of the speed, most of all in fine-tuning's small operations, but alone
+    they are slower (`benchmarks/cotenancy.py` measures both). So they do not spin with known co-tenants (more
+    than one job), nor, when the jobs are not counted by `LMTRANSFER_JOBS`, while other programs keep
+    `BUSY_CORES` busy as this process starts (`others_busy()`; not asked once torch is loaded, too late to
+    matter). Niced programs of its own session yield: beside them threads spin as alone, through the gaps between
+    two operations that a thread asleep would hand them. A niced program in another session does not yield
+    (`autogroup`): it counts as any other. A process that a training process handed its work over to
+    (`handed_over`) takes the wait it was given. Nothing is set when the user chose either variable; none of this
+    changes a result, only when a thread waits."""
     global busy_at_start, chosen_wait
     for name, value in (item.split("=", 1) for item in os.environ.get(CHOSEN_ENV, "").split(",") if item):
         if os.environ.get(name) == value:  # chosen by a parent lmtransfer process, not the user: choose afresh
