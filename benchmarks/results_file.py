@@ -56,12 +56,13 @@ def machine() -> dict:
     return facts
 
 
-CODE = ("src", "stages", "benchmarks", "tests", "params.yaml", "translation/params.yaml", "requirements.txt")
+CODE = ("src", "stages", "benchmarks", ":(exclude)benchmarks/results", "tests", "params.yaml", "translation/params.yaml",
+        "requirements.txt")  # what a measurement depends on: other benchmarks' result files are not
 
 
 def code_version() -> str:
     """The commit measured, with `+changes` when its code or params differed from it (a pipeline run's own
-    outputs, dvc.lock and metrics, do not count)."""
+    outputs, dvc.lock and metrics, and the benchmarks' result files do not count)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
