@@ -30,6 +30,9 @@ from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
 
 CPU = torch.device("cpu")
+DEVICES = [pytest.param(CPU, id="cpu"),  # the CUDA path too (bf16 autocast, pinned copies) where a GPU is
+           pytest.param(torch.device("cuda"), id="cuda",
+                        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))]
 LM_CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
 CLS_CONFIG = ModelConfig(vocab_size=24, d_model=32, n_layers=1, n_heads=2, d_ff=64, dropout=0.0)
 
@@ -98,7 +101,8 @@ def test_too_short_a_corpus_names_pretrain_seq_len():
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
 
 
-def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: float = 0.0, **overrides):
+def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: float = 0.0, device=CPU,
+              **overrides):
     torch.manual_seed(model_seed)
     config = ModelConfig(**{**LM_CONFIG.to_dict(), "dropout": dropout})
     model = LanguageModel(config)
@@ -106,7 +110,8 @@ def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: 
         max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=20, eval_batches=2,
         **overrides,
     )
-    result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params, LoopOptions(CPU, seed=data_seed, log_every=1))
+    result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params,
+                      LoopOptions(device, seed=data_seed, log_every=1))
     return model, result
 
 
@@ -120,8 +125,9 @@ def _tokens_in_first_batches(batches: PackedBatches, n_batches: int) -> int:
                 return tokens
 
 
-def test_pretraining_loss_drops_on_a_repetitive_corpus():
-    _, result = _pretrain(max_steps=80)
+@pytest.mark.parametrize("device", DEVICES)
+def test_pretraining_loss_drops_on_a_repetitive_corpus(device):
+    _, result = _pretrain(max_steps=80, device=device)
     initial = result.valid_log[0]["val_loss"]
     assert initial == pytest.approx(math.log(LM_CONFIG.vocab_size), rel=0.3)  # an untrained model is near uniform
     assert result.final_val_loss < 0.5 * initial
@@ -183,13 +189,14 @@ def _finetune_params(**overrides) -> FinetuneParams:
 HISTORY_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}  # no timings: results only
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pooling", ["last", "mean"])
-def test_finetuning_learns_a_separable_task(pooling):
+def test_finetuning_learns_a_separable_task(pooling, device):
     train, valid = _separable_split(240, seed=0), _separable_split(60, seed=1)
     torch.manual_seed(0)
     model = Classifier(CLS_CONFIG, 2, pooling)
     epochs_seen = []
-    result = finetune(model, train, valid, _finetune_params(pooling=pooling), CPU, on_epoch=epochs_seen.append)
+    result = finetune(model, train, valid, _finetune_params(pooling=pooling), device, on_epoch=epochs_seen.append)
     assert result.best_val_accuracy > 0.9
     assert len(result.history) == 4 and epochs_seen == result.history
     assert all(set(row) == HISTORY_KEYS for row in result.history)
@@ -202,7 +209,7 @@ def test_finetuning_learns_a_separable_task(pooling):
     assert set(result.best_state) == set(model.state_dict())
     restored = Classifier(CLS_CONFIG, 2, pooling)
     restored.load_state_dict(result.best_state)
-    probabilities, _ = predict(restored, valid, 32, 16, CPU)
+    probabilities, _ = predict(restored, valid, 32, 16, device)
     assert float((probabilities.argmax(-1) == valid.labels).mean()) == pytest.approx(result.best_val_accuracy)
     # ... and does not alias the live weights (later epochs or edits must not change it)
     snapshot = {k: v.clone() for k, v in result.best_state.items()}
