@@ -16,8 +16,9 @@ from lmtransfer.tokens.tokenized import LabeledSplit
 def predict(
     model: Classifier, split: LabeledSplit, batch_size: int, max_len: int, device: torch.device
 ) -> tuple[np.ndarray, float]:
-    """Class probabilities for every example, and the mean cross-entropy loss (labels as given)."""
-    model.eval()
+    """Class probabilities for every example, and the mean cross-entropy loss (labels as given). The model goes to
+    `device` first: a checkpoint is built on the CPU (`lmtransfer predict` on a GPU machine failed on that)."""
+    model.to(device).eval()
     probabilities, total_loss = [], 0.0
     for ids, labels in classification_batches(split, batch_size, max_len, model.base.config.pad_id):
         with autocast(device):
