@@ -46,7 +46,7 @@ def evaluate_classifier(
     payload: dict, test: LabeledSplit, batch_size: int, device: torch.device
 ) -> tuple[dict, np.ndarray]:
     """Metrics dict and predicted class per example for one fine-tuned checkpoint."""
-    model = build_classifier(payload).to(device)
+    model = build_classifier(payload)  # `predict` moves it to `device`
     probabilities, loss = predict(model, test, batch_size, payload["max_len"], device)
     predicted = probabilities.argmax(-1)
     label_names = payload["label_names"]
