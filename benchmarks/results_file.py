@@ -72,7 +72,7 @@ def code_version() -> str:
 
 
 def write_result(name: str, columns: list[Column], rows: list[list], *, seconds: float, notes: str = "",
-                 command: str | None = None) -> Path:
+                 command: str | None = None, machine_facts: dict | None = None, code: str | None = None) -> Path:
     """benchmarks/results/<name>.json, written whole or not at all; returns its path."""
     if any(len(row) != len(columns) for row in rows):
         raise ValueError(f"{name}: every row needs {len(columns)} cells")
@@ -80,8 +80,8 @@ def write_result(name: str, columns: list[Column], rows: list[list], *, seconds:
         "benchmark": name,
         "command": command or " ".join(["python", Path(sys.argv[0]).resolve().relative_to(REPO).as_posix(),
                                         *sys.argv[1:]]),
-        "machine": machine(),
-        "code": code_version(),
+        "machine": machine_facts or machine(),  # given: the runs were measured elsewhere (a GPU machine)
+        "code": code or code_version(),
         "seconds": round(seconds, 1),
         "notes": notes,
         "columns": [asdict(column) for column in columns],

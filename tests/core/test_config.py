@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,47 @@ def test_bad_fine_tuning_seeds_name_the_key(seeds, message):
 def test_an_unknown_tokenizer_normalization_names_the_key():
     with pytest.raises(ConfigError, match=r"tokenizer\.normalization"):
         parse_params({"tokenizer": {"normalization": "lowercase"}})
+
+
+SWEEP = re.compile(r"dvc exp run((?:\s+(?:-S\s+'[^']+'|-S\s+\S+|-n\s+\S+|--\S+))+)")
+SETTING = re.compile(r"-S\s+'?([a-z_]+)\.([a-z_]+)=([^'\s`]+)'?")
+
+
+def _doc_sweeps() -> list[tuple[str, list[tuple[str, str, str]]]]:
+    root = REPO_PARAMS.parent
+    found = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for match in SWEEP.finditer(page.read_text(encoding="utf-8")):
+            settings = SETTING.findall(match.group(1))
+            if settings:
+                found.append((f"{page.relative_to(root)}: dvc exp run{match.group(1)}", settings))
+    return found
+
+
+def test_every_sweep_example_in_the_docs_is_valid_and_changes_something():
+    """A documented `dvc exp run -S ...` must parse, change at least one value of params.yaml, and set nothing
+    the other parameters make useless (`pretrain.epochs` beside `pretrain.max_steps` once reran three
+    pretrainings for identical results)."""
+    from ruamel.yaml import YAML
+
+    shipped = YAML(typ="safe").load(REPO_PARAMS.read_text())
+    examples = _doc_sweeps()
+    assert len(examples) >= 10  # the sweeps page alone has a dozen: the pattern still finds them
+    for where, settings in examples:
+        raw = YAML(typ="safe").load(REPO_PARAMS.read_text())
+        for section, key, text in settings:
+            assert key in raw[section], f"{where}: {section}.{key} is not a parameter"
+            raw[section][key] = YAML(typ="safe").load(text)
+        assert raw != shipped, f"{where}: changes nothing"
+        params = parse_params(raw, where)
+        assert params.pretrain.ignored_settings() == [], where
+
+
+def test_a_setting_the_others_make_useless_is_named():
+    params = load_params(REPO_PARAMS)
+    assert params.pretrain.ignored_settings() == []
+    pretrain = params.pretrain.model_copy(update={"epochs": params.pretrain.epochs + 1})
+    assert pretrain.max_steps > 0
+    assert [note.split(" ")[0] for note in pretrain.ignored_settings()] == [f"pretrain.epochs={pretrain.epochs}"]
+    whole_passes = pretrain.model_copy(update={"max_steps": 0})
+    assert whole_passes.ignored_settings() == []

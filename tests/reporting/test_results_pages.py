@@ -165,7 +165,7 @@ def test_objectives_table_reads_each_run_and_refuses_a_mislabelled_one(tmp_path)
     lines = generate("objectives", tmp_path).splitlines()
     assert lines[0] == ("| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch | "
                         "epoch 2 | epoch 3 | test, pretrained | test, scratch | gap, 95% CI, p |")
-    assert lines[2] == ("| `clm` (default) | 250.0 (next-token) | 0.6500 vs 0.6600 | 0.6800 vs 0.6700 | "
+    assert lines[2] == ("| `clm` (the earlier default recipe) | 250.0 (next-token) | 0.6500 vs 0.6600 | 0.6800 vs 0.6700 | "
                         "0.6900 vs 0.6750 | **0.7000 ± 0.0100** | 0.6000 ± 0.0300 | "
                         "+0.1000 [+0.0500, +0.1500], p = 0.0700 |")
     assert lines[3].startswith("| `mlm` | 250.0 (masked acc 0.123) |") and "| -0.0200 [-0.0700, +0.0300]" in lines[3]

@@ -223,7 +223,7 @@ def test_the_cli_check_names_page_and_line(tmp_path):
 
 
 UNMARKED = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,}(?![\w.])")  # 0.674, +0.0472: a result, but for CONSTANTS
-CONSTANTS = {"3.10": "the Python version README requires", "0.05": "the significance level",
+CONSTANTS = {"3.11": "the Python version README requires", "0.05": "the significance level",
              "0.01": "a weight decay of the recipe"}
 
 

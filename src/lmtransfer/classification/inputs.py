@@ -133,6 +133,8 @@ def run_validate_stage(params: Params) -> None:
     from lmtransfer.core.paths import INPUTS
 
     manifests = check_inputs(params)
+    for note in params.pretrain.ignored_settings():
+        print(f"validate: note: {note}")
     for name, entries in manifests.items():
         write_json(INPUTS / f"{name}.json", {"inputs": entries})
     described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)

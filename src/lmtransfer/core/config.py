@@ -161,6 +161,27 @@ class PretrainParams(Section):
         "large vocabulary; last digits differ); `auto` = on from 2,000 ids"
     )
 
+    def ignored_settings(self) -> list[str]:
+        """Keys set away from their default that the others make useless: a sweep over one changes nothing, so
+        the validate stage names it before any run is spent on it."""
+        changed = {name for name, field in type(self).model_fields.items()
+                   if field.default is not None and getattr(self, name) != field.default}
+        notes = []
+        if "epochs" in changed and self.max_steps:
+            notes.append(f"pretrain.epochs={self.epochs} has no effect: pretrain.max_steps={self.max_steps} sets the "
+                         "corpus phase's length (pretrain.max_steps: 0 trains whole passes)")
+        if self.objective == "clm":
+            notes += [f"pretrain.{name}={getattr(self, name)} has no effect with pretrain.objective=clm (mlm only)"
+                      for name in ("mask_prob", "nsp") if name in changed]
+        if not self.adapt_epochs:
+            notes += [f"pretrain.{name}={getattr(self, name)} has no effect: pretrain.adapt_epochs is 0"
+                      for name in ("adapt_lr", "adapt_max_steps") if name in changed]
+        if self.init_from:
+            notes += [f"pretrain.{name}={getattr(self, name)} has no effect: pretrain.init_from loads the language "
+                      "model instead of training it" for name in ("epochs", "max_steps", "lr", "warmup_steps")
+                      if name in changed]
+        return notes
+
 
 def check_seeds(seeds: list[int], key: str = "finetune.seeds") -> list[int]:
     """Seeds name stages (`finetune_scratch@2`) and files: distinct and non-negative."""

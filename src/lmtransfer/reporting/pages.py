@@ -183,7 +183,7 @@ def _classification_epochs(root: Path) -> str:
 
 # label, folder with the run's evaluate.json, the objective and NSP flag its pretraining summary must record
 OBJECTIVE_RUNS = (
-    ("`clm` (default)", "results/objectives/clm", "clm", False),
+    ("`clm` (the earlier default recipe)", "results/objectives/clm", "clm", False),
     ("`mlm`", "results/objectives/mlm", "mlm", False),
     ("`mlm` + NSP", "results/objectives/mlm-nsp", "mlm", True),
 )
