@@ -259,9 +259,10 @@ def main() -> None:
         global FULL_PRECISION
         FULL_PRECISION = True
         torch.cuda.is_bf16_supported = lambda *args, **kwargs: False  # the runtime's autocast then stays off
+    commit = code_version()  # before the run: what it ran, not what the tree became meanwhile
     row = run_candidate(args.changes, args.pretrain_seeds, args.finetune_seed, args.variants, args.test)
     row.update(command="python benchmarks/recipe_search.py " + " ".join(sys.argv[1:]), changes=args.changes,
-               machine={**machine(), **environment_facts()}, commit=code_version())
+               machine={**machine(), **environment_facts()}, commit=commit)
     print(json.dumps({"name": args.name, **row["summary"]}), flush=True)
     table = json.loads(args.out.read_text()) if args.out.is_file() else {}
     table[args.name] = row

@@ -227,7 +227,7 @@ def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(tmp_pa
 
     from lmtransfer.cli.main import main
 
-    main(["summary", "--vocab-file", str(path)])
+    main(["summary", "--vocab-file", str(path), "--d-model", "200", "--n-layers", "4", "--d-ff", "200"])
     out = capsys.readouterr().out
     assert "V=50001" in out
     assert "10,968,602" in out  # classifier total

@@ -95,7 +95,7 @@ def test_summary_prints_the_reference_parameter_counts(capsys):
 
 
 def test_summary_for_the_original_french_vocabulary(capsys):
-    main(["summary", "--vocab-size", "50001"])
+    main(["summary", "--vocab-size", "50001", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"])
     out = capsys.readouterr().out
     assert "10,968,602" in out and "21,018,401" in out
 
@@ -121,10 +121,10 @@ def test_summary_before_the_tokenize_stage_takes_V_from_the_tokenizer_params_and
     _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 1000\n")
     main(["summary"])
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "V=1000 D=200 N=4 A=2 F=200 C=2"
+    assert out.splitlines()[0] == "V=1000 D=256 N=2 A=2 F=256 C=2"
     assert "V from tokenizer.vocab_size in params.yaml" in out
     assert "C = 2, assumed (no data/tokenized/meta.json yet" in out
-    assert _totals(1000, 200, 4, 200, 2)[0] in out
+    assert _totals(1000, 256, 2, 256, 2)[0] in out
 
 
 def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_file(in_empty_dir, capsys):
@@ -164,7 +164,7 @@ def test_summary_flags_override_single_values_and_say_so(in_empty_dir, capsys):
 def test_summary_without_params_yaml_falls_back_to_the_model_defaults_with_a_note(capsys):
     main(["summary"])
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "V=4000 D=200 N=4 A=2 F=200 C=2"
+    assert out.splitlines()[0] == "V=4000 D=256 N=2 A=2 F=256 C=2"
     assert "D, N, A, F from the model defaults (no params.yaml here" in out
     assert "V from tokenizer.vocab_size (default)" in out
 

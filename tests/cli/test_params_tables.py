@@ -58,8 +58,8 @@ def test_the_table_has_one_row_per_key_of_params_yaml_with_the_shipped_value(tas
 
 def test_each_task_shows_its_own_defaults():
     classification, translation = _rows(params_table("classification")), _rows(params_table("translation"))
-    assert classification["finetune.pooling"][0] == "`mean`" and classification["pretrain.lr"][0] == "`0.002`"
-    assert classification["model.n_layers"][0] == "`4`" and translation["model.n_layers"][0] == "`2`"
+    assert classification["finetune.pooling"][0] == "`mean`" and classification["pretrain.lr"][0] == "`0.003`"
+    assert classification["model.d_model"][0] == "`256`" and translation["model.d_model"][0] == "`128`"
     assert translation["finetune.label_smoothing"][0] == "`0.1`" and "finetune.pooling" not in translation
 
 

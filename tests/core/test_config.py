@@ -23,13 +23,14 @@ def test_empty_mapping_gives_the_documented_defaults():
     params = parse_params({})
     assert params == Params()
     assert parse_params(None) == params
-    assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (4, 200, 2, 200)
+    assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (2, 256, 2, 256)
+    assert params.model.embedding_init == "uniform"
     assert params.model.dropout == 0.1
     assert params.data.source == "movies-en"
     assert params.finetune.pooling == "mean"
-    assert (params.finetune.epochs, params.finetune.head_lr_multiplier) == (2, 30.0)
-    assert params.pretrain.lr == 2e-3
-    assert (params.pretrain.max_steps, params.pretrain.adapt_epochs) == (400, 3)
+    assert (params.finetune.epochs, params.finetune.head_lr_multiplier, params.finetune.lr) == (2, 30.0, 1e-3)
+    assert (params.pretrain.lr, params.pretrain.adapt_lr) == (3e-3, 2e-3)
+    assert (params.pretrain.max_steps, params.pretrain.adapt_epochs) == (100, 2)
     assert (params.pretrain.seeds, params.finetune.seeds) == ([0, 1, 2], [0])  # 3 pretraining runs, 1 fine-tune each
     assert params.tokenizer.vocab_size == 4000
 
@@ -256,14 +257,15 @@ def test_every_sweep_example_in_the_docs_is_valid_and_changes_something():
             raw[section][key] = YAML(typ="safe").load(text)
         assert raw != shipped, f"{where}: changes nothing"
         params = parse_params(raw, where)
-        assert params.pretrain.ignored_settings() == [], where
+        assert params.pretrain.ignored_settings(Params().pretrain) == [], where
 
 
 def test_a_setting_the_others_make_useless_is_named():
     params = load_params(REPO_PARAMS)
-    assert params.pretrain.ignored_settings() == []
+    defaults = Params().pretrain
+    assert params.pretrain.ignored_settings(defaults) == []
     pretrain = params.pretrain.model_copy(update={"epochs": params.pretrain.epochs + 1})
     assert pretrain.max_steps > 0
-    assert [note.split(" ")[0] for note in pretrain.ignored_settings()] == [f"pretrain.epochs={pretrain.epochs}"]
+    assert [note.split(" ")[0] for note in pretrain.ignored_settings(defaults)] == [f"pretrain.epochs={pretrain.epochs}"]
     whole_passes = pretrain.model_copy(update={"max_steps": 0})
-    assert whole_passes.ignored_settings() == []
+    assert whole_passes.ignored_settings(defaults) == []

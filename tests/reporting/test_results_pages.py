@@ -223,7 +223,7 @@ HEADER_COUNTS = {  # where the header's count comes from
     "translation-epochs": ("translation/metrics/evaluate.json", ["n_seeds"]),
     "scaling": ("results/scaling/summary.json", ["budgets", 0, "n_seeds"]),
     "scaling-trend": ("results/scaling/summary.json", ["budgets", 0, "n_seeds"]),
-    "vendor-references": ("results/reference/AuthenticAMD.json", ["n_pretraining_runs"]),
+    "vendor-references": ("results/reference/GenuineIntel.json", ["n_pretraining_runs"]),
 }
 
 

@@ -226,9 +226,11 @@ class Params(PipelineParams):
 
     data: DataParams = DataParams()
     tokenizer: TokenizerParams = TokenizerParams()
-    model: ModelParams = ModelParams()
-    pretrain: ClassificationPretrainParams = ClassificationPretrainParams(max_steps=400, adapt_epochs=3)
-    finetune: FinetuneParams = FinetuneParams()
+    # The recipe chosen on validation (docs/results/classification.md, "What we tried"); the same for both variants.
+    model: ModelParams = ModelParams(n_layers=2, d_model=256, d_ff=256, embedding_init="uniform")
+    pretrain: ClassificationPretrainParams = ClassificationPretrainParams(max_steps=100, adapt_epochs=2, lr=3e-3,
+                                                                          adapt_lr=2e-3)
+    finetune: FinetuneParams = FinetuneParams(lr=1e-3)
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()
     baseline: BaselineParams = BaselineParams()

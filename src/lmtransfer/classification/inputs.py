@@ -133,7 +133,7 @@ def run_validate_stage(params: Params) -> None:
     from lmtransfer.core.paths import INPUTS
 
     manifests = check_inputs(params)
-    for note in params.pretrain.ignored_settings():
+    for note in params.pretrain.ignored_settings(type(params)().pretrain):
         print(f"validate: note: {note}")
     for name, entries in manifests.items():
         write_json(INPUTS / f"{name}.json", {"inputs": entries})

@@ -161,11 +161,10 @@ class PretrainParams(Section):
         "large vocabulary; last digits differ); `auto` = on from 2,000 ids"
     )
 
-    def ignored_settings(self) -> list[str]:
-        """Keys set away from their default that the others make useless: a sweep over one changes nothing, so
-        the validate stage names it before any run is spent on it."""
-        changed = {name for name, field in type(self).model_fields.items()
-                   if field.default is not None and getattr(self, name) != field.default}
+    def ignored_settings(self, defaults: PretrainParams) -> list[str]:
+        """Keys set away from their task's `defaults` (what params.yaml ships) that the others make useless: a sweep
+        over one changes nothing, so the validate stage names it before any run is spent on it."""
+        changed = {name for name in type(self).model_fields if getattr(self, name) != getattr(defaults, name)}
         notes = []
         if "epochs" in changed and self.max_steps:
             notes.append(f"pretrain.epochs={self.epochs} has no effect: pretrain.max_steps={self.max_steps} sets the "
