@@ -228,7 +228,8 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
     first = next(iter(table.values()))
     write_result(name, columns, rows, seconds=seconds, notes=notes, machine_facts=first["machine"],
                  code=first["commit"],
-                 command=first["command"].split(" --name")[0] + " --name NAME --set ... (each row's changes)")
+                 command=first["command"] if len(table) == 1
+                 else first["command"].split(" --name")[0] + " --name NAME --set ... (each row's changes)")
 
 
 def main() -> None:

@@ -194,6 +194,9 @@ DERIVED: dict[str, Derived] = {
     "pipeline.pretrain-max-s": Derived(_slowest_pretraining, ("bench.pipeline",)),
     "pipeline.pretrain-tokens-per-s": Derived(lambda read: _tokens_per_hour(read) / 3600, ("evaluate", "bench.pipeline")),
     "classification.best-run-lead": Derived(_per_run_lead, ("evaluate",)),
+    "classification.last-epoch-gap": Derived(  # the validation gap after the last fine-tuning epoch
+        lambda read: read.number("evaluate", "pretrained.val_accuracy_mean_per_epoch.-1")
+        - read.number("evaluate", "scratch.val_accuracy_mean_per_epoch.-1"), ("evaluate",)),
     "classification.share-of-distance": Derived(
         lambda read: read.number("evaluate", "gap.accuracy_mean")
         / (read.number("baseline", "accuracy") - read.number("evaluate", "scratch.accuracy_mean")),
