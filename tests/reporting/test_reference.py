@@ -51,3 +51,19 @@ def test_a_rerun_is_compared_with_its_own_vendor_first_and_told_whether_its_gap_
     assert lines[-1] == "the gap +0.0800 is OUTSIDE the AuthenticAMD reference's 95% interval [+0.0100, +0.0700]"
     assert comparison_lines(HEADLINE, INTEL, references(tmp_path))[-1].startswith("no reference for GenuineIntel")
     assert comparison_lines(HEADLINE, INTEL, {})[0].startswith("no reference saved yet")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{}", "no 'headline' object"),
+    ('{"headline": {"gap": "high"}}', "headline.pretrained is missing or not a number"),
+    ('{"headline": ', "not a readable reference"),
+    ("[1, 2]", "no 'headline' object"),
+])
+def test_a_broken_reference_file_is_named_with_what_to_do(tmp_path, content, message):
+    folder = tmp_path / "results/reference"
+    folder.mkdir(parents=True)
+    (folder / "GenuineIntel.json").write_text(content)
+    with pytest.raises(LmtransferError) as info:
+        references(tmp_path)
+    assert str(info.value).startswith(f"{folder / 'GenuineIntel.json'}: ") and message in str(info.value)
+    assert "--save-reference" in str(info.value)

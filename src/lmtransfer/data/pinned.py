@@ -55,11 +55,17 @@ def fetch_pinned(name: str, sha256: str, what: str, download: Callable[[Path], N
     if target.is_file():
         verify_checksum(target, sha256)
         return target
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"downloading {what} (once) into {directory}", flush=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        downloaded = Path(tmp) / name
-        download(downloaded)
-        verify_checksum(downloaded, sha256)
-        shutil.move(str(downloaded), target)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        print(f"downloading {what} (once) into {directory}", flush=True)
+        with tempfile.TemporaryDirectory(dir=directory) as tmp:
+            downloaded = Path(tmp) / name
+            download(downloaded)
+            verify_checksum(downloaded, sha256)
+            shutil.move(str(downloaded), target)
+    except OSError as exc:  # read-only home, a file where the folder should be, a full disk
+        raise DataSourceError(
+            f"the dataset cache {directory} cannot hold {name} ({exc.strerror or exc}); set LMTRANSFER_CACHE_DIR "
+            "to a writable folder (it defaults to $XDG_CACHE_HOME/lmtransfer, else ~/.cache/lmtransfer)"
+        ) from None
     return target

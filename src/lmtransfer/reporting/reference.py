@@ -8,6 +8,8 @@ keeps its own reference (`results/reference/<vendor>.json`), and a rerun is comp
 
 from __future__ import annotations
 
+import json
+from numbers import Real
 from pathlib import Path
 
 from lmtransfer.core.errors import LmtransferError
@@ -44,9 +46,28 @@ def save_reference(identity: dict[str, str], metrics: Path = METRICS, root: Path
     return path
 
 
+HEADLINE_KEYS = ("pretrained", "scratch", "gap", "gap_low", "gap_high")  # what a comparison reads
+
+
+def read_reference(path: Path) -> dict:
+    """One vendor's reference, checked: a file that is not one names itself and the way to write a good one."""
+    remedy = "delete it, or rewrite it with `lmtransfer results --save-reference` after `make run`"
+    try:
+        reference = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LmtransferError(f"{path}: not a readable reference ({exc}); {remedy}") from None
+    headline = reference.get("headline") if isinstance(reference, dict) else None
+    if not isinstance(headline, dict):
+        raise LmtransferError(f"{path}: no 'headline' object, so not a reference; {remedy}")
+    wrong = [key for key in HEADLINE_KEYS if not isinstance(headline.get(key), Real) or isinstance(headline.get(key), bool)]
+    if wrong:
+        raise LmtransferError(f"{path}: headline.{wrong[0]} is missing or not a number; {remedy}")
+    return reference
+
+
 def references(root: Path = Path(".")) -> dict[str, dict]:
     """Every committed reference, by vendor."""
-    return {path.stem: read_json(path) for path in sorted((root / REFERENCES).glob("*.json"))}
+    return {path.stem: read_reference(path) for path in sorted((root / REFERENCES).glob("*.json"))}
 
 
 def comparison_lines(headline: dict, identity: dict[str, str], saved: dict[str, dict]) -> list[str]:

@@ -1,0 +1,52 @@
+"""The pinned-file cache: an unwritable cache is refused in one line naming LMTRANSFER_CACHE_DIR."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lmtransfer.core.errors import DataSourceError
+from lmtransfer.core.io import sha256_of
+from lmtransfer.data.pinned import cache_dir, fetch_pinned
+
+
+def _writer(content: bytes):
+    def download(destination):
+        destination.write_bytes(content)
+    return download
+
+
+def test_a_file_is_fetched_once_into_the_cache_and_checked(tmp_path):
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"pinned bytes")
+    digest = sha256_of(source)
+    path = fetch_pinned("file.bin", digest, "a file", _writer(b"pinned bytes"), tmp_path / "cache")
+    assert path.read_bytes() == b"pinned bytes"
+    assert fetch_pinned("file.bin", digest, "a file", _writer(b"never used"), tmp_path / "cache") == path
+
+
+def test_a_cache_that_is_a_file_names_the_variable_to_set(tmp_path):
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a folder")
+    with pytest.raises(DataSourceError) as info:
+        fetch_pinned("file.bin", "0" * 64, "a file", _writer(b"x"), blocker)
+    assert str(info.value).startswith(f"the dataset cache {blocker} cannot hold file.bin")
+    assert "LMTRANSFER_CACHE_DIR" in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_cache_names_the_variable_to_set(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(DataSourceError, match="LMTRANSFER_CACHE_DIR"):
+            fetch_pinned("file.bin", "0" * 64, "a file", _writer(b"x"), folder)
+    finally:
+        folder.chmod(0o755)
+
+
+def test_the_cache_folder_follows_the_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("LMTRANSFER_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert cache_dir() == tmp_path / "elsewhere"
