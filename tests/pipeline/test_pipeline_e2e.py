@@ -165,7 +165,7 @@ def test_a_parameter_change_reruns_only_the_stages_that_read_it(pipeline_repo):
     root, env = pipeline_repo
     # dvc status lists the changed stages; their downstream stages rerun through changed deps.
     assert _stages_to_rerun(root, env, "model.n_layers", "2") == PRETRAINS | SCRATCH
-    assert _stages_to_rerun(root, env, "finetune.lr", "0.001") == FINETUNES
+    assert _stages_to_rerun(root, env, "finetune.lr", "0.0004") == FINETUNES
     assert _stages_to_rerun(root, env, "pretrain.lr", "0.0123") == PRETRAINS
     # the objective sets the attention (model.attention: auto), so the scratch twin's architecture changes with it
     assert _stages_to_rerun(root, env, "pretrain.objective", "mlm") == PRETRAINS | SCRATCH
@@ -261,7 +261,7 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
     root, env = pipeline_repo
     run(["git", "add", "-A"], root, env)  # as a user would: commit the results, then experiment
     run(["git", "commit", "-qm", "results"], root, env)
-    run(["dvc", "exp", "run", "--temp", "-n", "tiny-temp", "-S", "finetune.lr=0.001"], root, env)
+    run(["dvc", "exp", "run", "--temp", "-n", "tiny-temp", "-S", "finetune.lr=0.0004"], root, env)
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
