@@ -832,3 +832,32 @@ def test_a_missing_column_shows_every_column_name_quoted():
     write_csv("train.csv", reviews(["pos", "neg"], 6), header=("text", "label "))
     with pytest.raises(DataSourceError, match="no column 'label' \\(data.label_column\\); the columns are: 'text', 'label '$"):
         check_inputs(files_params(train="train.csv"))
+
+
+@pytest.mark.parametrize("fault", ["damaged", "a directory"])
+def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output(tmp_path, fault):
+    """validate runs first on every `dvc repro`: a store it refuses stops the pipeline before DVC removes the
+    outputs of a stage that would meet the store later (evaluate's metrics were lost that way)."""
+    from mlflow import MlflowClient
+
+    (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
+    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
+    write("params.yaml", json.dumps({"data": {"source": "files", "train": "train.csv"}, "tokenizer": {"vocab_size": 30}}))
+    assert run_validate_stage(tmp_path).returncode == 0
+    store = tmp_path / "mlflow.db"
+    assert store.is_file()  # validate built the store the later stages log to
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    client.create_run(client.create_experiment("lmtransfer"))  # a store with a run is never set aside
+    before = snapshot(tmp_path / "data")
+    if fault == "a directory":
+        store.rename(tmp_path / "moved.db")
+        store.mkdir()
+    else:
+        data = bytearray(store.read_bytes())
+        data[4096:len(data) - 4096] = os.urandom(len(data) - 8192)
+        store.write_bytes(bytes(data))
+    broken = run_validate_stage(tmp_path)
+    assert broken.returncode == 1
+    assert broken.stderr.startswith("validate: error:") and "mlflow.db" in broken.stderr, broken.stderr
+    assert "Traceback" not in broken.stderr
+    assert snapshot(tmp_path / "data") == before
