@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: help venv run run-translation test test-fast lint ui docs summary scaling profile-large search bench bench-corpus bench-parity
+.PHONY: help venv run run-translation test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
 .DEFAULT_GOAL := help
 
 ## every target with what it does (this list)

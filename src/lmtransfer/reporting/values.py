@@ -124,12 +124,6 @@ class Derived:
     sources: tuple[str, ...]
 
 
-def _per_run_lead(read: Reader) -> float:
-    """How far the best pretrained run is ahead of the next best: what one pretraining run can be worth."""
-    runs = sorted(read.source("evaluate").numbers("pretrained.accuracy_per_seed"))
-    return runs[-1] - runs[-2]
-
-
 def _scaling_step(low: int, high: int) -> Callable[[Reader], float]:
     """The gap's change from budget row `low` to row `high` of the scaling study."""
     return lambda read: read.number("scaling", f"budgets.{high}.gap") - read.number("scaling", f"budgets.{low}.gap")
@@ -193,14 +187,9 @@ DERIVED: dict[str, Derived] = {
         ("bench.course_parity-movies-en-curves", "bench.course_parity-curves")),
     "pipeline.pretrain-max-s": Derived(_slowest_pretraining, ("bench.pipeline",)),
     "pipeline.pretrain-tokens-per-s": Derived(lambda read: _tokens_per_hour(read) / 3600, ("evaluate", "bench.pipeline")),
-    "classification.best-run-lead": Derived(_per_run_lead, ("evaluate",)),
     "classification.last-epoch-gap": Derived(  # the validation gap after the last fine-tuning epoch
         lambda read: read.number("evaluate", "pretrained.val_accuracy_mean_per_epoch.-1")
         - read.number("evaluate", "scratch.val_accuracy_mean_per_epoch.-1"), ("evaluate",)),
-    "classification.share-of-distance": Derived(
-        lambda read: read.number("evaluate", "gap.accuracy_mean")
-        / (read.number("baseline", "accuracy") - read.number("evaluate", "scratch.accuracy_mean")),
-        ("evaluate", "baseline")),
     "objectives.bidirectional-scratch-lead": Derived(
         lambda read: read.number("objectives-mlm", "scratch.accuracy_mean")
         - read.number("objectives-clm", "scratch.accuracy_mean"), ("objectives-mlm", "objectives-clm")),
