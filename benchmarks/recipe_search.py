@@ -193,6 +193,7 @@ TABLE_COLUMNS = [
     Column("pretrained, validation, epoch 1 / last", ""), Column("scratch, validation, epoch 1 / last", ""),
     Column("head start, epoch 1", "+.3f"), Column("gap, last epoch", "+.3f"),
     Column("review-text perplexity", ".1f"), Column("pretraining run, s", ".0f"),
+    Column("best epoch, pretrained / scratch", ""),
 ]
 
 
@@ -206,8 +207,9 @@ def table_row(name: str, row: dict) -> list:
         values = summary.get(variant)
         return f"{values[0]:.3f} / {values[-1]:.3f}" if values else ""
 
+    best = " / ".join(f"{summary[f'{v}_best']:.3f}" if f"{v}_best" in summary else "-" for v in ("pretrained", "scratch"))
     return [name, changes + extra, curve("pretrained"), curve("scratch"), summary.get("head_start"),
-            summary.get("gap_last"), summary.get("val_perplexity"), summary.get("pretrain_seconds")]
+            summary.get("gap_last"), summary.get("val_perplexity"), summary.get("pretrain_seconds"), best]
 
 
 def write_table(runs_file: Path, name: str, notes: str) -> None:

@@ -76,9 +76,10 @@ def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
     The translation pipeline is copied only for its own tests: `dvc status` and `dvc metrics show` without a
     target cover every dvc.yaml of a repository, and the classification tests read them whole."""
     names = ["dvc.yaml", ".dvcignore", "params.yaml"]
-    if params_file.startswith("translation/"):
-        (root / "translation").mkdir()
-        names += ["translation/dvc.yaml", "translation/params.yaml"]
+    for task in ("translation", "course"):  # a pipeline in a folder of its own: its dvc.yaml and params.yaml
+        if params_file.startswith(f"{task}/"):
+            (root / task).mkdir()
+            names += [f"{task}/dvc.yaml", f"{task}/params.yaml"]
     for name in names:
         shutil.copy(REPO / name, root / name)
     for name in ("stages", "src", ".dvc"):

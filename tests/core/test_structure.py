@@ -45,6 +45,19 @@ def test_every_module_a_stage_can_run_is_one_of_its_deps(pipeline_stage):
     assert not needless, f"{stage} lists these but never imports them (edits rerun it for nothing): {needless}; {hint}"
 
 
+def test_the_course_pipeline_is_the_classification_pipeline_run_in_its_folder():
+    """course/dvc.yaml is generated from dvc.yaml: a stage added or changed there reaches the course's run."""
+    from course_pipeline import SOURCE, TARGET, course_pipeline
+
+    assert TARGET.read_text(encoding="utf-8") == course_pipeline(SOURCE.read_text(encoding="utf-8")), (
+        "course/dvc.yaml is stale: python tools/course_pipeline.py")
+    course = YAML(typ="safe").load(TARGET.read_text())["stages"]
+    assert course.keys() == STAGES.keys()
+    for name, stage in course.items():
+        assert [d.removeprefix("../") for d in stage["deps"]] == STAGES[name]["deps"]
+        assert stage["cmd"].replace("../", "", 1) == STAGES[name]["cmd"]
+
+
 def test_the_closure_follows_function_level_and_relative_imports(tmp_path):
     """The check itself: a module imported inside a function, and `from . import x`, count."""
     script = tmp_path / "stage.py"
@@ -144,7 +157,8 @@ def test_the_training_stages_can_be_restored_from_the_run_cache(stage):
 # --- the layout: a shared core and one package per task ------------------------------------------------------------
 
 TASKS = ("classification", "translation")
-FRONT = ("cli",)  # the command line (its `params` tables included): may use either task
+FRONT = ("cli", "course")  # the command line and the course's experiment (its French text is translation's
+# Bible database): may use either task
 SHARED = tuple(sorted(p.parent.name for p in (SRC / "lmtransfer").glob("*/__init__.py")
                       if p.parent.name not in TASKS + FRONT))  # what both tasks build on: never imports a task
 

@@ -1,0 +1,91 @@
+"""`lmtransfer course`: the course's files checked into course/data/raw/, then its pipeline, then the lab's table.
+
+What the files hold decides the pretrained variant: the course's own language model when it is among them
+(loaded, one pretraining run, three fine-tuning seeds); else a language model pretrained here, three runs, on
+the course's pretraining text when present, else on the French Bibles the project pins. The choice is passed
+as `dvc exp run -S` changes over course/params.yaml, which stays as committed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmtransfer.core.errors import LmtransferError
+from lmtransfer.course.files import LANGUAGE_MODEL, PRETRAINING_TEXT
+
+COURSE = Path("course")  # the course pipeline's folder, from the repository root
+RAW = Path("data") / "raw"  # the course's files, from course/ (where its params.yaml names them)
+PARAMS = COURSE / "params.yaml"
+PIPELINE = COURSE / "dvc.yaml"
+
+# 2-core Intel Xeon @ 2.50GHz, measured through this pipeline (docs/results/course.md): tokens per second of a
+# pretraining step at V = 50,001 (the LM head dominates) and of a fine-tuning step at the course's shape.
+PRETRAIN_TOKENS_PER_S = 2_300
+FINETUNE_TOKENS_PER_S = 5_600
+
+
+@dataclass
+class Plan:
+    """How the pretrained variant comes about, as `-S key=value` changes, and a sentence saying so."""
+
+    changes: list[str] = field(default_factory=list)
+    pretrained: str = ""
+    write_bible: bool = False
+
+
+def plan_for(present: dict[str, Path], extra: list[str]) -> Plan:
+    """The changes the files present call for, then the user's own `--set`s (which win)."""
+    if LANGUAGE_MODEL in present:
+        plan = Plan([f"pretrain.init_from={RAW / LANGUAGE_MODEL}", "pretrain.seeds=[0]", "pretrain.adapt_epochs=0",
+                     "finetune.seeds=[0,1,2]", "data.corpus=[]"],
+                    f"the course's language model ({LANGUAGE_MODEL}), loaded: one pretraining run, its fine-tunes "
+                    "with seeds 0, 1, 2 against as many scratch runs")
+    elif PRETRAINING_TEXT in present:
+        plan = Plan([f"data.corpus=[{RAW / PRETRAINING_TEXT}]", f"data.corpus_format={text_format(present[PRETRAINING_TEXT])}"],
+                    f"a language model pretrained here on the course's {PRETRAINING_TEXT}, 3 runs")
+    else:
+        plan = Plan([], "a language model pretrained here on three French Bibles (the pinned bible-fr.txt), "
+                        "3 runs: the course's language model and its pretraining text are not among the files",
+                    write_bible=True)
+    plan.changes += extra
+    return plan
+
+
+def text_format(path: Path) -> str:
+    """`pieces` when the text is already cut by sentencepiece (its word marker ▁ opens most tokens), else `text`."""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        sample = handle.read(1 << 16).split()
+    marked = sum(token.startswith("▁") for token in sample)
+    return "pieces" if sample and marked > len(sample) / 3 else "text"
+
+
+def estimate_minutes(params, train_tokens: int) -> float:
+    """The pipeline's minutes on 2 CPU cores, from its token counts and the measured rates above."""
+    pretrain, finetune = params.pretrain, params.finetune
+    pretraining = 0 if params.pretrain.init_from else len(pretrain.seeds) * (
+        pretrain.max_steps * pretrain.batch_size * pretrain.seq_len + pretrain.adapt_epochs * train_tokens)
+    runs = 2 * len(pretrain.seeds) * len(finetune.seeds)
+    return (pretraining / PRETRAIN_TOKENS_PER_S + runs * finetune.epochs * train_tokens / FINETUNE_TOKENS_PER_S) / 60
+
+
+def dvc_command(plan: Plan) -> list[str]:
+    """`dvc repro` of the course pipeline as committed; `dvc exp run` with `-S` when the plan changes a value."""
+    if not plan.changes:
+        return ["dvc", "repro", str(PIPELINE)]
+    command = ["dvc", "exp", "run", str(PIPELINE)]
+    for change in plan.changes:
+        command += ["-S", f"{PARAMS}:{change}"]
+    return command
+
+
+def run_pipeline(command: list[str], root: Path, env: dict[str, str]) -> float:
+    """The pipeline, its output streamed (each stage shows its progress); its seconds."""
+    start = time.perf_counter()
+    print("course: " + " ".join(command), flush=True)
+    if subprocess.run(command, cwd=root, env=env).returncode:
+        raise LmtransferError(f"`{' '.join(command)}` failed (its error is above); the files in "
+                              f"{COURSE / RAW} stay checked: rerun `lmtransfer course` once it is mended")
+    return time.perf_counter() - start

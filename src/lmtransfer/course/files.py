@@ -1,0 +1,180 @@
+"""The course's files at a pinned commit of its repository: fetched or copied, each checked before it is used.
+
+Lab 2 of the ALTEGRAD course ships its data in the GitHub repository moussaKam/transfer_learning_transformers.
+Every file is pinned by its git blob id at `COMMIT` (git's own hash of the file's bytes, which the commit's tree
+names), and the files a copy of the repository was at hand for by their sha256 and size as well. A file is
+checked whole before anything is placed: one that is missing, cut short or changed by one byte is named, with
+what to do, and the files already in place stay as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmtransfer.core.errors import DataSourceError
+from lmtransfer.core.io import sha256_of
+
+REPOSITORY = "moussaKam/transfer_learning_transformers"
+COMMIT = "b14c34637f62e5c6ebf86401be0f6aba1099e8ba"  # "Add files", 2020-12-01: the lab's data
+DEFAULT_URL = f"https://raw.githubusercontent.com/{REPOSITORY}/{COMMIT}"
+LANGUAGE_MODEL = "pretrained_model_4layers.pt"  # the course's French LM (with its LM head): loaded when present
+PRETRAINING_TEXT = "pretraining_subset.txt"  # the course's pretraining text: the corpus when the LM is absent
+
+
+@dataclass(frozen=True)
+class CourseFile:
+    path: str  # in the repository, and under the destination folder
+    git_blob: str  # git's id of the file at COMMIT: sha1 of b"blob <size>\0" + its bytes
+    size: int | None = None  # bytes; None where no copy was at hand to measure
+    sha256: str | None = None
+    required: bool = True  # the experiment cannot run without it (the large optional files may be absent)
+
+
+PINNED = (
+    CourseFile("cls-books/train.review.spm", "933ca8a472c8bf9b5f49bd1b07304a2913af106a", 1495960,
+               "a919c60894139d9ea30bd11fd3ea8869de03df493a486dd9b2be4f6e809ae232"),
+    CourseFile("cls-books/train.label", "d30d763e0ee510a71ef677fcf130eee2de738400", 3200,
+               "0ad0e86a0c4ca0d62af1f72d3a36afaa115c6904f77469cd70c1931fa8587775"),
+    CourseFile("cls-books/valid.review.spm", "e917bcd63b497f10d0552168ef5222f46da26b0e", 388465,
+               "4aa27090cc88994ecb65fec15419313405d69c9189c8eb02ef808235633c2693"),
+    CourseFile("cls-books/valid.label", "2b0d5bbc5ed15473356538fcebbf78b4fc0deac5", 800,
+               "d80cdb6574ed4efbb00a124fc054c96d4b5e1ce55210b92fa0419350b7a92b3c"),
+    CourseFile("cls-books/test.review.spm", "4ca624ebeb7a311a7a8a6de4747648a83cc6e352", 1864544,
+               "5d0322e84d5b433dd1072a81f7b62af4ee4adef400651b51b1efca9929fe2890"),
+    CourseFile("cls-books/test.label", "7860b56cf6abf2ed94089d7d7905c28f1de3a2d2", 4000,
+               "28c78495388f7a1fac01120ef7ca73e0dd9a035ac91101ba7fe27fc155289933"),
+    CourseFile("dict.txt", "522da0a550ee9d5008c21b68f77154e096c2bb4d", 577587,
+               "f587552218e9623edcaaa70d8762799f28b0f98f86b41657e21a9e02cfce4e8c"),
+    CourseFile("sentencepiece.french.model", "fd27683e4285a3c7eeb91c2bd627ef39ae5c8201", 1115362,
+               "4cc472d2d984575d2d1774cfc0150ff9acad6f4430f2f34901d3a30062cd164b"),
+    CourseFile(LANGUAGE_MODEL, "fa007e8b7f0b939113a7e05b432e7bc68111da4b", required=False),
+    CourseFile(PRETRAINING_TEXT, "faf6fd3902a9b043df6f80fc2017a3a966b31787", required=False),
+)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What to fetch and how to check it: the pinned commit's files, or a fork's (`read_manifest`)."""
+
+    files: tuple[CourseFile, ...] = PINNED
+    commit: str = COMMIT
+    repository: str = REPOSITORY
+
+
+def read_manifest(path: Path) -> Manifest:
+    """Another commit or fork: {"repository", "commit", "files": [{"path", "git_blob" or "sha256", ...}]}."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        files = tuple(CourseFile(entry["path"], entry.get("git_blob", ""), entry.get("size"), entry.get("sha256"),
+                                 entry.get("required", True)) for entry in raw["files"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataSourceError(f"{path}: not a course manifest ({exc}); see `lmtransfer course --help`") from None
+    if not all(f.git_blob or f.sha256 for f in files):
+        raise DataSourceError(f"{path}: every file needs a git_blob or a sha256 to be checked against")
+    return Manifest(files, raw.get("commit", "?"), raw.get("repository", "?"))
+
+
+def git_blob_id(path: Path) -> str:
+    """git's id of a file's content (`git hash-object`), which the pinned commit's tree lists for each file."""
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def problem(path: Path, pinned: CourseFile, manifest: Manifest) -> str | None:
+    """Why `path` is not the pinned file (None when it is): its size first, so a cut download says so."""
+    where = f"{manifest.repository} at {manifest.commit[:7]}"
+    size = path.stat().st_size
+    if pinned.size is not None and size != pinned.size:
+        cut = " (cut short: an interrupted download?)" if size < pinned.size else ""
+        return f"{pinned.path}: {size:,} bytes where the file of {where} has {pinned.size:,}{cut}"
+    if pinned.sha256 and sha256_of(path) != pinned.sha256:
+        return f"{pinned.path}: its sha256 is not the pinned {pinned.sha256[:12]}…: not the file of {where}"
+    if pinned.git_blob and git_blob_id(path) != pinned.git_blob:
+        return f"{pinned.path}: its git blob id is not the pinned {pinned.git_blob[:12]}…: not the file of {where}"
+    return None
+
+
+def _in_folder(folder: Path, pinned: CourseFile) -> Path | None:
+    """The file in a clone (its repository path) or a flat folder (its name alone)."""
+    for candidate in (folder / pinned.path, folder / Path(pinned.path).name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _download(url: str, target: Path) -> bool:
+    """`url` into `target`; False when the server has no such file (404), an error for anything else."""
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, target.open("wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        raise DataSourceError(f"{url}: HTTP {exc.code} {exc.reason}; try again, or --from a clone") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise DataSourceError(f"{url}: cannot download ({getattr(exc, 'reason', exc)}); on a machine without "
+                              "network, copy the files and pass --from FOLDER") from None
+    return True
+
+
+def gather(destination: Path, manifest: Manifest = Manifest(), source: Path | None = None,
+           url: str = DEFAULT_URL) -> dict[str, Path]:
+    """Every file of `manifest` checked and in `destination` (by its repository path); returns the ones present.
+
+    Files already there and right are kept. The others come from `source` (a folder or clone) or `url`, into a
+    temporary folder beside `destination`; only when every required file checks out are they moved into place,
+    so a bad source changes nothing. A missing optional file (the large language model, the pretraining text)
+    is left out."""
+    destination.mkdir(parents=True, exist_ok=True)
+    present: dict[str, Path] = {}
+    fetched: dict[str, Path] = {}
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(dir=destination, prefix=".fetch-") as tmp:
+        for pinned in manifest.files:
+            placed = destination / pinned.path
+            if placed.is_file() and problem(placed, pinned, manifest) is None:
+                present[pinned.path] = placed
+                continue
+            candidate = _fetch_one(pinned, Path(tmp), source, url)
+            if candidate is None:
+                if pinned.required:
+                    where = f"in {source}" if source else f"at {url}/{pinned.path}"
+                    problems.append(f"{pinned.path}: missing {where}; copy it from a clone of {manifest.repository} "
+                                    f"at {manifest.commit[:7]}")
+                continue
+            issue = problem(candidate, pinned, manifest)
+            if issue:
+                problems.append(issue + ("" if source is None else f" (in {source})") + "; fetch it again")
+            else:
+                fetched[pinned.path] = candidate
+        if problems:
+            raise DataSourceError("the course's files are not the pinned ones, nothing was changed in "
+                                  f"{destination}:\n  " + "\n  ".join(problems))
+        for name, candidate in fetched.items():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(candidate), target)
+            present[name] = target
+    return present
+
+
+def _fetch_one(pinned: CourseFile, tmp: Path, source: Path | None, url: str) -> Path | None:
+    target = tmp / pinned.path.replace("/", "__")
+    if source is not None:
+        found = _in_folder(source, pinned)
+        if found is None:
+            return None
+        shutil.copyfile(found, target)
+        return target
+    print(f"course: downloading {pinned.path}", flush=True)
+    return target if _download(f"{url}/{pinned.path}", target) else None

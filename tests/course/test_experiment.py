@@ -1,0 +1,81 @@
+"""What `lmtransfer course` runs for the files present, its time estimate, and the lab's table it prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from lmtransfer.classification.config import load_params
+from lmtransfer.course.comparison import PUBLISHED, lab_lines
+from lmtransfer.course.experiment import PARAMS, dvc_command, estimate_minutes, plan_for, text_format
+from lmtransfer.course.files import LANGUAGE_MODEL, PINNED, PRETRAINING_TEXT
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
+    params = load_params(REPO / PARAMS)
+    assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (4, 200, 2, 200)
+    assert params.model.embedding_init == "uniform"
+    finetune = params.finetune
+    assert (finetune.batch_size, finetune.lr, finetune.schedule, finetune.warmup_steps, finetune.weight_decay,
+            finetune.grad_clip, finetune.head_lr_multiplier, finetune.pooling, finetune.max_len) == (
+        8, 0.0003, "constant", 0, 0.0, 0.5, 1.0, "last", 512)
+    assert len(params.pretrain.seeds) * len(finetune.seeds) >= 3  # at least 3 runs per variant
+    raw = YAML(typ="safe").load((REPO / PARAMS).read_text())["data"]
+    named = {raw["train"], raw["valid"], raw["test"]}
+    assert named == {f"data/raw/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
+    assert load_params(REPO / PARAMS).data.corpus == ["data/raw/bible-fr.txt"]
+
+
+def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_are_the_replicates():
+    plan = plan_for({LANGUAGE_MODEL: Path("x.pt"), PRETRAINING_TEXT: Path("y.txt")}, [])
+    assert f"pretrain.init_from=data/raw/{LANGUAGE_MODEL}" in plan.changes
+    assert "pretrain.seeds=[0]" in plan.changes and "finetune.seeds=[0,1,2]" in plan.changes
+    assert not plan.write_bible
+    command = dvc_command(plan)
+    assert command[:4] == ["dvc", "exp", "run", "course/dvc.yaml"]
+    assert f"course/params.yaml:pretrain.init_from=data/raw/{LANGUAGE_MODEL}" in command
+
+
+def test_without_the_model_the_courses_text_is_the_corpus_else_the_pinned_bibles(tmp_path):
+    text = tmp_path / PRETRAINING_TEXT
+    text.write_text("▁Le ▁livre ▁est ▁bon\n▁Un ▁roman\n", encoding="utf-8")
+    plan = plan_for({PRETRAINING_TEXT: text}, [])
+    assert plan.changes == [f"data.corpus=[data/raw/{PRETRAINING_TEXT}]", "data.corpus_format=pieces"]
+    text.write_text("Le livre est bon.\nUn roman.\n", encoding="utf-8")
+    assert text_format(text) == "text"
+    bible = plan_for({}, [])
+    assert bible.write_bible and bible.changes == []
+    assert dvc_command(bible) == ["dvc", "repro", "course/dvc.yaml"]  # as committed: no experiment needed
+    mine = plan_for({}, ["finetune.seeds=[3,4,5]"])
+    assert dvc_command(mine)[-2:] == ["-S", "course/params.yaml:finetune.seeds=[3,4,5]"]
+
+
+def test_the_estimate_counts_pretraining_only_when_it_runs():
+    params = load_params(REPO / PARAMS)
+    here = estimate_minutes(params, train_tokens=205_615)
+    loaded = params.model_copy(update={"pretrain": params.pretrain.model_copy(
+        update={"init_from": "data/raw/x.pt", "seeds": [0]})})
+    assert 20 < here < 240  # "about an hour" on 2 cores
+    assert estimate_minutes(loaded, 205_615) < here / 3  # 2 fine-tunes, no pretraining, against 6 and 3 runs
+
+
+def _report() -> dict:
+    def variant(first: float, accuracy: float) -> dict:
+        return {"val_accuracy_mean_per_epoch": [first, accuracy], "val_accuracy_std_per_epoch": [0.01, 0.02],
+                "accuracy_mean": accuracy, "accuracy_std": 0.005}
+
+    return {"pretrained": variant(0.75, 0.83), "scratch": variant(0.5, 0.78), "n_seeds": 3, "n_pretraining_runs": 3,
+            "n_finetuning_seeds": 1, "n_test_examples": 2000, "baseline": {"accuracy": 0.837},
+            "gap": {"accuracy_mean": 0.05, "ci95_low": 0.02, "ci95_high": 0.08, "p_value": 0.001}}
+
+
+def test_the_lab_table_has_each_epoch_the_test_gap_the_baseline_and_the_courses_numbers():
+    lines = lab_lines(_report())
+    text = "\n".join(lines)
+    assert "      1    0.750 ± 0.010    0.500 ± 0.010      +0.250" in lines
+    assert "      2    0.830 ± 0.020    0.780 ± 0.020      +0.050" in lines
+    assert "gap         +0.0500, 95% interval [+0.0200, +0.0800], p = 0.001" in text
+    assert "0.8370" in text and PUBLISHED["scratch_test"] in text and PUBLISHED["first_epoch"] in text

@@ -1,0 +1,47 @@
+"""course/dvc.yaml: the classification pipeline (../dvc.yaml) run in the course's folder, generated from it.
+
+The course's experiment (`lmtransfer course`) runs the same stages as the built-in run, on the course's files
+and with its own params.yaml, in course/: its data/, models/, metrics/ and plots/ stay apart from the built-in
+run's. Every stage, dep and output is ../dvc.yaml's; only the paths into the repository's code gain `../`.
+
+    python tools/course_pipeline.py           # rewrite course/dvc.yaml from dvc.yaml
+    python tools/course_pipeline.py --check   # exit 1 when course/dvc.yaml is not what dvc.yaml gives
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE, TARGET = REPO / "dvc.yaml", REPO / "course" / "dvc.yaml"
+HEADER = """\
+# GENERATED from ../dvc.yaml by `python tools/course_pipeline.py`: edit dvc.yaml, then run that (a test checks).
+# The course's experiment (docs/guide/course.md): the classification pipeline on the course's files, with
+# course/params.yaml, its outputs in this folder. Run it with `lmtransfer course` (`make course`), which fetches
+# and checks the files first; or `dvc repro course/dvc.yaml` once they are in course/data/raw/.
+#
+"""
+CODE = re.compile(r"^(\s+(?:- |cmd: python ))(stages/|src/)", re.M)
+
+
+def course_pipeline(text: str) -> str:
+    """`text` (the root dvc.yaml) with its paths into stages/ and src/ made relative to course/."""
+    return HEADER + CODE.sub(r"\1../\2", text)
+
+
+def main() -> None:
+    expected = course_pipeline(SOURCE.read_text(encoding="utf-8"))
+    if "--check" in sys.argv[1:]:
+        current = TARGET.read_text(encoding="utf-8") if TARGET.is_file() else ""
+        if current != expected:
+            sys.exit(f"{TARGET.relative_to(REPO)} is not what {SOURCE.name} gives: python tools/course_pipeline.py")
+        return
+    TARGET.parent.mkdir(exist_ok=True)
+    TARGET.write_text(expected, encoding="utf-8")
+    print(f"wrote {TARGET.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
