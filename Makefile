@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: help venv run run-translation test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
+.PHONY: help venv run run-translation course test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
 .DEFAULT_GOAL := help
 
 ## every target with what it does (this list)
@@ -37,6 +37,12 @@ run-translation: venv
 	dvc repro translation/dvc.yaml
 	@echo; lmtransfer results --translation; echo
 	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"
+
+## lab 2 of the ALTEGRAD course on its own files: fetched at a pinned commit and checked, pretrained against scratch,
+## the lab's table (COURSE_FROM=folder copies them from a clone instead; time on 2 CPU cores: docs/guide/course.md)
+COURSE_FROM ?=
+course: venv
+	$(BIN)/lmtransfer course $(if $(COURSE_FROM),--from $(COURSE_FROM))
 
 ## the test suite: unit tests and end-to-end dvc repro runs on tiny data, two at a time (pytest-xdist), then
 ## the few that measure the machine's CPU (marked quiet), alone

@@ -11,8 +11,8 @@ pipeline's `finetune_scratch` stage runs it with the course preset.
 The data (`--data`) are close in character to the course's French book reviews (CLS-books: 1,600 train /
 400 valid / 2,000 test): the built-in `reviews-zh` product reviews of at least `--min-chars` characters,
 both classes equally often, cut into pieces by a sentencepiece model trained on the train texts and
-the source's news corpus (`--write-course-files DIR` writes them in the course's file formats, for the
-course page's recipe). Or they are the built-in run's own (`movies-en`: short movie-review sentences, the
+the source's news corpus (`--write-course-files DIR` writes them in the course's file formats and names, for trying
+a reader of those formats without the course's files). Or they are the built-in run's own (`movies-en`: short movie-review sentences, the
 splits and ids `dvc repro tokenize` wrote, V = 4,000). Both loops get the same ids (begin-of-text + pieces,
 as the pipeline encodes a text for classification).
 
@@ -137,8 +137,7 @@ def write_course_files(folder: Path, splits, news: list[str], tokenizer) -> None
     ordered = sorted(pieces, key=lambda p: -counts[p])  # stable: ties in the model's order
     (folder / "dict.txt").write_text("".join(f"{p} {counts[p]}\n" for p in ordered), encoding="utf-8")
     (folder / "sentencepiece.french.model").write_bytes(tokenizer.model_bytes)
-    print(f"the course's files of these data -> {folder}: run docs/guide/course.md's recipe on them "
-          f"(data/raw/course/), pretrain.init_from: ''")
+    print(f"the course's files of these data -> {folder} (their formats and names, flat; no language model)")
 
 
 def tfidf_baseline(splits) -> float:
@@ -184,13 +183,14 @@ def course_files_data(folder: Path):
     from lmtransfer.tokens.tokenized import LabeledSplit
     from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
-    names = [f"{split}.review.spm" for split in ("train", "valid", "test")] + ["dict.txt"]
-    missing = [name for name in names if not (folder / name).is_file()]
+    reviews = folder / "cls-books" if (folder / "cls-books").is_dir() else folder  # a clone's layout, or flat
+    names = [f"{split}.review.spm" for split in ("train", "valid", "test")]
+    missing = [name for name in names if not (reviews / name).is_file()] + [
+        name for name in ["dict.txt"] if not (folder / name).is_file()]
     if missing:
         raise SystemExit(f"--data cls-books reads the course's files from {folder} (--course-files): {', '.join(missing)} "
-                         "missing; they are in the GitHub repository moussaKam/transfer_learning_transformers "
-                         "(cls-books/ and dict.txt)")
-    params = DataParams(source="files", format="pieces", **{split: str(folder / f"{split}.review.spm")
+                         "missing; `lmtransfer course --fetch-only` puts them in course/data/raw")
+    params = DataParams(source="files", format="pieces", **{split: str(reviews / f"{split}.review.spm")
                                                              for split in ("train", "valid", "test")})
     labeled = prepare_labeled(load_files(params), params)
     tokenizer = DictionaryTokenizer(read_fairseq_dictionary(folder / "dict.txt"))
@@ -416,9 +416,9 @@ def main() -> None:
                         help="reviews-zh: long reviews cut as the course's (below); movies-en: the built-in run's "
                         "splits and ids, as `dvc repro tokenize` wrote them; cls-books: the course's own files "
                         "(--course-files)")
-    parser.add_argument("--course-files", type=Path, default=REPO / "data" / "raw" / "course",
+    parser.add_argument("--course-files", type=Path, default=REPO / "course" / "data" / "raw",
                         help="with --data cls-books: the folder of the course's cls-books/*.review.spm and .label "
-                        "files and dict.txt (default: data/raw/course, where the course page's recipe reads them)")
+                        "files and dict.txt (default: course/data/raw, where `lmtransfer course` puts them)")
     parser.add_argument("--ablation", choices=list(ABLATIONS), default="none", help="; ".join(
         f"{name}: {change.what}" for name, change in ABLATIONS.items()))
     parser.add_argument("--train", type=int, default=1600)

@@ -79,3 +79,20 @@ def test_the_lab_table_has_each_epoch_the_test_gap_the_baseline_and_the_courses_
     assert "      2    0.830 ± 0.020    0.780 ± 0.020      +0.050" in lines
     assert "gap         +0.0500, 95% interval [+0.0200, +0.0800], p = 0.001" in text
     assert "0.8370" in text and PUBLISHED["scratch_test"] in text and PUBLISHED["first_epoch"] in text
+
+
+def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_batches():
+    """docs/guide/course.md prints the course's fine-tuning schedule as `-S` changes; course/params.yaml holds the
+    same values but the two the guide names (8 epochs, length-bucketed batches)."""
+    import re
+    import shlex
+
+    page = (REPO / "docs" / "guide" / "course.md").read_text(encoding="utf-8")
+    words = shlex.split(re.search(r"```bash\n(dvc exp run .*?)\n```", page, re.S).group(1))
+    schedule = {words[i + 1].split("=", 1)[0].removeprefix("finetune."): YAML(typ="safe").load(words[i + 1].split("=", 1)[1])
+                for i, word in enumerate(words) if word == "-S"}
+    recipe = YAML(typ="safe").load((REPO / PARAMS).read_text())["finetune"]
+    differ = {key for key, value in schedule.items() if recipe[key] != value}
+    assert differ == {"epochs", "batches"}
+    assert (recipe["epochs"], recipe["batches"]) == (8, "bucketed")
+    assert "8 epochs and bucketed batches" in " ".join(page.split())

@@ -65,3 +65,16 @@ def test_the_docs_index_lists_every_page():
     listed = {(index.parent / target.partition("#")[0]).resolve() for target in _links(index)}
     pages = {page.resolve() for page in (REPO / "docs").rglob("*.md") if page != index}
     assert sorted(page.relative_to(REPO).as_posix() for page in pages - listed) == []
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|root|home|tmp|Users)/[\w.-]")  # /mnt/nas/... in an example: no one's
+REGISTRY_HOST = re.compile(r"pypi\.org|pythonhosted\.org|download\.pytorch\.org", re.I)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_page_names_no_machines_path_and_no_package_registrys_host(page):
+    """The manual speaks of the project: a measurement's command names the repository's paths, not the folder
+    one machine kept its files in; installing goes through pip, whatever index it is configured with."""
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+        assert not MACHINE_PATH.search(line), f"{page.relative_to(REPO)}:{number}: a machine's path: {line.strip()}"
+        assert not REGISTRY_HOST.search(line), f"{page.relative_to(REPO)}:{number}: a registry's host: {line.strip()}"

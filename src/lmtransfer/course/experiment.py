@@ -21,10 +21,11 @@ RAW = Path("data") / "raw"  # the course's files, from course/ (where its params
 PARAMS = COURSE / "params.yaml"
 PIPELINE = COURSE / "dvc.yaml"
 
-# 2-core Intel Xeon @ 2.50GHz, measured through this pipeline (docs/results/course.md): tokens per second of a
-# pretraining step at V = 50,001 (the LM head dominates) and of a fine-tuning step at the course's shape.
-PRETRAIN_TOKENS_PER_S = 2_300
-FINETUNE_TOKENS_PER_S = 5_600
+# 2-core Intel Xeon @ 2.50GHz, through this pipeline (course/timings/, docs/results/course-lab.md): tokens per
+# second of a pretraining step at V = 50,001 (the LM head dominates), and of a fine-tuning epoch at the course's
+# shape, its validation included.
+PRETRAIN_TOKENS_PER_S = 1_600
+FINETUNE_TOKENS_PER_S = 3_000
 
 
 @dataclass

@@ -153,8 +153,11 @@ def gather(destination: Path, manifest: Manifest = Manifest(), source: Path | No
                                     f"at {manifest.commit[:7]}")
                 continue
             issue = problem(candidate, pinned, manifest)
-            if issue:
-                problems.append(issue + ("" if source is None else f" (in {source})") + "; fetch it again")
+            if issue and source is not None:
+                problems.append(f"{issue}; replace {_in_folder(source, pinned)} with the file of a clone at "
+                                f"{manifest.commit[:7]}")
+            elif issue:
+                problems.append(f"{issue}; run the command again to download it anew, or pass --from a clone")
             else:
                 fetched[pinned.path] = candidate
         if problems:

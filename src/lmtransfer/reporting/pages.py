@@ -133,9 +133,13 @@ def _curves(source: Source) -> tuple[list[float], list[float]]:
 # --- the tables -------------------------------------------------------------------------------------------------
 
 
-def _classification_test(root: Path) -> str:
-    """README, "The answer": test accuracy and macro-F1 per variant, the gap with its interval, the baseline."""
-    report, baseline = Source(root, EVALUATE), Source(root, BASELINE)
+COURSE = "course/"  # the course pipeline's folder (course/dvc.yaml): its metrics/ beside the built-in run's
+
+
+def _classification_test(root: Path, folder: str = "", texts: str = "sentences") -> str:
+    """README, "The answer": test accuracy and macro-F1 per variant, the gap with its interval, the baseline (of
+    the pipeline in `folder`: the course's too)."""
+    report, baseline = Source(root, folder + EVALUATE), Source(root, folder + BASELINE)
     better = _better(report, "accuracy_mean")
     rows = [[label, _bold(_mean_std(report, f"{variant}.accuracy", 4), variant in better),
              _joined(report.numbers(f"{variant}.accuracy_per_seed"), 4), _mean_std(report, f"{variant}.macro_f1", 4)]
@@ -147,7 +151,7 @@ def _classification_test(root: Path) -> str:
     rows.append(["TF-IDF + logistic regression (baseline stage)", f"**{baseline.number('accuracy'):.4f}**",
                  "(deterministic)", f"{baseline.number('macro_f1'):.4f}"])
     runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
-    header = [f"test set, {report.count('n_test_examples'):,} sentences",
+    header = [f"test set, {report.count('n_test_examples'):,} {texts}",
               f"accuracy (mean ± std over {runs} pretraining runs × {seeds} fine-tuning seed{'s' * (seeds != 1)})",
               "per run", "macro-F1"]
     return _table(header, rows)
@@ -163,9 +167,9 @@ def _spread_shares(report: Source) -> str:
     return ", ".join(f"{label} {report.number(f'gap.share.{key}'):.0%}" for label, key in parts)
 
 
-def _classification_epochs(root: Path) -> str:
+def _classification_epochs(root: Path, folder: str = "") -> str:
     """README, "The answer": validation accuracy per epoch, the first epoch's per seed (the head start)."""
-    report, baseline = Source(root, EVALUATE), Source(root, BASELINE)
+    report, baseline = Source(root, folder + EVALUATE), Source(root, folder + BASELINE)
     pretrained, scratch = _curves(report)
     curves = dict(zip(VARIANTS, (pretrained, scratch)))
     rows = []
@@ -368,6 +372,9 @@ class Table:
 TABLES: dict[str, Table] = {
     "classification-test": Table(_classification_test, (EVALUATE, BASELINE)),
     "classification-epochs": Table(_classification_epochs, (EVALUATE, BASELINE)),
+    "course-test": Table(lambda root: _classification_test(root, COURSE, "reviews"),
+                         (COURSE + EVALUATE, COURSE + BASELINE)),
+    "course-epochs": Table(lambda root: _classification_epochs(root, COURSE), (COURSE + EVALUATE, COURSE + BASELINE)),
     "objectives": Table(_objectives, ("results/objectives/",)),
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
