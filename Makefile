@@ -91,7 +91,7 @@ profile-large: venv
 	$(BIN)/python benchmarks/recipe_search.py --test --name large $(LARGE_PROFILE) --out benchmarks/results/large_profile-runs.json
 
 ## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
-## the original course's training loop against ours (about 12 minutes); several queued experiments at once;
+## the original course's training loop against ours (its time: docs/results/course-speed.md); several queued experiments at once;
 ## one process against two (train.nproc=2) through the pipeline; a stage beside other programs (run it alone)
 bench: venv
 	$(BIN)/python benchmarks/throughput.py
@@ -101,11 +101,12 @@ bench: venv
 	$(BIN)/python benchmarks/two_processes.py
 	$(BIN)/python benchmarks/cotenancy.py
 
-## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus (CORPUS_MB=1024: ~15 min, ~5 GB of disk)
+## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus of CORPUS_MB megabytes (its time and
+## disk at 1024: docs/results/speed.md)
 CORPUS_MB ?= 1024
 bench-corpus: venv
 	$(BIN)/python benchmarks/large_corpus.py --size-mb $(CORPUS_MB)
 
-## accuracy: the original course's fine-tuning loop against ours, same texts and splits, 3 seeds each (~45 min)
+## accuracy: the original course's fine-tuning loop against ours, same texts and splits, 3 seeds each (its time: docs/results/course.md)
 bench-parity: venv
 	$(BIN)/python benchmarks/course_parity.py

@@ -8,7 +8,6 @@ from pathlib import Path
 
 
 def cmd_course(args: argparse.Namespace) -> None:
-    from lmtransfer.classification.config import load_params
     from lmtransfer.core.io import read_json
     from lmtransfer.course import experiment as course
     from lmtransfer.course.comparison import lab_lines
@@ -29,14 +28,11 @@ def cmd_course(args: argparse.Namespace) -> None:
         write_french_corpus(raw)
     if args.fetch_only:
         return
-    params = load_params(root / course.PARAMS)  # the committed recipe: a broken one stops here, before any work
+    params = course.planned_params(root / course.PARAMS, plan.changes)  # a bad one stops here, before any work
     train_tokens = sum(len(line.split()) + 1 for line in (raw / "cls-books" / "train.review.spm").open(encoding="utf-8"))
-    if plan.changes and not args.changes:
-        print(f"course: the pretrained variant: {plan.pretrained}")
-    else:
-        print(f"course: the pretrained variant: {plan.pretrained}; "
-              f"about {course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores with course/params.yaml "
-              "(a GPU: a few minutes); each stage shows its progress")
+    print(f"course: the pretrained variant: {plan.pretrained}; about "
+          f"{course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores (a GPU: minutes); each stage "
+          "shows its progress")
     seconds = course.run_pipeline(course.dvc_command(plan), root, dvc_env())
     report = read_json(root / course.COURSE / "metrics" / "evaluate.json")
     print("\n" + "\n".join(lab_lines(report)))

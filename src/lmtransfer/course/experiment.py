@@ -63,6 +63,24 @@ def text_format(path: Path) -> str:
     return "pieces" if sample and marked > len(sample) / 3 else "text"
 
 
+def planned_params(params_file: Path, changes: list[str]):
+    """course/params.yaml with the plan's `key=value` changes, read as `dvc exp run -S` reads them (the value as
+    YAML), then validated: a bad `--set` stops here, naming the key, before any work."""
+    from ruamel.yaml import YAML
+
+    from lmtransfer.classification.config import parse_params
+    from lmtransfer.core.config import read_params_file
+
+    raw = read_params_file(params_file)
+    for change in changes:
+        key, separator, value = change.partition("=")
+        section, _, name = key.partition(".")
+        if not separator or not name or not isinstance(raw.get(section), dict):
+            raise LmtransferError(f"--set {change}: not `section.key=value` for a section of {params_file}")
+        raw[section][name] = YAML(typ="safe").load(value)
+    return parse_params(raw, f"{params_file} with " + (" ".join(changes) or "no change"))
+
+
 def estimate_minutes(params, train_tokens: int) -> float:
     """The pipeline's minutes on 2 CPU cores, from its token counts and the measured rates above."""
     pretrain, finetune = params.pretrain, params.finetune

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from ruamel.yaml import YAML
 
 from lmtransfer.classification.config import load_params
 from lmtransfer.course.comparison import PUBLISHED, lab_lines
-from lmtransfer.course.experiment import PARAMS, dvc_command, estimate_minutes, plan_for, text_format
+from lmtransfer.course.experiment import (
+    PARAMS,
+    PRETRAIN_TOKENS_PER_S,
+    dvc_command,
+    estimate_minutes,
+    plan_for,
+    planned_params,
+    text_format,
+)
 from lmtransfer.course.files import LANGUAGE_MODEL, PINNED, PRETRAINING_TEXT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,10 +65,13 @@ def test_without_the_model_the_courses_text_is_the_corpus_else_the_pinned_bibles
 def test_the_estimate_counts_pretraining_only_when_it_runs():
     params = load_params(REPO / PARAMS)
     here = estimate_minutes(params, train_tokens=205_615)
-    loaded = params.model_copy(update={"pretrain": params.pretrain.model_copy(
-        update={"init_from": "data/raw/x.pt", "seeds": [0]})})
+    loaded = planned_params(REPO / PARAMS, plan_for({LANGUAGE_MODEL: Path("x.pt")}, []).changes)
+    assert loaded.pretrain.init_from == f"data/raw/{LANGUAGE_MODEL}" and loaded.finetune.seeds == [0, 1, 2]
     assert 20 < here < 240  # "about an hour" on 2 cores
-    assert estimate_minutes(loaded, 205_615) < here / 3  # 2 fine-tunes, no pretraining, against 6 and 3 runs
+    pretrain = params.pretrain  # each run: its corpus steps, then its adaptation epochs over the train texts
+    per_run = pretrain.max_steps * pretrain.batch_size * pretrain.seq_len + pretrain.adapt_epochs * 205_615
+    pretraining = len(pretrain.seeds) * per_run / PRETRAIN_TOKENS_PER_S / 60
+    assert abs(here - estimate_minutes(loaded, 205_615) - pretraining) < 0.01  # the same 6 fine-tunes either way
 
 
 def _report() -> dict:
@@ -96,3 +108,12 @@ def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_b
     assert differ == {"epochs", "batches"}
     assert (recipe["epochs"], recipe["batches"]) == (8, "bucketed")
     assert "8 epochs and bucketed batches" in " ".join(page.split())
+
+
+def test_a_bad_set_is_refused_naming_the_key_before_any_work():
+    from lmtransfer.core.errors import LmtransferError
+
+    with pytest.raises(LmtransferError, match="--set finetune.lr: not `section.key=value`"):
+        planned_params(REPO / PARAMS, ["finetune.lr"])
+    with pytest.raises(ValueError, match="finetune.epochs"):
+        planned_params(REPO / PARAMS, ["finetune.epochs=-1"])
