@@ -206,6 +206,8 @@ def test_translation_tables_bold_the_better_variant_per_metric(tmp_path):
 EXPECTED_HEADERS = {
     "classification-test": "| test set, {n} sentences | accuracy (mean ± std over ",
     "classification-epochs": "| validation accuracy (mean of {n} runs) | epoch 1 |",
+    "course-test": "| test set, {n} reviews | accuracy (mean ± std over ",
+    "course-epochs": "| validation accuracy (mean of {n} runs) | epoch 1 |",
     "objectives": "| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch |",
     "translation-test": "| test set: {n} verses | BLEU | per seed | chrF | per seed |",
     "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
@@ -217,6 +219,8 @@ EXPECTED_HEADERS = {
 HEADER_COUNTS = {  # where the header's count comes from
     "classification-test": ("metrics/evaluate.json", ["n_test_examples"]),
     "classification-epochs": ("metrics/evaluate.json", ["n_seeds"]),
+    "course-test": ("course/metrics/evaluate.json", ["n_test_examples"]),
+    "course-epochs": ("course/metrics/evaluate.json", ["n_seeds"]),
     "objectives": ("results/objectives/clm/evaluate.json", ["n_seeds"]),
     "translation-test": ("translation/metrics/evaluate.json", ["n_test_sentences"]),
     "translation-clauses": ("translation/metrics/evaluate.json", ["clauses", "n_test_sentences"]),
@@ -243,7 +247,7 @@ def test_each_table_from_the_committed_metrics_round_trips_through_a_page(name, 
     lines = table.splitlines()
     assert len(lines) >= 3 and lines[1] == "|" + "---|" * lines[0].count(" | ") + "---|"
     assert all(line.startswith("| ") and line.endswith(" |") for line in lines[2:])
-    for folder in ("metrics", "results", "translation"):
+    for folder in ("metrics", "results", "translation", "course"):
         (tmp_path / folder).symlink_to(REPO / folder)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs/page.md").write_text(f"<!-- report:{name}:start -->\n\n{table}\n<!-- report:{name}:end -->\n",

@@ -14,7 +14,7 @@ from lmtransfer.reporting import values
 from lmtransfer.reporting.pages import PagesError, check_pages, main, pages, write_pages
 
 REPO = Path(__file__).resolve().parents[2]
-RESULT_FOLDERS = ("metrics", "results", "translation", "benchmarks")
+RESULT_FOLDERS = ("metrics", "results", "translation", "course", "benchmarks")
 
 
 def V(key: str, text: str) -> str:
