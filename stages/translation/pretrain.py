@@ -1,18 +1,22 @@
-"""Translation stage pretrain (run from translation/): next-token or masked-token pretraining of the Transformer LM (or loading `pretrain.init_from`),
-plus samples: continuations (clm) or fill-in-the-blank predictions (mlm)."""
+"""Translation stage pretrain@<seed> (run from translation/): next-token or masked-token pretraining of the
+Transformer LM on the text of both languages (or loading `pretrain.init_from`), plus samples.
+
+    python ../stages/translation/pretrain.py --seed 0   # models/pretrained/seed0.pt, metrics/pretrain/seed0.json, ...
+
+translation/dvc.yaml runs one stage per seed in `pretrain.seeds`, as the classification pipeline does."""
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.core.paths import PARAMS, PretrainOutputs
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.pretraining.stage import run_pretrain_stage
+from lmtransfer.pretraining.stage import pretrain_seed_arg, pretrain_stage_name, run_pretrain_stage
 from lmtransfer.translation.config import load_translation_params
 
 
-@stage_main("pretrain")
+@stage_main(pretrain_stage_name)
 def main() -> None:
-    params = load_translation_params(PARAMS)
-    run_pretrain_stage(params, params.train.seed, PretrainOutputs())
+    seed = pretrain_seed_arg()
+    run_pretrain_stage(load_translation_params(PARAMS), seed, PretrainOutputs(seed))
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ TINY_TRANSLATION = {
     "data": {"source": "files", "train": "raw/pairs.tsv", "valid_fraction": 0.1, "test_fraction": 0.1},
     "tokenizer": {"vocab_size": 45},
     "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32},
-    "pretrain": {"max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
+    "pretrain": {"seeds": [0, 1], "max_steps": 12, "batch_size": 8, "seq_len": 16, "eval_every": 6, "eval_batches": 2,
                  "warmup_steps": 2, "generate_tokens": 5, "prompts": ["the cat"]},
-    "finetune": {"seeds": [0, 1], "epochs": 2, "batch_size": 16, "warmup_steps": 2, "max_len": 16,
-                 "valid_sentences": 10, "examples": ["the cat sleeps"]},
-    "evaluate": {"beam_size": 2, "bootstrap_samples": 100},
+    "finetune": {"seeds": [0], "epochs": 2, "batch_size": 16, "warmup_steps": 2, "max_len": 16,
+                 "max_steps": 18, "valid_sentences": 10, "examples": ["the cat sleeps"]},
+    "evaluate": {"beam_size": 2, "bootstrap_samples": 100, "lab_sentences": "../raw/lab.tsv"},
     "train": {"log_every": 4},
 }
 
@@ -45,6 +45,8 @@ def write_pairs(root: Path) -> None:
     (root / "raw").mkdir()
     rows = ["source\ttarget"] + [f"{s}\t{t}" for s, t in pairs]
     (root / "raw" / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (root / "raw" / "lab.tsv").write_text("source\ttarget\nthe cat sleeps\tle chat dort\nthe dog eats\tle chien mange\n",
+                                          encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -58,20 +60,26 @@ def translation_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(translation_repo):
     root, _ = translation_repo
     out = root / "translation"
-    for seed in (0, 1):
+    for name in ("0-0", "1-0"):
         for variant in ("pretrained", "scratch"):
-            assert (out / f"models/finetuned/{variant}/seed{seed}.pt").is_file()
-            rows = list(csv.DictReader(open(out / f"metrics/finetune/{variant}/seed{seed}.tsv"), delimiter="\t"))
+            assert (out / f"models/finetuned/{variant}/seed{name}.pt").is_file()
+            rows = list(csv.DictReader(open(out / f"metrics/finetune/{variant}/seed{name}.tsv"), delimiter="\t"))
             assert [int(r["epoch"]) for r in rows] == [1, 2] and all(float(r["val_loss"]) > 0 for r in rows)
+    for seed in (0, 1):  # one pretraining run per pretrain.seeds
+        assert (out / f"models/pretrained/seed{seed}.pt").is_file()
+        assert (out / f"metrics/pretrain/seed{seed}.json").is_file()
     report = json.loads((out / "metrics/evaluate.json").read_text())
     headline = json.loads((out / "metrics/headline.json").read_text())
+    assert report["runs"] == ["0-0", "1-0"] and len(report["pretraining"]["val_perplexity_per_run"]) == 2
     for variant in ("pretrained", "scratch"):
         section = report[variant]
         assert len(section["bleu_per_seed"]) == 2 and len(section["chrf_per_seed"]) == 2
         assert section["bleu_ci95_low"] <= section["bleu_mean"] <= section["bleu_ci95_high"]
+        assert 0 <= section["repeats_mean"] <= 1
     assert report["gap"]["bleu_ci95_low"] <= report["gap"]["bleu_ci95_high"]
     assert report["signatures"]["bleu"].startswith("nrefs:1|")
     assert headline["bleu_pretrained"] == report["pretrained"]["bleu_mean"] and headline["n_seeds"] == 2
+    assert headline["n_pretraining_runs"] == 2
     clauses = list(csv.DictReader(open(out / "metrics/evaluate/test_clause_translations.tsv"), delimiter="\t"))
     assert report["clauses"]["n_test_sentences"] == len(clauses) > 0  # the two-clause test pairs, cut
     assert headline["clauses_bleu_pretrained"] == report["clauses"]["pretrained"]["bleu_mean"]
@@ -79,8 +87,11 @@ def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(trans
     test_pairs = (out / "data/prepared/test.tsv").read_text().splitlines()[1:]
     table = list(csv.DictReader(open(out / "metrics/evaluate/test_translations.tsv"), delimiter="\t"))
     assert len(table) == len(test_pairs) == 24
-    assert set(table[0]) == {"source", "reference", "pretrained_seed0", "pretrained_seed1", "scratch_seed0",
-                             "scratch_seed1"}
+    assert set(table[0]) == {"source", "reference", "pretrained_seed0-0", "pretrained_seed1-0", "scratch_seed0-0",
+                             "scratch_seed1-0"}
+    lab = list(csv.DictReader(open(out / "metrics/evaluate/lab_sentences.tsv"), delimiter="\t"))
+    assert [row["source"] for row in lab] == ["the cat sleeps", "the dog eats"] and report["lab"]["n_sentences"] == 2
+    assert 0 <= headline["lab_chrf_pretrained"] <= 100
     for name in ("finetune_bleu.png", "pretrain.png", "test_scores.png"):
         assert (out / "plots" / name).stat().st_size > 1000
     held_out = {line.split("\t")[0] for line in test_pairs}

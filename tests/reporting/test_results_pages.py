@@ -191,7 +191,7 @@ def test_translation_tables_bold_the_better_variant_per_metric(tmp_path):
             "baseline": {"copy_source_bleu": 0.19, "copy_source_chrf": 17.849}}
     _write_json(tmp_path / "translation/metrics/evaluate.json", {**part, "clauses": {**part, "n_test_sentences": 7}})
     assert generate("translation-test", tmp_path) == """\
-| test set: 12,345 verses | BLEU | per seed | chrF | per seed |
+| test set: 12,345 verses | BLEU | per run | chrF | per run |
 |---|---|---|---|---|
 | pretrained, then fine-tuned | **3.00 ± 0.25** [2.50, 3.50] | 2.00, 4.00 | 20.00 ± 0.25 [19.50, 20.50] | 19.00, 21.00 |
 | same network from scratch | 2.00 ± 0.25 [1.50, 2.50] | 1.00, 3.00 | **20.50 ± 0.25** [20.00, 21.00] | 19.50, 21.50 |
@@ -209,9 +209,10 @@ EXPECTED_HEADERS = {
     "course-test": "| test set, {n} reviews | accuracy (mean ± std over ",
     "course-epochs": "| validation accuracy (mean of {n} runs) | epoch 1 |",
     "objectives": "| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch |",
-    "translation-test": "| test set: {n} verses | BLEU | per seed | chrF | per seed |",
+    "translation-test": "| test set: {n} verses | BLEU | per run | chrF | per run |",
     "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
-    "translation-epochs": "| validation (mean of {n} seeds) | loss, epoch 1 |",
+    "translation-epochs": "| validation (mean of {n} runs) | loss, epoch 1 |",
+    "translation-lab": "| English | reference | pretrained (run 0-0) | chrF | scratch (run 0-0) | chrF |",
     "scaling": "| pretraining budget | tokens (corpus + adaptation) | LM val. perplexity | pretrained (mean ± std, {n} seeds) |",
     "scaling-trend": "| fitted against log10(pretraining tokens) | slope per 10x tokens [95% CI] | R² |",
     "vendor-references": "| CPU | pretraining runs × fine-tuning seeds | pretrained | scratch | gap [95% CI] |",
@@ -225,6 +226,7 @@ HEADER_COUNTS = {  # where the header's count comes from
     "translation-test": ("translation/metrics/evaluate.json", ["n_test_sentences"]),
     "translation-clauses": ("translation/metrics/evaluate.json", ["clauses", "n_test_sentences"]),
     "translation-epochs": ("translation/metrics/evaluate.json", ["n_seeds"]),
+    "translation-lab": ("translation/metrics/evaluate.json", ["n_seeds"]),
     "scaling": ("results/scaling/summary.json", ["budgets", 0, "n_seeds"]),
     "scaling-trend": ("results/scaling/summary.json", ["budgets", 0, "n_seeds"]),
     "vendor-references": ("results/reference/GenuineIntel.json", ["n_pretraining_runs"]),

@@ -12,6 +12,7 @@ import torch
 
 from lmtransfer.core.io import sha256_of
 from lmtransfer.modeling.model import (
+    EMBEDDING_UNIFORM,
     LanguageModel,
     MaskedLanguageModel,
     ModelConfig,
@@ -539,3 +540,16 @@ def test_summary_translation_prints_each_block_and_the_paper_base_total(capsys):
     two_and_two = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=2, n_heads=2,
                                     d_ff=24, dropout=0.1)
     assert f"formula {expected_translation_parameters(two_and_two):,}" in out and "cross-attention" in out
+
+
+def test_a_uniform_embedding_init_draws_in_the_tutorial_range_and_leaves_the_other_draws_alone():
+    """model.embedding_init: uniform keeps the shared embedding in ±0.1, so x sqrt(D) stays the size of the
+    positions; `normal` (N(0, 1)) is the default and every other tensor is drawn as before."""
+    uniform = _tiny(TranslationConfig(**{**TINY.to_dict(), "embedding_init": "uniform"}))
+    normal = _tiny()
+    weights = uniform.token_embedding.weight
+    assert weights.abs().max() <= EMBEDDING_UNIFORM and weights.std() > EMBEDDING_UNIFORM / 3
+    assert normal.token_embedding.weight.std() > 0.5
+    assert TranslationConfig.from_language_model(
+        ModelConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0, embedding_init="uniform")
+    ).embedding_init == "uniform"

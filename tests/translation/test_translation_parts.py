@@ -13,6 +13,8 @@ from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_ep
 from lmtransfer.translation.config import parse_translation_params as parse_params
 from lmtransfer.translation.evaluate import (
     corpus_score,
+    lab_report,
+    repeated_share,
     report_lines,
     sentence_statistics,
     translation_headline,
@@ -81,8 +83,9 @@ def test_scores_from_summed_sentence_statistics_are_sacrebleus_corpus_scores():
 
 def test_the_report_pairs_variants_by_sentence_and_its_intervals_hold_the_means():
     references = [f"le chat {i} dort bien" for i in range(40)]
-    good = {s: list(references) for s in (0, 1)}
-    bad = {s: [r.replace("chat", "chien") if i % (2 + s) else r for i, r in enumerate(references)] for s in (0, 1)}
+    good = {f"{p}-0": list(references) for p in (0, 1)}
+    bad = {f"{p}-0": [r.replace("chat", "chien") if i % (2 + p) else r for i, r in enumerate(references)]
+           for p in (0, 1)}
     report = translation_report({"pretrained": good, "scratch": bad}, references, ["the cat"] * 40,
                                 n_resamples=200, seed=0, first_epoch_bleu={"pretrained": [1.0, 2.0],
                                                                            "scratch": [0.5, 0.5]})
@@ -101,10 +104,11 @@ def test_the_report_pairs_variants_by_sentence_and_its_intervals_hold_the_means(
 
 def test_the_short_sentence_report_sits_beside_the_verses_in_the_headline_and_the_printout():
     references = [f"le chat {i} dort" for i in range(30)]
-    models = {"pretrained": {0: list(references)}, "scratch": {0: [r.replace("chat", "chien") for r in references]}}
+    models = {"pretrained": {"0-0": list(references)},
+              "scratch": {"0-0": [r.replace("chat", "chien") for r in references]}}
     report = translation_report(models, references, references, n_resamples=100, seed=0,
                                 first_epoch_bleu={"pretrained": [2.0], "scratch": [1.0]})
-    short = {variant: {0: by_seed[0][:10]} for variant, by_seed in models.items()}
+    short = {variant: {"0-0": by_run["0-0"][:10]} for variant, by_run in models.items()}
     report["clauses"] = translation_report(short, references[:10], references[:10], n_resamples=100, seed=0)
     headline = translation_headline(report, {"val_perplexity": 50.0})
     assert headline["clauses_bleu_pretrained"] == pytest.approx(100.0)
@@ -113,3 +117,35 @@ def test_the_short_sentence_report_sits_beside_the_verses_in_the_headline_and_th
     lines = report_lines(report)
     assert any("10 short test sentences" in line for line in lines)
     assert sum("validation BLEU after epoch 1" in line for line in lines) == 1  # only the verses have a head start
+
+
+def test_the_gap_interval_samples_pretraining_runs_as_well_as_sentences():
+    """Two pretraining runs that disagree (one helps, one hurts): resampling sentences alone would call the mean
+    gap sure; resampling the runs too spans both signs, as the spread of the runs says it should."""
+    references = [f"le chat {i} dort bien ce soir" for i in range(60)]
+    wrong = [r.replace("chat", "chien").replace("soir", "matin") for r in references]
+    pretrained = {"0-0": list(references), "1-0": list(wrong)}
+    scratch = {"0-0": [w if i % 3 else r for i, (r, w) in enumerate(zip(references, wrong))],
+               "1-0": [r if i % 3 else w for i, (r, w) in enumerate(zip(references, wrong))]}
+    report = translation_report({"pretrained": pretrained, "scratch": scratch}, references, references,
+                                n_resamples=300, seed=0)
+    assert report["runs"] == ["0-0", "1-0"] and report["n_seeds"] == 2
+    assert report["gap"]["bleu_ci95_low"] < 0 < report["gap"]["bleu_ci95_high"]
+    one_run = translation_report({"pretrained": {"0-0": pretrained["0-0"]}, "scratch": {"0-0": scratch["0-0"]}},
+                                 references, references, n_resamples=300, seed=0)
+    assert one_run["gap"]["bleu_ci95_low"] > 0  # with one run the sentences alone decide
+
+
+def test_repeated_words_are_counted_per_translation():
+    assert repeated_share(["Je suis suis suis.", "Je suis un étudiant.", "la la la la", "a b a b a b"]) == 0.5
+    assert repeated_share(["suis suis"]) == 0.0 and repeated_share([]) == 0.0
+
+
+def test_the_lab_report_scores_each_sentence_and_each_variant():
+    sources, references = ["I am a student.", "God is love."], ["Je suis étudiant.", "Dieu est amour."]
+    models = {"pretrained": {"0-0": ["Je suis étudiant.", "Dieu est amour."], "1-0": ["Je suis.", "Dieu est bon."]},
+              "scratch": {"0-0": ["suis suis suis", "Le roi."], "1-0": ["Je.", "Dieu."]}}
+    lab = lab_report(models, sources, references)
+    assert lab["n_sentences"] == 2 and lab["sentences"][0]["pretrained_0-0"] == "Je suis étudiant."
+    assert lab["sentences"][0]["pretrained_0-0_chrf"] == pytest.approx(100.0)
+    assert lab["pretrained_chrf_mean"] > lab["scratch_chrf_mean"] > 0

@@ -47,8 +47,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "encoder-decoder of the translation pipeline (`dvc repro translation/dvc.yaml`), by beam search.",
     )
     add_texts(translate, "SENTENCE", "sentences to translate")
-    add_model_files(translate, TRANSLATION / paths.finetuned_checkpoint("pretrained", 0),
-                    "a translation checkpoint; the default is the pretrained variant, seed 0",
+    add_model_files(translate, TRANSLATION / paths.finetuned_checkpoint("pretrained", paths.finetune_run(0, 0)),
+                    "a translation checkpoint; the default is the pretrained variant of pretraining run 0, seed 0",
                     TRANSLATION / paths.TOKENIZED, "the translation pipeline's tokenized data directory (or a file in it)")
     translate.add_argument("--beam-size", type=POSITIVE, default=DECODING.beam_size, help="beam width (1 = greedy decoding)")
     translate.add_argument("--length-penalty", type=NON_NEGATIVE_FLOAT, default=DECODING.length_penalty,

@@ -44,6 +44,7 @@ from lmtransfer.reporting.sources import (
     finite,
     named_files,
     tokens_text,
+    translation_runs,
 )
 
 REGENERATE = "lmtransfer report"
@@ -262,7 +263,7 @@ def _translation(root: Path, part: str, title: str, gap_label: str, copy_label: 
     rows.append([gap_label, *(cell for metric in METRICS for cell in _gap_cells(report, f"{part}gap", metric))])
     rows.append([copy_label, *(cell for metric in METRICS
                                for cell in (f"{report.number(f'{part}baseline.copy_source_{metric}'):.2f}", ""))])
-    header = [title.format(n=f"{report.count(f'{part}n_test_sentences'):,}"), "BLEU", "per seed", "chrF", "per seed"]
+    header = [title.format(n=f"{report.count(f'{part}n_test_sentences'):,}"), "BLEU", "per run", "chrF", "per run"]
     return _table(header, rows)
 
 
@@ -281,13 +282,27 @@ def _translation_clauses(root: Path) -> str:
 def _translation_epochs(root: Path) -> str:
     """Translation's validation loss and BLEU per epoch, mean of the seeds: the pretrained start shows here."""
     report = Source(root, TRANSLATION)
-    seeds = [int(seed) for seed in report.numbers("seeds")]
+    seeds = translation_runs(report)
     curves = {v: (epoch_means(root, v, seeds, "val_loss"), epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
     epochs = len(curves[VARIANTS[0]][0])  # both variants train the same epochs
     rows = [[label, *(f"{x:.3f}" for x in curves[variant][0]), *(f"{x:.2f}" for x in curves[variant][1])]
             for variant, label in zip(VARIANTS, ("pretrained", "from scratch"))]
-    header = [f"validation (mean of {len(seeds)} seeds)", *(f"loss, epoch {e}" for e in range(1, epochs + 1)),
+    header = [f"validation (mean of {len(seeds)} runs)", *(f"loss, epoch {e}" for e in range(1, epochs + 1)),
               *(f"BLEU (greedy), epoch {e}" for e in range(1, epochs + 1))]
+    return _table(header, rows)
+
+
+def _translation_lab(root: Path) -> str:
+    """The lab's sentences as the first pretraining run's models translate them, each with its sentence chrF; the
+    last row: each variant's chrF over all the sentences, mean of the runs."""
+    report = Source(root, TRANSLATION)
+    run = translation_runs(report)[0]
+    rows = [[row["source"], row["reference"],
+             *(cell for v in VARIANTS for cell in (row[f"{v}_{run}"], f"{row[f'{v}_{run}_chrf']:.1f}"))]
+            for row in report.get("lab.sentences")]
+    rows.append([f"**all {report.count('lab.n_sentences')}, chrF (mean of {len(translation_runs(report))} runs)**", "",
+                 *(cell for v in VARIANTS for cell in ("", f"**{report.number(f'lab.{v}_chrf_mean'):.1f}**"))])
+    header = ["English", "reference", f"pretrained (run {run})", "chrF", f"scratch (run {run})", "chrF"]
     return _table(header, rows)
 
 
@@ -379,6 +394,7 @@ TABLES: dict[str, Table] = {
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
     "translation-epochs": Table(_translation_epochs, (TRANSLATION, f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/")),
+    "translation-lab": Table(_translation_lab, (TRANSLATION,)),
     "scaling": Table(_scaling, (SCALING,)),
     "scaling-trend": Table(_scaling_trend, (SCALING,)),
     "vendor-references": Table(_vendor_references, (f"{REFERENCES}/",)),

@@ -122,8 +122,16 @@ def named_files(files: tuple[str, ...] | list[str]) -> str:
     return f"{', '.join(files[:-1])} and {files[-1]} give"
 
 
-def epoch_means(root: Path, variant: str, seeds: list[int], column: str) -> list[float]:
-    """`column` of each seed's per-epoch log of the translation fine-tune, averaged over the seeds."""
+def translation_runs(report: Source) -> list[str]:
+    """The runs the translation report scored (`0-0`, `1-0`, ...: pretraining run, fine-tuning seed)."""
+    runs = report.get("runs")
+    if not isinstance(runs, list) or not runs or not all(isinstance(run, str) for run in runs):
+        raise MetricsError(f"{report.rel}: 'runs' is {runs!r}, not a list of run names")
+    return runs
+
+
+def epoch_means(root: Path, variant: str, seeds: list[str], column: str) -> list[float]:
+    """`column` of each run's per-epoch log of the translation fine-tune, averaged over the runs."""
     runs = []
     for seed in seeds:
         rel = (TRANSLATION_ROOT / finetune_epochs(variant, seed)).as_posix()
@@ -146,7 +154,7 @@ TRANSLATION_EPOCHS = f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/"
 def translation_epochs(root: Path) -> Source:
     """The translation fine-tunes' validation curves, mean of the seeds, as one source:
     `{variant}.{val_loss|val_bleu}` is a list, one number per epoch."""
-    seeds = [int(seed) for seed in Source(root, TRANSLATION).numbers("seeds")]
+    seeds = translation_runs(Source(root, TRANSLATION))
     data = {variant: {column: epoch_means(root, variant, seeds, column) for column in ("val_loss", "val_bleu")}
             for variant in VARIANTS}
     return Source(root, TRANSLATION_EPOCHS, data)

@@ -86,13 +86,33 @@ class TranslationDataParams(Section):
         return self
 
 
-class TranslationFinetuneParams(Section):
+class TranslationPretrainParams(PretrainParams):
+    # One pretraining run per seed (stage pretrain@<seed>), as in the classification task: the results' interval
+    # samples pretraining runs too.
     seeds: list[int] = Field(
         default_factory=lambda: [0, 1, 2], min_length=1,
-        description="one fine-tune per variant and seed, all from the same pretrained language model",
+        description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
+        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
     )
-    epochs: int = Field(2, ge=1, description="passes over the training pairs; the epoch with the best validation "
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        return check_seeds(seeds, "pretrain.seeds")
+
+
+class TranslationFinetuneParams(Section):
+    seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1,
+        description="fine-tunes per pretraining run (cross-attention init, batch order), and scratch runs per "
+        "random start",
+    )
+    epochs: int = Field(1, ge=1, description="passes over the training pairs; the epoch with the best validation "
                                              "BLEU is kept")
+    max_steps: int = Field(
+        0, ge=0, description="stop after this many steps, the learning-rate schedule sized to them (0 = run "
+        "`epochs` full passes): a time budget that still sees pairs of every length"
+    )
     batch_size: int = Field(32, ge=1, description="sentence pairs per step (batched by length)")
     lr: float = Field(3e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
                                               "tenth of it")
@@ -126,7 +146,7 @@ class TranslationFinetuneParams(Section):
 
 
 class TranslationEvaluateParams(Section):
-    beam_size: int = Field(4, ge=1, description="beam width of the test translations (1 = greedy decoding)")
+    beam_size: int = Field(1, ge=1, description="beam width of the test translations (1 = greedy decoding)")
     length_penalty: float = Field(
         0.6, ge=0, description="GNMT's alpha: beams are ranked by log P / ((5 + length) / 6) ** alpha "
         "(0 = raw log-probability, which favours short outputs)"
@@ -137,14 +157,14 @@ class TranslationEvaluateParams(Section):
     )
     max_length_extra: int = Field(10, ge=1, description="see `evaluate.max_length_ratio`")
     batch_size: int = Field(64, ge=1, description="test sentences decoded together")
+    lab_sentences: str = Field(
+        "lab_sentences.tsv", description="short sentences of the lab's kind (a TSV with `source` and `target` "
+        "columns, relative to translation/) that every model translates for the results page; '' = none"
+    )
     bootstrap_samples: int = Field(
         1000, ge=100, description="resamples of the test sentences (paired across variants) for the 95% intervals"
     )
     seed: int = Field(0, description="seed of the resampling: the intervals are the same on every run")
-
-
-class TranslationTrainParams(TrainParams):
-    seed: int = Field(0, description="pretraining seed: initial weights, batch order, sample generations")
 
 
 class TranslationParams(PipelineParams):
@@ -152,10 +172,12 @@ class TranslationParams(PipelineParams):
 
     data: TranslationDataParams = TranslationDataParams()
     tokenizer: TokenizerParams = TokenizerParams(normalization="nmt_nfkc")  # translations are scored with case
-    model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512, dropout=0.0)
-    pretrain: PretrainParams = PretrainParams(max_steps=1200, adapt_epochs=0, prompts=["And God said", "Et Dieu dit"])
+    model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512, dropout=0.0,
+                                     embedding_init="uniform")
+    pretrain: TranslationPretrainParams = TranslationPretrainParams(max_steps=300, adapt_epochs=0,
+                                                                   prompts=["And God said", "Et Dieu dit"])
     finetune: TranslationFinetuneParams = TranslationFinetuneParams()
-    train: TranslationTrainParams = TranslationTrainParams()
+    train: TrainParams = TrainParams()
     evaluate: TranslationEvaluateParams = TranslationEvaluateParams()
     plot: PlotParams = PlotParams()
 

@@ -15,6 +15,8 @@ match), the score a model must beat to have learned anything.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -41,38 +43,52 @@ def signatures(hypotheses: list[str], references: list[str]) -> dict[str, str]:
     return {metric: scores[f"{metric}_signature"] for metric in METRICS}
 
 
+def repeated_share(hypotheses: list[str], times: int = 3) -> float:
+    """Share of translations in which one word comes `times` or more times in a row ("suis suis suis"): the
+    degenerate output of an undertrained decoder, which BLEU alone does not show."""
+    def repeats(words: list[str]) -> bool:
+        return any(len(set(words[i: i + times])) == 1 for i in range(len(words) - times + 1))
+
+    return sum(repeats(re.findall(r"\w+", text)) for text in hypotheses) / max(len(hypotheses), 1)
+
+
 def _interval(values: np.ndarray) -> tuple[float, float]:
     low, high = np.percentile(values, [2.5, 97.5])
     return float(low), float(high)
 
 
-def translation_report(translations: dict[str, dict[int, list[str]]], references: list[str], sources: list[str],
+def translation_report(translations: dict[str, dict[str, list[str]]], references: list[str], sources: list[str],
                        n_resamples: int, seed: int, first_epoch_bleu: dict[str, list[float]] | None = None) -> dict:
-    """`translations[variant][seed]`: each model's test translations. Per variant: per-seed scores, mean, std and
-    the 95% interval of the seed-mean; the gap (pretrained - scratch) with its interval and a one-sided bootstrap
-    p-value (share of resamples where scratch scores at least as well); the copy-the-source baseline; with
-    `first_epoch_bleu`, the validation BLEU after one epoch (the head start)."""
-    seeds = sorted(translations["pretrained"])
-    if sorted(translations["scratch"]) != seeds:
-        raise ValueError("pretrained and scratch must be evaluated on the same seeds")
+    """`translations[variant][run]`: each model's test translations (`run` = `<pretraining run>-<seed>`, the same
+    names in both variants: a scratch run is its pretrained namesake's twin). Per variant: per-run scores, mean,
+    std and the 95% interval of the mean; the gap (pretrained - scratch) with its interval and a one-sided
+    bootstrap p-value (share of resamples where scratch scores at least as well); the share of translations that
+    repeat a word 3+ times in a row; the copy-the-source baseline; with `first_epoch_bleu`, the validation BLEU
+    after one epoch (the head start).
+
+    Each resample draws the runs with replacement (twins together) and the test sentences with replacement, so
+    the interval covers the pretraining draw as well as the choice of sentences."""
+    runs = sorted(translations["pretrained"])
+    if sorted(translations["scratch"]) != runs:
+        raise ValueError("pretrained and scratch must be evaluated on the same runs")
     rng = np.random.default_rng(seed)
     n = len(references)
-    resamples = [rng.integers(0, n, n) for _ in range(n_resamples)]
-    report: dict = {"n_seeds": len(seeds), "seeds": seeds, "n_test_sentences": n,
-                    "signatures": signatures(translations["pretrained"][seeds[0]], references), "gap": {},
+    resamples = [(rng.integers(0, len(runs), len(runs)), rng.integers(0, n, n)) for _ in range(n_resamples)]
+    report: dict = {"n_seeds": len(runs), "runs": runs, "n_test_sentences": n,
+                    "signatures": signatures(translations["pretrained"][runs[0]], references), "gap": {},
                     "baseline": {}}
     boot: dict[str, dict[str, np.ndarray]] = {}
     for metric in METRICS:
         boot[metric] = {}
         for variant in VARIANTS:
-            stats = [sentence_statistics(metric, translations[variant][s], references) for s in seeds]
-            per_seed = [corpus_score(metric, st.sum(axis=0)) for st in stats]
-            boot[metric][variant] = np.array([np.mean([corpus_score(metric, st[idx].sum(axis=0)) for st in stats])
-                                              for idx in resamples])
+            stats = [sentence_statistics(metric, translations[variant][r], references) for r in runs]
+            per_run = [corpus_score(metric, st.sum(axis=0)) for st in stats]
+            boot[metric][variant] = np.array([np.mean([corpus_score(metric, stats[r][idx].sum(axis=0)) for r in picked])
+                                              for picked, idx in resamples])
             section = report.setdefault(variant, {})
-            section[f"{metric}_per_seed"] = per_seed
-            section[f"{metric}_mean"] = float(np.mean(per_seed))
-            section[f"{metric}_std"] = float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else 0.0
+            section[f"{metric}_per_seed"] = per_run
+            section[f"{metric}_mean"] = float(np.mean(per_run))
+            section[f"{metric}_std"] = float(np.std(per_run, ddof=1)) if len(per_run) > 1 else 0.0
             section[f"{metric}_ci95_low"], section[f"{metric}_ci95_high"] = _interval(boot[metric][variant])
         gaps = boot[metric]["pretrained"] - boot[metric]["scratch"]
         report["gap"][f"{metric}_mean"] = report["pretrained"][f"{metric}_mean"] - report["scratch"][f"{metric}_mean"]
@@ -80,12 +96,30 @@ def translation_report(translations: dict[str, dict[int, list[str]]], references
         report["gap"][f"{metric}_p_value"] = float((np.count_nonzero(gaps <= 0) + 1) / (len(gaps) + 1))
         report["baseline"][f"copy_source_{metric}"] = corpus_score(
             metric, sentence_statistics(metric, sources, references).sum(axis=0))
+    for variant in VARIANTS:
+        report[variant]["repeats_per_seed"] = [repeated_share(translations[variant][r]) for r in runs]
+        report[variant]["repeats_mean"] = float(np.mean(report[variant]["repeats_per_seed"]))
     if first_epoch_bleu is not None:
         for variant in VARIANTS:
             report[variant]["first_epoch_val_bleu_mean"] = float(np.mean(first_epoch_bleu[variant]))
         report["gap"]["first_epoch_val_bleu_mean"] = (report["pretrained"]["first_epoch_val_bleu_mean"]
                                                       - report["scratch"]["first_epoch_val_bleu_mean"])
     return report
+
+
+def lab_report(translations: dict[str, dict[str, list[str]]], sources: list[str], references: list[str]) -> dict:
+    """The lab's sentences: each model's translation of each, its sentence chrF, and each variant's corpus chrF
+    (mean over runs). Too few sentences for an interval: they show what the models do, the test set measures it."""
+    chrf = CHRF()
+    rows = [{"source": source, "reference": reference,
+             **{f"{v}_{r}": translations[v][r][i] for v in VARIANTS for r in sorted(translations[v])},
+             **{f"{v}_{r}_chrf": chrf.sentence_score(translations[v][r][i], [reference]).score
+                for v in VARIANTS for r in sorted(translations[v])}}
+            for i, (source, reference) in enumerate(zip(sources, references))]
+    return {"n_sentences": len(sources),
+            **{f"{v}_chrf_mean": float(np.mean([chrf.corpus_score(translations[v][r], [references]).score
+                                                for r in translations[v]])) for v in VARIANTS},
+            "sentences": rows}
 
 
 def translation_headline(report: dict, pretraining: dict) -> dict:
@@ -103,10 +137,15 @@ def translation_headline(report: dict, pretraining: dict) -> dict:
         "chrf_pretrained": report["pretrained"]["chrf_mean"],
         "chrf_scratch": report["scratch"]["chrf_mean"],
         "bleu_copy_source": report["baseline"]["copy_source_bleu"],
+        "repeats_pretrained": report["pretrained"]["repeats_mean"],
+        "repeats_scratch": report["scratch"]["repeats_mean"],
         "lm_val_ppl": pretraining["val_perplexity"],
         "n_seeds": report["n_seeds"],
+        "n_pretraining_runs": len({str(run).split("-")[0] for run in report["runs"]}),
         **({f"clauses_{k}": v for k, v in translation_headline(report["clauses"], pretraining).items()
             if k.startswith(("bleu", "chrf", "gap", "ci95"))} if "clauses" in report else {}),
+        **({"lab_chrf_pretrained": report["lab"]["pretrained_chrf_mean"],
+            "lab_chrf_scratch": report["lab"]["scratch_chrf_mean"]} if "lab" in report else {}),
     }
 
 
@@ -114,7 +153,9 @@ def report_lines(report: dict) -> list[str]:
     """The answer in a few lines (the evaluate stage prints them, `lmtransfer results --translation` too)."""
     lines = [f"{v:>10}: test BLEU {report[v]['bleu_mean']:.2f} ± {report[v]['bleu_std']:.2f} "
              f"[{report[v]['bleu_ci95_low']:.2f}, {report[v]['bleu_ci95_high']:.2f}], chrF {report[v]['chrf_mean']:.2f} "
-             f"± {report[v]['chrf_std']:.2f} over {report['n_seeds']} seeds" for v in VARIANTS]
+             f"± {report[v]['chrf_std']:.2f} over {report['n_seeds']} runs"
+             + (f"; {report[v]['repeats_mean']:.1%} repeat a word 3+ times" if "repeats_mean" in report[v] else "")
+             for v in VARIANTS]
     gap, base = report["gap"], report["baseline"]
     lines.append(f"  baseline: the source copied: BLEU {base['copy_source_bleu']:.2f}, chrF {base['copy_source_chrf']:.2f}")
     lines.append(f"       gap: BLEU {gap['bleu_mean']:+.2f}, 95% CI [{gap['bleu_ci95_low']:+.2f}, {gap['bleu_ci95_high']:+.2f}], "

@@ -1,8 +1,11 @@
-"""The translation pipeline's evaluate stage: every fine-tuned seed of both variants translates the test split (beam
-search) and the test verses' clause pairs (short sentences); BLEU and chrF with sacreBLEU, the gap and its interval;
-the translations beside the references. The stage script calls `run_translation_evaluate_stage` alone."""
+"""The translation pipeline's evaluate stage: every fine-tuned run of both variants translates the test split (beam
+search), the test verses' clause pairs (short sentences) and the lab's sentences; BLEU and chrF with sacreBLEU, the
+gap and its interval over pretraining runs and sentences; the translations beside the references. The stage script
+calls `run_translation_evaluate_stage` alone."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
@@ -19,14 +22,15 @@ from lmtransfer.core.paths import (
 )
 from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
-from lmtransfer.reporting.finetuned import finetuned_checkpoints
+from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_names
 from lmtransfer.tokens.tokenized import load_pair_split
 from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.clauses import short_test_pairs
+from lmtransfer.translation.data.pairs import read_pairs as read_pair_file
 from lmtransfer.translation.data.parallel import read_pairs
-from lmtransfer.translation.evaluate import report_lines, translation_headline, translation_report
+from lmtransfer.translation.evaluate import lab_report, report_lines, translation_headline, translation_report
 from lmtransfer.translation.translator import (
     DecodingOptions,
     load_translation_model,
@@ -36,25 +40,43 @@ from lmtransfer.translation.translator import (
 
 TRANSLATIONS = EVALUATE_DETAILS / "test_translations.tsv"
 CLAUSE_TRANSLATIONS = EVALUATE_DETAILS / "test_clause_translations.tsv"
+LAB_TRANSLATIONS = EVALUATE_DETAILS / "lab_sentences.tsv"
 
 
 def write_translations(path, sources: list[str], references: list[str],
-                       translations: dict[str, dict[int, list[str]]]) -> None:
+                       translations: dict[str, dict[str, list[str]]]) -> None:
     """Every model's translation beside the source and the reference, one test sentence per row."""
     table = pd.DataFrame({"source": sources, "reference": references,
-                          **{f"{v}_seed{s}": translations[v][s] for v in VARIANTS for s in sorted(translations[v])}})
+                          **{f"{v}_seed{r}": translations[v][r] for v in VARIANTS for r in sorted(translations[v])}})
     with atomic_path(path) as tmp:
         table.to_csv(tmp, sep="\t", index=False)
 
 
+def lab_sentences(params: TranslationParams) -> tuple[list[str], list[str]]:
+    """`evaluate.lab_sentences` as (sources, references), read before any model is loaded; none for ''."""
+    if not params.evaluate.lab_sentences:
+        return [], []
+    pairs = read_pair_file(Path(params.evaluate.lab_sentences), "evaluate.lab_sentences", "tsv", "source", "target",
+                           "utf-8")
+    return list(pairs["source"]), list(pairs["target"])
+
+
+def pretraining_summary(pretrain_seeds: list[int]) -> dict:
+    """The pretraining runs' validation perplexity, each and their mean (the headline's `lm_val_ppl`)."""
+    per_run = [read_json(require_file(PretrainOutputs(seed).summary, "pretraining results"))["val_perplexity"]
+               for seed in pretrain_seeds]
+    return {"val_perplexity": sum(per_run) / len(per_run), "val_perplexity_per_run": per_run}
+
+
 def run_translation_evaluate_stage(params: TranslationParams) -> None:
     """Translate test with every fine-tuned checkpoint; write the report, the headline and the translations."""
-    seeds = params.finetune.seeds
+    runs = run_names(params.pretrain.seeds, params.finetune.seeds)
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")
     tokenizer = load_tokenizer(TOKENIZED)
-    pretraining = read_json(require_file(PretrainOutputs().summary, "pretraining results"))
-    checkpoints = finetuned_checkpoints(seeds)
+    lab_sources, lab_references = lab_sentences(params)
+    pretraining = pretraining_summary(params.pretrain.seeds)
+    checkpoints = finetuned_checkpoints(runs)
     upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
     use_share_of_cores()
@@ -65,21 +87,27 @@ def run_translation_evaluate_stage(params: TranslationParams) -> None:
     clause_sources, clause_references = [s for s, _ in clauses], [t for _, t in clauses]
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
                    clear_snapshots=clear_finished_snapshots):
-        log_run(params={"finetune.seeds": seeds})
-        translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
-        clause_translations: dict[str, dict[int, list[str]]] = {v: {} for v in VARIANTS}
-        for (variant, seed), path in checkpoints.items():
+        log_run(params={"finetune.seeds": params.finetune.seeds, "pretrain.seeds": params.pretrain.seeds})
+        translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
+        clause_translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
+        lab_translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
+        for (variant, run), path in checkpoints.items():
             model = load_translation_model(path, device)
-            translations[variant][seed] = translate_sources(model, sources, tokenizer, options, device,
-                                                            desc=f"evaluate {variant}@{seed}")
-            clause_translations[variant][seed] = translate_texts(model, clause_sources, tokenizer, options, device)
-        first_epoch = {v: [float(read_tsv(require_file(finetune_epochs(v, s), "fine-tuning metrics"))[0]["val_bleu"])
-                           for s in seeds] for v in VARIANTS}
+            translations[variant][run] = translate_sources(model, sources, tokenizer, options, device,
+                                                           desc=f"evaluate {variant}@{run}")
+            clause_translations[variant][run] = translate_texts(model, clause_sources, tokenizer, options, device)
+            lab_translations[variant][run] = translate_texts(model, lab_sources, tokenizer, options, device)
+        first_epoch = {v: [float(read_tsv(require_file(finetune_epochs(v, r), "fine-tuning metrics"))[0]["val_bleu"])
+                           for r in runs] for v in VARIANTS}
         report = translation_report(translations, list(pairs["target"]), list(pairs["source"]), e.bootstrap_samples,
                                     e.seed, first_epoch_bleu=first_epoch)
+        report["pretraining"] = pretraining
         if clauses:
             report["clauses"] = translation_report(clause_translations, clause_references, clause_sources,
                                                    e.bootstrap_samples, e.seed)
+        if lab_sources:
+            report["lab"] = lab_report(lab_translations, lab_sources, lab_references)
+            write_translations(LAB_TRANSLATIONS, lab_sources, lab_references, lab_translations)
         headline = translation_headline(report, pretraining)
         write_json(EVALUATE_REPORT, report)
         write_json(HEADLINE, headline)
@@ -92,4 +120,3 @@ def run_translation_evaluate_stage(params: TranslationParams) -> None:
         log_file(CLAUSE_TRANSLATIONS, "")
         log_to_pipeline(headline)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
-

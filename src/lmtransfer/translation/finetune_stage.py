@@ -1,4 +1,4 @@
-"""The translation pipeline's finetune_pretrained@<seed> / finetune_scratch@<seed> stage: the encoder–decoder from two
+"""The translation pipeline's finetune_pretrained@<p>-<seed> / finetune_scratch@<p>-<seed> stage: the encoder–decoder from two
 starts, once translation/params.yaml is read. The stage script calls `run_translation_finetune_stage` alone."""
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ def run_translation_finetune_stage(params: TranslationParams) -> None:
     if params.train.nproc > 1:
         print(f"{stage}: train.nproc={params.train.nproc} applies to pretraining; translation fine-tuning runs in "
               "one process")
-    device = configure(params.train, seed=seed)
+    device = configure(params.train, seed=start.draws)
     lm_state = start.payload["state_dict"] if start.payload else None
-    model, warm = build_translation_model(start.config, params.finetune, seed, lm_state)
+    model, warm = build_translation_model(start.config, params.finetune, start.draws, lm_state)
     with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=start.upstream,
                    run_name=stage):
-        log_run(tags={"variant": variant, "seed": seed, "device": str(device), "n_parameters": count_parameters(model)},
-                params={"seed": seed})
+        log_run(tags={"variant": variant, "seed": seed, "pretrain_seed": start.pretrain_seed, "device": str(device),
+                      "n_parameters": count_parameters(model)},
+                params={"seed": seed, "pretrain_seed": start.pretrain_seed})
         if warm:
             print(f"{stage}: {len(warm.copied)} tensors from the pretrained language model, {len(warm.fresh)} fresh "
                   "(cross-attention and the norm after it)")
@@ -45,10 +46,11 @@ def run_translation_finetune_stage(params: TranslationParams) -> None:
             log_file("\n".join(lines) + "\n", f"examples/epoch{row['epoch']}.txt")
 
         result = finetune_translation(model, train, valid, valid_references, tokenizer, params.finetune, device,
-                                      seed, on_epoch=on_epoch, desc=stage)
+                                      start.draws, on_epoch=on_epoch, desc=stage)
         model.load_state_dict(result.best_state)
-        checkpoint = finetuned_checkpoint(variant, seed)
+        checkpoint = finetuned_checkpoint(variant, start.run)
         save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed,
+                        pretrain_seed=start.pretrain_seed,
                         tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
         summary = {"best_val_bleu": result.best_val_bleu, "best_epoch": result.best_epoch,
                    "first_epoch_val_bleu": result.history[0]["val_bleu"],

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lmtransfer.modeling.model import ModelConfig, PositionalEncoding, causal_mask, fold_segment_a
+from lmtransfer.modeling.model import EMBEDDING_UNIFORM, ModelConfig, PositionalEncoding, causal_mask, fold_segment_a
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class TranslationConfig:
     tie_output: bool = False  # output projection = the shared embedding (the paper); False: its own V x D matrix
     output_bias: bool = True  # the pipeline's reference has biases everywhere; the paper's base has none here
     final_norms: bool = False  # a LayerNorm after each stack; post-norm layers already end with one
+    embedding_init: str = "normal"  # the shared embedding's first draw: N(0, 1), or uniform in ±0.1 (model.py's)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,7 +54,7 @@ class TranslationConfig:
         """The encoder–decoder a pretrained LM can warm-start: its shape, its layer count on both sides."""
         shape = dict(vocab_size=lm.vocab_size, d_model=lm.d_model, n_encoder_layers=lm.n_layers,
                      n_decoder_layers=lm.n_layers, n_heads=lm.n_heads, d_ff=lm.d_ff, dropout=lm.dropout,
-                     pad_id=lm.pad_id)
+                     pad_id=lm.pad_id, embedding_init=lm.embedding_init)
         return cls(**{**shape, **overrides})
 
 
@@ -65,6 +66,8 @@ class TranslationModel(nn.Module):
         self.config = config
         d = config.d_model
         self.token_embedding = nn.Embedding(config.vocab_size, d)  # source and target alike
+        if config.embedding_init == "uniform":  # drawn after N(0, 1), so `normal` keeps every later draw as it was
+            nn.init.uniform_(self.token_embedding.weight, -EMBEDDING_UNIFORM, EMBEDDING_UNIFORM)
         self.positions = PositionalEncoding(d)
         self.dropout = nn.Dropout(config.dropout)
         common = dict(d_model=d, nhead=config.n_heads, dim_feedforward=config.d_ff, dropout=config.dropout,

@@ -12,7 +12,7 @@ from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plt, save_figure
 
 
 def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
-    """Translation fine-tuning per epoch: validation BLEU (greedy) and validation loss, mean over seeds with their
+    """Translation fine-tuning per epoch: validation BLEU (greedy) and validation loss, mean over runs with their
     range, pretrained vs scratch."""
     figure, (bleu, loss) = plt.subplots(1, 2, figsize=(10, 4))
     for variant, variant_runs in runs.items():
@@ -46,7 +46,7 @@ def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
             axis.axhline(baseline, color="tab:green", linestyle="-.", label=f"source copied ({baseline:.2f})")
             axis.set_xticks(range(len(VARIANTS)), VARIANTS)
             axis.set(ylabel=f"{name}", title=f"{name} on {scores['n_test_sentences']} {test_set}, "
-                     f"{scores['n_seeds']} seeds, 95% interval")
+                     f"{scores['n_seeds']} runs, 95% interval")
             axis.title.set_fontsize(9)
             axis.grid(axis="y", alpha=0.3)
             axis.legend(fontsize=8)
@@ -58,14 +58,14 @@ def run_translation_plot_stage(params: Any) -> None:
     from lmtransfer.core.io import read_json, require_file
     from lmtransfer.core.paths import EVALUATE_REPORT, PLOTS
     from lmtransfer.harness.tracking import plot_stage_run
-    from lmtransfer.reporting.finetuned import epoch_logs
+    from lmtransfer.reporting.finetuned import epoch_logs, run_names
     from lmtransfer.reporting.plots import plot_pretraining_logs
 
-    dpi, seeds = params.plot.dpi, params.finetune.seeds
-    runs = epoch_logs(seeds)
+    dpi = params.plot.dpi
+    runs = epoch_logs(run_names(params.pretrain.seeds, params.finetune.seeds))
     report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
     plot_stage_run(params, lambda: [
         plot_translation_curves(runs, PLOTS / "finetune_bleu.png", dpi),
-        plot_pretraining_logs(PLOTS / "pretrain.png", dpi),
+        plot_pretraining_logs(PLOTS / "pretrain.png", dpi, params.pretrain.seeds),
         plot_translation_scores(report, PLOTS / "test_scores.png", dpi),
     ])

@@ -11,6 +11,7 @@ The epoch with the best validation BLEU is kept.
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,28 +78,34 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
 def finetune_translation(model: TranslationModel, train: PairSplit, valid: PairSplit, valid_references: list[str],
                          tokenizer: Tokenizer, params: TranslationFinetuneParams, device: torch.device, seed: int,
                          on_epoch: EpochCallback | None = None, desc: str = "finetune") -> TranslationResult:
-    """Train `params.epochs` epochs; `on_epoch(row, example_translations)` after each (MLflow logging)."""
+    """Train `params.epochs` epochs (or `params.max_steps` steps); `on_epoch(row, example_translations)` after each
+    epoch (MLflow logging)."""
     model.to(device)
     pad = model.config.pad_id
     usable = trainable_pairs(train, params.max_len)
     result = TranslationResult(left_out=len(train) - len(usable))
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     steps = steps_per_epoch(len(usable), params.batch_size)
-    scheduler = warmup_cosine(optimizer, params.warmup_steps, steps * params.epochs)
+    total_steps = min(steps * params.epochs, params.max_steps) if params.max_steps else steps * params.epochs
+    scheduler = warmup_cosine(optimizer, params.warmup_steps, total_steps)
     generator = np.random.default_rng(seed)
     torch.manual_seed(seed)  # dropout
     greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
     n_valid = min(params.valid_sentences, len(valid))
     valid_sources = [valid.source(i) for i in range(n_valid)]
     print(f"{desc}: {count_parameters(model):,} parameters, {len(usable):,} training pairs "
-          f"({result.left_out:,} longer than finetune.max_len={params.max_len} left out), {steps} steps per epoch",
+          f"({result.left_out:,} longer than finetune.max_len={params.max_len} left out), {steps} steps per epoch"
+          + (f", {total_steps} in all (finetune.max_steps)" if total_steps < steps * params.epochs else ""),
           flush=True)
-    start, tokens = time.perf_counter(), 0
-    for epoch in range(1, params.epochs + 1):
+    epochs = -(-total_steps // steps)  # a step budget inside the first epoch ends training there
+    start, tokens, done = time.perf_counter(), 0, 0
+    for epoch in range(1, epochs + 1):
         model.train()
         loss_sum, seen = 0.0, 0
-        progress = progress_bar(total=steps, desc=f"{desc} epoch {epoch}/{params.epochs}", unit="batch")
-        for source, target_in, target_out in pair_batches(train, usable, params.batch_size, pad, generator):
+        progress = progress_bar(total=min(steps, total_steps - done), desc=f"{desc} epoch {epoch}/{epochs}",
+                                unit="batch")
+        for source, target_in, target_out in itertools.islice(
+                pair_batches(train, usable, params.batch_size, pad, generator), total_steps - done):
             source, target_in, target_out = to_device((source, target_in, target_out), device)
             with autocast(device):
                 loss = model.loss(source, target_in, target_out, params.label_smoothing)
@@ -106,6 +113,7 @@ def finetune_translation(model: TranslationModel, train: PairSplit, valid: PairS
             count = int(target_out.ne(pad).sum())
             loss_sum, seen = loss_sum + loss.item() * count, seen + count
             tokens += int(source.ne(pad).sum()) + count
+            done += 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum / seen:.3f}", refresh=False)
         progress.close()

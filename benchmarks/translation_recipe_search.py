@@ -1,0 +1,204 @@
+"""The translation recipe search: candidates of translation/params.yaml, each scored on the validation verses alone.
+
+Run from translation/ (its data/tokenized, as `dvc repro translation/dvc.yaml:tokenize` leaves it). One candidate is
+translation/params.yaml with `--set key=value` changes. For each pretraining seed it runs what the pipeline runs, in
+one process and without MLflow: the language model's pretraining, then the pretrained and the scratch fine-tune of
+the encoder-decoder with the stages' own seeds (`draw_seed`). It keeps the validation loss and greedy BLEU per epoch
+(the stage's `finetune.valid_sentences`), then translates every validation verse with the best epoch's weights
+(greedy) and scores BLEU, chrF and the share of outputs that repeat a word three times in a row. Test is never read
+unless `--test` (a profile's one report).
+
+    cd translation && python ../benchmarks/translation_recipe_search.py --name uniform --set model.embedding_init=uniform
+
+Rows land in `--out` (default benchmarks/results/translation_recipe_search.json, keyed by name) with the command,
+the machine and the commit; `--table NAME` writes the docs' "what we tried" table from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import recipe_search
+import torch
+from ruamel.yaml import YAML
+
+from lmtransfer.core.paths import PREPARED, TOKENIZED
+from lmtransfer.modeling.checkpoint import model_config_of
+from lmtransfer.modeling.model import ModelConfig
+from lmtransfer.modeling.runtime import environment_facts
+from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
+from lmtransfer.tokens.tokenizer import load_tokenizer
+from lmtransfer.training.finetune_args import draw_seed
+from lmtransfer.translation.bleu import corpus_scores
+from lmtransfer.translation.config import parse_translation_params
+from lmtransfer.translation.data.parallel import read_pairs
+from lmtransfer.translation.evaluate import repeated_share
+from lmtransfer.translation.training import build_translation_model, finetune_translation
+from lmtransfer.translation.translator import DecodingOptions, translate_sources
+
+from results_file import Column, code_version, machine, write_result
+
+DEFAULT_OUT = Path(__file__).parent / "results" / "translation_recipe_search.json"
+
+
+def candidate_params(changes: list[str]):
+    raw = YAML(typ="safe").load(Path("params.yaml").read_text())
+    for change in changes:
+        recipe_search.apply_change(raw, change)
+    return parse_translation_params(copy.deepcopy(raw), "params.yaml with " + (" ".join(changes) or "no change"))
+
+
+def score_split(model, split, references: list[str], tokenizer, device, batch_size: int) -> dict:
+    """Greedy translations of a whole split: BLEU, chrF, the share with a token repeated 3+ times in a row."""
+    sources = [split.source(i) for i in range(len(split))]
+    hypotheses = translate_sources(model, sources, tokenizer, DecodingOptions(beam_size=1, batch_size=batch_size),
+                                   device)
+    scores = corpus_scores(hypotheses, references)
+    return {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
+            "repeats": round(repeated_share(hypotheses), 4)}
+
+
+def run_finetune(params, meta: dict, lm_state: dict | None, lm_config: ModelConfig, pretrain_seed: int, seed: int,
+                 test: bool) -> dict:
+    """One fine-tune as `finetune_<variant>@<p>-<f>` runs it; its curve and its best epoch's validation scores."""
+    tokenizer = load_tokenizer(TOKENIZED)
+    train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")
+    valid_references = list(read_pairs(PREPARED, "valid")["target"])
+    draws = draw_seed(seed, pretrain_seed)
+    device = recipe_search.start(params, draws)
+    model, _ = build_translation_model(lm_config, params.finetune, draws, lm_state)
+    result = finetune_translation(model, train, valid, valid_references, tokenizer, params.finetune, device, draws)
+    model.load_state_dict(result.best_state)
+    run = {"val_loss": [round(row["val_loss"], 4) for row in result.history],
+           "val_bleu": [round(row["val_bleu"], 2) for row in result.history],
+           "seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
+           "valid": score_split(model, valid, valid_references, tokenizer, device, params.evaluate.batch_size)}
+    if test:
+        split = load_pair_split(TOKENIZED, "test")
+        run["test"] = score_split(model, split, list(read_pairs(PREPARED, "test")["target"]), tokenizer, device,
+                                  params.evaluate.batch_size)
+    return run
+
+
+def mean(values: list[float]) -> float:
+    return round(statistics.fmean(values), 3)
+
+
+def summarize(runs: list[dict], variants: list[str]) -> dict:
+    """Means over the pretraining runs, per variant: the whole-validation scores, the loss per epoch."""
+    summary: dict = {}
+    for variant in variants:
+        for split in ("valid", "test"):
+            if split in runs[0][variant]:
+                for key in ("bleu", "chrf", "repeats"):
+                    summary[f"{variant}_{split}_{key}"] = mean([run[variant][split][key] for run in runs])
+        for curve_name in ("val_loss", "val_bleu"):
+            curves = [run[variant][curve_name] for run in runs]
+            summary[f"{variant}_{curve_name}"] = [mean([curve[e] for curve in curves]) for e in range(len(curves[0]))]
+        summary[f"{variant}_seconds"] = mean([run[variant]["seconds"] for run in runs])
+    if "pretrained" in variants:
+        summary["val_perplexity"] = mean([run["val_perplexity"] for run in runs])
+        summary["pretrain_seconds"] = mean([run["pretrain_seconds"] for run in runs])
+    return summary
+
+
+def run_candidate(changes: list[str], pretrain_seeds: list[int], finetune_seed: int, variants: list[str],
+                  test: bool) -> dict:
+    params = candidate_params(changes)
+    meta = read_tokenized_meta(TOKENIZED)
+    scratch_config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
+    runs = []
+    for pretrain_seed in pretrain_seeds:
+        run: dict = {"pretrain_seed": pretrain_seed}
+        for variant in variants:
+            lm_state, lm_config = None, scratch_config
+            if variant == "pretrained":
+                model, objective, perplexity, seconds = recipe_search.run_pretraining(params, meta, pretrain_seed)
+                with tempfile.TemporaryDirectory() as tmp:
+                    payload = recipe_search.pretrained_payload(model, objective, Path(tmp))
+                lm_state, lm_config = payload["state_dict"], model_config_of(payload)
+                run.update(val_perplexity=round(perplexity, 2), pretrain_seconds=round(seconds, 1))
+            run[variant] = run_finetune(params, meta, lm_state, lm_config, pretrain_seed, finetune_seed, test)
+        print(json.dumps(run), flush=True)
+        runs.append(run)
+    return {"summary": summarize(runs, variants), "runs": runs}
+
+
+TABLE_COLUMNS = [
+    Column("candidate"), Column("changes to translation/params.yaml (--set ...)"),
+    Column("pretrained: BLEU / chrF", ""), Column("scratch: BLEU / chrF", ""),
+    Column("gap, BLEU", "+.2f"), Column("repeats, pretrained", ".1%"),
+    Column("validation loss per epoch, pretrained", ""), Column("LM perplexity", ".1f"),
+    Column("pretraining run, s", ".0f"), Column("fine-tune, s", ".0f"),
+]
+
+
+def table_row(name: str, row: dict) -> list:
+    """One candidate as the docs show it: greedy scores of every validation verse, mean of the pretraining runs."""
+    s = row["summary"]
+    changes = " ".join(row["changes"]) or f"none (translation/params.yaml at {row['commit']})"
+
+    def scores(variant: str) -> str:
+        return f"{s[f'{variant}_valid_bleu']:.2f} / {s[f'{variant}_valid_chrf']:.1f}" if f"{variant}_valid_bleu" in s \
+            else ""
+
+    gap = s["pretrained_valid_bleu"] - s["scratch_valid_bleu"] if "scratch_valid_bleu" in s else None
+    losses = " / ".join(f"{v:.2f}" for v in s.get("pretrained_val_loss", []))
+    return [name, changes, scores("pretrained"), scores("scratch"), gap, s.get("pretrained_valid_repeats"), losses,
+            s.get("val_perplexity"), s.get("pretrain_seconds"), s.get("pretrained_seconds")]
+
+
+def write_table(runs_file: Path, name: str, notes: str) -> None:
+    table = json.loads(runs_file.read_text())
+    rows = [table_row(candidate, row) for candidate, row in table.items()]
+    seconds = sum(run.get("pretrain_seconds", 0) + sum(run[v]["seconds"] for v in ("pretrained", "scratch") if v in run)
+                  for row in table.values() for run in row["runs"])
+    first = next(iter(table.values()))
+    write_result(name, TABLE_COLUMNS, rows, seconds=seconds, notes=notes, machine_facts=first["machine"],
+                 code=first["commit"], command=first["command"].split(" --name")[0] + " --name NAME --set ...")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", help="the candidate's name (its row in --out)")
+    parser.add_argument("--table", metavar="NAME", help="no run: write benchmarks/results/NAME.json from --out")
+    parser.add_argument("--notes", default="", help="with --table: what the table's caption adds")
+    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
+                        help="a change to translation/params.yaml, as dvc exp run -S (repeatable)")
+    parser.add_argument("--pretrain-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--finetune-seed", type=int, default=0)
+    parser.add_argument("--variants", nargs="+", default=["pretrained", "scratch"], choices=["pretrained", "scratch"])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--fp32", action="store_true", help="on a GPU: full precision, as on the CPU")
+    parser.add_argument("--test", action="store_true", help="also the test verses: a profile's one report")
+    args = parser.parse_args()
+    if args.table:
+        write_table(args.out, args.table, args.notes)
+        return
+    if not args.name:
+        parser.error("--name is required to run a candidate")
+    if args.fp32:
+        recipe_search.FULL_PRECISION = True
+        torch.cuda.is_bf16_supported = lambda *args, **kwargs: False  # the runtime's autocast then stays off
+    commit = code_version()
+    started = time.perf_counter()
+    row = run_candidate(args.changes, args.pretrain_seeds, args.finetune_seed, args.variants, args.test)
+    row.update(command="python ../benchmarks/translation_recipe_search.py " + " ".join(sys.argv[1:]),
+               changes=args.changes, machine={**machine(), **environment_facts()}, commit=commit,
+               wall_seconds=round(time.perf_counter() - started, 1))
+    print(json.dumps({"name": args.name, **row["summary"]}), flush=True)
+    table = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    table[args.name] = row
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(table, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
