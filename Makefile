@@ -35,7 +35,7 @@ run: venv
 ## the translation pipeline (English->French, pretrained vs scratch; its time on 2 CPU cores: README)
 run-translation: venv
 	dvc repro translation/dvc.yaml
-	@echo; lmtransfer results --translation; echo
+	@echo; lmtransfer results --translation --reference; echo
 	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"
 
 ## lab 2 of the ALTEGRAD course on its own files: fetched at a pinned commit and checked, pretrained against scratch,

@@ -7,6 +7,8 @@
     python benchmarks/pipeline_stages.py --name pipeline-beside --note "beside ..."   # a run that shares the machine
     python benchmarks/pipeline_stages.py --name pipeline-beside --against pipeline   # + each stage's fraction of
                                                                                     # its time in pipeline.json
+    python benchmarks/pipeline_stages.py --translation --from-log run.log --wall 1150 --note "make run-translation
+        on a fresh clone, make venv 180 s before it"   # the stages of a run already made (its printout), no rerun
 
 It replaces this checkout's outputs, as `make run` would (same params, same results); run it alone on the
 machine, unless the neighbour is what you measure (then give --name, so the alone figures stay).
@@ -28,6 +30,26 @@ from results_file import REPO, RESULTS, Column, write_result
 DONE = re.compile(r"^(?P<stage>[\w@-]+): done in (?P<seconds>[\d.]+) s$")
 
 
+def stage_times(lines) -> dict[str, float]:
+    """Each stage's own `<stage>: done in N s` line, stage -> seconds, in the order they ran."""
+    return {found["stage"]: float(found["seconds"]) for line in lines if (found := DONE.match(line.strip()))}
+
+
+def rerun(pipeline: list[str]) -> tuple[dict[str, float], float]:
+    """`dvc repro --force` of the pipeline, its printout passed through: the stage times and the wall time."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    lines = []
+    start = time.perf_counter()
+    with subprocess.Popen(["dvc", "repro", "--force", *pipeline], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as run:
+        for line in run.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+    if run.returncode:
+        sys.exit(f"pipeline_stages: dvc repro failed (exit {run.returncode}); nothing written")
+    return stage_times(lines), time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--translation", action="store_true", help="the translation pipeline")
@@ -35,24 +57,19 @@ def main() -> None:
     parser.add_argument("--note", default="", help="what else ran on the machine, for the result file")
     parser.add_argument("--against", metavar="NAME", help="a result file of a run alone (benchmarks/results/NAME.json, "
                         "same machine): each stage's time there and the fraction of that speed this run kept")
+    parser.add_argument("--from-log", type=Path, metavar="LOG", help="no run: the stage times in the printout of a "
+                        "run already made (make run-translation's, say), with --wall its wall time")
+    parser.add_argument("--wall", type=float, help="with --from-log: that run's wall time, s")
     args = parser.parse_args()
-    pipeline = ["translation/dvc.yaml"] if args.translation else []
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    stages: dict[str, float] = {}
-    start = time.perf_counter()
-    with subprocess.Popen(["dvc", "repro", "--force", *pipeline], cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as run:
-        for line in run.stdout:
-            print(line, end="", flush=True)
-            found = DONE.match(line.strip())
-            if found:
-                stages[found["stage"]] = float(found["seconds"])
-    wall = time.perf_counter() - start
-    if run.returncode:
-        sys.exit(f"pipeline_stages: dvc repro failed (exit {run.returncode}); nothing written")
+    if args.from_log:
+        if args.wall is None:
+            parser.error("--from-log needs --wall, the run's wall time")
+        stages, wall = stage_times(args.from_log.read_text(errors="replace").splitlines()), args.wall
+    else:
+        stages, wall = rerun(["translation/dvc.yaml"] if args.translation else [])
     rows = [[stage, seconds] for stage, seconds in stages.items()]
     rows.append(["all stages", round(sum(stages.values()), 1)])
-    rows.append(["dvc repro, wall", round(wall, 1)])
+    rows.append(["make run-translation, wall" if args.from_log else "dvc repro, wall", round(wall, 1)])
     name = args.name or ("pipeline-translation" if args.translation else "pipeline")
     columns = [Column("stage"), Column("wall time, s", ",.1f")]
     if args.against:
@@ -60,9 +77,9 @@ def main() -> None:
         columns += [Column(f"alone ({args.against}), s", ",.1f"), Column("fraction", ".2f")]
         rows = [[*row, alone.get(row[0], ""), round(alone[row[0]] / row[1], 2) if row[0] in alone else ""]
                 for row in rows]
-    write_result(name, columns, rows, seconds=wall,
-                 notes="; ".join(filter(None, ["every stage rerun (--force), the virtual environment already built",
-                                               args.note])))
+    how = "the stages of a run already made, from its printout" if args.from_log else \
+        "every stage rerun (--force), the virtual environment already built"
+    write_result(name, columns, rows, seconds=wall, notes="; ".join(filter(None, [how, args.note])))
     print(f"pipeline: {wall:.0f} s wall, {sum(stages.values()):.0f} s in {len(stages)} stages")
 
 

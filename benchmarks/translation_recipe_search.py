@@ -133,8 +133,8 @@ def run_candidate(changes: list[str], pretrain_seeds: list[int], finetune_seed: 
 
 TABLE_COLUMNS = [
     Column("candidate"), Column("changes to translation/params.yaml (--set ...)"),
-    Column("pretrained: BLEU / chrF", ""), Column("scratch: BLEU / chrF", ""),
-    Column("gap, BLEU", "+.2f"), Column("repeats, pretrained", ".1%"),
+    Column("pretrained BLEU", ".2f"), Column("pretrained chrF", ".1f"), Column("scratch BLEU", ".2f"),
+    Column("scratch chrF", ".1f"), Column("gap, BLEU", "+.2f"), Column("repeats, pretrained", ".1%"),
     Column("validation loss per epoch, pretrained", ""), Column("LM perplexity", ".1f"),
     Column("pretraining run, s", ".0f"), Column("fine-tune, s", ".0f"),
 ]
@@ -144,15 +144,11 @@ def table_row(name: str, row: dict) -> list:
     """One candidate as the docs show it: greedy scores of every validation verse, mean of the pretraining runs."""
     s = row["summary"]
     changes = " ".join(row["changes"]) or f"none (translation/params.yaml at {row['commit']})"
-
-    def scores(variant: str) -> str:
-        return f"{s[f'{variant}_valid_bleu']:.2f} / {s[f'{variant}_valid_chrf']:.1f}" if f"{variant}_valid_bleu" in s \
-            else ""
-
     gap = s["pretrained_valid_bleu"] - s["scratch_valid_bleu"] if "scratch_valid_bleu" in s else None
     losses = " / ".join(f"{v:.2f}" for v in s.get("pretrained_val_loss", []))
-    return [name, changes, scores("pretrained"), scores("scratch"), gap, s.get("pretrained_valid_repeats"), losses,
-            s.get("val_perplexity"), s.get("pretrain_seconds"), s.get("pretrained_seconds")]
+    return [name, changes, s.get("pretrained_valid_bleu"), s.get("pretrained_valid_chrf"), s.get("scratch_valid_bleu"),
+            s.get("scratch_valid_chrf"), gap, s.get("pretrained_valid_repeats"), losses, s.get("val_perplexity"),
+            s.get("pretrain_seconds"), s.get("pretrained_seconds")]
 
 
 def write_table(runs_file: Path, name: str, notes: str) -> None:
@@ -163,6 +159,56 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
     first = next(iter(table.values()))
     write_result(name, TABLE_COLUMNS, rows, seconds=seconds, notes=notes, machine_facts=first["machine"],
                  code=first["commit"], command=first["command"].split(" --name")[0] + " --name NAME --set ...")
+
+
+STOPPED_COLUMNS = [
+    Column("candidate"), Column("changes to translation/params.yaml (--set ...)"),
+    Column("pretraining runs finished, pretrained / scratch", ""),
+    Column("pretrained, validation BLEU per epoch", ""), Column("scratch, validation BLEU per epoch", ""),
+    Column("pretrained, last epoch", ".2f"), Column("scratch, last epoch", ".2f"),
+]
+
+
+def stopped_curves(printout: str) -> dict[str, list[list[float]]]:
+    """The device's printout of candidates stopped by the time limit (`== /tmp/logs/NAME.log`, then each fine-tune's
+    `finetune epoch N: val loss L BLEU B` lines) -> per candidate, each fine-tune's BLEU per epoch, in run order
+    (pretrained then scratch, for each pretraining run)."""
+    curves: dict[str, list[list[float]]] = {}
+    for line in printout.splitlines():
+        if line.startswith("== "):
+            name = Path(line[3:]).stem
+            curves[name] = []
+        elif line.startswith("finetune epoch "):
+            epoch, bleu = int(line.split()[2].rstrip(":")), float(line.split("BLEU ")[1].split()[0])
+            if epoch == 1:
+                curves[name].append([])
+            curves[name][-1].append(bleu)
+    return curves
+
+
+def write_stopped_table(printout: Path, candidates: Path, name: str, notes: str) -> None:
+    """The docs' table of candidates stopped by the device's time limit: only their finished fine-tunes count."""
+    changes = dict(line.split("|", 1) for line in candidates.read_text().splitlines() if not line.startswith("#"))
+    rows = []
+    for candidate, runs in stopped_curves(printout.read_text()).items():
+        pretrained, scratch = runs[0::2], runs[1::2]
+        epochs = max(len(run) for run in runs)
+        finished = [[run for run in variant if len(run) == epochs] for variant in (pretrained, scratch)]
+
+        def per_epoch(variant: list[list[float]]) -> str:
+            return " / ".join(f"{statistics.fmean(run[e] for run in variant):.2f}" for e in range(epochs)) \
+                if variant else "-"
+
+        def last(variant: list[list[float]]) -> float | None:
+            return round(statistics.fmean(run[-1] for run in variant), 3) if variant else None
+
+        rows.append([candidate, changes[candidate].replace("--set ", "") or "none", f"{len(finished[0])} / "
+                     f"{len(finished[1])}", per_epoch(finished[0]), per_epoch(finished[1]), last(finished[0]),
+                     last(finished[1])])
+    write_result(name, STOPPED_COLUMNS, rows, seconds=0, notes=notes,
+                 command=f"python benchmarks/translation_recipe_search.py --stopped {printout.name} "
+                         f"{candidates.name} --table {name}",
+                 machine_facts={"gpu": "NVIDIA H100 80GB HBM3", "cpu": "Intel(R) Xeon(R) Processor", "cores": 16})
 
 
 def main() -> None:
@@ -178,7 +224,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--fp32", action="store_true", help="on a GPU: full precision, as on the CPU")
     parser.add_argument("--test", action="store_true", help="also the test verses: a profile's one report")
+    parser.add_argument("--stopped", nargs=2, type=Path, metavar=("PRINTOUT", "CANDIDATES"),
+                        help="with --table: the table of candidates a device's time limit stopped, from its printout")
     args = parser.parse_args()
+    if args.table and args.stopped:
+        write_stopped_table(*args.stopped, args.table, args.notes)
+        return
     if args.table:
         write_table(args.out, args.table, args.notes)
         return

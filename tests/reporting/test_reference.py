@@ -6,7 +6,7 @@ import pytest
 
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.reporting.pages import generate
-from lmtransfer.reporting.reference import comparison_lines, references, save_reference
+from lmtransfer.reporting.reference import TRANSLATION, comparison_lines, references, save_reference
 
 AMD = {"cpu_vendor": "AuthenticAMD", "cpu_model": "AMD EPYC 9R14"}
 INTEL = {"cpu_vendor": "GenuineIntel", "cpu_model": "Intel(R) Xeon(R) Processor"}
@@ -67,3 +67,24 @@ def test_a_broken_reference_file_is_named_with_what_to_do(tmp_path, content, mes
         references(tmp_path)
     assert str(info.value).startswith(f"{folder / 'GenuineIntel.json'}: ") and message in str(info.value)
     assert "--save-reference" in str(info.value)
+
+
+def test_the_translation_pipeline_keeps_its_own_references_with_its_own_headline(tmp_path):
+    """translation/reference/<vendor>.json: BLEU per run, the BLEU gap's interval; a classification reference
+    beside it is neither read nor needed."""
+    metrics = tmp_path / "translation/metrics"
+    metrics.mkdir(parents=True)
+    headline = {"bleu_pretrained": 6.1, "bleu_scratch": 5.2, "gap": 0.9, "ci95_low": 0.2, "ci95_high": 1.6,
+                "chrf_pretrained": 24.0, "n_seeds": 3, "n_pretraining_runs": 3}
+    report = {"pretraining": {"cpu_model": INTEL["cpu_model"]}, "pretrained": {"bleu_per_seed": [6.0, 6.1, 6.2]},
+              "scratch": {"bleu_per_seed": [5.1, 5.2, 5.3]}}
+    (metrics / "evaluate.json").write_text(json.dumps(report))
+    (metrics / "headline.json").write_text(json.dumps(headline))
+    path = save_reference(INTEL, metrics, tmp_path, pipeline=TRANSLATION)
+    assert path == tmp_path / "translation/reference/GenuineIntel.json"
+    saved = references(tmp_path, TRANSLATION)
+    assert saved["GenuineIntel"]["command"] == "make run-translation" and saved["GenuineIntel"]["n_runs"] == 3
+    assert references(tmp_path) == {}  # the classification references are another folder
+    lines = comparison_lines({**headline, "gap": 2.0}, INTEL, saved, TRANSLATION)
+    assert any(line.startswith("  bleu_pretrained") for line in lines)
+    assert lines[-1] == "the gap +2.0000 is OUTSIDE the GenuineIntel reference's 95% interval [+0.2000, +1.6000]"

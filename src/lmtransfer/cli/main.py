@@ -303,28 +303,31 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 def cmd_results(args: argparse.Namespace) -> None:
+    from lmtransfer.reporting import reference
+
+    pipeline = reference.TRANSLATION if args.translation else reference.CLASSIFICATION
+    metrics = translation_cli.TRANSLATION / paths.METRICS if args.translation and args.metrics == paths.METRICS \
+        else args.metrics
+    if args.save_reference:
+        from lmtransfer.modeling.runtime import cpu_identity
+
+        print(f"saved {reference.save_reference(cpu_identity(), metrics, pipeline=pipeline)}")
+        return
     if args.translation:
         from lmtransfer.core.io import read_json, require_file
         from lmtransfer.translation.evaluate import report_lines
 
-        metrics = translation_cli.TRANSLATION / paths.METRICS if args.metrics == paths.METRICS else args.metrics
         report = read_json(require_file(metrics / paths.EVALUATE_REPORT.name, "translation results"))
         print("\n".join(report_lines(report)))
-        return
-    if args.save_reference:
-        from lmtransfer.modeling.runtime import cpu_identity
-        from lmtransfer.reporting.reference import save_reference
-
-        print(f"saved {save_reference(cpu_identity(), args.metrics)}")
-        return
-    print(classification_cli.results_report(args.metrics))
+    else:
+        print(classification_cli.results_report(metrics))
     if args.reference:
         from lmtransfer.core.io import read_json, require_file
         from lmtransfer.modeling.runtime import cpu_identity
-        from lmtransfer.reporting.reference import comparison_lines, references
 
-        headline = read_json(require_file(args.metrics / paths.HEADLINE.name, "headline"))
-        print("\n" + "\n".join(comparison_lines(headline, cpu_identity(), references())))
+        headline = read_json(require_file(metrics / paths.HEADLINE.name, "headline"))
+        print("\n" + "\n".join(reference.comparison_lines(headline, cpu_identity(), reference.references(
+            pipeline=pipeline), pipeline)))
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -417,9 +420,11 @@ def add_results_command(command: Callable[..., argparse.ArgumentParser]) -> None
     results.add_argument("--translation", action="store_true",
                          help="the translation pipeline's results: test BLEU and chrF, the gap, the baseline")
     results.add_argument("--reference", action="store_true",
-                         help="also the headline beside each CPU vendor's committed reference (results/reference/)")
+                         help="also the headline beside each CPU vendor's committed reference (results/reference/; "
+                         "with --translation, translation/reference/)")
     results.add_argument("--save-reference", action="store_true",
-                         help="write this machine's CPU vendor's reference from the metrics (after `make run`)")
+                         help="write this machine's CPU vendor's reference from the metrics (after `make run`, or "
+                         "with --translation after `make run-translation`)")
     results.set_defaults(func=cmd_results)
 
 

@@ -63,9 +63,10 @@ def lab_sentences(params: TranslationParams) -> tuple[list[str], list[str]]:
 
 def pretraining_summary(pretrain_seeds: list[int]) -> dict:
     """The pretraining runs' validation perplexity, each and their mean (the headline's `lm_val_ppl`)."""
-    per_run = [read_json(require_file(PretrainOutputs(seed).summary, "pretraining results"))["val_perplexity"]
-               for seed in pretrain_seeds]
-    return {"val_perplexity": sum(per_run) / len(per_run), "val_perplexity_per_run": per_run}
+    summaries = [read_json(require_file(PretrainOutputs(seed).summary, "pretraining results")) for seed in pretrain_seeds]
+    per_run = [summary["val_perplexity"] for summary in summaries]
+    return {"val_perplexity": sum(per_run) / len(per_run), "val_perplexity_per_run": per_run,
+            "cpu_model": summaries[0].get("cpu_model")}  # where the results were made (a reference checks it)
 
 
 def run_translation_evaluate_stage(params: TranslationParams) -> None:
