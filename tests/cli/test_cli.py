@@ -427,3 +427,8 @@ def test_the_version_answers_to_dash_capital_v(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["-V"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("lmtransfer ")
+
+
+def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(tmp_path):
+    with pytest.raises(SystemExit, match=r"--pretraining-spread .*missing\.json: no such file; give the evaluate\.json"):
+        main(["scaling", "--pretraining-spread", str(tmp_path / "missing.json"), "--root", str(tmp_path)])

@@ -34,9 +34,15 @@ def cmd_scaling(args: argparse.Namespace) -> None:
     if args.pretraining_spread:
         from lmtransfer.core.io import read_json, require_file, write_json
 
+        from lmtransfer.core.errors import LmtransferError
+
+        if not args.pretraining_spread.is_file():  # the user named it: say so, not which stage makes such files
+            raise LmtransferError(f"--pretraining-spread {args.pretraining_spread}: no such file; give the "
+                                  "evaluate.json of a run with 2 or more pretraining runs (metrics/evaluate.json "
+                                  "after `make run`)")
         path = args.root / scaling.RESULTS / "summary.json"
         summary = scaling.add_pretraining_spread(read_json(require_file(path, "scaling summary")),
-                                                 read_json(require_file(args.pretraining_spread, "evaluation report")))
+                                                 read_json(args.pretraining_spread))
         write_json(path, summary)
         low, high = summary["gap_fit"]["slope_ci95_with_pretraining_spread"]
         print(f"scaling: one pretraining run moves the gap by {summary['pretraining_spread']['sd']:.4f} (sd); the gap's "

@@ -38,6 +38,8 @@ def ensure_store(path: Path) -> Path:
         if problem is None:
             _check_writable(path)
             return path
+        if path.is_dir():  # no SQLite file, so no `.recover` or upgrade to advise
+            raise TrackingStoreError(f"{path} is {problem}: move it away, and the next stage builds a new store there")
         runs = _runs_it_holds(path)
         if runs:
             remedy = (f"back it up and run `mlflow db upgrade sqlite:///{path}`, or move it away to start a new store"
@@ -45,8 +47,6 @@ def ensure_store(path: Path) -> Path:
                       f"move it away to start a new store, or restore it from a backup (`sqlite3 {path} .recover` "
                       "may save its runs)")
             raise TrackingStoreError(f"{path} is {problem}; it {runs}, so it is left as it is: {remedy}")
-        if path.is_dir():
-            raise TrackingStoreError(f"{path} is {problem}: move it away, and the next stage builds a new store there")
         aside = path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
         print(f"tracking: {path.name} was {problem} and held no run; set aside as {aside.name}, building a new one")
