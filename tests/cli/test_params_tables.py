@@ -69,7 +69,7 @@ def test_each_section_names_the_stages_that_read_it():
     assert ("**`pretrain`**, read by `validate` (`init_from`, `objective`), `pretrain@<p>` (all but `seeds`), "
             "`finetune_scratch@<p>-<seed>` (`objective`), `evaluate` (`seeds`), `plot` (`seeds`)") in table
     assert "`finetune_pretrained@<p>-<seed>` (all but `seeds`)" in table and "`evaluate` (`seeds`)" in table
-    assert "`finetune_pretrained@<seed>` (all but `seeds`)" in params_table("translation")
+    assert "`finetune_pretrained@<p>-<seed>` (all but `seeds`)" in params_table("translation")
 
 
 @pytest.mark.parametrize("task", TABLES)

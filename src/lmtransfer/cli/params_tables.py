@@ -32,8 +32,7 @@ _PRETRAIN_RECIPE = tuple(key for key in ClassificationPretrainParams.model_field
 # How each task's docs name its matrix stages (one stage per seed, or per pretraining run and seed).
 STAGE_NAMES = {"pretrain": "pretrain@<p>", "finetune_pretrained": "finetune_pretrained@<p>-<seed>",
                "finetune_scratch": "finetune_scratch@<p>-<seed>"}
-TRANSLATION_STAGE_NAMES = {"finetune_pretrained": "finetune_pretrained@<seed>",
-                           "finetune_scratch": "finetune_scratch@<seed>"}
+TRANSLATION_STAGE_NAMES = STAGE_NAMES  # the same grid: pretraining runs, each fine-tuned per seed
 SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "data": {"validate": None, "prepare": None},
     "tokenizer": {"validate": None, "tokenize": None},
@@ -66,7 +65,8 @@ TRANSLATION_SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "data": {"prepare": None},
     "tokenizer": {"tokenize": None},
     "model": {"pretrain": None, "finetune_scratch": None},
-    "pretrain": {"pretrain": None, "finetune_scratch": ("objective",)},
+    "pretrain": {"pretrain": _PRETRAIN_RECIPE, "finetune_scratch": ("objective",), "evaluate": ("seeds",),
+                 "plot": ("seeds",)},
     "finetune": {
         "finetune_pretrained": _TRANSLATION_RECIPE,
         "finetune_scratch": _TRANSLATION_RECIPE,
@@ -74,7 +74,7 @@ TRANSLATION_SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
         "plot": ("seeds",),
     },
     "train": {
-        "pretrain": ("seed", "device", "num_threads", "nproc", "compile", "log_every"),
+        "pretrain": ("device", "num_threads", "nproc", "compile", "log_every"),
         "finetune_pretrained": ("device", "num_threads"),
         "finetune_scratch": ("device", "num_threads"),
     },
