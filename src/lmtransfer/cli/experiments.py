@@ -32,9 +32,8 @@ def cmd_scaling(args: argparse.Namespace) -> None:
     from lmtransfer.reporting import scaling
 
     if args.pretraining_spread:
-        from lmtransfer.core.io import read_json, require_file, write_json
-
         from lmtransfer.core.errors import LmtransferError
+        from lmtransfer.core.io import read_json, require_file, write_json
 
         if not args.pretraining_spread.is_file():  # the user named it: say so, not which stage makes such files
             raise LmtransferError(f"--pretraining-spread {args.pretraining_spread}: no such file; give the "
