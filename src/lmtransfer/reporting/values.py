@@ -168,7 +168,14 @@ def _lowest_training_fraction_beside(read: Reader) -> float:
                       lambda stage: stage.startswith(("pretrain@", "finetune_"))))
 
 
+def _translation_finetune_share(read: Reader) -> float:
+    """The fine-tunes' share of the stages' time in the timed make run-translation."""
+    finetunes = sum(_cells(read, "bench.pipeline-translation", "wall time, s", lambda s: s.startswith("finetune_")))
+    return finetunes / read.number("bench.pipeline-translation", "all stages/wall time, s")
+
+
 DERIVED: dict[str, Derived] = {
+    "translation.finetune-share": Derived(_translation_finetune_share, ("bench.pipeline-translation",)),
     "pipeline-beside.lowest-training-fraction": Derived(_lowest_training_fraction_beside,
                                                         ("bench.pipeline-beside-session",)),
     "cotenancy.lowest-fraction": Derived(_lowest_cotenancy_fraction, ("bench.cotenancy",)),
