@@ -73,9 +73,6 @@ def save_reference(identity: dict[str, str], metrics: Path = METRICS, root: Path
     return path
 
 
-HEADLINE_KEYS = CLASSIFICATION.keys  # what a comparison reads
-
-
 def read_reference(path: Path, pipeline: Pipeline = CLASSIFICATION) -> dict:
     """One vendor's reference, checked: a file that is not one names itself and the way to write a good one."""
     remedy = f"delete it, or rewrite it with `lmtransfer results --save-reference` after `{pipeline.command}`"
