@@ -280,14 +280,14 @@ def _translation_clauses(root: Path) -> str:
 
 
 def _translation_epochs(root: Path) -> str:
-    """Translation's validation loss and BLEU per epoch, mean of the seeds: the pretrained start shows here."""
+    """Translation's validation loss and BLEU per epoch, mean of the runs: the pretrained start shows here."""
     report = Source(root, TRANSLATION)
-    seeds = translation_runs(report)
-    curves = {v: (epoch_means(root, v, seeds, "val_loss"), epoch_means(root, v, seeds, "val_bleu")) for v in VARIANTS}
+    runs = translation_runs(report)
+    curves = {v: (epoch_means(root, v, runs, "val_loss"), epoch_means(root, v, runs, "val_bleu")) for v in VARIANTS}
     epochs = len(curves[VARIANTS[0]][0])  # both variants train the same epochs
     rows = [[label, *(f"{x:.3f}" for x in curves[variant][0]), *(f"{x:.2f}" for x in curves[variant][1])]
             for variant, label in zip(VARIANTS, ("pretrained", "from scratch"))]
-    header = [f"validation (mean of {len(seeds)} runs)", *(f"loss, epoch {e}" for e in range(1, epochs + 1)),
+    header = [f"validation (mean of {len(runs)} runs)", *(f"loss, epoch {e}" for e in range(1, epochs + 1)),
               *(f"BLEU (greedy), epoch {e}" for e in range(1, epochs + 1))]
     return _table(header, rows)
 

@@ -130,22 +130,22 @@ def translation_runs(report: Source) -> list[str]:
     return runs
 
 
-def epoch_means(root: Path, variant: str, seeds: list[str], column: str) -> list[float]:
+def epoch_means(root: Path, variant: str, runs: list[str], column: str) -> list[float]:
     """`column` of each run's per-epoch log of the translation fine-tune, averaged over the runs."""
-    runs = []
-    for seed in seeds:
-        rel = (TRANSLATION_ROOT / finetune_epochs(variant, seed)).as_posix()
+    curves = []
+    for run in runs:
+        rel = (TRANSLATION_ROOT / finetune_epochs(variant, run)).as_posix()
         try:
             rows = read_tsv(Path(root) / rel)
         except (OSError, IndexError) as error:
             raise MetricsError(f"{rel} cannot be read ({error or 'empty'})") from None
         if not rows or column not in rows[0]:
             raise MetricsError(f"{rel} has no column {column!r}")
-        runs.append([finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
-    if len({len(run) for run in runs}) != 1:
-        raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the seeds logged different "
+        curves.append([finite(float(row[column]), f"{rel}: {column!r}") for row in rows])
+    if len({len(curve) for curve in curves}) != 1:
+        raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the runs logged different "
                            "numbers of epochs")
-    return [sum(values) / len(values) for values in zip(*runs)]
+    return [sum(values) / len(values) for values in zip(*curves)]
 
 
 TRANSLATION_EPOCHS = f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/"
@@ -154,7 +154,7 @@ TRANSLATION_EPOCHS = f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/"
 def translation_epochs(root: Path) -> Source:
     """The translation fine-tunes' validation curves, mean of the seeds, as one source:
     `{variant}.{val_loss|val_bleu}` is a list, one number per epoch."""
-    seeds = translation_runs(Source(root, TRANSLATION))
-    data = {variant: {column: epoch_means(root, variant, seeds, column) for column in ("val_loss", "val_bleu")}
+    runs = translation_runs(Source(root, TRANSLATION))
+    data = {variant: {column: epoch_means(root, variant, runs, column) for column in ("val_loss", "val_bleu")}
             for variant in VARIANTS}
     return Source(root, TRANSLATION_EPOCHS, data)
