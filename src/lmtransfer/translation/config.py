@@ -162,7 +162,8 @@ class TranslationEvaluateParams(Section):
         "columns, relative to translation/) that every model translates for the results page; '' = none"
     )
     bootstrap_samples: int = Field(
-        1000, ge=100, description="resamples of the test sentences (paired across variants) for the 95% intervals"
+        1000, ge=100, description="resamples of the runs and the test sentences (paired across variants) for the "
+        "95% intervals"
     )
     seed: int = Field(0, description="seed of the resampling: the intervals are the same on every run")
 

@@ -1,5 +1,5 @@
-"""The translation pipeline's evaluate stage: every fine-tuned run of both variants translates the test split (beam
-search), the test verses' clause pairs (short sentences) and the lab's sentences; BLEU and chrF with sacreBLEU, the
+"""The translation pipeline's evaluate stage: every fine-tuned run of both variants translates the test split (greedy,
+or beam search with `evaluate.beam_size`), the test verses' clause pairs (short sentences) and the lab's sentences; BLEU and chrF with sacreBLEU, the
 gap and its interval over pretraining runs and sentences; the translations beside the references. The stage script
 calls `run_translation_evaluate_stage` alone."""
 
@@ -108,7 +108,7 @@ def run_translation_evaluate_stage(params: TranslationParams) -> None:
                                                    e.bootstrap_samples, e.seed)
         if lab_sources:
             report["lab"] = lab_report(lab_translations, lab_sources, lab_references)
-            write_translations(LAB_TRANSLATIONS, lab_sources, lab_references, lab_translations)
+        write_translations(LAB_TRANSLATIONS, lab_sources, lab_references, lab_translations)  # a declared output
         headline = translation_headline(report, pretraining)
         write_json(EVALUATE_REPORT, report)
         write_json(HEADLINE, headline)
