@@ -28,12 +28,14 @@ venv: $(STAMP)
 
 ## run the whole pipeline on the built-in data, then show the results
 run: venv
+	$(BIN)/lmtransfer params --check params.yaml
 	dvc repro
 	@echo; lmtransfer results; echo
 	@echo "figures: plots/*.png | sample generations: metrics/pretrain/seed*/samples.txt | MLflow UI: make ui"
 
 ## the translation pipeline (English->French, pretrained vs scratch; its time on 2 CPU cores: README)
 run-translation: venv
+	$(BIN)/lmtransfer params --check translation/params.yaml
 	dvc repro translation/dvc.yaml
 	@echo; lmtransfer results --translation --reference; echo
 	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"

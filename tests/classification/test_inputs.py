@@ -22,7 +22,7 @@ import pytest
 from lmtransfer.classification.config import parse_params
 from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
 from lmtransfer.classification.data.sources import load_source
-from lmtransfer.classification.inputs import check_inputs
+from lmtransfer.classification.inputs import check_inputs, design_cost
 from lmtransfer.core.config import ConfigError
 from lmtransfer.core.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
 from lmtransfer.data.prepared import read_corpus_meta, read_split
@@ -276,7 +276,7 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
 
 def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the_manifest():
     write_pieces_data()
-    write_dictionary("dict.txt", [f"▁w{i}" for i in range(46)])  # 46 + 4 = 50 ids
+    write_dictionary("dict.txt", DICTIONARY_PIECES + [f"▁w{i}" for i in range(38)])  # 46 + 4 = 50 ids
     config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1, pad_id=1)
     save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
     params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
@@ -300,6 +300,20 @@ def test_a_corpus_glob_matching_nothing_names_the_pattern_and_the_key():
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
     with pytest.raises(DataSourceError, match=r"corpus/\*\.txt: no file matches this pattern \(set by data\.corpus\)"):
         check_inputs(files_params(train="train.csv", corpus=["corpus/*.txt"]))
+
+
+def test_pieces_mostly_absent_from_the_dictionary_stop_validate_with_the_share_and_the_key():
+    write_pieces_data()
+    write_dictionary("dict.txt", [f"▁w{i}" for i in range(46)])  # a dictionary made for other files
+    with pytest.raises(TokenizerError, match=r"100% of the pieces of the first \d+ labeled train texts are not in "
+                                             r"tokenizer\.vocab_file=dict\.txt \(each would become the unknown id\)"):
+        check_inputs(pieces_params())
+
+
+def test_a_few_pieces_absent_from_the_dictionary_pass_validate():
+    write_pieces_data()  # one text in six holds a piece the dictionary lacks
+    write_dictionary("dict.txt")
+    assert entries_of(check_inputs(pieces_params()))[-1]["key"] == "tokenizer.vocab_file"
 
 
 def test_missing_vocab_file_names_the_file_and_the_key():
@@ -861,3 +875,14 @@ def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output
     assert broken.stderr.startswith("validate: error:") and "mlflow.db" in broken.stderr, broken.stderr
     assert "Traceback" not in broken.stderr
     assert snapshot(tmp_path / "data") == before
+
+
+def test_a_design_larger_than_the_default_is_priced_before_it_starts():
+    default = parse_params({})
+    assert design_cost(default, default) is None
+    many = parse_params({"pretrain": {"seeds": list(range(40))}})
+    cost = design_cost(many, default)
+    runs, seeds = len(default.pretrain.seeds), len(default.finetune.seeds)
+    assert cost.startswith(f"pretrain.seeds x finetune.seeds = 40 x {seeds}: 40 pretraining runs and {80 * seeds} "
+                           "fine-tunes")
+    assert f"{40 / runs:.1f}x" in cost

@@ -12,10 +12,13 @@ import csv
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -435,6 +438,58 @@ def test_a_broken_input_stops_dvc_repro_with_a_clear_message_and_leaves_outputs_
         params_file.write_text(original)
         bad.unlink(missing_ok=True)
         run(["dvc", "repro", "validate"], root, env)
+
+
+def _break_store(root: Path, fault: str) -> Callable[[], None]:
+    """Damage the MLflow store of `root` as `fault` says; returns what undoes it."""
+    store, kept = root / "mlflow.db", root / "mlflow.db.kept"
+    shutil.copy2(store, kept)
+    immutable = {"read-only file": store, "read-only folder": root}.get(fault)
+    if fault == "random bytes":
+        data = bytearray(store.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + 32768] = random.Random(7).randbytes(32768)
+        store.write_bytes(bytes(data))
+    elif fault == "cut to half":
+        store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
+    elif fault == "a directory":
+        store.unlink()
+        (store / "inside").mkdir(parents=True)
+    elif subprocess.run(["chattr", "+i", str(immutable)], capture_output=True).returncode:
+        kept.unlink()
+        pytest.skip("chattr +i (an immutable file or folder) is not available here")
+
+    def undo() -> None:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(immutable)], check=True)
+        if store.is_dir():
+            shutil.rmtree(store)
+        os.replace(kept, store)
+
+    return undo
+
+
+@pytest.mark.parametrize("fault", ["random bytes", "cut to half", "read-only file", "read-only folder",
+                                   "a directory"])
+def test_a_broken_store_stops_the_run_before_dvc_removes_any_output(pipeline_repo, fault):
+    """A parameter that reruns evaluate, with a store evaluate could not log to: validate stops the run, so DVC never
+    removes evaluate's outputs (`metrics/evaluate.json`, `headline.json` are not in its cache)."""
+    root, env = pipeline_repo
+    params_file, before = root / "params.yaml", _fingerprint(root)
+    original = params_file.read_text()
+    assert original.count("bootstrap_samples: ") == 1
+    undo = _break_store(root, fault)
+    try:
+        params_file.write_text(re.sub(r"bootstrap_samples: \d+", "bootstrap_samples: 150", original))
+        result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert f"validate: error: {root / 'mlflow.db'}" in output, output[-2000:]
+        assert "Traceback" not in output and "Running stage 'evaluate'" not in output
+        assert _fingerprint(root) == before
+    finally:
+        undo()
+        params_file.write_text(original)
+    run(["dvc", "repro", "validate"], root, env)
 
 
 def test_a_bad_parameter_stops_the_stage_naming_the_key(pipeline_repo):

@@ -116,18 +116,7 @@ class DataParams(Section):
         return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
 
 
-class ClassificationPretrainParams(PretrainParams):
-    # One pretraining run per seed (stage pretrain@<seed>): the results' interval samples pretraining runs too.
-    seeds: list[int] = Field(
-        default_factory=lambda: [0, 1, 2], min_length=1,
-        description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
-        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
-    )
-
-    @field_validator("seeds")
-    @classmethod
-    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
-        return check_seeds(seeds, "pretrain.seeds")
+ClassificationPretrainParams = PretrainParams  # the shared section, seeds included: its own name for the tables
 
 
 class FinetuneParams(Section):

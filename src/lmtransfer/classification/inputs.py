@@ -22,15 +22,24 @@ from typing import Any
 from lmtransfer.classification.config import Params
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import load_source
-from lmtransfer.core.errors import ConfigError
+from lmtransfer.core.errors import ConfigError, TokenizerError
 from lmtransfer.data.files import label_file_for
 from lmtransfer.data.input_files import manifest_entry, resolve_input
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import select_device
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
-from lmtransfer.tokens.tokenizer import PAD_ID, Tokenizer, existing_tokenizer, mask_id_of, train_sentencepiece
+from lmtransfer.tokens.tokenizer import (
+    PAD_ID,
+    Tokenizer,
+    encode_for_classification,
+    existing_tokenizer,
+    mask_id_of,
+    train_sentencepiece,
+)
 
 TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once in validate (about a second)
+UNKNOWN_SAMPLE = 2_000  # labeled train texts encoded to measure the unknown share (well under a second)
+UNKNOWN_STOP = 0.5  # more of their pieces unknown than this: the tokenizer was made for other text
 MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers
 
 
@@ -91,6 +100,23 @@ def check_tokenizer(params: Params, scan: CorpusScan) -> tuple[Tokenizer | None,
     return tokenizer, entries
 
 
+def check_unknown_share(params: Params, labeled: LabeledData, tokenizer: Tokenizer | None) -> None:
+    """A given tokenizer that maps most of the labeled texts to the unknown id would fine-tune on nothing but that
+    id (the usual cause: a dictionary made for other files): stop here, with the share, not warn in `tokenize`."""
+    if tokenizer is None:
+        return
+    texts = list(labeled.splits["train"]["text"][:UNKNOWN_SAMPLE])
+    ids, _ = encode_for_classification(tokenizer, texts, pieces=params.data.labeled_pieces)
+    share = int((ids == tokenizer.unk_id).sum()) / max(len(ids) - len(texts), 1)  # each text's BOS aside
+    if share > UNKNOWN_STOP:
+        key = "vocab_file" if params.tokenizer.vocab_file else "model_file"
+        raise TokenizerError(
+            f"{share:.0%} of the pieces of the first {len(texts):,} labeled train texts are not in "
+            f"tokenizer.{key}={getattr(params.tokenizer, key)} (each would become the unknown id): is it the one these files "
+            "were cut with? Name the matching one, or set it '' to train a tokenizer on this data"
+        )
+
+
 def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
     """The checkpoint to start from must fit the id space (None: one to be trained) and the model."""
     entries = []
@@ -123,8 +149,23 @@ def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     data, labeled, scan = check_data(params)
     check_stream_lengths(params, labeled, scan)
     tokenizer, tokenizer_files = check_tokenizer(params, scan)
+    check_unknown_share(params, labeled, tokenizer)
     check_objective(params, tokenizer)
     return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}
+
+
+def design_cost(params: Params, default: Params) -> str | None:
+    """What a design larger than the default costs, said before its first stage: 40 pretraining seeds are 40
+    pretrainings and twice 40 x fine-tuning seeds fine-tunes, whatever the machine."""
+    runs, seeds = len(params.pretrain.seeds), len(params.finetune.seeds)
+    default_runs, default_seeds = len(default.pretrain.seeds), len(default.finetune.seeds)
+    if runs <= default_runs and runs * seeds <= default_runs * default_seeds:
+        return None
+    pretrainings = 0 if params.pretrain.init_from else runs
+    return (f"pretrain.seeds x finetune.seeds = {runs} x {seeds}: {pretrainings} pretraining runs and "
+            f"{2 * runs * seeds} fine-tunes (pretrained and scratch), {runs / default_runs:.1f}x and "
+            f"{runs * seeds / (default_runs * default_seeds):.1f}x the default design's ({default_runs} and "
+            f"{2 * default_runs * default_seeds}): expect the training stages to take that much longer")
 
 
 def run_validate_stage(params: Params) -> None:
@@ -139,6 +180,9 @@ def run_validate_stage(params: Params) -> None:
     usable_tracking_uri()
     for note in params.pretrain.ignored_settings(type(params)().pretrain):
         print(f"validate: note: {note}")
+    cost = design_cost(params, type(params)())
+    if cost:
+        print(f"validate: note: {cost}")
     for name, entries in manifests.items():
         write_json(INPUTS / f"{name}.json", {"inputs": entries})
     described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)

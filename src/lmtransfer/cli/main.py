@@ -10,6 +10,7 @@ compare experiments.
     lmtransfer summary --translation             # the encoder-decoder for English->French, block by block
     lmtransfer params                            # every parameter: default and meaning
     lmtransfer params --translation              # the same for translation/params.yaml
+    lmtransfer params --check params.yaml        # every key valid? (before `dvc repro` reads the stage grid)
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
     lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
@@ -34,7 +35,7 @@ import lmtransfer.cli.experiments as experiments_cli
 import lmtransfer.cli.pretraining as pretraining_cli
 import lmtransfer.cli.translation as translation_cli
 from lmtransfer.cli.args import POSITIVE, HelpFormatter
-from lmtransfer.core import paths
+from lmtransfer.core import knobs, paths
 from lmtransfer.core.errors import LmtransferError
 
 
@@ -294,7 +295,10 @@ def cmd_summary(args: argparse.Namespace) -> None:
 def cmd_params(args: argparse.Namespace) -> None:
     from lmtransfer.cli.params_tables import params_table, update_readme
 
-    if "readme" not in vars(args):
+    if args.check is not None:
+        load_any_task_params(args.check)  # a bad key: ConfigError naming the file and the key
+        print(f"{args.check}: every parameter valid")
+    elif "readme" not in vars(args):
         print(params_table("translation" if args.translation else "classification"), end="")
     elif update_readme(args.readme):
         print(f"{args.readme}: parameter tables regenerated")
@@ -409,6 +413,10 @@ def add_params_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="instead of printing, replace the tables between the params-table markers of FILE "
                              "(e.g. docs/guide/parameters.md: both tasks' tables); default: print one")
+    params.add_argument("--check", type=Path, default=None, metavar="FILE",
+                        help="instead, check every key of the params file FILE (either task's) and name the first bad "
+                             "one: what `make run` does before `dvc repro`, whose own reading of pretrain.seeds and "
+                             "finetune.seeds (the stage grid) cannot name the file or key")
     params.set_defaults(func=cmd_params)
 
 
@@ -477,6 +485,7 @@ def package_version() -> str:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
+        knobs.check()  # a bad LMTRANSFER_* value: one line, before any work
         args.func(args)
     except (LmtransferError, FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None

@@ -15,7 +15,7 @@ import codecs
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -121,7 +121,7 @@ class PretrainParams(Section):
     eval_batches: int = Field(20, ge=1, description="batches per validation measurement")
     prompts: list[str] = Field(
         default_factory=lambda: ["the movie was", "i think that", "this film is"],
-        description="continued greedily and by sampling after pretraining (`metrics/pretrain/samples.txt`)",
+        description="continued greedily and by sampling after pretraining (`metrics/pretrain/seed<p>/samples.txt`)",
     )
     generate_tokens: int = Field(20, ge=1, description="tokens generated per prompt")
     temperature: float = Field(0.8, gt=0, description="sampling temperature of the sampled continuations")
@@ -160,6 +160,18 @@ class PretrainParams(Section):
         "V = 50,001), never the whole logits matrix (the same exact softmax; faster, and far less memory for a "
         "large vocabulary; last digits differ); `auto` = on from 2,000 ids"
     )
+    # One pretraining run per seed (stage pretrain@<seed>), in both tasks: the results' interval samples pretraining
+    # runs too.
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2], min_length=1,
+        description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
+        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        return check_seeds(seeds, "pretrain.seeds")
 
     def ignored_settings(self, defaults: PretrainParams) -> list[str]:
         """Keys set away from their task's `defaults` (what params.yaml ships) that the others make useless: a sweep

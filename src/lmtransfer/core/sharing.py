@@ -21,16 +21,16 @@ import threading
 import time
 from typing import NamedTuple
 
-from lmtransfer.core.errors import ConfigError
+from lmtransfer.core import knobs
 
-JOBS_ENV = "LMTRANSFER_JOBS"  # how many jobs share the machine; overrides counting the DVC queue's workers
+JOBS_ENV = knobs.JOBS  # how many jobs share the machine; overrides counting the DVC queue's workers
 SPIN_COUNT = 50_000  # rounds an idle OpenMP thread spins before it sleeps (libgomp's own default: 300,000)
-CHOSEN_ENV = "LMTRANSFER_OPENMP_WAIT"  # what `choose_openmp_wait` set, so that a child process chooses afresh
+CHOSEN_ENV = knobs.OPENMP_WAIT  # what `choose_openmp_wait` set, so that a child process chooses afresh
 QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 BUSY_CORES = 0.5  # cores other programs keep busy from which this process's waiting threads do not spin
 BUSY_SAMPLE_SECONDS = 0.1  # how long the machine is watched at start: ten of the kernel's 10 ms ticks per core
 busy_at_start = None  # BusyCores: what others kept busy when this process chose how its threads wait
-HANDOVER_ENV = "LMTRANSFER_HANDOVER"  # set by a training process for the one it hands its work over to (JSON)
+HANDOVER_ENV = knobs.HANDOVER  # set by a training process for the one it hands its work over to (JSON)
 
 
 def is_main_process() -> bool:
@@ -54,13 +54,12 @@ def running_queue_workers() -> int:
     return count
 
 
-def parallel_jobs() -> int:
-    """`LMTRANSFER_JOBS` when set; else, inside a DVC stage, the running queue workers (at least 1); else 1."""
-    value = os.environ.get(JOBS_ENV, "").strip()
+def parallel_jobs(at_import: bool = False) -> int:
+    """`LMTRANSFER_JOBS` when set; else, inside a DVC stage, the running queue workers (at least 1); else 1.
+    `at_import`: a bad value counts as unset (the package's first import must not raise; `knobs.check` refuses it)."""
+    value = knobs.read_at_import(JOBS_ENV) if at_import else knobs.read(JOBS_ENV)
     if value:
-        if not value.isdigit() or int(value) < 1:
-            raise ConfigError(f"{JOBS_ENV}={value!r}: expected a whole number of jobs, 1 or more")
-        return int(value)
+        return value
     if "DVC_ROOT" not in os.environ and "DVC_EXP_NAME" not in os.environ:
         return 1  # not a pipeline stage: a notebook, the CLI, the tests
     return max(1, running_queue_workers())
@@ -201,10 +200,7 @@ def handed_over() -> dict | None:
     """What a training process that handed its work over to this one (`training.handover`) passed on: the wait
     to take (`wait`), what it saw (`saw`), the MLflow run to continue (`run_id`), handovers so far (`count`) and
     when the stage started (`started`, so that its `done in` counts the whole stage)."""
-    import json
-
-    value = os.environ.get(HANDOVER_ENV)
-    return json.loads(value) if value else None
+    return knobs.read_at_import(HANDOVER_ENV)  # set by lmtransfer itself; a bad one is refused by `knobs.check`
 
 
 def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str, str]:
@@ -225,7 +221,7 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     (`handed_over`) takes the wait it was given. Nothing is set when the user chose either variable; none of this
     changes a result, only when a thread waits."""
     global busy_at_start, chosen_wait
-    for name, value in (item.split("=", 1) for item in os.environ.get(CHOSEN_ENV, "").split(",") if item):
+    for name, value in (knobs.read_at_import(CHOSEN_ENV) or {}).items():
         if os.environ.get(name) == value:  # chosen by a parent lmtransfer process, not the user: choose afresh
             del os.environ[name]
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
@@ -237,7 +233,7 @@ def choose_openmp_wait(jobs: int, others_busy=busy_cores_of_others) -> dict[str,
     elif jobs > 1:
         chosen_wait = "sleep"
     else:
-        if not os.environ.get(JOBS_ENV, "").strip() and "torch" not in sys.modules:
+        if not knobs.is_set(JOBS_ENV) and "torch" not in sys.modules:
             busy_at_start = others_busy()
         chosen_wait = wait_for(busy_at_start) if busy_at_start is not None else "spin"
     chosen = WAITS[chosen_wait]

@@ -13,13 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from lmtransfer.core import knobs
 from lmtransfer.core.io import sha256_of
 from lmtransfer.core.errors import DataSourceError
 
 
 def cache_dir() -> Path:
     """Downloads live outside the repo so `dvc exp run --temp` copies reuse them."""
-    base = os.environ.get("LMTRANSFER_CACHE_DIR") or os.path.join(
+    base = knobs.read(knobs.CACHE_DIR) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lmtransfer"
     )
     return Path(base)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from lmtransfer.core import sharing
+from lmtransfer.core import knobs, sharing
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.harness.launcher import launching_dvc
 
@@ -37,6 +37,7 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
                 signal.signal(signum, _terminated)
             watch_launcher()
             try:
+                knobs.check()  # a bad LMTRANSFER_* value: one line, before any work
                 main()
                 print(f"{label}: done in {time.time() - started:.1f} s", flush=True)
             except KeyboardInterrupt as stopped:  # Terminated, or a KeyboardInterrupt raised before the handler
@@ -45,11 +46,11 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
                 print(f"{label}: stopped ({why}); what earlier stages wrote is kept", file=sys.stderr)
                 sys.exit(128 + signum)
             except LmtransferError as exc:
-                if os.environ.get("LMTRANSFER_DEBUG"):
+                if knobs.read_at_import(knobs.DEBUG):
                     raise
                 _stop(f"{label}: error: {exc}")
             except Exception as exc:
-                if os.environ.get("LMTRANSFER_DEBUG"):
+                if knobs.read_at_import(knobs.DEBUG):
                     raise
                 no_room = _no_room_to_write(exc)
                 if no_room:

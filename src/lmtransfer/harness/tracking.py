@@ -36,13 +36,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core import knobs
 from lmtransfer.core.io import sha256_of
 from lmtransfer.core.sharing import handed_over, is_main_process
 from lmtransfer.harness.launcher import launching_dvc
 from lmtransfer.harness.tracking_store import STORE_NAME, check_server, ensure_store
 
-EXPERIMENT_ENV = "LMTRANSFER_EXPERIMENT"
-PIPELINE_ENV = "LMTRANSFER_PIPELINE_ID"
+EXPERIMENT_ENV = knobs.EXPERIMENT
+PIPELINE_ENV = knobs.PIPELINE_ID
 DEFAULT_EXPERIMENT = "lmtransfer"
 TAG_PREFIX = "lmtransfer."
 CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
@@ -102,8 +103,8 @@ def _dvc_ancestor() -> str | None:
 
 
 def pipeline_id() -> str:
-    if os.environ.get(PIPELINE_ENV):
-        return os.environ[PIPELINE_ENV]
+    if knobs.read(PIPELINE_ENV):
+        return knobs.read(PIPELINE_ENV)
     if os.environ.get("DVC_EXP_NAME"):
         return f"exp-{os.environ['DVC_EXP_NAME']}"
     ancestor = _dvc_ancestor()
@@ -115,8 +116,8 @@ def pipeline_id() -> str:
 def experiment_name(task: str | None = None) -> str:
     """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (by
     default the `task` key of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
-    if os.environ.get(EXPERIMENT_ENV):
-        return os.environ[EXPERIMENT_ENV]
+    if knobs.read(EXPERIMENT_ENV):
+        return knobs.read(EXPERIMENT_ENV)
     task = task or _task_of(Path("params.yaml"))
     return DEFAULT_EXPERIMENT if task == "classification" else f"{DEFAULT_EXPERIMENT}-{task}"
 
@@ -137,7 +138,7 @@ def quiet_mlflow_logs() -> None:
     logged copy is dropped, unless LMTRANSFER_DEBUG asks for everything."""
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    if not os.environ.get("LMTRANSFER_DEBUG"):
+    if not knobs.read_at_import(knobs.DEBUG):
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 

@@ -108,7 +108,7 @@ def generate_samples(
 
 
 def format_samples(samples: list[dict[str, str]]) -> str:
-    """`[greedy] the movie was -> ...`, one line each (metrics/pretrain/samples.txt)."""
+    """`[greedy] the movie was -> ...`, one line each (metrics/pretrain/seed<p>/samples.txt)."""
     return "\n".join(f"[{s['mode']}] {s['prompt']} -> {s['continuation']}" for s in samples) + "\n"
 
 
@@ -118,7 +118,7 @@ FILL_TOP_K = 5  # predictions shown per blank in the masked LM's samples
 def pretraining_samples(
     model: LanguageModel, tokenizer, params, objective: str, mask_id: int | None, device: torch.device, seed: int,
 ) -> str:
-    """`metrics/pretrain/samples.txt`: the prompts (`pretrain.prompts`) continued greedily and sampled by a causal
+    """`metrics/pretrain/seed<p>/samples.txt`: the prompts (`pretrain.prompts`) continued greedily and sampled by a causal
     LM, or their blanks filled by a masked LM."""
     if objective == "mlm":
         return fill_samples(model, tokenizer, params.prompts, mask_id, FILL_TOP_K, device)

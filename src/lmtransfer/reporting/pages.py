@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core import knobs
 from lmtransfer.core.paths import EVALUATE_REPORT, FINETUNE_METRICS, TRANSLATION_ROOT, VARIANTS
 from lmtransfer.reporting import values
 from lmtransfer.reporting.sources import (
@@ -398,6 +399,7 @@ TABLES: dict[str, Table] = {
     "scaling": Table(_scaling, (SCALING,)),
     "scaling-trend": Table(_scaling_trend, (SCALING,)),
     "vendor-references": Table(_vendor_references, (f"{REFERENCES}/",)),
+    "environment": Table(lambda root: knobs.markdown_table() + "\n", ("src/lmtransfer/core/knobs.py",)),
 }
 
 

@@ -19,13 +19,13 @@ from collections.abc import Callable
 
 import torch
 
-from lmtransfer.core import sharing
+from lmtransfer.core import knobs, sharing
 from lmtransfer.harness import stage
 from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots
 
-WATCH_ENV = "LMTRANSFER_WATCH"  # 1: watch outside a pipeline stage too (the benchmark); 0: never watch
+WATCH_ENV = knobs.WATCH  # 1: watch outside a pipeline stage too (the benchmark); 0: never watch
 MAX_HANDOVERS = 3  # per stage run: a neighbour that comes and goes every few seconds is not chased
 
 
@@ -33,7 +33,7 @@ def neighbour_watch(snapshots: Snapshots | None, device: torch.device) -> sharin
     """A running watch where this process can act on it, else None: a pipeline stage (or `LMTRANSFER_WATCH=1`)
     on the CPU, one process, its wait chosen by lmtransfer (not by the user's variables, nor for jobs counted
     by `LMTRANSFER_JOBS` or the DVC queue), resume snapshots on (the handover resumes from one), handovers left."""
-    asked = os.environ.get(WATCH_ENV, "").strip()
+    asked = knobs.read(WATCH_ENV) or ""
     in_stage = "DVC_ROOT" in os.environ or "DVC_EXP_NAME" in os.environ
     resumable = snapshots is not None and snapshots.every > 0
     if asked == "0" or not (asked == "1" or in_stage) or not resumable or device.type != "cpu":

@@ -86,19 +86,7 @@ class TranslationDataParams(Section):
         return self
 
 
-class TranslationPretrainParams(PretrainParams):
-    # One pretraining run per seed (stage pretrain@<seed>), as in the classification task: the results' interval
-    # samples pretraining runs too.
-    seeds: list[int] = Field(
-        default_factory=lambda: [0, 1, 2], min_length=1,
-        description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
-        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
-    )
-
-    @field_validator("seeds")
-    @classmethod
-    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
-        return check_seeds(seeds, "pretrain.seeds")
+TranslationPretrainParams = PretrainParams  # the shared section, seeds included (one run per seed)
 
 
 class TranslationFinetuneParams(Section):

@@ -1,0 +1,166 @@
+"""Every `LMTRANSFER_*` environment variable: defined, parsed and checked here, and nowhere else.
+
+Two kinds of reader. The package's first import (`lmtransfer/__init__.py`) must read a few of them before
+torch loads (the kernel pins, how OpenMP threads wait); it uses `read_at_import`, which never raises: a bad
+value counts as unset there, so that `import lmtransfer` never ends in a traceback. Every entry point (a
+stage's `stage_main`, the `lmtransfer` command) then calls `check()`, which refuses any bad value in one
+line naming the variable and the values it takes, before any work. Everything else calls `read`.
+
+The table of docs/guide/environment.md is generated from `KNOBS` (`lmtransfer params --environment`).
+No torch import here: the first import reads this module before torch loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lmtransfer.core.errors import ConfigError
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One variable: what it takes (for messages and the docs), what unset means, what it is for."""
+
+    name: str
+    takes: str
+    unset: str
+    meaning: str
+    parse: Callable[[str], Any]
+    internal: bool = False  # set by lmtransfer for a child process, not by users
+
+    def value(self, text: str) -> Any:
+        """The parsed value of `text` (stripped); ValueError for a value outside `takes`."""
+        return self.parse(text.strip())
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in allowed:
+            raise ValueError
+        return text.lower()
+
+    return parse
+
+
+def _whole_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError
+    return int(text)
+
+
+def _switch(text: str) -> bool:
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise ValueError
+
+
+def _any_text(text: str) -> str:
+    return text
+
+
+def _handover(text: str) -> dict:
+    value = json.loads(text)  # json.JSONDecodeError is a ValueError
+    if not isinstance(value, dict) or not {"wait", "saw", "count"} <= set(value):
+        raise ValueError
+    return value
+
+
+def _chosen_wait(text: str) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError
+    return dict(pairs)
+
+
+CPU_KERNELS = "LMTRANSFER_CPU_KERNELS"
+JOBS = "LMTRANSFER_JOBS"
+WATCH = "LMTRANSFER_WATCH"
+CACHE_DIR = "LMTRANSFER_CACHE_DIR"
+DEBUG = "LMTRANSFER_DEBUG"
+EXPERIMENT = "LMTRANSFER_EXPERIMENT"
+PIPELINE_ID = "LMTRANSFER_PIPELINE_ID"
+HANDOVER = "LMTRANSFER_HANDOVER"
+OPENMP_WAIT = "LMTRANSFER_OPENMP_WAIT"
+
+KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
+    Knob(CPU_KERNELS, "avx2 or native", "avx2",
+         "which CPU kernels PyTorch, MKL and oneDNN use: avx2 gives the same numbers on every AVX2 CPU (the "
+         "committed references are made so); native lets each library pick its fastest, whose rounding differs "
+         "between CPUs", _choice("avx2", "native")),
+    Knob(JOBS, "a whole number, 1 or more", "the DVC queue workers running on this machine, 1 outside a queue",
+         "how many training jobs share this machine; each takes cores / jobs threads, and their waiting threads "
+         "sleep", _whole_number),
+    Knob(WATCH, "0 or 1", "watch inside a pipeline stage only",
+         "whether training watches its neighbours and hands its work over when one arrives or leaves; 1 watches "
+         "outside a stage too (the benchmarks), 0 never", _choice("0", "1")),
+    Knob(CACHE_DIR, "a writable folder", "$XDG_CACHE_HOME/lmtransfer, else ~/.cache/lmtransfer",
+         "where the pinned dataset packages are kept once downloaded", _any_text),
+    Knob(DEBUG, "1 or 0 (also true/false, yes/no, on/off)", "0",
+         "1: an expected error keeps its traceback, and MLflow's own database errors are logged", _switch),
+    Knob(EXPERIMENT, "any MLflow experiment name", "lmtransfer (lmtransfer-<task> for another task)",
+         "the MLflow experiment the runs go to", _any_text),
+    Knob(PIPELINE_ID, "any text", "exp-<DVC experiment>, else one per `dvc repro`",
+         "which stage runs are grouped under one MLflow pipeline run", _any_text),
+    Knob(HANDOVER, "JSON with wait, saw and count", "a process of its own",
+         "what a training process passes to the one it hands its work over to", _handover, internal=True),
+    Knob(OPENMP_WAIT, "NAME=VALUE pairs, comma-separated", "nothing chosen yet",
+         "the OpenMP wait variables lmtransfer chose, so that a child process chooses afresh", _chosen_wait,
+         internal=True),
+)}
+
+
+def problem(name: str) -> str | None:
+    """One line naming `name`, its value and the values it takes, when it is set to a value it does not take."""
+    knob = KNOBS[name]
+    text = os.environ.get(name, "")
+    if not text.strip():
+        return None
+    try:
+        knob.value(text)
+    except ValueError:
+        return f"{name}={text!r}: expected {knob.takes}; unset, it is {knob.unset}"
+    return None
+
+
+def check() -> None:
+    """Refuse every variable set to a value it does not take, in one message; called by every entry point."""
+    found = [line for line in map(problem, KNOBS) if line]
+    if found:
+        raise ConfigError("; ".join(found))
+
+
+def is_set(name: str) -> bool:
+    return bool(os.environ.get(name, "").strip())
+
+
+def read(name: str) -> Any:
+    """The parsed value of `name`, or None when unset; a value it does not take is a ConfigError."""
+    line = problem(name)
+    if line:
+        raise ConfigError(line)
+    return KNOBS[name].value(os.environ[name]) if is_set(name) else None
+
+
+def read_at_import(name: str) -> Any:
+    """As `read`, but a bad value counts as unset: the first import must not raise (`check` refuses it next)."""
+    try:
+        return read(name)
+    except ConfigError:
+        return None
+
+
+def markdown_table() -> str:
+    """The docs' list: one row per variable a user may set, then those lmtransfer sets for itself."""
+    rows = ["| variable | takes | unset | what it does |", "|---|---|---|---|"]
+    for knob in sorted(KNOBS.values(), key=lambda knob: (knob.internal, knob.name)):
+        meaning = f"(set by lmtransfer) {knob.meaning}" if knob.internal else knob.meaning
+        rows.append(f"| `{knob.name}` | {knob.takes} | {knob.unset} | {meaning} |")
+    return "\n".join(rows)

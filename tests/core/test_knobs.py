@@ -1,0 +1,84 @@
+"""The LMTRANSFER_* variables: read in one module, a bad value refused in one line by every entry point, never at
+import."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmtransfer.core import knobs
+from lmtransfer.core.errors import ConfigError
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "lmtransfer"
+BAD = [(knobs.JOBS, "0"), (knobs.JOBS, "-1"), (knobs.JOBS, "abc"), (knobs.HANDOVER, "garbage"),
+       (knobs.HANDOVER, "[1, 2]"), (knobs.WATCH, "2"), (knobs.WATCH, "abc"), (knobs.CPU_KERNELS, "bogus"),
+       (knobs.DEBUG, "maybe"), (knobs.OPENMP_WAIT, "GOMP_SPINCOUNT")]
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("LMTRANSFER_")}
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_a_value_a_variable_does_not_take_is_refused_naming_it_and_what_it_takes(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as error:
+        knobs.check()
+    message = str(error.value)
+    assert message.startswith(f"{name}={value!r}: expected {knobs.KNOBS[name].takes}")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(("name", "value"), [(knobs.JOBS, "2"), (knobs.WATCH, "0"), (knobs.CPU_KERNELS, "NATIVE"),
+                                             (knobs.DEBUG, "true"), (knobs.DEBUG, ""), (knobs.EXPERIMENT, "mine")])
+def test_values_a_variable_takes_pass_the_check_and_read_parsed(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    knobs.check()
+    expected = {"2": 2, "0": "0", "NATIVE": "native", "true": True, "": None, "mine": "mine"}[value]
+    assert knobs.read(name) == expected
+
+
+def test_two_bad_variables_are_both_named(monkeypatch):
+    monkeypatch.setenv(knobs.JOBS, "x")
+    monkeypatch.setenv(knobs.WATCH, "y")
+    with pytest.raises(ConfigError, match=r"LMTRANSFER_JOBS='x'.*; LMTRANSFER_WATCH='y'"):
+        knobs.check()
+
+
+def test_at_import_a_bad_value_counts_as_unset(monkeypatch):
+    monkeypatch.setenv(knobs.JOBS, "abc")
+    assert knobs.read_at_import(knobs.JOBS) is None
+    with pytest.raises(ConfigError):
+        knobs.read(knobs.JOBS)
+
+
+def test_importing_the_package_never_raises_and_the_command_refuses_in_one_line():
+    env = _clean_env(LMTRANSFER_JOBS="abc", LMTRANSFER_HANDOVER="garbage", LMTRANSFER_CPU_KERNELS="bogus")
+    imported = subprocess.run([sys.executable, "-c", "import lmtransfer"], env=env, capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    command = subprocess.run([sys.executable, "-m", "lmtransfer.cli", "params"], env=env, capture_output=True,
+                             text=True)
+    assert command.returncode == 1
+    assert "Traceback" not in command.stderr
+    assert command.stderr.strip().splitlines() == [command.stderr.strip()]
+    assert "LMTRANSFER_JOBS='abc'" in command.stderr and "LMTRANSFER_CPU_KERNELS='bogus'" in command.stderr
+
+
+def test_no_module_but_knobs_reads_an_lmtransfer_variable():
+    """Each variable is read through `knobs`: a literal LMTRANSFER_ name in code elsewhere is a second reader."""
+    literal = re.compile(r"""["']LMTRANSFER_[A-Z_]+["']""")
+    readers = [path.relative_to(SRC).as_posix() for path in SRC.rglob("*.py")
+               if path.name != "knobs.py" and literal.search(path.read_text(encoding="utf-8"))]
+    assert readers == []
+
+
+def test_the_docs_table_lists_every_variable_once():
+    table = knobs.markdown_table()
+    for name in knobs.KNOBS:
+        assert table.count(f"`{name}`") == 1
