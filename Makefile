@@ -66,7 +66,7 @@ ui: venv
 	@echo "  (each task's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
 
-## the generated tables and stated numbers of README.md and docs/: results from the result files, parameters from the params models
+## the generated tables, stated numbers and figures of README.md and docs/: results from the result files, figures from the plots, parameters from the params models
 docs: venv
 	$(BIN)/lmtransfer report
 	$(BIN)/lmtransfer params --readme docs/guide/parameters.md

@@ -159,6 +159,30 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
                  code=first["commit"], command=first["command"].split(" --name")[0] + " --name NAME --set ...")
 
 
+RUN_COLUMNS = [Column("pretraining run"), Column("variant"), Column("validation BLEU", ".2f"),
+               Column("validation chrF", ".1f"), Column("test BLEU", ".2f"), Column("test chrF", ".1f"),
+               Column("test repeats", ".1%")]
+
+
+def write_runs_table(runs_file: Path, name: str, notes: str) -> None:
+    """The docs' table of one profile run with --test: each pretraining run's pretrained and scratch scores (greedy,
+    every validation and test verse), then the mean of the runs per variant."""
+    (candidate, row), = json.loads(runs_file.read_text()).items()
+    scores = {variant: [(run["pretrain_seed"], run[variant]) for run in row["runs"] if variant in run]
+              for variant in ("pretrained", "scratch")}
+    rows = [[str(seed), variant, s["valid"]["bleu"], s["valid"]["chrf"], s["test"]["bleu"], s["test"]["chrf"],
+             s["test"]["repeats"]] for variant, found in scores.items() for seed, s in sorted(found, key=lambda x: x[0])]
+    for variant, found in scores.items():
+        rows.append([f"mean of {len(found)}", variant] + [
+            round(statistics.fmean(s[split][metric] for _, s in found), 4)
+            for split, metric in (("valid", "bleu"), ("valid", "chrf"), ("test", "bleu"), ("test", "chrf"),
+                                  ("test", "repeats"))])
+    seconds = sum(run.get("pretrain_seconds", 0) + sum(run[v]["seconds"] for v in scores if v in run)
+                  for run in row["runs"])
+    write_result(name, RUN_COLUMNS, rows, seconds=seconds, notes=notes or row.get("notes", ""),
+                 machine_facts=row["machine"], code=row["commit"], command=row["command"])
+
+
 STOPPED_COLUMNS = [
     Column("candidate"), Column("changes to translation/params.yaml (--set ...)"),
     Column("pretraining runs finished, pretrained / scratch", ""),
@@ -214,7 +238,12 @@ def main() -> None:
                                             "also the test verses: a profile's one report")
     parser.add_argument("--stopped", nargs=2, type=Path, metavar=("PRINTOUT", "CANDIDATES"),
                         help="with --table: the table of candidates a device's time limit stopped, from its printout")
+    parser.add_argument("--runs-table", action="store_true",
+                        help="with --table: one candidate's table, run by run (a profile measured with --test)")
     args = parser.parse_args()
+    if args.table and args.runs_table:
+        write_runs_table(args.out, args.table, args.notes)
+        return
     if args.table and args.stopped:
         write_stopped_table(*args.stopped, args.table, args.notes)
         return

@@ -216,6 +216,7 @@ EXPECTED_HEADERS = {
     "scaling": "| pretraining budget | tokens (corpus + adaptation) | LM val. perplexity | pretrained (mean ± std, {n} seeds) |",
     "scaling-trend": "| fitted against log10(pretraining tokens) | slope per 10x tokens [95% CI] | R² |",
     "vendor-references": "| CPU | pretraining runs × fine-tuning seeds | pretrained | scratch | gap [95% CI] |",
+    "environment": "| variable | takes | unset | what it does |\n|---|---|---|---|\n| `LMTRANSFER_CACHE_DIR` |",
 }
 HEADER_COUNTS = {  # where the header's count comes from
     "classification-test": ("metrics/evaluate.json", ["n_test_examples"]),
@@ -234,17 +235,20 @@ HEADER_COUNTS = {  # where the header's count comes from
 
 
 def test_every_table_name_has_an_expected_header():
-    assert set(EXPECTED_HEADERS) == set(TABLES) == set(HEADER_COUNTS)
+    assert set(EXPECTED_HEADERS) == set(TABLES)
+    assert set(HEADER_COUNTS) == {name for name, header in EXPECTED_HEADERS.items() if "{n}" in header}
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))
 def test_each_table_from_the_committed_metrics_round_trips_through_a_page(name, tmp_path):
     """The repository's own metrics: the table generates, has its header, and a page holding it checks clean."""
     table = generate(name, REPO)
-    source, keys = HEADER_COUNTS[name]
-    count = json.loads((REPO / source).read_text(encoding="utf-8"))
-    for key in keys:
-        count = count[key]
+    count = 0
+    if name in HEADER_COUNTS:
+        source, keys = HEADER_COUNTS[name]
+        count = json.loads((REPO / source).read_text(encoding="utf-8"))
+        for key in keys:
+            count = count[key]
     assert table.startswith(EXPECTED_HEADERS[name].format(n=f"{count:,}"))
     lines = table.splitlines()
     assert len(lines) >= 3 and lines[1] == "|" + "---|" * lines[0].count(" | ") + "---|"

@@ -335,17 +335,18 @@ def cmd_results(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
+    from lmtransfer.reporting.figures import check_figures, copy_figures
     from lmtransfer.reporting.pages import check_pages, write_pages
 
     if args.check:
-        problems = check_pages(args.root)
+        problems = check_pages(args.root) + check_figures(args.root)
         if problems:
             raise SystemExit(f"error: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-        print("README.md and docs/: every results table and stated value matches the committed result files")
+        print("README.md and docs/: every results table, stated value and figure matches the committed result files")
         return
-    changed = write_pages(args.root)
-    print("\n".join(f"{path}: results tables and stated values regenerated" for path in changed)
-          or "results tables and stated values already up to date")
+    changed = [f"{path}: results tables and stated values regenerated" for path in write_pages(args.root)]
+    changed += [f"{figure}: copied from its pipeline's plot" for figure in copy_figures(args.root)]
+    print("\n".join(changed) or "results tables, stated values and figures already up to date")
 
 
 def subcommand_maker(commands: argparse._SubParsersAction) -> Callable[..., argparse.ArgumentParser]:
