@@ -54,6 +54,21 @@ def test_expected_problems_are_one_line_and_exit_status_1(capsys, monkeypatch, e
     assert capsys.readouterr().err == f"pretrain: error: {error}\n"
 
 
+def test_a_bad_environment_variable_stops_the_stage_in_one_line_before_its_work(capsys, monkeypatch):
+    monkeypatch.setenv("LMTRANSFER_WATCH", "2")
+    ran = []
+
+    @stage_main("evaluate")
+    def main() -> None:
+        ran.append(True)
+
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 1 and ran == []
+    assert capsys.readouterr().err == ("evaluate: error: LMTRANSFER_WATCH='2': expected 0 or 1; unset, it is 1 inside a "
+                                       "pipeline stage, 0 outside\n")
+
+
 def test_a_bug_keeps_its_traceback():
     @stage_main("plot")
     def main() -> None:
