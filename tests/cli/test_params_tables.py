@@ -153,3 +153,16 @@ def test_a_file_without_exactly_one_pair_of_markers_is_an_error_naming_them(tmp_
     assert path.read_text(encoding="utf-8") == text
     with pytest.raises(ValueError, match="params-table:end"):
         with_table(text, params_table())
+
+
+@pytest.mark.parametrize("key", ["pretrain", "finetune"])
+def test_params_check_names_the_file_and_a_seeds_key_that_is_not_a_list(tmp_path, capsys, key):
+    """What `make run` runs before `dvc repro`, whose own reading of the stage grid names neither."""
+    bad = tmp_path / "params.yaml"
+    bad.write_text(f"{key}:\n  seeds: 5.5\n")
+    with pytest.raises(SystemExit) as stopped:
+        main(["params", "--check", str(bad)])
+    assert f"{bad}: invalid parameters" in str(stopped.value) and f"{key}.seeds: Input should be a valid list" in str(
+        stopped.value)
+    main(["params", "--check", str(REPO / "translation/params.yaml")])
+    assert capsys.readouterr().out.endswith("translation/params.yaml: every parameter valid\n")
