@@ -236,7 +236,8 @@ HEADER_COUNTS = {  # where the header's count comes from
 
 def test_every_table_name_has_an_expected_header():
     assert set(EXPECTED_HEADERS) == set(TABLES)
-    assert set(HEADER_COUNTS) == {name for name, header in EXPECTED_HEADERS.items() if "{n}" in header}
+    assert {name for name, header in EXPECTED_HEADERS.items() if "{n}" in header} <= set(HEADER_COUNTS)
+    assert set(HEADER_COUNTS) <= set(EXPECTED_HEADERS)
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))
