@@ -243,3 +243,19 @@ def test_no_function_is_longer_than_a_screen():
                 if lines > FUNCTION_LINES:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
+
+
+@pytest.mark.parametrize("pipeline", [".", "translation", "course"])
+def test_every_committed_metrics_file_is_an_output_its_pipeline_declares(pipeline):
+    """A file under metrics/ that no stage writes is a stale result (an earlier design's), however plausible it
+    looks: each one git tracks must be an output, or inside an output folder, of its pipeline's dvc.lock."""
+    import subprocess
+
+    folder = REPO / pipeline
+    stages = YAML(typ="safe").load((folder / "dvc.lock").read_text(encoding="utf-8"))["stages"]
+    outputs = {out["path"] for stage in stages.values() for out in stage.get("outs", [])}
+    tracked = subprocess.run(["git", "ls-files", "metrics"], cwd=folder, capture_output=True, text=True,
+                             check=True).stdout.split()
+    stale = [path for path in tracked if not path.endswith(".gitignore")
+             and not any(path == out or path.startswith(out.rstrip("/") + "/") for out in outputs)]
+    assert tracked and stale == []
