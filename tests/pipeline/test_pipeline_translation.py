@@ -127,3 +127,29 @@ def test_a_pair_file_without_its_target_column_stops_prepare_and_keeps_the_outpu
     assert result.returncode != 0
     assert "raw/pairs.tsv" in result.stderr and "data.target_column" in result.stderr
     assert (root / "translation/data/prepared/train.tsv").read_bytes() == before
+
+
+def test_a_broken_store_stops_prepare_before_dvc_removes_any_output(translation_repo):
+    """prepare runs first on every repro and checks the store every later stage logs to: a damaged one stops the
+    run there, so a parameter that reruns evaluate loses none of its outputs."""
+    root, env = translation_repo
+    store, kept, params = root / "mlflow.db", root / "mlflow.db.kept", root / "translation/params.yaml"
+    outputs = sorted(p for folder in ("metrics", "plots", "data", "models") for p in (root / "translation" / folder).rglob("*")
+                     if p.is_file())
+    before = {p: p.read_bytes() for p in outputs}
+    original = params.read_text()
+    store.rename(kept)
+    (store / "inside").mkdir(parents=True)
+    try:
+        params.write_text(original.replace("bootstrap_samples: 100", "bootstrap_samples: 150"))
+        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
+                                text=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and f"prepare: error: {store} is a directory" in output, output[-2000:]
+        assert "Traceback" not in output and "Running stage 'translation/dvc.yaml:evaluate'" not in output
+        assert {p: p.read_bytes() for p in outputs} == before
+    finally:
+        (store / "inside").rmdir()
+        store.rmdir()
+        kept.rename(store)
+        params.write_text(original)
