@@ -65,8 +65,8 @@ def test_a_bad_environment_variable_stops_the_stage_in_one_line_before_its_work(
     with pytest.raises(SystemExit) as stopped:
         main()
     assert stopped.value.code == 1 and ran == []
-    assert capsys.readouterr().err == ("evaluate: error: LMTRANSFER_WATCH='2': expected 0 or 1; unset, it is watch "
-                                       "inside a pipeline stage only\n")
+    assert capsys.readouterr().err == ("evaluate: error: LMTRANSFER_WATCH='2': expected 0 or 1; unset, it is 1 inside a "
+                                       "pipeline stage, 0 outside\n")
 
 
 def test_a_bug_keeps_its_traceback():

@@ -217,8 +217,8 @@ class TrainParams(Section):
     )
     log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
     compile: bool = Field(
-        False, description="`torch.compile` the training steps (fused kernels: faster on GPUs after a compile of "
-        "a minute or so; measured slower on a 2-core CPU, docs/results/speed.md); the last digits of results differ"
+        False, description="`torch.compile` the training steps (fused kernels, meant for GPUs; measured slower on a "
+        "2-core CPU, docs/guide/scale.md); the last digits of results differ"
     )
     resume_every: int = Field(
         100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "

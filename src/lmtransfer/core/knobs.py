@@ -98,7 +98,7 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
     Knob(JOBS, "a whole number, 1 or more", "the DVC queue workers running on this machine, 1 outside a queue",
          "how many training jobs share this machine; each takes cores / jobs threads, and their waiting threads "
          "sleep", _whole_number),
-    Knob(WATCH, "0 or 1", "watch inside a pipeline stage only",
+    Knob(WATCH, "0 or 1", "1 inside a pipeline stage, 0 outside",
          "whether training watches its neighbours and hands its work over when one arrives or leaves; 1 watches "
          "outside a stage too (the benchmarks), 0 never", _choice("0", "1")),
     Knob(CACHE_DIR, "a writable folder", "$XDG_CACHE_HOME/lmtransfer, else ~/.cache/lmtransfer",
