@@ -103,8 +103,9 @@ def _dvc_ancestor() -> str | None:
 
 
 def pipeline_id() -> str:
-    if knobs.read(PIPELINE_ENV):
-        return knobs.read(PIPELINE_ENV)
+    chosen = knobs.read(PIPELINE_ENV)
+    if chosen:
+        return chosen
     if os.environ.get("DVC_EXP_NAME"):
         return f"exp-{os.environ['DVC_EXP_NAME']}"
     ancestor = _dvc_ancestor()
@@ -116,8 +117,9 @@ def pipeline_id() -> str:
 def experiment_name(task: str | None = None) -> str:
     """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (by
     default the `task` key of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
-    if knobs.read(EXPERIMENT_ENV):
-        return knobs.read(EXPERIMENT_ENV)
+    chosen = knobs.read(EXPERIMENT_ENV)
+    if chosen:
+        return chosen
     task = task or _task_of(Path("params.yaml"))
     return DEFAULT_EXPERIMENT if task == "classification" else f"{DEFAULT_EXPERIMENT}-{task}"
 

@@ -50,8 +50,8 @@ def check_figures(root: Path) -> list[str]:
             problems.append(f"{figure}: {(Path(folder) / 'dvc.lock').as_posix()} records no {plot}")
         elif not (root / figure).is_file():
             problems.append(f"{figure}: missing; it is a copy of {where} (`lmtransfer report` after the pipeline)")
-        elif _md5(root / figure) != expected:
-            problems.append(f"{figure}: not the {where} the pipeline's dvc.lock records (md5 {_md5(root / figure)}, "
+        elif (actual := _md5(root / figure)) != expected:
+            problems.append(f"{figure}: not the {where} the pipeline's dvc.lock records (md5 {actual}, "
                             f"expected {expected}); copy it again with `lmtransfer report` after the pipeline")
     return problems
 
@@ -61,9 +61,9 @@ def copy_figures(root: Path) -> list[str]:
     copied = []
     for figure, (folder, plot) in FIGURES.items():
         source, target = root / folder / plot, root / figure
-        if not source.is_file() or _md5(source) != locked_md5(root, folder, plot):
+        if not source.is_file() or (plotted := _md5(source)) != locked_md5(root, folder, plot):
             continue
-        if not target.is_file() or _md5(target) != _md5(source):
+        if not target.is_file() or _md5(target) != plotted:
             shutil.copyfile(source, target)
             copied.append(figure)
     return copied
