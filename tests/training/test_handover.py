@@ -25,7 +25,8 @@ SCRIPT = textwrap.dedent("""
     from lmtransfer.harness.tracking import log_metrics, stage_run
     from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
     from lmtransfer.modeling.runtime import use_share_of_cores
-    from lmtransfer.pretraining import loop
+    from lmtransfer.pretraining import training as pretraining
+    from lmtransfer.training import loop
     from lmtransfer.training.resume import Snapshots
 
     from lmtransfer.tokens.tokenized import LabeledSplit
@@ -44,7 +45,7 @@ SCRIPT = textwrap.dedent("""
             pass
 
     if not sharing.handed_over():  # the first process sees the neighbour; the one it hands over to, none
-        loop.neighbour_watch = finetune.neighbour_watch = lambda *_: Watch()
+        loop.neighbour_watch = lambda *_: Watch()
     print("pid", os.getpid(), "wait", sharing.chosen_wait, flush=True)
     use_share_of_cores()  # as a stage does (`configure`): says what the process it took over from saw
     torch.manual_seed(0)
@@ -54,8 +55,8 @@ SCRIPT = textwrap.dedent("""
         if MODE == "pretrain":
             model, ids = LanguageModel(config), np.tile(np.arange(5, 40, dtype=np.uint16), 60)
             params = PretrainParams(seq_len=8, batch_size=4, max_steps=12, warmup_steps=2, eval_every=5, eval_batches=2)
-            options = loop.LoopOptions(log_every=1, log_metrics=log_metrics, snapshots=snapshots)
-            log = loop.pretrain(model, ids, ids[:200], params, options).train_log
+            options = pretraining.LoopOptions(log_every=1, log_metrics=log_metrics, snapshots=snapshots)
+            log = pretraining.pretrain(model, ids, ids[:200], params, options).train_log
         else:  # 8 batches an epoch
             model, texts = Classifier(config, 2), np.random.default_rng(0)
             lengths = texts.integers(3, 12, 120)
@@ -114,7 +115,7 @@ def test_a_fine_tuning_handed_over_mid_epoch_ends_bit_for_bit_in_one_mlflow_run(
     _, plain = _train(tmp_path / "plain", hand_over_at=0, mode="finetune")
     lines, handed = _train(tmp_path / "handed", hand_over_at=11, mode="finetune")  # epoch 1: 8 batches + its end
     said = [line for line in lines if line.startswith("neighbours:")]
-    assert "handing the training over at batch 2 of 8 in finetune epoch 2/3" in said[0]
+    assert "handing the training over at step 10 of 24, batch 2 of 8 in finetune epoch 2/3" in said[0]
     assert "resumed from the snapshot at batch 2 of epoch 2 of 3" in "\n".join(lines)
     assert handed["digest"] == plain["digest"] and handed["log"] == plain["log"]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'handed' / 'mlflow.db'}")

@@ -19,7 +19,7 @@ from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
-from lmtransfer.pretraining.loop import LoopOptions, adapt_to_task, pretrain
+from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
@@ -247,7 +247,7 @@ def test_a_pretraining_process_killed_at_a_random_step_resumes_to_the_same_weigh
 def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_stay_as_they_were():
     """`pretrain.adapt_epochs: 0.5` (the scaling study's small budgets) stops halfway through the pass; an integer
     count still runs whole passes, as the committed results were made."""
-    from lmtransfer.pretraining.loop import adaptation_steps
+    from lmtransfer.pretraining.training import adaptation_steps
 
     assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
     assert isinstance(PretrainParams(adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0

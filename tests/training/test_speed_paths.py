@@ -40,7 +40,7 @@ from lmtransfer.modeling.lm_loss import (
 )
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.modeling.runtime import configure, cpu_identity, to_device
-from lmtransfer.pretraining.loop import LoopOptions, pretrain
+from lmtransfer.pretraining.training import LoopOptions, pretrain
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.optim import make_optimizer
 

@@ -23,7 +23,7 @@ from lmtransfer.modeling.checkpoint import (
     save_checkpoint,
 )
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.pretraining.loop import LoopOptions, pretrain
+from lmtransfer.pretraining.training import LoopOptions, pretrain
 from lmtransfer.tokens.datasets import PackedBatches, classification_batches, pad_batch
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID

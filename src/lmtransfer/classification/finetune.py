@@ -1,8 +1,9 @@
 """Fine-tuning for classification: one code path for the pretrained and the scratch model.
 
-Per epoch: shuffled batches, length-bucketed or random (`finetune.batches`, `datasets.classification_batches`),
-one clipped AdamW step each, then validation; the best epoch's weights are kept. With snapshots, one after
-each epoch, and one after any batch where the training hands itself over to a new process (`training.handover`).
+A task of the one training loop (`training.loop`). Per epoch: shuffled batches, length-bucketed or random
+(`finetune.batches`, `datasets.classification_batches`), one clipped AdamW step each, then validation; the best
+epoch's weights are kept. With snapshots, one after each epoch, and one after any batch where the training hands
+itself over to a new process (`training.handover`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -22,15 +21,15 @@ from torch.nn import functional as F
 from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.inference import predict
 from lmtransfer.core.errors import TokenizerError
-from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.model import Classifier, count_parameters
-from lmtransfer.modeling.runtime import autocast, compiled, to_device
+from lmtransfer.modeling.runtime import autocast, compiled
 from lmtransfer.tokens.datasets import classification_batches
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
-from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
-from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_constant, warmup_cosine
-from lmtransfer.training.resume import Snapshots, restore_training_state, training_state
+from lmtransfer.training.loop import Position, RunOptions, Schedule
+from lmtransfer.training.loop import train as train_loop
+from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
+from lmtransfer.training.resume import Snapshots
 
 EpochCallback = Callable[[dict[str, float]], None]
 
@@ -75,61 +74,80 @@ def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
     return line
 
 
-@dataclass
-class EpochSoFar:
-    """How far the current epoch went: batches done and their sums (a handover mid-epoch saves and resumes it)."""
+class _Classification:
+    """Fine-tuning for classification as a task of the training loop (`training.loop.Task`): shuffled batches of
+    labeled texts, cross-entropy, the epoch's mean loss and accuracy, then the validation split's; the best
+    epoch's weights are kept."""
 
-    batches: int = 0
-    loss_sum: float = 0.0
-    correct: int = 0
-    seen: int = 0
-    seconds: float = 0.0
+    def __init__(self, model: Classifier, train: LabeledSplit, valid: LabeledSplit, params: FinetuneParams,
+                 device: torch.device, seed: int, on_epoch: EpochCallback | None, desc: str, compile_steps: bool):
+        self.model, self.train, self.valid, self.params, self.device = model, train, valid, params, device
+        self.on_epoch, self.desc, self.result = on_epoch, desc, FinetuneResult()
+        groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
+        self.optimizer = make_optimizer(groups, params.lr, params.weight_decay)
+        self.steps_per_epoch = -(-len(train) // params.batch_size)
+        self.scheduler = (warmup_constant(self.optimizer, params.warmup_steps) if params.schedule == "constant"
+                          else warmup_cosine(self.optimizer, params.warmup_steps,
+                                             self.steps_per_epoch * params.epochs))
+        self.grad_clip, self.generator = params.grad_clip, np.random.default_rng(seed)  # draws each epoch's order
+        self.forward_step = _step_function(model, device, compile_steps)
+        self.train_means: tuple[float, float] = (0.0, 0.0)
 
+    def order_state(self) -> dict:
+        return self.generator.bit_generator.state
 
-@dataclass
-class _Training:
-    """A fine-tuning under way: what it trains with, and what a snapshot holds, after an epoch or in one."""
+    def set_order_state(self, state: dict) -> None:
+        self.generator.bit_generator.state = state
 
-    model: Classifier
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    generator: np.random.Generator  # draws each epoch's batch order
-    device: torch.device
-    snapshots: Snapshots | None
-    result: FinetuneResult = field(default_factory=FinetuneResult)
-    so_far: EpochSoFar | None = None  # a snapshot's epoch under way
-    epoch_order: dict | None = None  # the generator's state before the current epoch drew its order
-    start: float = 0.0  # perf_counter of the start, less the seconds before a resume
-    epoch_start: float = 0.0  # the same for the current epoch
+    def epoch_batches(self, skip: int):
+        self.model.train()
+        if self.params.freeze_backbone:
+            self.model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
+        batches = classification_batches(self.train, self.params.batch_size, self.params.max_len,
+                                         self.model.base.config.pad_id, self.generator,
+                                         bucketed=self.params.batches == "bucketed")
+        return itertools.islice(batches, skip, None)
 
-    def snapshot(self, so_far: EpochSoFar | None = None) -> None:
-        """After an epoch, or in one (`so_far`): then the generator is saved as it was before the epoch drew its
-        batches, so that the process that resumes draws them again and goes on after those done."""
-        self.result.seconds = time.perf_counter() - self.start
-        if so_far:
-            so_far.seconds = time.perf_counter() - self.epoch_start
-        self.snapshots.save("epochs", {
-            "result": asdict(self.result), **training_state(self.model, self.optimizer, self.scheduler, self.device),
-            "batch_order": self.epoch_order if so_far else self.generator.bit_generator.state,
-            "epoch_so_far": asdict(so_far) if so_far else None,
-        })
+    def step(self, batch: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        ids, labels = batch
+        return self.forward_step(ids, labels)
 
-    def resume(self, params: FinetuneParams, desc: str, on_epoch: EpochCallback | None) -> None:
-        """The last snapshot back in place (its epochs passed to `on_epoch` again, unless this process continues
-        the run that logged them: a handover), if there is one."""
-        saved = self.snapshots.load("epochs") if self.snapshots else None
-        if not saved:
-            return
-        restore_training_state(saved, self.model, self.optimizer, self.scheduler)
-        self.generator.bit_generator.state = saved["batch_order"]
-        self.result = FinetuneResult(**saved["result"])
-        self.so_far = EpochSoFar(**saved["epoch_so_far"]) if saved["epoch_so_far"] else None
-        done = len(self.result.history)
-        where = (f"at batch {self.so_far.batches} of epoch {done + 1}" if self.so_far else f"after epoch {done}")
-        print(f"{desc}: resumed from the snapshot {where} of {params.epochs}", flush=True)
-        if on_epoch and not continues_a_run():
+    def tally(self, batch, measured: dict[str, torch.Tensor]) -> dict[str, float]:
+        labels = batch[1]
+        return {"loss": measured["loss"].item() * len(labels), "correct": int(measured["correct"].round()),
+                "seen": len(labels)}
+
+    def postfix(self, at: Position) -> dict[str, str]:
+        return {"loss": f"{at.sums['loss'] / at.sums['seen']:.3f}", "acc": f"{at.sums['correct'] / at.sums['seen']:.3f}"}
+
+    def report(self, at: Position) -> None:
+        self.train_means = (at.sums["loss"] / at.sums["seen"], at.sums["correct"] / at.sums["seen"])
+
+    def validate(self, at: Position) -> None:
+        """The epoch's row (its training means, the validation split's loss and accuracy), the best state kept."""
+        result, epoch = self.result, at.epoch
+        probabilities, val_loss = predict(self.model, self.valid, self.params.batch_size * 2, self.params.max_len,
+                                          self.device)
+        row = {"epoch": epoch, "train_loss": self.train_means[0], "train_accuracy": self.train_means[1],
+               "val_loss": val_loss, "val_accuracy": float((probabilities.argmax(-1) == self.valid.labels).mean())}
+        result.history.append(row)
+        result.epoch_seconds.append(round(at.window_seconds, 2))
+        if row["val_accuracy"] > result.best_val_accuracy:
+            result.best_val_accuracy, result.best_epoch = row["val_accuracy"], epoch
+            result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+        print(f"{self.desc} epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_accuracy']:.4f} | "
+              f"val loss {row['val_loss']:.4f} acc {row['val_accuracy']:.4f}", flush=True)
+        if self.on_epoch:
+            self.on_epoch(row)
+
+    def results(self) -> dict:
+        return asdict(self.result)
+
+    def restore(self, results: dict, log_again: bool) -> None:
+        self.result = FinetuneResult(**results)
+        if self.on_epoch and log_again:
             for row in self.result.history:
-                on_epoch(row)
+                self.on_epoch(row)
 
 
 def finetune(
@@ -144,76 +162,18 @@ def finetune(
     snapshots: Snapshots | None = None,
     compile_steps: bool = False,
 ) -> FinetuneResult:
-    """Train the classifier `params.epochs` epochs; with `snapshots`, save after each epoch and resume from the
-    last one saved (its epochs are passed to `on_epoch` again, so a new MLflow run is complete).
-    `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
+    """Train the classifier `params.epochs` epochs on the training loop (`training.loop`); with `snapshots`, save
+    after each epoch and resume from the last one saved (its epochs are passed to `on_epoch` again, so a new
+    MLflow run is complete). `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
     refuse_padding_ids_in_texts(model.base.config.pad_id, train=train, valid=valid)
     model.to(device)
     set_backbone_frozen(model, params.freeze_backbone)
-    groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
-    optimizer = make_optimizer(groups, params.lr, params.weight_decay)
-    steps_per_epoch = -(-len(train) // params.batch_size)
-    scheduler = (warmup_constant(optimizer, params.warmup_steps) if params.schedule == "constant"
-                 else warmup_cosine(optimizer, params.warmup_steps, steps_per_epoch * params.epochs))
+    task = _Classification(model, train, valid, params, device, seed, on_epoch, desc, compile_steps)
     print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
-    training = _Training(model, optimizer, scheduler, np.random.default_rng(seed), device, snapshots)
-    distributed.Draws(seed)  # under DDP each rank draws its dropout from its own seed; one process: no change
-    step = _step_function(model, device, compile_steps)
-    training.resume(params, desc, on_epoch)
-    result, watch = training.result, neighbour_watch(snapshots, device)
-    training.start = time.perf_counter() - result.seconds
-    for epoch in range(len(result.history) + 1, params.epochs + 1):
-        train_loss, train_accuracy = _train_epoch(training, step, train, params, f"{desc} epoch {epoch}/{params.epochs}",
-                                                  watch)
-        row = _validated_epoch(model, valid, params, device, epoch, train_loss, train_accuracy)
-        result.history.append(row)
-        result.epoch_seconds.append(round(time.perf_counter() - training.epoch_start, 2))
-        if row["val_accuracy"] > result.best_val_accuracy:
-            result.best_val_accuracy, result.best_epoch = row["val_accuracy"], epoch
-            result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-        print(f"{desc} epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_accuracy']:.4f} | "
-              f"val loss {row['val_loss']:.4f} acc {row['val_accuracy']:.4f}", flush=True)
-        if on_epoch:
-            on_epoch(row)
-        result.seconds = time.perf_counter() - training.start
-        if snapshots and epoch < params.epochs:
-            training.snapshot()
-            hand_over_if_due(watch, lambda: None, f"the end of epoch {epoch} of {params.epochs}")
-    if watch:
-        watch.stop()
-    return result
-
-
-def _train_epoch(training: _Training, step, train: LabeledSplit, params: FinetuneParams, label: str,
-                 watch) -> tuple[float, float]:
-    """One pass over the shuffled batches, a clipped optimizer step each: the epoch's mean loss and accuracy.
-    After each batch the training may hand itself over (`training.handover`, from a snapshot of the epoch so
-    far); an epoch resumed from one goes on after the batches it had done."""
-    so_far, training.so_far = training.so_far or EpochSoFar(), None
-    training.epoch_start = time.perf_counter() - so_far.seconds
-    model = training.model
-    model.train()
-    if params.freeze_backbone:
-        model.base.eval()  # a frozen backbone is a fixed feature extractor: no dropout noise
-    total = -(-len(train) // params.batch_size)
-    progress = progress_bar(total=total, initial=so_far.batches, desc=label, unit="batch")
-    training.epoch_order = training.generator.bit_generator.state
-    batches = classification_batches(train, params.batch_size, params.max_len, model.base.config.pad_id,
-                                     training.generator, bucketed=params.batches == "bucketed")
-    for ids, labels in itertools.islice(batches, so_far.batches, None):
-        ids, labels = to_device((ids, labels), training.device)
-        loss, measured = step(ids, labels)
-        optimizer_step(loss, model, training.optimizer, training.scheduler, params.grad_clip)
-        so_far.loss_sum += measured["loss"].item() * len(labels)
-        so_far.correct += int(measured["correct"].round())
-        so_far.seen += len(labels)
-        so_far.batches += 1
-        progress.update(1)
-        progress.set_postfix(loss=f"{so_far.loss_sum / so_far.seen:.3f}", acc=f"{so_far.correct / so_far.seen:.3f}",
-                             refresh=False)
-        hand_over_if_due(watch, lambda: training.snapshot(so_far), f"batch {so_far.batches} of {total} in {label}")
-    progress.close()
-    return so_far.loss_sum / so_far.seen, so_far.correct / so_far.seen
+    schedule = Schedule(task.steps_per_epoch * params.epochs, task.steps_per_epoch)
+    ended = train_loop(task, schedule, RunOptions(device, seed, desc, snapshots, "epochs"))
+    task.result.seconds = ended.seconds
+    return task.result
 
 
 def _step_function(model: Classifier, device: torch.device, compile_steps: bool):
@@ -223,14 +183,6 @@ def _step_function(model: Classifier, device: torch.device, compile_steps: bool)
         return functools.partial(_local_step, compiled(model, compile_steps), device=device)
     trainer = compiled(distributed.wrap(model, _scores, device), compile_steps)
     return functools.partial(_sharded_step, trainer, world=world, device=device)
-
-
-def _validated_epoch(model: Classifier, valid: LabeledSplit, params: FinetuneParams, device: torch.device, epoch: int,
-                     train_loss: float, train_accuracy: float) -> dict[str, float]:
-    """The epoch's row: its training loss and accuracy, and the validation split's."""
-    probabilities, val_loss = predict(model, valid, params.batch_size * 2, params.max_len, device)
-    return {"epoch": epoch, "train_loss": train_loss, "train_accuracy": train_accuracy, "val_loss": val_loss,
-            "val_accuracy": float((probabilities.argmax(-1) == valid.labels).mean())}
 
 
 def refuse_padding_ids_in_texts(pad_id: int, **splits: LabeledSplit) -> None:

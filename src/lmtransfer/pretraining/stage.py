@@ -17,7 +17,7 @@ from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.pretraining.generation import pretraining_samples
-from lmtransfer.pretraining.loop import (
+from lmtransfer.pretraining.training import (
     LoopOptions,
     Phases,
     adapt_to_task,

@@ -11,6 +11,7 @@ from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training.finetune_args import language_model_start, record_finetuned
+from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.training import build_translation_model, finetune_translation
@@ -30,6 +31,9 @@ def run_translation_finetune_stage(params: TranslationParams) -> None:
     device = configure(params.train, seed=start.draws)
     lm_state = start.payload["state_dict"] if start.payload else None
     model, warm = build_translation_model(start.config, params.finetune, start.draws, lm_state)
+    inputs = [PREPARED, TOKENIZED] + ([start.pretrained] if start.pretrained else [])
+    snapshots = Snapshots(stage, fingerprint(stage, params.sections(*start.sections), inputs, device),
+                          params.train.resume_every)
     with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=start.upstream,
                    run_name=stage):
         log_run(tags={"variant": variant, "seed": seed, "pretrain_seed": start.pretrain_seed, "device": str(device),
@@ -46,7 +50,7 @@ def run_translation_finetune_stage(params: TranslationParams) -> None:
             log_file("\n".join(lines) + "\n", f"examples/epoch{row['epoch']}.txt")
 
         result = finetune_translation(model, train, valid, valid_references, tokenizer, params.finetune, device,
-                                      start.draws, on_epoch=on_epoch, desc=stage)
+                                      start.draws, on_epoch=on_epoch, desc=stage, snapshots=snapshots)
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, start.run)
         save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed,
@@ -58,5 +62,6 @@ def run_translation_finetune_stage(params: TranslationParams) -> None:
                    **environment_facts()}
         record_finetuned(start, checkpoint, result.history, summary,
                          {"seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second)})
+    snapshots.clear()
     print(f"{stage}: best validation BLEU {result.best_val_bleu:.2f} at epoch {result.best_epoch} -> {checkpoint} "
           f"({result.tokens_per_second:,.0f} tokens/s)")

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import copy
 import itertools
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
-from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import autocast, to_device
 from lmtransfer.tokens.tokenizer import Tokenizer
-from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_cosine
+from lmtransfer.training.loop import Position, RunOptions, Schedule
+from lmtransfer.training.loop import train as train_loop
+from lmtransfer.training.optim import make_optimizer, warmup_cosine
+from lmtransfer.training.resume import Snapshots
 from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.config import TranslationFinetuneParams
@@ -42,6 +43,7 @@ class TranslationResult:
     best_val_bleu: float = -1.0
     best_state: dict | None = None
     left_out: int = 0  # training pairs longer than finetune.max_len on a side
+    tokens: int = 0  # read on both sides, for tokens per second
     seconds: float = 0.0
     tokens_per_second: float = 0.0
 
@@ -75,64 +77,109 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
     return total / max(tokens, 1)
 
 
-def finetune_translation(model: TranslationModel, train: PairSplit, valid: PairSplit, valid_references: list[str],
-                         tokenizer: Tokenizer, params: TranslationFinetuneParams, device: torch.device, seed: int,
-                         on_epoch: EpochCallback | None = None, desc: str = "finetune") -> TranslationResult:
-    """Train `params.epochs` epochs (or `params.max_steps` steps); `on_epoch(row, example_translations)` after each
-    epoch (MLflow logging)."""
-    model.to(device)
-    pad = model.config.pad_id
-    usable = trainable_pairs(train, params.max_len)
-    result = TranslationResult(left_out=len(train) - len(usable))
-    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
-    steps = steps_per_epoch(len(usable), params.batch_size)
-    total_steps = min(steps * params.epochs, params.max_steps) if params.max_steps else steps * params.epochs
-    scheduler = warmup_cosine(optimizer, params.warmup_steps, total_steps)
-    generator = np.random.default_rng(seed)
-    torch.manual_seed(seed)  # dropout
-    greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
-    n_valid = min(params.valid_sentences, len(valid))
-    valid_sources = [valid.source(i) for i in range(n_valid)]
-    print(f"{desc}: {count_parameters(model):,} parameters, {len(usable):,} training pairs "
-          f"({result.left_out:,} longer than finetune.max_len={params.max_len} left out), {steps} steps per epoch"
-          + (f", {total_steps} in all (finetune.max_steps)" if total_steps < steps * params.epochs else ""),
-          flush=True)
-    epochs = -(-total_steps // steps)  # a step budget inside the first epoch ends training there
-    start, tokens, done = time.perf_counter(), 0, 0
-    for epoch in range(1, epochs + 1):
-        model.train()
-        loss_sum, seen = 0.0, 0
-        progress = progress_bar(total=min(steps, total_steps - done), desc=f"{desc} epoch {epoch}/{epochs}",
-                                unit="batch")
-        for source, target_in, target_out in itertools.islice(
-                pair_batches(train, usable, params.batch_size, pad, generator), total_steps - done):
-            source, target_in, target_out = to_device((source, target_in, target_out), device)
-            with autocast(device):
-                loss = model.loss(source, target_in, target_out, params.label_smoothing)
-            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
-            count = int(target_out.ne(pad).sum())
-            loss_sum, seen = loss_sum + loss.item() * count, seen + count
-            tokens += int(source.ne(pad).sum()) + count
-            done += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss_sum / seen:.3f}", refresh=False)
-        progress.close()
-        hypotheses = translate_sources(model, valid_sources, tokenizer, greedy, device)
-        row = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1),
-               "val_loss": validation_loss(model, valid, params.batch_size, device),
-               "val_bleu": float(corpus_scores(hypotheses, valid_references[:n_valid])["bleu"])}
-        examples = translate_texts(model, params.examples, tokenizer, greedy, device) if params.examples else []
+class _Translation:
+    """Translation fine-tuning as a task of the training loop (`training.loop.Task`): batches of pairs, the
+    label-smoothed loss of the next target token; at each epoch's end the validation loss, BLEU and examples,
+    the best epoch's weights kept."""
+
+    def __init__(self, model: TranslationModel, train: PairSplit, usable: np.ndarray, valid: PairSplit,
+                 valid_references: list[str], tokenizer: Tokenizer, params: TranslationFinetuneParams,
+                 device: torch.device, seed: int, on_epoch: EpochCallback | None, desc: str, result: TranslationResult):
+        self.model, self.train, self.usable, self.valid, self.tokenizer = model, train, usable, valid, tokenizer
+        self.params, self.device, self.on_epoch, self.desc, self.result = params, device, on_epoch, desc, result
+        self.pad, self.grad_clip = model.config.pad_id, params.grad_clip
+        self.optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
+        self.steps_per_epoch = steps_per_epoch(len(usable), params.batch_size)
+        self.total_steps = self.steps_per_epoch * params.epochs
+        if params.max_steps:
+            self.total_steps = min(self.total_steps, params.max_steps)
+        self.scheduler = warmup_cosine(self.optimizer, params.warmup_steps, self.total_steps)
+        self.generator = np.random.default_rng(seed)  # draws each epoch's order
+        self.greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
+        self.n_valid = min(params.valid_sentences, len(valid))
+        self.valid_sources = [valid.source(i) for i in range(self.n_valid)]
+        self.valid_references = valid_references[:self.n_valid]
+        self.train_loss = 0.0
+
+    def order_state(self) -> dict:
+        return self.generator.bit_generator.state
+
+    def set_order_state(self, state: dict) -> None:
+        self.generator.bit_generator.state = state
+
+    def epoch_batches(self, skip: int):
+        self.model.train()
+        batches = pair_batches(self.train, self.usable, self.params.batch_size, self.pad, self.generator)
+        return itertools.islice(batches, skip, None)
+
+    def step(self, batch: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(self.device):
+            loss = self.model.loss(*batch, self.params.label_smoothing)
+        return loss, loss
+
+    def tally(self, batch: list[torch.Tensor], loss: torch.Tensor) -> dict[str, float]:
+        """The loss summed over target tokens; the tokens read on both sides (tokens per second)."""
+        source, _, target_out = batch
+        count = int(target_out.ne(self.pad).sum())
+        self.result.tokens += int(source.ne(self.pad).sum()) + count
+        return {"loss": loss.item() * count, "seen": count}
+
+    def postfix(self, at: Position) -> dict[str, str]:
+        return {"loss": f"{at.sums['loss'] / at.sums['seen']:.3f}"}
+
+    def report(self, at: Position) -> None:
+        self.train_loss = at.sums.get("loss", 0.0) / max(at.sums.get("seen", 0.0), 1)
+
+    def validate(self, at: Position) -> None:
+        """The epoch's row: its training loss, the validation loss and greedy BLEU; the examples translated."""
+        result, params, epoch = self.result, self.params, at.epoch
+        hypotheses = translate_sources(self.model, self.valid_sources, self.tokenizer, self.greedy, self.device)
+        row = {"epoch": epoch, "train_loss": self.train_loss,
+               "val_loss": validation_loss(self.model, self.valid, params.batch_size, self.device),
+               "val_bleu": float(corpus_scores(hypotheses, self.valid_references)["bleu"])}
+        examples = (translate_texts(self.model, params.examples, self.tokenizer, self.greedy, self.device)
+                    if params.examples else [])
         result.history.append(row)
         result.examples.append(examples)
         if row["val_bleu"] > result.best_val_bleu:
             result.best_val_bleu, result.best_epoch = row["val_bleu"], epoch
-            result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-        print(f"{desc} epoch {epoch}: train loss {row['train_loss']:.4f} | val loss {row['val_loss']:.4f} "
-              f"BLEU {row['val_bleu']:.2f} (greedy, {n_valid} pairs)", flush=True)
+            result.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+        print(f"{self.desc} epoch {epoch}: train loss {row['train_loss']:.4f} | val loss {row['val_loss']:.4f} "
+              f"BLEU {row['val_bleu']:.2f} (greedy, {self.n_valid} pairs)", flush=True)
         for text, translation in zip(params.examples, examples):
             print(f"    {text} -> {translation}", flush=True)
-        if on_epoch:
-            on_epoch(row, examples)
-    result.seconds = time.perf_counter() - start
-    result.tokens_per_second = tokens / max(result.seconds, 1e-9)
-    return result
+        if self.on_epoch:
+            self.on_epoch(row, examples)
+
+    def results(self) -> dict:
+        return asdict(self.result)
+
+    def restore(self, results: dict, log_again: bool) -> None:
+        self.result = TranslationResult(**results)
+        if self.on_epoch and log_again:
+            for row, examples in zip(self.result.history, self.result.examples):
+                self.on_epoch(row, examples)
+
+
+def finetune_translation(model: TranslationModel, train: PairSplit, valid: PairSplit, valid_references: list[str],
+                         tokenizer: Tokenizer, params: TranslationFinetuneParams, device: torch.device, seed: int,
+                         on_epoch: EpochCallback | None = None, desc: str = "finetune",
+                         snapshots: Snapshots | None = None) -> TranslationResult:
+    """Train `params.epochs` epochs (or `params.max_steps` steps) on the training loop (`training.loop`);
+    `on_epoch(row, example_translations)` after each epoch (MLflow logging). With `snapshots`, save after each
+    epoch and resume from the last one saved (its epochs are passed to `on_epoch` again)."""
+    model.to(device)
+    usable = trainable_pairs(train, params.max_len)
+    result = TranslationResult(left_out=len(train) - len(usable))
+    task = _Translation(model, train, usable, valid, valid_references, tokenizer, params, device, seed, on_epoch,
+                        desc, result)
+    torch.manual_seed(seed)  # dropout
+    steps, total_steps = task.steps_per_epoch, task.total_steps
+    print(f"{desc}: {count_parameters(model):,} parameters, {len(usable):,} training pairs "
+          f"({result.left_out:,} longer than finetune.max_len={params.max_len} left out), {steps} steps per epoch"
+          + (f", {total_steps} in all (finetune.max_steps)" if total_steps < steps * params.epochs else ""),
+          flush=True)
+    ended = train_loop(task, Schedule(total_steps, steps), RunOptions(device, seed, desc, snapshots, "epochs"))
+    task.result.seconds = ended.seconds
+    task.result.tokens_per_second = task.result.tokens / max(ended.seconds, 1e-9)
+    return task.result

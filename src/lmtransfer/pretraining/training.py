@@ -1,33 +1,31 @@
 """Language-model pretraining: next-token or masked-token prediction (`objectives.Objective`).
 
-The loop reads top to bottom: batches, loss, one clipped AdamW step, logging every
-`log_every` steps, validation every `eval_every` steps. A second phase (ULMFiT's
-adaptation to the task's texts) is the same loop with its own schedule.
+A task of the one training loop (`training.loop`): packed windows (or sentence pairs), the objective's
+losses, one clipped AdamW step each, a train-log row every `log_every` steps, a validation row every
+`eval_every` steps. A second phase (ULMFiT's adaptation to the task's texts) is the same task with its own
+schedule.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import torch
 
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.lm_loss import use_chunked_loss
 from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.tokens.datasets import PackedBatches
 from lmtransfer.training import distributed
-from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
-from lmtransfer.training.optim import make_optimizer, optimizer_step, warmup_cosine
-from lmtransfer.training.resume import Snapshots, restore_training_state, training_state
+from lmtransfer.training.loop import Position, RunOptions, Schedule, train
+from lmtransfer.training.optim import make_optimizer, warmup_cosine
+from lmtransfer.training.resume import Snapshots
 
 MetricsLogger = Callable[[dict[str, float], int], None]
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
@@ -130,61 +128,62 @@ class Phase:
     first_step: int = 0
 
 
-@dataclass
-class _Position:
-    """Where training is: what a resume snapshot needs besides weights, optimizer and generators."""
+class _LanguageModelling:
+    """Pretraining as a task of the training loop (`training.loop.Task`): packed (or paired) batches, the
+    objective's losses, a train-log row every `log_every` steps, a validation row every `eval_every`."""
 
-    step: int = 0
-    epoch: int = 0
-    batch: int = 0  # batches done in the current epoch
-    window_loss: float = 0.0  # the current logging window's sums
-    window_batches: int = 0
-    window_tokens: int = 0
-    window_extras: dict[str, float] = field(default_factory=dict)  # the objective's other measurements
+    def __init__(self, model: LanguageModel, batches, valid_sets: tuple, params: PretrainParams,
+                 options: LoopOptions, phase: Phase, result: PretrainResult):
+        self.model, self.batches, self.valid_sets, self.params = model, batches, valid_sets, params
+        self.options, self.phase, self.result = options, phase, result
+        self.optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
+        self.scheduler = warmup_cosine(self.optimizer, params.warmup_steps, result.steps)
+        self.grad_clip = params.grad_clip
+        self.step = _step_function(model, options.objective, options.device, options.compile_steps)
 
+    def order_state(self):
+        return self.batches.generator.get_state()
 
-@dataclass
-class _Run:
-    """One phase under way: what it trains with, where it is, and what it has measured."""
+    def set_order_state(self, state) -> None:
+        self.batches.generator.set_state(state)
 
-    model: LanguageModel
-    params: PretrainParams
-    options: LoopOptions
-    phase: Phase
-    batches: PackedBatches
-    valid_sets: tuple
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    result: PretrainResult
-    at: _Position = field(default_factory=_Position)
-    epoch_order: Any = None  # the generator before the current epoch drew its order
-    finished: bool = False  # resumed from the snapshot of a phase that had ended
+    def epoch_batches(self, skip: int):
+        self.model.train()
+        return self.batches.epoch(skip=skip)
 
-    def validate(self, step: int) -> None:
+    def tally(self, batch, losses: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Each loss the objective measured, and the tokens read (inputs, targets[, segments, is_next])."""
+        tokens = batch[0].numel()
+        self.result.tokens_seen += tokens
+        return {**{key: value.item() for key, value in losses.items()}, "tokens": tokens}
+
+    def postfix(self, at: Position) -> dict[str, str]:
+        return {"loss": f"{at.sums['loss'] / at.batches:.3f}",
+                "tok_s": f"{at.sums['tokens'] / max(at.window_seconds, 1e-9):.0f}"}
+
+    def report(self, at: Position) -> None:
+        """The logging window's means as a train-log row, and its tokens per second (timings, kept apart)."""
+        step = self.phase.first_step + at.step
+        row = {"step": step, "epoch": at.epoch, "train_loss": at.sums["loss"] / at.batches,
+               "lr": self.scheduler.get_last_lr()[0],
+               **{f"train_{key}": total / at.batches for key, total in at.sums.items() if key not in ("loss", "tokens")}}
+        tokens_per_s = at.sums["tokens"] / max(at.window_seconds, 1e-9)
+        self.result.train_log.append(row)
+        self.result.throughput.append({"step": step, "tokens_per_s": round(tokens_per_s, 1)})
+        self.options.log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s}, step)
+
+    def validate(self, at: Position) -> None:
         scores = validation_row(self.model, self.valid_sets, self.params.eval_batches, self.options.device)
-        self.result.valid_log.append({"step": self.phase.first_step + step, **scores})
-        self.options.log_metrics(scores, self.phase.first_step + step)
+        self.result.valid_log.append({"step": self.phase.first_step + at.step, **scores})
+        self.options.log_metrics(scores, self.phase.first_step + at.step)
 
-    def snapshot(self, done: bool) -> None:
-        self.options.snapshots.save(self.phase.name, {
-            "done": done, "position": asdict(self.at), "result": asdict(self.result), "epoch_order": self.epoch_order,
-            **training_state(self.model, self.optimizer, self.scheduler, self.options.device),
-        })
+    def results(self) -> dict:
+        return asdict(self.result)
 
-    def resume(self) -> bool:
-        """A matching snapshot back in place, its rows logged again into a new MLflow run (not into the run a
-        handover continues: they are there already); True if one was."""
-        saved = self.options.snapshots.load(self.phase.name) if self.options.snapshots else None
-        if not saved:
-            return False
-        restore_training_state(saved, self.model, self.optimizer, self.scheduler)
-        self.batches.generator.set_state(saved["epoch_order"])
-        self.result, self.at = PretrainResult(**saved["result"]), _Position(**saved["position"])
-        self.epoch_order, self.finished = saved["epoch_order"], saved["done"]
-        if not continues_a_run():  # a handed-over run holds these rows already
+    def restore(self, results: dict, log_again: bool) -> None:
+        self.result = PretrainResult(**results)
+        if log_again:
             _log_again(self.result, self.options.log_metrics)
-        print(f"{self.phase.desc}: resumed from the snapshot at step {self.at.step} of {self.result.steps}", flush=True)
-        return True
 
 
 def pretrain(
@@ -192,121 +191,37 @@ def pretrain(
     options: LoopOptions = LoopOptions(), phase: Phase = Phase(),
 ) -> PretrainResult:
     """Language-model training (`options.objective`: next-token by default) on `train_ids`, scored on
-    `valid_ids`; one phase (`phase`: the corpus by default). A resumed phase logs its rows so far again, so the
-    new MLflow run is complete; a phase that a snapshot says is done returns its result at once."""
+    `valid_ids`; one phase (`phase`: the corpus by default), on the training loop (`training.loop`). A resumed
+    phase logs its rows so far again, so the new MLflow run is complete; a phase that a snapshot says is done
+    returns its result at once."""
     objective, device = options.objective, options.device
     train_batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
     valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
     model.to(device).train()
     model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
-    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     steps = total_steps(params, train_batches)
-    run = _Run(model, params, options, phase, train_batches, valid_sets, optimizer,
-               warmup_cosine(optimizer, params.warmup_steps, steps), PretrainResult(steps=steps),
-               epoch_order=train_batches.generator.get_state())
-    if run.resume():
-        if run.finished:
-            return run.result
-    else:
-        run.validate(0)
-    snapshots = options.snapshots
-    watch = neighbour_watch(snapshots, device)
-    try:
-        start = _train_steps(run, _step_function(model, objective, device, options.compile_steps), watch)
-    finally:
-        if watch:
-            watch.stop()
-    run.validate(run.at.step)
-    run.result.seconds = time.perf_counter() - start
-    if snapshots:
-        run.snapshot(done=True)  # a kill in a later phase resumes there, not here
-    return run.result
+    task = _LanguageModelling(model, train_batches, valid_sets, params, options, phase, PretrainResult(steps=steps))
+    schedule = Schedule(steps, train_batches.steps_per_epoch(), report_every=options.log_every,
+                        validate_every=params.eval_every, validate_first=True)
+    ended = train(task, schedule, RunOptions(device, options.seed, phase.desc, options.snapshots, phase.name))
+    task.result.seconds = ended.seconds
+    return task.result
 
 
 def _step_function(model: LanguageModel, objective: Objective, device: torch.device, compile_steps: bool):
     """batch -> (the loss to step on, every loss the objective measured): one process, or this rank's share."""
     world = distributed.world()
     if world.size == 1:  # one process: no change
-        return functools.partial(_local_losses, compiled(model.losses, compile_steps))
+        return functools.partial(_local_losses, compiled(model.losses, compile_steps), device=device)
     idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
     trainer = compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
-    return functools.partial(_sharded_losses, trainer, world=world)
+    return functools.partial(_sharded_losses, trainer, world=world, device=device)
 
 
-def _train_steps(run: _Run, step, watch) -> float:
-    """The steps from where `run` is to its last: batches, loss, one clipped AdamW step, logging every
-    `log_every` steps, validation every `eval_every`, a snapshot every `snapshots.every`, and a handover to a
-    new process when the neighbours changed (`training.handover`)."""
-    at, result, options, first_step = run.at, run.result, run.options, run.phase.first_step
-    draws = distributed.Draws(options.seed)
-    start, window_start = time.perf_counter() - result.seconds, time.perf_counter()
-    progress = progress_bar(total=result.steps, initial=at.step, desc=run.phase.desc, unit="step")
-    while at.step < result.steps:
-        if at.batch == 0:  # a new epoch; a resumed one replays its order from the saved generator state
-            at.epoch += 1
-            run.epoch_order = run.batches.generator.get_state()
-        for batch in draws.batches(run.batches.epoch(skip=at.batch)):
-            batch = to_device(batch, options.device)  # inputs, targets[, segments, is_next]
-            with autocast(options.device):
-                loss, losses = step(batch)
-            optimizer_step(loss, run.model, run.optimizer, run.scheduler, run.params.grad_clip)
-            _count_step(at, result, losses, batch[0].numel())
-            if at.step % options.log_every == 0 or at.step == result.steps:
-                row, tokens_per_s = _close_window(at, result, run.scheduler, first_step,
-                                                  time.perf_counter() - window_start)
-                options.log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
-                                    first_step + at.step)
-                progress.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
-                window_start = time.perf_counter()
-            if at.step % run.params.eval_every == 0 and at.step != result.steps:
-                run.validate(at.step)
-            progress.update(1)
-            if at.step >= result.steps:
-                break
-            result.seconds = time.perf_counter() - start
-            if options.snapshots and options.snapshots.due(at.step):
-                run.snapshot(done=False)
-            hand_over_if_due(watch, lambda: run.snapshot(done=False), f"step {at.step} of {result.steps}")
-        else:
-            at.batch = 0  # the epoch ran out
-    progress.close()
-    draws.close()
-    return start  # the clock reading the phase started at (less the seconds before a resume)
-
-
-def _count_step(at: _Position, result: PretrainResult, losses: dict[str, torch.Tensor], tokens: int) -> None:
-    """One optimizer step done: the position moves on and the logging window sums its losses and tokens."""
-    at.step += 1
-    at.batch += 1
-    at.window_loss += losses["loss"].item()
-    for key, value in losses.items():
-        if key != "loss":
-            at.window_extras[key] = at.window_extras.get(key, 0.0) + value.item()
-    at.window_batches += 1
-    at.window_tokens += tokens
-    result.tokens_seen += tokens
-
-
-def _close_window(at: _Position, result: PretrainResult, scheduler, first_step: int,
-                  elapsed: float) -> tuple[dict, float]:
-    """The logging window's means as a train-log row, and its tokens per second; the window starts again."""
-    row = {
-        "step": first_step + at.step,
-        "epoch": at.epoch,
-        "train_loss": at.window_loss / at.window_batches,
-        "lr": scheduler.get_last_lr()[0],
-        **{f"train_{key}": total / at.window_batches for key, total in at.window_extras.items()},
-    }
-    tokens_per_s = at.window_tokens / max(elapsed, 1e-9)
-    result.train_log.append(row)
-    result.throughput.append({"step": first_step + at.step, "tokens_per_s": round(tokens_per_s, 1)})
-    at.window_loss, at.window_batches, at.window_tokens, at.window_extras = 0.0, 0, 0, {}
-    return row, tokens_per_s
-
-
-def _local_losses(step_losses, batch: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _local_losses(step_losses, batch: list[torch.Tensor], device: torch.device):
     """One process's batch: the loss to step on, and every loss the objective measured."""
-    losses = step_losses(*batch)
+    with autocast(device):
+        losses = step_losses(*batch)
     return losses["loss"], losses
 
 
@@ -314,12 +229,13 @@ def _losses(model: LanguageModel, *batch: torch.Tensor) -> dict[str, torch.Tenso
     return model.losses(*batch)
 
 
-def _sharded_losses(trainer, batch: list[torch.Tensor], world: distributed.World):
+def _sharded_losses(trainer, batch: list[torch.Tensor], world: distributed.World, device: torch.device):
     """Under DDP: this rank's rows of the global batch. Returns the loss to backpropagate, weighted so that the
     all-reduced gradient is the global batch's (token scores by the rank's share of the scored tokens,
     next-sentence scores by its share of the pairs), and the global batch's measurements (what one process logs)."""
     rows, present = distributed.my_rows(batch, world)
-    losses = trainer(*rows)
+    with autocast(device):
+        losses = trainer(*rows)
     tokens = present * float(rows[1].ne(IGNORE_INDEX).sum()) / float(batch[1].ne(IGNORE_INDEX).sum())
     pairs = present * rows[0].size(0) / batch[0].size(0)
     shares = {key: pairs if key.startswith("nsp") else tokens for key in losses}
