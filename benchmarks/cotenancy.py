@@ -136,7 +136,7 @@ def measure() -> dict:
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.modeling.model import Classifier, LanguageModel
     from lmtransfer.modeling.runtime import seed_everything, use_share_of_cores
-    from lmtransfer.pretraining.loop import LoopOptions, pretrain
+    from lmtransfer.pretraining.training import LoopOptions, pretrain
     from lmtransfer.training.handover import handovers_so_far
     from lmtransfer.training.resume import Snapshots
 
@@ -216,7 +216,7 @@ def neighbour() -> None:
 
     from lmtransfer.modeling.model import LanguageModel
     from lmtransfer.modeling.runtime import use_share_of_cores
-    from lmtransfer.pretraining.loop import LoopOptions, pretrain
+    from lmtransfer.pretraining.training import LoopOptions, pretrain
 
     use_share_of_cores()
     stream = _stream(2_000_000)

@@ -191,7 +191,7 @@ def our_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> fl
 
     from lmtransfer.core.config import PretrainParams
     from lmtransfer.modeling.model import LanguageModel, ModelConfig
-    from lmtransfer.pretraining.loop import LoopOptions, pretrain
+    from lmtransfer.pretraining.training import LoopOptions, pretrain
 
     model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT))
     params = PretrainParams(max_steps=warmup + steps, batch_size=BATCH, seq_len=SEQ_LEN, eval_every=10**6,

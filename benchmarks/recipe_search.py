@@ -35,8 +35,8 @@ from lmtransfer.core.paths import TOKENIZED
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, load_checkpoint, save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.modeling.runtime import configure, environment_facts
-from lmtransfer.pretraining.loop import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.training.finetune_args import draw_seed
 

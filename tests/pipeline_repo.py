@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +68,22 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
+
+
+def kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str, dvc_yaml: str = "",
+                    latest: float = 0.3) -> None:
+    """Start `dvc repro [dvc_yaml]`; once a resume snapshot matching `snapshot_glob` exists, wait a random moment
+    (up to `latest` seconds) and kill -9 the whole process group (dvc and its stage), as a power cut or an OOM kill
+    would."""
+    repro = subprocess.Popen(["dvc", "repro", *([dvc_yaml] if dvc_yaml else [])], cwd=root, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list(root.glob(snapshot_glob)) and repro.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(random.uniform(0.0, latest))  # anywhere in the stage: training, writing outputs, logging
+    if repro.poll() is None:
+        os.killpg(repro.pid, signal.SIGKILL)
+    repro.wait()
 
 
 def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],

@@ -14,17 +14,15 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-from pipeline_repo import TINY_PARAMS, make_repo, merge, run, write_tiny_data
+from pipeline_repo import TINY_PARAMS, kill_repro_when, make_repo, merge, run, write_tiny_data
 
 pytestmark = pytest.mark.slow
 
@@ -309,20 +307,6 @@ def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_t
             assert parents[0].info.status == "FINISHED"
 
 
-def _kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str) -> None:
-    """Start `dvc repro`; once a resume snapshot matching `snapshot_glob` exists, wait a random moment and
-    kill -9 the whole process group (dvc and its stage), as a power cut or an OOM kill would."""
-    repro = subprocess.Popen(["dvc", "repro"], cwd=root, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while not list(root.glob(snapshot_glob)) and repro.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    time.sleep(random.uniform(0.0, 0.3))  # anywhere in the stage: training, writing outputs, logging
-    if repro.poll() is None:
-        os.killpg(repro.pid, signal.SIGKILL)
-    repro.wait()
-
-
 def test_kill_9_during_pretraining_and_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(
     pipeline_repo, tmp_path
 ):
@@ -330,8 +314,8 @@ def test_kill_9_during_pretraining_and_fine_tuning_then_dvc_repro_gives_the_unin
     byte-identical to the uninterrupted run's, no MLflow run left RUNNING and no snapshot left behind."""
     resumable = merge(json.loads(json.dumps(TINY_PARAMS)), {"train": {"resume_every": 1}})  # not a DVC param
     env = make_repo(tmp_path, resumable, write_tiny_data)
-    _kill_repro_when(tmp_path, env, ".resume/pretrain*/*.pt")
-    _kill_repro_when(tmp_path, env, ".resume/finetune_*/*.pt")
+    kill_repro_when(tmp_path, env, ".resume/pretrain*/*.pt")
+    kill_repro_when(tmp_path, env, ".resume/finetune_*/*.pt")
     run(["dvc", "repro"], tmp_path, env)
     assert FIRST_RUN and _results(tmp_path) == FIRST_RUN  # the fixture's uninterrupted run
     from mlflow import MlflowClient

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_repo import make_repo, run
+from pipeline_repo import kill_repro_when, make_repo, merge, run
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,23 @@ def translation_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("translation")
     env = make_repo(root, TINY_TRANSLATION, write_pairs, params_file="translation/params.yaml")
     run(["dvc", "repro", "translation/dvc.yaml"], root, env)
+    FIRST_FINE_TUNES.update(_fine_tune_results(root))
     return root, env
+
+
+FIRST_FINE_TUNES: dict[str, object] = {}  # the fixture's fine-tune results, before any test changes its copy
+
+
+def _fine_tune_results(root: Path) -> dict[str, object]:
+    """What the fine-tune stages produce: their curves and summaries, and their outputs' hashes in dvc.lock."""
+    from ruamel.yaml import YAML
+
+    stages = YAML(typ="safe").load((root / "translation" / "dvc.lock").read_text())["stages"]
+    results: dict[str, object] = {name: [(out["path"], out["md5"]) for out in stage["outs"]]
+                                  for name, stage in stages.items() if name.startswith("finetune_")}
+    folder = root / "translation" / "metrics" / "finetune"
+    results.update({str(p.relative_to(root)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()})
+    return results
 
 
 def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(translation_repo):
@@ -121,9 +137,13 @@ def test_a_pair_file_without_its_target_column_stops_prepare_and_keeps_the_outpu
     root, env = translation_repo
     before = (root / "translation/data/prepared/train.tsv").read_bytes()
     pairs = root / "raw/pairs.tsv"
-    pairs.write_text(pairs.read_text().replace("source\ttarget", "source\ttranslation", 1))
-    result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
-                            text=True)
+    original = pairs.read_text()
+    pairs.write_text(original.replace("source\ttarget", "source\ttranslation", 1))
+    try:
+        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
+                                text=True)
+    finally:
+        pairs.write_text(original)  # the next test of this module's copy reads it
     assert result.returncode != 0
     assert "raw/pairs.tsv" in result.stderr and "data.target_column" in result.stderr
     assert (root / "translation/data/prepared/train.tsv").read_bytes() == before
@@ -153,3 +173,23 @@ def test_a_broken_store_stops_prepare_before_dvc_removes_any_output(translation_
         store.rmdir()
         kept.rename(store)
         params.write_text(original)
+
+
+def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
+                                                                                              tmp_path):
+    """kill -9 of `dvc repro` (dvc and its stage) once a fine-tune saved a snapshot: the next `dvc repro` resumes
+    from it and ends with the uninterrupted run's bytes, no MLflow run left RUNNING and no snapshot behind."""
+    assert FIRST_FINE_TUNES
+    resumable = merge(json.loads(json.dumps(TINY_TRANSLATION)), {"train": {"resume_every": 1}})  # not a DVC param
+    env = make_repo(tmp_path, resumable, write_pairs, params_file="translation/params.yaml")
+    kill_repro_when(tmp_path, env, "translation/.resume/finetune_*/*.pt", "translation/dvc.yaml", latest=0.05)
+    output = run(["dvc", "repro", "translation/dvc.yaml"], tmp_path, env)
+    assert "resumed from the snapshot" in output
+    assert _fine_tune_results(tmp_path) == FIRST_FINE_TUNES
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments)
+    assert runs and {r.info.status for r in runs} <= {"FINISHED", "KILLED"}
+    assert not list((tmp_path / "translation" / ".resume").rglob("*.pt"))

@@ -13,9 +13,9 @@ from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
-from lmtransfer.pretraining.training import LoopOptions, pretrain
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.training import LoopOptions, pretrain
 
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 50
 META = {"pad_id": PAD, "unk_id": UNK, "bos_id": BOS, "eos_id": EOS, "mask_id": MASK, "vocab_size": V}

@@ -23,8 +23,8 @@ from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
 

@@ -109,12 +109,17 @@ def check_unknown_share(params: Params, labeled: LabeledData, tokenizer: Tokeniz
     ids, _ = encode_for_classification(tokenizer, texts, pieces=params.data.labeled_pieces)
     share = int((ids == tokenizer.unk_id).sum()) / max(len(ids) - len(texts), 1)  # each text's BOS aside
     if share > UNKNOWN_STOP:
-        key = "vocab_file" if params.tokenizer.vocab_file else "model_file"
+        key = given_tokenizer_key(params)
         raise TokenizerError(
             f"{share:.0%} of the pieces of the first {len(texts):,} labeled train texts are not in "
-            f"tokenizer.{key}={getattr(params.tokenizer, key)} (each would become the unknown id): is it the one these files "
-            "were cut with? Name the matching one, or set it '' to train a tokenizer on this data"
+            f"{key}={getattr(params.tokenizer, key.split('.')[1])} (each would become the unknown id): is it the one "
+            "these files were cut with? Name the matching one, or set it '' to train a tokenizer on this data"
         )
+
+
+def given_tokenizer_key(params: Params) -> str:
+    """The key that names the tokenizer a user gave: a dictionary takes precedence over a model."""
+    return "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
 
 
 def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
@@ -135,9 +140,9 @@ def check_objective(params: Params, tokenizer: Tokenizer | None) -> None:
     one (None here: trained later) may not."""
     if params.pretrain.objective == "mlm" and tokenizer is not None and not params.pretrain.init_from:
         if mask_id_of(tokenizer) is None:
-            given = "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
             raise ConfigError(
-                f"pretrain.objective: mlm needs a <mask> token, and the tokenizer {given} names has none; use the "
+                f"pretrain.objective: mlm needs a <mask> token, and the tokenizer {given_tokenizer_key(params)} names "
+                "has none; use the "
                 "tokenizer the pipeline trains (tokenizer.model_file and tokenizer.vocab_file '') or "
                 "pretrain.objective: clm"
             )

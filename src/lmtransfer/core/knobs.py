@@ -117,17 +117,21 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
 )}
 
 
-def problem(name: str) -> str | None:
-    """One line naming `name`, its value and the values it takes, when it is set to a value it does not take."""
+def _parsed(name: str) -> tuple[Any, str | None]:
+    """`name`'s value parsed (None when unset), or the line that refuses it."""
     knob = KNOBS[name]
     text = os.environ.get(name, "")
     if not text.strip():
-        return None
+        return None, None
     try:
-        knob.value(text)
+        return knob.value(text), None
     except ValueError:
-        return f"{name}={text!r}: expected {knob.takes}; unset, it is {knob.unset}"
-    return None
+        return None, f"{name}={text!r}: expected {knob.takes}; unset, it is {knob.unset}"
+
+
+def problem(name: str) -> str | None:
+    """One line naming `name`, its value and the values it takes, when it is set to a value it does not take."""
+    return _parsed(name)[1]
 
 
 def check() -> None:
@@ -143,10 +147,10 @@ def is_set(name: str) -> bool:
 
 def read(name: str) -> Any:
     """The parsed value of `name`, or None when unset; a value it does not take is a ConfigError."""
-    line = problem(name)
+    value, line = _parsed(name)
     if line:
         raise ConfigError(line)
-    return KNOBS[name].value(os.environ[name]) if is_set(name) else None
+    return value
 
 
 def read_at_import(name: str) -> Any:

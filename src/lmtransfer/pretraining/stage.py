@@ -17,6 +17,7 @@ from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.pretraining.generation import pretraining_samples
+from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import (
     LoopOptions,
     Phases,
@@ -27,7 +28,6 @@ from lmtransfer.pretraining.training import (
     pretrain_summary,
     pretrain_timings,
 )
-from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
