@@ -77,28 +77,39 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
     return total / max(tokens, 1)
 
 
+@dataclass(frozen=True)
+class _Pairs:
+    """What a translation fine-tune reads: the pairs, the validation references as text, the tokenizer."""
+
+    train: PairSplit
+    valid: PairSplit
+    valid_references: list[str]
+    tokenizer: Tokenizer
+
+
 class _Translation:
     """Translation fine-tuning as a task of the training loop (`training.loop.Task`): batches of pairs, the
     label-smoothed loss of the next target token; at each epoch's end the validation loss, BLEU and examples,
     the best epoch's weights kept."""
 
-    def __init__(self, model: TranslationModel, train: PairSplit, usable: np.ndarray, valid: PairSplit,
-                 valid_references: list[str], tokenizer: Tokenizer, params: TranslationFinetuneParams,
-                 device: torch.device, seed: int, on_epoch: EpochCallback | None, desc: str, result: TranslationResult):
-        self.model, self.train, self.usable, self.valid, self.tokenizer = model, train, usable, valid, tokenizer
-        self.params, self.device, self.on_epoch, self.desc, self.result = params, device, on_epoch, desc, result
+    def __init__(self, model: TranslationModel, pairs: _Pairs, params: TranslationFinetuneParams,
+                 device: torch.device, seed: int, on_epoch: EpochCallback | None, desc: str):
+        self.model, self.train, self.valid, self.tokenizer = model, pairs.train, pairs.valid, pairs.tokenizer
+        self.usable = trainable_pairs(pairs.train, params.max_len)
+        self.params, self.device, self.on_epoch, self.desc = params, device, on_epoch, desc
+        self.result = TranslationResult(left_out=len(pairs.train) - len(self.usable))
         self.pad, self.grad_clip = model.config.pad_id, params.grad_clip
         self.optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
-        self.steps_per_epoch = steps_per_epoch(len(usable), params.batch_size)
+        self.steps_per_epoch = steps_per_epoch(len(self.usable), params.batch_size)
         self.total_steps = self.steps_per_epoch * params.epochs
         if params.max_steps:
             self.total_steps = min(self.total_steps, params.max_steps)
         self.scheduler = warmup_cosine(self.optimizer, params.warmup_steps, self.total_steps)
         self.generator = np.random.default_rng(seed)  # draws each epoch's order
         self.greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
-        self.n_valid = min(params.valid_sentences, len(valid))
-        self.valid_sources = [valid.source(i) for i in range(self.n_valid)]
-        self.valid_references = valid_references[:self.n_valid]
+        self.n_valid = min(params.valid_sentences, len(pairs.valid))
+        self.valid_sources = [pairs.valid.source(i) for i in range(self.n_valid)]
+        self.valid_references = pairs.valid_references[:self.n_valid]
         self.train_loss = 0.0
 
     def order_state(self) -> dict:
@@ -169,13 +180,10 @@ def finetune_translation(model: TranslationModel, train: PairSplit, valid: PairS
     `on_epoch(row, example_translations)` after each epoch (MLflow logging). With `snapshots`, save after each
     epoch and resume from the last one saved (its epochs are passed to `on_epoch` again)."""
     model.to(device)
-    usable = trainable_pairs(train, params.max_len)
-    result = TranslationResult(left_out=len(train) - len(usable))
-    task = _Translation(model, train, usable, valid, valid_references, tokenizer, params, device, seed, on_epoch,
-                        desc, result)
+    task = _Translation(model, _Pairs(train, valid, valid_references, tokenizer), params, device, seed, on_epoch, desc)
     torch.manual_seed(seed)  # dropout
-    steps, total_steps = task.steps_per_epoch, task.total_steps
-    print(f"{desc}: {count_parameters(model):,} parameters, {len(usable):,} training pairs "
+    steps, total_steps, result = task.steps_per_epoch, task.total_steps, task.result
+    print(f"{desc}: {count_parameters(model):,} parameters, {len(task.usable):,} training pairs "
           f"({result.left_out:,} longer than finetune.max_len={params.max_len} left out), {steps} steps per epoch"
           + (f", {total_steps} in all (finetune.max_steps)" if total_steps < steps * params.epochs else ""),
           flush=True)
