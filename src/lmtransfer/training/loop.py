@@ -153,8 +153,8 @@ def _epoch(task: Task, schedule: Schedule, options: RunOptions, at: Position, cl
         at.epoch_order = task.order_state()
     total = schedule.total_steps
     in_epoch = min(schedule.steps_per_epoch, at.batch + total - at.step)
-    progress = progress_bar(total=in_epoch, initial=at.batch, desc=f"{options.desc} epoch {at.epoch}/{schedule.epochs}",
-                            unit="batch")
+    label = f"{options.desc} epoch {at.epoch}/{schedule.epochs}"
+    progress = progress_bar(total=in_epoch, initial=at.batch, desc=label, unit="batch")
     for batch in draws.batches(itertools.islice(task.epoch_batches(at.batch), total - at.step)):
         batch = to_device(batch, options.device)
         loss, measured = task.step(batch)
@@ -171,7 +171,7 @@ def _epoch(task: Task, schedule: Schedule, options: RunOptions, at: Position, cl
         if options.snapshots and schedule.validate_every and options.snapshots.due(at.step):
             _save(task, at, options)
         hand_over_if_due(watch, lambda: _save(task, at, options),
-                         f"step {at.step} of {total}, batch {at.batch} of {in_epoch} in {progress.desc}")
+                         f"step {at.step} of {total}, batch {at.batch} of {in_epoch} in {label}")
     progress.close()
     _checkpoint(task, at, clock, not schedule.report_every, not schedule.validate_every)
     at.batch, at.epoch_order = 0, task.order_state()  # the epoch is over: a resume starts the next one
