@@ -149,11 +149,16 @@ def table_row(name: str, row: dict) -> list:
             s.get("pretrain_seconds"), s.get("pretrained_seconds")]
 
 
+def training_seconds(runs: list[dict]) -> float:
+    """What the runs took: each pretraining, and each of its fine-tunes."""
+    return sum(run.get("pretrain_seconds", 0) + sum(run[v]["seconds"] for v in ("pretrained", "scratch") if v in run)
+               for run in runs)
+
+
 def write_table(runs_file: Path, name: str, notes: str) -> None:
     table = json.loads(runs_file.read_text())
     rows = [table_row(candidate, row) for candidate, row in table.items()]
-    seconds = sum(run.get("pretrain_seconds", 0) + sum(run[v]["seconds"] for v in ("pretrained", "scratch") if v in run)
-                  for row in table.values() for run in row["runs"])
+    seconds = sum(training_seconds(row["runs"]) for row in table.values())
     first = next(iter(table.values()))
     write_result(name, TABLE_COLUMNS, rows, seconds=seconds, notes=notes, machine_facts=first["machine"],
                  code=first["commit"], command=first["command"].split(" --name")[0] + " --name NAME --set ...")
@@ -177,9 +182,7 @@ def write_runs_table(runs_file: Path, name: str, notes: str) -> None:
             round(statistics.fmean(s[split][metric] for _, s in found), 4)
             for split, metric in (("valid", "bleu"), ("valid", "chrf"), ("test", "bleu"), ("test", "chrf"),
                                   ("test", "repeats"))])
-    seconds = sum(run.get("pretrain_seconds", 0) + sum(run[v]["seconds"] for v in scores if v in run)
-                  for run in row["runs"])
-    write_result(name, RUN_COLUMNS, rows, seconds=seconds, notes=notes or row.get("notes", ""),
+    write_result(name, RUN_COLUMNS, rows, seconds=training_seconds(row["runs"]), notes=notes or row.get("notes", ""),
                  machine_facts=row["machine"], code=row["commit"], command=row["command"])
 
 
