@@ -82,8 +82,7 @@ FULL_STORE = """
 import resource
 from pathlib import Path
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.harness.tracking import quiet_mlflow_logs
-from lmtransfer.harness.tracking_store import ensure_store
+from lmtransfer.harness.tracking_store import ensure_store, quiet_mlflow_logs
 
 @stage_main("pretrain")
 def main():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmtransfer.harness.tracking import UI_WORKFLOW, ui_link, ui_links
+from lmtransfer.harness.mlflow_ui import UI_WORKFLOW, ui_link, ui_links
 
 
 def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatch):
@@ -94,7 +94,8 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
 
 def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     """Stages side by side under one LMTRANSFER_PIPELINE_ID: the first to end hands the pipeline run on."""
-    from lmtransfer.harness.tracking import PROCESS_TAG, _process_tag, stage_run
+    from lmtransfer.harness.orphan_runs import PROCESS_TAG, _process_tag
+    from lmtransfer.harness.tracking import stage_run
 
     with stage_run("prepare", {}) as first:
         parent = _pipeline_of(store, first)
@@ -169,7 +170,8 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 
     import mlflow
 
-    from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, _process_tag, stage_run
+    from lmtransfer.harness.orphan_runs import PROCESS_TAG, _process_tag
+    from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, stage_run
 
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "kill-test",
@@ -235,7 +237,8 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
     KILLED, and evaluate (which DVC starts only after every training stage completed) removes its snapshot."""
     import mlflow
 
-    from lmtransfer.harness.tracking import PROCESS_TAG, _process_tag, stage_run
+    from lmtransfer.harness.orphan_runs import PROCESS_TAG, _process_tag
+    from lmtransfer.harness.tracking import stage_run
 
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "killed-finetune",

@@ -1,4 +1,4 @@
-"""The `dvc` process a stage runs under: what groups its MLflow runs (`tracking`) and what a stage watches to stop
+"""The `dvc` process a stage runs under: what groups its MLflow runs (`pipeline_runs`) and what a stage watches to stop
 when it is gone (`stage`)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import functools
 from pathlib import Path
 
 
-@functools.cache  # a process's launcher does not change: tracking and the stage's watch ask once between them
+@functools.cache  # a process's launcher does not change: pipeline_runs and the stage's watch ask once between them
 def launching_dvc():
     """The `dvc` process this one runs under (`dvc repro`, `dvc exp run`, a queue worker), as a psutil.Process,
     or None when it was started some other way."""

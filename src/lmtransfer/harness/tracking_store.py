@@ -1,4 +1,10 @@
-"""The local MLflow store (`mlflow.db`): created atomically, checked before use.
+"""The MLflow store: where it is, and the local one (`mlflow.db`) created atomically and checked before use.
+
+The store lives at the repository root (SQLite `mlflow.db` + `mlartifacts/`).
+DVC sets DVC_ROOT to the main repository even for `dvc exp run --temp` and
+queued runs, so those land in the same store instead of a temp copy DVC
+deletes. `MLFLOW_TRACKING_URI` overrides everything, e.g. a shared `mlflow server`
+(docs/guide/scale.md, "Beyond one machine"): then no local store is made, and the server must answer.
 
 MLflow builds a new SQLite store by running some forty schema migrations in place,
 which takes about a second. A process killed meanwhile used to leave a half-migrated
@@ -16,17 +22,62 @@ exponential backoff) before it fails with a traceback.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from lmtransfer.core import knobs
 from lmtransfer.core.errors import TrackingStoreError
 
 STORE_NAME = "mlflow.db"
 BUILDING_PREFIX = f".{STORE_NAME}.building-"  # + pid-nonce: a store under construction
+
+
+def project_root() -> Path:
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return Path(top).resolve()
+    except (OSError, subprocess.CalledProcessError):
+        return Path.cwd().resolve()
+
+
+def tracking_uri(root: Path | None = None) -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(root or project_root()) / STORE_NAME}"
+
+
+def usable_tracking_uri(root: Path | None = None) -> str:
+    """`tracking_uri`, with the local store built or checked first, or a tracking server checked to answer."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        ensure_store((root or project_root()) / STORE_NAME)
+    elif uri.startswith(("http://", "https://")):
+        check_server(uri)
+    return tracking_uri(root)
+
+
+def artifact_location(root: Path | None = None) -> str:
+    return ((root or project_root()) / "mlartifacts").as_uri()
+
+
+def quiet_mlflow_logs() -> None:
+    """MLflow's chatter off. Its SQLite layer also logs every database error with a traceback before it raises
+    it again: the stage reports that exception in one line (a full disk) or with its traceback (a bug), so the
+    logged copy is dropped, unless LMTRANSFER_DEBUG asks for everything."""
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if not knobs.read_at_import(knobs.DEBUG):
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def ensure_store(path: Path) -> Path:
