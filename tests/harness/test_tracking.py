@@ -94,13 +94,13 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
 
 def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     """Stages side by side under one LMTRANSFER_PIPELINE_ID: the first to end hands the pipeline run on."""
-    from lmtransfer.harness.orphan_runs import PROCESS_TAG, _process_tag
+    from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
     from lmtransfer.harness.tracking import stage_run
 
     with stage_run("prepare", {}) as first:
         parent = _pipeline_of(store, first)
         sibling = store.create_run(first.info.experiment_id, run_name="baseline", tags={
-            "mlflow.parentRunId": parent.info.run_id, "lmtransfer.kind": "stage", PROCESS_TAG: _process_tag()})
+            "mlflow.parentRunId": parent.info.run_id, "lmtransfer.kind": "stage", PROCESS_TAG: process_tag()})
     assert store.get_run(parent.info.run_id).info.status == "RUNNING"
     store.set_terminated(sibling.info.run_id)
 
@@ -170,7 +170,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 
     import mlflow
 
-    from lmtransfer.harness.orphan_runs import PROCESS_TAG, _process_tag
+    from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
     from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, stage_run
 
     client, experiment = _store_after_a_killed_process(
@@ -184,7 +184,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
     assert client.get_run(killed_pipeline).info.status == "RUNNING"
     # a run whose process is alive (this one) is left alone
     alive = client.create_run(experiment.experiment_id, run_name="pretrain",
-                              tags={PROCESS_TAG: _process_tag(), "lmtransfer.kind": "stage"})
+                              tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
     monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     try:
         with stage_run("pretrain", {"pretrain": {"lr": 0.1}}) as run:
@@ -237,7 +237,7 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
     KILLED, and evaluate (which DVC starts only after every training stage completed) removes its snapshot."""
     import mlflow
 
-    from lmtransfer.harness.orphan_runs import PROCESS_TAG, _process_tag
+    from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
     from lmtransfer.harness.tracking import stage_run
 
     client, experiment = _store_after_a_killed_process(
@@ -250,7 +250,7 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
         (tmp_path / ".resume" / stage).mkdir(parents=True)
         (tmp_path / ".resume" / stage / "task.pt").write_bytes(b"snapshot")
     client.create_run(experiment.experiment_id, run_name="finetune_scratch@1",  # alive: running beside
-                      tags={PROCESS_TAG: _process_tag(), "lmtransfer.kind": "stage"})
+                      tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
     monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     try:
         with stage_run("baseline", {}):

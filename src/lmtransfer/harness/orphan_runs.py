@@ -12,7 +12,7 @@ from lmtransfer.harness.run_tags import PARENT_TAG, TAG_PREFIX
 PROCESS_TAG = f"{TAG_PREFIX}process"  # host:pid:start, to recognise a run whose process died
 
 
-def _process_tag() -> str:
+def process_tag() -> str:
     """'host:pid:start time' of this process: enough to tell later whether it is still alive."""
     import socket
 
@@ -22,7 +22,7 @@ def _process_tag() -> str:
     return f"{socket.gethostname()}:{process.pid}:{int(process.create_time())}"
 
 
-def _is_alive(tag: str) -> bool:
+def is_alive(tag: str) -> bool:
     """Whether the process a run was tagged with still runs (on another host: assumed alive)."""
     import socket
 
@@ -43,14 +43,14 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
 
     Called when any stage starts; returns the ids of this stage's, so the new run can link to them.
     """
-    orphans = [run for run in _running_stage_runs(client, experiment_id)
-               if not _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
+    orphans = [run for run in running_stage_runs(client, experiment_id)
+               if not is_alive(run.data.tags.get(PROCESS_TAG, ""))]
     for run in orphans:
         _mark_killed(client, run.info.run_id)
         parent_id = run.data.tags.get(PARENT_TAG)
         if parent_id:
             parent = client.get_run(parent_id)
-            if parent.info.status == "RUNNING" and not _is_alive(parent.data.tags.get(PROCESS_TAG, "")):
+            if parent.info.status == "RUNNING" and not is_alive(parent.data.tags.get(PROCESS_TAG, "")):
                 client.set_terminated(parent_id, status="KILLED")  # its pipeline stopped with it
     # A pipeline run is RUNNING while a stage owns it (PROCESS_TAG); a kill just after that stage closed its own
     # run leaves it RUNNING with no stage to find it by, so it is found by its owner's process.
@@ -58,12 +58,12 @@ def close_orphaned_runs(client, experiment_id: str, run_name: str) -> list[str]:
         [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{TAG_PREFIX}kind` = 'pipeline'",
     )
     for run in pipelines:
-        if PROCESS_TAG in run.data.tags and not _is_alive(run.data.tags[PROCESS_TAG]):
+        if PROCESS_TAG in run.data.tags and not is_alive(run.data.tags[PROCESS_TAG]):
             _mark_killed(client, run.info.run_id)
     return [run.info.run_id for run in orphans if run.info.run_name == run_name]
 
 
-def _running_stage_runs(client, experiment_id: str, parent_id: str | None = None) -> list:
+def running_stage_runs(client, experiment_id: str, parent_id: str | None = None) -> list:
     """Stage runs the store marks RUNNING (those of one pipeline run, when given), alive or not."""
     of_parent = f" and tags.`{PARENT_TAG}` = '{parent_id}'" if parent_id else ""
     return client.search_runs(

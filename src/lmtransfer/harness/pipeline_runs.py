@@ -27,7 +27,7 @@ from typing import Any
 
 from lmtransfer.core import knobs
 from lmtransfer.harness.launcher import launching_dvc
-from lmtransfer.harness.orphan_runs import PROCESS_TAG, _is_alive, _process_tag, _running_stage_runs
+from lmtransfer.harness.orphan_runs import PROCESS_TAG, is_alive, process_tag, running_stage_runs
 from lmtransfer.harness.run_tags import PARENT_TAG, TAG_PREFIX
 from lmtransfer.harness.tracking_store import artifact_location
 
@@ -86,7 +86,7 @@ def _task_of(params_file: Path) -> str:
     return str(raw.get("task", "classification")) if isinstance(raw, dict) else "classification"
 
 
-def _experiment_id(client, name: str, root: Path, user_store: bool) -> str:
+def experiment_id_for(client, name: str, root: Path, user_store: bool) -> str:
     """Find or create the experiment; in the project's own store its artifacts go to `mlartifacts/`."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
@@ -110,7 +110,7 @@ def _all_params(root: Path) -> dict[str, Any]:
     return flatten(raw) if isinstance(raw, dict) else {}
 
 
-def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str], root: Path) -> str:
+def pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[str, str], root: Path) -> str:
     """Find or create the parent run that groups this pipeline execution's stages."""
     from mlflow.entities import Param
 
@@ -122,9 +122,9 @@ def _pipeline_parent(client, experiment_id: str, group: str, common_tags: dict[s
     if found:
         return found[0].info.run_id
     name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
-    # Owned by the stage that runs under it (see _resume_pipeline, close_orphaned_runs): first the creating one.
+    # Owned by the stage that runs under it (see resume_pipeline, close_orphaned_runs): first the creating one.
     run = client.create_run(experiment_id, run_name=name,
-                            tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline", PROCESS_TAG: _process_tag()})
+                            tags={**common_tags, f"{TAG_PREFIX}kind": "pipeline", PROCESS_TAG: process_tag()})
     params = [Param(key, str(value)) for key, value in _all_params(root).items()]
     for begin in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
         client.log_batch(run.info.run_id, params=params[begin : begin + 100])
@@ -137,18 +137,18 @@ def _set_pipeline_status(client, parent_id: str, status: str) -> None:
     client.set_terminated(parent_id, status=status, end_time=int(time.time() * 1000))
 
 
-def _resume_pipeline(client, parent_id: str) -> None:
+def resume_pipeline(client, parent_id: str) -> None:
     """A stage starting under the pipeline run: it owns the run (an earlier stage may have ended it) and makes it
     RUNNING until it ends; the owner tag first, so close_orphaned_runs elsewhere never sees it ownerless."""
-    client.set_tag(parent_id, PROCESS_TAG, _process_tag())
+    client.set_tag(parent_id, PROCESS_TAG, process_tag())
     _set_pipeline_status(client, parent_id, "RUNNING")
 
 
-def _end_pipeline(client, experiment_id: str, parent_id: str, status: str, own_run_id: str | None) -> None:
+def end_pipeline(client, experiment_id: str, parent_id: str, status: str, own_run_id: str | None) -> None:
     """A stage ending: the pipeline run ends with it (its end time, its outcome), unless another of its stages still
     runs (stages run side by side under one LMTRANSFER_PIPELINE_ID): that one then owns it, and ends it."""
-    others = [run for run in _running_stage_runs(client, experiment_id, parent_id)
-              if run.info.run_id != own_run_id and _is_alive(run.data.tags.get(PROCESS_TAG, ""))]
+    others = [run for run in running_stage_runs(client, experiment_id, parent_id)
+              if run.info.run_id != own_run_id and is_alive(run.data.tags.get(PROCESS_TAG, ""))]
     if others:
         client.set_tag(parent_id, PROCESS_TAG, others[0].data.tags[PROCESS_TAG])
     else:

@@ -16,23 +16,17 @@ from typing import Any
 
 from lmtransfer.core.io import sha256_of
 from lmtransfer.core.sharing import handed_over, is_main_process
-from lmtransfer.harness.orphan_runs import (
-    PROCESS_TAG,
-    _is_alive,
-    _process_tag,
-    _running_stage_runs,
-    close_orphaned_runs,
-)
+from lmtransfer.harness.orphan_runs import PROCESS_TAG, close_orphaned_runs, is_alive, process_tag, running_stage_runs
 from lmtransfer.harness.pipeline_runs import (
-    _end_pipeline,
-    _experiment_id,
-    _pipeline_parent,
-    _resume_pipeline,
+    end_pipeline,
+    experiment_id_for,
     experiment_name,
     flatten,
     git_commit,
     log_to_pipeline,  # also imported from here by the evaluate stages: DVC dependencies, not to be edited
     pipeline_id,
+    pipeline_parent,
+    resume_pipeline,
 )
 from lmtransfer.harness.run_tags import PARENT_TAG, TAG_PREFIX
 from lmtransfer.harness.tracking_store import (
@@ -69,7 +63,7 @@ def stage_run(
     user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))
     mlflow.set_tracking_uri(usable_tracking_uri(root))
     client = MlflowClient()
-    experiment_id = _experiment_id(client, experiment_name(), root, user_store)
+    experiment_id = experiment_id_for(client, experiment_name(), root, user_store)
     group = pipeline_id()
     common_tags = {
         f"{TAG_PREFIX}pipeline_id": group,
@@ -77,11 +71,11 @@ def stage_run(
         **({"dvc_exp_name": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
         **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
     }
-    parent_id = _pipeline_parent(client, experiment_id, group, common_tags, root)
+    parent_id = pipeline_parent(client, experiment_id, group, common_tags, root)
     tags = _stage_tags(client, experiment_id, stage, run_name or stage, common_tags, parent_id, upstream_run_id)
     if clear_snapshots is not None:
         _clear_snapshots_of_finished_stages(client, experiment_id, clear_snapshots)
-    _resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
+    resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
     status, run_id = "FAILED", None
     try:
         continued = handed_over()  # a training handed over to this process: its run goes on
@@ -106,9 +100,9 @@ def stage_run(
     finally:
         # The pipeline run spans its stages: it ends when the latest one ends, with that one's outcome.
         if status == "KILLED":
-            _while_stopping(lambda: _end_pipeline(client, experiment_id, parent_id, status, run_id))
+            _while_stopping(lambda: end_pipeline(client, experiment_id, parent_id, status, run_id))
         else:
-            _end_pipeline(client, experiment_id, parent_id, status, run_id)
+            end_pipeline(client, experiment_id, parent_id, status, run_id)
 
 
 def _stage_tags(client, experiment_id: str, stage: str, run_name: str, common_tags: dict[str, str], parent_id: str,
@@ -116,7 +110,7 @@ def _stage_tags(client, experiment_id: str, stage: str, run_name: str, common_ta
     """A stage run's tags: nested under the pipeline run (the tag nests it; start_run(parent_run_id=...) would
     also check that the parent is active), its process, and the earlier attempts it follows (closed here)."""
     tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
-            PROCESS_TAG: _process_tag()}
+            PROCESS_TAG: process_tag()}
     if upstream_run_id:
         tags["upstream_run_id"] = upstream_run_id
     orphans = close_orphaned_runs(client, experiment_id, run_name)
@@ -127,8 +121,8 @@ def _stage_tags(client, experiment_id: str, stage: str, run_name: str, common_ta
 
 def _clear_snapshots_of_finished_stages(client, experiment_id: str, clear: Callable[[set[str]], list[str]]) -> None:
     """The resume snapshots of every stage whose run is no longer alive, removed by `clear`."""
-    alive = {run.info.run_name for run in _running_stage_runs(client, experiment_id)
-             if _is_alive(run.data.tags.get(PROCESS_TAG, ""))}
+    alive = {run.info.run_name for run in running_stage_runs(client, experiment_id)
+             if is_alive(run.data.tags.get(PROCESS_TAG, ""))}
     for finished in clear(alive):
         print(f"resume: the snapshot of {finished} removed: that stage has completed")
 
