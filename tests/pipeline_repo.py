@@ -70,13 +70,12 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     return result.stdout
 
 
-def kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str, dvc_yaml: str = "",
-                    latest: float = 0.3) -> None:
-    """Start `dvc repro [dvc_yaml]`; once a resume snapshot matching `snapshot_glob` exists, wait a random moment
+def kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str, *targets: str, latest: float = 0.3) -> None:
+    """Start `dvc repro [targets]`; once a resume snapshot matching `snapshot_glob` exists, wait a random moment
     (up to `latest` seconds) and kill -9 the whole process group (dvc and its stage), as a power cut or an OOM kill
     would."""
-    repro = subprocess.Popen(["dvc", "repro", *([dvc_yaml] if dvc_yaml else [])], cwd=root, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    repro = subprocess.Popen(["dvc", "repro", *targets], cwd=root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     while not list(root.glob(snapshot_glob)) and repro.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)

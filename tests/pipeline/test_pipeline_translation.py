@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_repo import kill_repro_when, make_repo, merge, run
+from pipeline_repo import kill_repro_when, make_repo, run
 
 pytestmark = pytest.mark.slow
 
@@ -177,19 +177,23 @@ def test_a_broken_store_stops_prepare_before_dvc_removes_any_output(translation_
 
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
                                                                                               tmp_path):
-    """kill -9 of `dvc repro` (dvc and its stage) once a fine-tune saved a snapshot: the next `dvc repro` resumes
-    from it and ends with the uninterrupted run's bytes, no MLflow run left RUNNING and no snapshot behind."""
-    assert FIRST_FINE_TUNES
-    resumable = merge(json.loads(json.dumps(TINY_TRANSLATION)), {"train": {"resume_every": 1}})  # not a DVC param
-    env = make_repo(tmp_path, resumable, write_pairs, params_file="translation/params.yaml")
-    kill_repro_when(tmp_path, env, "translation/.resume/finetune_*/*.pt", "translation/dvc.yaml", latest=0.05)
-    output = run(["dvc", "repro", "translation/dvc.yaml"], tmp_path, env)
-    assert "resumed from the snapshot" in output
-    assert _fine_tune_results(tmp_path) == FIRST_FINE_TUNES
+    """A first run of a fine-tune (and what it needs), kill -9 of `dvc repro` (dvc and its stage) once the fine-tune
+    saved a snapshot: the next `dvc repro` resumes from it and ends with the uninterrupted run's bytes, no MLflow run
+    left RUNNING and no snapshot behind."""
+    stage = "finetune_pretrained@0-0"
+    first = {key: value for key, value in FIRST_FINE_TUNES.items() if key == stage or "pretrained/seed0-0." in key}
+    assert len(first) == 3  # the stage's outputs in dvc.lock, its curve and its summary
+    env = make_repo(tmp_path, TINY_TRANSLATION, write_pairs, params_file="translation/params.yaml")
+    target = f"translation/dvc.yaml:{stage}"
+    kill_repro_when(tmp_path, env, "translation/.resume/finetune_pretrained_seed0-0/*.pt", target, latest=0.05)
+    assert not (tmp_path / "translation/metrics/finetune/pretrained/seed0-0.json").exists()  # killed before its end
+    output = run(["dvc", "repro", target], tmp_path, env)
+    assert "resumed from the snapshot after epoch 1" in output
+    assert {key: value for key, value in _fine_tune_results(tmp_path).items() if key in first} == first
+    assert not list((tmp_path / "translation" / ".resume").rglob("*.pt"))
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments)
-    assert runs and {r.info.status for r in runs} <= {"FINISHED", "KILLED"}
-    assert not list((tmp_path / "translation" / ".resume").rglob("*.pt"))
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string=f"attributes.run_name = '{stage}'")
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]  # the killed run is closed as such
