@@ -9,7 +9,7 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 from lmtransfer.classification.config import load_params
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.tokens.tokenize_data import run_tokenize_stage
+from lmtransfer.classification.tokenize_stage import run_tokenize_stage
 
 
 @stage_main("tokenize")

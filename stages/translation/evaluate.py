@@ -7,12 +7,12 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.evaluate_stage import run_translation_evaluate_stage
+from lmtransfer.translation.evaluate_stage import run_evaluate_stage
 
 
 @stage_main("evaluate")
 def main() -> None:
-    run_translation_evaluate_stage(load_translation_params(PARAMS))
+    run_evaluate_stage(load_translation_params(PARAMS))
 
 
 if __name__ == "__main__":

@@ -13,12 +13,12 @@ from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.training.finetune_args import finetune_stage_name
 from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.finetune_stage import run_translation_finetune_stage
+from lmtransfer.translation.finetune_stage import run_finetune_stage
 
 
 @stage_main(finetune_stage_name)
 def main() -> None:
-    run_translation_finetune_stage(load_translation_params(PARAMS))
+    run_finetune_stage(load_translation_params(PARAMS))
 
 
 if __name__ == "__main__":

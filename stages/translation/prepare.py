@@ -6,13 +6,13 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.data.parallel import run_translation_prepare_stage
+from lmtransfer.translation.prepare_stage import run_prepare_stage
 
 
 @stage_main("prepare")
 def main() -> None:
     params = load_translation_params(PARAMS)
-    run_translation_prepare_stage(params.data, params.sections("data"))
+    run_prepare_stage(params.data, params.sections("data"))
 
 
 if __name__ == "__main__":

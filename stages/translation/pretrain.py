@@ -9,7 +9,7 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 
 from lmtransfer.core.paths import PARAMS, PretrainOutputs
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.pretraining.stage import pretrain_seed_arg, pretrain_stage_name, run_pretrain_stage
+from lmtransfer.pretraining.pretrain_stage import pretrain_seed_arg, pretrain_stage_name, run_pretrain_stage
 from lmtransfer.translation.config import load_translation_params
 
 

@@ -5,14 +5,14 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.translation.batches import run_translation_tokenize_stage
+from lmtransfer.translation.tokenize_stage import run_tokenize_stage
 from lmtransfer.translation.config import load_translation_params
 
 
 @stage_main("tokenize")
 def main() -> None:
     params = load_translation_params(PARAMS)
-    run_translation_tokenize_stage(params.tokenizer, params.sections("tokenizer"))
+    run_tokenize_stage(params.tokenizer, params.sections("tokenizer"))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ class Recorder:
         return {"loss": loss.item() * len(batch[0]), "seen": len(batch[0])}
 
     def postfix(self, at: Position) -> dict[str, str]:
+        self.calls.append(("postfix", at.step, at.window_seconds))
         return {}
 
     def report(self, at: Position) -> None:
@@ -78,11 +79,15 @@ BY_STEPS = Schedule(total_steps=17, steps_per_epoch=7, report_every=4, validate_
 BY_EPOCHS = Schedule(total_steps=17, steps_per_epoch=7)  # the last epoch cut at 3 of its 7 batches
 
 
+def _hooks(task: Recorder) -> list[tuple]:
+    return [call for call in task.calls if call[0] != "postfix"]
+
+
 def test_a_schedule_by_steps_reports_and_validates_where_it_says_and_at_the_end():
     task = Recorder()
     at = train(task, BY_STEPS)
     assert at.step == 17 and at.epoch == 3
-    assert task.calls == [("validate", 0, 0), ("report", 4, 1, 4), ("validate", 6, 1), ("report", 8, 2, 4),
+    assert _hooks(task) == [("validate", 0, 0), ("report", 4, 1, 4), ("validate", 6, 1), ("report", 8, 2, 4),
                           ("report", 12, 2, 4), ("validate", 12, 2), ("report", 16, 3, 4), ("report", 17, 3, 1),
                           ("validate", 17, 3)]
 
@@ -90,7 +95,7 @@ def test_a_schedule_by_steps_reports_and_validates_where_it_says_and_at_the_end(
 def test_a_schedule_by_epochs_reports_then_validates_at_each_epochs_end_and_a_step_budget_ends_the_last():
     task = Recorder()
     train(task, BY_EPOCHS)
-    assert task.calls == [("report", 7, 1, 7), ("validate", 7, 1), ("report", 14, 2, 7), ("validate", 14, 2),
+    assert _hooks(task) == [("report", 7, 1, 7), ("validate", 7, 1), ("report", 14, 2, 7), ("validate", 14, 2),
                           ("report", 17, 3, 3), ("validate", 17, 3)]
 
 
@@ -121,3 +126,11 @@ def test_a_snapshot_of_a_finished_run_returns_its_results_without_training(tmp_p
     again = Recorder()
     at = train(again, BY_EPOCHS, RunOptions(snapshots=snapshots))
     assert at.step == 17 and again.rows == first.rows and again.calls == []
+
+
+def test_the_figures_beside_the_progress_bar_read_the_windows_time_so_far():
+    """Tokens per second beside the bar divide by the window's seconds: read at each step, never 0."""
+    task = Recorder()
+    train(task, BY_STEPS)
+    seconds = [call[2] for call in task.calls if call[0] == "postfix"]
+    assert len(seconds) == 17 and all(s > 0 for s in seconds)

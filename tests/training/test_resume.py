@@ -271,3 +271,19 @@ def test_the_adaptation_phase_stops_at_its_step_cap_and_says_so(capsys):
                            LoopOptions(CPU, seed=3))
     assert capped.steps == 3 < full.steps
     assert f"would be {full.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out
+
+
+def test_the_fingerprint_covers_the_code_from_any_working_directory(tmp_path, monkeypatch):
+    """The translation and course stages run in their own folders: the code they run still counts, so a snapshot
+    written by other code (another format) is started over, not resumed."""
+    from lmtransfer.training import resume
+
+    files = resume.code_files()
+    assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
+    at_root = fingerprint("pretrain", {}, [], CPU)
+    monkeypatch.chdir(tmp_path)
+    assert resume.code_files() == files and fingerprint("pretrain", {}, [], CPU) == at_root
+    changed = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
+    (tmp_path / "other.py").write_text("# other code\n")
+    monkeypatch.setattr(resume, "code_files", lambda: changed)
+    assert fingerprint("pretrain", {}, [], CPU) != at_root

@@ -1,4 +1,5 @@
-"""The validate stage: check every input the pipeline will read, before any stage touches its outputs.
+"""What the validate stage checks (`validate_stage`): every input the pipeline will read, before any stage touches
+its outputs.
 
 DVC deletes a stage's outputs just before running it, so a stage that then fails
 on a bad input would leave the earlier results gone. Checking everything here,
@@ -171,24 +172,3 @@ def design_cost(params: Params, default: Params) -> str | None:
             f"{2 * runs * seeds} fine-tunes (pretrained and scratch), {runs / default_runs:.1f}x and "
             f"{runs * seeds / (default_runs * default_seeds):.1f}x the default design's ({default_runs} and "
             f"{2 * default_runs * default_seeds}): expect the training stages to take that much longer")
-
-
-def run_validate_stage(params: Params) -> None:
-    """The validate stage: every check, then each reading stage's manifest of the external files it reads."""
-    from lmtransfer.core.io import write_json
-    from lmtransfer.core.paths import INPUTS
-    from lmtransfer.harness.tracking import usable_tracking_uri
-
-    manifests = check_inputs(params)
-    # The MLflow store every later stage logs to: a broken or read-only one stops the pipeline here, before DVC
-    # removes any later stage's outputs (a stage that ran into it would lose them first).
-    usable_tracking_uri()
-    for note in params.pretrain.ignored_settings(type(params)().pretrain):
-        print(f"validate: note: {note}")
-    cost = design_cost(params, type(params)())
-    if cost:
-        print(f"validate: note: {cost}")
-    for name, entries in manifests.items():
-        write_json(INPUTS / f"{name}.json", {"inputs": entries})
-    described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)
-    print(f"validate: inputs ok ({described}) -> {INPUTS}/")

@@ -1,4 +1,5 @@
-"""The tokenize stage: pick or train the tokenizer, then encode the corpus and the labeled splits.
+"""What the tokenize stages do (`classification.tokenize_stage`, `translation.tokenize_stage`): pick or train the
+tokenizer, then encode the corpus and the labeled splits.
 
 The corpus is encoded in chunks straight into `.npy` files, so its size is
 bounded by disk, not memory. The share of pieces that fell outside the
@@ -15,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from lmtransfer.core.config import TokenizerParams
-from lmtransfer.core.io import atomic_directory, write_timings
+from lmtransfer.core.io import atomic_directory
 from lmtransfer.data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.harness.progress import progress_bar
-from lmtransfer.harness.tracking import log_file, log_run, log_tokenization, stage_run
 from lmtransfer.tokens.tokenized import (
     LabeledSplit,
     corpus_dir,
@@ -131,27 +131,3 @@ def tokenize_prepared(
               "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]}, "timings": timings}
     warn_unknown(merged["unknown_rate"], warn)
     return merged
-
-
-def run_tokenize_stage(params: TokenizerParams, logged: dict) -> None:
-    """The classification pipeline's tokenize stage: `tokenize_prepared` over data/prepared*, its tokenizer files and
-    timings on the stage's run; `logged` are the params the run records."""
-    from lmtransfer.core.paths import PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
-
-    with stage_run("tokenize", logged):
-        meta = tokenize_prepared(PREPARED, TOKENIZED, params)
-        log_tokenization(meta)
-        log_run(tags={"tokenizer_scheme": meta["scheme"]})
-        for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
-            log_file(artifact, "")
-        timings = meta["timings"]
-        timings["encode_tokens_per_second"] = round(timings["corpus_tokens"] / max(timings["encode_seconds"], 1e-9))
-        timings["encode_megabytes_per_second"] = round(
-            timings["corpus_bytes"] / 2**20 / max(timings["encode_seconds"], 1e-9), 2)
-        write_timings(timings_file("tokenize"), timings)
-        log_run(metrics={f"final_{k}": v for k, v in timings.items()})
-    print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED} "
-          f"(tokenizer, labeled splits), {TOKENIZED_CORPUS} (corpus)")
-    print(f"tokenize: tokenizer in {timings['train_seconds']:.1f} s; corpus of {timings['corpus_bytes'] / 2**20:,.1f} MB "
-          f"encoded in {timings['encode_seconds']:.1f} s ({timings['encode_megabytes_per_second']:.1f} MB/s, "
-          f"{timings['encode_tokens_per_second']:,} tokens/s)")

@@ -161,6 +161,7 @@ def _epoch(task: Task, schedule: Schedule, options: RunOptions, at: Position, cl
         optimizer_step(loss, task.model, task.optimizer, task.scheduler, task.grad_clip)
         at.count(task.tally(batch, measured))
         progress.update(1)
+        clock.tick()  # the window's seconds so far, for the figures beside the bar (tokens per second)
         progress.set_postfix(task.postfix(at), refresh=False)
         last = at.step == total
         report = schedule.report_every and (at.step % schedule.report_every == 0 or last)

@@ -32,16 +32,23 @@ from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.training import distributed
 
 RESUME_DIR = Path(".resume")
-CODE = (Path("src/lmtransfer"), Path("stages"))
+CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout this code runs from (src/lmtransfer/training/..)
+CODE = (CHECKOUT / "src" / "lmtransfer", CHECKOUT / "stages")
+
+
+def code_files() -> dict[str, Path]:
+    """Every Python file of the checkout's package and stage scripts, by its path in the checkout: found from this
+    file, not from the working directory (the translation and course stages run in their own folders)."""
+    return {str(p.relative_to(CHECKOUT)): p for folder in CODE for p in sorted(_files(folder, "*.py"))}
 
 
 def fingerprint(stage: str, params: dict[str, dict[str, Any]], inputs: Iterable[Path], device: torch.device) -> str:
     """What a snapshot must match to be resumed from (see the module docstring); `params` as `Params.sections`."""
     params = {section: {k: v for k, v in keys.items() if k != "resume_every"} for section, keys in params.items()}
-    files = sorted({*(p for path in inputs for p in _files(path, "*")), *(p for path in CODE for p in _files(path, "*.py"))})
+    files = {str(p): p for p in sorted({p for path in inputs for p in _files(path, "*")})} | code_files()
     facts = {
         "stage": stage, "params": params, "torch": torch.__version__, "device": str(device), **environment_facts(),
-        "files": {str(p): sha256_of(p) for p in files},
+        "files": {name: sha256_of(path) for name, path in files.items()},
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 

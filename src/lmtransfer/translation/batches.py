@@ -10,17 +10,13 @@ decoder reads BOS + target and is scored on target + EOS (one position ahead).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from lmtransfer.core.io import atomic_directory
 from lmtransfer.tokens.datasets import pad_batch
-from lmtransfer.tokens.tokenized import PairSplit, write_pair_split
+from lmtransfer.tokens.tokenized import PairSplit
 from lmtransfer.tokens.tokenizer import Tokenizer, encode_documents
 
 
@@ -67,52 +63,3 @@ def steps_per_epoch(n_pairs: int, batch_size: int) -> int:
     window = batch_size * 50
     full, rest = divmod(n_pairs, window)
     return full * 50 + -(-rest // batch_size)
-
-
-def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, warn=print) -> dict:
-    """The translation tokenize stage: one sentencepiece model over both languages (trained on the corpus, which
-    holds both sides of the train pairs), the corpus encoded as for classification, each split's pairs as ids."""
-    from lmtransfer.data.prepared import SPLITS
-    from lmtransfer.tokens.tokenize_data import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
-    from lmtransfer.tokens.tokenized import write_tokenized_meta
-    from lmtransfer.tokens.tokenizer import save_tokenizer
-    from lmtransfer.translation.data.parallel import read_pairs
-
-    started = time.perf_counter()
-    tokenizer = build_tokenizer(prepared_dir, params, seed)
-    train_seconds = round(time.perf_counter() - started, 2)
-    corpus_meta, timings = encode_corpus(prepared_dir, out_dir, tokenizer)
-    meta = {**tokenizer_meta(tokenizer), "task": "translation", "pairs": {}, "tokens": {}, "unknown_rate": {},
-            "longest": {}}
-    with atomic_directory(out_dir) as tmp:
-        save_tokenizer(tokenizer, tmp)
-        for name in SPLITS:
-            pairs = read_pairs(prepared_dir, name)
-            split = encode_pairs(tokenizer, list(pairs["source"]), list(pairs["target"]))
-            write_pair_split(tmp, name, split)
-            meta["pairs"][name] = len(split)
-            for side, ids in (("source", split.source_ids), ("target", split.target_ids)):
-                meta["tokens"][f"{name}_{side}"] = int(ids.size)
-                meta["unknown_rate"][f"{name}_{side}"] = round(
-                    int(np.count_nonzero(ids == tokenizer.unk_id)) / max(ids.size - 2 * len(split), 1), 6)
-            meta["longest"][name] = int(max(split.source_lengths().max(initial=0),
-                                            split.target_lengths().max(initial=0)))
-        write_tokenized_meta(tmp, meta)
-    warn_unknown({**corpus_meta["unknown_rate"], **meta["unknown_rate"]}, warn)
-    return {**meta, "tokens": {**corpus_meta["tokens"], **meta["tokens"]},
-            "timings": {"train_seconds": train_seconds, **timings}}
-
-
-def run_translation_tokenize_stage(params: Any, logged: dict) -> None:
-    """The translation pipeline's tokenize stage (`params`: its tokenizer section): one sentencepiece model over both
-    languages, the corpus and the pairs as ids."""
-    from lmtransfer.core.paths import PREPARED, TOKENIZED, TOKENIZED_CORPUS
-    from lmtransfer.harness.tracking import log_file, log_tokenization, stage_run
-
-    with stage_run("tokenize", logged):
-        meta = tokenize_parallel(PREPARED, TOKENIZED, params)
-        log_tokenization(meta)
-        log_file(TOKENIZED / "vocab.txt", "")
-    print(f"tokenize: {meta['vocab_size']:,} pieces shared by both languages; pairs {meta['pairs']}, longest "
-          f"{meta['longest']} tokens -> {TOKENIZED}; corpus -> {TOKENIZED_CORPUS} "
-          f"(tokenizer trained in {meta['timings']['train_seconds']:.1f} s)")

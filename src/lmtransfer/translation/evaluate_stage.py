@@ -1,7 +1,7 @@
 """The translation pipeline's evaluate stage: every fine-tuned run of both variants translates the test split (greedy,
 or beam search with `evaluate.beam_size`), the test verses' clause pairs (short sentences) and the lab's sentences; BLEU and chrF with sacreBLEU, the
 gap and its interval over pretraining runs and sentences; the translations beside the references. The stage script
-calls `run_translation_evaluate_stage` alone."""
+calls `run_evaluate_stage` alone."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def pretraining_summary(pretrain_seeds: list[int]) -> dict:
             "cpu_model": summaries[0].get("cpu_model")}  # where the results were made (a reference checks it)
 
 
-def run_translation_evaluate_stage(params: TranslationParams) -> None:
+def run_evaluate_stage(params: TranslationParams) -> None:
     """Translate test with every fine-tuned checkpoint; write the report, the headline and the translations."""
     runs = run_names(params.pretrain.seeds, params.finetune.seeds)
     pairs = read_pairs(PREPARED, "test")

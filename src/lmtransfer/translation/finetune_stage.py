@@ -1,5 +1,5 @@
 """The translation pipeline's finetune_pretrained@<p>-<seed> / finetune_scratch@<p>-<seed> stage: the encoder–decoder from two
-starts, once translation/params.yaml is read. The stage script calls `run_translation_finetune_stage` alone."""
+starts, once translation/params.yaml is read. The stage script calls `run_finetune_stage` alone."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.training import build_translation_model, finetune_translation
 
 
-def run_translation_finetune_stage(params: TranslationParams) -> None:
+def run_finetune_stage(params: TranslationParams) -> None:
     """Fine-tune one variant with one seed (`--init`, `--seed`): the best epoch's weights, curves and examples."""
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)

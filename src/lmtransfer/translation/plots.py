@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
@@ -51,21 +50,3 @@ def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
             axis.grid(axis="y", alpha=0.3)
             axis.legend(fontsize=8)
     return save_figure(figure, path, dpi)
-
-
-def run_translation_plot_stage(params: Any) -> None:
-    """The translation pipeline's plot stage: fine-tuning curves, pretraining curves and the test scores."""
-    from lmtransfer.core.io import read_json, require_file
-    from lmtransfer.core.paths import EVALUATE_REPORT, PLOTS
-    from lmtransfer.harness.tracking import plot_stage_run
-    from lmtransfer.reporting.finetuned import epoch_logs, run_names
-    from lmtransfer.reporting.plots import plot_pretraining_logs
-
-    dpi = params.plot.dpi
-    runs = epoch_logs(run_names(params.pretrain.seeds, params.finetune.seeds))
-    report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
-    plot_stage_run(params, lambda: [
-        plot_translation_curves(runs, PLOTS / "finetune_bleu.png", dpi),
-        plot_pretraining_logs(PLOTS / "pretrain.png", dpi, params.pretrain.seeds),
-        plot_translation_scores(report, PLOTS / "test_scores.png", dpi),
-    ])

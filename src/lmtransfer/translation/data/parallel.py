@@ -81,24 +81,3 @@ def read_pairs(directory: Path, name: str) -> pd.DataFrame:
     """One split's pairs: `source` and `target` (str)."""
     path = require_file(Path(directory) / f"{name}.tsv", f"prepared '{name}' pairs")
     return pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE)
-
-
-def run_translation_prepare_stage(params: Any, logged: dict) -> None:
-    """The translation pipeline's prepare stage (`params`: its data section): the pairs read (a bad file stops here,
-    before any output is replaced), split leak-free and written with the corpus of both languages."""
-    from lmtransfer.core.paths import PREPARED, PREPARED_CORPUS
-    from lmtransfer.harness.tracking import log_file, log_run, stage_run
-
-    data = load_parallel(params)
-    with stage_run("prepare", logged):
-        meta = write_parallel(data, PREPARED, {"source": params.source})
-        log_run(metrics={**{f"pairs_{k}": v for k, v in meta["pairs"].items()},
-                         **{f"corpus_lines_{k}": v for k, v in meta["corpus_lines"].items()}})
-        log_file(meta, "prepared_meta.json")
-    for reason, count in meta["removed"].items():
-        print(f"prepare: removed {count:,} train pairs ({reason.replace('_', ' ')})")
-    if meta["clause_pairs"]:
-        print(f"prepare: {meta['clause_pairs']:,} clause pairs cut from longer training pairs joined train "
-              "(data.clause_pairs)")
-    print(f"prepare: {meta['pairs']} sentence pairs -> {PREPARED}, {meta['corpus_lines']} corpus lines (both "
-          f"languages) -> {PREPARED_CORPUS}")

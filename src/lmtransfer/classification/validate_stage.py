@@ -1,0 +1,28 @@
+"""The validate stage: every check of classification/inputs.py, then each reading stage's manifest of the external
+files it reads, before DVC touches any output."""
+
+from __future__ import annotations
+
+from lmtransfer.classification.config import Params
+from lmtransfer.classification.inputs import check_inputs, design_cost
+
+
+def run_validate_stage(params: Params) -> None:
+    """The validate stage: every check, then each reading stage's manifest of the external files it reads."""
+    from lmtransfer.core.io import write_json
+    from lmtransfer.core.paths import INPUTS
+    from lmtransfer.harness.tracking import usable_tracking_uri
+
+    manifests = check_inputs(params)
+    # The MLflow store every later stage logs to: a broken or read-only one stops the pipeline here, before DVC
+    # removes any later stage's outputs (a stage that ran into it would lose them first).
+    usable_tracking_uri()
+    for note in params.pretrain.ignored_settings(type(params)().pretrain):
+        print(f"validate: note: {note}")
+    cost = design_cost(params, type(params)())
+    if cost:
+        print(f"validate: note: {cost}")
+    for name, entries in manifests.items():
+        write_json(INPUTS / f"{name}.json", {"inputs": entries})
+    described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)
+    print(f"validate: inputs ok ({described}) -> {INPUTS}/")
