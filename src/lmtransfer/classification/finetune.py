@@ -26,7 +26,7 @@ from lmtransfer.modeling.runtime import autocast, compiled
 from lmtransfer.tokens.datasets import classification_batches
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
-from lmtransfer.training.loop import Position, RunOptions, Schedule
+from lmtransfer.training.loop import NumpyBatchOrder, Position, RunOptions, Schedule
 from lmtransfer.training.loop import train as train_loop
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
 from lmtransfer.training.resume import Snapshots
@@ -74,7 +74,7 @@ def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
     return line
 
 
-class _Classification:
+class _Classification(NumpyBatchOrder):
     """Fine-tuning for classification as a task of the training loop (`training.loop.Task`): shuffled batches of
     labeled texts, cross-entropy, the epoch's mean loss and accuracy, then the validation split's; the best
     epoch's weights are kept."""
@@ -92,12 +92,6 @@ class _Classification:
         self.grad_clip, self.generator = params.grad_clip, np.random.default_rng(seed)  # draws each epoch's order
         self.forward_step = _step_function(model, device, compile_steps)
         self.train_means: tuple[float, float] = (0.0, 0.0)
-
-    def order_state(self) -> dict:
-        return self.generator.bit_generator.state
-
-    def set_order_state(self, state: dict) -> None:
-        self.generator.bit_generator.state = state
 
     def epoch_batches(self, skip: int):
         self.model.train()

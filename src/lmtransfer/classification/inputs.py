@@ -113,7 +113,7 @@ def check_unknown_share(params: Params, labeled: LabeledData, tokenizer: Tokeniz
         key = given_tokenizer_key(params)
         raise TokenizerError(
             f"{share:.0%} of the pieces of the first {len(texts):,} labeled train texts are not in "
-            f"{key}={getattr(params.tokenizer, key.split('.')[1])} (each would become the unknown id): is it the one "
+            f"{key}={getattr(params.tokenizer, key.removeprefix('tokenizer.'))} (each would become the unknown id): is it the one "
             "these files were cut with? Name the matching one, or set it '' to train a tokenizer on this data"
         )
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from lmtransfer.harness.progress import progress_bar
@@ -115,6 +116,18 @@ class Task(Protocol):
 
     def restore(self, results: dict, log_again: bool) -> None:
         """A snapshot's results back in place; `log_again`: into a new MLflow run, which lacks them."""
+
+
+class NumpyBatchOrder:
+    """For a task whose batch order a numpy generator draws (`self.generator`): its state, as a snapshot keeps it."""
+
+    generator: np.random.Generator
+
+    def order_state(self) -> dict:
+        return self.generator.bit_generator.state
+
+    def set_order_state(self, state: dict) -> None:
+        self.generator.bit_generator.state = state
 
 
 def train(task: Task, schedule: Schedule, options: RunOptions = RunOptions()) -> Position:

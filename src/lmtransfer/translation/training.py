@@ -21,7 +21,7 @@ import torch
 from lmtransfer.modeling.model import ModelConfig, count_parameters
 from lmtransfer.modeling.runtime import autocast, to_device
 from lmtransfer.tokens.tokenizer import Tokenizer
-from lmtransfer.training.loop import Position, RunOptions, Schedule
+from lmtransfer.training.loop import NumpyBatchOrder, Position, RunOptions, Schedule
 from lmtransfer.training.loop import train as train_loop
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
 from lmtransfer.training.resume import Snapshots
@@ -87,7 +87,7 @@ class _Pairs:
     tokenizer: Tokenizer
 
 
-class _Translation:
+class _Translation(NumpyBatchOrder):
     """Translation fine-tuning as a task of the training loop (`training.loop.Task`): batches of pairs, the
     label-smoothed loss of the next target token; at each epoch's end the validation loss, BLEU and examples,
     the best epoch's weights kept."""
@@ -111,12 +111,6 @@ class _Translation:
         self.valid_sources = [pairs.valid.source(i) for i in range(self.n_valid)]
         self.valid_references = pairs.valid_references[:self.n_valid]
         self.train_loss = 0.0
-
-    def order_state(self) -> dict:
-        return self.generator.bit_generator.state
-
-    def set_order_state(self, state: dict) -> None:
-        self.generator.bit_generator.state = state
 
     def epoch_batches(self, skip: int):
         self.model.train()
