@@ -131,13 +131,13 @@ def measure() -> dict:
     again and resumes from the snapshot in `MEASURE_DIR_ENV`; the clock file keeps each workload's start and end."""
     import lmtransfer  # noqa: F401 - first, as in a stage: it sets how OpenMP waits before torch loads it
     # isort: split
-    import torch
 
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.modeling.model import Classifier, LanguageModel
     from lmtransfer.modeling.runtime import seed_everything, use_share_of_cores
     from lmtransfer.pretraining.training import LoopOptions, pretrain
     from lmtransfer.training.handover import handovers_so_far
+    from lmtransfer.training.loop import RunOptions
     from lmtransfer.training.resume import Snapshots
 
     folder = Path(os.environ[MEASURE_DIR_ENV])
@@ -163,8 +163,8 @@ def measure() -> dict:
     split = _finetune_split(FINETUNE_TEXTS)
     classifier = Classifier(_config(), 2, pooling=_finetune_params().pooling)
     tick("finetune_start")
-    finetune(classifier, split, split, _finetune_params(), torch.device("cpu"),
-             snapshots=Snapshots("finetune", "cotenancy", 1, root=folder))
+    finetune(classifier, split, split, _finetune_params(),
+             RunOptions(snapshots=Snapshots("finetune", "cotenancy", 1, root=folder)))
     tick("finetune_end")
     result["finetune"] = {"seconds": clock["finetune_end"] - clock["finetune_start"], "digest": _digest(classifier)}
     usage = resource.getrusage(resource.RUSAGE_SELF)  # where this process's CPU time went: the profile
@@ -196,7 +196,6 @@ def finetuning_neighbour() -> None:
     """Fine-tune without end, as another checkout's fine-tuning stage would, until killed."""
     import lmtransfer  # noqa: F401 - first, as in a stage
     # isort: split
-    import torch
 
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.modeling.model import Classifier
@@ -206,7 +205,7 @@ def finetuning_neighbour() -> None:
     split = _finetune_split(FINETUNE_TEXTS)
     classifier = Classifier(_config(), 2, pooling=_finetune_params().pooling)
     while True:
-        finetune(classifier, split, split, _finetune_params(), torch.device("cpu"))
+        finetune(classifier, split, split, _finetune_params())
 
 
 def neighbour() -> None:

@@ -207,7 +207,6 @@ def our_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> fl
 def our_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
     """`finetune.finetune` with the default recipe (last-token pooling, as the course); the last epoch's seconds."""
     import numpy as np
-    import torch
 
     from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.classification.finetune import finetune
@@ -223,7 +222,7 @@ def our_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
     config = ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT)
     model = Classifier(config, 2, pooling="last")
     params = FinetuneParams(epochs=epochs, batch_size=BATCH, max_len=MAX_TEXT, pooling="last")
-    result = finetune(model, split(np.arange(len(texts))), split(np.arange(2)), params, torch.device("cpu"))
+    result = finetune(model, split(np.arange(len(texts))), split(np.arange(2)), params)
     return result.epoch_seconds[-1]
 
 

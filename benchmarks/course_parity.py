@@ -283,6 +283,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     from lmtransfer.core.paths import PARAMS
     from lmtransfer.modeling.model import Classifier, ModelConfig
     from lmtransfer.modeling.runtime import seed_everything
+    from lmtransfer.training.loop import RunOptions
 
     from course_loop import D_FF, D_MODEL, DROPOUT, N_HEADS, N_LAYERS
 
@@ -301,7 +302,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     config = ModelConfig(schedule["vocab_size"], D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT, pad_id=schedule["pad_id"],
                          embedding_init=schedule.get("embedding_init", "normal"))
     model = Classifier(config, 2, pooling=params.pooling)
-    result = finetune(model, train, valid, params, torch.device("cpu"), seed=seed, desc=f"  ours seed {seed}")
+    result = finetune(model, train, valid, params, RunOptions(seed=seed, desc=f"  ours seed {seed}"))
     model.load_state_dict(result.best_state)
     probabilities, _ = predict(model, test, params.batch_size * 2, params.max_len, torch.device("cpu"))
     return dict(best_val_accuracy=result.best_val_accuracy, best_epoch=result.best_epoch,

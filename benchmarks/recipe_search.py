@@ -38,7 +38,8 @@ from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
-from lmtransfer.training.finetune_args import draw_seed
+from lmtransfer.training.finetune_start import draw_seed
+from lmtransfer.training.loop import RunOptions
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results_file import Column, code_version, machine, write_result  # noqa: E402
@@ -129,7 +130,7 @@ def run_finetune(params, meta: dict, payload: dict | None, pretrain_seed: int, s
         config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
         model = Classifier(config, n_classes, params.finetune.pooling)
     started = time.perf_counter()
-    result = finetune(model, train, valid, params.finetune, device, draws)
+    result = finetune(model, train, valid, params.finetune, RunOptions(device, draws))
     seconds = time.perf_counter() - started
     test_accuracy = None
     if test:

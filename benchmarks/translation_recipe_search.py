@@ -33,12 +33,13 @@ from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer
-from lmtransfer.training.finetune_args import draw_seed
+from lmtransfer.training.finetune_start import draw_seed
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.config import parse_translation_params
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import repeated_share
-from lmtransfer.translation.training import build_translation_model, finetune_translation
+from lmtransfer.translation.training import TranslationPairs, build_translation_model, finetune_translation
 from lmtransfer.translation.translator import DecodingOptions, translate_sources
 
 from results_file import Column, code_version, machine, write_result
@@ -72,7 +73,8 @@ def run_finetune(params, meta: dict, lm_state: dict | None, lm_config: ModelConf
     draws = draw_seed(seed, pretrain_seed)
     device = recipe_search.start(params, draws)
     model, _ = build_translation_model(lm_config, params.finetune, draws, lm_state)
-    result = finetune_translation(model, train, valid, valid_references, tokenizer, params.finetune, device, draws)
+    result = finetune_translation(model, TranslationPairs(train, valid, valid_references, tokenizer), params.finetune,
+                                  RunOptions(device, draws))
     model.load_state_dict(result.best_state)
     run = {"val_loss": [round(row["val_loss"], 4) for row in result.history],
            "val_bleu": [round(row["val_bleu"], 2) for row in result.history],

@@ -13,12 +13,14 @@ from lmtransfer.classification.config import load_params
 from lmtransfer.classification.finetune_stage import run_finetune_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.training.finetune_args import finetune_stage_name
+from lmtransfer.training.stage_args import parse_finetune_args
+
+ARGS = parse_finetune_args()  # --init pretrained|scratch [--pretrain-seed P] --seed N
 
 
-@stage_main(finetune_stage_name)
+@stage_main(ARGS.stage)
 def main() -> None:
-    run_finetune_stage(load_params(PARAMS))
+    run_finetune_stage(load_params(PARAMS), ARGS)
 
 
 if __name__ == "__main__":

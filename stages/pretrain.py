@@ -9,15 +9,17 @@ dvc.yaml runs one stage per seed in `pretrain.seeds`, so adding a seed runs only
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_params
-from lmtransfer.core.paths import PARAMS, PretrainOutputs
+from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.pretraining.pretrain_stage import pretrain_seed_arg, pretrain_stage_name, run_pretrain_stage
+from lmtransfer.pretraining.pretrain_stage import run_pretrain_stage
+from lmtransfer.training.stage_args import parse_pretrain_args
+
+ARGS = parse_pretrain_args()  # --seed P
 
 
-@stage_main(pretrain_stage_name)
+@stage_main(ARGS.stage)
 def main() -> None:
-    seed = pretrain_seed_arg()
-    run_pretrain_stage(load_params(PARAMS), seed, PretrainOutputs(seed))
+    run_pretrain_stage(load_params(PARAMS), ARGS.seed, ARGS.outputs)
 
 
 if __name__ == "__main__":

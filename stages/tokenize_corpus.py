@@ -7,9 +7,9 @@
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_params
+from lmtransfer.classification.tokenize_stage import run_tokenize_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.classification.tokenize_stage import run_tokenize_stage
 
 
 @stage_main("tokenize")

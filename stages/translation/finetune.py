@@ -11,14 +11,16 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
-from lmtransfer.training.finetune_args import finetune_stage_name
+from lmtransfer.training.stage_args import parse_finetune_args
 from lmtransfer.translation.config import load_translation_params
 from lmtransfer.translation.finetune_stage import run_finetune_stage
 
+ARGS = parse_finetune_args()  # --init pretrained|scratch [--pretrain-seed P] --seed N
 
-@stage_main(finetune_stage_name)
+
+@stage_main(ARGS.stage)
 def main() -> None:
-    run_finetune_stage(load_translation_params(PARAMS))
+    run_finetune_stage(load_translation_params(PARAMS), ARGS)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,19 @@ def test_importing_the_package_never_raises_and_the_command_refuses_in_one_line(
     assert "LMTRANSFER_JOBS='abc'" in command.stderr and "LMTRANSFER_CPU_KERNELS='bogus'" in command.stderr
 
 
+def test_a_bad_value_of_a_variable_lmtransfer_sets_itself_is_refused_though_the_import_replaced_it():
+    """LMTRANSFER_OPENMP_WAIT is rewritten by the first import for child processes; junk given by the user must
+    still be named, not silently replaced."""
+    env = _clean_env(LMTRANSFER_OPENMP_WAIT="junk")
+    command = subprocess.run([sys.executable, "-m", "lmtransfer.cli", "params"], env=env, capture_output=True,
+                             text=True)
+    assert command.returncode == 1 and "Traceback" not in command.stderr
+    assert "LMTRANSFER_OPENMP_WAIT='junk'" in command.stderr
+    env = _clean_env(LMTRANSFER_OPENMP_WAIT="OMP_WAIT_POLICY=PASSIVE")  # what a parent lmtransfer passes on
+    assert subprocess.run([sys.executable, "-m", "lmtransfer.cli", "params"], env=env, capture_output=True,
+                          text=True).returncode == 0
+
+
 def test_no_module_but_knobs_reads_an_lmtransfer_variable():
     """Each variable is read through `knobs`: a literal LMTRANSFER_ name in code elsewhere is a second reader."""
     literal = re.compile(r"""["']LMTRANSFER_[A-Z_]+["']""")

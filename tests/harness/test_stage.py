@@ -160,26 +160,25 @@ def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path
                 script.name)
 
 
-def test_the_fine_tune_command_line_is_parsed_once_and_names_the_stage(monkeypatch):
-    """Both tasks' fine-tune stages share it; the stage wrapper and the stage ask for it, argparse runs once."""
-    from lmtransfer.training import finetune_args as module
+def test_the_stage_command_lines_name_their_stage_and_refuse_a_missing_argument(capsys):
+    """The pretrain and fine-tune scripts parse their arguments themselves (training.stage_args); the
+    stage's name, which labels its log lines and its MLflow run, is the one dvc.yaml gives it."""
+    from lmtransfer.training.stage_args import parse_finetune_args, parse_pretrain_args
 
-    module.finetune_args.cache_clear()
-    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--pretrain-seed", "1", "--seed", "2"])
-    try:
-        assert module.finetune_stage_name() == "finetune_scratch@1-2"
-        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--seed", "0"])
-        assert module.finetune_args() is module.finetune_args() and module.finetune_args().init == "scratch"
-        assert module.finetune_args.cache_info().misses == 1
-        module.finetune_args.cache_clear()
-        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--seed", "2"])  # translation's
-        assert module.finetune_stage_name() == "finetune_scratch@2"
-    finally:
-        module.finetune_args.cache_clear()
+    assert parse_finetune_args(["--init", "scratch", "--pretrain-seed", "1", "--seed", "2"]).stage == "finetune_scratch@1-2"
+    assert parse_finetune_args(["--init", "pretrained", "--seed", "2"]).stage == "finetune_pretrained@2"  # translation's
+    pretrain = parse_pretrain_args(["--seed", "3"])
+    assert pretrain.stage == "pretrain@3" and pretrain.outputs.checkpoint.name == "seed3.pt"
+    with pytest.raises(SystemExit):
+        parse_finetune_args(["--init", "warm", "--seed", "0"])
+    assert "invalid choice: 'warm'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_pretrain_args([])
+    assert "--seed" in capsys.readouterr().err
 
 
 def test_each_run_of_the_grid_draws_from_its_own_seed_and_both_variants_of_a_run_from_the_same():
-    from lmtransfer.training.finetune_args import draw_seed
+    from lmtransfer.training.finetune_start import draw_seed
 
     draws = {(p, s): draw_seed(s, p) for p in range(3) for s in range(3)}
     assert len(set(draws.values())) == 9 and draws == {(p, s): draw_seed(s, p) for p in range(3) for s in range(3)}
@@ -192,30 +191,26 @@ def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params
     from lmtransfer.classification.config import parse_params
     from lmtransfer.modeling.checkpoint import save_checkpoint
     from lmtransfer.modeling.model import LanguageModel
-    from lmtransfer.training import finetune_args as module
+    from lmtransfer.training import finetune_start as module
+    from lmtransfer.training.stage_args import parse_finetune_args
 
     params = parse_params({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}})
-    module.finetune_args.cache_clear()
-    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "scratch", "--pretrain-seed", "2", "--seed", "3"])
-    try:
-        start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1})
-        assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@2-3", None, None)
-        assert start.sections == ("model", "finetune", "train")
-        assert (start.config.vocab_size, start.config.pad_id, start.config.d_model, start.config.n_layers) == (50, 1, 16, 1)
+    scratch = parse_finetune_args(["--init", "scratch", "--pretrain-seed", "2", "--seed", "3"])
+    start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, scratch)
+    assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@2-3", None, None)
+    assert start.sections == ("model", "finetune", "train")
+    assert (start.config.vocab_size, start.config.pad_id, start.config.d_model, start.config.n_layers) == (50, 1, 16, 1)
 
-        pretrained = start.config.__class__(**{**start.config.to_dict(), "d_model": 8})
-        monkeypatch.chdir(tmp_path)
-        checkpoint = tmp_path / "models/pretrained/seed2.pt"
-        save_checkpoint(checkpoint, LanguageModel(pretrained), "language_model", pretrained)
-        monkeypatch.setattr(module, "run_that_wrote", lambda path: "run-of-" + path.name)
-        module.finetune_args.cache_clear()
-        monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--pretrain-seed", "2", "--seed", "0"])
-        start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1})
-        assert start.stage == "finetune_pretrained@2-0" and start.upstream == "run-of-seed2.pt"
-        assert start.pretrained.resolve() == checkpoint
-        assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]
-    finally:
-        module.finetune_args.cache_clear()
+    pretrained = start.config.__class__(**{**start.config.to_dict(), "d_model": 8})
+    monkeypatch.chdir(tmp_path)
+    checkpoint = tmp_path / "models/pretrained/seed2.pt"
+    save_checkpoint(checkpoint, LanguageModel(pretrained), "language_model", pretrained)
+    monkeypatch.setattr(module, "run_that_wrote", lambda path: "run-of-" + path.name)
+    pretrained_args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "2", "--seed", "0"])
+    start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, pretrained_args)
+    assert start.stage == "finetune_pretrained@2-0" and start.upstream == "run-of-seed2.pt"
+    assert start.pretrained.resolve() == checkpoint
+    assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]
 
 
 # --- stops and faults that must end in one line ----------------------------------------------------------------

@@ -108,7 +108,6 @@ def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
 def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path, monkeypatch):
     """Its params leave `model.*` out (the checkpoint decides the shape): the run logs the checkpoint's, not
     params.yaml's, so it compares with its scratch twin. The tracking layer logs what the stage gives it."""
-    import sys
 
     from torch import nn
 
@@ -117,14 +116,13 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
     from lmtransfer.harness.tracking import stage_run
     from lmtransfer.modeling.checkpoint import save_checkpoint
     from lmtransfer.modeling.model import ModelConfig
-    from lmtransfer.training import finetune_args
+    from lmtransfer.training.finetune_start import language_model_start
+    from lmtransfer.training.stage_args import parse_finetune_args
 
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
     save_checkpoint(PretrainOutputs(0).checkpoint, nn.Linear(1, 1), "language_model", config)
-    finetune_args.finetune_args.cache_clear()
-    monkeypatch.setattr(sys, "argv", ["finetune.py", "--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
-    start = finetune_args.language_model_start(Params(), {"vocab_size": 12, "pad_id": 0})
-    finetune_args.finetune_args.cache_clear()
+    args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
+    start = language_model_start(Params(), {"vocab_size": 12, "pad_id": 0}, args)
     with stage_run("finetune_pretrained", start.logged_params(Params()), run_name=start.stage) as tuned:
         pass
     params = store.get_run(tuned.info.run_id).data.params

@@ -150,6 +150,7 @@ def test_a_training_layer_on_the_cpu_uses_its_own_attention_dropout(monkeypatch)
 PROBE = """
 import runpy, sys
 sys.path.insert(0, "stages")  # as when the stage runs as a script: its folder first
+sys.argv = [{stage!r}, *{args!r}]  # the stage script parses its command line as it loads
 runpy.run_path({stage!r}, run_name="imported")  # the stage's imports and module code, not its main
 from lmtransfer.core.config import TrainParams
 from lmtransfer.modeling.runtime import configure, denormals_flushed
@@ -158,11 +159,15 @@ print(denormals_flushed())
 """
 
 
-@pytest.mark.parametrize("stage", ["stages/pretrain.py", "stages/finetune.py", "stages/translation/finetune.py"])
-def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage):
+@pytest.mark.parametrize(("stage", "args"), [
+    ("stages/pretrain.py", ["--seed", "0"]),
+    ("stages/finetune.py", ["--init", "scratch", "--pretrain-seed", "0", "--seed", "0"]),
+    ("stages/translation/finetune.py", ["--init", "scratch", "--seed", "0"]),
+])
+def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage, args):
     """The flag is per thread and torch's workers copy it only when they start: configure() must come before
     anything a stage does in parallel (its imports included)."""
-    result = subprocess.run([sys.executable, "-c", PROBE.format(stage=stage)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", PROBE.format(stage=stage, args=args)], capture_output=True, text=True,
                             check=True, cwd=REPO)  # the stage's paths are relative to the repository
     assert result.stdout.split()[-1] == "True"
 

@@ -27,6 +27,7 @@ from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.training import distributed
+from lmtransfer.training.loop import RunOptions
 
 CPU = torch.device("cpu")
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 40
@@ -92,7 +93,7 @@ def train_all() -> dict:
     torch.manual_seed(2)
     classifier = Classifier(_config(), 2, "mean")
     tuned = finetune(classifier, _split(23, 6), _split(12, 7), FinetuneParams(epochs=2, batch_size=5, lr=3e-3,
-                     max_len=12, warmup_steps=2), CPU, seed=0)
+                     max_len=12, warmup_steps=2), RunOptions(CPU, seed=0))
     out["finetune"] = (tuned.history, [], _state(classifier))
     return out
 

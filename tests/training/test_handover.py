@@ -20,6 +20,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np, torch
     from lmtransfer.core import sharing
     from lmtransfer.classification import finetune
+    from lmtransfer.training.loop import RunOptions
     from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.core.config import PretrainParams
     from lmtransfer.harness.tracking import log_metrics, stage_run
@@ -63,8 +64,9 @@ SCRIPT = textwrap.dedent("""
             split = LabeledSplit(texts.integers(5, 40, lengths.sum()).astype(np.uint16),
                                  np.concatenate([[0], np.cumsum(lengths)]), texts.integers(0, 2, 120))
             params = FinetuneParams(epochs=3, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
-            log = finetune.finetune(model, split, split, params, torch.device("cpu"),
-                                    on_epoch=lambda row: log_metrics(row, row["epoch"]), snapshots=snapshots).history
+            options = RunOptions(desc="finetune", on_epoch=lambda row: log_metrics(row, row["epoch"]),
+                                 snapshots=snapshots)
+            log = finetune.finetune(model, split, split, params, options).history
         run_id = run.info.run_id
     digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in model.state_dict().values())).hexdigest()
     print("done", json.dumps({"run_id": run_id, "digest": digest, "log": log}), flush=True)

@@ -23,6 +23,7 @@ from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
 
 CPU = torch.device("cpu")
@@ -178,8 +179,8 @@ def _finetune(snapshots: Snapshots | None, stop_after: int | None = None, model_
             raise Interrupted
 
     params = FinetuneParams(epochs=4, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
-    result = finetune(model, _split(120, 0), _split(40, 1), params, CPU, seed=5, on_epoch=on_epoch,
-                      snapshots=snapshots)
+    result = finetune(model, _split(120, 0), _split(40, 1), params,
+                      RunOptions(CPU, seed=5, on_epoch=on_epoch, snapshots=snapshots))
     return model, result, rows
 
 

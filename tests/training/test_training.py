@@ -27,6 +27,7 @@ from lmtransfer.pretraining.training import LoopOptions, pretrain
 from lmtransfer.tokens.datasets import PackedBatches, classification_batches, pad_batch
 from lmtransfer.tokens.tokenized import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
 
 CPU = torch.device("cpu")
@@ -196,7 +197,8 @@ def test_finetuning_learns_a_separable_task(pooling, device):
     torch.manual_seed(0)
     model = Classifier(CLS_CONFIG, 2, pooling)
     epochs_seen = []
-    result = finetune(model, train, valid, _finetune_params(pooling=pooling), device, on_epoch=epochs_seen.append)
+    result = finetune(model, train, valid, _finetune_params(pooling=pooling),
+                      RunOptions(device, on_epoch=epochs_seen.append))
     assert result.best_val_accuracy > 0.9
     assert len(result.history) == 4 and epochs_seen == result.history
     assert all(set(row) == HISTORY_KEYS for row in result.history)
@@ -225,7 +227,7 @@ def test_a_frozen_backbone_stays_unchanged_while_the_head_learns():
     model = Classifier(ModelConfig(**{**CLS_CONFIG.to_dict(), "dropout": 0.1}), 2)
     base_before = {k: v.clone() for k, v in model.base.state_dict().items()}
     head_before = {k: v.clone() for k, v in model.head.state_dict().items()}
-    finetune(model, train, valid, _finetune_params(epochs=1, freeze_backbone=True), CPU)
+    finetune(model, train, valid, _finetune_params(epochs=1, freeze_backbone=True), RunOptions(CPU))
     assert all(torch.equal(base_before[k], v) for k, v in model.base.state_dict().items())
     assert not all(torch.equal(head_before[k], v) for k, v in model.head.state_dict().items())
 
@@ -348,7 +350,7 @@ def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate():
                             head_lr_multiplier=1.0, weight_decay=0.0, max_len=8)
     torch.optim.AdamW.step = recording_step
     try:
-        finetune(model, split, split, params, torch.device("cpu"), seed=0)
+        finetune(model, split, split, params, RunOptions(seed=0))
     finally:
         torch.optim.AdamW.step = original_step
     assert len(seen) == 8 and set(seen) == {3e-4}

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError, InputFileError
+from lmtransfer.translation.config import TranslationDataParams
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 from lmtransfer.translation.data.pairs import carve_pairs, load_pair_files, read_pairs
 
@@ -38,8 +39,9 @@ def read(path: Path, key: str = "data.train", fmt: str = "auto", source: str = "
 
 def load(train: Path, valid: Path | str = "", test: Path | str = "", corpus: list[str] | None = None,
          valid_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0) -> ParallelData:
-    return load_pair_files(str(train), str(valid), str(test), corpus or [], "auto", "source", "target", "utf-8",
-                           valid_fraction, test_fraction, seed)
+    return load_pair_files(TranslationDataParams(
+        source="files", train=str(train), valid=str(valid), test=str(test), corpus=corpus or [],
+        valid_fraction=valid_fraction, test_fraction=test_fraction, seed=seed))
 
 
 def texts(table: pd.DataFrame) -> list[tuple[str, str]]:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -29,9 +28,6 @@ from lmtransfer.training import distributed
 from lmtransfer.training.loop import NumpyBatchOrder, Position, RunOptions, Schedule
 from lmtransfer.training.loop import train as train_loop
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
-from lmtransfer.training.resume import Snapshots
-
-EpochCallback = Callable[[dict[str, float]], None]
 
 
 @dataclass
@@ -80,17 +76,18 @@ class _Classification(NumpyBatchOrder):
     epoch's weights are kept."""
 
     def __init__(self, model: Classifier, train: LabeledSplit, valid: LabeledSplit, params: FinetuneParams,
-                 device: torch.device, seed: int, on_epoch: EpochCallback | None, desc: str, compile_steps: bool):
-        self.model, self.train, self.valid, self.params, self.device = model, train, valid, params, device
-        self.on_epoch, self.desc, self.result = on_epoch, desc, FinetuneResult()
+                 options: RunOptions):
+        self.model, self.train, self.valid, self.params, self.device = model, train, valid, params, options.device
+        self.on_epoch, self.desc, self.result = options.on_epoch, options.desc, FinetuneResult()
         groups = discriminative_param_groups(model, params.lr, params.head_lr_multiplier, params.layer_lr_decay)
         self.optimizer = make_optimizer(groups, params.lr, params.weight_decay)
         self.steps_per_epoch = -(-len(train) // params.batch_size)
         self.scheduler = (warmup_constant(self.optimizer, params.warmup_steps) if params.schedule == "constant"
                           else warmup_cosine(self.optimizer, params.warmup_steps,
                                              self.steps_per_epoch * params.epochs))
-        self.grad_clip, self.generator = params.grad_clip, np.random.default_rng(seed)  # draws each epoch's order
-        self.forward_step = _step_function(model, device, compile_steps)
+        self.grad_clip = params.grad_clip
+        self.generator = np.random.default_rng(options.seed)  # draws each epoch's order
+        self.forward_step = _step_function(model, options.device, options.compile_steps)
         self.train_means: tuple[float, float] = (0.0, 0.0)
 
     def epoch_batches(self, skip: int):
@@ -144,28 +141,18 @@ class _Classification(NumpyBatchOrder):
                 self.on_epoch(row)
 
 
-def finetune(
-    model: Classifier,
-    train: LabeledSplit,
-    valid: LabeledSplit,
-    params: FinetuneParams,
-    device: torch.device,
-    seed: int = 0,
-    on_epoch: EpochCallback | None = None,
-    desc: str = "finetune",
-    snapshots: Snapshots | None = None,
-    compile_steps: bool = False,
-) -> FinetuneResult:
-    """Train the classifier `params.epochs` epochs on the training loop (`training.loop`); with `snapshots`, save
-    after each epoch and resume from the last one saved (its epochs are passed to `on_epoch` again, so a new
-    MLflow run is complete). `compile_steps` (`train.compile`) runs the training forward through torch.compile."""
+def finetune(model: Classifier, train: LabeledSplit, valid: LabeledSplit, params: FinetuneParams,
+             options: RunOptions = RunOptions(desc="finetune")) -> FinetuneResult:
+    """Train the classifier `params.epochs` epochs on the training loop (`training.loop`); `options.on_epoch`
+    hears each epoch's row. With `options.snapshots`, save after each epoch and resume from the last one saved
+    (its epochs are passed to `on_epoch` again, so a new MLflow run is complete)."""
     refuse_padding_ids_in_texts(model.base.config.pad_id, train=train, valid=valid)
-    model.to(device)
+    model.to(options.device)
     set_backbone_frozen(model, params.freeze_backbone)
-    task = _Classification(model, train, valid, params, device, seed, on_epoch, desc, compile_steps)
-    print(describe_trainable(model, params.freeze_backbone, desc), flush=True)
+    task = _Classification(model, train, valid, params, options)
+    print(describe_trainable(model, params.freeze_backbone, options.desc), flush=True)
     schedule = Schedule(task.steps_per_epoch * params.epochs, task.steps_per_epoch)
-    ended = train_loop(task, schedule, RunOptions(device, seed, desc, snapshots, "epochs"))
+    ended = train_loop(task, schedule, replace(options, snapshot="epochs"))
     task.result.seconds = ended.seconds
     return task.result
 

@@ -13,18 +13,20 @@ from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
 from lmtransfer.training import distributed
-from lmtransfer.training.finetune_args import language_model_start, record_finetuned
+from lmtransfer.training.finetune_start import language_model_start, record_finetuned
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
+from lmtransfer.training.stage_args import FinetuneArgs
 
 
-def run_finetune_stage(params: Params) -> None:
+def run_finetune_stage(params: Params, args: FinetuneArgs) -> None:
     """Fine-tune one variant from one pretraining run with one seed (`--init`, `--pretrain-seed`, `--seed`); rank 0
     saves the best epoch's weights and reports."""
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
     label_names = meta["label_names"]
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
-    start = language_model_start(params, meta)
+    start = language_model_start(params, meta, args)
     variant, seed, stage = start.variant, start.draws, start.stage
     device = distributed.start(params.train, configure(params.train, seed=seed))
     if start.payload:
@@ -44,11 +46,12 @@ def run_finetune_stage(params: Params) -> None:
                       "n_trainable_parameters": trainable},
                 params={"seed": start.seed, "pretrain_seed": start.pretrain_seed})
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
-        result = finetune(
-            model, train, valid, params.finetune, device, seed,
-            on_epoch=lambda row: log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"]),
-            desc=stage, snapshots=snapshots, compile_steps=params.train.compile,
-        )
+
+        def on_epoch(row: dict) -> None:  # each epoch's row, on the stage's MLflow run
+            log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+
+        options = RunOptions(device, seed, stage, snapshots, on_epoch=on_epoch, compile_steps=params.train.compile)
+        result = finetune(model, train, valid, params.finetune, options)
         if not run:  # None on ranks other than 0: they train, rank 0 reports
             return
         model.load_state_dict(result.best_state)

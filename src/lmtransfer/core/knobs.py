@@ -117,10 +117,15 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
 )}
 
 
-def _parsed(name: str) -> tuple[Any, str | None]:
+# As this process found them: the first import replaces LMTRANSFER_OPENMP_WAIT with its own choice (for the
+# child processes), so `check` judges the value that was given, not the one set since.
+_GIVEN = {name: os.environ.get(name) for name in KNOBS if KNOBS[name].internal}
+
+
+def _parsed(name: str, text: str | None = None) -> tuple[Any, str | None]:
     """`name`'s value parsed (None when unset), or the line that refuses it."""
     knob = KNOBS[name]
-    text = os.environ.get(name, "")
+    text = os.environ.get(name, "") if text is None else text
     if not text.strip():
         return None, None
     try:
@@ -130,8 +135,9 @@ def _parsed(name: str) -> tuple[Any, str | None]:
 
 
 def problem(name: str) -> str | None:
-    """One line naming `name`, its value and the values it takes, when it is set to a value it does not take."""
-    return _parsed(name)[1]
+    """One line naming `name`, its value and the values it takes, when it is set to a value it does not take
+    (now, or when this process started: a variable lmtransfer sets for itself may have been replaced since)."""
+    return _parsed(name)[1] or _parsed(name, _GIVEN.get(name) or "")[1]
 
 
 def check() -> None:

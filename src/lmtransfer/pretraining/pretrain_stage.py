@@ -4,9 +4,6 @@ classification task once per `pretrain.seeds` (`pretrain@<seed>`), the translati
 
 from __future__ import annotations
 
-import argparse
-import functools
-
 from lmtransfer.core.config import PipelineParams
 from lmtransfer.core.io import write_json, write_text, write_timings, write_tsv
 from lmtransfer.core.paths import TOKENIZED, TOKENIZED_CORPUS, PretrainOutputs, timings_file
@@ -32,19 +29,6 @@ from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_to
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots, fingerprint
-
-
-@functools.cache
-def pretrain_seed_arg() -> int:
-    """`--seed` of this process (the classification task's `pretrain@<seed>`), parsed once."""
-    parser = argparse.ArgumentParser(description="one pretraining run")
-    parser.add_argument("--seed", type=int, required=True, help="the pretraining seed, one of pretrain.seeds")
-    return parser.parse_args().seed
-
-
-def pretrain_stage_name() -> str:
-    """`pretrain@2`: the name dvc.yaml gives this stage."""
-    return PretrainOutputs(pretrain_seed_arg()).stage
 
 
 def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutputs) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -47,14 +48,18 @@ class Schedule:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Where a training runs and what it keeps: the device, the seed of its DDP draws (`distributed.Draws`), its
-    label in the log, and its resume snapshots (`snapshot` names the file: one per pretraining phase)."""
+    """How one training runs, beside its task and data: the device, the seed of its random draws (the batch order
+    and dropout of a fine-tune, DDP's `distributed.Draws`), its label in the log, its resume snapshots
+    (`snapshot` names the file: one per pretraining phase), what hears of each finished epoch (a fine-tune's
+    MLflow logging), and whether the training forward runs through torch.compile (`train.compile`)."""
 
     device: torch.device = torch.device("cpu")
     seed: int = 0
     desc: str = "train"
     snapshots: Snapshots | None = None
     snapshot: str = "training"
+    on_epoch: Callable[..., None] | None = None
+    compile_steps: bool = False
 
 
 @dataclass

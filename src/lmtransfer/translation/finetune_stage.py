@@ -10,20 +10,22 @@ from lmtransfer.modeling.model import count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
-from lmtransfer.training.finetune_args import language_model_start, record_finetuned
+from lmtransfer.training.finetune_start import language_model_start, record_finetuned
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
+from lmtransfer.training.stage_args import FinetuneArgs
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.parallel import read_pairs
-from lmtransfer.translation.training import build_translation_model, finetune_translation
+from lmtransfer.translation.training import TranslationPairs, build_translation_model, finetune_translation
 
 
-def run_finetune_stage(params: TranslationParams) -> None:
+def run_finetune_stage(params: TranslationParams, args: FinetuneArgs) -> None:
     """Fine-tune one variant with one seed (`--init`, `--seed`): the best epoch's weights, curves and examples."""
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)
     train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")
     valid_references = list(read_pairs(PREPARED, "valid")["target"])
-    start = language_model_start(params, meta)
+    start = language_model_start(params, meta, args)
     variant, seed, stage = start.variant, start.seed, start.stage
     if params.train.nproc > 1:
         print(f"{stage}: train.nproc={params.train.nproc} applies to pretraining; translation fine-tuning runs in "
@@ -49,8 +51,9 @@ def run_finetune_stage(params: TranslationParams) -> None:
             lines = [f"{text}\t{translation}" for text, translation in zip(params.finetune.examples, examples)]
             log_file("\n".join(lines) + "\n", f"examples/epoch{row['epoch']}.txt")
 
-        result = finetune_translation(model, train, valid, valid_references, tokenizer, params.finetune, device,
-                                      start.draws, on_epoch=on_epoch, desc=stage, snapshots=snapshots)
+        pairs = TranslationPairs(train, valid, valid_references, tokenizer)
+        result = finetune_translation(model, pairs, params.finetune,
+                                      RunOptions(device, start.draws, stage, snapshots, on_epoch=on_epoch))
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, start.run)
         save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed,

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -24,15 +23,12 @@ from lmtransfer.tokens.tokenizer import Tokenizer
 from lmtransfer.training.loop import NumpyBatchOrder, Position, RunOptions, Schedule
 from lmtransfer.training.loop import train as train_loop
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
-from lmtransfer.training.resume import Snapshots
 from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.config import TranslationFinetuneParams
 from lmtransfer.translation.decoding import evaluation_mode
 from lmtransfer.translation.model import TranslationConfig, TranslationModel, WarmStart, warm_start_from_language_model
 from lmtransfer.translation.translator import DecodingOptions, translate_sources, translate_texts
-
-EpochCallback = Callable[[dict[str, float], list[str]], None]
 
 
 @dataclass
@@ -78,7 +74,7 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
 
 
 @dataclass(frozen=True)
-class _Pairs:
+class TranslationPairs:
     """What a translation fine-tune reads: the pairs, the validation references as text, the tokenizer."""
 
     train: PairSplit
@@ -92,11 +88,11 @@ class _Translation(NumpyBatchOrder):
     label-smoothed loss of the next target token; at each epoch's end the validation loss, BLEU and examples,
     the best epoch's weights kept."""
 
-    def __init__(self, model: TranslationModel, pairs: _Pairs, params: TranslationFinetuneParams,
-                 device: torch.device, seed: int, on_epoch: EpochCallback | None, desc: str):
+    def __init__(self, model: TranslationModel, pairs: TranslationPairs, params: TranslationFinetuneParams,
+                 options: RunOptions):
         self.model, self.train, self.valid, self.tokenizer = model, pairs.train, pairs.valid, pairs.tokenizer
         self.usable = trainable_pairs(pairs.train, params.max_len)
-        self.params, self.device, self.on_epoch, self.desc = params, device, on_epoch, desc
+        self.params, self.device, self.on_epoch, self.desc = params, options.device, options.on_epoch, options.desc
         self.result = TranslationResult(left_out=len(pairs.train) - len(self.usable))
         self.pad, self.grad_clip = model.config.pad_id, params.grad_clip
         self.optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
@@ -105,7 +101,7 @@ class _Translation(NumpyBatchOrder):
         if params.max_steps:
             self.total_steps = min(self.total_steps, params.max_steps)
         self.scheduler = warmup_cosine(self.optimizer, params.warmup_steps, self.total_steps)
-        self.generator = np.random.default_rng(seed)  # draws each epoch's order
+        self.generator = np.random.default_rng(options.seed)  # draws each epoch's order
         self.greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
         self.n_valid = min(params.valid_sentences, len(pairs.valid))
         self.valid_sources = [pairs.valid.source(i) for i in range(self.n_valid)]
@@ -166,22 +162,20 @@ class _Translation(NumpyBatchOrder):
                 self.on_epoch(row, examples)
 
 
-def finetune_translation(model: TranslationModel, train: PairSplit, valid: PairSplit, valid_references: list[str],
-                         tokenizer: Tokenizer, params: TranslationFinetuneParams, device: torch.device, seed: int,
-                         on_epoch: EpochCallback | None = None, desc: str = "finetune",
-                         snapshots: Snapshots | None = None) -> TranslationResult:
+def finetune_translation(model: TranslationModel, pairs: TranslationPairs, params: TranslationFinetuneParams,
+                         options: RunOptions = RunOptions(desc="finetune")) -> TranslationResult:
     """Train `params.epochs` epochs (or `params.max_steps` steps) on the training loop (`training.loop`);
-    `on_epoch(row, example_translations)` after each epoch (MLflow logging). With `snapshots`, save after each
-    epoch and resume from the last one saved (its epochs are passed to `on_epoch` again)."""
-    model.to(device)
-    task = _Translation(model, _Pairs(train, valid, valid_references, tokenizer), params, device, seed, on_epoch, desc)
-    torch.manual_seed(seed)  # dropout
+    `options.on_epoch(row, example_translations)` after each epoch (MLflow logging). With `options.snapshots`,
+    save after each epoch and resume from the last one saved (its epochs are passed to `on_epoch` again)."""
+    model.to(options.device)
+    task = _Translation(model, pairs, params, options)
+    torch.manual_seed(options.seed)  # dropout
     steps, total_steps, result = task.steps_per_epoch, task.total_steps, task.result
-    print(f"{desc}: {count_parameters(model):,} parameters, {len(task.usable):,} training pairs "
+    print(f"{options.desc}: {count_parameters(model):,} parameters, {len(task.usable):,} training pairs "
           f"({result.left_out:,} longer than finetune.max_len={params.max_len} left out), {steps} steps per epoch"
           + (f", {total_steps} in all (finetune.max_steps)" if total_steps < steps * params.epochs else ""),
           flush=True)
-    ended = train_loop(task, Schedule(total_steps, steps), RunOptions(device, seed, desc, snapshots, "epochs"))
+    ended = train_loop(task, Schedule(total_steps, steps), replace(options, snapshot="epochs"))
     task.result.seconds = ended.seconds
     task.result.tokens_per_second = task.result.tokens / max(ended.seconds, 1e-9)
     return task.result

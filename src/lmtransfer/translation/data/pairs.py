@@ -28,6 +28,7 @@ from lmtransfer.data.files import (
 )
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.data.normalize import normalize_text
+from lmtransfer.translation.config import TranslationDataParams
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")
@@ -66,12 +67,15 @@ def _naming(key: str) -> Iterator[None]:
         raise DataSourceError(f"{exc} (set by {key})") from None
 
 
-def load_pair_files(train: str, valid: str, test: str, corpus: list[str], fmt: str, source_column: str,
-                    target_column: str, encoding: str, valid_fraction: float, test_fraction: float,
-                    seed: int) -> ParallelData:
-    """Train/valid/test pairs and the monolingual corpus from the user's files (module docstring: the rules).
+def load_pair_files(params: TranslationDataParams) -> ParallelData:
+    """Train/valid/test pairs and the monolingual corpus from the user's files, as `data.*` names them (module
+    docstring: the rules).
 
     `removed` counts what left train (repeats, pairs sharing a text with valid/test) and the corpus."""
+    train, valid, test, corpus, seed = params.train, params.valid, params.test, params.corpus, params.seed
+    fmt, source_column, target_column, encoding = (params.format, params.source_column, params.target_column,
+                                                   params.encoding)
+    valid_fraction, test_fraction = params.valid_fraction, params.test_fraction
     read = {name: _normalized(read_pairs(path, f"data.{name}", fmt, source_column, target_column, encoding))
             for name, path in split_files({"train": train, "valid": valid, "test": test})}
     pool = read["train"].drop_duplicates(ignore_index=True)

@@ -40,9 +40,7 @@ def load_parallel(params) -> ParallelData:
     else:
         from lmtransfer.translation.data.pairs import load_pair_files
 
-        data = load_pair_files(params.train, params.valid, params.test, params.corpus, params.format,
-                               params.source_column, params.target_column, params.encoding, params.valid_fraction,
-                               params.test_fraction, params.seed)
+        data = load_pair_files(params)
     if params.max_train_pairs and len(data.splits["train"]) > params.max_train_pairs:
         data.splits["train"] = data.splits["train"].iloc[: params.max_train_pairs].reset_index(drop=True)
     for name, split in data.splits.items():  # one line per text: a tab or newline inside one would split a row

@@ -1,5 +1,5 @@
-"""The fine-tune stages' command line, start and outputs, shared by both tasks:
-`--init pretrained|scratch [--pretrain-seed P] --seed N`.
+"""Where a fine-tune stage starts and what it leaves, shared by both tasks (its command line:
+`training.stage_args`).
 
 dvc.yaml runs one fine-tune stage per variant and run; the stage's name (`finetune_pretrained@2-0`: pretraining
 run 2, fine-tuning seed 0; the translation task's `finetune_pretrained@0` has one pretraining run) labels its log
@@ -9,8 +9,6 @@ lines and its MLflow run. Both tasks start the same way: the pretrained language
 
 from __future__ import annotations
 
-import argparse
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,34 +16,11 @@ from typing import Any
 import numpy as np
 
 from lmtransfer.core.io import write_json, write_timings, write_tsv
-from lmtransfer.core.paths import (
-    VARIANTS,
-    PretrainOutputs,
-    finetune_epochs,
-    finetune_run,
-    finetune_summary,
-    timings_file,
-)
+from lmtransfer.core.paths import PretrainOutputs, finetune_epochs, finetune_run, finetune_summary, timings_file
 from lmtransfer.harness.tracking import log_checkpoint, log_run, run_that_wrote
 from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, model_params_of
 from lmtransfer.modeling.model import ModelConfig
-
-
-@functools.cache
-def finetune_args() -> argparse.Namespace:
-    """`--init` and `--seed` of this process, parsed once (the stage wrapper and the stage both ask)."""
-    parser = argparse.ArgumentParser(description="fine-tune one variant with one seed")
-    parser.add_argument("--init", choices=VARIANTS, required=True)
-    parser.add_argument("--pretrain-seed", type=int, default=None,
-                        help="the pretraining run (pretrained) or the random start's seed (scratch)")
-    parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
-    return parser.parse_args()
-
-
-def finetune_stage_name() -> str:
-    """`finetune_pretrained@2-0`: the name dvc.yaml gives this stage."""
-    args = finetune_args()
-    return f"finetune_{args.init}@{finetune_run(args.seed, args.pretrain_seed)}"
+from lmtransfer.training.stage_args import FinetuneArgs
 
 
 def draw_seed(seed: int, pretrain_seed: int | None) -> int:
@@ -96,11 +71,10 @@ class LanguageModelStart:
         return logged
 
 
-def language_model_start(params: Any, meta: dict) -> LanguageModelStart:
+def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> LanguageModelStart:
     """This stage's start: the pretraining run's checkpoint for `--init pretrained` (`models/pretrained/seed<P>.pt`,
     or `models/pretrained.pt` without `--pretrain-seed`); for `--init scratch` the network `params.model` describes
     over the tokenizer's ids (`meta`: data/tokenized's meta.json), fresh."""
-    args = finetune_args()
     if args.init == "pretrained":
         path = PretrainOutputs(args.pretrain_seed).checkpoint
         payload = load_checkpoint(path, expected_kind="language_model")

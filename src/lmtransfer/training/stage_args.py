@@ -1,0 +1,63 @@
+"""The command lines of the stages that take arguments, one parser each, called by the stage script itself.
+
+dvc.yaml runs one stage per pretraining run (`pretrain@2`: `--seed 2`) and per fine-tune
+(`finetune_pretrained@2-0`: `--init pretrained --pretrain-seed 2 --seed 0`). The stage script parses its
+arguments in plain sight, names its stage from them and hands them down; nothing under src/ reads `sys.argv`
+(torchrun's relaunch and the handover run the same command again, so they pass it on unread).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lmtransfer.core.paths import VARIANTS, PretrainOutputs, finetune_run
+
+
+@dataclass(frozen=True)
+class PretrainArgs:
+    """`--seed P`: the pretraining run this process trains."""
+
+    seed: int
+
+    @property
+    def stage(self) -> str:
+        """`pretrain@2`: the name dvc.yaml gives this stage."""
+        return PretrainOutputs(self.seed).stage
+
+    @property
+    def outputs(self) -> PretrainOutputs:
+        return PretrainOutputs(self.seed)
+
+
+@dataclass(frozen=True)
+class FinetuneArgs:
+    """`--init pretrained|scratch [--pretrain-seed P] --seed N`: the fine-tune this process runs."""
+
+    init: str
+    seed: int
+    pretrain_seed: int | None = None
+
+    @property
+    def stage(self) -> str:
+        """`finetune_pretrained@2-0`: the name dvc.yaml gives this stage."""
+        return f"finetune_{self.init}@{finetune_run(self.seed, self.pretrain_seed)}"
+
+
+def parse_pretrain_args(argv: Sequence[str] | None = None) -> PretrainArgs:
+    """The pretrain stage's arguments (`argv`, or this process's command line)."""
+    parser = argparse.ArgumentParser(description="one pretraining run")
+    parser.add_argument("--seed", type=int, required=True, help="the pretraining seed, one of pretrain.seeds")
+    return PretrainArgs(parser.parse_args(argv).seed)
+
+
+def parse_finetune_args(argv: Sequence[str] | None = None) -> FinetuneArgs:
+    """A fine-tune stage's arguments (`argv`, or this process's command line)."""
+    parser = argparse.ArgumentParser(description="fine-tune one variant with one seed")
+    parser.add_argument("--init", choices=VARIANTS, required=True)
+    parser.add_argument("--pretrain-seed", type=int, default=None,
+                        help="the pretraining run (pretrained) or the random start's seed (scratch)")
+    parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
+    args = parser.parse_args(argv)
+    return FinetuneArgs(args.init, args.seed, args.pretrain_seed)
