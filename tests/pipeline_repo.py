@@ -120,3 +120,47 @@ def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "tiny pipeline"], root, env)
     return env
+
+
+STORE_FAULTS = ("random bytes", "zeros in the middle", "first page gone", "cut to half", "empty file", "a directory",
+                "read-only file", "read-only folder")
+
+
+class ChattrMissing(RuntimeError):
+    """`chattr +i` (an immutable file or folder) is not available on this machine."""
+
+
+def break_store(root: Path, fault: str) -> Callable[[], None]:
+    """Damage the MLflow store of `root` as `fault` (one of STORE_FAULTS) says; returns what undoes it. Read-only
+    is made with `chattr +i`: the tests run as root, whom chmod would not stop."""
+    store, kept = root / "mlflow.db", root / "mlflow.db.kept"
+    shutil.copy2(store, kept)
+    immutable = {"read-only file": store, "read-only folder": root}.get(fault)
+    data = bytearray(store.read_bytes())
+    if fault == "random bytes":
+        data[len(data) // 2: len(data) // 2 + 32768] = random.Random(7).randbytes(32768)
+    elif fault == "zeros in the middle":
+        data[len(data) // 3: len(data) // 3 + 65536] = bytes(65536)
+    elif fault == "first page gone":
+        data[:4096] = random.Random(3).randbytes(4096)
+    elif fault == "cut to half":
+        data = data[: len(data) // 2]
+    elif fault == "empty file":
+        data = bytearray()
+    if fault == "a directory":
+        store.unlink()
+        (store / "inside").mkdir(parents=True)
+    elif immutable and subprocess.run(["chattr", "+i", str(immutable)], capture_output=True).returncode:
+        kept.unlink()
+        raise ChattrMissing(fault)
+    elif not immutable:
+        store.write_bytes(bytes(data))
+
+    def undo() -> None:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(immutable)], check=True)
+        if store.is_dir():
+            shutil.rmtree(store)
+        os.replace(kept, store)
+
+    return undo
