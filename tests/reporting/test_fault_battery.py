@@ -1,0 +1,65 @@
+"""The fault battery's bookkeeping (benchmarks/fault_battery.py): how an outcome is sorted, and that every case
+that edits params.yaml finds its line in the tiny pipeline (a case that edits nothing would test nothing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def battery(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import fault_battery
+
+    return fault_battery
+
+
+def _done(code: int, output: str) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess([], code, stdout="", stderr=output)
+
+
+def test_an_outcome_is_sorted_by_what_the_user_saw_and_what_was_left(battery):
+    case = battery.Case("params", "x", ["dvc", "repro"], ("model.d_model",))
+    assert battery.outcome(case, _done(1, "validate: error: model.d_model: must be > 0"), []) == "ok"
+    assert battery.outcome(case, _done(1, "validate: error: something is wrong"), []) == "misleading"
+    assert battery.outcome(case, _done(0, "model.d_model ..."), []) == "silent"
+    assert battery.outcome(case, _done(1, "Traceback (most recent call last):\n model.d_model"), []) == "traceback"
+    assert battery.outcome(case, _done(255, "ERROR: unexpected error - 'Value' object is not iterable"),
+                           []) == "traceback"
+    assert battery.outcome(case, _done(1, "model.d_model"), ["metrics/evaluate.json"]) == "lost"
+    runs = battery.Case("runs", "y", ["dvc", "repro"], ())
+    assert battery.outcome(runs, _done(0, ""), ["metrics/evaluate.json"]) == "ok"  # a run may change outputs
+    assert battery.outcome(runs, _done(1, "stopped"), []) == "misleading"
+
+
+def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(battery, tmp_path):
+    output = (f"Running stage 'validate':\nvalidate: error: {tmp_path}/mlflow.db: damaged\n"
+              "ERROR: failed to reproduce 'validate': failed to run: python stages/validate.py, exited with 1\n")
+    assert battery.telling_line(output, tmp_path) == "validate: error: ./mlflow.db: damaged"
+    assert battery.telling_line("a\nlast line\n", tmp_path) == "last line"
+
+
+def test_every_params_case_changes_one_line_of_the_tiny_pipeline(battery, tmp_path):
+    sys.path.insert(0, str(REPO / "tests"))
+    from pipeline_repo import TINY_PARAMS, ChattrMissing, make_repo, write_tiny_data
+
+    make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(bytes(range(256)) * 800)  # what the store faults damage
+    original = (tmp_path / "params.yaml").read_text()
+    for case in battery.cases():
+        if case.group in ("params", "data files", "store") or case.name.startswith("LMTRANSFER_CACHE_DIR"):
+            try:
+                undo = case.apply(tmp_path)
+            except ChattrMissing:  # no immutable files on this machine: the battery says so too
+                continue
+            assert (tmp_path / "params.yaml").read_text() != original, case.name
+            undo()
+            assert (tmp_path / "params.yaml").read_text() == original, case.name
+    assert not (tmp_path / "mlflow.db.kept").exists() and store.read_bytes() == bytes(range(256)) * 800
