@@ -77,6 +77,20 @@ def edit_params(old: str, new: str, params: str = "params.yaml") -> Callable[[Pa
     return apply
 
 
+def built_in_data(root: Path) -> Callable[[], None]:
+    """params.yaml asking for the built-in reviews (`data.source: movies-en`, the file keys emptied)."""
+    path = root / "params.yaml"
+    original = path.read_text()
+    changed = original
+    for old, new in ((r"source: files", "source: movies-en"), (r"train: raw/labeled\.tsv", "train: ''"),
+                     (r"corpus:( +#[^\n]*)?\n(\s*\n)*  - raw/corpus\*\.txt\n", "corpus: []\n")):
+        changed, count = re.subn(old, new, changed, count=1)
+        if count != 1:
+            raise SystemExit(f"fault_battery: {old!r} not found in params.yaml")
+    path.write_text(changed)
+    return lambda: path.write_text(original)
+
+
 def data_file(content: bytes, name: str = "raw/bad.tsv") -> Callable[[Path], Callable[[], None]]:
     """`data.train` pointing at a file holding `content`."""
     def apply(root: Path) -> Callable[[], None]:
@@ -104,10 +118,16 @@ def broken_store(fault: str) -> Callable[[Path], Callable[[], None]]:
     return apply
 
 
+REFERENCE = "results/reference/AuthenticAMD.json"  # another vendor's: read beside this machine's by --reference
+
+
 def reference_file(content: bytes) -> Callable[[Path], Callable[[], None]]:
+    """A committed vendor reference (`lmtransfer results --reference` reads every one) holding `content`."""
     def apply(root: Path) -> Callable[[], None]:
-        (root / "reference.json").write_bytes(content)
-        return lambda: (root / "reference.json").unlink(missing_ok=True)
+        path = root / REFERENCE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        return lambda: path.unlink()
     return apply
 
 
@@ -163,15 +183,14 @@ def cases() -> list[Case]:
     for name, target in (("cache a file", "file"), ("cache unwritable", "immutable")):
         battery.append(Case("environment", f"LMTRANSFER_CACHE_DIR: {name}", REPRO, ("LMTRANSFER_CACHE_DIR",),
                             _cache_fault(target), env={"LMTRANSFER_CACHE_DIR": "cache-dir"}))
-    for fault in STORE_FAULTS:
-        battery.append(Case("store", fault, REPRO, ("mlflow.db",), broken_store(fault)))
-    references = [("empty list", b"[]"), ("headline a number", b'{"headline": 3}'), ("cut short", b'{"head'),
-                  ("binary", bytes(range(256)))]
+    for fault in STORE_FAULTS:  # an empty file is an empty SQLite database: no run in it to lose, so it is built
+        battery.append(Case("store", fault, REPRO, () if fault == "empty file" else ("mlflow.db",),
+                            broken_store(fault)))
+    references = [("empty list", b"[]"), ("headline a number", b'{"headline": 3}'), ("headline empty",
+                  b'{"headline": {}}'), ("cut short", b'{"head'), ("binary", bytes(range(256)))]
     for name, content in references:
-        battery.append(Case("reference files", name, [*LMTRANSFER, "results", "--reference", "reference.json"],
-                            ("reference.json",), reference_file(content)))
-    battery.append(Case("reference files", "no such file", [*LMTRANSFER, "results", "--reference", "absent.json"],
-                        ("absent.json",)))
+        battery.append(Case("reference files", name, [*LMTRANSFER, "results", "--reference"], ("AuthenticAMD.json",),
+                            reference_file(content)))
     battery += [
         Case("command line", "scaling spread file missing",
              [*LMTRANSFER, "scaling", "--pretraining-spread", "spread-absent.json"], ("spread-absent.json",)),
@@ -197,8 +216,10 @@ def _cache_fault(kind: str) -> Callable[[Path], Callable[[], None]]:
             cache.write_text("not a folder")
         else:
             cache.mkdir()
-            subprocess.run(["chattr", "+i", str(cache)], check=True)
-        undo_params = edit_params(r"source: files", "source: movies-en")(root)
+            if subprocess.run(["chattr", "+i", str(cache)], capture_output=True).returncode:
+                cache.rmdir()
+                raise ChattrMissing("an unwritable cache")
+        undo_params = built_in_data(root)
 
         def undo() -> None:
             undo_params()
@@ -215,8 +236,14 @@ def telling_line(output: str, root: Path) -> str:
     """The line a user reads first: ours that says `error` (not DVC's summary after it), else the last; the
     temporary folder's path written as `.`."""
     lines = [line.strip() for line in output.replace(str(root), ".").splitlines() if line.strip()]
-    ours = [line for line in lines if "error" in line.lower() and not line.startswith("ERROR: failed to reproduce")]
-    return (ours or lines or [""])[0 if ours else -1][:240]
+    ours = [index for index, line in enumerate(lines)
+            if "error" in line.lower() and not line.startswith("ERROR: failed to reproduce")]
+    if not ours:
+        return lines[-1][:240] if lines else ""
+    said = lines[ours[0]]
+    if said.endswith(":") and ours[0] + 1 < len(lines):  # "params.yaml: invalid parameters:", then the key
+        said += " " + lines[ours[0] + 1]
+    return said[:240]
 
 
 def outcome(case: Case, result: subprocess.CompletedProcess, lost: list[str]) -> str:

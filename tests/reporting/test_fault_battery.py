@@ -43,6 +43,8 @@ def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(b
               "ERROR: failed to reproduce 'validate': failed to run: python stages/validate.py, exited with 1\n")
     assert battery.telling_line(output, tmp_path) == "validate: error: ./mlflow.db: damaged"
     assert battery.telling_line("a\nlast line\n", tmp_path) == "last line"
+    assert (battery.telling_line("validate: error: params.yaml: invalid parameters:\n  model.d_model: > 0\n", tmp_path)
+            == "validate: error: params.yaml: invalid parameters: model.d_model: > 0")
 
 
 def test_every_params_case_changes_one_line_of_the_tiny_pipeline(battery, tmp_path):
