@@ -409,7 +409,7 @@ def _benchmark_cell(value: Any, spec: str, where: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return value.replace("|", "\\|")  # a bar in a message would end the cell
     return format(finite(value, where), spec or "g")
 
 
