@@ -79,16 +79,10 @@ def edit_params(old: str, new: str, params: str = "params.yaml") -> Callable[[Pa
 
 def built_in_data(root: Path) -> Callable[[], None]:
     """params.yaml asking for the built-in reviews (`data.source: movies-en`, the file keys emptied)."""
-    path = root / "params.yaml"
-    original = path.read_text()
-    changed = original
-    for old, new in ((r"source: files", "source: movies-en"), (r"train: raw/labeled\.tsv", "train: ''"),
-                     (r"corpus:( +#[^\n]*)?\n(\s*\n)*  - raw/corpus\*\.txt\n", "corpus: []\n")):
-        changed, count = re.subn(old, new, changed, count=1)
-        if count != 1:
-            raise SystemExit(f"fault_battery: {old!r} not found in params.yaml")
-    path.write_text(changed)
-    return lambda: path.write_text(original)
+    undos = [edit_params(old, new)(root) for old, new in (
+        (r"source: files", "source: movies-en"), (r"train: raw/labeled\.tsv", "train: ''"),
+        (r"corpus:( +#[^\n]*)?\n(\s*\n)*  - raw/corpus\*\.txt\n", "corpus: []\n"))]
+    return undos[0]  # the first undo writes back the file as it was before all three
 
 
 def data_file(content: bytes, name: str = "raw/bad.tsv") -> Callable[[Path], Callable[[], None]]:
