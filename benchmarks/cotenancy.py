@@ -177,7 +177,7 @@ def _finetune_split(n_texts: int):
     """Labeled texts of random ids, lengths spread like real reviews (median 55 tokens)."""
     import numpy as np
 
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
 
     generator = np.random.default_rng(1)
     lengths = np.clip(np.exp(generator.normal(np.log(55), 0.8, n_texts)).astype(int), 4, 256)

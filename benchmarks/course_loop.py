@@ -211,7 +211,7 @@ def our_finetune_seconds(texts, labels, vocab_size: int, epochs: int) -> float:
     from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.modeling.model import Classifier, ModelConfig
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
 
     def split(rows):
         lengths = np.array([len(texts[i]) for i in rows])

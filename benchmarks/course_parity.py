@@ -110,7 +110,7 @@ def trained_tokenizer(splits, news: list[str], vocab_size: int):
 
 def encoded_splits(splits, tokenizer):
     """Every split as a LabeledSplit: begin-of-text + pieces, as the pipeline encodes a text for classification."""
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
     from lmtransfer.tokens.tokenizer import encode_for_classification
 
     return [LabeledSplit(*encode_for_classification(tokenizer, texts), labels) for texts, labels in splits]
@@ -155,7 +155,7 @@ def pipeline_data():
     sections): its splits' ids, the texts for the baseline, the tokenizer's size and end-of-text id."""
     from lmtransfer.core.paths import PREPARED, TOKENIZED
     from lmtransfer.data.prepared import read_split
-    from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
+    from lmtransfer.tokens.id_files import load_labeled_split, read_tokenized_meta
 
     folders = [REPO / PREPARED, REPO / TOKENIZED]
     if not all((folder / "meta.json").is_file() for folder in folders):
@@ -180,7 +180,7 @@ def course_files_data(folder: Path):
     from lmtransfer.classification.config import DataParams
     from lmtransfer.classification.data.labeled_files import load_files
     from lmtransfer.classification.data.prepare import prepare_labeled
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
     from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
     reviews = folder / "cls-books" if (folder / "cls-books").is_dir() else folder  # a clone's layout, or flat
@@ -265,7 +265,7 @@ def train_course(train, valid, test, seed: int, schedule: dict, ablation: str) -
 
 def with_eos(split, eos_id: int, max_len: int):
     """Each text cut to max_len - 1 pieces and ended with EOS, so no text loses its EOS to the cut."""
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
 
     texts = [np.append(split.sequence(i)[: max_len - 1], eos_id).astype(split.ids.dtype) for i in range(len(split))]
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in texts])]).astype(np.int64)
@@ -277,7 +277,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
     the best epoch's test score."""
     import torch
 
-    from lmtransfer.classification.config import FinetuneParams, load_params
+    from lmtransfer.classification.config import FinetuneParams, load_classification_params
     from lmtransfer.classification.finetune import finetune
     from lmtransfer.classification.inference import predict
     from lmtransfer.core.paths import PARAMS
@@ -292,7 +292,7 @@ def train_ours(train, valid, test, seed: int, schedule: dict, ablation: str) -> 
                   weight_decay=0.0, grad_clip=schedule["grad_clip"], head_lr_multiplier=1.0, layer_lr_decay=1.0,
                   pooling="last")
     if change.recipe == "default":  # params.yaml's, as the built-in run fine-tunes
-        params = load_params(REPO / PARAMS).finetune.model_copy(
+        params = load_classification_params(REPO / PARAMS).finetune.model_copy(
             update=dict(epochs=schedule["epochs"], max_len=schedule["max_len"], **change.params))
     else:
         params = FinetuneParams(epochs=schedule["epochs"], max_len=schedule["max_len"], **{**course, **change.params})

@@ -21,12 +21,12 @@ from results_file import Column, write_result
 def classification_facts(source: str, tokens: bool) -> list[list]:
     """Labeled texts before and after deduplication, the splits, the corpus lines, and (`tokens`) the corpus's
     training tokens with the default tokenizer."""
-    from lmtransfer.classification.config import parse_params
+    from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.classification.data.prepare import write_prepared
     from lmtransfer.classification.data.sources import load_source
     from lmtransfer.data.prepared import read_corpus_meta
 
-    params = parse_params({"data": {"source": source}})
+    params = parse_classification_params({"data": {"source": source}})
     raw = load_source(params.data)
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "prepared"
@@ -45,8 +45,8 @@ def classification_facts(source: str, tokens: bool) -> list[list]:
 
 def _corpus_tokens(prepared: Path, params) -> int:
     """Tokens of the corpus's train part with the tokenizer the tokenize stage trains on it."""
-    from lmtransfer.tokens.tokenize_data import tokenize_prepared
-    from lmtransfer.tokens.tokenized import corpus_dir
+    from lmtransfer.tokens.encode_splits import tokenize_prepared
+    from lmtransfer.tokens.id_files import corpus_dir
 
     out = prepared.parent / "tokenized"
     tokenize_prepared(prepared, out, params.tokenizer, warn=lambda line: None)

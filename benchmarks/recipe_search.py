@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from ruamel.yaml import YAML
 
-from lmtransfer.classification.config import parse_params
+from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.classification.inference import predict
 from lmtransfer.core.paths import TOKENIZED
@@ -37,7 +37,7 @@ from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
-from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
+from lmtransfer.tokens.id_files import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.training.finetune_start import draw_seed
 from lmtransfer.training.loop import RunOptions
 
@@ -168,7 +168,7 @@ def run_candidate(changes: list[str], pretrain_seeds: list[int], finetune_seed: 
     raw = YAML(typ="safe").load(Path("params.yaml").read_text())
     for change in changes:
         apply_change(raw, change)
-    params = parse_params(copy.deepcopy(raw), "params.yaml with " + (" ".join(changes) or "no change"))
+    params = parse_classification_params(copy.deepcopy(raw), "params.yaml with " + (" ".join(changes) or "no change"))
     meta = read_tokenized_meta(TOKENIZED)
     runs = []
     for pretrain_seed in pretrain_seeds:

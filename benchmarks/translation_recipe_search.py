@@ -31,7 +31,7 @@ from lmtransfer.core.paths import PREPARED, TOKENIZED
 from lmtransfer.modeling.checkpoint import model_config_of
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import environment_facts
-from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
+from lmtransfer.tokens.id_files import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.finetune_start import draw_seed
 from lmtransfer.training.loop import RunOptions

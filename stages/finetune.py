@@ -9,7 +9,7 @@ runs only that seed's two fine-tunes.
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.classification.config import load_params
+from lmtransfer.classification.config import load_classification_params
 from lmtransfer.classification.finetune_stage import run_finetune_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
@@ -20,7 +20,7 @@ ARGS = parse_finetune_args()  # --init pretrained|scratch [--pretrain-seed P] --
 
 @stage_main(ARGS.stage)
 def main() -> None:
-    run_finetune_stage(load_params(PARAMS), ARGS)
+    run_finetune_stage(load_classification_params(PARAMS), ARGS)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.classification.config import load_params
+from lmtransfer.classification.config import load_classification_params
 from lmtransfer.classification.plot_stage import run_plot_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
@@ -10,7 +10,7 @@ from lmtransfer.harness.stage import stage_main
 
 @stage_main("plot")
 def main() -> None:
-    run_plot_stage(load_params(PARAMS))
+    run_plot_stage(load_classification_params(PARAMS))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ dvc.yaml runs one stage per seed in `pretrain.seeds`, so adding a seed runs only
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.classification.config import load_params
+from lmtransfer.classification.config import load_classification_params
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.pretraining.pretrain_stage import run_pretrain_stage
@@ -19,7 +19,7 @@ ARGS = parse_pretrain_args()  # --seed P
 
 @stage_main(ARGS.stage)
 def main() -> None:
-    run_pretrain_stage(load_params(PARAMS), ARGS.seed, ARGS.outputs)
+    run_pretrain_stage(load_classification_params(PARAMS), ARGS.seed, ARGS.outputs)
 
 
 if __name__ == "__main__":

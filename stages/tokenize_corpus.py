@@ -6,7 +6,7 @@
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.classification.config import load_params
+from lmtransfer.classification.config import load_classification_params
 from lmtransfer.classification.tokenize_stage import run_tokenize_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
@@ -14,7 +14,7 @@ from lmtransfer.harness.stage import stage_main
 
 @stage_main("tokenize")
 def main() -> None:
-    params = load_params(PARAMS)
+    params = load_classification_params(PARAMS)
     run_tokenize_stage(params.tokenizer, params.sections("tokenizer"))
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lmtransfer.classification.baseline import run_baseline
-from lmtransfer.classification.config import BaselineParams, parse_params
+from lmtransfer.classification.config import BaselineParams, parse_classification_params
 from lmtransfer.core.config import ConfigError
 
 GOOD = ["great", "wonderful", "brilliant", "charming", "superb"]
@@ -55,7 +55,7 @@ def test_the_baseline_never_sees_test_labels():
 ])
 def test_bad_baseline_params_name_the_key(section, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        parse_params({"baseline": section})
+        parse_classification_params({"baseline": section})
 
 
 def test_the_baseline_handles_more_than_two_classes():

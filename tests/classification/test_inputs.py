@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmtransfer.classification.config import parse_params
+from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.classification.data.prepare import prepare, prepare_labeled, write_prepared
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.classification.inputs import check_inputs, design_cost
@@ -29,7 +29,7 @@ from lmtransfer.data.prepared import read_corpus_meta, read_split
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.pretraining.checkpoint_import import CheckpointImportError
-from lmtransfer.tokens.tokenize_data import tokenize_prepared
+from lmtransfer.tokens.encode_splits import tokenize_prepared
 from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,12 +56,12 @@ def reviews(labels: list[str], per_class: int, prefix: str = "review") -> list[t
 
 
 def files_params(tokenizer: dict | None = None, pretrain: dict | None = None, model: dict | None = None, **data):
-    """Params for files written by a test: a handful of lines, so short windows and a tiny vocabulary."""
+    """ClassificationParams for files written by a test: a handful of lines, so short windows and a tiny vocabulary."""
     raw = {"data": {"source": "files", **data}, "tokenizer": {"vocab_size": 30, **(tokenizer or {})},
            "pretrain": {"seq_len": 4, **(pretrain or {})}}
     if model:
         raw["model"] = model
-    return parse_params(raw)
+    return parse_classification_params(raw)
 
 
 def entries_of(manifest: dict) -> list[dict]:
@@ -657,7 +657,7 @@ def test_an_unavailable_device_stops_validate_in_one_line_before_any_data_is_rea
 
     raw = {"data": {"source": "files", "train": "missing.csv"}, "train": {"device": "cuda"}}
     with pytest.raises(DeviceError, match=r"train\.device='cuda' but no CUDA device is available"):
-        check_inputs(parse_params(raw))
+        check_inputs(parse_classification_params(raw))
 
 
 def test_a_seq_len_longer_than_the_corpus_validation_part_stops_validate_naming_the_part_and_key():
@@ -878,9 +878,9 @@ def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output
 
 
 def test_a_design_larger_than_the_default_is_priced_before_it_starts():
-    default = parse_params({})
+    default = parse_classification_params({})
     assert design_cost(default, default) is None
-    many = parse_params({"pretrain": {"seeds": list(range(40))}})
+    many = parse_classification_params({"pretrain": {"seeds": list(range(40))}})
     cost = design_cost(many, default)
     runs, seeds = len(default.pretrain.seeds), len(default.finetune.seeds)
     assert cost.startswith(f"pretrain.seeds x finetune.seeds = 40 x {seeds}: 40 pretraining runs and {80 * seeds} "

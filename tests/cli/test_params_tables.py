@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.cli.main import main
 from lmtransfer.cli.params_tables import (
     END_MARKER,
@@ -94,7 +94,7 @@ def test_values_are_written_as_in_params_yaml():
 
 
 def test_a_pipe_in_a_meaning_does_not_break_the_table(monkeypatch):
-    field = Params.model_fields["plot"].annotation.model_fields["dpi"]
+    field = ClassificationParams.model_fields["plot"].annotation.model_fields["dpi"]
     monkeypatch.setattr(field, "description", "dots | per inch")
     assert "| `plot.dpi` | `120` | dots \\| per inch |" in params_table()
 

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.classification.config import Params, load_params, parse_params
+from lmtransfer.classification.config import (
+    ClassificationParams,
+    load_classification_params,
+    parse_classification_params,
+)
 from lmtransfer.core.config import ConfigError
 
 REPO_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
@@ -15,14 +19,14 @@ REPO_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 
 def _error_for(raw) -> str:
     with pytest.raises(ConfigError) as info:
-        parse_params(raw)
+        parse_classification_params(raw)
     return str(info.value)
 
 
 def test_empty_mapping_gives_the_documented_defaults():
-    params = parse_params({})
-    assert params == Params()
-    assert parse_params(None) == params
+    params = parse_classification_params({})
+    assert params == ClassificationParams()
+    assert parse_classification_params(None) == params
     assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (2, 256, 2, 256)
     assert params.model.embedding_init == "uniform"
     assert params.model.dropout == 0.1
@@ -38,31 +42,31 @@ def test_empty_mapping_gives_the_documented_defaults():
 def test_the_defaults_are_the_values_shipped_in_params_yaml():
     """A key left out of a params file means what the repository's params.yaml says, and the generated
     parameter table (`lmtransfer params`) shows the values a run actually uses."""
-    shipped = load_params(REPO_PARAMS)
-    for section in Params.model_fields:
-        values, defaults = getattr(shipped, section).model_dump(), getattr(Params(), section).model_dump()
+    shipped = load_classification_params(REPO_PARAMS)
+    for section in ClassificationParams.model_fields:
+        values, defaults = getattr(shipped, section).model_dump(), getattr(ClassificationParams(), section).model_dump()
         differing = {key: (values[key], defaults[key]) for key in defaults if values[key] != defaults[key]}
         assert not differing, f"{section}: params.yaml value vs model default: {differing}"
-    assert shipped == Params()
+    assert shipped == ClassificationParams()
 
 
 def test_every_parameter_has_a_description():
-    for section, field in Params.model_fields.items():
+    for section, field in ClassificationParams.model_fields.items():
         for key, info in field.annotation.model_fields.items():
             assert info.description and info.description.strip(), f"{section}.{key} has no description"
 
 
 def test_a_section_overrides_only_its_own_keys():
-    params = parse_params({"model": {"n_layers": 2}, "pretrain": {"lr": 0.01}})
+    params = parse_classification_params({"model": {"n_layers": 2}, "pretrain": {"lr": 0.01}})
     assert params.model.n_layers == 2
     assert params.model.d_model == 200
     assert params.pretrain.lr == 0.01
-    assert params.finetune == Params().finetune
+    assert params.finetune == ClassificationParams().finetune
 
 
 def test_the_repository_params_file_is_valid():
-    params = load_params(REPO_PARAMS)
-    assert isinstance(params, Params)
+    params = load_classification_params(REPO_PARAMS)
+    assert isinstance(params, ClassificationParams)
     assert params.model.d_model % params.model.n_heads == 0
     assert params.data.valid_fraction + params.data.test_fraction < 0.9
     sections = params.sections("model", "finetune")
@@ -115,7 +119,7 @@ def test_fractions_that_leave_no_training_data_are_rejected():
 
 def test_files_source_requires_a_train_file_and_nothing_else():
     assert "data.train" in _error_for({"data": {"source": "files"}})
-    params = parse_params({"data": {"source": "files", "train": "a.csv"}})
+    params = parse_classification_params({"data": {"source": "files", "train": "a.csv"}})
     assert (params.data.valid, params.data.test, params.data.corpus) == ("", "", [])
 
 
@@ -125,7 +129,7 @@ def test_file_keys_with_a_built_in_source_are_rejected_not_ignored():
 
 
 def test_a_single_corpus_path_becomes_a_list():
-    params = parse_params({"data": {"source": "files", "train": "a.csv", "corpus": "big/*.txt"}})
+    params = parse_classification_params({"data": {"source": "files", "train": "a.csv", "corpus": "big/*.txt"}})
     assert params.data.corpus == ["big/*.txt"]
 
 
@@ -137,12 +141,12 @@ def test_unknown_format_and_encoding_name_their_keys():
 def test_pieces_need_an_existing_tokenizer_and_a_dictionary_needs_a_segmenter_for_text():
     pieces = {"source": "files", "train": "train.spm", "format": "pieces"}
     assert "tokenizer.vocab_file" in _error_for({"data": pieces})
-    assert parse_params({"data": pieces, "tokenizer": {"vocab_file": "dict.txt"}}).data.corpus_pieces
+    assert parse_classification_params({"data": pieces, "tokenizer": {"vocab_file": "dict.txt"}}).data.corpus_pieces
     text = {"source": "files", "train": "train.csv"}
     assert "tokenizer.model_file" in _error_for({"data": text, "tokenizer": {"vocab_file": "dict.txt"}})
     mixed = {**pieces, "corpus": ["fr.txt"]}  # pieces labeled, raw-text corpus: the corpus needs cutting
     assert "tokenizer.model_file" in _error_for({"data": mixed, "tokenizer": {"vocab_file": "dict.txt"}})
-    parse_params({"data": mixed, "tokenizer": {"vocab_file": "dict.txt", "model_file": "spm.model"}})
+    parse_classification_params({"data": mixed, "tokenizer": {"vocab_file": "dict.txt", "model_file": "spm.model"}})
 
 
 def test_several_problems_are_all_reported():
@@ -152,13 +156,13 @@ def test_several_problems_are_all_reported():
 
 def test_a_non_mapping_is_rejected():
     with pytest.raises(ConfigError, match="mapping"):
-        parse_params(["model"])
+        parse_classification_params(["model"])
 
 
 def test_yaml_12_exponent_without_dot_loads_as_a_float(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("pretrain:\n  lr: 3e-4\nfinetune:\n  lr: 1e-5\n", encoding="utf-8")
-    params = load_params(path)
+    params = load_classification_params(path)
     assert isinstance(params.pretrain.lr, float)
     assert params.pretrain.lr == pytest.approx(0.0003)
     assert params.finetune.lr == pytest.approx(1e-5)
@@ -167,21 +171,21 @@ def test_yaml_12_exponent_without_dot_loads_as_a_float(tmp_path):
 def test_an_empty_params_file_gives_the_defaults(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("# nothing set\n", encoding="utf-8")
-    assert load_params(path) == Params()
+    assert load_classification_params(path) == ClassificationParams()
 
 
 def test_load_errors_name_the_file(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("model:\n  n_layer: 3\n", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
-        load_params(path)
+        load_classification_params(path)
     assert str(path) in str(info.value) and "model.n_layer" in str(info.value)
 
 
 def test_missing_file_raises_config_error_naming_it(tmp_path):
     path = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match="not found") as info:
-        load_params(path)
+        load_classification_params(path)
     assert str(path) in str(info.value)
 
 
@@ -189,7 +193,7 @@ def test_malformed_yaml_raises_config_error_naming_the_file(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("model: [1, 2\n  d_model: {\n", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
-        load_params(path)
+        load_classification_params(path)
     assert str(path) in str(info.value)
     assert "YAML" in str(info.value)
 
@@ -198,7 +202,7 @@ def test_duplicate_keys_are_an_error_not_a_silent_override(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("pretrain:\n  lr: 0.1\n  lr: 0.2\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="duplicate") as info:
-        load_params(path)
+        load_classification_params(path)
     assert str(path) in str(info.value)
 
 
@@ -206,7 +210,7 @@ def test_a_params_file_that_is_not_utf8_raises_config_error_naming_it(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_bytes("# r\u00e9glages\nmodel:\n  n_layers: 2\n".encode("latin-1"))
     with pytest.raises(ConfigError) as info:
-        load_params(path)
+        load_classification_params(path)
     assert str(path) in str(info.value)
 
 
@@ -217,13 +221,13 @@ def test_config_error_is_a_value_error():
 @pytest.mark.parametrize("seeds, message", [([0, 0], "repeated seed"), ([], "at least 1"), ([-1], "non-negative")])
 def test_bad_fine_tuning_seeds_name_the_key(seeds, message):
     with pytest.raises(ConfigError, match=r"finetune\.seeds") as error:
-        parse_params({"finetune": {"seeds": seeds}})
+        parse_classification_params({"finetune": {"seeds": seeds}})
     assert message in str(error.value)
 
 
 def test_an_unknown_tokenizer_normalization_names_the_key():
     with pytest.raises(ConfigError, match=r"tokenizer\.normalization"):
-        parse_params({"tokenizer": {"normalization": "lowercase"}})
+        parse_classification_params({"tokenizer": {"normalization": "lowercase"}})
 
 
 SWEEP = re.compile(r"dvc exp run((?:\s+(?:-S\s+'[^']+'|-S\s+\S+|-n\s+\S+|--\S+))+)")
@@ -256,13 +260,13 @@ def test_every_sweep_example_in_the_docs_is_valid_and_changes_something():
             assert key in raw[section], f"{where}: {section}.{key} is not a parameter"
             raw[section][key] = YAML(typ="safe").load(text)
         assert raw != shipped, f"{where}: changes nothing"
-        params = parse_params(raw, where)
-        assert params.pretrain.ignored_settings(Params().pretrain) == [], where
+        params = parse_classification_params(raw, where)
+        assert params.pretrain.ignored_settings(ClassificationParams().pretrain) == [], where
 
 
 def test_a_setting_the_others_make_useless_is_named():
-    params = load_params(REPO_PARAMS)
-    defaults = Params().pretrain
+    params = load_classification_params(REPO_PARAMS)
+    defaults = ClassificationParams().pretrain
     assert params.pretrain.ignored_settings(defaults) == []
     pretrain = params.pretrain.model_copy(update={"epochs": params.pretrain.epochs + 1})
     assert pretrain.max_steps > 0

@@ -108,14 +108,14 @@ def test_stage_scripts_stay_thin():
 
 def test_each_stored_format_has_one_home():
     """File names of the prepared and tokenized folders are spelled in one module each."""
-    for needle, home in (('"corpus_{part}.txt"', "data/prepared.py"), ('f"{name}.npz"', "tokens/tokenized.py"),
-                         ('f"corpus_{part}.npy"', "tokens/tokenized.py")):
+    for needle, home in (('"corpus_{part}.txt"', "data/prepared.py"), ('f"{name}.npz"', "tokens/id_files.py"),
+                         ('f"corpus_{part}.npy"', "tokens/id_files.py")):
         holders = [p.relative_to(SRC / "lmtransfer").as_posix() for p in SRC.rglob("*.py") if needle in p.read_text()]
         assert holders == [home], f"{needle} spelled in {holders}"
     sources = [p for p in list(SRC.rglob("*.py")) + list((REPO / "stages").glob("*.py"))]
     for pattern in ("np.savez(", "np.load(", "torch.load("):
         users = sorted(p.name for p in sources if pattern in p.read_text())
-        allowed = {"np.savez(": ["tokenized.py"], "np.load(": ["tokenized.py"], "torch.load(": ["checkpoint.py"]}
+        allowed = {"np.savez(": ["id_files.py"], "np.load(": ["id_files.py"], "torch.load(": ["checkpoint.py"]}
         assert users == allowed[pattern], f"{pattern} used in {users}"
 
 

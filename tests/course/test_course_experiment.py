@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from lmtransfer.classification.config import load_params
+from lmtransfer.classification.config import load_classification_params
 from lmtransfer.course.comparison import PUBLISHED, lab_lines
 from lmtransfer.course.experiment import (
     PARAMS,
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
-    params = load_params(REPO / PARAMS)
+    params = load_classification_params(REPO / PARAMS)
     assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (4, 200, 2, 200)
     assert params.model.embedding_init == "uniform"
     finetune = params.finetune
@@ -35,7 +35,7 @@ def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
     raw = YAML(typ="safe").load((REPO / PARAMS).read_text())["data"]
     named = {raw["train"], raw["valid"], raw["test"]}
     assert named == {f"data/raw/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
-    assert load_params(REPO / PARAMS).data.corpus == ["data/raw/bible-fr.txt"]
+    assert load_classification_params(REPO / PARAMS).data.corpus == ["data/raw/bible-fr.txt"]
 
 
 def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_are_the_replicates():
@@ -63,7 +63,7 @@ def test_without_the_model_the_courses_text_is_the_corpus_else_the_pinned_bibles
 
 
 def test_the_estimate_counts_pretraining_only_when_it_runs():
-    params = load_params(REPO / PARAMS)
+    params = load_classification_params(REPO / PARAMS)
     here = estimate_minutes(params, train_tokens=205_615)
     loaded = planned_params(REPO / PARAMS, plan_for({LANGUAGE_MODEL: Path("x.pt")}, []).changes)
     assert loaded.pretrain.init_from == f"data/raw/{LANGUAGE_MODEL}" and loaded.finetune.seeds == [0, 1, 2]

@@ -188,13 +188,13 @@ def test_each_run_of_the_grid_draws_from_its_own_seed_and_both_variants_of_a_run
 def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params_describe(monkeypatch, tmp_path):
     """Scratch: `model.*` over the tokenizer's ids, which its result then depends on; pretrained: the checkpoint's
     own network (its `model.*` is in the checkpoint, so the params' are not a dependency)."""
-    from lmtransfer.classification.config import parse_params
+    from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.modeling.checkpoint import save_checkpoint
     from lmtransfer.modeling.model import LanguageModel
     from lmtransfer.training import finetune_start as module
     from lmtransfer.training.stage_args import parse_finetune_args
 
-    params = parse_params({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}})
+    params = parse_classification_params({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}})
     scratch = parse_finetune_args(["--init", "scratch", "--pretrain-seed", "2", "--seed", "3"])
     start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, scratch)
     assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@2-3", None, None)

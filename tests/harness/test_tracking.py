@@ -111,7 +111,7 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
 
     from torch import nn
 
-    from lmtransfer.classification.config import Params
+    from lmtransfer.classification.config import ClassificationParams
     from lmtransfer.core.paths import PretrainOutputs
     from lmtransfer.harness.tracking import stage_run
     from lmtransfer.modeling.checkpoint import save_checkpoint
@@ -122,14 +122,14 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
     save_checkpoint(PretrainOutputs(0).checkpoint, nn.Linear(1, 1), "language_model", config)
     args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
-    start = language_model_start(Params(), {"vocab_size": 12, "pad_id": 0}, args)
-    with stage_run("finetune_pretrained", start.logged_params(Params()), run_name=start.stage) as tuned:
+    start = language_model_start(ClassificationParams(), {"vocab_size": 12, "pad_id": 0}, args)
+    with stage_run("finetune_pretrained", start.logged_params(ClassificationParams()), run_name=start.stage) as tuned:
         pass
     params = store.get_run(tuned.info.run_id).data.params
     assert {key: params[key] for key in params if key.startswith("model.")} == {
         "model.n_layers": "3", "model.d_model": "8", "model.n_heads": "2", "model.d_ff": "16",
         "model.dropout": "0.0", "model.embedding_init": "normal", "model.attention": "bidirectional"}
-    assert params["finetune.lr"] == str(Params().finetune.lr)
+    assert params["finetune.lr"] == str(ClassificationParams().finetune.lr)
     with stage_run("finetune_scratch", {"model": {"n_layers": 4}}, run_name="finetune_scratch@0") as scratch:
         pass
     assert store.get_run(scratch.info.run_id).data.params == {"model.n_layers": "4"}  # declared: as they are

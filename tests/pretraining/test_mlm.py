@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmtransfer.classification.config import parse_params
+from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.core.config import ConfigError, PretrainParams
 from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
@@ -132,14 +132,14 @@ def test_first_and_mean_pooling_ignore_right_padding_in_a_bidirectional_classifi
 ])
 def test_inconsistent_objective_attention_and_pooling_are_refused_naming_the_keys(raw, message):
     with pytest.raises(ConfigError) as error:
-        parse_params(raw)
+        parse_classification_params(raw)
     assert str(error.value) == f"params: invalid parameters:\n  {message}"
 
 
 def test_auto_attention_follows_the_objective():
-    assert parse_params({}).causal_attention
-    assert not parse_params({"pretrain": {"objective": "mlm"}}).causal_attention
-    assert not parse_params({"pretrain": {"objective": "mlm"}, "model": {"attention": "bidirectional"}}).causal_attention
+    assert parse_classification_params({}).causal_attention
+    assert not parse_classification_params({"pretrain": {"objective": "mlm"}}).causal_attention
+    assert not parse_classification_params({"pretrain": {"objective": "mlm"}, "model": {"attention": "bidirectional"}}).causal_attention
 
 
 def test_mlm_needs_a_mask_token():

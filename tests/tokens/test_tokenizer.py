@@ -17,8 +17,8 @@ from lmtransfer.core.errors import TokenizerError
 from lmtransfer.core.io import read_json
 from lmtransfer.data.prepared import SPLITS, read_split
 from lmtransfer.pretraining.generation import encode_prompt
-from lmtransfer.tokens.tokenize_data import tokenize_prepared
-from lmtransfer.tokens.tokenized import load_labeled_split, write_corpus_part
+from lmtransfer.tokens.encode_splits import tokenize_prepared
+from lmtransfer.tokens.id_files import load_labeled_split, write_corpus_part
 from lmtransfer.tokens.tokenizer import (
     BOS_ID,
     EOS_ID,

@@ -25,7 +25,7 @@ from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
-from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import RunOptions
 

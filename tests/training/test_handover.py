@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent("""
     from lmtransfer.training import loop
     from lmtransfer.training.resume import Snapshots
 
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
 
     MODE, HAND_OVER_AT = sys.argv[1], int(sys.argv[2])  # pretrain or finetune; the look that sees a neighbour (0: none)
 

@@ -24,8 +24,8 @@ from lmtransfer.modeling.checkpoint import (
 )
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.training import LoopOptions, pretrain
-from lmtransfer.tokens.datasets import PackedBatches, classification_batches, pad_batch
-from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.batches import PackedBatches, classification_batches, pad_batch
+from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from lmtransfer.classification.baseline import run_baseline
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.core.io import write_json
 from lmtransfer.core.paths import BASELINE_METRICS, PREPARED
 from lmtransfer.data.prepared import SPLITS, read_prepared_meta, read_split
 from lmtransfer.harness.tracking import log_run, stage_run
 
 
-def run_baseline_stage(params: Params) -> None:
+def run_baseline_stage(params: ClassificationParams) -> None:
     """The baseline stage: fit on train, choose C on valid, score test once; `metrics/baseline.json`."""
     label_names = read_prepared_meta(PREPARED)["label_names"]
     splits = {name: read_split(PREPARED, name) for name in SPLITS}

@@ -210,7 +210,7 @@ class BaselineParams(Section):
         return value
 
 
-class Params(PipelineParams):
+class ClassificationParams(PipelineParams):
     """The classification task's params.yaml."""
 
     data: DataParams = DataParams()
@@ -226,7 +226,7 @@ class Params(PipelineParams):
     plot: PlotParams = PlotParams()
 
     @model_validator(mode="after")
-    def _check_one_loaded_model_is_one_run(self) -> Params:
+    def _check_one_loaded_model_is_one_run(self) -> ClassificationParams:
         """A loaded checkpoint is the same model under every seed: several would be copies counted as replicates."""
         if self.pretrain.init_from and len(self.pretrain.seeds) > 1:
             raise ValueError(f"pretrain.seeds: {self.pretrain.seeds} asks for {len(self.pretrain.seeds)} pretraining "
@@ -235,14 +235,14 @@ class Params(PipelineParams):
         return self
 
     @model_validator(mode="after")
-    def _check_pooling_fits_attention(self) -> Params:
+    def _check_pooling_fits_attention(self) -> ClassificationParams:
         problem = pooling_mismatch(self.finetune.pooling, self.causal_attention, self.pretrain.objective)
         if problem:
             raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
-    def _check_tokenizer_fits_data(self) -> Params:
+    def _check_tokenizer_fits_data(self) -> ClassificationParams:
         pieces = self.data.labeled_pieces or self.data.corpus_pieces
         raw_text = not (self.data.labeled_pieces and self.data.corpus_pieces)
         if pieces and not (self.tokenizer.model_file or self.tokenizer.vocab_file):
@@ -258,15 +258,15 @@ class Params(PipelineParams):
         return self
 
 
-def parse_params(raw: Any, origin: str = "params") -> Params:
+def parse_classification_params(raw: Any, origin: str = "params") -> ClassificationParams:
     """The classification params (a translation file is refused: it belongs to `translation.config`)."""
     task, raw = split_task(raw, origin)
     if task != "classification":
         raise ConfigError(f"{origin}: task: {task}: these are the {task} pipeline's params (translation/params.yaml); "
                           "this stage belongs to the classification pipeline")
-    return parse_section_model(Params, raw, origin)
+    return parse_section_model(ClassificationParams, raw, origin)
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
+def load_classification_params(path: str | Path = "params.yaml") -> ClassificationParams:
     """Read and validate the classification pipeline's params file."""
-    return parse_params(read_params_file(path), origin=str(path))
+    return parse_classification_params(read_params_file(path), origin=str(path))

@@ -19,7 +19,7 @@ from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_
 from lmtransfer.core.paths import VARIANTS, finetune_run
 from lmtransfer.modeling.checkpoint import build_classifier
 from lmtransfer.reporting.statistics import gap_uncertainty, summarize
-from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.id_files import LabeledSplit
 
 
 @dataclass

@@ -3,7 +3,7 @@ params.yaml is read. The stage script calls `run_evaluate_stage` alone."""
 
 from __future__ import annotations
 
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.evaluate import (
     SeedResult,
     evaluate_classifier,
@@ -31,11 +31,11 @@ from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs
 from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_grid
-from lmtransfer.tokens.tokenized import load_labeled_split
+from lmtransfer.tokens.id_files import load_labeled_split
 from lmtransfer.training.resume import clear_finished_snapshots
 
 
-def run_evaluate_stage(params: Params) -> None:
+def run_evaluate_stage(params: ClassificationParams) -> None:
     """Score every fine-tuned checkpoint on test; write the report, the headline, confusions, curves, predictions."""
     grid = run_grid(params.pretrain.seeds, params.finetune.seeds)
     test = load_labeled_split(TOKENIZED, "test")

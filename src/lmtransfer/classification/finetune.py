@@ -22,8 +22,8 @@ from lmtransfer.classification.inference import predict
 from lmtransfer.core.errors import TokenizerError
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import autocast, compiled
-from lmtransfer.tokens.datasets import classification_batches
-from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.batches import classification_batches
+from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import NumpyBatchOrder, Position, RunOptions, Schedule
 from lmtransfer.training.loop import train as train_loop

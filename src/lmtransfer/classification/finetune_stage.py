@@ -3,14 +3,14 @@ params.yaml is read. The stage script calls `run_finetune_stage` and nothing els
 
 from __future__ import annotations
 
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.core.paths import TOKENIZED, finetuned_checkpoint
 from lmtransfer.harness.tracking import log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import Classifier, count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
-from lmtransfer.tokens.tokenized import load_labeled_split, read_tokenized_meta
+from lmtransfer.tokens.id_files import load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
 from lmtransfer.training import distributed
 from lmtransfer.training.finetune_start import language_model_start, record_finetuned
@@ -19,7 +19,7 @@ from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.training.stage_args import FinetuneArgs
 
 
-def run_finetune_stage(params: Params, args: FinetuneArgs) -> None:
+def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None:
     """Fine-tune one variant from one pretraining run with one seed (`--init`, `--pretrain-seed`, `--seed`); rank 0
     saves the best epoch's weights and reports."""
     meta = read_tokenized_meta(TOKENIZED)

@@ -8,8 +8,8 @@ from torch.nn import functional as F
 
 from lmtransfer.modeling.model import Classifier
 from lmtransfer.modeling.runtime import autocast
-from lmtransfer.tokens.datasets import classification_batches
-from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.batches import classification_batches
+from lmtransfer.tokens.id_files import LabeledSplit
 
 
 @torch.no_grad()

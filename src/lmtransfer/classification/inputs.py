@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
@@ -44,7 +44,7 @@ UNKNOWN_STOP = 0.5  # more of their pieces unknown than this: the tokenizer was 
 MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one character, plus word markers
 
 
-def check_data(params: Params) -> tuple[list[dict[str, Any]], LabeledData, CorpusScan]:
+def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], LabeledData, CorpusScan]:
     """Read the labeled data and split it (as `prepare` will), scan the corpus; return their manifest entries,
     the splits and what the scan found."""
     data = params.data
@@ -66,7 +66,7 @@ def check_data(params: Params) -> tuple[list[dict[str, Any]], LabeledData, Corpu
     return entries, labeled, scan
 
 
-def check_stream_lengths(params: Params, labeled: LabeledData, scan: CorpusScan) -> None:
+def check_stream_lengths(params: ClassificationParams, labeled: LabeledData, scan: CorpusScan) -> None:
     """Every token stream pretraining cuts into `pretrain.seq_len` windows must hold one; one surely too short
     (even at the most tokens its characters can give) stops here rather than in `pretrain`."""
     streams = {f"the corpus's {part} part": (scan.chars[part], scan.lines[part])
@@ -84,7 +84,7 @@ def check_stream_lengths(params: Params, labeled: LabeledData, scan: CorpusScan)
             )
 
 
-def check_tokenizer(params: Params, scan: CorpusScan) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
+def check_tokenizer(params: ClassificationParams, scan: CorpusScan) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
     """Load the named tokenizer files (a malformed dictionary line or model stops here); with none named and a
     small corpus, train the tokenizer once as a trial, so a `tokenizer.vocab_size` too large stops here."""
     entries = []
@@ -101,7 +101,7 @@ def check_tokenizer(params: Params, scan: CorpusScan) -> tuple[Tokenizer | None,
     return tokenizer, entries
 
 
-def check_unknown_share(params: Params, labeled: LabeledData, tokenizer: Tokenizer | None) -> None:
+def check_unknown_share(params: ClassificationParams, labeled: LabeledData, tokenizer: Tokenizer | None) -> None:
     """A given tokenizer that maps most of the labeled texts to the unknown id would fine-tune on nothing but that
     id (the usual cause: a dictionary made for other files): stop here, with the share, not warn in `tokenize`."""
     if tokenizer is None:
@@ -118,12 +118,12 @@ def check_unknown_share(params: Params, labeled: LabeledData, tokenizer: Tokeniz
         )
 
 
-def given_tokenizer_key(params: Params) -> str:
+def given_tokenizer_key(params: ClassificationParams) -> str:
     """The key that names the tokenizer a user gave: a dictionary takes precedence over a model."""
     return "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
 
 
-def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
+def check_checkpoint(params: ClassificationParams, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
     """The checkpoint to start from must fit the id space (None: one to be trained) and the model."""
     entries = []
     if params.pretrain.init_from:
@@ -136,7 +136,7 @@ def check_checkpoint(params: Params, tokenizer: Tokenizer | None) -> list[dict[s
     return entries
 
 
-def check_objective(params: Params, tokenizer: Tokenizer | None) -> None:
+def check_objective(params: ClassificationParams, tokenizer: Tokenizer | None) -> None:
     """Masked language modelling needs a `<mask>` id: the tokenizer the pipeline trains reserves one, a given
     one (None here: trained later) may not."""
     if params.pretrain.objective == "mlm" and tokenizer is not None and not params.pretrain.init_from:
@@ -149,7 +149,7 @@ def check_objective(params: Params, tokenizer: Tokenizer | None) -> None:
             )
 
 
-def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
+def check_inputs(params: ClassificationParams) -> dict[str, list[dict[str, Any]]]:
     """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
     select_device(params.train.device)  # train.device=cuda on a machine without CUDA stops here, in one line
     data, labeled, scan = check_data(params)
@@ -160,7 +160,7 @@ def check_inputs(params: Params) -> dict[str, list[dict[str, Any]]]:
     return {"data": data, "tokenizer": tokenizer_files, "checkpoint": check_checkpoint(params, tokenizer)}
 
 
-def design_cost(params: Params, default: Params) -> str | None:
+def design_cost(params: ClassificationParams, default: ClassificationParams) -> str | None:
     """What a design larger than the default costs, said before its first stage: 40 pretraining seeds are 40
     pretrainings and twice 40 x fine-tuning seeds fine-tunes, whatever the machine."""
     runs, seeds = len(params.pretrain.seeds), len(params.finetune.seeds)

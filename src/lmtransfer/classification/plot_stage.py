@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.metrics import majority_share
 from lmtransfer.classification.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss
 from lmtransfer.core.io import read_json, require_file
@@ -18,10 +18,10 @@ from lmtransfer.core.paths import (
 from lmtransfer.harness.tracking import plot_stage_run
 from lmtransfer.reporting.finetuned import epoch_logs, run_names
 from lmtransfer.reporting.plots import plot_pretraining_logs
-from lmtransfer.tokens.tokenized import load_labeled_split
+from lmtransfer.tokens.id_files import load_labeled_split
 
 
-def run_plot_stage(params: Params) -> None:
+def run_plot_stage(params: ClassificationParams) -> None:
     """The plot stage: every figure of the experiment, from the metrics files (and the valid split's labels)."""
     dpi, names = params.plot.dpi, run_names(params.pretrain.seeds, params.finetune.seeds)
     runs = epoch_logs(names)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import write_timings
 from lmtransfer.harness.tracking import log_file, log_run, log_tokenization, stage_run
-from lmtransfer.tokens.tokenize_data import tokenize_prepared
+from lmtransfer.tokens.encode_splits import tokenize_prepared
 
 
 def run_tokenize_stage(params: TokenizerParams, logged: dict) -> None:

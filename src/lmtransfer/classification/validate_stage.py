@@ -3,11 +3,11 @@ files it reads, before DVC touches any output."""
 
 from __future__ import annotations
 
-from lmtransfer.classification.config import Params
+from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.inputs import check_inputs, design_cost
 
 
-def run_validate_stage(params: Params) -> None:
+def run_validate_stage(params: ClassificationParams) -> None:
     """The validate stage: every check, then each reading stage's manifest of the external files it reads."""
     from lmtransfer.core.io import write_json
     from lmtransfer.core.paths import INPUTS

@@ -18,7 +18,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     from lmtransfer.classification.inference import predict
     from lmtransfer.modeling.checkpoint import build_classifier, load_checkpoint
     from lmtransfer.modeling.runtime import select_device
-    from lmtransfer.tokens.tokenized import LabeledSplit
+    from lmtransfer.tokens.id_files import LabeledSplit
     from lmtransfer.tokens.tokenizer import check_trained_with, encode_for_classification, load_tokenizer
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "classify", HOW_TO_PASS_TEXTS)

@@ -28,7 +28,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_scaling(args: argparse.Namespace) -> None:
-    from lmtransfer.classification.config import load_params
+    from lmtransfer.classification.config import load_classification_params
     from lmtransfer.reporting import scaling
 
     if args.pretraining_spread:
@@ -47,7 +47,7 @@ def cmd_scaling(args: argparse.Namespace) -> None:
         print(f"scaling: one pretraining run moves the gap by {summary['pretraining_spread']['sd']:.4f} (sd); the gap's "
               f"slope per 10x tokens, that spread counted: 95% CI {low:+.4f} to {high:+.4f} -> {path}")
         return
-    base = load_params(args.root / paths.PARAMS).pretrain
+    base = load_classification_params(args.root / paths.PARAMS).pretrain
     start = time.perf_counter()
     if not args.summary_only:
         scaling.queue_budgets(args.budgets, base, args.root)

@@ -89,21 +89,21 @@ TRANSLATION_PARAMS = translation_cli.TRANSLATION / "params.yaml"  # `--translati
 
 def load_any_task_params(path: Path):
     """A params file of either task, as its `task` key says."""
-    from lmtransfer.classification.config import parse_params
+    from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file, split_task
     from lmtransfer.translation.config import parse_translation_params
 
     raw = read_params_file(path)
     task, _ = split_task(raw, str(path))
-    return parse_translation_params(raw, str(path)) if task == "translation" else parse_params(raw, str(path))
+    return parse_translation_params(raw, str(path)) if task == "translation" else parse_classification_params(raw, str(path))
 
 
 def default_task_params(translation: bool):
     """The task's parameter defaults, for a command run where its params file is missing."""
-    from lmtransfer.classification.config import Params
+    from lmtransfer.classification.config import ClassificationParams
     from lmtransfer.translation.config import TranslationParams
 
-    return TranslationParams() if translation else Params()
+    return TranslationParams() if translation else ClassificationParams()
 
 
 def _existing(path: Path, named_by: str) -> Path:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.classification.config import ClassificationPretrainParams, FinetuneParams, Params
+from lmtransfer.classification.config import ClassificationParams, ClassificationPretrainParams, FinetuneParams
 from lmtransfer.core.config import PipelineParams
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
 
@@ -100,7 +100,7 @@ class TaskTable:
 
 
 TABLES = {
-    "classification": TaskTable(Params, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER, STAGE_NAMES),
+    "classification": TaskTable(ClassificationParams, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER, STAGE_NAMES),
     "translation": TaskTable(TranslationParams, TRANSLATION_SECTION_READERS, TRANSLATION_SECTION_NOTES,
                              "<!-- translation-params-table:start -->", "<!-- translation-params-table:end -->",
                              TRANSLATION_STAGE_NAMES),

@@ -68,7 +68,7 @@ def planned_params(params_file: Path, changes: list[str]):
     YAML), then validated: a bad `--set` stops here, naming the key, before any work."""
     from ruamel.yaml import YAML
 
-    from lmtransfer.classification.config import parse_params
+    from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file
 
     raw = read_params_file(params_file)
@@ -78,7 +78,7 @@ def planned_params(params_file: Path, changes: list[str]):
         if not separator or not name or not isinstance(raw.get(section), dict):
             raise LmtransferError(f"--set {change}: not `section.key=value` for a section of {params_file}")
         raw[section][name] = YAML(typ="safe").load(value)
-    return parse_params(raw, f"{params_file} with " + (" ".join(changes) or "no change"))
+    return parse_classification_params(raw, f"{params_file} with " + (" ".join(changes) or "no change"))
 
 
 def estimate_minutes(params, train_tokens: int) -> float:

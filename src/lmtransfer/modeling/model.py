@@ -46,7 +46,7 @@ class ModelConfig:
     @classmethod
     def from_params(cls, model_params: Any, vocab_size: int, pad_id: int, causal: bool = True) -> ModelConfig:
         """The network `params.yaml`'s `model.*` describes over a tokenizer's id space (V and padding id);
-        `causal` is the resolved `model.attention` (`Params.causal_attention`)."""
+        `causal` is the resolved `model.attention` (`ClassificationParams.causal_attention`)."""
         shape = {k: v for k, v in model_params.model_dump().items() if k != "attention"}
         return cls(vocab_size=vocab_size, pad_id=pad_id, causal=causal, **shape)
 

@@ -18,7 +18,7 @@ import torch
 
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.modeling.model import IGNORE_INDEX
-from lmtransfer.tokens.datasets import PackedBatches
+from lmtransfer.tokens.batches import PackedBatches
 
 REPLACE_WITH_MASK, REPLACE_WITH_RANDOM = 0.8, 0.1  # the rest of the chosen tokens stay as they are
 VALIDATION_MASK_SEED = 1234  # validation corrupts the same tokens the same way at every measurement

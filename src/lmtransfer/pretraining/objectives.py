@@ -17,7 +17,7 @@ from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.modeling.model import LanguageModel, MaskedLanguageModel, ModelConfig
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker
-from lmtransfer.tokens.datasets import PackedBatches
+from lmtransfer.tokens.batches import PackedBatches
 from lmtransfer.tokens.tokenizer import real_mask_id
 
 

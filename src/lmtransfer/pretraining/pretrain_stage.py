@@ -25,7 +25,7 @@ from lmtransfer.pretraining.training import (
     pretrain_summary,
     pretrain_timings,
 )
-from lmtransfer.tokens.tokenized import load_corpus, load_labeled_split, read_tokenized_meta
+from lmtransfer.tokens.id_files import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots, fingerprint

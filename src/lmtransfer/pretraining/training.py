@@ -21,7 +21,7 @@ from lmtransfer.modeling.lm_loss import use_chunked_loss
 from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.tokens.datasets import PackedBatches
+from lmtransfer.tokens.batches import PackedBatches
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import Position, RunOptions, Schedule, train
 from lmtransfer.training.optim import make_optimizer, warmup_cosine

@@ -43,7 +43,7 @@ def code_files() -> dict[str, Path]:
 
 
 def fingerprint(stage: str, params: dict[str, dict[str, Any]], inputs: Iterable[Path], device: torch.device) -> str:
-    """What a snapshot must match to be resumed from (see the module docstring); `params` as `Params.sections`."""
+    """What a snapshot must match to be resumed from (see the module docstring); `params` as `ClassificationParams.sections`."""
     params = {section: {k: v for k, v in keys.items() if k != "resume_every"} for section, keys in params.items()}
     files = {str(p): p for p in sorted({p for path in inputs for p in _files(path, "*")})} | code_files()
     facts = {

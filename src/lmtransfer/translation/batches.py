@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from lmtransfer.tokens.datasets import pad_batch
-from lmtransfer.tokens.tokenized import PairSplit
+from lmtransfer.tokens.batches import pad_batch
+from lmtransfer.tokens.id_files import PairSplit
 from lmtransfer.tokens.tokenizer import Tokenizer, encode_documents
 
 

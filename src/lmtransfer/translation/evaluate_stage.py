@@ -23,7 +23,7 @@ from lmtransfer.core.paths import (
 from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_names
-from lmtransfer.tokens.tokenized import load_pair_split
+from lmtransfer.tokens.id_files import load_pair_split
 from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import TranslationParams

@@ -8,7 +8,7 @@ from lmtransfer.harness.tracking import log_file, log_metrics, log_run, stage_ru
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import count_parameters
 from lmtransfer.modeling.runtime import configure, environment_facts
-from lmtransfer.tokens.tokenized import load_pair_split, read_tokenized_meta
+from lmtransfer.tokens.id_files import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training.finetune_start import language_model_start, record_finetuned
 from lmtransfer.training.loop import RunOptions

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from lmtransfer.core.io import atomic_directory
-from lmtransfer.tokens.tokenized import write_pair_split
+from lmtransfer.tokens.id_files import write_pair_split
 from lmtransfer.translation.batches import encode_pairs
 
 
@@ -18,8 +18,8 @@ def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, 
     """The translation tokenize stage: one sentencepiece model over both languages (trained on the corpus, which
     holds both sides of the train pairs), the corpus encoded as for classification, each split's pairs as ids."""
     from lmtransfer.data.prepared import SPLITS
-    from lmtransfer.tokens.tokenize_data import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
-    from lmtransfer.tokens.tokenized import write_tokenized_meta
+    from lmtransfer.tokens.encode_splits import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
+    from lmtransfer.tokens.id_files import write_tokenized_meta
     from lmtransfer.tokens.tokenizer import save_tokenizer
     from lmtransfer.translation.data.parallel import read_pairs
 

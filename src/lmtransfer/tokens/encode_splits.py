@@ -19,7 +19,7 @@ from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import atomic_directory
 from lmtransfer.data.prepared import SPLITS, corpus_path, read_corpus, read_corpus_meta, read_prepared_meta, read_split
 from lmtransfer.harness.progress import progress_bar
-from lmtransfer.tokens.tokenized import (
+from lmtransfer.tokens.id_files import (
     LabeledSplit,
     corpus_dir,
     write_corpus_part,

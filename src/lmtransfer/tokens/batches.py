@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from lmtransfer.core.errors import ConfigError
-from lmtransfer.tokens.tokenized import LabeledSplit
+from lmtransfer.tokens.id_files import LabeledSplit
 
 
 class PackedBatches:
