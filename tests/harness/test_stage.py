@@ -256,6 +256,28 @@ def test_a_stage_whose_dvc_is_gone_stops_instead_of_training_on_as_an_orphan(tmp
         "pretrain: stopped (the dvc process that started it ended); what earlier stages wrote is kept")
 
 
+def test_a_training_handed_over_after_its_dvc_ended_stops_at_once(tmp_path):
+    """The dvc may end between the watch's last look and a handover's exec: the process the training is handed
+    over to finds no dvc above it, though the one before ran under one, and stops instead of training on."""
+    import json
+    import subprocess
+
+    stage = tmp_path / "stage.py"
+    stage.write_text(_stage_script("    raise AssertionError('trained on')"))
+    handover = {"wait": "sleep", "saw": "other programs", "count": 1, "launcher": 4_000_000}
+    env = {**os.environ, "LMTRANSFER_HANDOVER": json.dumps(handover)}
+    result = subprocess.run([sys.executable, str(stage)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 128 + 15 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "pretrain: stopped (the dvc process that started it ended); what earlier stages wrote is kept")
+    handover["launcher"] = None  # run by hand, not under dvc: it goes on as before
+    env = {**os.environ, "LMTRANSFER_HANDOVER": json.dumps(handover)}
+    result = subprocess.run([sys.executable, str(stage)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert "trained on" in result.stderr
+
+
 def test_a_timing_that_cannot_be_written_costs_a_line_not_the_stage(tmp_path, capsys):
     from lmtransfer.core.io import write_timings
 

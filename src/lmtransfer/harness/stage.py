@@ -35,8 +35,8 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
             label = name() if callable(name) else name
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, _terminated)
-            watch_launcher()
             try:
+                watch_launcher(handed_over=handover)  # inside: a dvc already gone stops the stage here
                 knobs.check()  # a bad LMTRANSFER_* value: one line, before any work
                 main()
                 print(f"{label}: done in {time.time() - started:.1f} s", flush=True)
@@ -84,12 +84,22 @@ LAUNCHER_GONE = "the dvc process that started it ended"
 launcher_gone = threading.Event()
 
 
-def watch_launcher(every: float = 1.0) -> threading.Thread | None:
+launcher_pid: int | None = None  # the dvc this stage runs under: a training handing over passes it on
+
+
+def watch_launcher(every: float = 1.0, handed_over: dict | None = None) -> threading.Thread | None:
     """A stage whose `dvc` is gone (killed alone, not with its process group) has no one to record its outputs
-    in dvc.lock: it stops as on SIGTERM (its snapshot kept for the rerun) instead of training on as an orphan."""
+    in dvc.lock: it stops as on SIGTERM (its snapshot kept for the rerun) instead of training on as an orphan.
+    A process a training handed over to (`handed_over`) that ran under a dvc now gone stops at once: the dvc
+    may have ended between the last look and the handover."""
+    global launcher_pid
     launcher = launching_dvc()
     if launcher is None:
+        if (handed_over or {}).get("launcher"):
+            launcher_gone.set()
+            os.kill(os.getpid(), signal.SIGTERM)
         return None
+    launcher_pid = launcher.pid
 
     def watch() -> None:
         while launcher.is_running():

@@ -77,7 +77,7 @@ def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], No
     watch.stop()
     save()
     handover = {"wait": wait, "saw": seen, "count": handovers_so_far() + 1, "run_id": active_run_id(),
-                "started": stage.started}
+                "started": stage.started, "launcher": stage.launcher_pid}
     env = dict(os.environ, **{sharing.HANDOVER_ENV: json.dumps(handover)})
     sys.stdout.flush()
     sys.stderr.flush()
