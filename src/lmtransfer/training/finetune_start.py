@@ -54,7 +54,7 @@ class LanguageModelStart:
 
     @property
     def stage(self) -> str:
-        return f"finetune_{self.variant}@{self.run}"
+        return FinetuneArgs(self.variant, self.seed, self.pretrain_seed).stage  # the one place the name is made
 
     @property
     def draws(self) -> int:
