@@ -21,6 +21,8 @@ $(STAMP): requirements.txt pyproject.toml
 	@echo "installing pinned dependencies into $(VENV) (first time: a few minutes)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@# one line that Python runs at start: DVC then names params.yaml and the key of a seed list that is not a list
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "lmtransfer_dvc_matrix.pth").write_text("import lmtransfer_dvc_matrix\n")'
 	@touch $(STAMP)
 
 ## the virtual environment (.venv) with the pinned requirements; every other target builds it first
