@@ -141,6 +141,7 @@ def cases() -> list[Case]:
         ("pretraining seeds a number", PRETRAIN_SEEDS, "seeds: 3\n", ("params.yaml", "pretrain.seeds")),
         ("fine-tuning seeds a number", FINETUNE_SEEDS, "seeds: 2.5\n", ("params.yaml", "finetune.seeds")),
         ("fine-tuning seeds a word", FINETUNE_SEEDS, "seeds: abc\n", ("finetune.seeds",)),
+        ("pretraining seeds left empty", PRETRAIN_SEEDS, "seeds:\n", ("params.yaml", "pretrain.seeds")),
         ("vocabulary of zero", r"vocab_size: 60", "vocab_size: 0", ("tokenizer.vocab_size",)),
         ("negative bootstrap", r"bootstrap_samples: \d+", "bootstrap_samples: -5", ("evaluate.bootstrap_samples",)),
         ("zero processes", r"^  nproc: \d+", "  nproc: 0", ("train.nproc",)),

@@ -77,11 +77,7 @@ def not_a_list(definition) -> str | None:
     except AttributeError:
         return None
     for axis, value in axes.items():
-        try:
-            iter(value)
-        except TypeError:
-            pass
-        else:
+        if _is_list(value):
             continue
         given = getattr(value, "value", value)
         stage = f"failed to parse '{where}.{name}.matrix' in '{dvc_yaml}'"
@@ -96,6 +92,19 @@ def not_a_list(definition) -> str | None:
         return (f"{stage}: {at}: {key} must be a list (one stage per item), e.g. [0, 1, 2], not {given!r}; "
                 f"`lmtransfer params --check {params}` checks every key")
     return None
+
+
+def _is_list(value) -> bool:
+    """A sequence of items, as DVC's grid needs: not a number, a word, nothing, nor a mapping (its keys)."""
+    from collections.abc import Mapping
+
+    if isinstance(value, (str, bytes, Mapping)):
+        return False
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
 
 
 def key_line(params_file: str, key: str) -> int | None:

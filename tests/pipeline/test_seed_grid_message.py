@@ -34,6 +34,7 @@ def _set(params: Path, section: str, value: str) -> int:
 @pytest.mark.parametrize(("task_dir", "section", "value"), [
     (".", "pretrain", "3"),
     (".", "finetune", "2.5"),
+    (".", "finetune", "{a: 1}"),
     ("translation", "pretrain", "abc"),
 ])
 def test_a_seed_list_that_is_not_a_list_is_named_by_file_line_and_key(tmp_path, task_dir, section, value):
