@@ -424,7 +424,8 @@ def _benchmark(root: Path, name: str) -> str:
     kernels = f", {machine['cpu_capability']}" if machine.get("cpu_capability") else ""
     kernels += f", {machine['gpu']}" if machine.get("gpu") else ""
     notes = f"; {source.get('notes')}" if source.get("notes") else ""
-    caption = (f"`{source.get('command')}` on {machine.get('cpu', 'an unnamed CPU')}{cores}{kernels}: "
+    at = f" at {source.get('code')}" if source.get("code") else ""
+    caption = (f"`{source.get('command')}`{at} on {machine.get('cpu', 'an unnamed CPU')}{cores}{kernels}: "
                f"{source.number('seconds'):,.0f} s{notes}.")
     return caption + "\n\n" + _table([column["name"] for column in columns], rows)
 
