@@ -96,20 +96,24 @@ def watch_launcher(every: float = 1.0, handed_over: dict | None = None) -> threa
     launcher = launching_dvc()
     if launcher is None:
         if (handed_over or {}).get("launcher"):
-            launcher_gone.set()
-            os.kill(os.getpid(), signal.SIGTERM)
+            _stop_as_launcher_gone()
         return None
     launcher_pid = launcher.pid
 
     def watch() -> None:
         while launcher.is_running():
             time.sleep(every)
-        launcher_gone.set()
-        os.kill(os.getpid(), signal.SIGTERM)
+        _stop_as_launcher_gone()
 
     thread = threading.Thread(target=watch, name="watch-dvc", daemon=True)
     thread.start()
     return thread
+
+
+def _stop_as_launcher_gone() -> None:
+    """SIGTERM to this process, marked as the launcher's end: the stage unwinds as on SIGTERM and says why."""
+    launcher_gone.set()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _stop(line: str) -> NoReturn:
