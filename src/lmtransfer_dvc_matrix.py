@@ -68,7 +68,6 @@ def wrap_matrix_layout(parsing) -> bool:
 def not_a_list(definition) -> str | None:
     """The message for the first axis of a stage's grid that is not a list, or None when all are."""
     import os
-    import re
 
     try:
         axes = definition.resolved_iterable
@@ -81,17 +80,28 @@ def not_a_list(definition) -> str | None:
             continue
         given = getattr(value, "value", value)
         stage = f"failed to parse '{where}.{name}.matrix' in '{dvc_yaml}'"
-        raw = str(written.get(axis, "")) if isinstance(written, dict) else ""
-        reference = re.match(r"^\$\{\s*([\w.-]+)\s*\}$", raw)
-        if reference is None:
+        key = _referenced_key(written.get(axis) if isinstance(written, dict) else None)
+        if key is None:
             return f"{stage}: '{axis}' must be a list (one stage per item), not {given!r}"
-        key = reference.group(1)
         params = os.path.join(os.path.dirname(dvc_yaml), "params.yaml")
         line = key_line(params, key)
         at = f"{params}, line {line}" if line else params
         return (f"{stage}: {at}: {key} must be a list (one stage per item), e.g. [0, 1, 2], not {given!r}; "
                 f"`lmtransfer params --check {params}` checks every key")
     return None
+
+
+def _referenced_key(written) -> str | None:
+    """`pretrain.seeds` for an axis written `${pretrain.seeds}`, read by DVC's own interpolation parser; None for
+    anything else (a list written in dvc.yaml, text around the reference)."""
+    from dvc.parsing.interpolate import get_expression, get_matches, is_exact_string
+
+    if not isinstance(written, str):
+        return None
+    matches = get_matches(written)
+    if len(matches) != 1 or not is_exact_string(written, matches):
+        return None
+    return get_expression(matches[0], skip_checks=True).strip()
 
 
 def _is_list(value) -> bool:
