@@ -16,7 +16,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.multiclass import OneVsRestClassifier
-from sklearn.pipeline import FeatureUnion, make_pipeline
+from sklearn.pipeline import FeatureUnion
 
 from lmtransfer.classification.config import BaselineParams
 
@@ -30,19 +30,20 @@ class BaselineResult:
     macro_f1: float
 
 
-def tfidf_logistic_regression(params: BaselineParams, c: float):
-    features = FeatureUnion([
+def tfidf_features(params: BaselineParams) -> FeatureUnion:
+    """Word and character n-grams, each TF-IDF weighted: fitted on the train split alone."""
+    return FeatureUnion([
         ("words", TfidfVectorizer(analyzer="word", ngram_range=tuple(params.word_ngrams), sublinear_tf=True,
                                   min_df=params.min_df)),
         ("chars", TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(params.char_ngrams), sublinear_tf=True,
                                   min_df=params.min_df)),
     ])
+
+
+def logistic_regression(params: BaselineParams, c: float) -> OneVsRestClassifier:
     # liblinear is fast on sparse TF-IDF but binary only: one-vs-rest makes it serve any number of classes
     # (for two classes it is the plain binary model).
-    classifier = OneVsRestClassifier(
-        LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear", random_state=0)
-    )
-    return make_pipeline(features, classifier)
+    return OneVsRestClassifier(LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear", random_state=0))
 
 
 def run_baseline(
@@ -51,14 +52,19 @@ def run_baseline(
     test_texts: list[str], test_labels: np.ndarray,
     params: BaselineParams,
 ) -> BaselineResult:
-    """Tune C on valid (ties go to the smaller C: more regularised), then score the chosen model on test."""
+    """Tune C on valid (ties go to the smaller C: more regularised), then score the chosen model on test.
+
+    The features do not depend on C, so they are fitted and computed once; only the regression is fitted per C."""
+    features = tfidf_features(params)
+    train_features = features.fit_transform(train_texts)
+    valid_features = features.transform(valid_texts)
     valid_accuracy, models = {}, {}
     for c in params.c_values:
-        model = tfidf_logistic_regression(params, c).fit(train_texts, train_labels)
-        valid_accuracy[c] = float(accuracy_score(valid_labels, model.predict(valid_texts)))
+        model = logistic_regression(params, c).fit(train_features, train_labels)
+        valid_accuracy[c] = float(accuracy_score(valid_labels, model.predict(valid_features)))
         models[c] = model
     best_c = max(params.c_values, key=lambda c: (valid_accuracy[c], -c))
-    predicted = models[best_c].predict(test_texts)
+    predicted = models[best_c].predict(features.transform(test_texts))
     return BaselineResult(
         best_c=best_c,
         valid_accuracy_by_c=valid_accuracy,
