@@ -20,7 +20,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first time: a minute or two)"
 	@# --no-compile: Python compiles a module the first time it is imported, so only what runs is compiled
-	@# (compiling every installed file up front was over half of this step's time on 2 cores)
+	@# (compiling every installed file up front is over half of this step's time on 2 cores: benchmarks/venv_build.py)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -e .
 	@# one line that Python runs at start: DVC then names params.yaml and the key of a seed list that is not a list

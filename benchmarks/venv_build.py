@@ -55,12 +55,12 @@ def main() -> None:
         rows.append([way, round(built, 1), round(first, 1), round(built + first, 1)])
         print(f"{way}: environment {built:.0f} s, first imports {first:.0f} s", flush=True)
     ratio = rows[1][3] / rows[0][3]
-    print(f"--no-compile / before: {ratio:.2f}")
+    print(f"--no-compile / pip's default: {ratio:.2f}")
     write_result("venv_build", [Column("way"), Column("build the environment, s", ".0f"),
                                 Column("first start of the pipeline's imports and dvc, s", ".0f"),
                                 Column("both, s", ".0f")], rows, seconds=time.perf_counter() - started,
                  notes=f"each way in a new folder from the same requirements.txt, one after the other; the first "
-                       f"imports are those of the stages' libraries and dvc --version; both, --no-compile / before: "
+                       f"imports are those of the stages' libraries and dvc --version; both, --no-compile / pip's default: "
                        f"{ratio:.2f}")
 
 
