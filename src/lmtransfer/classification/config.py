@@ -30,11 +30,13 @@ LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
 
 
 FILE_KEYS = ("train", "valid", "test", "corpus")
+NAMED_CORPORA = ("imdb-reviews",)  # data.corpus entries that name a pinned corpus, not a file (classification/data/corpora.py)
 
 
 class DataParams(Section):
-    source: Literal["movies-en", "reviews-zh", "files"] = Field(
-        "movies-en", description="`movies-en` or `reviews-zh` (built in), or `files` (your own: `data.train` and below)"
+    source: Literal["movies-en", "reviews-zh", "imdb", "files"] = Field(
+        "movies-en", description="`movies-en` or `reviews-zh` (built in), `imdb` (the Large Movie Review Dataset: "
+        "25,000 train / 25,000 test reviews as published, fetched once), or `files` (your own: `data.train` and below)"
     )
     max_examples: int = Field(0, ge=0, description="cap on labeled training examples after deduplication (0 = all)")
     max_corpus_lines: int = Field(
@@ -75,13 +77,20 @@ class DataParams(Section):
     )
     corpus: list[str] = Field(
         default_factory=list,
-        description="`files` only: unlabeled text, files or globs, one document per line (streamed: any size)",
+        description="unlabeled text in place of the source's own: `imdb-reviews` (the 75,000 train and unlabeled "
+        "IMDB reviews, never its test reviews; any source), or (`files` only) files or globs, one document per line "
+        "(streamed: any size)",
     )
     corpus_format: Literal["text", "pieces"] = Field(
         "text", description="`text`, or `pieces` when the corpus is already cut into sentencepiece pieces"
     )
     encoding: str = Field(
         "utf-8", description="text encoding of the labeled and corpus files (e.g. `utf-16`, `gb18030`, `latin-1`)"
+    )
+    imdb_from: str = Field(
+        "", description="a local copy of the Large Movie Review Dataset (`aclImdb_v1.tar.gz`, or its unpacked "
+        "`aclImdb/` folder), checked against the pinned release; `''` = downloaded once into the dataset cache. Read "
+        "when `data.source` is `imdb` or `data.corpus` names `imdb-reviews`"
     )
 
     _one_path_is_a_list = field_validator("corpus", mode="before")(path_list)
@@ -97,12 +106,31 @@ class DataParams(Section):
             if not (self.text_column and self.label_column):
                 raise ValueError("data.text_column and data.label_column must not be empty")
         else:
-            used = [key for key in FILE_KEYS if getattr(self, key)]
-            if used:
+            used = [key for key in FILE_KEYS if getattr(self, key) and key != "corpus"]
+            files = [entry for entry in self.corpus if entry not in NAMED_CORPORA]
+            if used or files:
+                key, value = (used[0], getattr(self, used[0])) if used else ("corpus", files[0])
+                named = f"; a corpus named {' or '.join(NAMED_CORPORA)} is read with any source" if files else ""
                 raise ValueError(
-                    f"data.{used[0]} is only read when data.source is 'files' (data.source is {self.source!r})"
+                    f"data.{key} ({value!r}) is only read when data.source is 'files' (data.source is "
+                    f"{self.source!r}){named}"
                 )
+        if self.corpus_format == "pieces" and len(self.corpus_files) < len(self.corpus):
+            raise ValueError("data.corpus_format is 'pieces' but data.corpus names a corpus of plain text "
+                             f"({', '.join(e for e in self.corpus if e in NAMED_CORPORA)}); set data.corpus_format: text")
+        if self.imdb_from and not self.reads_imdb:
+            raise ValueError("data.imdb_from is only read when data.source is 'imdb' or data.corpus names "
+                             "'imdb-reviews'; leave it ''")
         return self
+
+    @property
+    def reads_imdb(self) -> bool:
+        return self.source == "imdb" or "imdb-reviews" in self.corpus
+
+    @property
+    def corpus_files(self) -> list[str]:
+        """The entries of `data.corpus` that name files or globs (the others name a pinned corpus)."""
+        return [entry for entry in self.corpus if entry not in NAMED_CORPORA]
 
     @property
     def labeled_pieces(self) -> bool:
@@ -111,7 +139,7 @@ class DataParams(Section):
     @property
     def corpus_pieces(self) -> bool:
         """The corpus is pre-cut into pieces; without corpus files it is the labeled train texts."""
-        if self.source != "files":
+        if self.source != "files" or any(entry in NAMED_CORPORA for entry in self.corpus):
             return False
         return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
 

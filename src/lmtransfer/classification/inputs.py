@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import ClassificationParams
+from lmtransfer.classification.data.corpora import Corpus
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
@@ -52,17 +53,19 @@ def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], Labe
     labeled = prepare_labeled(raw, data)
     # streams the corpus once: every line decodes, both parts non-empty; a small one is kept for a tokenizer trial
     scan = scan_corpus(raw, labeled, data, keep_chars=TOKENIZER_TRIAL_CHARS)
-    if data.source != "files":
-        return [{"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256}], labeled, scan
     entries = []
-    for name, origin in raw.origins.items():
-        key = f"data.{name}"
-        entries.append(manifest_entry(key, getattr(data, name), Path(origin)))
-        if data.labeled_pieces:
-            labels = label_file_for(Path(origin))
-            entries.append(manifest_entry(key, str(labels), labels))
-    for path in getattr(raw.corpus, "paths", []):
-        entries.append(manifest_entry("data.corpus", str(path), path))
+    if data.source != "files":
+        entries.append({"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256})
+    else:
+        for name, origin in raw.origins.items():
+            key = f"data.{name}"
+            entries.append(manifest_entry(key, getattr(data, name), Path(origin)))
+            if data.labeled_pieces:
+                labels = label_file_for(Path(origin))
+                entries.append(manifest_entry(key, str(labels), labels))
+    if isinstance(raw.corpus, Corpus):
+        entries += [manifest_entry("data.corpus", str(path), path) for path in raw.corpus.paths]
+        entries += raw.corpus.manifest()
     return entries, labeled, scan
 
 

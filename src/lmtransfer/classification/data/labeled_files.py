@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
-
 import pandas as pd
 
 from lmtransfer.classification.config import DataParams
@@ -13,8 +11,6 @@ from lmtransfer.classification.data.raw import RawData
 from lmtransfer.data.files import (
     Column,
     Columns,
-    CorpusFiles,
-    expand_corpus,
     read_pieces,
     read_table,
     refuse_blank,
@@ -25,15 +21,14 @@ from lmtransfer.data.files import (
 
 
 def load_files(params: DataParams) -> RawData:
-    """The user's labeled files (train, optional valid/test) and optional corpus files."""
+    """The user's labeled files (train, optional valid/test); `data.corpus` is read by `sources.load_source`."""
     splits, origins = {}, {}
     for name, path in split_files({name: getattr(params, name) for name in ("train", "valid", "test")}):
         splits[name], origins[name] = read_labeled(path, params, f"data.{name}"), str(path)
     splits, folded = canonical_labels(splits, origins, params.label_case)
     for line in folded:
         print(f"data: {line}")
-    corpus: Iterable[str] = CorpusFiles(expand_corpus(params.corpus), params.encoding) if params.corpus else []
-    return RawData(splits=splits, corpus=corpus, labeled_pieces=params.labeled_pieces,
+    return RawData(splits=splits, corpus=[], labeled_pieces=params.labeled_pieces,
                    corpus_pieces=params.corpus_pieces, origins=origins)
 
 

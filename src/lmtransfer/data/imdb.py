@@ -1,0 +1,321 @@
+"""The Large Movie Review Dataset (Maas et al., ACL 2011): 100,000 IMDB reviews, pinned, checked, kept once as text.
+
+Its home is Stanford's archive `aclImdb_v1.tar.gz` (84,125,825 bytes, sha256 pinned below). It is fetched once
+into the dataset cache, or taken from a local copy: the archive itself (size and sha256 checked before it is
+read), or its unpacked `aclImdb/` folder, checked folder by folder against the pinned release (number of files,
+bytes, and the sha256 of the folder's `sha256sum` listing). A missing, cut or changed file stops in one line
+naming the folder and what differs; nothing is placed in the cache then.
+
+What is kept: one text file per folder of reviews (`train-pos.txt`, ..., `train-unsup.txt`), one review per line
+in the order of its file names, `<br />` turned into a space, whitespace folded. The archive is read as a stream
+(never unpacked, never held in memory); the reviews are read back as streams too. A `checked.json` beside them
+records each file's sha256, so a cache damaged later is named before it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from lmtransfer.core import knobs
+from lmtransfer.core.errors import DataSourceError
+from lmtransfer.core.io import atomic_directory, sha256_of
+from lmtransfer.data.normalize import normalize_text
+from lmtransfer.data.pinned import cache_dir
+
+
+@dataclass(frozen=True)
+class FolderPin:
+    """One folder of reviews as the release has it. `sha256`: of the lines `sha256sum` prints for its files, named
+    `aclImdb/<folder>/<file>` and sorted bytewise (`find aclImdb/<folder> -type f | LC_ALL=C sort | xargs
+    sha256sum | sha256sum`)."""
+
+    folder: str
+    files: int
+    bytes: int
+    sha256: str
+
+    @property
+    def kept_as(self) -> str:
+        return self.folder.replace("/", "-") + ".txt"
+
+
+@dataclass(frozen=True)
+class ImdbRelease:
+    """Where the archive lives and what it holds; the default is v1.0 as Stanford publishes it."""
+
+    archive_name: str
+    archive_bytes: int
+    archive_sha256: str
+    url: str
+    folders: tuple[FolderPin, ...]
+    version: str
+
+    def folder(self, name: str) -> FolderPin:
+        return next(pin for pin in self.folders if pin.folder == name)
+
+    @property
+    def digest(self) -> str:
+        """One id for the release's reviews: the sha256 of its folders' digests, in order."""
+        return hashlib.sha256("".join(pin.sha256 for pin in self.folders).encode()).hexdigest()
+
+
+ACL_IMDB_V1 = ImdbRelease(
+    archive_name="aclImdb_v1.tar.gz",
+    archive_bytes=84_125_825,
+    archive_sha256="c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
+    url="https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
+    folders=(
+        FolderPin("train/pos", 12_500, 16_842_831, "fcf8994f7da5587d4d17bbc9a4d42a4f2d18a986acdffe41b1c048f94b6ec868"),
+        FolderPin("train/neg", 12_500, 16_289_992, "3c02553a9f85dd0ad389f001e70eecbaed6347089d25f069b27cdb7c970d7d6a"),
+        FolderPin("train/unsup", 50_000, 66_506_794,
+                  "ead865c8590b3e71d09b461523ac8b17f96a19344e8334c84ee3103f32cf4276"),
+        FolderPin("test/pos", 12_500, 16_283_357, "96bf5150fc4a4be4fdd49416f4f81c23336d0c22a59d8f82310f6aa94d3da369"),
+        FolderPin("test/neg", 12_500, 16_067_328, "41006e123cbae39aa99e53cb099fd039c7bb3b7e05e7e6089490cc59c7647513"),
+    ),
+    version="v1",
+)
+
+TOP = "aclImdb"
+_LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_REVIEW_NAME = re.compile(r"(\d+)_(\d+)\.txt")
+
+
+def review_text(raw: bytes, origin: str) -> str:
+    """A review file's bytes as one line of text: the HTML line breaks the reviews carry become spaces."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataSourceError(f"{origin}: not UTF-8 text ({exc})") from None
+    return normalize_text(_LINE_BREAK.sub(" ", text))
+
+
+class _FolderDigest:
+    """A folder's pinned identity computed on the way: files, bytes, and the digest of its `sha256sum` listing."""
+
+    def __init__(self, pin: FolderPin):
+        self.pin = pin
+        self.listing: list[tuple[str, str]] = []  # (file name, sha256)
+        self.bytes = 0
+
+    def add(self, name: str, raw: bytes) -> None:
+        self.listing.append((name, hashlib.sha256(raw).hexdigest()))
+        self.bytes += len(raw)
+
+    def problem(self, where: str) -> str | None:
+        """Why this is not the pinned folder (None when it is): count first, then bytes, then content."""
+        pin, found = self.pin, len(self.listing)
+        label = f"{where}/{pin.folder}"
+        if found != pin.files:
+            return f"{label}: {found:,} review files where the pinned release has {pin.files:,}{_odd_names(self)}"
+        if self.bytes != pin.bytes:
+            cut = " (a file cut short?)" if self.bytes < pin.bytes else ""
+            return f"{label}: {self.bytes:,} bytes of reviews where the pinned release has {pin.bytes:,}{cut}"
+        lines = "".join(f"{sha}  {TOP}/{pin.folder}/{name}\n" for name, sha in sorted(self.listing,
+                                                                                        key=lambda e: e[0].encode()))
+        if hashlib.sha256(lines.encode()).hexdigest() != pin.sha256:
+            return (f"{label}: the content of a file differs from the pinned release's (same {found:,} files and "
+                    f"bytes; the sha256 of its listing is not {pin.sha256[:12]}…)")
+        return None
+
+
+def _odd_names(digest: _FolderDigest) -> str:
+    """The first id missing from 0..n-1 (the release names its files `<id>_<rating>.txt`), or a name out of place."""
+    ids = set()
+    for name, _ in digest.listing:
+        match = _REVIEW_NAME.fullmatch(name)
+        if not match:
+            return f" ({name} is not a review file's name)"
+        ids.add(int(match[1]))
+    missing = next((i for i in range(digest.pin.files) if i not in ids), None)
+    return f" (none named {missing}_*.txt)" if missing is not None else ""
+
+
+def _write_in_name_order(digest: _FolderDigest, texts: Path, index: list[tuple[str, int, int]], target: Path) -> None:
+    """The reviews of one folder, appended in arrival order to `texts`, rewritten one a line in file-name order."""
+    with open(texts, "rb") as source, open(target, "wb") as out:
+        for _, offset, length in sorted(index, key=lambda entry: entry[0].encode()):
+            source.seek(offset)
+            out.write(source.read(length))
+
+
+def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
+    """Stream the archive once: each review of the pinned folders checked and appended as a line."""
+    wanted = {f"{TOP}/{pin.folder}/": pin for pin in release.folders}
+    digests = {pin.folder: _FolderDigest(pin) for pin in release.folders}
+    index: dict[str, list[tuple[str, int, int]]] = {pin.folder: [] for pin in release.folders}
+    arrivals = {pin.folder: open(out / f".{pin.kept_as}.arrival", "wb") for pin in release.folders}
+    try:
+        with tarfile.open(archive, "r|gz") as tar:
+            for member in tar:
+                folder, _, name = member.name.rpartition("/")
+                pin = wanted.get(folder + "/")
+                if pin is None or not member.isfile():
+                    continue
+                handle = tar.extractfile(member)
+                raw = handle.read() if handle else b""
+                digests[pin.folder].add(name, raw)
+                line = (review_text(raw, f"{archive}:{member.name}") + "\n").encode("utf-8")
+                stream = arrivals[pin.folder]
+                index[pin.folder].append((name, stream.tell(), len(line)))
+                stream.write(line)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise DataSourceError(f"{archive}: cannot be read as a gzipped tar archive ({exc})") from None
+    finally:
+        for stream in arrivals.values():
+            stream.close()
+    for pin in release.folders:
+        problem = digests[pin.folder].problem(str(archive))
+        if problem:
+            raise DataSourceError(problem)
+        arrival = out / f".{pin.kept_as}.arrival"
+        _write_in_name_order(digests[pin.folder], arrival, index[pin.folder], out / pin.kept_as)
+        arrival.unlink()
+
+
+def keep_from_folder(folder: Path, release: ImdbRelease, out: Path) -> None:
+    """An unpacked copy, folder by folder in file-name order: each checked against its pin before the next."""
+    for pin in release.folders:
+        where = folder / pin.folder
+        if not where.is_dir():
+            raise DataSourceError(f"{where}: folder not found; the unpacked {TOP}/ of the release has {pin.files:,} "
+                                  f"reviews there")
+        digest = _FolderDigest(pin)
+        names = sorted((entry.name for entry in os.scandir(where) if entry.is_file()), key=str.encode)
+        with open(out / pin.kept_as, "wb") as kept:
+            for name in names:
+                raw = (where / name).read_bytes()
+                digest.add(name, raw)
+                kept.write((review_text(raw, str(where / name)) + "\n").encode("utf-8"))
+        problem = digest.problem(str(folder))
+        if problem:
+            raise DataSourceError(problem)
+
+
+def download(url: str, target: Path, release: ImdbRelease) -> None:
+    """`url` into `target` (streamed), with a line of progress every 10%."""
+    print(f"downloading the Large Movie Review Dataset ({release.archive_bytes / 1e6:.0f} MB, once) from {url}",
+          flush=True)
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response, open(target, "wb") as out:
+            done, shown = 0, 0
+            for block in iter(lambda: response.read(1 << 20), b""):
+                out.write(block)
+                done += len(block)
+                if done * 10 // release.archive_bytes > shown:
+                    shown = done * 10 // release.archive_bytes
+                    print(f"  {done / 1e6:.0f} of {release.archive_bytes / 1e6:.0f} MB", flush=True)
+    except (urllib.error.URLError, OSError) as exc:
+        raise DataSourceError(f"could not download {url}: {getattr(exc, 'reason', exc)}; or give a local copy of "
+                              f"{release.archive_name} (or its unpacked {TOP}/ folder) as data.imdb_from") from None
+
+
+def check_archive(path: Path, release: ImdbRelease) -> None:
+    """The pinned archive, or one line saying how this file differs: size first, so a cut download says so."""
+    size = path.stat().st_size
+    if size != release.archive_bytes:
+        cut = " (cut short: an interrupted download?)" if size < release.archive_bytes else ""
+        raise DataSourceError(f"{path}: {size:,} bytes where {release.archive_name} has {release.archive_bytes:,}"
+                              f"{cut}; delete it and retry")
+    actual = sha256_of(path)
+    if actual != release.archive_sha256:
+        raise DataSourceError(f"{path}: sha256 {actual[:12]}… is not the pinned {release.archive_sha256[:12]}… of "
+                              f"{release.archive_name}: a changed or different file; delete it and retry")
+
+
+def fetch_archive(release: ImdbRelease, directory: Path) -> Path:
+    """The archive from the cache, else downloaded into it (checked before it is placed)."""
+    target = directory / release.archive_name
+    if target.is_file():
+        check_archive(target, release)
+        return target
+    url = knobs.read(knobs.IMDB_URL) or release.url
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        downloaded = Path(tmp) / release.archive_name
+        download(url, downloaded, release)
+        check_archive(downloaded, release)
+        shutil.move(str(downloaded), target)
+    return target
+
+
+def _kept_dir(release: ImdbRelease, directory: Path) -> Path:
+    return directory / f"imdb-reviews-{release.version}"
+
+
+def _stamp(kept: Path) -> dict:
+    try:
+        return json.loads((kept / "checked.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _check_kept(kept: Path, release: ImdbRelease) -> None:
+    """Each kept file against the sha256 recorded when it was written from a checked source."""
+    recorded = _stamp(kept).get("files", {})
+    for pin in release.folders:
+        path = kept / pin.kept_as
+        if not path.is_file() or sha256_of(path) != recorded.get(pin.kept_as):
+            raise DataSourceError(f"{path}: not the reviews that were checked and kept there (changed or missing "
+                                  f"since); delete the folder {kept} and run again")
+
+
+def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory: Path | None = None) -> Path:
+    """The folder of kept review files: made once from `source` (an archive or an unpacked folder; '' = the cache's
+    archive, downloaded when absent), then reused while its files are those that were checked."""
+    directory = directory or cache_dir()
+    kept = _kept_dir(release, directory)
+    if _stamp(kept).get("release") == release.digest:
+        _check_kept(kept, release)
+        return kept
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        origin = Path(source).expanduser() if source else fetch_archive(release, directory)
+        if origin.is_dir():
+            root = origin / TOP if (origin / TOP).is_dir() else origin
+            print(f"checking the reviews of {root} against the pinned release (once)", flush=True)
+            with atomic_directory(kept) as building:
+                keep_from_folder(root, release, building)
+                _write_stamp(building, release, str(root))
+        elif origin.is_file():
+            check_archive(origin, release)
+            print(f"reading the reviews out of {origin} (once)", flush=True)
+            with atomic_directory(kept) as building:
+                keep_from_archive(origin, release, building)
+                _write_stamp(building, release, release.archive_sha256)
+        else:
+            raise DataSourceError(f"{source}: not found (set by data.imdb_from: {release.archive_name} or its "
+                                  f"unpacked {TOP}/ folder)")
+    except OSError as exc:
+        raise DataSourceError(f"the dataset cache {directory} cannot hold the reviews ({exc.strerror or exc}); set "
+                              f"{knobs.CACHE_DIR} to a writable folder") from None
+    return kept
+
+
+def _write_stamp(building: Path, release: ImdbRelease, origin: str) -> None:
+    files = {pin.kept_as: sha256_of(building / pin.kept_as) for pin in release.folders}
+    (building / "checked.json").write_text(json.dumps({"release": release.digest, "checked_from": origin,
+                                                       "files": files}, indent=1) + "\n", encoding="utf-8")
+
+
+@dataclass
+class ReviewLines:
+    """A re-iterable stream of reviews, one a line, from some of the kept files."""
+
+    paths: list[Path]
+
+    def __iter__(self) -> Iterator[str]:
+        for path in self.paths:
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    yield line.rstrip("\n")
