@@ -84,7 +84,6 @@ CPU_KERNELS = "LMTRANSFER_CPU_KERNELS"
 JOBS = "LMTRANSFER_JOBS"
 WATCH = "LMTRANSFER_WATCH"
 CACHE_DIR = "LMTRANSFER_CACHE_DIR"
-IMDB_URL = "LMTRANSFER_IMDB_URL"
 DEBUG = "LMTRANSFER_DEBUG"
 EXPERIMENT = "LMTRANSFER_EXPERIMENT"
 PIPELINE_ID = "LMTRANSFER_PIPELINE_ID"
@@ -104,9 +103,6 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
          "outside a stage too (the benchmarks), 0 never", _choice("0", "1")),
     Knob(CACHE_DIR, "a writable folder", "$XDG_CACHE_HOME/lmtransfer, else ~/.cache/lmtransfer",
          "where the pinned dataset packages are kept once downloaded", _any_text),
-    Knob(IMDB_URL, "a URL", "Stanford's address of aclImdb_v1.tar.gz",
-         "where the Large Movie Review Dataset's archive is downloaded from (a mirror); its size and sha256 are "
-         "checked all the same", _any_text),
     Knob(DEBUG, "1 or 0 (also true/false, yes/no, on/off)", "0",
          "1: an expected error keeps its traceback, and MLflow's own database errors are logged", _switch),
     Knob(EXPERIMENT, "any MLflow experiment name", "lmtransfer (lmtransfer-<task> for another task)",

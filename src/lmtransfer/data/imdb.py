@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from lmtransfer.core import knobs
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import atomic_directory, sha256_of
 from lmtransfer.data.normalize import normalize_text
@@ -113,6 +112,13 @@ class _FolderDigest:
         self.listing.append((name, hashlib.sha256(raw).hexdigest()))
         self.bytes += len(raw)
 
+    @property
+    def sha256(self) -> str:
+        """The sha256 of what `sha256sum` prints for the folder's files in bytewise order of their names."""
+        listing = sorted(self.listing, key=lambda entry: entry[0].encode())
+        return hashlib.sha256("".join(f"{sha}  {TOP}/{self.pin.folder}/{name}\n" for name, sha in listing)
+                              .encode()).hexdigest()
+
     def problem(self, where: str) -> str | None:
         """Why this is not the pinned folder (None when it is): count first, then bytes, then content."""
         pin, found = self.pin, len(self.listing)
@@ -122,12 +128,19 @@ class _FolderDigest:
         if self.bytes != pin.bytes:
             cut = " (a file cut short?)" if self.bytes < pin.bytes else ""
             return f"{label}: {self.bytes:,} bytes of reviews where the pinned release has {pin.bytes:,}{cut}"
-        lines = "".join(f"{sha}  {TOP}/{pin.folder}/{name}\n" for name, sha in sorted(self.listing,
-                                                                                        key=lambda e: e[0].encode()))
-        if hashlib.sha256(lines.encode()).hexdigest() != pin.sha256:
+        if self.sha256 != pin.sha256:
             return (f"{label}: the content of a file differs from the pinned release's (same {found:,} files and "
                     f"bytes; the sha256 of its listing is not {pin.sha256[:12]}…)")
         return None
+
+
+def measure_folder(root: Path, folder: str) -> FolderPin:
+    """The pin of `root/folder` as it is: how another release (or a test's miniature one) is described."""
+    digest = _FolderDigest(FolderPin(folder, 0, 0, ""))
+    for entry in os.scandir(root / folder):
+        if entry.is_file():
+            digest.add(entry.name, Path(entry.path).read_bytes())
+    return FolderPin(folder, len(digest.listing), digest.bytes, digest.sha256)
 
 
 def _odd_names(digest: _FolderDigest) -> str:
@@ -216,7 +229,7 @@ def download(url: str, target: Path, release: ImdbRelease) -> None:
                 if done * 10 // release.archive_bytes > shown:
                     shown = done * 10 // release.archive_bytes
                     print(f"  {done / 1e6:.0f} of {release.archive_bytes / 1e6:.0f} MB", flush=True)
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: not a URL
         raise DataSourceError(f"could not download {url}: {getattr(exc, 'reason', exc)}; or give a local copy of "
                               f"{release.archive_name} (or its unpacked {TOP}/ folder) as data.imdb_from") from None
 
@@ -240,10 +253,9 @@ def fetch_archive(release: ImdbRelease, directory: Path) -> Path:
     if target.is_file():
         check_archive(target, release)
         return target
-    url = knobs.read(knobs.IMDB_URL) or release.url
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         downloaded = Path(tmp) / release.archive_name
-        download(url, downloaded, release)
+        download(release.url, downloaded, release)
         check_archive(downloaded, release)
         shutil.move(str(downloaded), target)
     return target
@@ -298,7 +310,7 @@ def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory
                                   f"unpacked {TOP}/ folder)")
     except OSError as exc:
         raise DataSourceError(f"the dataset cache {directory} cannot hold the reviews ({exc.strerror or exc}); set "
-                              f"{knobs.CACHE_DIR} to a writable folder") from None
+                              "LMTRANSFER_CACHE_DIR to a writable folder") from None
     return kept
 
 
