@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from lmtransfer.classification.config import NAMED_CORPORA, DataParams
 from lmtransfer.data.files import CorpusFiles, expand_corpus
-from lmtransfer.data.imdb import ACL_IMDB_V1, ReviewLines, imdb_reviews
+from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1, ReviewLines, imdb_reviews
 
 IMDB_CORPUS_FOLDERS = ("train/unsup", "train/pos", "train/neg")  # never test/: IMDb's test reviews stay unseen
 

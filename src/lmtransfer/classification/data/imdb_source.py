@@ -1,5 +1,5 @@
 """imdb: the Large Movie Review Dataset as a labeled source (ULMFiT's benchmark), its pinned release
-(`lmtransfer.data.imdb`).
+(`lmtransfer.classification.data.imdb_release`).
 
 Its published splits are kept: 25,000 train and 25,000 test reviews, half positive, half negative; validation is
 carved from train (`data.valid_fraction`, stratified). Its corpus is the 50,000 unlabeled reviews (`train/unsup`);
@@ -12,7 +12,7 @@ import pandas as pd
 
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.raw import RawData
-from lmtransfer.data.imdb import ACL_IMDB_V1, ReviewLines, imdb_reviews
+from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1, ReviewLines, imdb_reviews
 
 LABEL_NAMES = ["negative", "positive"]
 
