@@ -13,11 +13,17 @@ from pathlib import Path
 import pytest
 
 from lmtransfer.classification.config import DataParams
+from lmtransfer.classification.data.imdb_release import (
+    ACL_IMDB_V1,
+    ImdbRelease,
+    ReviewLines,
+    imdb_reviews,
+    measure_folder,
+)
 from lmtransfer.classification.data.prepare import prepare
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import sha256_of
-from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1, ImdbRelease, ReviewLines, imdb_reviews, measure_folder
 
 FOLDERS = {"train/pos": 6, "train/neg": 6, "train/unsup": 10, "test/pos": 5, "test/neg": 5}
 
