@@ -22,6 +22,7 @@ from lmtransfer.classification.data.imdb_release import (
 )
 from lmtransfer.classification.data.prepare import prepare
 from lmtransfer.classification.data.sources import load_source
+from lmtransfer.cli.main import main
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import sha256_of
 
@@ -145,6 +146,16 @@ def test_a_missing_cut_or_changed_file_of_the_folder_is_named_in_one_line(mini, 
     top, _, release = mini
     damage(top)
     assert expected in _refusal(str(top), release, tmp_path / "cache")
+
+
+def test_the_imdb_command_refuses_an_archive_that_is_not_the_pinned_release_in_one_line(mini, tmp_path, monkeypatch,
+                                                                                       capsys):
+    monkeypatch.setenv("LMTRANSFER_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit) as stop:
+        main(["imdb", "--from", str(mini[1])])
+    assert str(stop.value).startswith(f"error: {mini[1]}: ") and "where aclImdb_v1.tar.gz has 84,125,825" in str(
+        stop.value) and "\n" not in str(stop.value)
+    assert not (tmp_path / "cache" / "imdb-reviews-v1").exists()
 
 
 def test_kept_reviews_changed_since_are_named_before_use(mini, tmp_path):

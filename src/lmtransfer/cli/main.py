@@ -31,6 +31,7 @@ from typing import Any
 
 import lmtransfer.cli.classification as classification_cli
 import lmtransfer.cli.course as course_cli
+import lmtransfer.cli.datasets as datasets_cli
 import lmtransfer.cli.experiments as experiments_cli
 import lmtransfer.cli.pretraining as pretraining_cli
 import lmtransfer.cli.translation as translation_cli
@@ -459,6 +460,7 @@ COMMAND_GROUPS = (  # in the order `lmtransfer --help` lists them
     classification_cli.add_commands,
     experiments_cli.add_commands,
     translation_cli.add_commands,
+    datasets_cli.add_commands,
     course_cli.add_commands,
 )
 

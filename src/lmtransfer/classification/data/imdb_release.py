@@ -234,17 +234,17 @@ def download(url: str, target: Path, release: ImdbRelease) -> None:
                               f"{release.archive_name} (or its unpacked {TOP}/ folder) as data.imdb_from") from None
 
 
-def check_archive(path: Path, release: ImdbRelease) -> None:
+def check_archive(path: Path, release: ImdbRelease, advice: str = "delete it and retry") -> None:
     """The pinned archive, or one line saying how this file differs: size first, so a cut download says so."""
     size = path.stat().st_size
     if size != release.archive_bytes:
         cut = " (cut short: an interrupted download?)" if size < release.archive_bytes else ""
         raise DataSourceError(f"{path}: {size:,} bytes where {release.archive_name} has {release.archive_bytes:,}"
-                              f"{cut}; delete it and retry")
+                              f"{cut}; {advice}")
     actual = sha256_of(path)
     if actual != release.archive_sha256:
         raise DataSourceError(f"{path}: sha256 {actual[:12]}… is not the pinned {release.archive_sha256[:12]}… of "
-                              f"{release.archive_name}: a changed or different file; delete it and retry")
+                              f"{release.archive_name}: a changed or different file; {advice}")
 
 
 def fetch_archive(release: ImdbRelease, directory: Path) -> Path:
@@ -300,7 +300,7 @@ def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory
                 keep_from_folder(root, release, building)
                 _write_stamp(building, release, str(root))
         elif origin.is_file():
-            check_archive(origin, release)
+            check_archive(origin, release, "not the release's archive (data.imdb_from)")
             print(f"reading the reviews out of {origin} (once)", flush=True)
             with atomic_directory(kept) as building:
                 keep_from_archive(origin, release, building)
