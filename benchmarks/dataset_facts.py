@@ -5,10 +5,12 @@ fails when the page and the data disagree. Reads the pinned package files (downl
 as the pipelines do) and writes into a temporary folder only.
 
     python benchmarks/dataset_facts.py          # -> benchmarks/results/dataset_facts.json
+    python benchmarks/dataset_facts.py --imdb-from aclImdb_v1.tar.gz   # the IMDB reviews from a local copy
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -18,16 +20,17 @@ import numpy as np
 from results_file import Column, write_result
 
 
-def classification_facts(source: str, tokens: bool) -> list[list]:
+def classification_facts(source: str, tokens: bool, name: str = "", **data) -> list[list]:
     """Labeled texts before and after deduplication, the splits, the corpus lines, and (`tokens`) the corpus's
-    training tokens with the default tokenizer."""
+    training tokens with the default tokenizer; `data`: other `data.*` values, the rows then named `name`."""
     from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.classification.data.prepare import write_prepared
     from lmtransfer.classification.data.sources import load_source
     from lmtransfer.data.prepared import read_corpus_meta
 
-    params = parse_classification_params({"data": {"source": source}})
+    params = parse_classification_params({"data": {"source": source, **data}})
     raw = load_source(params.data)
+    source = name or source
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "prepared"
         meta = write_prepared(raw, params.data, out, source)
@@ -84,8 +87,15 @@ def package_sizes() -> list[list]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--imdb-from", default="", help="a local aclImdb_v1.tar.gz or aclImdb/ folder (as "
+                        "data.imdb_from; default: the dataset cache's, downloaded once)")
+    args = parser.parse_args()
     started = time.perf_counter()
     rows = classification_facts("movies-en", tokens=True) + classification_facts("reviews-zh", tokens=False)
+    rows += classification_facts("imdb", tokens=False, imdb_from=args.imdb_from)
+    rows += classification_facts("movies-en", tokens=True, name="movies-en + imdb-reviews", corpus=["imdb-reviews"],
+                                 imdb_from=args.imdb_from)
     rows += translation_facts() + package_sizes()
     write_result("dataset_facts", [Column("dataset"), Column("fact"), Column("count", ",.0f")], rows,
                  seconds=time.perf_counter() - started,
