@@ -190,10 +190,24 @@ class FinetuneParams(Section):
         "(the original course's: `lr` throughout)"
     )
 
+    label_sizes: list[int] = Field(
+        default_factory=list, description="the label curve: numbers of labeled train examples, each a stratified "
+        "subset of the train split (nested; the same for both variants and TF-IDF) fine-tuned from every pretraining "
+        "run as the full split is (`finetune_<variant>_labels@<size>-<p>-<f>`); `[]` = the full split alone"
+    )
+    label_seed: int = Field(0, description="seed of the label curve's subsets")
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
         return check_seeds(seeds)
+
+    @field_validator("label_sizes")
+    @classmethod
+    def _label_sizes(cls, sizes: list[int]) -> list[int]:
+        if any(size < 2 for size in sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError(f"finetune.label_sizes must be distinct numbers of examples, each 2 or more, got {sizes}")
+        return sizes
 
 
 class EvaluateParams(Section):

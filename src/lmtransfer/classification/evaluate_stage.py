@@ -14,12 +14,15 @@ from lmtransfer.classification.evaluate import (
     report_lines,
     transfer_report,
 )
+from lmtransfer.classification.label_curve import LABEL_CURVE, baseline_at_size, curve_rows
+from lmtransfer.classification.label_subsets import label_run
 from lmtransfer.core.io import read_json, read_tsv, require_file, write_json, write_text, write_tsv
 from lmtransfer.core.paths import (
     BASELINE_METRICS,
     EVALUATE_DETAILS,
     EVALUATE_REPORT,
     HEADLINE,
+    PREPARED,
     TOKENIZED,
     VARIANTS,
     PretrainOutputs,
@@ -27,6 +30,7 @@ from lmtransfer.core.paths import (
     finetune_run,
     predictions_file,
 )
+from lmtransfer.data.prepared import SPLITS, read_split
 from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
 from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
@@ -36,7 +40,8 @@ from lmtransfer.training.resume import clear_finished_snapshots
 
 
 def run_evaluate_stage(params: ClassificationParams) -> None:
-    """Score every fine-tuned checkpoint on test; write the report, the headline, confusions, curves, predictions."""
+    """Score every fine-tuned checkpoint on test; write the report, the headline, confusions, curves, predictions,
+    and the label curve (every size of `finetune.label_sizes`, then the full split)."""
     grid = run_grid(params.pretrain.seeds, params.finetune.seeds)
     test = load_labeled_split(TOKENIZED, "test")
     baseline = read_json(require_file(BASELINE_METRICS, "baseline results"))
@@ -44,24 +49,15 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
                                       for seed in params.pretrain.seeds})
     cells = {finetune_run(seed, pretrain_seed): (pretrain_seed, seed) for pretrain_seed, seed in grid}
     checkpoints = finetuned_checkpoints(list(cells))
+    sized = {size: finetuned_checkpoints([label_run(run, size) for run in cells]) for size in params.finetune.label_sizes}
     upstream = runs_that_wrote(checkpoints.values())
     device = select_device("auto")
     use_share_of_cores()
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
                    clear_snapshots=clear_finished_snapshots):
-        log_run(params={"pretrain.seeds": params.pretrain.seeds, "finetune.seeds": params.finetune.seeds})
-        results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
-        prediction_rows = {v: ["run,actual,predicted"] for v in VARIANTS}
-        for step, ((variant, run), path) in enumerate(checkpoints.items()):
-            payload = load_checkpoint(path, expected_kind="classifier")
-            metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
-            epochs = read_tsv(require_file(finetune_epochs(variant, run), "fine-tuning metrics"))
-            history = [{key: float(value) for key, value in row.items()} for row in epochs]
-            results[variant].append(SeedResult(*cells[run], metrics, predicted == test.labels, history))
-            names = payload["label_names"]
-            prediction_rows[variant] += [f"{run},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
-            log_run(metrics={f"{variant}_test_accuracy": metrics["accuracy"],
-                             f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=step % len(cells))
+        log_run(params={"pretrain.seeds": params.pretrain.seeds, "finetune.seeds": params.finetune.seeds,
+                        "finetune.label_sizes": params.finetune.label_sizes})
+        results, prediction_rows = _score(checkpoints, cells, test, params, device, log_steps=True)
         confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate, pretraining)
         headline = headline_metrics(report)
@@ -71,12 +67,58 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
         write_tsv(EVALUATE_DETAILS / "curves.tsv", mean_curves(results, baseline["valid_accuracy"]))
         for variant, rows in prediction_rows.items():
             write_text(predictions_file(variant), "\n".join(rows) + "\n")
+        curve = _label_curve(sized, cells, test, params, device, pretraining, report)
+        write_tsv(LABEL_CURVE, curve)
         log_run(metrics={**{f"gap_{k}": v for k, v in report["gap"].items() if not isinstance(v, dict)},
                          **{f"gap_share_{k}": v for k, v in report["gap"]["share"].items()},
                          **{f"{v}_{k}": report[v][k] for v in VARIANTS
                             for k in ("accuracy_mean", "accuracy_std", "first_epoch_val_accuracy_mean")},
                          "baseline_accuracy": report["baseline"]["accuracy"]})
+        for row in curve[:-1]:
+            log_run(metrics={f"labels_{key}": row[key] for key in ("pretrained", "scratch", "gap", "baseline")},
+                    step=int(row["labels"]))
         log_file(report, "evaluate.json")
         log_to_pipeline(headline)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
+    for row in curve[:-1]:
+        print(f"evaluate: {row['labels']} labels: pretrained {row['pretrained']:.4f}, scratch {row['scratch']:.4f}, "
+              f"gap {row['gap']:+.4f} [{row['gap_low']:+.4f}, {row['gap_high']:+.4f}], TF-IDF {row['baseline']:.4f}")
 
+
+def _score(checkpoints: dict, cells: dict, test, params: ClassificationParams, device, log_steps: bool = False):
+    """Every checkpoint of `checkpoints` ((variant, run) -> path) on test: per variant its runs' results, and the
+    prediction rows (`run,actual,predicted`)."""
+    results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
+    prediction_rows = {v: ["run,actual,predicted"] for v in VARIANTS}
+    runs = list(cells)
+    for step, ((variant, run), path) in enumerate(checkpoints.items()):
+        payload = load_checkpoint(path, expected_kind="classifier")
+        metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
+        epochs = read_tsv(require_file(finetune_epochs(variant, run), "fine-tuning metrics"))
+        history = [{key: float(value) for key, value in row.items()} for row in epochs]
+        cell = cells[runs[step % len(runs)]]
+        results[variant].append(SeedResult(*cell, metrics, predicted == test.labels, history))
+        names = payload["label_names"]
+        prediction_rows[variant] += [f"{run},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
+        if log_steps:
+            log_run(metrics={f"{variant}_test_accuracy": metrics["accuracy"],
+                             f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=step % len(cells))
+    return results, prediction_rows
+
+
+def _label_curve(sized: dict, cells: dict, test, params: ClassificationParams, device, pretraining: dict,
+                 full: dict) -> list[dict]:
+    """One row per size of `finetune.label_sizes` (its runs' transfer report, TF-IDF on the same subset), then the
+    full split's (`full`, the pipeline's report)."""
+    reports = {}
+    if sized:
+        splits = {name: read_split(PREPARED, name) for name in SPLITS}
+        texts = {name: split["text"].tolist() for name, split in splits.items()}
+        labels = {name: split["label"].to_numpy() for name, split in splits.items()}
+        for size, checkpoints in sized.items():
+            results, _ = _score(checkpoints, cells, test, params, device)
+            baseline = baseline_at_size(texts, labels, size, params.finetune.label_seed, params.baseline)
+            report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate, pretraining)
+            reports[str(size)] = {**report, "n_train": size}
+    n_train = len(load_labeled_split(TOKENIZED, "train"))
+    return curve_rows({**reports, "all": {**full, "n_train": n_train}})

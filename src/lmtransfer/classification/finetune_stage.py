@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.finetune import finetune
+from lmtransfer.classification.label_subsets import train_subset
 from lmtransfer.core.paths import TOKENIZED, finetuned_checkpoint
 from lmtransfer.harness.tracking import log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
@@ -24,6 +25,8 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
     saves the best epoch's weights and reports."""
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
+    if args.labels is not None:  # the label curve: a stratified subset, the same for both variants and TF-IDF
+        train = train_subset(train, args.labels, params.finetune.label_seed)
     label_names = meta["label_names"]
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
     start = language_model_start(params, meta, args)
@@ -43,8 +46,8 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
         trainable = count_parameters(model.head) if params.finetune.freeze_backbone else count_parameters(model)
         log_run(tags={"variant": variant, "seed": start.seed, "pretrain_seed": start.pretrain_seed,
                       "device": str(device), "n_parameters": count_parameters(model),
-                      "n_trainable_parameters": trainable},
-                params={"seed": start.seed, "pretrain_seed": start.pretrain_seed})
+                      "n_trainable_parameters": trainable, **({"labels": args.labels} if args.labels else {})},
+                params={"seed": start.seed, "pretrain_seed": start.pretrain_seed, "n_train": len(train)})
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
 
         def on_epoch(row: dict) -> None:  # each epoch's row, on the stage's MLflow run

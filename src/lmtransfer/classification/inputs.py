@@ -152,10 +152,21 @@ def check_objective(params: ClassificationParams, tokenizer: Tokenizer | None) -
             )
 
 
+def check_label_sizes(params: ClassificationParams, labeled: LabeledData) -> None:
+    """Each size of the label curve is a true subset of the train split holding every class."""
+    n_train, n_classes = len(labeled.splits["train"]), len(labeled.label_names)
+    for size in params.finetune.label_sizes:
+        if not n_classes <= size < n_train:
+            raise ConfigError(f"finetune.label_sizes: {size} labeled examples, but a subset of the train split "
+                              f"({n_train:,} examples, {n_classes} classes) has from {n_classes} (one per class) to "
+                              f"{n_train - 1:,}; the full split is the pipeline's own fine-tunes")
+
+
 def check_inputs(params: ClassificationParams) -> dict[str, list[dict[str, Any]]]:
     """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
     select_device(params.train.device)  # train.device=cuda on a machine without CUDA stops here, in one line
     data, labeled, scan = check_data(params)
+    check_label_sizes(params, labeled)
     check_stream_lengths(params, labeled, scan)
     tokenizer, tokenizer_files = check_tokenizer(params, scan)
     check_unknown_share(params, labeled, tokenizer)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from lmtransfer.classification.config import ClassificationParams
+from lmtransfer.classification.label_curve import LABEL_CURVE
 from lmtransfer.classification.metrics import majority_share
-from lmtransfer.classification.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss
-from lmtransfer.core.io import read_json, require_file
+from lmtransfer.classification.plots import plot_confusion, plot_finetune_accuracy, plot_finetune_loss, plot_label_curve
+from lmtransfer.core.io import read_json, read_tsv, require_file
 from lmtransfer.core.paths import (
     BASELINE_METRICS,
     EVALUATE_DETAILS,
@@ -39,4 +40,5 @@ def run_plot_stage(params: ClassificationParams) -> None:
         plot_finetune_loss(runs, PLOTS / "finetune_loss.png", dpi),
         plot_pretraining_logs(PLOTS / "pretrain.png", dpi, params.pretrain.seeds),
         plot_confusion(evaluation, PLOTS / "confusion.png", dpi),
+        plot_label_curve(read_tsv(require_file(LABEL_CURVE, "evaluation results")), PLOTS / "label_curve.png", dpi),
     ])

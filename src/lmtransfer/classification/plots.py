@@ -70,3 +70,24 @@ def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
         pooled = f", {len(runs)} runs pooled" if len(runs) > 1 else ""
         axis.set(xlabel="predicted", ylabel="actual", title=f"{variant}: test accuracy {accuracy:.3f}{pooled}")
     return save_figure(figure, path, dpi)
+
+
+def plot_label_curve(rows: Rows, path: Path, dpi: int) -> Path:
+    """Where pretraining pays (ULMFiT's figure 3): test accuracy against the labeled examples trained on (log
+    scale), both variants' means with their runs' spread (± one std), TF-IDF on the same examples."""
+    figure, axis = plt.subplots(figsize=(7.2, 4.4))
+    sizes = [float(row["n_train"]) for row in rows]
+    for variant in VARIANTS:
+        means = [float(row[variant]) for row in rows]
+        spread = [float(row[f"{variant}_std"]) for row in rows]
+        axis.errorbar(sizes, means, yerr=spread, color=COLORS[variant], marker="o", capsize=3, label=variant)
+    axis.plot(sizes, [float(row["baseline"]) for row in rows], color="tab:green", marker="s", linestyle="-.",
+              label="TF-IDF + logistic regression")
+    axis.set_xscale("log")
+    title = "Test accuracy against labeled examples"
+    if len(rows) == 1:
+        title += " (the full split alone: add sizes with finetune.label_sizes)"
+    axis.set(xlabel="labeled training examples (log scale)", ylabel="test accuracy", title=title)
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    return save_figure(figure, path, dpi)

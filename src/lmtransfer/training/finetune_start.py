@@ -46,15 +46,18 @@ class LanguageModelStart:
     upstream: str | None
     pretrain_seed: int | None = None
     pretrained: Path | None = None  # the checkpoint a pretrained start loaded
+    labels: int | None = None  # the label curve's runs: the number of labeled examples
 
     @property
     def run(self) -> str:
-        """`2-0` (pretraining run 2, fine-tuning seed 0), or the seed alone: the stage's and the files' suffix."""
-        return finetune_run(self.seed, self.pretrain_seed)
+        """`2-0` (pretraining run 2, fine-tuning seed 0), or the seed alone, or `2-0-n300` (trained on 300 labeled
+        examples): the files' suffix."""
+        run = finetune_run(self.seed, self.pretrain_seed)
+        return run if self.labels is None else f"{run}-n{self.labels}"
 
     @property
     def stage(self) -> str:
-        return FinetuneArgs(self.variant, self.seed, self.pretrain_seed).stage  # the one place the name is made
+        return FinetuneArgs(self.variant, self.seed, self.pretrain_seed, self.labels).stage  # the one place it is made
 
     @property
     def draws(self) -> int:
@@ -79,10 +82,10 @@ def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> Languag
         path = PretrainOutputs(args.pretrain_seed).checkpoint
         payload = load_checkpoint(path, expected_kind="language_model")
         return LanguageModelStart(args.init, args.seed, model_config_of(payload), payload, ("finetune", "train"),
-                                  run_that_wrote(path), args.pretrain_seed, path)
+                                  run_that_wrote(path), args.pretrain_seed, path, args.labels)
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
     return LanguageModelStart(args.init, args.seed, config, None, ("model", "finetune", "train"), None,
-                              args.pretrain_seed)
+                              args.pretrain_seed, labels=args.labels)
 
 
 def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[dict], summary: dict,

@@ -38,11 +38,14 @@ class FinetuneArgs:
     init: str
     seed: int
     pretrain_seed: int | None = None
+    labels: int | None = None  # the label curve's runs: trained on this many labeled examples
 
     @property
     def stage(self) -> str:
-        """`finetune_pretrained@2-0`: the name dvc.yaml gives this stage."""
-        return f"finetune_{self.init}@{finetune_run(self.seed, self.pretrain_seed)}"
+        """`finetune_pretrained@2-0`, or `finetune_pretrained_labels@300-2-0` (300 labeled examples): the name
+        dvc.yaml gives this stage."""
+        run = finetune_run(self.seed, self.pretrain_seed)
+        return f"finetune_{self.init}@{run}" if self.labels is None else f"finetune_{self.init}_labels@{self.labels}-{run}"
 
 
 def parse_pretrain_args(argv: Sequence[str] | None = None) -> PretrainArgs:
@@ -59,5 +62,7 @@ def parse_finetune_args(argv: Sequence[str] | None = None) -> FinetuneArgs:
     parser.add_argument("--pretrain-seed", type=int, default=None,
                         help="the pretraining run (pretrained) or the random start's seed (scratch)")
     parser.add_argument("--seed", type=int, required=True, help="fine-tuning seed: head init, dropout, batch order")
+    parser.add_argument("--labels", type=int, default=None,
+                        help="train on this many labeled examples (one of finetune.label_sizes: the label curve)")
     args = parser.parse_args(argv)
-    return FinetuneArgs(args.init, args.seed, args.pretrain_seed)
+    return FinetuneArgs(args.init, args.seed, args.pretrain_seed, args.labels)
