@@ -67,8 +67,11 @@ def test_each_section_names_the_stages_that_read_it():
     table = params_table()
     assert "**`data`**, read by `validate`, `prepare`" in table
     assert ("**`pretrain`**, read by `validate` (`init_from`, `objective`), `pretrain@<p>` (all but `seeds`), "
-            "`finetune_scratch@<p>-<seed>` (`objective`), `evaluate` (`seeds`), `plot` (`seeds`)") in table
-    assert "`finetune_pretrained@<p>-<seed>` (all but `seeds`)" in table and "`evaluate` (`seeds`)" in table
+            "`finetune_scratch@<p>-<seed>` (`objective`), `finetune_scratch_labels@<size>-<p>-<seed>` (`objective`), "
+            "`evaluate` (`seeds`), `plot` (`seeds`)") in table
+    assert "`finetune_pretrained@<p>-<seed>` (all but `seeds`, `label_sizes`, `label_seed`)" in table
+    assert "`finetune_pretrained_labels@<size>-<p>-<seed>` (all but `seeds`, `label_sizes`)" in table
+    assert "`evaluate` (`seeds`, `label_sizes`, `label_seed`)" in table
     assert "`finetune_pretrained@<p>-<seed>` (all but `seeds`)" in params_table("translation")
 
 

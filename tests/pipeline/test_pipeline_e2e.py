@@ -76,6 +76,7 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
         *[f"metrics/finetune/{v}/seed{r}.{e}" for v in VARIANTS for r in RUNS for e in ("tsv", "json")],
         "metrics/baseline.json", "metrics/evaluate.json", "metrics/headline.json", "metrics/evaluate/curves.tsv",
         "plots/finetune_accuracy.png", "plots/pretrain.png", "plots/confusion.png", "plots/finetune_loss.png",
+        "metrics/evaluate/label_curve.tsv", "plots/label_curve.png",
     ]:
         assert (root / path).is_file() and (root / path).stat().st_size > 0, path
     assert (root / "plots/finetune_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -211,6 +212,42 @@ def test_adding_a_pretraining_seed_runs_only_its_pretraining_its_fine_tunes_and_
     # a second fine-tuning seed: one more fine-tune per pretraining run and variant, no pretraining
     assert _stages_to_rerun(root, env, "finetune.seeds", "[0, 1]") == {
         f"finetune_{v}@{p}-1" for v in VARIANTS for p in (0, 1)} | {"evaluate", "plot"}
+
+
+def test_a_label_curve_size_runs_only_its_own_fine_tunes_then_evaluate_and_plot(pipeline_repo):
+    """finetune.label_sizes: both variants from every pretraining run on the same stratified subset, TF-IDF on it
+    too, a row of the curve per size with its interval; nothing that ran before reruns."""
+    root, env = pipeline_repo
+    params_file = root / "params.yaml"
+    original = params_file.read_text()
+    new = {f"finetune_{v}_labels@30-{r}" for v in VARIANTS for r in RUNS} | {"evaluate", "plot"}
+    try:
+        yaml = YAML()
+        params = yaml.load(original)
+        params["finetune"]["label_sizes"] = [30]
+        with open(params_file, "w") as handle:
+            yaml.dump(params, handle)
+        log = run(["dvc", "repro"], root, env)
+        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
+        assert ran == new
+        rows = list(csv.DictReader((root / "metrics/evaluate/label_curve.tsv").open(), delimiter="\t"))
+        assert [(row["labels"], row["n_train"]) for row in rows] == [("30", "30"), ("all", "117")]
+        for row in rows:
+            assert float(row["gap_low"]) <= float(row["gap"]) <= float(row["gap_high"])
+        for run_name in RUNS:  # the pretrained and scratch runs of one size trained on the same 30 examples
+            summaries = [json.loads((root / f"metrics/finetune/{v}/seed{run_name}-n30.json").read_text())
+                         for v in VARIANTS]
+            assert all(0 <= summary["best_val_accuracy"] <= 1 for summary in summaries)
+        assert (root / "plots/label_curve.png").stat().st_size > 0
+        assert "30 labels: pretrained" in log
+        # another size: its own fine-tunes, evaluate and plot; none of size 30's
+        assert _stages_to_rerun(root, env, "finetune.label_sizes", "[30, 60]") == {
+            f"finetune_{v}_labels@60-{r}" for v in VARIANTS for r in RUNS} | {"evaluate", "plot"}
+    finally:
+        params_file.write_text(original)
+        run(["dvc", "repro"], root, env)  # back to the full split alone: evaluate and plot only
+    assert _changed_stages(root, env) == set()
+    assert (root / "metrics/evaluate.json").read_bytes() == FIRST_RUN["metrics/evaluate.json"]
 
 
 def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo):

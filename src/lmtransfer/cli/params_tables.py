@@ -27,32 +27,37 @@ REGENERATE = f"lmtransfer params --readme {PAGE}"
 
 # Which stages read each section (mirrors the `params:` lists of dvc.yaml; a test keeps them equal).
 # None = the whole section, else the keys that stage declares.
-_FINETUNE_RECIPE = tuple(key for key in FinetuneParams.model_fields if key != "seeds")
+_FINETUNE_RECIPE = tuple(key for key in FinetuneParams.model_fields if key not in ("seeds", "label_sizes", "label_seed"))
 _PRETRAIN_RECIPE = tuple(key for key in ClassificationPretrainParams.model_fields if key != "seeds")
 # How each task's docs name its matrix stages (one stage per seed, or per pretraining run and seed).
-STAGE_NAMES = {"pretrain": "pretrain@<p>", "finetune_pretrained": "finetune_pretrained@<p>-<seed>",
-               "finetune_scratch": "finetune_scratch@<p>-<seed>"}
-TRANSLATION_STAGE_NAMES = STAGE_NAMES  # the same grid: pretraining runs, each fine-tuned per seed
+TRANSLATION_STAGE_NAMES = {"pretrain": "pretrain@<p>", "finetune_pretrained": "finetune_pretrained@<p>-<seed>",
+                           "finetune_scratch": "finetune_scratch@<p>-<seed>"}  # pretraining runs, each fine-tuned per seed
+STAGE_NAMES = {**TRANSLATION_STAGE_NAMES, "finetune_pretrained_labels": "finetune_pretrained_labels@<size>-<p>-<seed>",
+               "finetune_scratch_labels": "finetune_scratch_labels@<size>-<p>-<seed>"}  # and the label curve's
 SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "data": {"validate": None, "prepare": None},
     "tokenizer": {"validate": None, "tokenize": None},
-    "model": {"validate": None, "pretrain": None, "finetune_scratch": None},
+    "model": {"validate": None, "pretrain": None, "finetune_scratch": None, "finetune_scratch_labels": None},
     "pretrain": {"validate": ("init_from", "objective"), "pretrain": _PRETRAIN_RECIPE,
-                 "finetune_scratch": ("objective",), "evaluate": ("seeds",), "plot": ("seeds",)},
+                 "finetune_scratch": ("objective",), "finetune_scratch_labels": ("objective",),
+                 "evaluate": ("seeds",), "plot": ("seeds",)},
     "finetune": {
+        "validate": ("label_sizes",),
         "finetune_pretrained": _FINETUNE_RECIPE,
         "finetune_scratch": _FINETUNE_RECIPE,
-        "evaluate": ("seeds",),
+        "finetune_pretrained_labels": (*_FINETUNE_RECIPE, "label_seed"),
+        "finetune_scratch_labels": (*_FINETUNE_RECIPE, "label_seed"),
+        "evaluate": ("seeds", "label_sizes", "label_seed"),
         "plot": ("seeds",),
     },
     "train": {
         "validate": ("device",),
         "pretrain": ("device", "num_threads", "nproc", "compile", "log_every"),  # not resume_every
-        "finetune_pretrained": ("device", "num_threads", "nproc", "compile"),
-        "finetune_scratch": ("device", "num_threads", "nproc", "compile"),
+        **{stage: ("device", "num_threads", "nproc", "compile") for stage in
+           ("finetune_pretrained", "finetune_scratch", "finetune_pretrained_labels", "finetune_scratch_labels")},
     },
     "evaluate": {"evaluate": None},
-    "baseline": {"baseline": None},
+    "baseline": {"baseline": None, "evaluate": None},
     "plot": {"plot": None},
 }
 SECTION_NOTES = {
