@@ -323,16 +323,33 @@ def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
                 process.wait()
 
     cores = os.cpu_count() or 1
-    normal, niced = watch(busy_processes(0)), watch(busy_processes(19))
-    assert normal.normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
-    assert niced.niced >= 0.5 * cores  # the same work, niced: counted apart
-    assert niced.normal < normal.normal - 0.4 * cores
-    niced_beside_niced = watch(busy_processes(19), watcher_nice=19)
-    assert niced_beside_niced.normal >= 0.5 * cores  # they did not ask a niced process to go first
-    assert niced_beside_niced.niced == 0
-    if sharing.autogroup() is not None:  # sessions share the CPU first: a niced program in another one yields nothing
-        niced_elsewhere = watch(busy_processes(19, own_session=True))
-        assert niced_elsewhere.normal >= 0.5 * cores and niced_elsewhere.niced < 0.25 * cores
+    skip_if_others_are_busy(cores)
+    try:
+        normal, niced = watch(busy_processes(0)), watch(busy_processes(19))
+        assert normal.normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
+        assert niced.niced >= 0.5 * cores  # the same work, niced: counted apart
+        assert niced.normal < normal.normal - 0.4 * cores
+        niced_beside_niced = watch(busy_processes(19), watcher_nice=19)
+        assert niced_beside_niced.normal >= 0.5 * cores  # they did not ask a niced process to go first
+        assert niced_beside_niced.niced == 0
+        if sharing.autogroup() is not None:  # sessions share the CPU first: a niced program in another one yields nothing
+            niced_elsewhere = watch(busy_processes(19, own_session=True))
+            assert niced_elsewhere.normal >= 0.5 * cores and niced_elsewhere.niced < 0.25 * cores
+    except AssertionError:
+        skip_if_others_are_busy(cores)  # a program that started meanwhile took the cores it measures: not the code
+        raise
+
+
+OTHERS_BUSY_LIMIT = 0.2  # cores kept busy by other programs beyond which a measurement of the CPU says nothing
+
+
+def skip_if_others_are_busy(cores: int) -> None:
+    """A quiet test measures the CPU: with other programs taking cores its numbers are theirs, so it skips in one
+    line instead of failing (it still fails on a quiet machine when the code is wrong)."""
+    others = busy_cores_of_others(seconds=1.0)
+    busy = others.normal + others.niced
+    if busy > OTHERS_BUSY_LIMIT:
+        pytest.skip(f"skipped: {busy:.1f} of {cores} cores busy with other programs; run it alone (pytest -m quiet)")
 
 
 def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():
