@@ -1,0 +1,99 @@
+"""The repository-level views with every pipeline present: bare `dvc metrics show` and `dvc exp show` show the
+built-in run's headline alone, within 120 columns.
+
+A second declared headline (the course pipeline's) made `dvc metrics show` 121 columns wide and prefixed every
+column of `dvc exp show` with `metrics/headline.json:`, pushing the gap off the pager's first screen.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from pipeline_repo import REPO, run
+
+pytestmark = pytest.mark.slow  # two DVC commands on a copy of the pipeline definitions: about 20 s
+
+PIPELINES = ("dvc.yaml", "course/dvc.yaml", "translation/dvc.yaml")
+WIDTH, HEIGHT = 120, 40  # the terminal the views must fit
+
+
+def _declared_metrics(pipeline: str) -> list[str]:
+    """The files a dvc.yaml declares as metrics: its top-level `metrics:` and every stage's."""
+    document = YAML(typ="safe").load((REPO / pipeline).read_text())
+    entries = list(document.get("metrics", []))
+    for stage in document["stages"].values():
+        entries += stage.get("metrics", [])
+    return [next(iter(e)) if isinstance(e, dict) else e for e in entries]
+
+
+def test_only_the_built_in_pipeline_declares_metrics():
+    assert _declared_metrics("dvc.yaml") == ["metrics/headline.json"]
+    assert _declared_metrics("course/dvc.yaml") == [] and _declared_metrics("translation/dvc.yaml") == []
+
+
+@pytest.fixture(scope="module")
+def every_pipeline(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A git copy holding the three pipelines, their params and their committed headlines (no data: the views read
+    the metrics files alone)."""
+    root = tmp_path_factory.mktemp("views")
+    names = [".dvcignore", ".dvc/config", *PIPELINES, "params.yaml", "course/params.yaml", "translation/params.yaml",
+             "metrics/headline.json", "course/metrics/headline.json", "translation/metrics/headline.json"]
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, root / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", DVC_NO_ANALYTICS="1")
+    for command in (["git", "init", "-q"], ["git", "config", "user.name", "t"], ["git", "config", "user.email", "t@t"],
+                    ["git", "add", "-A"], ["git", "commit", "-qm", "views"]):
+        run(command, root, env)
+    return root, env
+
+
+def _first_screen(command: list[str], root: Path, env: dict[str, str]) -> list[str]:
+    """`command` in a WIDTH x HEIGHT pseudo-terminal, DVC's pager replaced by cat: the lines a pager that cuts long
+    lines (`less -S`, DVC's) shows first."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", HEIGHT, WIDTH, 0, 0))
+    shown = subprocess.Popen(command, cwd=root, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                             env={**env, "DVC_PAGER": "cat", "TERM": "xterm"})
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert shown.wait(timeout=120) == 0, out.decode(errors="replace")
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode(errors="replace")).replace("\r", "")
+    return [line[:WIDTH] for line in text.splitlines()[:HEIGHT]]
+
+
+def test_dvc_metrics_show_is_the_built_in_headline_alone_within_120_columns(every_pipeline):
+    root, env = every_pipeline
+    table = run(["dvc", "metrics", "show"], root, {**env, "COLUMNS": str(WIDTH)}).splitlines()
+    assert [line.split()[0] for line in table[1:]] == ["metrics/headline.json"]
+    assert max(len(line) for line in table) <= WIDTH and {"pretrained", "scratch", "gap"} <= set(table[0].split())
+
+
+def test_dvc_exp_show_has_pretrained_scratch_and_gap_on_its_first_screen(every_pipeline):
+    root, env = every_pipeline
+    screen = _first_screen(["dvc", "exp", "show"], root, env)
+    header = next(line for line in screen if "Experiment" in line)
+    assert {"pretrained", "scratch", "gap"} <= set(header.split()), header
+    assert "headline.json:" not in header
