@@ -240,9 +240,9 @@ def test_a_label_curve_size_runs_only_its_own_fine_tunes_then_evaluate_and_plot(
             assert all(0 <= summary["best_val_accuracy"] <= 1 for summary in summaries)
         assert (root / "plots/label_curve.png").stat().st_size > 0
         assert "30 labels: pretrained" in log
-        # another size: its own fine-tunes, evaluate and plot; none of size 30's
+        # another size: its own fine-tunes and evaluate (plot then reruns through evaluate's new curve); none of 30's
         assert _stages_to_rerun(root, env, "finetune.label_sizes", "[30, 60]") == {
-            f"finetune_{v}_labels@60-{r}" for v in VARIANTS for r in RUNS} | {"evaluate", "plot"}
+            f"finetune_{v}_labels@60-{r}" for v in VARIANTS for r in RUNS} | {"evaluate"}
     finally:
         params_file.write_text(original)
         run(["dvc", "repro"], root, env)  # back to the full split alone: evaluate and plot only
