@@ -49,7 +49,7 @@ def wrap_matrix_layout(parsing) -> bool:
         return True
 
     def normalized_iterable(definition):
-        problem = not_a_list(definition)
+        problem = missing_params_file(definition) or not_a_list(definition)
         if problem:
             raise resolve_error(problem)
         return lay_out(definition)
@@ -89,6 +89,24 @@ def not_a_list(definition) -> str | None:
         return (f"{stage}: {at}: {key} must be a list (one stage per item), e.g. [0, 1, 2], not {given!r}; "
                 f"`lmtransfer params --check {params}` checks every key")
     return None
+
+
+def missing_params_file(definition) -> str | None:
+    """The message for a grid that reads a key of a params.yaml that is not there (DVC says only "Could not find
+    'pretrain.seeds'"), or None."""
+    import os
+
+    try:
+        written, where, name, dvc_yaml = definition.matrix_data, definition.where, definition.name, definition.relpath
+    except AttributeError:
+        return None
+    keys = [_referenced_key(value) for value in written.values()] if isinstance(written, dict) else []
+    params = os.path.join(os.path.dirname(dvc_yaml), "params.yaml")
+    key = next((key for key in keys if key), None)
+    if key is None or os.path.exists(params):
+        return None
+    return (f"failed to parse '{where}.{name}.matrix' in '{dvc_yaml}': {params} is missing, and the pipeline reads "
+            f"its parameters there ({key} among them); restore it (git checkout -- {params}) or write one")
 
 
 def _referenced_key(written) -> str | None:

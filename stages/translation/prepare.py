@@ -12,7 +12,7 @@ from lmtransfer.translation.prepare_stage import run_prepare_stage
 @stage_main("prepare")
 def main() -> None:
     params = load_translation_params(PARAMS)
-    run_prepare_stage(params.data, params.sections("data"))
+    run_prepare_stage(params, params.sections("data"))
 
 
 if __name__ == "__main__":

@@ -432,3 +432,45 @@ def test_the_version_answers_to_dash_capital_v(capsys):
 def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(tmp_path):
     with pytest.raises(SystemExit, match=r"--pretraining-spread .*missing\.json: no such file; give the evaluate\.json"):
         main(["scaling", "--pretraining-spread", str(tmp_path / "missing.json"), "--root", str(tmp_path)])
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"gap": {"accuracy_mean": 0.01, "ci95_low": -0.', "not valid JSON (line 1 column"),  # cut short
+    ("{}", "without what this command reads (KeyError: 'pretraining')"),  # valid JSON, not a report
+    (b"\xff\xfe{}", "cannot be read"),  # not UTF-8
+])
+def test_results_names_a_damaged_result_file(content, problem):
+    """`metrics/evaluate.json` cut to 300 bytes gave `error: Expecting ',' delimiter: line 11 column 38 (char 300)`,
+    naming no file (issue 71)."""
+    path = Path("metrics/evaluate.json")
+    path.parent.mkdir()
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SystemExit) as stopped:
+        main(["results"])
+    message = str(stopped.value)
+    assert message.startswith("error: metrics/evaluate.json: evaluation metrics, ") and problem in message, message
+    assert "git checkout -- metrics/evaluate.json" in message and "\n" not in message
+
+
+def test_params_check_names_a_missing_params_file_and_how_to_restore_it():
+    with pytest.raises(SystemExit) as stopped:
+        main(["params", "--check", "params.yaml"])
+    assert str(stopped.value) == ("error: params.yaml: parameter file not found; the pipeline reads its parameters "
+                                  "there: restore it (git checkout -- params.yaml) or write one")
+
+
+@pytest.mark.parametrize("change, problem", [("nokey=1", "--set nokey=1: not `section.key=value`"),
+                                             ("finetune.nokey=1", "finetune.nokey: unknown parameter")])
+def test_course_checks_its_set_changes_before_fetching_any_file(change, problem, monkeypatch):
+    """Without the course's files, a bad key failed on the download, not on the key (issue 71)."""
+    from lmtransfer.course import files
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("the files were fetched before --set was checked")
+
+    monkeypatch.setattr(files, "gather", no_download)
+    for name in ("course/dvc.yaml", "course/params.yaml"):
+        _write(Path(name), (Path(__file__).resolve().parents[2] / name).read_text(encoding="utf-8"))
+    with pytest.raises(SystemExit) as stopped:
+        main(["course", "--set", change])
+    assert problem in str(stopped.value)

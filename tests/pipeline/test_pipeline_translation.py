@@ -175,6 +175,43 @@ def test_a_broken_store_stops_prepare_before_dvc_removes_any_output(translation_
         params.write_text(original)
 
 
+# What a later stage refused only after DVC had removed its outputs (issue 71); prepare now refuses each first.
+LATE_REFUSALS = {
+    "vocabulary too small": (("vocab_size: 45", "vocab_size: 16"),  # tokenize's sentencepiece
+                             "tokenizer.vocab_size=16 is too small for this corpus"),
+    "lab sentences missing": (("lab_sentences: ../raw/lab.tsv", "lab_sentences: ../raw/nolab.tsv"),  # evaluate
+                              "../raw/nolab.tsv: file not found (set by evaluate.lab_sentences)"),
+    "no pair under max_len": (("max_len: 16", "max_len: 4"),  # the fine-tunes: 0 pairs, then a TypeError
+                              "finetune.max_len=4: none of the"),
+    "an empty example": (("- the cat sleeps", "- ''"),  # translated every epoch
+                         "finetune.examples: example 1 of 1 is empty"),
+    "init_from a fine-tune": (("init_from: ''", "init_from: models/finetuned/pretrained/seed0-0.pt"),  # never settles
+                              "written by stage 'finetune_pretrained'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LATE_REFUSALS))
+def test_what_a_later_stage_would_refuse_stops_prepare_and_every_output_stays_byte_identical(translation_repo, case):
+    root, env = translation_repo
+    params = root / "translation/params.yaml"
+    outputs = sorted(p for folder in ("metrics", "plots", "data", "models") for p in (root / "translation" / folder).rglob("*")
+                     if p.is_file())
+    before = {p: p.read_bytes() for p in outputs}
+    original = params.read_text()
+    (old, new), expected = LATE_REFUSALS[case]
+    assert original.count(old) == 1
+    try:
+        params.write_text(original.replace(old, new))
+        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
+                                text=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and "prepare: error: " in output and expected in output, output[-2000:]
+        assert "Traceback" not in output and "Running stage 'translation/dvc.yaml:tokenize'" not in output
+        assert {p: p.read_bytes() for p in outputs} == before
+    finally:
+        params.write_text(original)
+
+
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
                                                                                               tmp_path):
     """A first run of a fine-tune (and what it needs), kill -9 of `dvc repro` (dvc and its stage) once the fine-tune

@@ -58,3 +58,17 @@ def test_a_seed_list_still_lays_out_the_grid(tmp_path):
     stages = done.stdout.split()
     assert "pretrain@4" in stages and "pretrain@5" in stages and "pretrain@0" not in stages
     assert "finetune_pretrained@4-0" in stages
+
+
+@pytest.mark.parametrize("task_dir", [".", "translation"])
+def test_a_missing_params_file_is_named_not_a_key_dvc_could_not_find(tmp_path, task_dir):
+    """Without params.yaml DVC said only "Could not find 'pretrain.seeds'" (issue 71)."""
+    repo = _repo(tmp_path, task_dir)
+    (repo / task_dir / "params.yaml").unlink()
+    shown = Path(task_dir, "params.yaml").as_posix().removeprefix("./")
+    command = [DVC, "repro"] + ([] if task_dir == "." else [f"{task_dir}/dvc.yaml"])
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120)
+    message = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert f"{shown} is missing, and the pipeline reads its parameters there (pretrain.seeds among them)" in message
+    assert "Could not find" not in message and "Traceback" not in message

@@ -27,6 +27,7 @@ from lmtransfer.classification.data.sources import load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
 from lmtransfer.data.files import label_file_for
 from lmtransfer.data.input_files import manifest_entry, resolve_input
+from lmtransfer.harness.pipeline_outputs import refuse_pipeline_output
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.modeling.runtime import select_device
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
@@ -127,10 +128,13 @@ def given_tokenizer_key(params: ClassificationParams) -> str:
 
 
 def check_checkpoint(params: ClassificationParams, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
-    """The checkpoint to start from must fit the id space (None: one to be trained) and the model."""
+    """The checkpoint to start from must not be an output of this pipeline, and must fit the id space (None: one to
+    be trained) and the model."""
     entries = []
     if params.pretrain.init_from:
+        refuse_pipeline_output(params.pretrain.init_from, "pretrain.init_from")  # before "not found": not built yet
         path = resolve_input(params.pretrain.init_from, "pretrain.init_from")
+        refuse_pipeline_output(str(path), "pretrain.init_from")  # named from the repository root (DVC_ROOT)
         vocab_size = tokenizer.vocab_size if tokenizer else params.tokenizer.vocab_size
         pad_id = tokenizer.pad_id if tokenizer else PAD_ID
         config = ModelConfig.from_params(params.model, vocab_size, pad_id, params.causal_attention)

@@ -38,10 +38,18 @@ def cmd_predict(args: argparse.Namespace) -> None:
 def results_report(metrics_dir: Path = paths.METRICS) -> str:
     """The experiment's answer in a few lines: test scores over the runs, the gap with its interval and where its
     spread comes from, the baseline, and mean validation accuracy per epoch."""
-    from lmtransfer.classification.evaluate import runs_described, spread_line
-    from lmtransfer.core.io import read_json, require_file
+    from lmtransfer.reporting.result_files import read_result_json, reading
 
-    report = read_json(require_file(metrics_dir / paths.EVALUATE_REPORT.name, "evaluation metrics"))
+    path = metrics_dir / paths.EVALUATE_REPORT.name
+    report = read_result_json(path, "evaluation metrics")
+    with reading(path, "evaluation metrics"):
+        return _report_lines(report)
+
+
+def _report_lines(report: dict) -> str:
+    from lmtransfer.classification.evaluate import runs_described, spread_line
+    from lmtransfer.reporting.result_files import read_result_json
+
     pretraining = report["pretraining"]  # metrics/pretrain/*.json are DVC-cached: evaluate.json carries them in git
     gap = report["gap"]
 
@@ -73,7 +81,7 @@ def results_report(metrics_dir: Path = paths.METRICS) -> str:
     ]
     timings = paths.timings_file(paths.PretrainOutputs(pretraining["seeds"][0]).stage)
     if timings.is_file():
-        lines[-1] += f", {read_json(timings)['tokens_per_second']:,.0f} tokens/s on this machine"
+        lines[-1] += f", {read_result_json(timings, 'timings')['tokens_per_second']:,.0f} tokens/s on this machine"
     return "\n".join(lines)
 
 

@@ -8,17 +8,18 @@ from pathlib import Path
 
 
 def cmd_course(args: argparse.Namespace) -> None:
-    from lmtransfer.core.io import read_json
     from lmtransfer.course import experiment as course
     from lmtransfer.course.comparison import lab_lines
     from lmtransfer.course.corpus import write_french_corpus
     from lmtransfer.course.files import DEFAULT_URL, Manifest, gather, read_manifest
     from lmtransfer.reporting.experiments import dvc_env
+    from lmtransfer.reporting.result_files import read_result_json, reading
 
     root = args.root
     if not (root / course.PIPELINE).is_file():
         raise FileNotFoundError(f"{root / course.PIPELINE}: not found; run `lmtransfer course` from the repository's "
                                 "root (or pass --root)")
+    course.planned_params(root / course.PARAMS, args.changes)  # a bad --set stops before any download
     manifest = read_manifest(args.manifest) if args.manifest else Manifest()
     raw = root / course.COURSE / course.RAW
     present = gather(raw, manifest, args.source, args.url or DEFAULT_URL)
@@ -34,8 +35,10 @@ def cmd_course(args: argparse.Namespace) -> None:
           f"{course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores (a GPU: minutes); each stage "
           "shows its progress")
     seconds = course.run_pipeline(course.dvc_command(plan), root, dvc_env())
-    report = read_json(root / course.COURSE / "metrics" / "evaluate.json")
-    print("\n" + "\n".join(lab_lines(report)))
+    path = root / course.COURSE / "metrics" / "evaluate.json"
+    report = read_result_json(path, "the course's evaluation metrics")
+    with reading(path, "the course's evaluation metrics"):
+        print("\n" + "\n".join(lab_lines(report)))
     print(f"\ncourse: {seconds / 60:.1f} min; figure: course/plots/finetune_accuracy.png; "
           "all results: lmtransfer results --metrics course/metrics")
 

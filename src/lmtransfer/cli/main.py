@@ -24,6 +24,8 @@ compare experiments.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,13 +166,13 @@ def task_params_file(args: argparse.Namespace) -> Path:
 def model_sources(args: argparse.Namespace) -> ModelSources:
     """The params and the tokenized data's meta.json that `configured_model` falls back on. A missing default
     file gives the task's defaults (the command still describes a model); a missing named file is an error."""
-    from lmtransfer.core.io import read_json
+    from lmtransfer.reporting.result_files import read_result_json
 
     params_file = task_params_file(args)
     have_params = params_file.is_file() or params_file not in (DEFAULT_PARAMS, TRANSLATION_PARAMS)
     params = load_any_task_params(params_file) if have_params else default_task_params(args.translation)
     meta_file = params_file.parent / paths.TOKENIZED / "meta.json"
-    meta = read_json(meta_file) if meta_file.is_file() else None
+    meta = read_result_json(meta_file, "the tokenized data's meta") if meta_file.is_file() else None
     return ModelSources(params_file, have_params, params, meta_file, meta)
 
 
@@ -297,6 +299,9 @@ def cmd_params(args: argparse.Namespace) -> None:
     from lmtransfer.cli.params_tables import params_table, update_readme
 
     if args.check is not None:
+        if not Path(args.check).is_file():  # before DVC's "Could not find 'pretrain.seeds'" (`make run` runs this first)
+            raise SystemExit(f"error: {args.check}: parameter file not found; the pipeline reads its parameters there: "
+                             f"restore it (git checkout -- {args.check}) or write one")
         load_any_task_params(args.check)  # a bad key: ConfigError naming the file and the key
         print(f"{args.check}: every parameter valid")
     elif "readme" not in vars(args):
@@ -318,21 +323,25 @@ def cmd_results(args: argparse.Namespace) -> None:
 
         print(f"saved {reference.save_reference(cpu_identity(), metrics, pipeline=pipeline)}")
         return
+    from lmtransfer.reporting.result_files import read_result_json, reading
+
     if args.translation:
-        from lmtransfer.core.io import read_json, require_file
         from lmtransfer.translation.evaluate import report_lines
 
-        report = read_json(require_file(metrics / paths.EVALUATE_REPORT.name, "translation results"))
-        print("\n".join(report_lines(report)))
+        path = metrics / paths.EVALUATE_REPORT.name
+        report = read_result_json(path, "translation results")
+        with reading(path, "translation results"):
+            print("\n".join(report_lines(report)))
     else:
         print(classification_cli.results_report(metrics))
     if args.reference:
-        from lmtransfer.core.io import read_json, require_file
         from lmtransfer.modeling.runtime import cpu_identity
 
-        headline = read_json(require_file(metrics / paths.HEADLINE.name, "headline"))
-        print("\n" + "\n".join(reference.comparison_lines(headline, cpu_identity(), reference.references(
-            pipeline=pipeline), pipeline)))
+        path = metrics / paths.HEADLINE.name
+        headline = read_result_json(path, "headline")
+        with reading(path, "headline"):
+            print("\n" + "\n".join(reference.comparison_lines(headline, cpu_identity(), reference.references(
+                pipeline=pipeline), pipeline)))
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -492,3 +501,6 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except (LmtransferError, FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    except BrokenPipeError:  # `lmtransfer results | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        sys.exit(0)

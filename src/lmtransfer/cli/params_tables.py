@@ -68,11 +68,12 @@ SECTION_NOTES = {
 _TRANSLATION_RECIPE = tuple(key for key in TranslationFinetuneParams.model_fields if key != "seeds")
 TRANSLATION_SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "data": {"prepare": None},
-    "tokenizer": {"tokenize": None},
+    "tokenizer": {"prepare": None, "tokenize": None},  # prepare checks what later stages read (translation/inputs.py)
     "model": {"pretrain": None, "finetune_scratch": None},
-    "pretrain": {"pretrain": _PRETRAIN_RECIPE, "finetune_scratch": ("objective",), "evaluate": ("seeds",),
-                 "plot": ("seeds",)},
+    "pretrain": {"prepare": ("init_from",), "pretrain": _PRETRAIN_RECIPE, "finetune_scratch": ("objective",),
+                 "evaluate": ("seeds",), "plot": ("seeds",)},
     "finetune": {
+        "prepare": ("max_len", "examples"),
         "finetune_pretrained": _TRANSLATION_RECIPE,
         "finetune_scratch": _TRANSLATION_RECIPE,
         "evaluate": ("seeds",),
@@ -83,7 +84,7 @@ TRANSLATION_SECTION_READERS: dict[str, dict[str, tuple[str, ...] | None]] = {
         "finetune_pretrained": ("device", "num_threads"),
         "finetune_scratch": ("device", "num_threads"),
     },
-    "evaluate": {"evaluate": None},
+    "evaluate": {"prepare": ("lab_sentences",), "evaluate": None},
     "plot": {"plot": None},
 }
 TRANSLATION_SECTION_NOTES = {

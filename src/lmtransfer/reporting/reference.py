@@ -16,8 +16,9 @@ from numbers import Real
 from pathlib import Path
 
 from lmtransfer.core.errors import LmtransferError
-from lmtransfer.core.io import read_json, require_file, write_json
+from lmtransfer.core.io import write_json
 from lmtransfer.core.paths import EVALUATE_REPORT, HEADLINE, METRICS
+from lmtransfer.reporting.result_files import read_result_json
 
 REFERENCES = Path("results/reference")
 
@@ -62,12 +63,12 @@ def reference_from(report: dict, headline: dict, identity: dict[str, str], pipel
 def save_reference(identity: dict[str, str], metrics: Path = METRICS, root: Path = Path("."),
                    pipeline: Pipeline = CLASSIFICATION) -> Path:
     """Write this machine's vendor's reference from `metrics/`; refuse metrics another CPU produced."""
-    report = read_json(require_file(metrics / EVALUATE_REPORT.name, "evaluation results"))
+    report = read_result_json(metrics / EVALUATE_REPORT.name, "evaluation results")
     produced_on = report["pretraining"].get("cpu_model")
     if produced_on != identity["cpu_model"]:
         raise LmtransferError(f"{metrics / EVALUATE_REPORT.name}: produced on {produced_on!r}, but this machine is "
                               f"{identity['cpu_model']!r}: run `{pipeline.command}` here first, then save its reference")
-    headline = read_json(require_file(metrics / HEADLINE.name, "headline"))
+    headline = read_result_json(metrics / HEADLINE.name, "headline")
     path = root / pipeline.folder / f"{identity['cpu_vendor']}.json"
     write_json(path, reference_from(report, headline, identity, pipeline))
     return path

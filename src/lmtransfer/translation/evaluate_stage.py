@@ -5,8 +5,6 @@ calls `run_evaluate_stage` alone."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from lmtransfer.core.io import atomic_path, read_json, read_tsv, require_file, write_json
@@ -28,9 +26,9 @@ from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.clauses import short_test_pairs
-from lmtransfer.translation.data.pairs import read_pairs as read_pair_file
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import lab_report, report_lines, translation_headline, translation_report
+from lmtransfer.translation.lab_sentences import read_lab_sentences
 from lmtransfer.translation.translator import (
     DecodingOptions,
     load_translation_model,
@@ -52,15 +50,6 @@ def write_translations(path, sources: list[str], references: list[str],
         table.to_csv(tmp, sep="\t", index=False)
 
 
-def lab_sentences(params: TranslationParams) -> tuple[list[str], list[str]]:
-    """`evaluate.lab_sentences` as (sources, references), read before any model is loaded; none for ''."""
-    if not params.evaluate.lab_sentences:
-        return [], []
-    pairs = read_pair_file(Path(params.evaluate.lab_sentences), "evaluate.lab_sentences", "tsv", "source", "target",
-                           "utf-8")
-    return list(pairs["source"]), list(pairs["target"])
-
-
 def pretraining_summary(pretrain_seeds: list[int]) -> dict:
     """The pretraining runs' validation perplexity, each and their mean (the headline's `lm_val_ppl`)."""
     summaries = [read_json(require_file(PretrainOutputs(seed).summary, "pretraining results")) for seed in pretrain_seeds]
@@ -75,7 +64,7 @@ def run_evaluate_stage(params: TranslationParams) -> None:
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")
     tokenizer = load_tokenizer(TOKENIZED)
-    lab_sources, lab_references = lab_sentences(params)
+    lab_sources, lab_references = read_lab_sentences(params.evaluate.lab_sentences)  # before any model loads
     pretraining = pretraining_summary(params.pretrain.seeds)
     checkpoints = finetuned_checkpoints(runs)
     upstream = runs_that_wrote(checkpoints.values())
