@@ -158,6 +158,15 @@ def test_the_imdb_command_refuses_an_archive_that_is_not_the_pinned_release_in_o
     assert not (tmp_path / "cache" / "imdb-reviews-v1").exists()
 
 
+def test_a_relative_local_copy_is_found_under_the_repository_root_from_a_temporary_copy(mini, tmp_path, monkeypatch):
+    top, _, release = mini
+    (tmp_path / "temporary-copy").mkdir()
+    monkeypatch.chdir(tmp_path / "temporary-copy")  # a `dvc exp run --temp` copy: the git-ignored folder is not there
+    monkeypatch.setenv("DVC_ROOT", str(top.parent.parent))
+    kept = imdb_reviews("unpacked/aclImdb", release, tmp_path / "cache")
+    assert len(_kept_lines(kept, "train/unsup")) == 10
+
+
 def test_kept_reviews_changed_since_are_named_before_use(mini, tmp_path):
     top, _, release = mini
     kept = imdb_reviews(str(top), release, tmp_path / "cache")

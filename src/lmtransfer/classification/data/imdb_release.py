@@ -292,7 +292,7 @@ def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory
         return kept
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        origin = Path(source).expanduser() if source else fetch_archive(release, directory)
+        origin = _local_copy(source) if source else fetch_archive(release, directory)
         if origin.is_dir():
             root = origin / TOP if (origin / TOP).is_dir() else origin
             print(f"checking the reviews of {root} against the pinned release (once)", flush=True)
@@ -312,6 +312,17 @@ def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory
         raise DataSourceError(f"the dataset cache {directory} cannot hold the reviews ({exc.strerror or exc}); set "
                               "LMTRANSFER_CACHE_DIR to a writable folder") from None
     return kept
+
+
+def _local_copy(source: str) -> Path:
+    """`data.imdb_from` as given, or under the repository root (DVC_ROOT) when a `dvc exp run --temp` copy lacks
+    it (a git-ignored folder is not copied there)."""
+    path = Path(source).expanduser()
+    if not path.is_absolute() and not path.exists() and os.environ.get("DVC_ROOT"):
+        rooted = Path(os.environ["DVC_ROOT"]) / path
+        if rooted.exists():
+            return rooted
+    return path
 
 
 def _write_stamp(building: Path, release: ImdbRelease, origin: str) -> None:
