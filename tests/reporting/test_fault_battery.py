@@ -36,6 +36,32 @@ def test_an_outcome_is_sorted_by_what_the_user_saw_and_what_was_left(battery):
     runs = battery.Case("runs", "y", ["dvc", "repro"], ())
     assert battery.outcome(runs, _done(0, ""), ["metrics/evaluate.json"]) == "ok"  # a run may change outputs
     assert battery.outcome(runs, _done(1, "stopped"), []) == "misleading"
+    noted = battery.Case("artifacts", "z", ["dvc", "repro"], ("copied",), runs=True)  # must run, and say so
+    assert battery.outcome(noted, _done(0, "tracking: ... copied ..."), []) == "ok"
+    assert battery.outcome(noted, _done(0, "nothing said"), []) == "silent"
+    assert battery.outcome(noted, _done(1, "copied"), []) == "misleading"
+
+
+def test_every_translation_case_changes_one_line_of_the_translation_params(battery, tmp_path):
+    params = tmp_path / "translation" / "params.yaml"
+    params.parent.mkdir()
+    sys.path.insert(0, str(REPO / "tests" / "pipeline"))
+    from ruamel.yaml import YAML
+    from test_pipeline_translation import TINY_TRANSLATION
+
+    from pipeline_repo import merge
+
+    yaml = YAML()
+    with open(params, "w") as handle:
+        yaml.dump(merge(yaml.load((REPO / "translation/params.yaml").read_text()), TINY_TRANSLATION), handle)
+    original = params.read_text()
+    translation = [case for case in battery.cases() if case.pipeline == "translation"]
+    assert translation and all(case.command[-1] == "translation/dvc.yaml" for case in translation)
+    for case in translation:
+        undo = case.apply(tmp_path)
+        assert params.read_text() != original, case.name
+        undo()
+        assert params.read_text() == original, case.name
 
 
 def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(battery, tmp_path):

@@ -60,7 +60,10 @@ def usable_tracking_uri(root: Path | None = None) -> str:
     """`tracking_uri`, with the local store built or checked first, or a tracking server checked to answer."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
-        ensure_store((root or project_root()) / STORE_NAME)
+        from lmtransfer.harness.artifact_store import check_artifact_store
+
+        root = root or project_root()
+        check_artifact_store(ensure_store(root / STORE_NAME), root)
     elif uri.startswith(("http://", "https://")):
         check_server(uri)
     return tracking_uri(root)
