@@ -155,7 +155,7 @@ def _odd_names(digest: _FolderDigest) -> str:
     return f" (none named {missing}_*.txt)" if missing is not None else ""
 
 
-def _write_in_name_order(digest: _FolderDigest, texts: Path, index: list[tuple[str, int, int]], target: Path) -> None:
+def _write_in_name_order(texts: Path, index: list[tuple[str, int, int]], target: Path) -> None:
     """The reviews of one folder, appended in arrival order to `texts`, rewritten one a line in file-name order."""
     with open(texts, "rb") as source, open(target, "wb") as out:
         for _, offset, length in sorted(index, key=lambda entry: entry[0].encode()):
@@ -193,7 +193,7 @@ def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
         if problem:
             raise DataSourceError(problem)
         arrival = out / f".{pin.kept_as}.arrival"
-        _write_in_name_order(digests[pin.folder], arrival, index[pin.folder], out / pin.kept_as)
+        _write_in_name_order(arrival, index[pin.folder], out / pin.kept_as)
         arrival.unlink()
 
 
