@@ -116,7 +116,8 @@ def collapsed(files: set[str]) -> list[str]:
 
 
 PIPELINES = (REPO / "dvc.yaml", REPO / "translation" / "dvc.yaml")  # each task's pipeline
-# course/dvc.yaml is dvc.yaml's stages run in course/ (tools/course_pipeline.py): checked with it, written from it
+# course/, reviews/ and imdb/dvc.yaml are dvc.yaml's stages run in those folders (tools/folder_pipelines.py): checked
+# with it, written from it
 
 
 def dep_prefix(pipeline: Path) -> str:
@@ -149,9 +150,9 @@ def main() -> None:
     if "--write" in sys.argv[1:]:
         for pipeline in PIPELINES:
             write_dvc_yaml(pipeline)
-        from course_pipeline import main as write_course_pipeline
+        from folder_pipelines import main as write_folder_pipelines
 
-        write_course_pipeline()  # its stages are dvc.yaml's
+        write_folder_pipelines()  # their stages are dvc.yaml's
         return
     for script in sorted((REPO / "stages").rglob("*.py")):
         print(f"{script.relative_to(REPO)}:")

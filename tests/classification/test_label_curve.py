@@ -8,7 +8,7 @@ import pytest
 
 from lmtransfer.classification.config import BaselineParams, FinetuneParams
 from lmtransfer.classification.label_curve import baseline_at_size, curve_rows
-from lmtransfer.classification.label_subsets import label_order, label_run, label_subset, train_subset
+from lmtransfer.classification.label_subsets import label_order, label_run, label_subset, repeats_for, train_subset
 from lmtransfer.tokens.id_files import LabeledSplit
 
 LABELS = np.array([0] * 600 + [1] * 300 + [2] * 100)[np.random.default_rng(5).permutation(1000)]
@@ -40,6 +40,15 @@ def test_the_train_subset_holds_the_chosen_sequences_with_their_labels():
     for position, index in enumerate(chosen):
         assert (subset.sequence(position) == index).all() and len(subset.sequence(position)) == lengths[index]
     assert label_run("2-0", 300) == "2-0-n300" and label_run("2-0", None) == "2-0"
+
+
+def test_a_subset_is_repeated_to_the_full_splits_length_so_its_runs_take_as_many_steps():
+    assert repeats_for(7397, 100) == 74 and repeats_for(7397, 3000) == 2 and repeats_for(10, 10) == 1
+    assert repeats_for(100, 300) == 1  # never fewer than once
+    split = LabeledSplit(np.arange(10), np.arange(11), np.array([0, 1] * 5))
+    once, thrice = train_subset(split, 4, seed=0), train_subset(split, 4, seed=0, repeats=3)
+    assert len(thrice) == 12 and (thrice.labels == np.tile(once.labels, 3)).all()
+    assert all((thrice.sequence(i + 4 * r) == once.sequence(i)).all() for i in range(4) for r in range(3))
 
 
 def test_tfidf_at_a_size_trains_on_that_subset_alone():

@@ -45,15 +45,17 @@ def test_every_module_a_stage_can_run_is_one_of_its_deps(pipeline_stage):
     assert not needless, f"{stage} lists these but never imports them (edits rerun it for nothing): {needless}; {hint}"
 
 
-def test_the_course_pipeline_is_the_classification_pipeline_run_in_its_folder():
-    """course/dvc.yaml is generated from dvc.yaml: a stage added or changed there reaches the course's run."""
-    from course_pipeline import SOURCE, TARGET, course_pipeline
+@pytest.mark.parametrize("folder", ["course", "reviews", "imdb"])
+def test_a_folder_pipeline_is_the_classification_pipeline_run_in_its_folder(folder):
+    """course/, reviews/ and imdb/dvc.yaml are generated from dvc.yaml: a stage added or changed there reaches them."""
+    from folder_pipelines import FOLDERS, SOURCE, folder_pipeline
 
-    assert TARGET.read_text(encoding="utf-8") == course_pipeline(SOURCE.read_text(encoding="utf-8")), (
-        "course/dvc.yaml is stale: python tools/course_pipeline.py")
-    course = YAML(typ="safe").load(TARGET.read_text())["stages"]
-    assert course.keys() == STAGES.keys()
-    for name, stage in course.items():
+    target = REPO / folder / "dvc.yaml"
+    assert target.read_text(encoding="utf-8") == folder_pipeline(SOURCE.read_text(encoding="utf-8"), FOLDERS[folder]), (
+        f"{folder}/dvc.yaml is stale: python tools/folder_pipelines.py")
+    stages = YAML(typ="safe").load(target.read_text())["stages"]
+    assert stages.keys() == STAGES.keys()
+    for name, stage in stages.items():
         assert [d.removeprefix("../") for d in stage["deps"]] == STAGES[name]["deps"]
         assert stage["cmd"].replace("../", "", 1) == STAGES[name]["cmd"]
 

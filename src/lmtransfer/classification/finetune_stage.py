@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.classification.label_subsets import train_subset
+from lmtransfer.classification.label_subsets import repeats_for, train_subset
 from lmtransfer.core.paths import TOKENIZED, finetuned_checkpoint
 from lmtransfer.harness.tracking import log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
@@ -25,8 +25,10 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
     saves the best epoch's weights and reports."""
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
-    if args.labels is not None:  # the label curve: a stratified subset, the same for both variants and TF-IDF
-        train = train_subset(train, args.labels, params.finetune.label_seed)
+    if args.labels is not None:  # the label curve: a stratified subset, the same for both variants and TF-IDF,
+        # repeated to the full split's length: as many steps as the full run
+        repeats = repeats_for(len(train.labels), args.labels)
+        train = train_subset(train, args.labels, params.finetune.label_seed, repeats)
     label_names = meta["label_names"]
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
     start = language_model_start(params, meta, args)

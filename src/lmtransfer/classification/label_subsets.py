@@ -5,6 +5,10 @@ train split (stages `finetune_<variant>_labels@<size>-<p>-<f>`), and TF-IDF on t
 nested: one seeded order of the train split (`label_order`), each class spread evenly along it, and a size takes
 its head; so 300 examples hold the 100, every class is in each from its first few, and both variants and TF-IDF
 see the very same examples. The full split is the pipeline's own fine-tunes.
+
+A subset is repeated to about the full split's size (`repeats_for`), so a run on 100 labels takes as many steps, and
+as many validation rounds, as the full run: the same recipe, not 1/70th of its training (ULMFiT's few-label runs,
+too, train to convergence rather than for a fixed number of passes).
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ def label_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     return np.sort(label_order(labels, seed)[:size])
 
 
-def train_subset(train: LabeledSplit, size: int, seed: int) -> LabeledSplit:
-    """The train split's sequences a label-curve run of `size` trains on, as a split of their own."""
-    keep = label_subset(train.labels, size, seed)
+def repeats_for(full: int, size: int) -> int:
+    """How many times a subset of `size` is repeated so that an epoch over it is about one over `full` examples."""
+    return max(1, round(full / size))
+
+
+def train_subset(train: LabeledSplit, size: int, seed: int, repeats: int = 1) -> LabeledSplit:
+    """The train split's sequences a label-curve run of `size` trains on, as a split of their own: each
+    `repeats` times (`repeats_for`), so its epochs are the full split's length."""
+    keep = np.tile(label_subset(train.labels, size, seed), repeats)
     ids = np.concatenate([train.sequence(i) for i in keep])
     offsets = np.concatenate([[0], np.cumsum(train.lengths()[keep])]).astype(train.offsets.dtype)
     return LabeledSplit(ids, offsets, train.labels[keep])
