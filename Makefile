@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: help venv run run-translation course test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
+.PHONY: help venv run run-translation course gpu-profiles test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
 .DEFAULT_GOAL := help
 
 ## every target with what it does (this list)
@@ -49,6 +49,17 @@ run-translation: venv
 COURSE_FROM ?=
 course: venv
 	$(BIN)/lmtransfer course $(if $(COURSE_FROM),--from $(COURSE_FROM))
+
+## the two GPU profiles on the IMDB reviews: the reviews once (IMDB_FROM=archive or aclImdb/ folder: a local copy),
+## then reviews/ (movie sentences, the reviews as corpus, 3 pretraining runs, label curve) and imdb/ (docs/guide/gpu-profiles.md)
+IMDB_FROM ?=
+gpu-profiles: venv
+	$(BIN)/lmtransfer imdb $(if $(IMDB_FROM),--from $(IMDB_FROM))
+	$(BIN)/lmtransfer params --check reviews/params.yaml
+	$(BIN)/lmtransfer params --check imdb/params.yaml
+	dvc repro reviews/dvc.yaml
+	dvc repro imdb/dvc.yaml
+	@echo; lmtransfer results --metrics reviews/metrics; echo; lmtransfer results --metrics imdb/metrics
 
 ## the test suite: unit tests and end-to-end dvc repro runs on tiny data, two at a time (pytest-xdist), then
 ## the few that measure the machine's CPU (marked quiet), alone

@@ -25,7 +25,7 @@ from pipeline_repo import REPO, run
 
 pytestmark = pytest.mark.slow  # two DVC commands on a copy of the pipeline definitions: about 20 s
 
-PIPELINES = ("dvc.yaml", "course/dvc.yaml", "translation/dvc.yaml")
+PIPELINES = ("dvc.yaml", "course/dvc.yaml", "reviews/dvc.yaml", "imdb/dvc.yaml", "translation/dvc.yaml")
 WIDTH, HEIGHT = 120, 40  # the terminal the views must fit
 
 
@@ -40,16 +40,17 @@ def _declared_metrics(pipeline: str) -> list[str]:
 
 def test_only_the_built_in_pipeline_declares_metrics():
     assert _declared_metrics("dvc.yaml") == ["metrics/headline.json"]
-    assert _declared_metrics("course/dvc.yaml") == [] and _declared_metrics("translation/dvc.yaml") == []
+    assert all(_declared_metrics(pipeline) == [] for pipeline in PIPELINES[1:])
 
 
 @pytest.fixture(scope="module")
 def every_pipeline(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A git copy holding the three pipelines, their params and their committed headlines (no data: the views read
-    the metrics files alone)."""
+    """A git copy holding every pipeline, its params and its committed headline (no data: the views read the metrics
+    files alone)."""
     root = tmp_path_factory.mktemp("views")
-    names = [".dvcignore", ".dvc/config", *PIPELINES, "params.yaml", "course/params.yaml", "translation/params.yaml",
-             "metrics/headline.json", "course/metrics/headline.json", "translation/metrics/headline.json"]
+    folders = [str(Path(pipeline).parent) for pipeline in PIPELINES]
+    names = [".dvcignore", ".dvc/config", *PIPELINES, *(str(Path(f, "params.yaml")) for f in folders),
+             *(name for f in folders if (REPO / (name := str(Path(f, "metrics", "headline.json")))).is_file())]
     for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
