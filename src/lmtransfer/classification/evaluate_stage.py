@@ -31,7 +31,8 @@ from lmtransfer.core.paths import (
     predictions_file,
 )
 from lmtransfer.data.prepared import SPLITS, read_split
-from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, runs_that_wrote, stage_run
+from lmtransfer.harness.model_registry import params_hash, register_champion
+from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, run_that_wrote, runs_that_wrote, stage_run
 from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_grid
@@ -79,10 +80,23 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
                     step=int(row["labels"]))
         log_file(report, "evaluate.json")
         log_to_pipeline(headline)
+        _register_best_pretrained(results["pretrained"], checkpoints, headline, params)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
     for row in curve[:-1]:
         print(f"evaluate: {row['labels']} labels: pretrained {row['pretrained']:.4f}, scratch {row['scratch']:.4f}, "
               f"gap {row['gap']:+.4f} [{row['gap_low']:+.4f}, {row['gap_high']:+.4f}], TF-IDF {row['baseline']:.4f}")
+
+
+def _register_best_pretrained(runs: list, checkpoints: dict, headline: dict, params: ClassificationParams) -> None:
+    """The pretrained fine-tune with the best validation accuracy (test never chooses) into the Model Registry,
+    with the gap and its interval and the hash of the params that made it (`model_registry`)."""
+    best = max(runs, key=lambda result: max(epoch["val_accuracy"] for epoch in result.epochs))
+    path = checkpoints[("pretrained", best.run)]
+    made_by = params.sections("data", "tokenizer", "model", "pretrain", "finetune", "train")
+    register_champion("classification", run_that_wrote(path), path, {
+        "run": best.run, "val_accuracy": f"{max(e['val_accuracy'] for e in best.epochs):.6f}",
+        **{key: f"{headline[key]:.6f}" for key in ("gap", "gap_low", "gap_high")}, "params_sha256": params_hash(made_by),
+    })
 
 
 def _score(checkpoints: dict, cells: dict, test, params: ClassificationParams, device, log_steps: bool = False):

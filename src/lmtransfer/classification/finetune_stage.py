@@ -6,6 +6,7 @@ from __future__ import annotations
 from lmtransfer.classification.config import ClassificationParams
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.classification.label_subsets import repeats_for, train_subset
+from lmtransfer.classification.mlflow_model import log_classifier
 from lmtransfer.core.paths import TOKENIZED, finetuned_checkpoint
 from lmtransfer.harness.tracking import log_metrics, log_run, stage_run
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
@@ -76,6 +77,7 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
             **environment_facts(),
         }
         record_finetuned(start, checkpoint, result.history, summary,
-                         {"seconds": round(result.seconds, 2), "epoch_seconds": result.epoch_seconds})
+                         {"seconds": round(result.seconds, 2), "epoch_seconds": result.epoch_seconds},
+                         log_model=lambda path: log_classifier(path, TOKENIZED, label_names))
     snapshots.clear()
     print(f"{stage}: best val accuracy {result.best_val_accuracy:.4f} at epoch {result.best_epoch} -> {checkpoint}")

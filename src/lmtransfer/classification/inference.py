@@ -1,4 +1,5 @@
-"""Using a classifier: class probabilities for every example of a split (validation, test, new texts)."""
+"""Using a classifier: class probabilities for every example of a split (validation, test), or for new texts
+(`classify_texts`: `lmtransfer predict` and the logged MLflow model both call it, so they agree to the bit)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,15 @@ def predict(
         total_loss += float(F.cross_entropy(logits, labels.to(device), reduction="sum"))
         probabilities.append(torch.softmax(logits, dim=-1).cpu().numpy())
     return np.concatenate(probabilities), total_loss / len(split)
+
+
+def classify_texts(payload: dict, tokenizer, texts: list[str], device: torch.device, batch_size: int = 64) -> np.ndarray:
+    """Class probabilities (one row per text, columns in `payload["label_names"]` order) of a fine-tuned checkpoint's
+    payload for raw texts, encoded as its training texts were (BOS + pieces, cut at the checkpoint's max_len)."""
+    from lmtransfer.modeling.checkpoint import build_classifier
+    from lmtransfer.tokens.tokenizer import encode_for_classification
+
+    ids, offsets = encode_for_classification(tokenizer, texts)
+    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
+    probabilities, _ = predict(build_classifier(payload), split, batch_size, payload["max_len"], device)
+    return probabilities

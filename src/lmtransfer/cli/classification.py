@@ -13,22 +13,16 @@ HOW_TO_PASS_TEXTS = how_to_pass("predict", 'a wonderful film" "dull', "reviews.t
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    import numpy as np
-
-    from lmtransfer.classification.inference import predict
-    from lmtransfer.modeling.checkpoint import build_classifier, load_checkpoint
+    from lmtransfer.classification.inference import classify_texts
+    from lmtransfer.modeling.checkpoint import load_checkpoint
     from lmtransfer.modeling.runtime import select_device
-    from lmtransfer.tokens.id_files import LabeledSplit
-    from lmtransfer.tokens.tokenizer import check_trained_with, encode_for_classification, load_tokenizer
+    from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
 
     texts = texts_from_arguments_or_stdin(getattr(args, "texts", []), "classify", HOW_TO_PASS_TEXTS)
     payload = load_checkpoint(args.checkpoint, expected_kind="classifier")
     tokenizer = load_tokenizer(args.tokenizer)
     check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
-    model = build_classifier(payload)
-    ids, offsets = encode_for_classification(tokenizer, texts)  # as the training texts were: BOS + pieces
-    split = LabeledSplit(ids, offsets, np.zeros(len(texts), dtype=np.int64))
-    probabilities, _ = predict(model, split, 64, payload["max_len"], select_device("auto"))
+    probabilities = classify_texts(payload, tokenizer, texts, select_device("auto"))
     names = payload["label_names"]
     for text, row in zip(texts, probabilities):
         best = int(row.argmax())

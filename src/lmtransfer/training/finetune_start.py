@@ -9,6 +9,7 @@ lines and its MLflow run. Both tasks start the same way: the pretrained language
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 
 from lmtransfer.core.io import write_json, write_timings, write_tsv
 from lmtransfer.core.paths import PretrainOutputs, finetune_epochs, finetune_run, finetune_summary, timings_file
-from lmtransfer.harness.tracking import log_checkpoint, log_run, run_that_wrote
+from lmtransfer.harness.tracking import log_checkpoint, log_run, run_that_wrote, tag_checkpoint
 from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, model_params_of
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.training.stage_args import FinetuneArgs
@@ -89,11 +90,16 @@ def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> Languag
 
 
 def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[dict], summary: dict,
-                     timings: dict) -> None:
+                     timings: dict, log_model: Callable[[Path], object] | None = None) -> None:
     """What every fine-tune stage leaves beside its checkpoint: the curve per epoch (a DVC plot), the summary (a
-    DVC-cached output), the wall-clock timings (kept out of the results), and all of it on the stage's run."""
+    DVC-cached output), the wall-clock timings (kept out of the results), and all of it on the stage's run, with
+    the checkpoint as the run's file, or as the MLflow model `log_model` makes of it (the file inside it)."""
     write_tsv(finetune_epochs(start.variant, start.run), history)
     write_json(finetune_summary(start.variant, start.run), summary)
     write_timings(timings_file(start.stage), timings)
     log_run(metrics={**summary, **timings})
-    log_checkpoint(checkpoint)
+    if log_model is None:
+        log_checkpoint(checkpoint)
+    else:
+        tag_checkpoint(checkpoint)
+        log_model(checkpoint)

@@ -1,0 +1,127 @@
+"""The fine-tuned classifier as an MLflow model: logged from the checkpoint, loaded with no repository, and giving
+the probabilities `lmtransfer predict` gives."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+
+from lmtransfer.classification.inference import classify_texts
+from lmtransfer.classification.mlflow_model import MODEL_ID_TAG, MODEL_NAME, log_classifier, texts_of
+from lmtransfer.core.config import TokenizerParams
+from lmtransfer.harness import model_registry
+from lmtransfer.harness.model_registry import CHAMPION, register_champion, registered_name
+from lmtransfer.modeling.checkpoint import load_checkpoint, save_checkpoint
+from lmtransfer.modeling.model import Classifier, ModelConfig
+from lmtransfer.tokens.tokenizer import (
+    SentencePieceTokenizer,
+    load_tokenizer,
+    save_tokenizer,
+    tokenizer_fingerprint,
+    train_sentencepiece,
+)
+
+WORDS = "good bad film movie great awful plot actor dull moving funny long short script music scene".split()
+TEXTS = ["a wonderful film", "dull and long", "the plot was moving"]
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny classifier checkpoint (2 classes, random weights) and the tokenizer it records."""
+    root = tmp_path_factory.mktemp("model")
+    rng = random.Random(0)
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(300)) + "\n")
+    tokenizer_dir = root / "tokenized"
+    tokenizer_dir.mkdir()
+    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    save_tokenizer(tokenizer, tokenizer_dir)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0)
+    checkpoint = root / "seed0-0.pt"
+    save_checkpoint(checkpoint, Classifier(config, 2, "mean"), "classifier", config, n_classes=2, pooling="mean",
+                    label_names=["neg", "pos"], max_len=32, tokenizer_sha256=tokenizer_fingerprint(tokenizer_dir))
+    return checkpoint, tokenizer_dir
+
+
+@pytest.fixture(scope="module")
+def logged(fine_tuned, tmp_path_factory):
+    """The model logged on a run of a fresh SQLite store: (its model id, the run id); the store is this module's
+    alone (the tracking URI is put back after it)."""
+    checkpoint, tokenizer_dir = fine_tuned
+    store = tmp_path_factory.mktemp("store")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+        mlflow.set_tracking_uri(None)  # the variable's store
+        experiment = mlflow.create_experiment("t", artifact_location=(store / "artifacts").as_uri())
+        with mlflow.start_run(experiment_id=experiment) as run:
+            model_id = log_classifier(checkpoint, tokenizer_dir, ["neg", "pos"])
+        yield model_id, run.info.run_id
+    mlflow.set_tracking_uri(None)
+
+
+def test_the_logged_model_gives_the_probabilities_predict_gives(fine_tuned, logged):
+    checkpoint, tokenizer_dir = fine_tuned
+    model = mlflow.pyfunc.load_model(f"models:/{logged[0]}")
+    served = model.predict(pd.DataFrame({"text": TEXTS}))
+    expected = classify_texts(load_checkpoint(checkpoint, "classifier"), load_tokenizer(tokenizer_dir), TEXTS,
+                              torch.device("cpu"))
+    assert list(served.columns) == ["label", "probability", "p_neg", "p_pos"]
+    assert (served[["p_neg", "p_pos"]].to_numpy() == expected).all()
+    assert list(served["label"]) == [["neg", "pos"][i] for i in expected.argmax(axis=1)]
+    assert model.metadata.get_input_schema().input_names() == ["text"]
+
+
+def test_the_model_carries_the_checkpoint_byte_for_byte_and_its_run_names_it(fine_tuned, logged):
+    model_id, run_id = logged
+    folder = Path(mlflow.artifacts.download_artifacts(f"models:/{model_id}"))
+    carried = next(folder.rglob(fine_tuned[0].name))
+    assert hashlib.sha256(carried.read_bytes()).digest() == hashlib.sha256(fine_tuned[0].read_bytes()).digest()
+    assert (folder / "MLmodel").is_file() and any(folder.rglob("spm.model"))
+    assert not any(folder.rglob("*.npz"))  # the tokenizer's files alone, not the tokenized splits beside them
+    assert mlflow.get_run(run_id).data.tags[MODEL_ID_TAG] == model_id
+    assert mlflow.get_logged_model(model_id).name == MODEL_NAME
+
+
+def test_a_request_is_a_text_column_a_single_column_a_list_or_a_string():
+    assert texts_of(pd.DataFrame({"text": ["a", "b"]})) == ["a", "b"]
+    assert texts_of(pd.DataFrame({"review": ["a"]})) == ["a"]
+    assert texts_of(["a", 3]) == ["a", "3"] and texts_of("a") == ["a"]
+    with pytest.raises(ValueError, match="one column, 'text'"):
+        texts_of(pd.DataFrame({"x": ["a"], "y": ["b"]}))
+
+
+def test_the_registry_gets_one_version_per_model_and_numbers_and_champion_points_at_the_latest(
+        fine_tuned, logged, monkeypatch):
+    monkeypatch.setattr(model_registry, "project_root", Path.cwd)  # the repository's own pipeline: no folder suffix
+    checkpoint, _ = fine_tuned
+    _, run_id = logged
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", mlflow.get_tracking_uri())
+        numbers = {"gap": "0.031000", "gap_low": "0.012000", "gap_high": "0.050000", "params_sha256": "ab"}
+        first = register_champion("classification", run_id, checkpoint, numbers)
+        again = register_champion("classification", run_id, checkpoint, numbers)  # an evaluate that changed nothing
+        client = mlflow.MlflowClient()
+        assert first == again == "1" and len(client.search_model_versions("name='lmtransfer-classification'")) == 1
+        version = client.get_model_version_by_alias("lmtransfer-classification", CHAMPION)
+        assert str(version.version) == "1" and version.tags["gap"] == "0.031000"
+        assert version.tags["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+        served = mlflow.pyfunc.load_model(f"models:/lmtransfer-classification@{CHAMPION}").predict(pd.DataFrame({"text": TEXTS}))
+        assert len(served) == len(TEXTS)
+        moved = register_champion("classification", run_id, checkpoint, {**numbers, "gap": "0.040000"})
+        assert moved == "2" and str(client.get_model_version_by_alias("lmtransfer-classification", CHAMPION).version) == "2"
+
+
+def test_a_folders_pipeline_registers_under_a_name_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_registry, "project_root", lambda: tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert registered_name("classification") == "lmtransfer-classification"
+    (tmp_path / "course").mkdir()
+    monkeypatch.chdir(tmp_path / "course")
+    assert registered_name("classification") == "lmtransfer-classification-course"
