@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 UI_PORT ?= 5000
 
-.PHONY: help venv run run-translation course gpu-profiles test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
+.PHONY: help venv run run-translation course gpu-profiles serve test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
 .DEFAULT_GOAL := help
 
 ## every target with what it does (this list)
@@ -80,6 +80,13 @@ ui: venv
 	@$(BIN)/python -c 'from lmtransfer.harness.mlflow_ui import ui_lines; print(*ui_lines("http://127.0.0.1:$(UI_PORT)"), sep="\n")'
 	@echo "  (each task's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
+
+## serve the registered champion (evaluate's pick, on validation) on http://127.0.0.1:5001: POST /invocations with
+## {"dataframe_split": {"columns": ["text"], "data": [["a wonderful film"]]}} (SERVE_MODEL=models:/NAME@ALIAS for another)
+SERVE_PORT ?= 5001
+SERVE_MODEL ?= models:/lmtransfer-classification@champion
+serve: venv
+	MLFLOW_TRACKING_URI=sqlite:///$(CURDIR)/mlflow.db $(BIN)/mlflow models serve -m "$(SERVE_MODEL)" --env-manager local --host 127.0.0.1 --port $(SERVE_PORT)
 
 ## the generated tables, stated numbers and figures of README.md and docs/: results from the result files, figures from the plots, parameters from the params models
 docs: venv

@@ -4,7 +4,15 @@ the probabilities `lmtransfer predict` gives."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -125,3 +133,51 @@ def test_a_folders_pipeline_registers_under_a_name_of_its_own(tmp_path, monkeypa
     (tmp_path / "course").mkdir()
     monkeypatch.chdir(tmp_path / "course")
     assert registered_name("classification") == "lmtransfer-classification-course"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow  # a server process: about 15 s
+def test_mlflow_models_serve_answers_with_the_probabilities_predict_gives(fine_tuned, logged, monkeypatch):
+    """`mlflow models serve -m models:/lmtransfer-classification@champion --env-manager local` on loopback: POST
+    /invocations gives, to 1e-6, what `lmtransfer predict` prints and the loaded model returns."""
+    monkeypatch.setattr(model_registry, "project_root", Path.cwd)
+    checkpoint, tokenizer_dir = fine_tuned
+    store = mlflow.get_tracking_uri()
+    register_champion("classification", logged[1], checkpoint, {"gap": "0.5"})
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store,  # uvicorn, which mlflow starts, from this environment's bin/
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/lmtransfer-classification@{CHAMPION}",
+         "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "mlflow models serve did not answer within 120 s"
+                time.sleep(0.5)
+        request = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[text] for text in TEXTS]}}).encode()
+        answer = urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", request, {"Content-Type": "application/json"}), timeout=30)
+        rows = json.loads(answer.read())["predictions"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    expected = classify_texts(load_checkpoint(checkpoint, "classifier"), load_tokenizer(tokenizer_dir), TEXTS,
+                              torch.device("cpu"))
+    assert [row["label"] for row in rows] == [["neg", "pos"][i] for i in expected.argmax(axis=1)]
+    assert all(abs(row["p_neg"] - p[0]) < 1e-6 and abs(row["p_pos"] - p[1]) < 1e-6 for row, p in zip(rows, expected))
+    printed = subprocess.run([sys.executable, "-m", "lmtransfer.cli", "predict", *TEXTS, "--checkpoint", str(checkpoint),
+                              "--tokenizer", str(tokenizer_dir)], capture_output=True, text=True, check=True).stdout
+    assert [line.split("\t")[0] for line in printed.splitlines()] == [row["label"] for row in rows]
+    assert [line.split("\t")[1] for line in printed.splitlines()] == [f"{r['probability']:.3f}" for r in rows]
