@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -88,6 +89,7 @@ def log_classifier(checkpoint: str | Path, tokenizer_dir: str | Path, label_name
 
     from lmtransfer.tokens.tokenizer import DICTIONARY_FILE, MODEL_FILE
 
+    started = time.perf_counter()
     example = pd.DataFrame({TEXT_COLUMN: EXAMPLE_TEXTS})
     output = prediction_frame(np.full((len(EXAMPLE_TEXTS), len(label_names)), 1.0 / len(label_names)), label_names)
     with tempfile.TemporaryDirectory() as folder:
@@ -103,4 +105,5 @@ def log_classifier(checkpoint: str | Path, tokenizer_dir: str | Path, label_name
             pip_requirements=_requirements(),
         )
     mlflow.set_tag(MODEL_ID_TAG, info.model_id)
+    print(f"MLflow model {info.model_uri} logged in {time.perf_counter() - started:.1f} s")
     return info.model_id
