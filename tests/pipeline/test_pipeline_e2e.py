@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import hashlib
 import json
 import os
 import re
@@ -51,12 +52,16 @@ def _results(root: Path) -> dict[str, bytes]:
     return files
 
 
-def test_a_second_run_from_scratch_gives_byte_identical_results(pipeline_repo, tmp_path):
-    """Same commit, params and data, a fresh copy: every result file and every output hash is the same."""
-    root, _ = pipeline_repo
-    env = make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
-    run(["dvc", "repro"], tmp_path, env)
-    second = _results(tmp_path)
+def test_a_second_run_from_scratch_gives_byte_identical_results_and_opens_no_network_connection(
+        pipeline_repo, tmp_path):
+    """Same commit, params and data, a fresh copy: every result file and every output hash is the same. Every Python
+    process of that `dvc repro` (dvc and each stage) records any DNS lookup or socket connection: with the data on
+    disk (here: files) there is none: no MLflow telemetry, no hub, no update check."""
+    (tmp_path / "repo").mkdir()
+    env = with_network_recorder(make_repo(tmp_path / "repo", TINY_PARAMS, write_tiny_data), tmp_path)
+    run(["dvc", "repro"], tmp_path / "repo", env)
+    assert Path(env["NETWORK_LOG"]).read_text() == ""
+    second = _results(tmp_path / "repo")
     assert sorted(second) == sorted(FIRST_RUN)
     different = [name for name in FIRST_RUN if FIRST_RUN[name] != second[name]]
     assert different == []
@@ -302,6 +307,35 @@ def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
+
+def test_each_fine_tune_logs_an_mlflow_model_and_evaluate_registers_the_best_on_validation(pipeline_repo):
+    """One MLflow model per fine-tune (the UI's Models view), its run tagged with it, and the registry's first
+    version, which `champion` pointed at: the pretrained fine-tune with the best validation accuracy, tagged with
+    the gap and the checkpoint's sha256."""
+    root, _ = pipeline_repo
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}", registry_uri=f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    models = client.search_logged_models([experiment.experiment_id])
+    runs = {r.info.run_id: r for r in client.search_runs([experiment.experiment_id])}
+    tuned = {runs[m.source_run_id].info.run_name for m in models}
+    assert FINETUNES <= tuned and {m.name for m in models} == {"classifier"}
+    for model in models:
+        tags = runs[model.source_run_id].data.tags
+        assert tags["lmtransfer.model_id"] == model.model_id
+    assert client.get_model_version_by_alias("lmtransfer-classification", "champion")
+    champion = client.get_model_version("lmtransfer-classification", "1")  # the first run's (later tests rerun some)
+    report = json.loads(FIRST_RUN["metrics/evaluate.json"])
+    assert float(champion.tags["gap"]) == pytest.approx(report["gap"]["accuracy_mean"], abs=1e-6)
+    validation = {p: json.loads((root / f"metrics/finetune/pretrained/seed{p}-0.json").read_text())["best_val_accuracy"]
+                  for p in (0, 1)}
+    best = max(validation, key=validation.get)  # the first of equals, as evaluate takes it
+    assert champion.tags["run"] == f"{best}-0"
+    checkpoint = root / f"models/finetuned/pretrained/seed{best}-0.pt"
+    assert champion.tags["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+
+
 def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
     root, env = pipeline_repo
     run(["git", "add", "-A"], root, env)  # as a user would: commit the results, then experiment
@@ -399,25 +433,19 @@ socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, c
 """
 
 
-def test_a_full_run_opens_no_network_connection(tmp_path):
-    """Every Python process of `dvc repro` (dvc and each stage) records any DNS lookup or socket connection;
-    with the data on disk (here: files), there is none: no MLflow telemetry, no hub, no update check."""
-    (tmp_path / "repo").mkdir()
-    env = make_repo(tmp_path / "repo", {**TINY_PARAMS, "pretrain": {**TINY_PARAMS["pretrain"], "max_steps": 2},
-                                         "finetune": {**TINY_PARAMS["finetune"], "epochs": 1, "seeds": [0]}},
-                    write_tiny_data)
-    recorder = tmp_path / "recorder"
+def with_network_recorder(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """`env` with a sitecustomize that logs every DNS lookup and non-local socket connection of each Python process
+    to folder/network.log (checked to work first)."""
+    recorder = folder / "recorder"
     recorder.mkdir()
     (recorder / "sitecustomize.py").write_text(NETWORK_RECORDER)
-    log = tmp_path / "network.log"
+    log = folder / "network.log"
     log.write_text("")
     env = {**env, "PYTHONPATH": f"{recorder}{os.pathsep}{env['PYTHONPATH']}", "NETWORK_LOG": str(log)}
     probe = subprocess.run([sys.executable, "-c", "import socket; socket.getaddrinfo('localhost', 80)"], env=env)
     assert probe.returncode == 0 and "getaddrinfo 'localhost'" in log.read_text()  # the recorder works
     log.write_text("")
-    run(["dvc", "repro"], tmp_path / "repo", env)
-    assert (tmp_path / "repo/metrics/headline.json").is_file()
-    assert log.read_text() == ""
+    return env
 
 
 def _fingerprint(root: Path) -> dict[str, bytes]:
