@@ -1,4 +1,4 @@
-"""A fine-tuned classifier as an MLflow model: a column of texts in, the label and each class's probability out.
+"""A classification fine-tune as an MLflow model: a column of texts in, the label and each class's probability out.
 
 Each fine-tune stage logs one (`log_classifier`) from the checkpoint it wrote to models/ (the DVC output): the
 model's `checkpoint` artifact is that very file (its sha256 is the run's checkpoint tag and the model's), its
