@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from lmtransfer.classification.inference import classify_texts
-from lmtransfer.classification.mlflow_model import MODEL_ID_TAG, MODEL_NAME, log_classifier, texts_of
+from lmtransfer.classification.mlflow_model import MODEL_NAME, log_classifier, texts_of
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.harness import model_registry
-from lmtransfer.harness.model_registry import CHAMPION, register_champion, registered_name
+from lmtransfer.harness.model_registry import CHAMPION, MODEL_ID_TAG, register_champion, registered_name
 from lmtransfer.modeling.checkpoint import load_checkpoint, save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.tokens.tokenizer import (

@@ -16,6 +16,7 @@ from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.training.stage_args import FinetuneArgs
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.parallel import read_pairs
+from lmtransfer.translation.mlflow_model import log_translator
 from lmtransfer.translation.training import TranslationPairs, build_translation_model, finetune_translation
 
 
@@ -64,7 +65,8 @@ def run_finetune_stage(params: TranslationParams, args: FinetuneArgs) -> None:
                    "final_val_loss": result.history[-1]["val_loss"], "pairs_left_out": result.left_out,
                    **environment_facts()}
         record_finetuned(start, checkpoint, result.history, summary,
-                         {"seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second)})
+                         {"seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second)},
+                         log_model=lambda path: log_translator(path, TOKENIZED))
     snapshots.clear()
     print(f"{stage}: best validation BLEU {result.best_val_bleu:.2f} at epoch {result.best_epoch} -> {checkpoint} "
           f"({result.tokens_per_second:,.0f} tokens/s)")
