@@ -97,6 +97,7 @@ def pipeline(server, tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 def test_runs_metrics_and_artifacts_arrive_on_the_tracking_server(server, pipeline, tmp_path):
+    import mlflow
     from mlflow import MlflowClient
 
     uri, artifacts = server
@@ -122,7 +123,6 @@ def test_runs_metrics_and_artifacts_arrive_on_the_tracking_server(server, pipeli
     assert len(client.get_metric_history(stages["pretrain@0"].info.run_id, "train_loss")) >= 2
     logged = {("pretrain@0", "seed0.pt"): "models/pretrained/seed0.pt",
               ("pretrain@0", "samples.txt"): "metrics/pretrain/seed0/samples.txt",
-              **{(f"finetune_{v}@0-0", "seed0-0.pt"): f"models/finetuned/{v}/seed0-0.pt" for v in VARIANTS},
               ("plot", "figures/finetune_accuracy.png"): "plots/finetune_accuracy.png"}
     for (stage, artifact), output in logged.items():
         run_id = stages[stage].info.run_id
@@ -130,6 +130,13 @@ def test_runs_metrics_and_artifacts_arrive_on_the_tracking_server(server, pipeli
         downloaded = Path(client.download_artifacts(run_id, artifact, str(tmp_path)))  # through the server
         stored = artifacts / experiment.experiment_id / run_id / "artifacts" / artifact  # where the server keeps it
         assert downloaded.read_bytes() == stored.read_bytes() == (root / output).read_bytes(), artifact
+    for variant in VARIANTS:  # each fine-tune's checkpoint travels inside its MLflow model, through the server too
+        run = stages[f"finetune_{variant}@0-0"]
+        location = client.get_logged_model(run.data.tags["lmtransfer.model_id"]).artifact_location
+        model = Path(mlflow.artifacts.download_artifacts(location, dst_path=str(tmp_path / variant), tracking_uri=uri))
+        carried = next(model.rglob("seed0-0.pt"))
+        assert carried.read_bytes() == (root / f"models/finetuned/{variant}/seed0-0.pt").read_bytes()
+        assert (model / "MLmodel").is_file() and any(artifacts.rglob("models/*/artifacts/artifacts/seed0-0.pt"))
     # nothing went to the repository's own store
     assert [name for name in ("mlflow.db", "mlartifacts", "mlruns") if (root / name).exists()] == []
     assert not list(root.glob(".mlflow.db.*"))
