@@ -28,3 +28,40 @@ def pytest_collection_modifyitems(config, items):
                                      definitions.name2fixturedefs.items() if name in item.fixturenames and defs)
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tmp_path_factory):
+    """A factory: a 40-piece sentencepiece tokenizer trained on 300 random lines of `words`, saved in a folder of its
+    own as the tokenize stage saves one; returns (that folder, the tokenizer)."""
+    import random
+
+    from lmtransfer.core.config import TokenizerParams
+    from lmtransfer.tokens.tokenizer import SentencePieceTokenizer, save_tokenizer, train_sentencepiece
+
+    def make(words: list[str]):
+        root = tmp_path_factory.mktemp("tokenizer")
+        rng = random.Random(0)
+        corpus = root / "corpus.txt"
+        corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(300)) + "\n")
+        folder = root / "tokenized"
+        folder.mkdir()
+        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+        save_tokenizer(tokenizer, folder)
+        return folder, tokenizer
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def mlflow_store(tmp_path_factory):
+    """A fresh SQLite MLflow store for the module, MLFLOW_TRACKING_URI pointing at it (put back after); yields the id
+    of an experiment whose artifacts stay in the store's folder."""
+    import mlflow
+
+    store = tmp_path_factory.mktemp("store")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+        mlflow.set_tracking_uri(None)  # the variable's store
+        yield mlflow.create_experiment("t", artifact_location=(store / "artifacts").as_uri())
+    mlflow.set_tracking_uri(None)

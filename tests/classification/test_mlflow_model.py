@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -22,56 +21,35 @@ import torch
 
 from lmtransfer.classification.inference import classify_texts
 from lmtransfer.classification.mlflow_model import MODEL_NAME, log_classifier, texts_of
-from lmtransfer.core.config import TokenizerParams
 from lmtransfer.harness import model_registry
 from lmtransfer.harness.model_registry import CHAMPION, MODEL_ID_TAG, register_champion, registered_name
 from lmtransfer.modeling.checkpoint import load_checkpoint, save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig
-from lmtransfer.tokens.tokenizer import (
-    SentencePieceTokenizer,
-    load_tokenizer,
-    save_tokenizer,
-    tokenizer_fingerprint,
-    train_sentencepiece,
-)
+from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 WORDS = "good bad film movie great awful plot actor dull moving funny long short script music scene".split()
 TEXTS = ["a wonderful film", "dull and long", "the plot was moving"]
 
 
 @pytest.fixture(scope="module")
-def fine_tuned(tmp_path_factory) -> tuple[Path, Path]:
+def fine_tuned(tiny_tokenizer, tmp_path_factory) -> tuple[Path, Path]:
     """A tiny classifier checkpoint (2 classes, random weights) and the tokenizer it records."""
-    root = tmp_path_factory.mktemp("model")
-    rng = random.Random(0)
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(300)) + "\n")
-    tokenizer_dir = root / "tokenized"
-    tokenizer_dir.mkdir()
-    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
-    save_tokenizer(tokenizer, tokenizer_dir)
+    tokenizer_dir, tokenizer = tiny_tokenizer(WORDS)
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32, dropout=0.0)
-    checkpoint = root / "seed0-0.pt"
+    checkpoint = tmp_path_factory.mktemp("model") / "seed0-0.pt"
     save_checkpoint(checkpoint, Classifier(config, 2, "mean"), "classifier", config, n_classes=2, pooling="mean",
                     label_names=["neg", "pos"], max_len=32, tokenizer_sha256=tokenizer_fingerprint(tokenizer_dir))
     return checkpoint, tokenizer_dir
 
 
 @pytest.fixture(scope="module")
-def logged(fine_tuned, tmp_path_factory):
-    """The model logged on a run of a fresh SQLite store: (its model id, the run id); the store is this module's
-    alone (the tracking URI is put back after it)."""
+def logged(fine_tuned, mlflow_store) -> tuple[str, str]:
+    """The model logged on a run of the module's fresh store: (its model id, the run id)."""
     checkpoint, tokenizer_dir = fine_tuned
-    store = tmp_path_factory.mktemp("store")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
-        mlflow.set_tracking_uri(None)  # the variable's store
-        experiment = mlflow.create_experiment("t", artifact_location=(store / "artifacts").as_uri())
-        with mlflow.start_run(experiment_id=experiment) as run:
-            model_id = log_classifier(checkpoint, tokenizer_dir, ["neg", "pos"])
-        yield model_id, run.info.run_id
-    mlflow.set_tracking_uri(None)
+    with mlflow.start_run(experiment_id=mlflow_store) as run:
+        model_id = log_classifier(checkpoint, tokenizer_dir, ["neg", "pos"])
+    return model_id, run.info.run_id
 
 
 def test_the_logged_model_gives_the_probabilities_predict_gives(fine_tuned, logged):

@@ -3,22 +3,14 @@ as `lmtransfer translate` does, the beam size an inference parameter."""
 
 from __future__ import annotations
 
-import random
-
 import mlflow
 import pandas as pd
 import pytest
 import torch
 
-from lmtransfer.core.config import TokenizerParams
 from lmtransfer.harness.model_registry import MODEL_ID_TAG
 from lmtransfer.modeling.checkpoint import save_checkpoint
-from lmtransfer.tokens.tokenizer import (
-    SentencePieceTokenizer,
-    save_tokenizer,
-    tokenizer_fingerprint,
-    train_sentencepiece,
-)
+from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
 from lmtransfer.translation.mlflow_model import MODEL_NAME, log_translator
 from lmtransfer.translation.model import TranslationConfig, TranslationModel
 from lmtransfer.translation.translator import DecodingOptions, load_translation_model, translate_texts
@@ -28,30 +20,18 @@ SOURCES = ["the light and the dark", "day and night", "the sky"]
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory):
-    """A tiny translation checkpoint (random weights) and its tokenizer, logged on a run of a fresh SQLite store."""
-    root = tmp_path_factory.mktemp("translator")
-    rng = random.Random(0)
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(300)) + "\n")
-    tokenizer_dir = root / "tokenized"
-    tokenizer_dir.mkdir()
-    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
-    save_tokenizer(tokenizer, tokenizer_dir)
+def logged(tiny_tokenizer, mlflow_store, tmp_path_factory):
+    """A tiny translation checkpoint (random weights) and its tokenizer, logged on a run of the module's fresh store."""
+    tokenizer_dir, tokenizer = tiny_tokenizer(WORDS)
     torch.manual_seed(0)
     config = TranslationConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_encoder_layers=1, n_decoder_layers=1,
                                n_heads=2, d_ff=32, dropout=0.0)
-    checkpoint = root / "seed0-0.pt"
+    checkpoint = tmp_path_factory.mktemp("translator") / "seed0-0.pt"
     save_checkpoint(checkpoint, TranslationModel(config), "translation", config, variant="pretrained", seed=0,
                     pretrain_seed=0, tokenizer_sha256=tokenizer_fingerprint(tokenizer_dir))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        mlflow.set_tracking_uri(None)
-        experiment = mlflow.create_experiment("t", artifact_location=(root / "artifacts").as_uri())
-        with mlflow.start_run(experiment_id=experiment) as run:
-            model_id = log_translator(checkpoint, tokenizer_dir)
-        yield checkpoint, tokenizer, model_id, run.info.run_id
-    mlflow.set_tracking_uri(None)
+    with mlflow.start_run(experiment_id=mlflow_store) as run:
+        model_id = log_translator(checkpoint, tokenizer_dir)
+    return checkpoint, tokenizer, model_id, run.info.run_id
 
 
 def test_the_logged_model_translates_as_lmtransfer_translate_with_the_beam_size_a_parameter(logged):

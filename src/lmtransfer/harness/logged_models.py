@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.harness.model_registry import MODEL_ID_TAG
+from lmtransfer.tokens.tokenizer import DICTIONARY_FILE, MODEL_FILE
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/lmtransfer: the models' code
-TOKENIZER_FILES = ("spm.model", "dict.txt")  # what `tokens.tokenizer.load_tokenizer` reads (MODEL_FILE, DICTIONARY_FILE)
 
 
 def requirements() -> list[str]:
@@ -37,7 +37,7 @@ def log_pyfunc_model(name: str, python_model: Any, checkpoint: str | Path, token
     with tempfile.TemporaryDirectory() as folder:
         tokenizer = Path(folder, "tokenizer")  # its own files alone, not the tokenized splits beside them
         tokenizer.mkdir()
-        for file in TOKENIZER_FILES:
+        for file in (MODEL_FILE, DICTIONARY_FILE):  # what tokens.tokenizer.load_tokenizer reads
             if Path(tokenizer_dir, file).is_file():
                 shutil.copy2(Path(tokenizer_dir, file), tokenizer / file)
         info = mlflow.pyfunc.log_model(
