@@ -6,6 +6,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Python caches each module it compiles (__pycache__), as it does by default: with PYTHONDONTWRITEBYTECODE=1 (set
+# in many container images) every stage process would compile torch, MLflow and pandas anew, over half of a small
+# stage's time (benchmarks/stage_start.py)
+unexport PYTHONDONTWRITEBYTECODE
 UI_PORT ?= 5000
 
 .PHONY: help venv run run-translation course gpu-profiles serve test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
@@ -64,7 +68,7 @@ gpu-profiles: venv
 ## the test suite: unit tests and end-to-end dvc repro runs on tiny data, two at a time (pytest-xdist), then
 ## the few that measure the machine's CPU (marked quiet), alone
 test: venv
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not quiet"
+	$(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder -m "not quiet"
 	$(BIN)/python -m pytest -m quiet
 
 ## the linter: ruff with the rules of pyproject.toml (sorted imports, unused and undefined names, ...)

@@ -18,16 +18,13 @@ def single_thread():
     torch.set_num_threads(previous)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
-    """Under `pytest -n 2 --dist loadgroup` (`make test`): the tests that share a module-scoped fixture (a
-    pipeline run that they change and read in turn) form one group, which runs on one worker in file order."""
-    for item in items:
-        definitions = getattr(item, "_fixtureinfo", None)
-        shared = definitions and any(defs[-1].scope == "module" for name, defs in
-                                     definitions.name2fixturedefs.items() if name in item.fixturenames and defs)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """`make test` runs `pytest -n 2 --dist loadscope --no-loadscope-reorder`: each module goes whole to one worker,
+    which runs its tests in file order (so a module's shared pipeline run is built once), and the modules are
+    handed out in this order: those with end-to-end tests (marked slow, minutes each) first, the unit tests after,
+    to fill both workers up to the end."""
+    end_to_end = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in end_to_end)  # stable: each module's tests stay in file order
 
 
 @pytest.fixture(scope="module")

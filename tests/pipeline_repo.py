@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -15,6 +16,14 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[1]
+
+VARIANTS = ("pretrained", "scratch")
+RUNS = ("0-0", "1-0")  # pretraining runs 0 and 1 (TINY_PARAMS' pretrain.seeds), fine-tuning seed 0 each
+PRETRAINS = {"pretrain@0", "pretrain@1"}
+FINETUNES = {f"finetune_{v}@{r}" for v in VARIANTS for r in RUNS}
+SCRATCH = {f"finetune_scratch@{r}" for r in RUNS}
+
+
 
 POSITIVE = ["great", "wonderful", "moving", "brilliant", "funny", "charming", "superb"]
 NEGATIVE = ["awful", "boring", "dull", "clumsy", "tedious", "bland", "dreadful"]
@@ -85,6 +94,20 @@ def kill_repro_when(root: Path, env: dict[str, str], snapshot_glob: str, *target
     repro.wait()
 
 
+def repo_env(root: Path) -> dict[str, str]:
+    """The environment the commands of a tiny repository at `root` run in: its own code, this Python, no MLflow, DVC
+    or lmtransfer variable of the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_", "LMTRANSFER_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as `make` does: each stage would compile torch and MLflow anew
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = str(root / "src")  # the copy's code, not the installed checkout's
+    env.update(DVC_NO_ANALYTICS="1")
+    # One job, whatever runs beside: `make test` runs two tests at a time, and the DVC queue workers one of them
+    # starts would count, for every stage on the machine, as jobs sharing it (a thread each, other numbers).
+    env["LMTRANSFER_JOBS"] = "1"
+    return env
+
+
 def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
               params_file: str = "params.yaml") -> dict[str, str]:
     """Copy the pipeline into `root`, apply `params` over `params_file` (translation/params.yaml: the translation
@@ -92,7 +115,7 @@ def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
 
     The translation pipeline is copied only for its own tests: `dvc status` and `dvc metrics show` without a
     target cover every dvc.yaml of a repository, and the classification tests read them whole."""
-    names = ["dvc.yaml", ".dvcignore", "params.yaml"]
+    names = ["dvc.yaml", ".dvcignore", ".gitignore", "params.yaml"]
     for task in ("translation", "course"):  # a pipeline in a folder of its own: its dvc.yaml and params.yaml
         if params_file.startswith(f"{task}/"):
             (root / task).mkdir()
@@ -107,19 +130,37 @@ def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
     with open(root / params_file, "w") as handle:
         yaml.dump(merged, handle)
     write_data(root)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_", "LMTRANSFER_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["PYTHONPATH"] = str(root / "src")  # the copy's code, not the installed checkout's
-    env.update(DVC_NO_ANALYTICS="1")
-    # One job, whatever runs beside: `make test` runs two tests at a time, and the DVC queue workers one of them
-    # starts would count, for every stage on the machine, as jobs sharing it (a thread each, other numbers).
-    env["LMTRANSFER_JOBS"] = "1"
+    env = repo_env(root)
     run(["git", "init", "-q"], root, env)
     run(["git", "config", "user.name", "lmtransfer tests"], root, env)  # a clean CI machine has no identity
     run(["git", "config", "user.email", "tests@lmtransfer.invalid"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "tiny pipeline"], root, env)
     return env
+
+
+def changed_stages(root: Path, env: dict[str, str]) -> set[str]:
+    """What `dvc status` would rerun, leaving out validate (it runs every time, by design)."""
+    status = json.loads(run(["dvc", "status", "--json"], root, env) or "{}")
+    return {stage.split(":")[-1] for stage in status} - {"validate"}
+
+
+def stages_to_rerun(root: Path, env: dict[str, str], key: str, value: str) -> set[str]:
+    """What `dvc status` would rerun with params.yaml's `key` (section.name) set to `value` (YAML), params.yaml
+    then put back as it was."""
+    params_file = root / "params.yaml"
+    original = params_file.read_text()
+    try:
+        yaml = YAML()
+        params = yaml.load(original)
+        section, name = key.split(".")
+        params[section][name] = YAML(typ="safe").load(value)  # plain values: a flow list in place of a block one
+        # under a commented key makes ruamel glue the next lines together
+        with open(params_file, "w") as handle:
+            yaml.dump(params, handle)
+        return changed_stages(root, env)
+    finally:
+        params_file.write_text(original)
 
 
 STORE_FAULTS = ("random bytes", "zeros in the middle", "first page gone", "cut to half", "empty file", "a directory",
@@ -164,3 +205,56 @@ def break_store(root: Path, fault: str) -> Callable[[], None]:
         os.replace(kept, store)
 
     return undo
+
+
+def session_folder(tmp_path_factory) -> Path:
+    """This pytest session's temporary folder, the same for its xdist workers (each has a folder of its own in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name` of this session, made by `build(folder)` the first time any worker asks for it; a worker
+    asking meanwhile waits (a file lock). A build that failed is not tried again: the others fail at once, naming
+    it."""
+    from filelock import FileLock
+
+    shared = session_folder(tmp_path_factory)
+    folder, done, failed = shared / name, shared / f"{name}.done", shared / f"{name}.failed"
+    with FileLock(str(shared / f"{name}.lock")):
+        if failed.exists():
+            raise AssertionError(f"building {name} failed in another test: {failed.read_text()[-3000:]}")
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                build(folder)
+            except BaseException as exc:
+                failed.write_text(f"{type(exc).__name__}: {exc}")
+                raise
+            done.touch()
+    return folder
+
+
+def copy_repo(source: Path, root: Path) -> dict[str, str]:
+    """A copy of the tiny repository `source` at `root` (git, DVC cache, MLflow store: as `cp -a` makes one, which
+    is how a user makes one too); returns the copy's environment."""
+    shutil.copytree(source, root, symlinks=True)
+    return repo_env(root)
+
+
+def results_of(root: Path) -> dict[str, bytes]:
+    """Everything a run produces that must not vary: dvc.lock (hashes of data, models) and metrics/."""
+    files = {"dvc.lock": (root / "dvc.lock").read_bytes()}
+    files.update({str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "metrics").rglob("*")) if p.is_file()})
+    return files
+
+
+def tiny_pipeline(tmp_path_factory) -> Path:
+    """The tiny classification pipeline (TINY_PARAMS) after one `dvc repro`, built once a session: the tests copy it,
+    never change it."""
+    def build(root: Path) -> None:
+        env = make_repo(root, TINY_PARAMS, write_tiny_data)
+        run(["dvc", "repro"], root, env)
+
+    return built_once(tmp_path_factory, "tiny-pipeline", build)

@@ -14,7 +14,7 @@ import pytest
 
 from lmtransfer.core.errors import TrackingStoreError
 from lmtransfer.core.io import sha256_of
-from lmtransfer.harness.tracking_store import BUILDING_PREFIX, ensure_store, store_problem
+from lmtransfer.harness.tracking_store import BUILDING_PREFIX, check_server, ensure_store, store_problem
 
 
 def _half_migrated(path):
@@ -178,3 +178,46 @@ def test_a_store_whose_writer_was_killed_mid_write_is_recovered_not_called_unrea
         sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("SELECT COUNT(*) FROM runs").fetchone()
     assert store_problem(path) == "not a complete MLflow store (no schema version)"  # read, not 'unreadable'
     assert sqlite3.connect(path).execute("SELECT x FROM runs").fetchall() == [("kept",)]
+
+
+@pytest.mark.parametrize(("status", "body", "stops"), [
+    (500, b'{"error_code": "INTERNAL_ERROR", "message": "(psycopg2.OperationalError) connection refused"}', True),
+    (503, b"", True),
+    (404, b'{"error_code": "RESOURCE_DOES_NOT_EXIST"}', False),  # the store answered: no such experiment
+    (200, b'{"experiment": {}}', False),
+])
+def test_a_server_that_answers_but_cannot_read_its_store_is_one_line_before_any_work(status, body, stops):
+    """A tracking server whose database is down answers /health but fails every store read with HTTP 5xx: the
+    check asks once, without MLflow's minutes of retries, and names the server and what it said."""
+    import http.server
+    import threading
+
+    asked = []
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        if stops:
+            with pytest.raises(TrackingStoreError) as stopped:
+                check_server(uri)
+            line = str(stopped.value)
+            assert line.startswith(f"MLFLOW_TRACKING_URI={uri}: the tracking server answers but cannot read its store "
+                                   f"(HTTP {status}") and "\n" not in line and "nothing was run" in line
+            assert "psycopg2.OperationalError" in line if body else True
+        else:
+            check_server(uri)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(asked) == 1 and asked[0].startswith("/api/2.0/mlflow/experiments/get-by-name")

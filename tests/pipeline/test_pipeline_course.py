@@ -130,7 +130,8 @@ def course_repo(tmp_path_factory) -> tuple[Path, dict[str, str], Path, str]:
     manifest = manifest_of(files, files.parent / "course-manifest.json")
 
     def ignore_the_raw_files(repo: Path) -> None:
-        (repo / ".gitignore").write_text("/course/data/raw/\n", encoding="utf-8")
+        with open(repo / ".gitignore", "a", encoding="utf-8") as ignore:  # beside the repository's own
+            ignore.write("/course/data/raw/\n")
 
     env = make_repo(root, SMALLER, ignore_the_raw_files, params_file="course/params.yaml")
     done = lmtransfer(["course", "--from", str(files), "--manifest", str(manifest)], root, env)

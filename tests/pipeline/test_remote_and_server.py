@@ -7,6 +7,7 @@ artifacts itself (`--serve-artifacts`), as a shared server for several machines 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -61,15 +63,73 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
+def postgres_bin() -> Path | None:
+    """The folder of PostgreSQL's server programs (initdb, pg_ctl): on the PATH, or where Debian puts them."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent  # a link's target: createdb and the others are beside it
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
+    return versions[-1].parent if versions else None
+
+
+@contextlib.contextmanager
+def postgresql_database():
+    """A PostgreSQL server of its own (initdb in a temporary folder, a free loopback port, trust for local users),
+    with a database `mlflow`: yields its SQLAlchemy URI and a function that stops the server. As root it runs as
+    Debian's `postgres` user: PostgreSQL refuses to run as root."""
+    programs = postgres_bin()
+    home = Path(tempfile.mkdtemp(prefix="lmtransfer-postgres-"))  # not under pytest's folder, which is root's alone
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(home, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port, env = home / "data", _free_port(), {**os.environ, "LC_ALL": "C"}
+
+    def pg(program: str, *args: str) -> None:
+        run([*as_user, str(programs / program), *args], home, env)
+
+    try:
+        pg("initdb", "-D", str(data), "-U", "mlflow", "--auth=trust", "-E", "UTF8")
+        pg("pg_ctl", "-D", str(data), "-o", f"-h 127.0.0.1 -p {port} -k {home}", "-l", str(home / "server.log"),
+           "-w", "start")
+        stopped = []
+
+        def stop() -> None:
+            if not stopped:
+                pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+                stopped.append(True)
+
+        try:
+            pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow")
+            yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", stop  # the driver make venv installs
+        finally:
+            stop()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> tuple[str, Path]:
+def backend() -> tuple[str, object]:
+    """The server's backend store: PostgreSQL, as a team's server would have (`.ci/run` installs Debian's), or
+    SQLite where PostgreSQL is not installed (test_the_server_s_store_is_postgresql then says so in one line).
+    Yields (a URI, or "sqlite" for a file of the server's own; a function that stops the database)."""
+    if postgres_bin() is None:
+        yield "sqlite", None
+        return
+    with postgresql_database() as (uri, stop):
+        yield uri, stop
+
+
+@pytest.fixture(scope="module")
+def server(backend, tmp_path_factory) -> tuple[str, Path]:
     """A running `mlflow server` on a free loopback port: yields its URI and its artifacts destination."""
     home = tmp_path_factory.mktemp("server")
     artifacts, port = home / "artifacts", _free_port()
+    store = f"sqlite:///{home / 'server.db'}" if backend[0] == "sqlite" else backend[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     # No GenAI job runner: with it, the server starts eight more Python processes that tracking does not use.
     env.update(MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{home / 'server.db'}",
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
                "--serve-artifacts", "--artifacts-destination", str(artifacts),
                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     uri = f"http://127.0.0.1:{port}"
@@ -245,3 +305,142 @@ def test_every_cached_output_round_trips_through_a_dvc_remote_into_a_fresh_clone
     assert [name for name in original if pulled[name] != original[name]] == []
     status = json.loads(run(["dvc", "status", "--json"], clone, env) or "{}")
     assert set(status) <= {"validate"}  # validate is always_changed by design; every other stage is up to date
+
+
+def remote_md_s3_lines() -> tuple[list[str], list[str]]:
+    """The dvc and git lines of docs/guide/remote.md's S3 block: those run where the pipeline ran, and those run on
+    the other machine (after its `# on another machine` line)."""
+    text = (REPO / "docs/guide/remote.md").read_text(encoding="utf-8")
+    block = text.split("test_remote_and_server.py runs the dvc and git lines of the next block", 1)[1]
+    block = block.split("```bash\n", 1)[1].split("```", 1)[0]
+    here, there, side = [], [], "here"
+    for line in block.splitlines():
+        if line.startswith("# on another machine"):
+            side = "there"
+        command = line.split("  #", 1)[0].split(" #", 1)[0].strip() if not line.startswith("#") else ""
+        if command.startswith(("dvc ", "git ")):
+            (here if side == "here" else there).append(command)
+    return here, there
+
+
+def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_through_an_s3_server(pipeline, tmp_path):
+    """docs/guide/remote.md's S3 lines, run as written (bucket, endpoint, keys and experiment put in) against
+    moto's S3 server on loopback: the keys only in .dvc/config.local; a fresh clone with its own keys pulls every
+    output byte for byte, `dvc status` clean, and the pushed experiment."""
+    import shlex
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    root, env = pipeline
+    here, there = remote_md_s3_lines()
+    assert any(line.startswith("dvc exp push") for line in here) and any(line == "dvc pull" for line in there)
+    repo = tmp_path / "copy"  # the module's pipeline stays as it is for the other tests
+    shutil.copytree(root, repo, symlinks=True)
+    env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    if "storage" in run(["dvc", "remote", "list"], repo, env):  # the local one another test added
+        run(["dvc", "remote", "remove", "storage"], repo, env)
+    env.update(PYTHONPATH=str(repo / "src"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))  # no key but those of .dvc/config.local
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="team-key", aws_secret_access_key="team-secret",
+                     region_name="us-east-1").create_bucket(Bucket="lmtransfer-team")
+        values = {"s3://my-bucket/": "s3://lmtransfer-team/", "https://minio.example.com:9000": endpoint,
+                  "YOUR_KEY_ID": "team-key", "YOUR_SECRET_KEY": "team-secret", "my-experiment": "tiny-s3"}
+
+        def commands(lines: list[str], folder: Path) -> None:
+            for line in lines:
+                if line.startswith("dvc exp push"):  # an experiment to push: the workspace as it is, saved
+                    run(["dvc", "exp", "save", "-n", "tiny-s3"], folder, env)
+                for placeholder, value in values.items():
+                    line = line.replace(placeholder, value)
+                for command in line.split(" && "):
+                    run(shlex.split(command), folder, env)
+
+        origin = tmp_path / "origin.git"
+        run(["git", "init", "-q", "--bare", str(origin)], tmp_path, env)
+        run(["git", "remote", "add", "origin", str(origin)], repo, env)
+        run(["git", "add", "-A"], repo, env)
+        run(["git", "commit", "-qm", "results", "--allow-empty"], repo, env)  # as the other tests left it
+        run(["git", "push", "-q", "--set-upstream", "origin", "HEAD"], repo, env)
+        commands(here, repo)
+        assert "team-secret" not in (repo / ".dvc/config").read_text()
+        assert "team-secret" in (repo / ".dvc/config.local").read_text()
+        assert ".dvc/config.local" not in run(["git", "ls-files"], repo, env).split()
+        assert json.loads(run(["dvc", "status", "--cloud", "--json"], repo, env) or "{}") == {}
+
+        clone = tmp_path / "clone"
+        run(["git", "clone", "-q", str(origin), str(clone)], tmp_path, env)
+        env["PYTHONPATH"] = str(clone / "src")
+        nothing = subprocess.run(["dvc", "pull"], cwd=clone, env=env, capture_output=True, text=True)
+        assert nothing.returncode != 0  # no key yet: the bucket is not open to anyone
+        commands(there, clone)
+        outputs = _dvc_outputs(repo)
+        original, pulled = _contents(repo, outputs), _contents(clone, outputs)
+        assert "models/pretrained/seed0.pt" in original and sorted(pulled) == sorted(original)
+        assert [name for name in original if pulled[name] != original[name]] == []
+        assert set(json.loads(run(["dvc", "status", "--json"], clone, env) or "{}")) <= {"validate"}
+        assert "tiny-s3" in run(["dvc", "exp", "list", "--name-only"], clone, env).split()
+    finally:
+        server.stop()
+
+
+def test_the_server_s_store_is_postgresql_and_holds_the_runs_the_models_and_the_registry(backend, server, pipeline,
+                                                                                          tmp_path):
+    """A team's server: PostgreSQL holds the runs (read there with SQL, not through MLflow), the registry's champion
+    is served from the server's artifacts and answers as `lmtransfer predict` does in the repository."""
+    if backend[0] == "sqlite":
+        pytest.skip("PostgreSQL is not installed here (Debian: apt-get install postgresql): the server tests ran on "
+                    "SQLite")
+    import mlflow
+    import psycopg2
+    from mlflow import MlflowClient
+
+    uri, _ = server
+    root, env = pipeline
+    with contextlib.closing(psycopg2.connect(backend[0].replace("+psycopg2", ""))) as db, db.cursor() as cursor:
+        cursor.execute("SELECT r.name, r.status FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
+                       "WHERE e.name = 'lmtransfer'")
+        rows = cursor.fetchall()
+        cursor.execute("SELECT count(*) FROM model_versions WHERE name = 'lmtransfer-classification'")
+        (versions,) = cursor.fetchone()
+    assert STAGES <= {name for name, _ in rows} and {status for _, status in rows} == {"FINISHED"}
+    assert versions == 1
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    champion = client.get_model_version_by_alias("lmtransfer-classification", "champion")
+    report = json.loads((root / "metrics/evaluate.json").read_text())
+    assert float(champion.tags["gap"]) == pytest.approx(report["gap"]["accuracy_mean"], abs=1e-6)
+    texts = ["a great and wonderful film", "an awful boring plot", "the story was a film"]
+    try:
+        mlflow.set_tracking_uri(uri)
+        model = mlflow.pyfunc.load_model("models:/lmtransfer-classification@champion", dst_path=str(tmp_path))
+        import pandas as pd
+
+        served = model.predict(pd.DataFrame({"text": texts}))
+    finally:
+        mlflow.set_tracking_uri(None)
+    predicted = run([sys.executable, "-m", "lmtransfer.cli", "predict",
+                     "--checkpoint", f"models/finetuned/pretrained/seed{champion.tags['run']}.pt", *texts], root, env)
+    lines = [line.split("\t") for line in predicted.strip().splitlines()]
+    assert list(served["label"]) == [line[0] for line in lines]
+    assert list(served["probability"]) == pytest.approx([float(line[1]) for line in lines], abs=5e-4)  # printed: 3
+
+
+def test_a_stage_stops_in_one_line_when_the_server_s_database_is_down(backend, server, pipeline):
+    """The server answers but its PostgreSQL is gone (a crash, a restart): MLflow's client would retry each call for
+    minutes, then end in a traceback; the stage says what is wrong instead, and the outputs stay. Last in the
+    module: it stops the database."""
+    if backend[0] == "sqlite":
+        pytest.skip("PostgreSQL is not installed here (Debian: apt-get install postgresql)")
+    root, env = pipeline
+    before = {path: (root / path).read_bytes() for path in ("data/prepared/train.tsv", "dvc.lock")}
+    backend[1]()
+    result = subprocess.run([sys.executable, "stages/prepare.py"], cwd=root, capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.count("\n") == 1 and "prepare: error:" in result.stderr and server[0] in result.stderr
+    assert {path: (root / path).read_bytes() for path in before} == before

@@ -132,8 +132,10 @@ def _check_writable(path: Path) -> None:
             "store that is; nothing was run") from None
 
 
-def check_server(uri: str, timeout: float = 5.0) -> None:
-    """Stop in one line, before training starts, when nothing accepts connections at the server's address."""
+def check_server(uri: str, timeout: float = 5.0, answer_timeout: float = 60.0) -> None:
+    """Stop in one line, before training starts, when nothing accepts connections at the server's address, or when
+    the server answers but cannot read its backend store (its database down): MLflow's client would retry each call
+    for minutes, then end in a traceback."""
     parts = urlsplit(uri)
     host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -144,6 +146,31 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
             f"MLFLOW_TRACKING_URI={uri}: no tracking server answers at {host}:{port} ({error}); start it "
             f"(docs/guide/scale.md, \"Beyond one machine\") or unset MLFLOW_TRACKING_URI to log to the local {STORE_NAME}"
         ) from None
+    problem = _server_store_problem(uri, answer_timeout)
+    if problem:
+        raise TrackingStoreError(
+            f"MLFLOW_TRACKING_URI={uri}: the tracking server answers but cannot read its store ({problem}); check its "
+            f"backend database (the server's log says why), or unset MLFLOW_TRACKING_URI to log to the local "
+            f"{STORE_NAME}; nothing was run") from None
+
+
+def _server_store_problem(uri: str, timeout: float) -> str | None:
+    """What a request that reads the server's backend store gets, once and without retries, when it is a server
+    error (HTTP 5xx) or no answer in `timeout` seconds; None otherwise (a missing experiment's 404 is an answer)."""
+    import urllib.error
+    import urllib.request
+
+    probe = f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?experiment_name=lmtransfer-store-check"
+    try:
+        with urllib.request.urlopen(probe, timeout=timeout):
+            return None
+    except urllib.error.HTTPError as error:
+        if error.code < 500:
+            return None
+        body = error.read(2000).decode("utf-8", "replace").strip().splitlines()
+        return f"HTTP {error.code}" + (f": {body[0][:200]}" if body else "")
+    except (OSError, ValueError) as error:  # no answer in time, a connection dropped
+        return f"no answer to a request in {timeout:.0f} s: {error}"
 
 
 HOT_JOURNAL = getattr(sqlite3, "SQLITE_READONLY_ROLLBACK", 776)  # a read-only open met a journal to roll back

@@ -1,0 +1,21 @@
+"""The end-to-end tests' shared tiny pipeline run."""
+
+from pathlib import Path
+
+import pytest
+
+from pipeline_repo import copy_repo, results_of, tiny_pipeline
+
+
+@pytest.fixture(scope="module")
+def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A copy of the session's tiny pipeline run (`pipeline_repo.tiny_pipeline`), which a module's tests change and
+    restore in turn: (its root, its environment)."""
+    root = tmp_path_factory.mktemp("pipeline") / "repo"
+    return root, copy_repo(tiny_pipeline(tmp_path_factory), root)
+
+
+@pytest.fixture(scope="session")
+def first_run(tmp_path_factory) -> dict[str, bytes]:
+    """The result files of that run (`pipeline_repo.results_of`): what every rerun must give back."""
+    return results_of(tiny_pipeline(tmp_path_factory))

@@ -1,0 +1,58 @@
+"""Two processes under torchrun train the tiny pipeline's stages as one process does."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline_repo import copy_repo, run, tiny_pipeline
+
+pytestmark = pytest.mark.slow
+
+
+def _curves(root: Path) -> dict[str, list[dict[str, str]]]:
+    files = ["metrics/pretrain/seed0/train.tsv", "metrics/pretrain/seed0/valid.tsv",
+             "metrics/finetune/pretrained/seed0-0.tsv"]
+    return {name: list(csv.DictReader((root / name).open(), delimiter="\t")) for name in files}
+
+
+def test_two_processes_under_torchrun_train_the_pipeline_like_one(tmp_path_factory, tmp_path):
+    """`dvc exp run -S train.nproc=2`: pretraining and a fine-tune as two gloo processes; the same losses as one
+    process within float rounding (dropout 0), one MLflow run per stage."""
+    tmp_path = tmp_path / "repo"
+    env = copy_repo(tiny_pipeline(tmp_path_factory), tmp_path)
+    target = "finetune_pretrained@0-0"
+    since = time.time() * 1000  # the runs of this test, not the copied store's
+    log = run(["dvc", "exp", "run", target, "-S", "model.dropout=0.0"], tmp_path, env)
+    ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
+    assert ran == {"pretrain@0", target}
+    one = _curves(tmp_path)
+    log = run(["dvc", "exp", "run", target, "-S", "train.nproc=2"], tmp_path, env)
+    ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
+    assert ran == {"pretrain@0", target} and "2 processes under torchrun" in log
+    assert log.count("pretrain@0: done in") == 1 and log.count(f"{target}: done in") == 1  # rank 0 alone reports
+    two = _curves(tmp_path)
+    for name, rows in one.items():
+        assert len(two[name]) == len(rows), name
+        for ours, theirs in zip(rows, two[name]):
+            for key in (k for k in ours if k.endswith("loss")):
+                assert float(theirs[key]) == pytest.approx(float(ours[key]), rel=1e-4), (name, key, ours["step"
+                                                                                         if "step" in ours else "epoch"])
+    assert all((tmp_path / path).stat().st_size > 0 for path in ("models/pretrained/seed0.pt",
+                                                                 "models/finetuned/pretrained/seed0-0.pt"))
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("lmtransfer")
+    runs = client.search_runs([experiment.experiment_id], filter_string=(
+        f"tags.`lmtransfer.kind` = 'stage' and attributes.start_time >= {since:.0f}"))
+    by_nproc = {}
+    for r in runs:
+        if r.info.run_name in ("pretrain@0", target):
+            by_nproc.setdefault(r.data.params["train.nproc"], []).append(r.info.run_name)
+    both = ["finetune_pretrained@0-0", "pretrain@0"]
+    assert {nproc: sorted(names) for nproc, names in by_nproc.items()} == {"1": both, "2": both}
+    assert all(r.info.status == "FINISHED" for r in runs)
