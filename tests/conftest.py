@@ -21,10 +21,9 @@ def single_thread():
 def pytest_collection_modifyitems(config, items):
     """`make test` runs `pytest -n 2 --dist loadscope --no-loadscope-reorder`: each module goes whole to one worker,
     which runs its tests in file order (so a module's shared pipeline run is built once), and the modules are
-    handed out in this order: those with end-to-end tests (marked slow, minutes each) first, the unit tests after,
-    to fill both workers up to the end."""
-    end_to_end = {item.module for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module not in end_to_end)  # stable: each module's tests stay in file order
+    handed out in this order: the end-to-end ones (tests/pipeline/, minutes each) first, the others after, to fill
+    both workers up to the end."""
+    items.sort(key=lambda item: item.path.parent.name != "pipeline")  # stable: each module's tests in file order
 
 
 @pytest.fixture(scope="module")

@@ -546,6 +546,7 @@ def written_manifest_entries(workdir: Path) -> list[dict]:
     return [entry for path in files for entry in json.loads(path.read_text(encoding="utf-8"))["inputs"]]
 
 
+@pytest.mark.slow
 def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_untouched(tmp_path):
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
@@ -569,6 +570,7 @@ def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_unt
     assert snapshot(tmp_path / "data") == before  # the first run's manifest, byte for byte
 
 
+@pytest.mark.slow
 def test_the_validate_stage_reports_a_missing_file_in_one_line(tmp_path):
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
     write("params.yaml", json.dumps({"data": {"source": "files", "train": "gone.csv"}}))
@@ -848,6 +850,7 @@ def test_a_missing_column_shows_every_column_name_quoted():
         check_inputs(files_params(train="train.csv"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["damaged", "a directory"])
 def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output(tmp_path, fault):
     """validate runs first on every `dvc repro`: a store it refuses stops the pipeline before DVC removes the

@@ -52,6 +52,7 @@ def logged(fine_tuned, mlflow_store) -> tuple[str, str]:
     return model_id, run.info.run_id
 
 
+@pytest.mark.slow
 def test_the_logged_model_gives_the_probabilities_predict_gives(fine_tuned, logged):
     checkpoint, tokenizer_dir = fine_tuned
     model = mlflow.pyfunc.load_model(f"models:/{logged[0]}")

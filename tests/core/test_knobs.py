@@ -58,6 +58,7 @@ def test_at_import_a_bad_value_counts_as_unset(monkeypatch):
         knobs.read(knobs.JOBS)
 
 
+@pytest.mark.slow
 def test_importing_the_package_never_raises_and_the_command_refuses_in_one_line():
     env = _clean_env(LMTRANSFER_JOBS="abc", LMTRANSFER_HANDOVER="garbage", LMTRANSFER_CPU_KERNELS="bogus")
     imported = subprocess.run([sys.executable, "-c", "import lmtransfer"], env=env, capture_output=True, text=True)
@@ -70,6 +71,7 @@ def test_importing_the_package_never_raises_and_the_command_refuses_in_one_line(
     assert "LMTRANSFER_JOBS='abc'" in command.stderr and "LMTRANSFER_CPU_KERNELS='bogus'" in command.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_value_of_a_variable_lmtransfer_sets_itself_is_refused_though_the_import_replaced_it():
     """LMTRANSFER_OPENMP_WAIT is rewritten by the first import for child processes; junk given by the user must
     still be named, not silently replaced."""

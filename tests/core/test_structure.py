@@ -176,6 +176,7 @@ def _package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+@pytest.mark.slow
 def test_a_task_package_never_imports_the_other_and_the_shared_code_imports_neither():
     graph = {m: imported_modules(module_file(m), m) for m in _all_modules()}
     for module, imports in sorted(graph.items()):

@@ -35,6 +35,7 @@ def _locations(store: Path) -> dict[str, str]:
         db.close()
 
 
+@pytest.mark.slow
 def test_a_copied_store_sends_new_artifacts_to_this_checkout_and_says_so(tmp_path, capsys):
     original = (tmp_path / "original" / "mlartifacts").as_uri()
     root = _store_with(tmp_path, original)
@@ -46,6 +47,7 @@ def test_a_copied_store_sends_new_artifacts_to_this_checkout_and_says_so(tmp_pat
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.slow
 def test_a_store_in_its_own_checkout_is_left_as_it_is(tmp_path, capsys):
     root = _store_with(tmp_path, (tmp_path / "copy" / "mlartifacts").as_uri())
     before = (root / "mlflow.db").read_bytes()
@@ -53,6 +55,7 @@ def test_a_store_in_its_own_checkout_is_left_as_it_is(tmp_path, capsys):
     assert (root / "mlflow.db").read_bytes() == before and capsys.readouterr().out == ""
 
 
+@pytest.mark.slow
 def test_artifacts_kept_elsewhere_than_a_checkout_are_named_in_one_line(tmp_path):
     root = _store_with(tmp_path, (tmp_path / "shared" / "artifacts").as_uri())
     with pytest.raises(TrackingStoreError) as stopped:

@@ -99,6 +99,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_a_tracking_store_that_cannot_grow_is_one_line_naming_it(tmp_path):
     """Under a file-size limit, MLflow's SQLite store fails with `disk I/O error` under three chained tracebacks."""
     import subprocess
@@ -230,6 +231,7 @@ def test_ctrl_c_ends_a_stage_like_sigterm_in_one_line():
     assert stopped.stderr.strip().splitlines() == ["pretrain: stopped (SIGINT); what earlier stages wrote is kept"]
 
 
+@pytest.mark.slow
 def test_a_stage_whose_dvc_is_gone_stops_instead_of_training_on_as_an_orphan(tmp_path):
     """SIGTERM to the `dvc` process alone: the stage it started notices and stops like SIGTERM."""
     import signal

@@ -7,6 +7,7 @@ import pytest
 from lmtransfer.harness.mlflow_ui import UI_WORKFLOW, ui_link, ui_links
 
 
+@pytest.mark.slow
 def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
@@ -21,6 +22,7 @@ def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatc
     assert ui_link("http://h:1", tmp_path) == f"http://h:1/#/experiments/{experiment_id}?workflowType=machine_learning"
 
 
+@pytest.mark.slow
 def test_the_ui_links_open_each_tasks_experiment(tmp_path, monkeypatch):
     """`make ui` prints one per task: classification and translation runs live in separate experiments."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -92,6 +94,7 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
     assert _pipeline_of(store, again).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     """Stages side by side under one LMTRANSFER_PIPELINE_ID: the first to end hands the pipeline run on."""
     from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
@@ -105,6 +108,7 @@ def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     store.set_terminated(sibling.info.run_id)
 
 
+@pytest.mark.slow
 def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path, monkeypatch):
     """Its params leave `model.*` out (the checkpoint decides the shape): the run logs the checkpoint's, not
     params.yaml's, so it compares with its scratch twin. The tracking layer logs what the stage gives it."""
@@ -135,6 +139,7 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
     assert store.get_run(scratch.info.run_id).data.params == {"model.n_layers": "4"}  # declared: as they are
 
 
+@pytest.mark.slow
 def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
     from lmtransfer.harness.tracking import stage_run
 
@@ -163,6 +168,7 @@ def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code:
     return client, client.get_experiment_by_name("lmtransfer")
 
 
+@pytest.mark.slow
 def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
     """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
 
@@ -196,6 +202,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
     assert client.get_run(new_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_killed(tmp_path, monkeypatch):
     """Killed between a stage closing its own run and closing the pipeline run: the next stage closes it."""
 
@@ -229,6 +236,7 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
     assert running == []
 
 
+@pytest.mark.slow
 def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evaluate_clears_its_snapshot(
         tmp_path, monkeypatch):
     """kill -9 of a fine-tune, then a run-cache restore (none of our code runs): the next stage marks the run
@@ -264,6 +272,7 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
     assert sorted(p.name for p in (tmp_path / ".resume").iterdir()) == ["finetune_scratch_seed1"]
 
 
+@pytest.mark.slow
 def test_a_terminated_stage_marks_its_run_killed_and_exits_with_one_line(tmp_path, monkeypatch):
     """SIGTERM (a stopped dvc repro, a closed terminal) unwinds the stage like Ctrl-C: its run ends KILLED."""
     import os
@@ -303,6 +312,7 @@ def _python(code: str, **env: str):
     return subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_mlflow_telemetry_is_off_once_lmtransfer_is_imported():
     """As a stage imports them: lmtransfer first, then mlflow. Outside CI (where MLflow would report)."""
     result = _python(

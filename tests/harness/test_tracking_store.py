@@ -24,6 +24,7 @@ def _half_migrated(path):
         db.execute("CREATE TABLE _alembic_tmp_experiments (experiment_id INTEGER)")
 
 
+@pytest.mark.slow
 def test_a_half_migrated_empty_store_is_set_aside_and_rebuilt(tmp_path, capsys):
     store = tmp_path / "mlflow.db"
     _half_migrated(store)
@@ -36,6 +37,7 @@ def test_a_half_migrated_empty_store_is_set_aside_and_rebuilt(tmp_path, capsys):
     assert "held no run; set aside as mlflow.db.broken-" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_half_migrated_store_holding_runs_is_named_in_one_line_and_left_alone(tmp_path):
     from mlflow import MlflowClient
 
@@ -63,6 +65,7 @@ def test_a_file_that_is_not_sqlite_is_named(tmp_path):
     assert store_problem(store).startswith("not a readable SQLite database")
 
 
+@pytest.mark.slow
 def test_a_truncated_store_that_held_runs_is_left_alone_not_replaced(tmp_path):
     from mlflow import MlflowClient
 
@@ -80,6 +83,7 @@ def test_a_truncated_store_that_held_runs_is_left_alone_not_replaced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
 
+@pytest.mark.slow
 def test_a_kill_while_the_store_is_built_leaves_no_store_and_the_next_stage_builds_it(tmp_path):
     """kill -9 at a random moment of the build (import included), then the store is usable and complete."""
     store = tmp_path / "mlflow.db"
@@ -108,6 +112,7 @@ def _store_with_runs(path, runs: int = 30):
         client.create_run(experiment)
 
 
+@pytest.mark.slow
 def test_a_store_with_random_bytes_written_into_it_is_named_and_never_written(tmp_path):
     store = tmp_path / "mlflow.db"
     _store_with_runs(store)
@@ -125,6 +130,7 @@ def test_a_store_with_random_bytes_written_into_it_is_named_and_never_written(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
 
+@pytest.mark.slow
 def test_a_store_whose_runs_table_is_gone_is_not_a_complete_store(tmp_path):
     store = tmp_path / "mlflow.db"
     ensure_store(store)
@@ -145,6 +151,7 @@ def test_a_directory_named_like_the_store_is_named_as_one(tmp_path):
     assert (store / "inside").is_dir()
 
 
+@pytest.mark.slow
 def test_a_store_that_cannot_be_written_stops_before_any_work_and_is_left_unchanged(tmp_path):
     store = tmp_path / "mlflow.db"
     _store_with_runs(store, runs=1)

@@ -76,6 +76,7 @@ def test_dropout_keeps_one_minus_p_and_scales_the_kept_by_one_over_one_minus_p()
     assert torch.equal(Dropout(0.0).train()(x), x)
 
 
+@pytest.mark.slow
 def test_compiled_dropout_keeps_nn_dropouts_distribution_in_one_graph():
     """Under train.compile the draw is F.dropout's (inductor's generator), not a graph break per NumPy draw."""
     torch._dynamo.reset()
@@ -164,6 +165,7 @@ print(denormals_flushed())
     ("stages/finetune.py", ["--init", "scratch", "--pretrain-seed", "0", "--seed", "0"]),
     ("stages/translation/finetune.py", ["--init", "scratch", "--seed", "0"]),
 ])
+@pytest.mark.slow
 def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage, args):
     """The flag is per thread and torch's workers copy it only when they start: configure() must come before
     anything a stage does in parallel (its imports included)."""
@@ -172,6 +174,7 @@ def test_a_training_stage_flushes_denormals_in_every_cpu_thread(stage, args):
     assert result.stdout.split()[-1] == "True"
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_thread_that_started_before_the_flush():
     late = ("import torch\ntorch.set_num_threads(2)\n(torch.ones(1 << 20) * 2).sum()\n"
             "from lmtransfer.modeling.runtime import denormals_flushed, flush_denormals\nflush_denormals()\n"

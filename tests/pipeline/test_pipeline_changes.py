@@ -97,22 +97,25 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
 
 
 def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_the_same_numbers(pipeline_repo):
-    """Two finetune.lr values queued (the larger first) and run through DVC's queue by two workers at once:
-    `lmtransfer compare --by finetune.lr` lists every experiment in lr order with its interval and draws the figure;
-    each experiment's MLflow pipeline run holds the headline `dvc exp show` shows for it."""
+    """Two values of a parameter queued (the larger first) and run through DVC's queue by two workers at once:
+    `lmtransfer compare --by <it>` lists every experiment in the parameter's order with its interval and draws the
+    figure; each experiment's MLflow pipeline run holds the headline `dvc exp show` shows for it. The parameter is
+    evaluate's bootstrap sample count, which reruns evaluate and plot alone (a finetune.lr sweep reruns every
+    fine-tune: the same machinery, minutes more)."""
     root, env = pipeline_repo
     env = {k: v for k, v in env.items() if k != "LMTRANSFER_JOBS"}  # the queue's workers are the jobs counted
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "results", "--allow-empty"], root, env)  # experiments start from a commit
-    for lr in ("0.008", "0.002"):
-        run(["dvc", "exp", "run", "--queue", "-n", f"tiny-lr-{lr[-1]}", "-S", f"finetune.lr={lr}"], root, env)
+    for samples in ("800", "200"):
+        run(["dvc", "exp", "run", "--queue", "-n", f"tiny-bootstrap-{samples[0]}", "-S",
+             f"evaluate.bootstrap_samples={samples}"], root, env)
     run(["dvc", "exp", "run", "--run-all", "-j", "2"], root, env)  # two queue workers, the cores shared
-    table = run(["lmtransfer", "compare", "--by", "finetune.lr"], root, env)
-    lines = [line for line in table.splitlines() if line.startswith("tiny-lr-")]
-    assert [line.split()[0] for line in lines] == ["tiny-lr-2", "tiny-lr-8"]  # in lr order, not queue order
+    table = run(["lmtransfer", "compare", "--by", "evaluate.bootstrap_samples"], root, env)
+    lines = [line for line in table.splitlines() if line.startswith("tiny-bootstrap-")]
+    assert [line.split()[0] for line in lines] == ["tiny-bootstrap-2", "tiny-bootstrap-8"]  # in order, not the queue's
     assert all(" ± " in line and "[" in line for line in lines) and table.splitlines()[0].split()[:2] == [
-        "experiment", "lr"] and "params: lr = finetune.lr" in table
-    assert (root / "plots/compare-finetune.lr.png").read_bytes()[:4] == b"\x89PNG"
+        "experiment", "bootstrap_samples"] and "params: bootstrap_samples = evaluate.bootstrap_samples" in table
+    assert (root / "plots/compare-evaluate.bootstrap_samples.png").read_bytes()[:4] == b"\x89PNG"
     shown = json.loads(run(["dvc", "exp", "show", "--json"], root, env))
     from mlflow import MlflowClient
 

@@ -8,11 +8,12 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from pipeline_repo import kill_repro_when, make_repo, run
+from pipeline_repo import copy_repo, kill_repro_when, make_repo, run
 
 pytestmark = pytest.mark.slow
 
@@ -214,17 +215,21 @@ def test_what_a_later_stage_would_refuse_stops_prepare_and_every_output_stays_by
 
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
                                                                                               tmp_path):
-    """A first run of a fine-tune (and what it needs), kill -9 of `dvc repro` (dvc and its stage) once the fine-tune
-    saved a snapshot: the next `dvc repro` resumes from it and ends with the uninterrupted run's bytes, no MLflow run
+    """The fine-tune run again on a copy of the first run, kill -9 of `dvc repro` (dvc and its stage) once it saved a
+    snapshot: the next `dvc repro` resumes from it and ends with the uninterrupted run's bytes, no MLflow run
     left RUNNING and no snapshot behind."""
     stage = "finetune_pretrained@0-0"
     first = {key: value for key, value in FIRST_FINE_TUNES.items() if key == stage or "pretrained/seed0-0." in key}
     assert len(first) == 3  # the stage's outputs in dvc.lock, its curve and its summary
-    env = make_repo(tmp_path, TINY_TRANSLATION, write_pairs, params_file="translation/params.yaml")
+    tmp_path = tmp_path / "repo"
+    env = copy_repo(translation_repo[0], tmp_path)  # the fine-tune's inputs as the first run left them
     target = f"translation/dvc.yaml:{stage}"
-    kill_repro_when(tmp_path, env, "translation/.resume/finetune_pretrained_seed0-0/*.pt", target, latest=0.05)
+    since = time.time() * 1000
+    # -s -f: this stage alone, run again (DVC would otherwise restore it from its run-cache)
+    kill_repro_when(tmp_path, env, "translation/.resume/finetune_pretrained_seed0-0/*.pt", "-s", "-f", target,
+                    latest=0.05)
     assert not (tmp_path / "translation/metrics/finetune/pretrained/seed0-0.json").exists()  # killed before its end
-    output = run(["dvc", "repro", target], tmp_path, env)
+    output = run(["dvc", "repro", "-s", "-f", target], tmp_path, env)
     assert "resumed from the snapshot after epoch 1" in output
     assert {key: value for key, value in _fine_tune_results(tmp_path).items() if key in first} == first
     assert not list((tmp_path / "translation" / ".resume").rglob("*.pt"))
@@ -232,5 +237,5 @@ def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterr
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                              filter_string=f"attributes.run_name = '{stage}'")
+                              filter_string=f"attributes.run_name = '{stage}' and attributes.start_time >= {since:.0f}")
     assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]  # the killed run is closed as such

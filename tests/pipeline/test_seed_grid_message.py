@@ -37,6 +37,7 @@ def _set(params: Path, section: str, value: str) -> int:
     (".", "finetune", "{a: 1}"),
     ("translation", "pretrain", "abc"),
 ])
+@pytest.mark.slow
 def test_a_seed_list_that_is_not_a_list_is_named_by_file_line_and_key(tmp_path, task_dir, section, value):
     repo = _repo(tmp_path, task_dir)
     params = repo / task_dir / "params.yaml"
@@ -50,6 +51,7 @@ def test_a_seed_list_that_is_not_a_list_is_named_by_file_line_and_key(tmp_path, 
     assert "unexpected error" not in message and "Traceback" not in message
 
 
+@pytest.mark.slow
 def test_a_seed_list_still_lays_out_the_grid(tmp_path):
     repo = _repo(tmp_path, ".")
     _set(repo / "params.yaml", "pretrain", "[4, 5]")
@@ -60,6 +62,7 @@ def test_a_seed_list_still_lays_out_the_grid(tmp_path):
     assert "finetune_pretrained@4-0" in stages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task_dir", [".", "translation"])
 def test_a_missing_params_file_is_named_not_a_key_dvc_could_not_find(tmp_path, task_dir):
     """Without params.yaml DVC said only "Could not find 'pretrain.seeds'" (issue 71)."""

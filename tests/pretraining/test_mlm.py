@@ -222,6 +222,7 @@ def test_a_masked_lm_checkpoint_is_refused_as_a_causal_model_and_the_reverse(tmp
 # --- the pretraining loop ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nsp", [False, True])
 def test_mlm_pretraining_learns_and_logs_its_scores(nsp):
     torch.manual_seed(0)

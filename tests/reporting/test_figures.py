@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from lmtransfer.reporting import figures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,5 +48,6 @@ def test_a_plot_that_is_not_the_locked_one_is_not_copied(tmp_path, monkeypatch):
     assert not figure.exists()
 
 
+@pytest.mark.slow
 def test_the_repositorys_figures_are_the_plots_its_locks_record():
     assert figures.check_figures(REPO) == []

@@ -35,6 +35,7 @@ def test_no_gap_gives_an_interval_around_zero_and_a_large_p_value():
     assert result["p_value"] > 0.05
 
 
+@pytest.mark.slow
 def test_the_p_value_says_what_the_interval_says():
     """p < 0.05 exactly when the 95% interval leaves out zero: both read the same resamples."""
     rng = np.random.default_rng(9)
@@ -53,6 +54,7 @@ def test_identical_systems_have_p_value_one_and_a_zero_interval():
     assert bootstrap_p_value(np.zeros(10)) == 1.0
 
 
+@pytest.mark.slow
 def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_share():
     """The blind spot the pretraining replicates close: the same mean gap is less sure when the pretraining runs
     disagree, and the spread says so."""

@@ -205,6 +205,7 @@ def test_each_stated_number_of_the_repositorys_pages_is_checked(page, tmp_path):
         assert path.read_text(encoding="utf-8") == committed
 
 
+@pytest.mark.slow
 def test_the_cli_check_names_page_and_line(tmp_path):
     root = _copy_of_the_docs(tmp_path)
     readme = root / "README.md"

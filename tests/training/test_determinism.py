@@ -46,18 +46,21 @@ def _train(**env_overrides: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
 def test_importing_lmtransfer_pins_the_kernels_to_avx2():
     assert _train()["capability"] == "AVX2"
     assert _train(**{lmtransfer.KERNELS_ENV: "native"})["capability"] in {"AVX2", "AVX512"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
 def test_a_cpu_without_avx512_gives_the_same_weights_bit_for_bit():
     """MKL_ENABLE_INSTRUCTIONS=AVX2 makes MKL behave as on a CPU that stops at AVX2 (like the other machines)."""
     assert _train()["weights"] == _train(MKL_ENABLE_INSTRUCTIONS="AVX2")["weights"]
 
 
+@pytest.mark.slow
 def test_training_twice_gives_the_same_weights():
     assert _train()["weights"] == _train()["weights"]
 

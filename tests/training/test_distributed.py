@@ -122,6 +122,7 @@ def one_and_two_processes(tmp_path_factory):
     return single, [torch.load(folder / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["clm", "mlm_nsp", "finetune"])
 def test_two_processes_train_like_one_step_for_step(one_and_two_processes, case):
     single, (rank0, rank1) = one_and_two_processes
@@ -169,6 +170,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_a_failing_process_stops_the_job_with_the_stage_s_one_line_error(tmp_path):
     script = tmp_path / "tiny.py"
     script.write_text(textwrap.dedent(FAILING_STAGE.format(src=str(Path(__file__).parents[2] / "src"))))

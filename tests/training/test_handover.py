@@ -86,6 +86,7 @@ def _train(folder, hand_over_at: int, mode: str = "pretrain") -> tuple[list[str]
     return lines, json.loads(next(line for line in lines if line.startswith("done "))[5:])
 
 
+@pytest.mark.slow
 def test_a_handed_over_training_ends_bit_for_bit_in_the_same_process_id_and_mlflow_run(tmp_path):
     from mlflow import MlflowClient
 
@@ -109,6 +110,7 @@ def test_a_handed_over_training_ends_bit_for_bit_in_the_same_process_id_and_mlfl
     assert sorted(m.step for m in history) == list(range(1, 13))  # each step once: nothing logged twice
 
 
+@pytest.mark.slow
 def test_a_fine_tuning_handed_over_mid_epoch_ends_bit_for_bit_in_one_mlflow_run(tmp_path):
     from mlflow import MlflowClient
 

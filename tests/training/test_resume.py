@@ -218,6 +218,7 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_pretraining_process_killed_at_a_random_step_resumes_to_the_same_weights(tmp_path):
     """kill -9 of a real process at a random logged step; the rerun loads its snapshot and ends identically."""
     root, reference, resumed = tmp_path / "resume", tmp_path / "reference.pt", tmp_path / "resumed.pt"

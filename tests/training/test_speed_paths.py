@@ -299,6 +299,7 @@ def test_with_torch_loaded_the_machine_is_not_watched(monkeypatch):
     assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "50000"}
 
 
+@pytest.mark.slow
 @pytest.mark.quiet
 def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
     if sharing.niced_self():
@@ -352,6 +353,7 @@ def skip_if_others_are_busy(cores: int) -> None:
         pytest.skip(f"skipped: {busy:.1f} of {cores} cores busy with other programs; run it alone (pytest -m quiet)")
 
 
+@pytest.mark.slow
 def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:

@@ -317,6 +317,7 @@ def _batch(rows: list[list[int]], prefix: list[int] = (), suffix: list[int] = ()
     return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
 
 
+@pytest.mark.slow
 def test_a_tiny_model_overfits_a_handful_of_pairs_and_then_translates_them_exactly():
     config = TranslationConfig(vocab_size=30, d_model=32, n_encoder_layers=2, n_decoder_layers=2, n_heads=2,
                                d_ff=64, dropout=0.0, tie_output=True)

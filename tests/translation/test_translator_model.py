@@ -34,6 +34,7 @@ def logged(tiny_tokenizer, mlflow_store, tmp_path_factory):
     return checkpoint, tokenizer, model_id, run.info.run_id
 
 
+@pytest.mark.slow
 def test_the_logged_model_translates_as_lmtransfer_translate_with_the_beam_size_a_parameter(logged):
     checkpoint, tokenizer, model_id, run_id = logged
     model = mlflow.pyfunc.load_model(f"models:/{model_id}")
