@@ -38,6 +38,10 @@ def main() -> None:
     parser.add_argument("--notes", default="", help="how the run was made (fresh clone, alone, ...)")
     parser.add_argument("--top", type=int, default=15, help="rows of slowest tests kept")
     parser.add_argument("--code", help="the commit the log's run tested (default: this checkout's)")
+    parser.add_argument("--name", default="suite_durations",
+                        help="the result file's name (suite_durations-fast for a saved `make test-fast` output)")
+    parser.add_argument("--command", default="bash .ci/run | tee LOG; python benchmarks/suite_durations.py --from-log LOG",
+                        help="how the log was made, as the result file states it")
     args = parser.parse_args()
     commands, durations = parse(args.from_log.read_text(encoding="utf-8", errors="replace"))
     if not commands:
@@ -46,9 +50,9 @@ def main() -> None:
     slowest = sorted(durations, key=lambda row: -row[0])[: args.top]
     rows = [[f"pytest command {n}", counts, seconds] for n, counts, seconds in commands]
     rows += [[f"{test} ({phase})", f"command {n}", seconds] for seconds, phase, test, n in slowest]
-    write_result("suite_durations", [Column("what"), Column("tests"), Column("seconds", ",.0f")], rows,
+    write_result(args.name, [Column("what"), Column("tests"), Column("seconds", ",.0f")], rows,
                  seconds=total, notes=args.notes,
-                 command="bash .ci/run | tee LOG; python benchmarks/suite_durations.py --from-log LOG", code=args.code)
+                 command=args.command, code=args.code)
 
 
 if __name__ == "__main__":
