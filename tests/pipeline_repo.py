@@ -23,8 +23,6 @@ PRETRAINS = {"pretrain@0", "pretrain@1"}
 FINETUNES = {f"finetune_{v}@{r}" for v in VARIANTS for r in RUNS}
 SCRATCH = {f"finetune_scratch@{r}" for r in RUNS}
 
-
-
 POSITIVE = ["great", "wonderful", "moving", "brilliant", "funny", "charming", "superb"]
 NEGATIVE = ["awful", "boring", "dull", "clumsy", "tedious", "bland", "dreadful"]
 NEUTRAL = ["the", "film", "movie", "story", "actors", "plot", "was", "is", "a", "and", "script", "ending"]

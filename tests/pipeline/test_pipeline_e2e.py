@@ -1,8 +1,9 @@
 """The real pipeline, end to end: `dvc repro` in a temporary git copy on tiny generated data.
 
-Slow-ish (about two minutes on 2 cores): it starts every stage as DVC would and
-checks each stage's outputs, the MLflow runs and their lineage, and that a
-parameter change reruns only the stages that read it.
+On a copy of the session's tiny pipeline run (tests/pipeline/conftest.py): each
+stage's outputs, the MLflow runs and their lineage, that a parameter change reruns
+only the stages that read it, and that bad input or a broken store stops `dvc repro`
+before any output is lost.
 """
 
 from __future__ import annotations

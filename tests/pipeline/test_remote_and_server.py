@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from pipeline_repo import REPO, TINY_PARAMS, make_repo, merge, run, write_tiny_data
+from pipeline_repo import REPO, TINY_PARAMS, copy_repo, make_repo, merge, run, write_tiny_data
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,7 @@ PARAMS = merge(json.loads(json.dumps(TINY_PARAMS)), {"pretrain": {"max_steps": 4
                                                      "finetune": {"seeds": [0]}})
 VARIANTS = ("pretrained", "scratch")
 STAGES = {"prepare", "tokenize", "baseline", "pretrain@0", "evaluate", "plot", *(f"finetune_{v}@0-0" for v in VARIANTS)}
+NO_POSTGRESQL = "PostgreSQL is not installed here (Debian: apt-get install postgresql): the server tests ran on SQLite"
 SERVER_START_S = 120  # a cold start on a busy 2-core machine takes a few seconds
 
 
@@ -332,15 +333,14 @@ def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_throu
     import boto3
     from moto.server import ThreadedMotoServer
 
-    root, env = pipeline
+    root, _ = pipeline
     here, there = remote_md_s3_lines()
     assert any(line.startswith("dvc exp push") for line in here) and any(line == "dvc pull" for line in there)
     repo = tmp_path / "copy"  # the module's pipeline stays as it is for the other tests
-    shutil.copytree(root, repo, symlinks=True)
-    env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    env = {k: v for k, v in copy_repo(root, repo).items() if not k.startswith("AWS_")}
     if "storage" in run(["dvc", "remote", "list"], repo, env):  # the local one another test added
         run(["dvc", "remote", "remove", "storage"], repo, env)
-    env.update(PYTHONPATH=str(repo / "src"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"),
                AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))  # no key but those of .dvc/config.local
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -394,8 +394,7 @@ def test_the_server_s_store_is_postgresql_and_holds_the_runs_the_models_and_the_
     """A team's server: PostgreSQL holds the runs (read there with SQL, not through MLflow), the registry's champion
     is served from the server's artifacts and answers as `lmtransfer predict` does in the repository."""
     if backend[0] == "sqlite":
-        pytest.skip("PostgreSQL is not installed here (Debian: apt-get install postgresql): the server tests ran on "
-                    "SQLite")
+        pytest.skip(NO_POSTGRESQL)
     import mlflow
     import psycopg2
     from mlflow import MlflowClient
@@ -435,7 +434,7 @@ def test_a_stage_stops_in_one_line_when_the_server_s_database_is_down(backend, s
     minutes, then end in a traceback; the stage says what is wrong instead, and the outputs stay. Last in the
     module: it stops the database."""
     if backend[0] == "sqlite":
-        pytest.skip("PostgreSQL is not installed here (Debian: apt-get install postgresql)")
+        pytest.skip(NO_POSTGRESQL)
     root, env = pipeline
     before = {path: (root / path).read_bytes() for path in ("data/prepared/train.tsv", "dvc.lock")}
     backend[1]()
