@@ -38,6 +38,8 @@ venv: $(STAMP)
 run: venv
 	$(BIN)/lmtransfer params --check params.yaml
 	dvc repro
+	@# the registry's @champion, also when dvc skipped an unchanged evaluate (a fresh clone: a new MLflow store)
+	$(BIN)/lmtransfer register
 	@echo; lmtransfer results; echo
 	@echo "figures: plots/*.png | sample generations: metrics/pretrain/seed*/samples.txt | MLflow UI: make ui"
 

@@ -185,7 +185,7 @@ def test_each_fine_tune_logs_an_mlflow_model_and_evaluate_registers_the_best_on_
     """One MLflow model per fine-tune (the UI's Models view), its run tagged with it, and the registry's first
     version, which `champion` pointed at: the pretrained fine-tune with the best validation accuracy, tagged with
     the gap and the checkpoint's sha256."""
-    root, _ = pipeline_repo
+    root, env = pipeline_repo
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}", registry_uri=f"sqlite:///{root / 'mlflow.db'}")
@@ -207,6 +207,15 @@ def test_each_fine_tune_logs_an_mlflow_model_and_evaluate_registers_the_best_on_
     assert champion.tags["run"] == f"{best}-0"
     checkpoint = root / f"models/finetuned/pretrained/seed{best}-0.pt"
     assert champion.tags["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    # `lmtransfer register` (make run, after dvc repro) gives the same version from evaluate's files: again nothing
+    # new; in a store without the registry (a fresh clone, evaluate skipped as unchanged) the same tags
+    again = run([sys.executable, "-m", "lmtransfer.cli", "register"], root, env)
+    assert "version 1 (already registered) is @champion" in again
+    client.delete_registered_model("lmtransfer-classification")
+    run([sys.executable, "-m", "lmtransfer.cli", "register"], root, env)
+    remade = client.get_model_version_by_alias("lmtransfer-classification", "champion")
+    assert {k: v for k, v in remade.tags.items() if k != "git_commit"} == {
+        k: v for k, v in champion.tags.items() if k != "git_commit"}
 
 
 def _fingerprint(root: Path) -> dict[str, bytes]:

@@ -28,6 +28,7 @@ from lmtransfer.core.paths import (
     PretrainOutputs,
     finetune_epochs,
     finetune_run,
+    finetuned_checkpoint,
     predictions_file,
 )
 from lmtransfer.data.prepared import SPLITS, read_split
@@ -80,21 +81,28 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
                     step=int(row["labels"]))
         log_file(report, "evaluate.json")
         log_to_pipeline(headline)
-        _register_best_pretrained(results["pretrained"], checkpoints, headline, params)
+        register_best_pretrained(params)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
     for row in curve[:-1]:
         print(f"evaluate: {row['labels']} labels: pretrained {row['pretrained']:.4f}, scratch {row['scratch']:.4f}, "
               f"gap {row['gap']:+.4f} [{row['gap_low']:+.4f}, {row['gap_high']:+.4f}], TF-IDF {row['baseline']:.4f}")
 
 
-def _register_best_pretrained(runs: list, checkpoints: dict, headline: dict, params: ClassificationParams) -> None:
+def register_best_pretrained(params: ClassificationParams) -> None:
     """The pretrained fine-tune with the best validation accuracy (test never chooses) into the Model Registry,
-    with the gap and its interval and the hash of the params that made it (`model_registry`)."""
-    best = max(runs, key=lambda result: max(epoch["val_accuracy"] for epoch in result.epochs))
-    path = checkpoints[("pretrained", best.run)]
+    with the gap and its interval and the hash of the params that made it (`model_registry`). From the files evaluate
+    wrote, so that `lmtransfer register` (`make run`) does it too when DVC skips an unchanged evaluate: a fresh
+    clone's new MLflow store would otherwise have no registry."""
+    runs = [finetune_run(seed, pretrain_seed) for pretrain_seed, seed in run_grid(params.pretrain.seeds,
+                                                                                 params.finetune.seeds)]
+    validation = {run: max(float(row["val_accuracy"]) for row in read_tsv(require_file(
+        finetune_epochs("pretrained", run), "fine-tuning metrics"))) for run in runs}
+    best = max(runs, key=validation.get)  # the first of equals
+    headline = read_json(require_file(HEADLINE, "the evaluate stage's headline"))
+    path = require_file(finetuned_checkpoint("pretrained", best), "fine-tuned pretrained model")
     made_by = params.sections("data", "tokenizer", "model", "pretrain", "finetune", "train")
     register_champion("classification", run_that_wrote(path), path, {
-        "run": best.run, "val_accuracy": f"{max(e['val_accuracy'] for e in best.epochs):.6f}",
+        "run": best, "val_accuracy": f"{validation[best]:.6f}",
         **{key: f"{headline[key]:.6f}" for key in ("gap", "gap_low", "gap_high")}, "params_sha256": params_hash(made_by),
     })
 

@@ -1,4 +1,5 @@
-"""The classification task's commands: `lmtransfer predict`, and the report `lmtransfer results` prints."""
+"""The classification task's commands: `lmtransfer predict`, `lmtransfer register`, and the report `lmtransfer results`
+prints."""
 
 from __future__ import annotations
 
@@ -79,8 +80,19 @@ def _report_lines(report: dict) -> str:
     return "\n".join(lines)
 
 
+def cmd_register(args: argparse.Namespace) -> None:
+    import mlflow
+
+    from lmtransfer.classification.config import load_classification_params
+    from lmtransfer.classification.evaluate_stage import register_best_pretrained
+    from lmtransfer.harness.tracking_store import usable_tracking_uri
+
+    mlflow.set_tracking_uri(usable_tracking_uri())
+    register_best_pretrained(load_classification_params(paths.PARAMS))
+
+
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `predict` (`command` makes a subparser)."""
+    """Register `predict` and `register` (`command` makes a subparser)."""
     predict_parser = command(
         "predict", "label + probability for new texts (arguments or standard input)",
         "Label and probability for each text, with a fine-tuned classifier. Texts come from the arguments, "
@@ -91,4 +103,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                     "a fine-tuned classifier checkpoint (seed<p>-<f>.pt: pretraining run p, fine-tuning seed f)",
                     paths.TOKENIZED)
     predict_parser.set_defaults(func=cmd_predict)
-
+    command("register", "the best pretrained fine-tune (on validation) as the registry's @champion",
+            "What the evaluate stage does at its end, from the files it wrote: the pretrained fine-tune with the best "
+            "validation accuracy as a version of lmtransfer-classification, tagged with the gap, @champion. "
+            "`make run` calls it after `dvc repro`, which skips an unchanged evaluate (a fresh clone's new MLflow "
+            "store then has no registry); a version with the same checkpoint and numbers is not added twice.",
+            ).set_defaults(func=cmd_register)
