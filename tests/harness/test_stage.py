@@ -322,3 +322,43 @@ def test_bookkeeping_that_fails_while_a_stage_stops_is_one_line(capsys):
     except sqlite3.OperationalError as error:
         assert isinstance(_stop_behind(error), KeyboardInterrupt)
     assert _stop_behind(sqlite3.OperationalError("no stop")) is None
+
+
+ENDS = """
+import atexit, sys
+from lmtransfer.core.errors import ConfigError
+from lmtransfer.harness.stage import stage_main
+
+class Torn:  # says so when Python's teardown frees it
+    def __del__(self):
+        print("torn down", flush=True)
+
+kept = Torn()
+atexit.register(lambda: print("exit handler ran"))
+
+@stage_main("prepare")
+def main():
+    print("working")  # not flushed: a pipe's buffer
+    if sys.argv[1] == "fails":
+        raise ConfigError("data.train: no such file")
+
+main()
+"""
+
+
+@pytest.mark.parametrize("outcome", ["works", "fails"])
+def test_a_stage_run_as_a_program_ends_without_python_s_teardown_and_loses_no_line(tmp_path, outcome):
+    """Python's teardown frees every module torch and MLflow loaded, which took longer than a tiny stage's work."""
+    import subprocess
+
+    script = tmp_path / "stage.py"
+    script.write_text(ENDS)
+    env = {k: v for k, v in os.environ.items() if k != "LMTRANSFER_DEBUG"}
+    done = subprocess.run([sys.executable, str(script), outcome], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.splitlines()[:1] == ["working"] and done.stdout.splitlines()[-1] == "exit handler ran"
+    assert "torn down" not in done.stdout
+    if outcome == "works":
+        assert done.returncode == 0 and "prepare: done in" in done.stdout and done.stderr == ""
+    else:
+        assert done.returncode == 1 and done.stderr == "prepare: error: data.train: no such file\n"

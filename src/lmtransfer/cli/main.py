@@ -40,6 +40,7 @@ import lmtransfer.cli.translation as translation_cli
 from lmtransfer.cli.args import POSITIVE, HelpFormatter
 from lmtransfer.core import knobs, paths
 from lmtransfer.core.errors import LmtransferError
+from lmtransfer.harness.process_exit import end_process
 
 
 def parameter_table(
@@ -504,3 +505,13 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `lmtransfer results | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(0)
+
+
+def program() -> None:
+    """The `lmtransfer` command and `python -m lmtransfer.cli`: main() on the command line, then the process ends
+    without Python's teardown of the libraries a command loaded (`harness.process_exit`)."""
+    try:
+        main()
+    except SystemExit as stop:
+        end_process(stop.code)
+    end_process(0)

@@ -16,19 +16,33 @@ from typing import NoReturn
 from lmtransfer.core import knobs, sharing
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.harness.launcher import launching_dvc
+from lmtransfer.harness.process_exit import end_process
 
 started: float | None = None  # time.time() when this stage started, in the process it was handed over from if so
 
 
 def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], Callable[[], None]]:
-    """Decorator for a stage's main(): prints `<stage>: done in N s`, or `<stage>: error: ...` and exits 1.
+    """Decorator for a stage's main(): prints `<stage>: done in N s`, or `<stage>: error: ...` and exits 1. In a
+    stage script run as a program, the process then ends at once (`harness.process_exit`).
 
     `name` may be a function, for a stage whose name comes from its arguments (`finetune_scratch@2`).
     """
 
     def decorate(main: Callable[[], None]) -> Callable[[], None]:
+        program = main.__module__ == "__main__"  # a stage script run as a program, not a test calling main()
+
         @functools.wraps(main)
         def run() -> None:
+            try:
+                run_main()
+            except SystemExit as stop:
+                if program:
+                    end_process(stop.code)
+                raise
+            if program:
+                end_process(0)
+
+        def run_main() -> None:
             global started
             handover = sharing.handed_over() or {}  # a training handed over (`training.handover`): the stage goes on
             started = handover.get("started") or time.time()
