@@ -15,6 +15,14 @@ def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return root, copy_repo(tiny_pipeline(tmp_path_factory), root)
 
 
+@pytest.fixture
+def own_pipeline_repo(tmp_path, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A copy of the session's tiny pipeline run for this test alone, left as the test leaves it (a copy is a
+    fraction of a second; putting a change back reruns evaluate and plot): (its root, its environment)."""
+    root = tmp_path / "repo"
+    return root, copy_repo(tiny_pipeline(tmp_path_factory), root)
+
+
 @pytest.fixture(scope="session")
 def first_run(tmp_path_factory) -> dict[str, bytes]:
     """The result files of that run (`pipeline_repo.results_of`): what every rerun must give back."""

@@ -1,11 +1,12 @@
 """The tiny pipeline changed as a user changes it: a pretraining run more, a label-curve size, an experiment run in a
-temporary folder, a sweep queued and run by two workers; each reruns what it must and nothing more, on a copy of the
-session's first run."""
+temporary folder, a sweep queued and run by two workers; each reruns what it must and nothing more, each on a copy
+of the session's first run of its own."""
 
 from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -15,73 +16,65 @@ from pipeline_repo import RUNS, VARIANTS, changed_stages, run, stages_to_rerun
 pytestmark = pytest.mark.slow
 
 
-def test_adding_a_pretraining_seed_runs_only_its_pretraining_its_fine_tunes_and_what_follows(pipeline_repo, first_run):
-    root, env = pipeline_repo
-    params_file = root / "params.yaml"
-    original = params_file.read_text()
+def _set_params(root: Path, section: str, **values) -> None:
+    yaml = YAML()
+    params = yaml.load((root / "params.yaml").read_text())
+    params[section].update(values)
+    with open(root / "params.yaml", "w") as handle:
+        yaml.dump(params, handle)
+
+
+def _ran(log: str) -> set[str]:
+    return {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
+
+
+def test_adding_a_pretraining_seed_runs_only_its_pretraining_its_fine_tunes_and_what_follows(own_pipeline_repo,
+                                                                                              first_run):
+    root, env = own_pipeline_repo
     new = {"pretrain@2", "finetune_pretrained@2-0", "finetune_scratch@2-0", "evaluate", "plot"}
-    try:
-        yaml = YAML()
-        params = yaml.load(original)
-        params["pretrain"]["seeds"] = [0, 1, 2]
-        with open(params_file, "w") as handle:
-            yaml.dump(params, handle)
-        assert changed_stages(root, env) == new
-        log = run(["dvc", "repro"], root, env)
-        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
-        assert ran == new
-        evaluation = json.loads((root / "metrics/evaluate.json").read_text())
-        assert evaluation["n_pretraining_runs"] == 3 and len(evaluation["scratch"]["accuracy_per_seed"]) == 3
-        assert evaluation["scratch"]["accuracy_per_seed"][:2] == json.loads(first_run["metrics/evaluate.json"])[
-            "scratch"]["accuracy_per_seed"]
-    finally:
-        params_file.write_text(original)
-        run(["dvc", "repro"], root, env)  # back to two pretraining runs: evaluate and plot only
+    _set_params(root, "pretrain", seeds=[0, 1, 2])
+    assert changed_stages(root, env) == new
+    assert _ran(run(["dvc", "repro"], root, env)) == new
+    evaluation = json.loads((root / "metrics/evaluate.json").read_text())
+    assert evaluation["n_pretraining_runs"] == 3 and len(evaluation["scratch"]["accuracy_per_seed"]) == 3
+    assert evaluation["scratch"]["accuracy_per_seed"][:2] == json.loads(first_run["metrics/evaluate.json"])[
+        "scratch"]["accuracy_per_seed"]
     assert changed_stages(root, env) == set()
     # a second fine-tuning seed: one more fine-tune per pretraining run and variant, no pretraining
     assert stages_to_rerun(root, env, "finetune.seeds", "[0, 1]") == {
-        f"finetune_{v}@{p}-1" for v in VARIANTS for p in (0, 1)} | {"evaluate", "plot"}
+        f"finetune_{v}@{p}-1" for v in VARIANTS for p in (0, 1, 2)} | {"evaluate", "plot"}
 
 
-def test_a_label_curve_size_runs_only_its_own_fine_tunes_then_evaluate_and_plot(pipeline_repo, first_run):
+def test_a_label_curve_size_runs_only_its_own_fine_tunes_then_evaluate_and_plot(own_pipeline_repo, first_run):
     """finetune.label_sizes: both variants from every pretraining run on the same stratified subset, TF-IDF on it
-    too, a row of the curve per size with its interval; nothing that ran before reruns."""
-    root, env = pipeline_repo
-    params_file = root / "params.yaml"
-    original = params_file.read_text()
+    too, a row of the curve per size with its interval; nothing that ran before reruns, and the full split's
+    results stay the first run's."""
+    root, env = own_pipeline_repo
     new = {f"finetune_{v}_labels@30-{r}" for v in VARIANTS for r in RUNS} | {"evaluate", "plot"}
-    try:
-        yaml = YAML()
-        params = yaml.load(original)
-        params["finetune"]["label_sizes"] = [30]
-        with open(params_file, "w") as handle:
-            yaml.dump(params, handle)
-        log = run(["dvc", "repro"], root, env)
-        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
-        assert ran == new
-        rows = list(csv.DictReader((root / "metrics/evaluate/label_curve.tsv").open(), delimiter="\t"))
-        assert [(row["labels"], row["n_train"]) for row in rows] == [("30", "30"), ("all", "117")]
-        for row in rows:
-            assert float(row["gap_low"]) <= float(row["gap"]) <= float(row["gap_high"])
-        for run_name in RUNS:  # the pretrained and scratch runs of one size trained on the same 30 examples
-            summaries = [json.loads((root / f"metrics/finetune/{v}/seed{run_name}-n30.json").read_text())
-                         for v in VARIANTS]
-            assert all(0 <= summary["best_val_accuracy"] <= 1 for summary in summaries)
-        assert (root / "plots/label_curve.png").stat().st_size > 0
-        assert "30 labels: pretrained" in log
-        # another size: its own fine-tunes and evaluate (plot then reruns through evaluate's new curve); none of 30's
-        assert stages_to_rerun(root, env, "finetune.label_sizes", "[30, 60]") == {
-            f"finetune_{v}_labels@60-{r}" for v in VARIANTS for r in RUNS} | {"evaluate"}
-    finally:
-        params_file.write_text(original)
-        run(["dvc", "repro"], root, env)  # back to the full split alone: evaluate and plot only
-    assert changed_stages(root, env) == set()
-    assert (root / "metrics/evaluate.json").read_bytes() == first_run["metrics/evaluate.json"]
+    _set_params(root, "finetune", label_sizes=[30])
+    log = run(["dvc", "repro"], root, env)
+    assert _ran(log) == new
+    rows = list(csv.DictReader((root / "metrics/evaluate/label_curve.tsv").open(), delimiter="\t"))
+    assert [(row["labels"], row["n_train"]) for row in rows] == [("30", "30"), ("all", "117")]
+    for row in rows:
+        assert float(row["gap_low"]) <= float(row["gap"]) <= float(row["gap_high"])
+    for run_name in RUNS:  # the pretrained and scratch runs of one size trained on the same 30 examples
+        summaries = [json.loads((root / f"metrics/finetune/{v}/seed{run_name}-n30.json").read_text())
+                     for v in VARIANTS]
+        assert all(0 <= summary["best_val_accuracy"] <= 1 for summary in summaries)
+    assert (root / "plots/label_curve.png").stat().st_size > 0
+    assert "30 labels: pretrained" in log
+    first = json.loads(first_run["metrics/evaluate.json"])
+    evaluation = json.loads((root / "metrics/evaluate.json").read_text())
+    assert {key: evaluation[key] for key in first} == first  # the curve is beside the headline, not in it
+    # another size: its own fine-tunes and evaluate (plot then reruns through evaluate's new curve); none of 30's
+    assert stages_to_rerun(root, env, "finetune.label_sizes", "[30, 60]") == {
+        f"finetune_{v}_labels@60-{r}" for v in VARIANTS for r in RUNS} | {"evaluate"}
 
 
-def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
+def test_temp_experiment_lands_in_the_main_mlflow_store(own_pipeline_repo):
     """`dvc exp run --temp` runs in a folder of DVC's own: its stage runs still go to the checkout's store."""
-    root, env = pipeline_repo
+    root, env = own_pipeline_repo
     run(["git", "add", "-A"], root, env)  # as a user would: commit the results, then experiment
     run(["git", "commit", "-qm", "results"], root, env)
     run(["dvc", "exp", "run", "--temp", "-n", "tiny-temp", "-S", "evaluate.bootstrap_samples=400"], root, env)
@@ -96,13 +89,13 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(pipeline_repo):
     assert "gap_accuracy_mean" in stages["evaluate"].data.metrics
 
 
-def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_the_same_numbers(pipeline_repo):
+def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_the_same_numbers(own_pipeline_repo):
     """Two values of a parameter queued (the larger first) and run through DVC's queue by two workers at once:
     `lmtransfer compare --by <it>` lists every experiment in the parameter's order with its interval and draws the
     figure; each experiment's MLflow pipeline run holds the headline `dvc exp show` shows for it. The parameter is
     evaluate's bootstrap sample count, which reruns evaluate and plot alone (a finetune.lr sweep reruns every
     fine-tune: the same machinery, minutes more)."""
-    root, env = pipeline_repo
+    root, env = own_pipeline_repo
     env = {k: v for k, v in env.items() if k != "LMTRANSFER_JOBS"}  # the queue's workers are the jobs counted
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "results", "--allow-empty"], root, env)  # experiments start from a commit

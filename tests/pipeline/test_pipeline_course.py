@@ -123,7 +123,8 @@ def lmtransfer(args: list[str], root: Path, env: dict[str, str]) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def course_repo(tmp_path_factory) -> tuple[Path, dict[str, str], Path, str]:
-    """A copy of the repository with course/params.yaml made tiny, after `lmtransfer course --from FOLDER`."""
+    """A copy of the repository with course/params.yaml made tiny, after `lmtransfer course --from FOLDER --set
+    finetune.seeds=[0]` (one fine-tune per variant in place of the plan's three: the user's `--set` wins)."""
     root = tmp_path_factory.mktemp("course")
     files = tmp_path_factory.mktemp("course-files")
     write_course_files(files)
@@ -134,7 +135,8 @@ def course_repo(tmp_path_factory) -> tuple[Path, dict[str, str], Path, str]:
             ignore.write("/course/data/raw/\n")
 
     env = make_repo(root, SMALLER, ignore_the_raw_files, params_file="course/params.yaml")
-    done = lmtransfer(["course", "--from", str(files), "--manifest", str(manifest)], root, env)
+    done = lmtransfer(["course", "--from", str(files), "--manifest", str(manifest), "--set", "finetune.seeds=[0]"],
+                      root, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root / "course", env, files, done.stdout
 
@@ -144,12 +146,14 @@ def test_the_command_checks_the_files_loads_the_courses_model_and_prints_the_lab
     assert "files of tests/course at 0000000 checked in" in output
     assert "the course's language model (pretrained_model_4layers.pt), loaded" in output
     assert "dvc exp run course/dvc.yaml -S course/params.yaml:pretrain.init_from=data/raw/pretrained_model_4layers.pt" in output
+    assert "-S course/params.yaml:data.corpus=[] -S course/params.yaml:finetune.seeds=[0]" in output  # --set last: it wins
     assert "validation accuracy per epoch (mean ± sd over the runs):" in output
     assert "course: 0.78" not in output and "about 0.78" in output  # the course's published numbers beside
     evaluation = json.loads((course / "metrics/evaluate.json").read_text())
     for variant in ("pretrained", "scratch"):
-        assert len(evaluation[variant]["accuracy_per_seed"]) == 3  # one loaded LM, 3 fine-tuning seeds each
-    assert (evaluation["n_pretraining_runs"], evaluation["n_finetuning_seeds"]) == (1, 3)
+        assert len(evaluation[variant]["accuracy_per_seed"]) == 1  # one loaded LM, one fine-tuning seed each
+    assert (evaluation["n_pretraining_runs"], evaluation["n_finetuning_seeds"]) == (1, 1)
+    assert "1 runs per variant (1 pretraining run(s) x 1 fine-tuning seed(s))" in output
     assert (course / "plots/finetune_accuracy.png").stat().st_size > 0
     assert (course / "data/raw/dict.txt").read_bytes() == (files / "dict.txt").read_bytes()
 
@@ -212,12 +216,12 @@ def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo
     prepared_test = (root / "data/prepared/test.tsv").read_text(encoding="utf-8").splitlines()[1:]
     assert [line.split("\t")[0] for line in prepared_test] == given
     predictions = (root / "metrics/evaluate/predictions_scratch.csv").read_text(encoding="utf-8").splitlines()
-    assert len(predictions) - 1 == 3 * SIZES["test"]  # every given test row is measured, by each of the 3 runs
+    assert len(predictions) - 1 == SIZES["test"]  # every given test row is measured
     assert prepared["label_names"] == ["0", "1"] and prepared["labeled_format"] == "pieces"
     evaluation = json.loads((root / "metrics/evaluate.json").read_text())
     for variant in ("pretrained", "scratch"):
         assert set(evaluation[variant]["f1_per_class_mean"]) == {"0", "1"}
-        assert len(evaluation[variant]["accuracy_per_seed"]) == 3
+        assert len(evaluation[variant]["accuracy_per_seed"]) == 1
     assert evaluation["gap"]["ci95_low"] <= evaluation["gap"]["accuracy_mean"] <= evaluation["gap"]["ci95_high"]
     checkpoint = torch.load(root / "models/finetuned/pretrained/seed0-0.pt", weights_only=True)
     assert checkpoint["label_names"] == ["0", "1"] and checkpoint["model_config"]["pad_id"] == 1
@@ -264,20 +268,19 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
     """`dvc exp run -S finetune.freeze_backbone=true`, then false again, reran both fine-tunes (10 min 41 s) for
     bit-identical results: a plain `cache: false` output kept DVC from saving them to its run-cache."""
     root, env = course_repo[:2]  # the course pipeline's folder
-    # one fine-tuning seed of the three the course command ran (0-0 of each variant): those two are the point
-    def results() -> dict[str, bytes]:
+    def results() -> dict[str, bytes]:  # the fine-tunes of the course command's run: 0-0 of each variant
         return {name: data for name, data in _files(root, "models/finetuned", "metrics/finetune").items()
                 if "/seed0-0." in name}
 
     before = results()
     assert len(before) == 6  # each variant's checkpoint, curve and summary
-    changed = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=true", "-S", "finetune.seeds=[0]"], root, env)
+    changed = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=true"], root, env)
     for stage in ("finetune_pretrained@0-0", "finetune_scratch@0-0"):
         assert f"Running stage '{stage}'" in changed
     assert "trainable of" in changed and "head on random features" in changed  # the frozen scratch model, said
     assert results() != before
 
-    back = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=false", "-S", "finetune.seeds=[0]"], root, env)
+    back = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=false"], root, env)
     for stage in ("finetune_pretrained@0-0", "finetune_scratch@0-0"):
         assert f"Stage '{stage}' is cached - skipping run, checking out outputs" in back
         assert f"Running stage '{stage}'" not in back
@@ -303,18 +306,17 @@ def _edit_params(root: Path, **sections: dict) -> None:
 
 def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratch_one(course_repo):
     """The scratch model never reads the corpus: a corpus change reran it (257 s, bit-identical results) while
-    data/tokenized held the corpus ids too. Pretraining here (the recipe's `init_from: ''`), a few steps."""
+    data/tokenized held the corpus ids too. Pretraining here (the recipe's `init_from: ''`, set in the same edit:
+    the scratch fine-tune reads no pretrain param but the objective), a few steps."""
     root, env = course_repo[:2]  # the course pipeline's folder
-    _edit_params(root, pretrain={"init_from": "", "max_steps": 30, "eval_every": 15},
-                 finetune={"seeds": [0]})  # one fine-tune per variant is all this needs
-    _dvc(["repro"], root, env)
     raw = root / "data/raw"
     reviews = (raw / "cls-books/train.review.spm").read_text(encoding="utf-8").splitlines()
     (raw / "unlabeled.spm").write_text("\n".join(f"{a} {b}" for a, b in zip(reviews, reviews[1:])) + "\n",
                                           encoding="utf-8")
     scratch = ("models/finetuned/scratch", "metrics/finetune/scratch", "data/tokenized", "data/prepared")
     before = _files(root, *scratch)
-    _edit_params(root, data={"corpus": ["data/raw/unlabeled.spm"], "corpus_format": "pieces"})
+    _edit_params(root, data={"corpus": ["data/raw/unlabeled.spm"], "corpus_format": "pieces"},
+                 pretrain={"init_from": "", "max_steps": 30, "eval_every": 15})
 
     output = _dvc(["repro"], root, env)
     for stage in ("prepare", "tokenize", "pretrain@0", "finetune_pretrained@0-0"):
@@ -322,3 +324,4 @@ def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratc
     for stage in ("finetune_scratch@0-0", "baseline"):
         assert f"Running stage '{stage}'" not in output and f"Stage '{stage}' didn't change, skipping" in output
     assert _files(root, *scratch) == before
+    assert json.loads((root / "metrics/pretrain/seed0.json").read_text())["steps"] > 0  # trained, not loaded
