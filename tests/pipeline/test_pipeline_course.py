@@ -274,13 +274,14 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
 
     before = results()
     assert len(before) == 6  # each variant's checkpoint, curve and summary
-    changed = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=true"], root, env)
+    fine_tunes = ["finetune_pretrained", "finetune_scratch"]  # what the param reaches first: evaluate and plot after
+    changed = _dvc(["exp", "run", *fine_tunes, "-S", "finetune.freeze_backbone=true"], root, env)
     for stage in ("finetune_pretrained@0-0", "finetune_scratch@0-0"):
         assert f"Running stage '{stage}'" in changed
     assert "trainable of" in changed and "head on random features" in changed  # the frozen scratch model, said
     assert results() != before
 
-    back = _dvc(["exp", "run", "-S", "finetune.freeze_backbone=false"], root, env)
+    back = _dvc(["exp", "run", *fine_tunes, "-S", "finetune.freeze_backbone=false"], root, env)
     for stage in ("finetune_pretrained@0-0", "finetune_scratch@0-0"):
         assert f"Stage '{stage}' is cached - skipping run, checking out outputs" in back
         assert f"Running stage '{stage}'" not in back

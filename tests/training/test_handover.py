@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent("""
     from lmtransfer.training.loop import RunOptions
     from lmtransfer.classification.config import FinetuneParams
     from lmtransfer.core.config import PretrainParams
+    from lmtransfer.harness.process_exit import end_process
     from lmtransfer.harness.tracking import log_metrics, stage_run
     from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
     from lmtransfer.modeling.runtime import use_share_of_cores
@@ -70,6 +71,7 @@ SCRIPT = textwrap.dedent("""
         run_id = run.info.run_id
     digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in model.state_dict().values())).hexdigest()
     print("done", json.dumps({"run_id": run_id, "digest": digest, "log": log}), flush=True)
+    end_process(0)  # as a stage ends
 """)
 
 
