@@ -228,3 +228,31 @@ def test_a_server_that_answers_but_cannot_read_its_store_is_one_line_before_any_
         httpd.shutdown()
         httpd.server_close()
     assert len(asked) == 1 and asked[0].startswith("/api/2.0/mlflow/experiments/get-by-name")
+
+
+def test_the_schema_revision_a_store_must_be_at_is_alembic_s_head_read_without_importing_mlflow():
+    """validate checks the store on every `dvc repro`; importing MLflow to ask alembic took 1.5 s of it."""
+    code = ("import sys; from lmtransfer.harness.tracking_store import _latest_schema_revision; "
+            "print(_latest_schema_revision(), 'mlflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    assert done.stdout.split() == [_get_latest_schema_revision(), "False"]
+
+
+@pytest.mark.slow
+def test_a_store_at_an_older_schema_is_named_with_both_revisions_and_the_upgrade(tmp_path):
+    from mlflow import MlflowClient
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    store = tmp_path / "mlflow.db"
+    ensure_store(store)
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    client.create_run(client.create_experiment("e"))
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE alembic_version SET version_num = 'f5a4f2784254'")  # a revision of MLflow's, not its last
+    head = _get_latest_schema_revision()
+    assert store_problem(store) == (f"at schema f5a4f2784254, not the {head} this MLflow needs (an interrupted or "
+                                    "pending migration)")
+    with pytest.raises(TrackingStoreError, match=f"run `mlflow db upgrade sqlite:///{store}`"):
+        ensure_store(store)

@@ -28,9 +28,6 @@ from lmtransfer.core.errors import ConfigError, TokenizerError
 from lmtransfer.data.files import label_file_for
 from lmtransfer.data.input_files import manifest_entry, resolve_input
 from lmtransfer.harness.pipeline_outputs import refuse_pipeline_output
-from lmtransfer.modeling.model import ModelConfig
-from lmtransfer.modeling.runtime import select_device
-from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.tokens.tokenizer import (
     PAD_ID,
     Tokenizer,
@@ -132,6 +129,9 @@ def check_checkpoint(params: ClassificationParams, tokenizer: Tokenizer | None) 
     be trained) and the model."""
     entries = []
     if params.pretrain.init_from:
+        from lmtransfer.modeling.model import ModelConfig  # torch: only a checkpoint to check needs it
+        from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
+
         refuse_pipeline_output(params.pretrain.init_from, "pretrain.init_from")  # before "not found": not built yet
         path = resolve_input(params.pretrain.init_from, "pretrain.init_from")
         refuse_pipeline_output(str(path), "pretrain.init_from")  # named from the repository root (DVC_ROOT)
@@ -168,7 +168,10 @@ def check_label_sizes(params: ClassificationParams, labeled: LabeledData) -> Non
 
 def check_inputs(params: ClassificationParams) -> dict[str, list[dict[str, Any]]]:
     """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
-    select_device(params.train.device)  # train.device=cuda on a machine without CUDA stops here, in one line
+    if params.train.device not in ("auto", "cpu"):  # train.device=cuda on a machine without CUDA stops here
+        from lmtransfer.modeling.runtime import select_device  # torch, a second of every `dvc repro` otherwise
+
+        select_device(params.train.device)
     data, labeled, scan = check_data(params)
     check_label_sizes(params, labeled)
     check_stream_lengths(params, labeled, scan)
