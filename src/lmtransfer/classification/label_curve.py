@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from lmtransfer.classification.baseline import run_baseline
 from lmtransfer.classification.config import BaselineParams
 from lmtransfer.classification.label_subsets import label_subset
 
@@ -18,6 +17,8 @@ def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
                      params: BaselineParams) -> dict:
     """TF-IDF + logistic regression trained on the subset the fine-tunes of `size` use, C chosen on the whole
     validation split (as theirs), scored on test."""
+    from lmtransfer.classification.baseline import run_baseline  # scikit-learn: a second the plot stage never uses
+
     keep = label_subset(labels["train"], size, seed)
     result = run_baseline([texts["train"][i] for i in keep], labels["train"][keep], texts["valid"], labels["valid"],
                           texts["test"], labels["test"], params)
