@@ -39,12 +39,8 @@ def test_a_half_migrated_empty_store_is_set_aside_and_rebuilt(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_half_migrated_store_holding_runs_is_named_in_one_line_and_left_alone(tmp_path):
-    from mlflow import MlflowClient
-
     store = tmp_path / "mlflow.db"
-    ensure_store(store)
-    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
-    client.create_run(client.create_experiment("e"))
+    _store_with_runs(store, runs=1)
     with sqlite3.connect(store) as db:
         db.execute("CREATE TABLE _alembic_tmp_params (key TEXT)")
     digest = sha256_of(store)
@@ -67,14 +63,8 @@ def test_a_file_that_is_not_sqlite_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_a_truncated_store_that_held_runs_is_left_alone_not_replaced(tmp_path):
-    from mlflow import MlflowClient
-
     store = tmp_path / "mlflow.db"
-    ensure_store(store)
-    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
-    experiment = client.create_experiment("e")
-    for _ in range(30):
-        client.create_run(experiment)
+    _store_with_runs(store)
     store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
     digest = sha256_of(store)
     with pytest.raises(TrackingStoreError, match="it may hold runs \\(SQLite cannot read it\\), so it is left as it is"):
@@ -242,13 +232,10 @@ def test_the_schema_revision_a_store_must_be_at_is_alembic_s_head_read_without_i
 
 @pytest.mark.slow
 def test_a_store_at_an_older_schema_is_named_with_both_revisions_and_the_upgrade(tmp_path):
-    from mlflow import MlflowClient
     from mlflow.store.db.utils import _get_latest_schema_revision
 
     store = tmp_path / "mlflow.db"
-    ensure_store(store)
-    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
-    client.create_run(client.create_experiment("e"))
+    _store_with_runs(store, runs=1)
     with sqlite3.connect(store) as db:
         db.execute("UPDATE alembic_version SET version_num = 'f5a4f2784254'")  # a revision of MLflow's, not its last
     head = _get_latest_schema_revision()

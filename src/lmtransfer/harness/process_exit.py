@@ -7,6 +7,7 @@ import ctypes
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -35,3 +36,13 @@ def end_process(code: int | str | None) -> NoReturn:
             pass
     ctypes.CDLL(None).fflush(None)  # what C libraries buffered in stdio, which os._exit leaves unwritten
     os._exit(status)
+
+
+def end_after(main: Callable[[], object]) -> NoReturn:
+    """Run a program's `main()`, then end its process (`end_process`) with the status it ended with: sys.exit's,
+    or 0. An exception other than SystemExit goes on as usual: Python prints it and exits 1."""
+    try:
+        main()
+    except SystemExit as stop:
+        end_process(stop.code)
+    end_process(0)

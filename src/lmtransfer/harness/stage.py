@@ -16,7 +16,7 @@ from typing import NoReturn
 from lmtransfer.core import knobs, sharing
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.harness.launcher import launching_dvc
-from lmtransfer.harness.process_exit import end_process
+from lmtransfer.harness.process_exit import end_after
 
 started: float | None = None  # time.time() when this stage started, in the process it was handed over from if so
 
@@ -33,14 +33,9 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
 
         @functools.wraps(main)
         def run() -> None:
-            try:
-                run_main()
-            except SystemExit as stop:
-                if program:
-                    end_process(stop.code)
-                raise
             if program:
-                end_process(0)
+                end_after(run_main)
+            run_main()
 
         def run_main() -> None:
             global started
