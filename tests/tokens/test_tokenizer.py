@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,7 @@ from lmtransfer.tokens.tokenizer import (
     frame,
     id_dtype,
     load_tokenizer,
+    sampled_lines,
     train_sentencepiece,
     training_sample_lines,
 )
@@ -190,6 +193,45 @@ def test_training_sample_is_capped_by_bytes_as_well_as_lines(tmp_path):
     assert training_sample_lines(long, 500, budget=10_000) == 100  # 10,000 bytes / 100 per line
     assert training_sample_lines(long, 50, budget=10_000) == 50
     assert training_sample_lines(long, 500, budget=10) == 1
+
+
+def test_sampled_lines_are_drawn_by_the_seed_in_the_corpus_order(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"".join(b"line %d\n" % n for n in range(99)) + b"carriage\rreturn")  # last line: no newline
+    sample = list(sampled_lines(corpus, 10, seed=0))
+    numbers = [int(line.split()[1]) for line in sample if line.startswith("line")]
+    assert len(sample) == 10 and numbers == sorted(set(numbers))
+    assert sample == list(sampled_lines(corpus, 10, seed=0)) != list(sampled_lines(corpus, 10, seed=1))
+    every = list(sampled_lines(corpus, 100, seed=0))
+    assert every == list(sampled_lines(corpus, 500, seed=3)) == [f"line {n}" for n in range(99)] + ["carriage\rreturn"]
+
+
+SAMPLED_TRAINING = """
+import hashlib, sys
+from pathlib import Path
+from lmtransfer.core.config import TokenizerParams
+from lmtransfer.tokens.tokenizer import train_sentencepiece
+params = TokenizerParams(vocab_size=int(sys.argv[2]), max_training_lines=int(sys.argv[3]))
+print(hashlib.sha256(train_sentencepiece(Path(sys.argv[1]), params)).hexdigest())
+"""
+
+
+@pytest.mark.slow  # three processes
+def test_a_corpus_sampled_for_training_gives_the_same_model_in_every_process(tmp_path):
+    """Above tokenizer.max_training_lines (or the byte budget) the model trains on a sample. sentencepiece's own
+    sampler draws from an OS-seeded generator, so each process trained a different model; ours is drawn by the seed."""
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(400)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(rng.choices(words, k=8)) + "\n" for _ in range(3000)), encoding="utf-8")
+    models = {
+        subprocess.run(
+            [sys.executable, "-c", SAMPLED_TRAINING, str(corpus), "300", "1000"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        for _ in range(3)
+    }
+    assert len(models) == 1
 
 
 def test_id_dtype_switches_to_int32_beyond_uint16():

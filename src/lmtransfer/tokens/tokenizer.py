@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import random
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -181,34 +182,75 @@ def read_fairseq_dictionary(path: Path) -> list[str]:
 TRAINING_TEXT_BYTES = 64 << 20  # sentencepiece's trainer holds ~20 bytes per character it samples: ~1.4 GB
 
 
-def training_sample_lines(corpus_file: Path, max_lines: int, budget: int = TRAINING_TEXT_BYTES) -> int:
-    """How many lines sentencepiece samples: `max_lines`, or fewer when that many lines of the corpus's average
-    length would pass `budget` bytes. Its memory grows with the characters it samples, not the lines, so a
-    corpus of long lines would otherwise need several GB. A corpus within the budget is left alone."""
-    size = Path(corpus_file).stat().st_size
-    if size <= budget:
-        return max_lines
-    lines = 0
+def corpus_line_count(corpus_file: Path) -> int:
+    """Lines of a text file, the last one counted with or without its newline; read in 4 MB blocks (a corpus
+    need not fit in memory)."""
+    lines, last = 0, b"\n"
     with open(corpus_file, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
+def training_sample_lines(
+    corpus_file: Path, max_lines: int, budget: int = TRAINING_TEXT_BYTES, lines: int | None = None
+) -> int:
+    """How many lines sentencepiece trains on: `max_lines`, or fewer when that many lines of the corpus's average
+    length would pass `budget` bytes. Its memory grows with the characters it reads, not the lines, so a
+    corpus of long lines would otherwise need several GB. A corpus within the budget is left alone. `lines`: the
+    corpus's line count when known."""
+    size = Path(corpus_file).stat().st_size
+    if size <= budget:
+        return max_lines
+    lines = corpus_line_count(corpus_file) if lines is None else lines
     return max(1, min(max_lines, int(budget / (size / max(lines, 1)))))
 
 
+def sampled_lines(corpus_file: Path, count: int, seed: int, lines: int | None = None) -> Iterator[str]:
+    """`count` lines of the corpus drawn without replacement by `seed`, in the corpus's order, without their
+    newlines (every line when it has no more). Streamed: only the chosen line numbers are held. Why not
+    sentencepiece's own sampling (`shuffle_input_sentence`): its wheel seeds that from the operating system
+    whatever `set_random_generator_seed` says, so each process trained a different model. `lines`: the corpus's
+    line count when known."""
+    lines = corpus_line_count(corpus_file) if lines is None else lines
+    chosen = iter(sorted(random.Random(seed).sample(range(lines), count)) if count < lines else range(lines))
+    following = next(chosen, None)
+    with open(corpus_file, "rb") as source:  # lines end at b"\n" alone, as corpus_line_count and sentencepiece count
+        for number, line in enumerate(source):
+            if following is None:
+                return
+            if number == following:
+                yield line.rstrip(b"\n").decode("utf-8")
+                following = next(chosen, None)
+
+
 def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 0) -> bytes:
-    """Train on the pretraining corpus (a sample of `training_sample_lines` lines); returns the serialized model."""
+    """Train on the pretraining corpus, or on `training_sample_lines` of its lines drawn by `seed`
+    (`sampled_lines`) when it has more; returns the serialized model. The same corpus, params and seed give the
+    same model in every process."""
+    lines = corpus_line_count(corpus_file)
+    sample_lines = training_sample_lines(corpus_file, params.max_training_lines, lines=lines)
+    if lines <= sample_lines:
+        # sentencepiece's sampler keeps every line and draws nothing: the model the project has always trained
+        source = {"input": str(corpus_file), "input_sentence_size": sample_lines, "shuffle_input_sentence": True}
+    else:
+        source = {"sentence_iterator": sampled_lines(corpus_file, sample_lines, seed, lines), "input_sentence_size": 0}
+    return _trained_model(source, params, seed, corpus_file)
+
+
+def _trained_model(source: dict, params: TokenizerParams, seed: int, corpus_file: Path) -> bytes:
+    """One sentencepiece training over the lines `source` gives (its trainer arguments), errors in params' terms."""
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            input=str(corpus_file),
+            **source,
             model_writer=model,
             vocab_size=params.vocab_size,
             model_type=params.model_type,
             character_coverage=params.character_coverage,
             normalization_rule_name=params.normalization,
-            input_sentence_size=training_sample_lines(corpus_file, params.max_training_lines),
-            shuffle_input_sentence=True,
             pad_id=PAD_ID,
             unk_id=UNK_ID,
             bos_id=BOS_ID,
