@@ -203,12 +203,40 @@ def test_translation_tables_bold_the_better_variant_per_metric(tmp_path):
     assert clauses[4].startswith("| **gap** | **+1.00**") and clauses[5].startswith("| baseline: the source copied |")
 
 
+LABEL_CURVE_TSV = """\
+labels\tn_train\tpretrained\tscratch\tpretrained_std\tscratch_std\tgap\tgap_low\tgap_high\tp_value\tbaseline
+100\t100\t0.61\t0.55\t0.02\t0.03\t0.06\t0.01\t0.11\t0.00001\t0.58
+all\t7397\t0.78\t0.79\t0.004\t0.005\t-0.01\t-0.02\t0.0\t0.2\t0.8008
+"""
+
+
+def test_the_label_curve_table_has_a_row_per_size_and_names_a_broken_cell(tmp_path):
+    _write_json(tmp_path / "results/reviews-cpu/metrics/evaluate.json", {**_evaluate(), "n_finetuning_seeds": 3})
+    curve = tmp_path / "results/reviews-cpu/metrics/evaluate/label_curve.tsv"
+    curve.parent.mkdir(parents=True)
+    curve.write_text(LABEL_CURVE_TSV, encoding="utf-8")
+    assert generate("reviews-cpu-labels", tmp_path) == """\
+| labeled training examples | pretrained (mean ± std, 2 pretraining runs × 3 fine-tuning seeds) | from scratch | gap [95% CI], p | TF-IDF on the same examples |
+|---|---|---|---|---|
+| 100 | **0.6100 ± 0.0200** | 0.5500 ± 0.0300 | +0.0600 [+0.0100, +0.1100], p < 0.0001 | 0.5800 |
+| all (7,397) | 0.7800 ± 0.0040 | **0.7900 ± 0.0050** | -0.0100 [-0.0200, +0.0000], p = 0.2000 | 0.8008 |
+"""
+    curve.write_text(LABEL_CURVE_TSV.replace("0.61", "nan%"), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"results/reviews-cpu/metrics/evaluate/label_curve.tsv, line 2: a cell is not"):
+        generate("reviews-cpu-labels", tmp_path)
+    curve.unlink()
+    with pytest.raises(ValueError, match=r"results/reviews-cpu/metrics/evaluate/label_curve.tsv is missing"):
+        generate("reviews-cpu-labels", tmp_path)
+
+
 EXPECTED_HEADERS = {
     "classification-test": "| test set, {n} sentences | accuracy (mean ± std over ",
     "classification-epochs": "| validation accuracy (mean of {n} runs) | epoch 1 |",
     "course-test": "| test set, {n} reviews | accuracy (mean ± std over ",
     "course-epochs": "| validation accuracy (mean of {n} runs) | epoch 1 |",
     "objectives": "| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch |",
+    "reviews-cpu-test": "| test set, {n} sentences | accuracy (mean ± std over ",
+    "reviews-cpu-labels": "| labeled training examples | pretrained (mean ± std, ",
     "translation-test": "| test set: {n} verses | BLEU | per run | chrF | per run |",
     "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
     "translation-epochs": "| validation (mean of {n} runs) | loss, epoch 1 |",
@@ -224,6 +252,7 @@ HEADER_COUNTS = {  # where the header's count comes from
     "course-test": ("course/metrics/evaluate.json", ["n_test_examples"]),
     "course-epochs": ("course/metrics/evaluate.json", ["n_seeds"]),
     "objectives": ("results/objectives/clm/evaluate.json", ["n_seeds"]),
+    "reviews-cpu-test": ("results/reviews-cpu/metrics/evaluate.json", ["n_test_examples"]),
     "translation-test": ("translation/metrics/evaluate.json", ["n_test_sentences"]),
     "translation-clauses": ("translation/metrics/evaluate.json", ["clauses", "n_test_sentences"]),
     "translation-epochs": ("translation/metrics/evaluate.json", ["n_seeds"]),

@@ -37,12 +37,15 @@ from lmtransfer.reporting.sources import (
     BENCHMARK,
     BENCHMARK_RESULTS,
     EVALUATE,
+    LABEL_CURVE,
+    REVIEWS_CPU,
     SCALING,
     TRANSLATION,
     MetricsError,
     Source,
     epoch_means,
     finite,
+    label_curve,
     named_files,
     tokens_text,
     translation_runs,
@@ -154,7 +157,8 @@ def _classification_test(root: Path, folder: str = "", texts: str = "sentences")
                  "(deterministic)", f"{baseline.number('macro_f1'):.4f}"])
     runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
     header = [f"test set, {report.count('n_test_examples'):,} {texts}",
-              f"accuracy (mean ± std over {runs} pretraining runs × {seeds} fine-tuning seed{'s' * (seeds != 1)})",
+              f"accuracy (mean ± std over {runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning "
+              f"seed{'s' * (seeds != 1)})",
               "per run", "macro-F1"]
     return _table(header, rows)
 
@@ -185,6 +189,34 @@ def _classification_epochs(root: Path, folder: str = "") -> str:
     header = [f"validation accuracy (mean of {report.count('n_seeds')} runs)",
               *(f"epoch {epoch}" for epoch in range(1, epochs + 1))]
     return _table(header, rows)
+
+
+
+
+def _label_curve(root: Path, folder: str) -> str:
+    """Where pretraining pays: test accuracy per number of labeled examples (evaluate's label_curve.tsv), both
+    variants, the gap with its interval and p, TF-IDF trained on the same examples."""
+    curve = label_curve(root, folder + LABEL_CURVE)
+    rows = curve.data
+    report = Source(root, folder + EVALUATE)
+    cells = []
+    for i, row in enumerate(rows):
+        at = str(i)
+        size = f"{curve.number(f'{at}.n_train'):,.0f}"
+        better = {v for v in VARIANTS if curve.number(f"{at}.{v}") == max(curve.number(f"{at}.{w}") for w in VARIANTS)}
+        cells.append([
+            f"all ({size})" if row.get("labels") == "all" else size,
+            *(_bold(f"{curve.number(f'{at}.{v}'):.4f} ± {curve.number(f'{at}.{v}_std'):.4f}", v in better)
+              for v in VARIANTS),
+            f"{_signed(curve.number(f'{at}.gap'), 4)} [{_signed(curve.number(f'{at}.gap_low'), 4)}, "
+            f"{_signed(curve.number(f'{at}.gap_high'), 4)}], {_p(curve.number(f'{at}.p_value'), 4)}",
+            f"{curve.number(f'{at}.baseline'):.4f}",
+        ])
+    runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
+    header = ["labeled training examples",
+              f"pretrained (mean ± std, {runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning "
+              f"seed{'s' * (seeds != 1)})", "from scratch", "gap [95% CI], p", "TF-IDF on the same examples"]
+    return _table(header, cells)
 
 
 # label, folder with the run's evaluate.json, the objective and NSP flag its pretraining summary must record
@@ -392,6 +424,10 @@ TABLES: dict[str, Table] = {
                          (COURSE + EVALUATE, COURSE + BASELINE)),
     "course-epochs": Table(lambda root: _classification_epochs(root, COURSE), (COURSE + EVALUATE, COURSE + BASELINE)),
     "objectives": Table(_objectives, ("results/objectives/",)),
+    "reviews-cpu-test": Table(lambda root: _classification_test(root, REVIEWS_CPU),
+                              (REVIEWS_CPU + EVALUATE, REVIEWS_CPU + BASELINE)),
+    "reviews-cpu-labels": Table(lambda root: _label_curve(root, REVIEWS_CPU), (REVIEWS_CPU + LABEL_CURVE,
+                                                                               REVIEWS_CPU + EVALUATE)),
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
     "translation-epochs": Table(_translation_epochs, (TRANSLATION, f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/")),

@@ -14,6 +14,7 @@ from typing import Any
 from lmtransfer.core.io import read_tsv
 from lmtransfer.core.paths import (
     BASELINE_METRICS,
+    EVALUATE_DETAILS,
     EVALUATE_REPORT,
     FINETUNE_METRICS,
     TRANSLATION_ROOT,
@@ -25,6 +26,8 @@ EVALUATE = EVALUATE_REPORT.as_posix()
 BASELINE = BASELINE_METRICS.as_posix()
 TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
 SCALING = "results/scaling/summary.json"
+REVIEWS_CPU = "results/reviews-cpu/"  # the built-in run with the IMDB reviews as corpus, on a CPU (its README.md)
+LABEL_CURVE = (EVALUATE_DETAILS / "label_curve.tsv").as_posix()  # evaluate's, with finetune.label_sizes
 BENCHMARK = "bench."  # `bench.NAME`: the table, or a value, benchmarks/results/NAME.json holds
 BENCHMARK_RESULTS = "benchmarks/results"
 
@@ -146,6 +149,24 @@ def epoch_means(root: Path, variant: str, runs: list[str], column: str) -> list[
         raise MetricsError(f"{(TRANSLATION_ROOT / FINETUNE_METRICS / variant).as_posix()}: the runs logged different "
                            "numbers of epochs")
     return [sum(values) / len(values) for values in zip(*curves)]
+
+
+def label_curve(root: Path, rel: str) -> Source:
+    """evaluate's label_curve.tsv (`finetune.label_sizes`) as a source: row `i`'s numbers at `i.<column>`, the
+    `labels` column as written (`all` for the whole train split)."""
+    try:
+        rows = read_tsv(Path(root) / rel)
+    except FileNotFoundError:
+        raise MetricsError(f"{rel} is missing") from None
+    if not rows:
+        raise MetricsError(f"{rel} holds no row")
+    numbers = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            numbers.append({key: value if key == "labels" else float(value) for key, value in row.items()})
+        except (TypeError, ValueError):
+            raise MetricsError(f"{rel}, line {line}: a cell is not a number: {row}") from None
+    return Source(root, rel, data=numbers)
 
 
 TRANSLATION_EPOCHS = f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/"

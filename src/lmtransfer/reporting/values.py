@@ -37,12 +37,15 @@ from lmtransfer.reporting.sources import (
     BENCHMARK,
     BENCHMARK_RESULTS,
     EVALUATE,
+    LABEL_CURVE,
+    REVIEWS_CPU,
     SCALING,
     TRANSLATION,
     TRANSLATION_EPOCHS,
     MetricsError,
     Source,
     finite,
+    label_curve,
     named_files,
     tokens_text,
     translation_epochs,
@@ -60,12 +63,17 @@ SOURCES: dict[str, str] = {
     "objectives-clm": "results/objectives/clm/evaluate.json",
     "objectives-mlm": "results/objectives/mlm/evaluate.json",
     "objectives-mlm-nsp": "results/objectives/mlm-nsp/evaluate.json",
+    "reviews-cpu": REVIEWS_CPU + EVALUATE,  # the built-in run with the IMDB reviews as corpus, on a CPU
+    "reviews-cpu-baseline": REVIEWS_CPU + BASELINE,
+    "reviews-cpu-run": REVIEWS_CPU + "run.json",  # its commit, machine, command and wall time
+    "reviews-cpu-pretrain-time": REVIEWS_CPU + "timings/pretrain_seed0.json",  # the stage's own
 }
 
 # sources computed from several files (the folder they lie in, how they are read): the translation fine-tunes'
 # validation curves, mean of the seeds, per variant
 COMPUTED: dict[str, tuple[str, Callable[[Path], Source]]] = {
     "translation-epochs": (TRANSLATION_EPOCHS, translation_epochs),
+    "reviews-cpu-labels": (REVIEWS_CPU + LABEL_CURVE, lambda root: label_curve(root, REVIEWS_CPU + LABEL_CURVE)),
 }
 
 VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
