@@ -208,7 +208,7 @@ def run_pipeline(repo: Path, env: dict[str, str], log: Path) -> tuple[dict, dict
         for line in process.stdout:
             saved.write(line)
             started = re.match(r"Running stage '([^']+)'", line)
-            finished = re.match(r"(\w+): done in ([\d.]+) s", line)
+            finished = re.match(r"([\w@-]+): done in ([\d.]+) s", line)
             if started:
                 now = time.perf_counter()
                 if stage:
