@@ -210,6 +210,14 @@ all\t7397\t0.78\t0.79\t0.004\t0.005\t-0.01\t-0.02\t0.0\t0.2\t0.8008
 """
 
 
+def test_one_pretraining_run_gets_no_share_of_the_gaps_variance(repo):
+    """One run has no spread: the row names the fine-tuning seeds and test sentences alone."""
+    _write_json(repo / "metrics/evaluate.json", {**_evaluate(), "n_pretraining_runs": 1, "n_finetuning_seeds": 3})
+    row = next(line for line in generate("classification-test", repo).splitlines() if "variance" in line)
+    assert "| fine-tuning seeds 0%, test sentences 60% |" in row and "pretraining" not in row
+    assert "over 1 pretraining run × 3 fine-tuning seeds" in generate("classification-test", repo)
+
+
 def test_the_label_curve_table_has_a_row_per_size_and_names_a_broken_cell(tmp_path):
     _write_json(tmp_path / "results/reviews-cpu/metrics/evaluate.json", {**_evaluate(), "n_finetuning_seeds": 3})
     curve = tmp_path / "results/reviews-cpu/metrics/evaluate/label_curve.tsv"

@@ -165,8 +165,9 @@ def _classification_test(root: Path, folder: str = "", texts: str = "sentences")
 
 def _spread_shares(report: Source) -> str:
     """`pretraining runs 41%, test sentences 59%`: each source's share of the gap's variance (the fine-tuning
-    seeds' only when there are several per run: with one, the runs' share holds them)."""
-    parts = [("pretraining runs", "pretraining_runs")]
+    seeds' only when there are several per run: with one, the runs' share holds them; the runs' only when there
+    are several: one run has no spread to share)."""
+    parts = [("pretraining runs", "pretraining_runs")] if report.count("n_pretraining_runs") > 1 else []
     if report.count("n_finetuning_seeds") > 1:
         parts.append(("fine-tuning seeds", "finetuning_seeds"))
     parts.append(("test sentences", "test_examples"))
