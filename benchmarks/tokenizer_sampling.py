@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from results_file import REPO, Column, write_result  # noqa: E402
 
 TRAIN = """
-import hashlib, io, json, sys, time
+import hashlib, json, sys, time
 from pathlib import Path
 import sentencepiece as spm
 from lmtransfer.core.config import TokenizerParams
@@ -33,16 +33,10 @@ way, corpus, params = sys.argv[1], Path(sys.argv[2]), TokenizerParams(**json.loa
 started = time.perf_counter()
 if way == "project":
     model = tokenizer.train_sentencepiece(corpus, params)
-else:  # the same trainer arguments with sentencepiece's sampler; the error handling left out
-    spm.set_random_generator_seed(0)
-    written = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        input=str(corpus), model_writer=written, vocab_size=params.vocab_size, model_type=params.model_type,
-        character_coverage=params.character_coverage, normalization_rule_name=params.normalization,
-        input_sentence_size=tokenizer.training_sample_lines(corpus, params.max_training_lines),
-        shuffle_input_sentence=True, pad_id=tokenizer.PAD_ID, unk_id=tokenizer.UNK_ID, bos_id=tokenizer.BOS_ID,
-        eos_id=tokenizer.EOS_ID, control_symbols=[tokenizer.MASK_PIECE], num_threads=2, minloglevel=2)
-    model = written.getvalue()
+else:  # the project's very trainer call, the lines sampled by sentencepiece itself
+    own_sample = {"input": str(corpus), "shuffle_input_sentence": True,
+                  "input_sentence_size": tokenizer.training_sample_lines(corpus, params.max_training_lines)}
+    model = tokenizer._trained_model(own_sample, params, 0, corpus)
 seconds = time.perf_counter() - started
 pieces = spm.SentencePieceProcessor(model_proto=model)
 vocabulary = [(pieces.id_to_piece(i), pieces.get_score(i)) for i in range(pieces.get_piece_size())]

@@ -155,12 +155,15 @@ def _classification_test(root: Path, folder: str = "", texts: str = "sentences")
     rows.append(["the gap's variance, each source resampled alone", _spread_shares(report), "", ""])
     rows.append(["TF-IDF + logistic regression (baseline stage)", f"**{baseline.number('accuracy'):.4f}**",
                  "(deterministic)", f"{baseline.number('macro_f1'):.4f}"])
-    runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
-    header = [f"test set, {report.count('n_test_examples'):,} {texts}",
-              f"accuracy (mean ± std over {runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning "
-              f"seed{'s' * (seeds != 1)})",
+    header = [f"test set, {report.count('n_test_examples'):,} {texts}", f"accuracy (mean ± std over {_design(report)})",
               "per run", "macro-F1"]
     return _table(header, rows)
+
+
+def _design(report: Source) -> str:
+    """`3 pretraining runs × 1 fine-tuning seed`: what a report's means and spreads are taken over."""
+    runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
+    return f"{runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning seed{'s' * (seeds != 1)}"
 
 
 def _spread_shares(report: Source) -> str:
@@ -192,8 +195,6 @@ def _classification_epochs(root: Path, folder: str = "") -> str:
     return _table(header, rows)
 
 
-
-
 def _label_curve(root: Path, folder: str) -> str:
     """Where pretraining pays: test accuracy per number of labeled examples (evaluate's label_curve.tsv), both
     variants, the gap with its interval and p, TF-IDF trained on the same examples."""
@@ -213,10 +214,8 @@ def _label_curve(root: Path, folder: str) -> str:
             f"{_signed(curve.number(f'{at}.gap_high'), 4)}], {_p(curve.number(f'{at}.p_value'), 4)}",
             f"{curve.number(f'{at}.baseline'):.4f}",
         ])
-    runs, seeds = report.count("n_pretraining_runs"), report.count("n_finetuning_seeds")
-    header = ["labeled training examples",
-              f"pretrained (mean ± std, {runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning "
-              f"seed{'s' * (seeds != 1)})", "from scratch", "gap [95% CI], p", "TF-IDF on the same examples"]
+    header = ["labeled training examples", f"pretrained (mean ± std, {_design(report)})", "from scratch",
+              "gap [95% CI], p", "TF-IDF on the same examples"]
     return _table(header, cells)
 
 
