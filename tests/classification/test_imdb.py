@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import http.server
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,8 @@ from lmtransfer.classification.data.sources import load_source
 from lmtransfer.cli.main import main
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import sha256_of
+
+from loopback import serving
 
 FOLDERS = {"train/pos": 6, "train/neg": 6, "train/unsup": 10, "test/pos": 5, "test/neg": 5}
 
@@ -71,14 +71,8 @@ def mini(tmp_path):
 @pytest.fixture
 def served(mini, tmp_path):
     """A loopback HTTP server over the archive, as Stanford's host serves it."""
-    folder = mini[1].parent
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/aclImdb_v1.tar.gz"
-    server.shutdown()
-    server.server_close()
+    with serving(mini[1].parent) as url:
+        yield f"{url}/{mini[1].name}"
 
 
 def _kept_lines(kept: Path, folder: str) -> list[str]:

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from lmtransfer.harness.model_registry import CHAMPION, MODEL_ID_TAG, register_c
 from lmtransfer.modeling.checkpoint import load_checkpoint, save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+from loopback import free_port
 
 WORDS = "good bad film movie great awful plot actor dull moving funny long short script music scene".split()
 TEXTS = ["a wonderful film", "dull and long", "the plot was moving"]
@@ -114,12 +115,6 @@ def test_a_folders_pipeline_registers_under_a_name_of_its_own(tmp_path, monkeypa
     assert registered_name("classification") == "lmtransfer-classification-course"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.slow  # a server process: about 15 s
 def test_mlflow_models_serve_answers_with_the_probabilities_predict_gives(fine_tuned, logged, monkeypatch):
     """`mlflow models serve -m models:/lmtransfer-classification@champion --env-manager local` on loopback: POST
@@ -128,7 +123,7 @@ def test_mlflow_models_serve_answers_with_the_probabilities_predict_gives(fine_t
     checkpoint, tokenizer_dir = fine_tuned
     store = mlflow.get_tracking_uri()
     register_champion("classification", logged[1], checkpoint, {"gap": "0.5"})
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": store,  # uvicorn, which mlflow starts, from this environment's bin/
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     server = subprocess.Popen(

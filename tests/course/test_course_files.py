@@ -3,19 +3,18 @@ each checked whole before anything is placed; a missing, cut or changed file is 
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import json
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.course.files import PINNED, CourseFile, Manifest, gather, git_blob_id, read_manifest
+
+from loopback import serving
 
 CONTENTS = {
     "cls-books/train.review.spm": "▁Ce ▁livre ▁est ▁super\n▁Tr ès ▁en nu y eux\n",
@@ -51,14 +50,8 @@ def served(tmp_path):
     """A local HTTP server over a copy of the files under their repository paths, as the raw-file host serves
     them at a commit; yields (its URL, the folder it serves)."""
     folder = _repository_copy(tmp_path / "served")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", folder
-    server.shutdown()
-    server.server_close()
+    with serving(folder) as url:
+        yield url, folder
 
 
 def _tree(folder: Path) -> dict[str, bytes]:

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from loopback import free_port
 from pipeline_repo import REPO, TINY_PARAMS, copy_repo, make_repo, merge, run, write_tiny_data
 
 pytestmark = pytest.mark.slow
@@ -34,12 +34,6 @@ VARIANTS = ("pretrained", "scratch")
 STAGES = {"prepare", "tokenize", "baseline", "pretrain@0", "evaluate", "plot", *(f"finetune_{v}@0-0" for v in VARIANTS)}
 NO_POSTGRESQL = "PostgreSQL is not installed here (Debian: apt-get install postgresql): the server tests ran on SQLite"
 SERVER_START_S = 120  # a cold start on a busy 2-core machine takes a few seconds
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _answers(url: str) -> bool:
@@ -84,7 +78,7 @@ def postgresql_database():
     if os.geteuid() == 0:
         shutil.chown(home, "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    data, port, env = home / "data", _free_port(), {**os.environ, "LC_ALL": "C"}
+    data, port, env = home / "data", free_port(), {**os.environ, "LC_ALL": "C"}
 
     def pg(program: str, *args: str) -> None:
         run([*as_user, str(programs / program), *args], home, env)
@@ -125,7 +119,7 @@ def backend() -> tuple[str, object]:
 def server(backend, tmp_path_factory) -> tuple[str, Path]:
     """A running `mlflow server` on a free loopback port: yields its URI and its artifacts destination."""
     home = tmp_path_factory.mktemp("server")
-    artifacts, port = home / "artifacts", _free_port()
+    artifacts, port = home / "artifacts", free_port()
     store = f"sqlite:///{home / 'server.db'}" if backend[0] == "sqlite" else backend[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     # No GenAI job runner: with it, the server starts eight more Python processes that tracking does not use.
@@ -239,7 +233,7 @@ def test_a_stage_stops_in_one_line_when_the_tracking_server_is_down(pipeline):
     """MLflow's client would retry for minutes, then print a traceback; the stage says what to do instead."""
     root, env = pipeline
     result = subprocess.run([sys.executable, "stages/prepare.py"], cwd=root, capture_output=True, text=True,
-                            env={**env, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{_free_port()}"}, timeout=120)
+                            env={**env, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"}, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "prepare: error: MLFLOW_TRACKING_URI=http://127.0.0.1:" in result.stderr and "no tracking server" in (
         result.stderr)
@@ -342,7 +336,7 @@ def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_throu
         run(["dvc", "remote", "remove", "storage"], repo, env)
     env.update(AWS_CONFIG_FILE=str(tmp_path / "none"),
                AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))  # no key but those of .dvc/config.local
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

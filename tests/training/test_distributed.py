@@ -8,7 +8,6 @@ the final weights must match a single process's. Batches of 5 rows split 3 + 2, 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,8 @@ from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
 from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import RunOptions
+
+from loopback import free_port
 
 CPU = torch.device("cpu")
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 40
@@ -108,16 +109,10 @@ def _worker(rank: int, size: int, port: int, folder: str) -> None:
     torch.save(result, Path(folder) / f"rank{rank}.pt")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def one_and_two_processes(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp")
-    mp.start_processes(_worker, args=(2, _free_port(), str(folder)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_worker, args=(2, free_port(), str(folder)), nprocs=2, join=True, start_method="spawn")
     single = train_all()
     return single, [torch.load(folder / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
 
