@@ -115,6 +115,23 @@ def test_paths_and_formats(repo, key, text):
     assert values.resolve(key, values.Reader(repo)) == text
 
 
+def test_a_runs_timings_folder_is_one_source_keyed_by_file(repo):
+    """results/reviews-cpu/timings/: each stage's file under its name, so a page can state each pretraining run's
+    time; a folder missing or without a file is named, not read as nothing."""
+    with pytest.raises(ValueError, match=r"^results/reviews-cpu/timings/ is missing$"):
+        values.resolve("reviews-cpu-timings:pretrain_seed1.seconds", values.Reader(repo))
+    (repo / "results/reviews-cpu/timings").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"^results/reviews-cpu/timings/ holds no timing file$"):
+        values.resolve("reviews-cpu-timings:pretrain_seed1.seconds", values.Reader(repo))
+    _write_json(repo / "results/reviews-cpu/timings/pretrain_seed1.json", {"seconds": 2531.6})
+    _write_json(repo / "results/reviews-cpu/timings/pretrain_seed2.json", {"seconds": 2490.2})
+    read = values.Reader(repo)
+    assert values.resolve("reviews-cpu-timings:pretrain_seed1.seconds:,.0f", read) == "2,532"
+    assert values.resolve("reviews-cpu-timings:pretrain_seed2.seconds:duration", read) == "41 min 30 s"
+    with pytest.raises(ValueError, match=r"results/reviews-cpu/timings/ has no 'pretrain_seed3.seconds'"):
+        values.resolve("reviews-cpu-timings:pretrain_seed3.seconds", read)
+
+
 @pytest.mark.parametrize("key, message", [
     ("nope:gap", "unknown source 'nope'; known: evaluate, baseline,"),
     ("evaluate:gap.nope:.2f", "metrics/evaluate.json has no 'gap.nope'"),

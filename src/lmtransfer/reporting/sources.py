@@ -17,6 +17,7 @@ from lmtransfer.core.paths import (
     EVALUATE_DETAILS,
     EVALUATE_REPORT,
     FINETUNE_METRICS,
+    TIMINGS,
     TRANSLATION_ROOT,
     VARIANTS,
     finetune_epochs,
@@ -27,6 +28,7 @@ BASELINE = BASELINE_METRICS.as_posix()
 TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
 SCALING = "results/scaling/summary.json"
 REVIEWS_CPU = "results/reviews-cpu/"  # the built-in run with the IMDB reviews as corpus, on a CPU (its README.md)
+STAGE_TIMINGS = f"{TIMINGS.as_posix()}/"  # each training stage's timing files, in a committed run's folder too
 LABEL_CURVE = (EVALUATE_DETAILS / "label_curve.tsv").as_posix()  # evaluate's, with finetune.label_sizes
 BENCHMARK = "bench."  # `bench.NAME`: the table, or a value, benchmarks/results/NAME.json holds
 BENCHMARK_RESULTS = "benchmarks/results"
@@ -167,6 +169,18 @@ def label_curve(root: Path, rel: str) -> Source:
         except (TypeError, ValueError):
             raise MetricsError(f"{rel}, line {line}: a cell is not a number: {row}") from None
     return Source(root, rel, data=numbers)
+
+
+def timings(root: Path, rel: str) -> Source:
+    """A run's timings/ folder (each training stage's own wall time and throughput) as one source: a file's
+    values at `<its name without .json>.<key>`, e.g. `pretrain_seed1.seconds`."""
+    folder = Path(root) / rel
+    if not folder.is_dir():
+        raise MetricsError(f"{rel} is missing")
+    names = sorted(path.name for path in folder.glob("*.json"))
+    if not names:
+        raise MetricsError(f"{rel} holds no timing file")
+    return Source(root, rel, data={name.removesuffix(".json"): Source(root, rel + name).data for name in names})
 
 
 TRANSLATION_EPOCHS = f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/"

@@ -40,6 +40,7 @@ from lmtransfer.reporting.sources import (
     LABEL_CURVE,
     REVIEWS_CPU,
     SCALING,
+    STAGE_TIMINGS,
     TRANSLATION,
     TRANSLATION_EPOCHS,
     MetricsError,
@@ -47,6 +48,7 @@ from lmtransfer.reporting.sources import (
     finite,
     label_curve,
     named_files,
+    timings,
     tokens_text,
     translation_epochs,
 )
@@ -66,7 +68,6 @@ SOURCES: dict[str, str] = {
     "reviews-cpu": REVIEWS_CPU + EVALUATE,  # the built-in run with the IMDB reviews as corpus, on a CPU
     "reviews-cpu-baseline": REVIEWS_CPU + BASELINE,
     "reviews-cpu-run": REVIEWS_CPU + "run.json",  # its commit, machine, command and wall time
-    "reviews-cpu-pretrain-time": REVIEWS_CPU + "timings/pretrain_seed0.json",  # the stage's own
 }
 
 # sources computed from several files (the folder they lie in, how they are read): the translation fine-tunes'
@@ -74,6 +75,8 @@ SOURCES: dict[str, str] = {
 COMPUTED: dict[str, tuple[str, Callable[[Path], Source]]] = {
     "translation-epochs": (TRANSLATION_EPOCHS, translation_epochs),
     "reviews-cpu-labels": (REVIEWS_CPU + LABEL_CURVE, lambda root: label_curve(root, REVIEWS_CPU + LABEL_CURVE)),
+    # each training stage's own time: `pretrain_seed1.seconds` is timings/pretrain_seed1.json's `seconds`
+    "reviews-cpu-timings": (REVIEWS_CPU + STAGE_TIMINGS, lambda root: timings(root, REVIEWS_CPU + STAGE_TIMINGS)),
 }
 
 VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
