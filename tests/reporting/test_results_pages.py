@@ -218,6 +218,16 @@ def test_one_pretraining_run_gets_no_share_of_the_gaps_variance(repo):
     assert "over 1 pretraining run × 3 fine-tuning seeds" in generate("classification-test", repo)
 
 
+def test_a_pipeline_of_reviews_names_its_test_reviews_in_the_share_row(repo):
+    """The IMDb and course tables count reviews, not sentences: in the header and in the variance row alike."""
+    _write_json(repo / "results/imdb-cpu/metrics/evaluate.json", {**_evaluate(), "n_pretraining_runs": 1})
+    _write_json(repo / "results/imdb-cpu/metrics/baseline.json", {"accuracy": 0.9, "macro_f1": 0.9})
+    lines = generate("imdb-cpu-test", repo).splitlines()
+    assert lines[0].startswith("| test set, ") and " reviews | accuracy" in lines[0]
+    assert "test reviews 60%" in next(line for line in lines if "variance" in line)
+    assert "sentences" not in "".join(lines)
+
+
 def test_the_label_curve_table_has_a_row_per_size_and_names_a_broken_cell(tmp_path):
     _write_json(tmp_path / "results/reviews-cpu/metrics/evaluate.json", {**_evaluate(), "n_finetuning_seeds": 3})
     curve = tmp_path / "results/reviews-cpu/metrics/evaluate/label_curve.tsv"
@@ -245,6 +255,7 @@ EXPECTED_HEADERS = {
     "objectives": "| objective | LM validation perplexity | epoch-1 validation, pretrained vs scratch |",
     "reviews-cpu-test": "| test set, {n} sentences | accuracy (mean ± std over ",
     "reviews-cpu-labels": "| labeled training examples | pretrained (mean ± std, ",
+    "imdb-cpu-test": "| test set, {n} reviews | accuracy (mean ± std over ",
     "translation-test": "| test set: {n} verses | BLEU | per run | chrF | per run |",
     "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
     "translation-epochs": "| validation (mean of {n} runs) | loss, epoch 1 |",
@@ -261,6 +272,7 @@ HEADER_COUNTS = {  # where the header's count comes from
     "course-epochs": ("course/metrics/evaluate.json", ["n_seeds"]),
     "objectives": ("results/objectives/clm/evaluate.json", ["n_seeds"]),
     "reviews-cpu-test": ("results/reviews-cpu/metrics/evaluate.json", ["n_test_examples"]),
+    "imdb-cpu-test": ("results/imdb-cpu/metrics/evaluate.json", ["n_test_examples"]),
     "translation-test": ("translation/metrics/evaluate.json", ["n_test_sentences"]),
     "translation-clauses": ("translation/metrics/evaluate.json", ["clauses", "n_test_sentences"]),
     "translation-epochs": ("translation/metrics/evaluate.json", ["n_seeds"]),

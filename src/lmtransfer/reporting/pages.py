@@ -37,6 +37,7 @@ from lmtransfer.reporting.sources import (
     BENCHMARK,
     BENCHMARK_RESULTS,
     EVALUATE,
+    IMDB_CPU,
     LABEL_CURVE,
     REVIEWS_CPU,
     SCALING,
@@ -152,7 +153,7 @@ def _classification_test(root: Path, folder: str = "", texts: str = "sentences")
     gap = (f"**{_signed(report.number('gap.accuracy_mean'), 4)}**, 95% CI {_interval(report, 'gap.ci95', 4, True)}, "
            f"{_p(report.number('gap.p_value'), 4)}")
     rows.append(["**gap** (pretrained − scratch)", gap, "", _signed(report.number("gap.macro_f1_mean"), 4)])
-    rows.append(["the gap's variance, each source resampled alone", _spread_shares(report), "", ""])
+    rows.append(["the gap's variance, each source resampled alone", _spread_shares(report, texts), "", ""])
     rows.append(["TF-IDF + logistic regression (baseline stage)", f"**{baseline.number('accuracy'):.4f}**",
                  "(deterministic)", f"{baseline.number('macro_f1'):.4f}"])
     header = [f"test set, {report.count('n_test_examples'):,} {texts}", f"accuracy (mean ± std over {_design(report)})",
@@ -166,14 +167,14 @@ def _design(report: Source) -> str:
     return f"{runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning seed{'s' * (seeds != 1)}"
 
 
-def _spread_shares(report: Source) -> str:
+def _spread_shares(report: Source, texts: str = "sentences") -> str:
     """`pretraining runs 41%, test sentences 59%`: each source's share of the gap's variance (the fine-tuning
     seeds' only when there are several per run: with one, the runs' share holds them; the runs' only when there
     are several: one run has no spread to share)."""
     parts = [("pretraining runs", "pretraining_runs")] if report.count("n_pretraining_runs") > 1 else []
     if report.count("n_finetuning_seeds") > 1:
         parts.append(("fine-tuning seeds", "finetuning_seeds"))
-    parts.append(("test sentences", "test_examples"))
+    parts.append((f"test {texts}", "test_examples"))
     return ", ".join(f"{label} {report.number(f'gap.share.{key}'):.0%}" for label, key in parts)
 
 
@@ -428,6 +429,8 @@ TABLES: dict[str, Table] = {
                               (REVIEWS_CPU + EVALUATE, REVIEWS_CPU + BASELINE)),
     "reviews-cpu-labels": Table(lambda root: _label_curve(root, REVIEWS_CPU), (REVIEWS_CPU + LABEL_CURVE,
                                                                                REVIEWS_CPU + EVALUATE)),
+    "imdb-cpu-test": Table(lambda root: _classification_test(root, IMDB_CPU, "reviews"),
+                           (IMDB_CPU + EVALUATE, IMDB_CPU + BASELINE)),
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
     "translation-epochs": Table(_translation_epochs, (TRANSLATION, f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/")),

@@ -28,6 +28,7 @@ BASELINE = BASELINE_METRICS.as_posix()
 TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
 SCALING = "results/scaling/summary.json"
 REVIEWS_CPU = "results/reviews-cpu/"  # the built-in run with the IMDB reviews as corpus, on a CPU (its README.md)
+IMDB_CPU = "results/imdb-cpu/"  # the built-in network on IMDb's own reviews (data.source imdb), on a CPU (README.md)
 STAGE_TIMINGS = f"{TIMINGS.as_posix()}/"  # each training stage's timing files, in a committed run's folder too
 LABEL_CURVE = (EVALUATE_DETAILS / "label_curve.tsv").as_posix()  # evaluate's, with finetune.label_sizes
 BENCHMARK = "bench."  # `bench.NAME`: the table, or a value, benchmarks/results/NAME.json holds

@@ -37,6 +37,7 @@ from lmtransfer.reporting.sources import (
     BENCHMARK,
     BENCHMARK_RESULTS,
     EVALUATE,
+    IMDB_CPU,
     LABEL_CURVE,
     REVIEWS_CPU,
     SCALING,
@@ -68,6 +69,9 @@ SOURCES: dict[str, str] = {
     "reviews-cpu": REVIEWS_CPU + EVALUATE,  # the built-in run with the IMDB reviews as corpus, on a CPU
     "reviews-cpu-baseline": REVIEWS_CPU + BASELINE,
     "reviews-cpu-run": REVIEWS_CPU + "run.json",  # its commit, machine, command and wall time
+    "imdb-cpu": IMDB_CPU + EVALUATE,  # the built-in network on IMDb's own reviews, on a CPU
+    "imdb-cpu-baseline": IMDB_CPU + BASELINE,
+    "imdb-cpu-run": IMDB_CPU + "run.json",
 }
 
 # sources computed from several files (the folder they lie in, how they are read): the translation fine-tunes'
@@ -77,6 +81,7 @@ COMPUTED: dict[str, tuple[str, Callable[[Path], Source]]] = {
     "reviews-cpu-labels": (REVIEWS_CPU + LABEL_CURVE, lambda root: label_curve(root, REVIEWS_CPU + LABEL_CURVE)),
     # each training stage's own time: `pretrain_seed1.seconds` is timings/pretrain_seed1.json's `seconds`
     "reviews-cpu-timings": (REVIEWS_CPU + STAGE_TIMINGS, lambda root: timings(root, REVIEWS_CPU + STAGE_TIMINGS)),
+    "imdb-cpu-timings": (IMDB_CPU + STAGE_TIMINGS, lambda root: timings(root, IMDB_CPU + STAGE_TIMINGS)),
 }
 
 VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
