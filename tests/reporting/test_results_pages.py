@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from lmtransfer.reporting.pages import TABLES, PagesError, check_pages, generate, main, pages, write_pages
+from lmtransfer.reporting.sources import BASELINE, EVALUATE, LABEL_CURVE, RESULT_RUNS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,6 +229,19 @@ def test_a_pipeline_of_reviews_names_its_test_reviews_in_the_share_row(repo):
     assert "sentences" not in "".join(lines)
 
 
+@pytest.mark.parametrize("name", sorted(RESULT_RUNS))
+def test_each_committed_run_has_its_files_and_a_label_curve_only_where_it_ran_one(name):
+    """A run under results/ is read by its name: its README, run.json and reports are committed, and its label curve
+    table exists exactly when the run wrote a label curve (a stale flag would hide a curve or break a table)."""
+    run = RESULT_RUNS[name]
+    folder = REPO / run.folder
+    for rel in ("README.md", "run.json", EVALUATE, BASELINE):
+        assert (folder / rel).is_file(), f"{run.folder}{rel}"
+    assert (folder / LABEL_CURVE).is_file() == run.label_curve
+    assert f"{name}-test" in TABLES and (f"{name}-labels" in TABLES) == run.label_curve
+    assert f"{run.texts} |" in generate(f"{name}-test", REPO).splitlines()[0]
+
+
 def test_the_label_curve_table_has_a_row_per_size_and_names_a_broken_cell(tmp_path):
     _write_json(tmp_path / "results/reviews-cpu/metrics/evaluate.json", {**_evaluate(), "n_finetuning_seeds": 3})
     curve = tmp_path / "results/reviews-cpu/metrics/evaluate/label_curve.tsv"
@@ -256,6 +270,7 @@ EXPECTED_HEADERS = {
     "reviews-cpu-test": "| test set, {n} sentences | accuracy (mean ± std over ",
     "reviews-cpu-labels": "| labeled training examples | pretrained (mean ± std, ",
     "imdb-cpu-test": "| test set, {n} reviews | accuracy (mean ± std over ",
+    "imdb-cpu-labels": "| labeled training examples | pretrained (mean ± std, ",
     "translation-test": "| test set: {n} verses | BLEU | per run | chrF | per run |",
     "translation-clauses": "| short test sentences: {n} clause pairs of the test verses | BLEU |",
     "translation-epochs": "| validation (mean of {n} runs) | loss, epoch 1 |",

@@ -26,6 +26,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,8 @@ from lmtransfer.reporting.sources import (
     BENCHMARK,
     BENCHMARK_RESULTS,
     EVALUATE,
-    IMDB_CPU,
     LABEL_CURVE,
-    REVIEWS_CPU,
+    RESULT_RUNS,
     SCALING,
     TRANSLATION,
     MetricsError,
@@ -425,12 +425,6 @@ TABLES: dict[str, Table] = {
                          (COURSE + EVALUATE, COURSE + BASELINE)),
     "course-epochs": Table(lambda root: _classification_epochs(root, COURSE), (COURSE + EVALUATE, COURSE + BASELINE)),
     "objectives": Table(_objectives, ("results/objectives/",)),
-    "reviews-cpu-test": Table(lambda root: _classification_test(root, REVIEWS_CPU),
-                              (REVIEWS_CPU + EVALUATE, REVIEWS_CPU + BASELINE)),
-    "reviews-cpu-labels": Table(lambda root: _label_curve(root, REVIEWS_CPU), (REVIEWS_CPU + LABEL_CURVE,
-                                                                               REVIEWS_CPU + EVALUATE)),
-    "imdb-cpu-test": Table(lambda root: _classification_test(root, IMDB_CPU, "reviews"),
-                           (IMDB_CPU + EVALUATE, IMDB_CPU + BASELINE)),
     "translation-test": Table(_translation_test, (TRANSLATION,)),
     "translation-clauses": Table(_translation_clauses, (TRANSLATION,)),
     "translation-epochs": Table(_translation_epochs, (TRANSLATION, f"{(TRANSLATION_ROOT / FINETUNE_METRICS).as_posix()}/")),
@@ -440,6 +434,12 @@ TABLES: dict[str, Table] = {
     "vendor-references": Table(_vendor_references, (f"{REFERENCES}/",)),
     "environment": Table(lambda root: knobs.markdown_table() + "\n", ("src/lmtransfer/core/knobs.py",)),
 }
+for _name, _run in RESULT_RUNS.items():  # each committed run's test table, and its label curve's (`ResultRun`)
+    TABLES[f"{_name}-test"] = Table(partial(_classification_test, folder=_run.folder, texts=_run.texts),
+                                    (_run.folder + EVALUATE, _run.folder + BASELINE))
+    if _run.label_curve:
+        TABLES[f"{_name}-labels"] = Table(partial(_label_curve, folder=_run.folder),
+                                          (_run.folder + LABEL_CURVE, _run.folder + EVALUATE))
 
 
 

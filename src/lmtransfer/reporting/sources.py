@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,30 @@ EVALUATE = EVALUATE_REPORT.as_posix()
 BASELINE = BASELINE_METRICS.as_posix()
 TRANSLATION = (TRANSLATION_ROOT / EVALUATE_REPORT).as_posix()  # the translation pipeline's own, in its folder
 SCALING = "results/scaling/summary.json"
-REVIEWS_CPU = "results/reviews-cpu/"  # the built-in run with the IMDB reviews as corpus, on a CPU (its README.md)
-IMDB_CPU = "results/imdb-cpu/"  # the built-in network on IMDb's own reviews (data.source imdb), on a CPU (README.md)
 STAGE_TIMINGS = f"{TIMINGS.as_posix()}/"  # each training stage's timing files, in a committed run's folder too
 LABEL_CURVE = (EVALUATE_DETAILS / "label_curve.tsv").as_posix()  # evaluate's, with finetune.label_sizes
 BENCHMARK = "bench."  # `bench.NAME`: the table, or a value, benchmarks/results/NAME.json holds
 BENCHMARK_RESULTS = "benchmarks/results"
+
+
+@dataclass(frozen=True)
+class ResultRun:
+    """A run of the classification pipeline committed under results/ (its README.md says how it was made). The
+    docs read it by its name: sources `NAME` (evaluate.json), `NAME-baseline`, `NAME-run` (run.json: commit,
+    machine, command, wall time), `NAME-timings` and, with a label curve, `NAME-labels`; tables `NAME-test` and
+    `NAME-labels`."""
+
+    folder: str
+    texts: str  # what its test examples are, as its table's header names them
+    label_curve: bool  # whether it ran `finetune.label_sizes`
+
+
+RESULT_RUNS = {
+    # the built-in run with the IMDB reviews as its language model's corpus, on a CPU
+    "reviews-cpu": ResultRun("results/reviews-cpu/", "sentences", label_curve=True),
+    # the built-in network on IMDb's own reviews (data.source imdb), on a CPU
+    "imdb-cpu": ResultRun("results/imdb-cpu/", "reviews", label_curve=True),
+}
 
 
 class MetricsError(ValueError):

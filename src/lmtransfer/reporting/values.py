@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,8 @@ from lmtransfer.reporting.sources import (
     BENCHMARK,
     BENCHMARK_RESULTS,
     EVALUATE,
-    IMDB_CPU,
     LABEL_CURVE,
-    REVIEWS_CPU,
+    RESULT_RUNS,
     SCALING,
     STAGE_TIMINGS,
     TRANSLATION,
@@ -66,23 +66,21 @@ SOURCES: dict[str, str] = {
     "objectives-clm": "results/objectives/clm/evaluate.json",
     "objectives-mlm": "results/objectives/mlm/evaluate.json",
     "objectives-mlm-nsp": "results/objectives/mlm-nsp/evaluate.json",
-    "reviews-cpu": REVIEWS_CPU + EVALUATE,  # the built-in run with the IMDB reviews as corpus, on a CPU
-    "reviews-cpu-baseline": REVIEWS_CPU + BASELINE,
-    "reviews-cpu-run": REVIEWS_CPU + "run.json",  # its commit, machine, command and wall time
-    "imdb-cpu": IMDB_CPU + EVALUATE,  # the built-in network on IMDb's own reviews, on a CPU
-    "imdb-cpu-baseline": IMDB_CPU + BASELINE,
-    "imdb-cpu-run": IMDB_CPU + "run.json",
 }
+for _name, _run in RESULT_RUNS.items():  # each committed run's files, by its name (`ResultRun`)
+    SOURCES |= {_name: _run.folder + EVALUATE, f"{_name}-baseline": _run.folder + BASELINE,
+                f"{_name}-run": _run.folder + "run.json"}
 
 # sources computed from several files (the folder they lie in, how they are read): the translation fine-tunes'
 # validation curves, mean of the seeds, per variant
 COMPUTED: dict[str, tuple[str, Callable[[Path], Source]]] = {
     "translation-epochs": (TRANSLATION_EPOCHS, translation_epochs),
-    "reviews-cpu-labels": (REVIEWS_CPU + LABEL_CURVE, lambda root: label_curve(root, REVIEWS_CPU + LABEL_CURVE)),
-    # each training stage's own time: `pretrain_seed1.seconds` is timings/pretrain_seed1.json's `seconds`
-    "reviews-cpu-timings": (REVIEWS_CPU + STAGE_TIMINGS, lambda root: timings(root, REVIEWS_CPU + STAGE_TIMINGS)),
-    "imdb-cpu-timings": (IMDB_CPU + STAGE_TIMINGS, lambda root: timings(root, IMDB_CPU + STAGE_TIMINGS)),
 }
+for _name, _run in RESULT_RUNS.items():
+    # each training stage's own time: `pretrain_seed1.seconds` is timings/pretrain_seed1.json's `seconds`
+    COMPUTED[f"{_name}-timings"] = (_run.folder + STAGE_TIMINGS, partial(timings, rel=_run.folder + STAGE_TIMINGS))
+    if _run.label_curve:  # row `i` of the label curve at `i.<column>`
+        COMPUTED[f"{_name}-labels"] = (_run.folder + LABEL_CURVE, partial(label_curve, rel=_run.folder + LABEL_CURVE))
 
 VALUE = re.compile(r"<!--\s*value:(?P<key>(?:(?!-->).)+?)\s*-->(?P<text>(?:(?!<!--).)*?)<!--\s*/value\s*-->")
 VALUE_LIKE = re.compile(r"<!--\s*/?value\b")  # meant as a value marker, well formed or not
