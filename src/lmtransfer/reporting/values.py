@@ -67,16 +67,15 @@ SOURCES: dict[str, str] = {
     "objectives-mlm": "results/objectives/mlm/evaluate.json",
     "objectives-mlm-nsp": "results/objectives/mlm-nsp/evaluate.json",
 }
-for _name, _run in RESULT_RUNS.items():  # each committed run's files, by its name (`ResultRun`)
-    SOURCES |= {_name: _run.folder + EVALUATE, f"{_name}-baseline": _run.folder + BASELINE,
-                f"{_name}-run": _run.folder + "run.json"}
 
 # sources computed from several files (the folder they lie in, how they are read): the translation fine-tunes'
 # validation curves, mean of the seeds, per variant
 COMPUTED: dict[str, tuple[str, Callable[[Path], Source]]] = {
     "translation-epochs": (TRANSLATION_EPOCHS, translation_epochs),
 }
-for _name, _run in RESULT_RUNS.items():
+for _name, _run in RESULT_RUNS.items():  # each committed run's files, by its name (`ResultRun`)
+    SOURCES |= {_name: _run.folder + EVALUATE, f"{_name}-baseline": _run.folder + BASELINE,
+                f"{_name}-run": _run.folder + "run.json"}
     # each training stage's own time: `pretrain_seed1.seconds` is timings/pretrain_seed1.json's `seconds`
     COMPUTED[f"{_name}-timings"] = (_run.folder + STAGE_TIMINGS, partial(timings, rel=_run.folder + STAGE_TIMINGS))
     if _run.label_curve:  # row `i` of the label curve at `i.<column>`
