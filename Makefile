@@ -47,7 +47,7 @@ run: venv
 run-translation: venv
 	$(BIN)/lmtransfer params --check translation/params.yaml
 	dvc repro translation/dvc.yaml
-	@echo; lmtransfer results --translation --reference; echo
+	@echo; lmtransfer results --translation; echo
 	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"
 
 ## lab 2 of the ALTEGRAD course on its own files: fetched at a pinned commit and checked, pretrained against scratch,

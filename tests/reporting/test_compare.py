@@ -153,12 +153,12 @@ def test_the_docs_tables_of_the_scaling_study_come_from_its_summary(tmp_path):
         experiment.report = _report(0.6 + 0.01 * budget, 0.6, tokens=1_000_000 * budget)
         found.append(experiment)
     write_json(tmp_path / "results/scaling/summary.json", scaling.summarize(found, base))
-    table = generate("scaling", tmp_path).splitlines()
+    table = generate("scaling@results/scaling", tmp_path).splitlines()
     assert len(table) == 2 + 3 and table[2].startswith("| 1x | 1.10M | 80.0 | 0.6100 ± 0.0100 | 0.6000 ± 0.0200 |")
-    trend = generate("scaling-trend", tmp_path)
+    trend = generate("scaling-trend@results/scaling", tmp_path)
     rows = trend.splitlines()
     assert rows[2].startswith("| gap (pretrained − scratch) | +0.0498 [-0.0720, +0.1717] |")  # 3 points: wide
-    assert rows[4].startswith("| pretraining tokens at which the pretrained line reaches the baseline (0.8000) | ")
+    assert rows[4].startswith("| tokens at which the pretrained line reaches the baseline (0.8000) | ")
 
 
 def _budget(tokens: float, gap: float, half_width: float) -> dict:

@@ -2,7 +2,7 @@
 compare experiments.
 
     lmtransfer results                           # test scores and curves of the last `make run`
-    lmtransfer results --reference               # ... beside each CPU vendor's committed reference
+    lmtransfer results --against results/reviews-cpu/metrics   # ... its gap against another committed run's
     lmtransfer results --translation             # the same for the last `make run-translation`
     lmtransfer summary                           # the model params.yaml configures, block by block
     lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
@@ -314,18 +314,11 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 def cmd_results(args: argparse.Namespace) -> None:
-    from lmtransfer.reporting import reference
-
-    pipeline = reference.TRANSLATION if args.translation else reference.CLASSIFICATION
-    metrics = translation_cli.TRANSLATION / paths.METRICS if args.translation and args.metrics == paths.METRICS \
-        else args.metrics
-    if args.save_reference:
-        from lmtransfer.modeling.runtime import cpu_identity
-
-        print(f"saved {reference.save_reference(cpu_identity(), metrics, pipeline=pipeline)}")
-        return
+    from lmtransfer.reporting.consistency import committed_headline, consistency_lines
     from lmtransfer.reporting.result_files import read_result_json, reading
 
+    metrics = translation_cli.TRANSLATION / paths.METRICS if args.translation and args.metrics == paths.METRICS \
+        else args.metrics
     if args.translation:
         from lmtransfer.translation.evaluate import report_lines
 
@@ -335,29 +328,29 @@ def cmd_results(args: argparse.Namespace) -> None:
             print("\n".join(report_lines(report)))
     else:
         print(classification_cli.results_report(metrics))
-    if args.reference:
-        from lmtransfer.modeling.runtime import cpu_identity
-
-        path = metrics / paths.HEADLINE.name
-        headline = read_result_json(path, "headline")
-        with reading(path, "headline"):
-            print("\n" + "\n".join(reference.comparison_lines(headline, cpu_identity(), reference.references(
-                pipeline=pipeline), pipeline)))
+    path = metrics / paths.HEADLINE.name
+    headline = read_result_json(path, "headline")
+    if args.against is None:
+        committed, against = committed_headline(path), f"{path} as the checked-out commit holds it"
+    else:
+        committed, against = read_result_json(args.against / paths.HEADLINE.name, "headline"), str(args.against)
+    with reading(path, "headline"):
+        print("\n" + "\n".join(consistency_lines(headline, committed, "translation" if args.translation
+                                                 else "classification", against)))
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from lmtransfer.reporting.figures import check_figures, copy_figures
     from lmtransfer.reporting.pages import check_pages, write_pages
 
     if args.check:
-        problems = check_pages(args.root) + check_figures(args.root)
+        problems = check_pages(args.root)
         if problems:
-            raise SystemExit(f"error: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-        print("README.md and docs/: every results table, stated value and figure matches the committed result files")
+            print(*problems, sep="\n", file=sys.stderr)
+            raise SystemExit(f"error: {len(problems)} table(s) or figure(s) differ from the committed result files")
+        print("README.md and docs/: every results table and figure matches the committed result files")
         return
-    changed = [f"{path}: results tables and stated values regenerated" for path in write_pages(args.root)]
-    changed += [f"{figure}: copied from its pipeline's plot" for figure in copy_figures(args.root)]
-    print("\n".join(changed) or "results tables, stated values and figures already up to date")
+    changed = write_pages(args.root)
+    print("\n".join(f"{path}: regenerated" for path in changed) or "results tables and figures already up to date")
 
 
 def subcommand_maker(commands: argparse._SubParsersAction) -> Callable[..., argparse.ArgumentParser]:
@@ -433,30 +426,27 @@ def add_params_command(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def add_results_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `results`: the last pipeline run's scores, and this machine's place among the references."""
-    results = command("results", "test scores and validation curves of the last pipeline run")
+    """Register `results`: the last pipeline run's scores, and whether its gap is consistent with the committed one."""
+    results = command("results", "test scores and validation curves of the last pipeline run, and whether its gap "
+                      "is consistent with the committed run's")
     results.add_argument("--metrics", type=Path, default=paths.METRICS,
                          help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
     results.add_argument("--translation", action="store_true",
                          help="the translation pipeline's results: test BLEU and chrF, the gap, the baseline")
-    results.add_argument("--reference", action="store_true",
-                         help="also the headline beside each CPU vendor's committed reference (results/reference/; "
-                         "with --translation, translation/reference/)")
-    results.add_argument("--save-reference", action="store_true",
-                         help="write this machine's CPU vendor's reference from the metrics (after `make run`, or "
-                         "with --translation after `make run-translation`)")
+    results.add_argument("--against", type=Path, default=None, metavar="DIR",
+                         help="compare the gap with DIR/headline.json (a committed run, e.g. results/imdb-cpu/metrics) "
+                         "instead of the --metrics folder as the checked-out commit holds it")
     results.set_defaults(func=cmd_results)
 
 
 def add_report_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `report`: the docs' results tables and stated values regenerated, or checked, from the result files."""
-    report = command("report", "regenerate the results tables and stated values of README.md and docs/",
-                     "Rewrite every table between `<!-- report:NAME:start -->` and `<!-- report:NAME:end -->` "
-                     "markers, and every value between `<!-- value:SOURCE:PATH:FORMAT -->` and `<!-- /value -->`, "
-                     "of README.md and docs/**/*.md from metrics/, translation/metrics/, results/ and "
-                     "benchmarks/results/ (`make docs`). With --check, change nothing: exit 1 naming the first stale "
-                     "table or value, by page and line.")
-    report.add_argument("--check", action="store_true", help="only check that every table and value is up to date")
+    """Register `report`: the docs' results tables regenerated, or checked, from the committed result files."""
+    report = command("report", "regenerate the results tables and figures of README.md and docs/",
+                     "Rewrite every table between `<!-- report:KIND@FOLDER:start -->` and `<!-- report:KIND@FOLDER:end "
+                     "-->` markers of README.md and docs/**/*.md from the result files in FOLDER, and copy each "
+                     "docs figure from its pipeline's plot (`make docs`). With --check, change nothing: exit 1 naming "
+                     "each stale table by page and line.")
+    report.add_argument("--check", action="store_true", help="only check that every table and figure is up to date")
     report.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     report.set_defaults(func=cmd_report)
 
