@@ -1,8 +1,7 @@
 """The parameter tables of docs/guide/parameters.md, generated from the parameter models so they cannot go stale.
 
-Every key of a task's params file, grouped by section: its default (the value shipped in the
-file, see config.py and translation_config.py) and its meaning (the field's `description`), with
-the stages that read the section.
+Every key of a task's params file, grouped by section: its value in that file (the one place
+values live) and its meaning (the field's `description`), with the stages that read the section.
 
     lmtransfer params                                    # print the classification table (Markdown)
     lmtransfer params --translation                      # translation/params.yaml's
@@ -17,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import ClassificationParams, ClassificationPretrainParams, FinetuneParams
-from lmtransfer.core.config import PipelineParams
+from lmtransfer.core.config import PipelineParams, parse_section_model, read_params_file, split_task
+from lmtransfer.core.paths import TRANSLATION_ROOT
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
 
 START_MARKER = "<!-- params-table:start -->"
@@ -103,13 +103,15 @@ class TaskTable:
     start: str
     end: str
     stage_names: dict[str, str]  # a matrix stage's name as the docs write it
+    params_file: Path  # whose values the table shows: params.yaml is the one place they live
 
 
 TABLES = {
-    "classification": TaskTable(ClassificationParams, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER, STAGE_NAMES),
+    "classification": TaskTable(ClassificationParams, SECTION_READERS, SECTION_NOTES, START_MARKER, END_MARKER, STAGE_NAMES,
+                                Path("params.yaml")),
     "translation": TaskTable(TranslationParams, TRANSLATION_SECTION_READERS, TRANSLATION_SECTION_NOTES,
                              "<!-- translation-params-table:start -->", "<!-- translation-params-table:end -->",
-                             TRANSLATION_STAGE_NAMES),
+                             TRANSLATION_STAGE_NAMES, TRANSLATION_ROOT / "params.yaml"),
 }
 
 
@@ -147,9 +149,11 @@ def _cell(text: str) -> str:
 
 
 def params_table(task: str = "classification") -> str:
-    """One Markdown table per section, each headed by the stages that read it. The defaults are those of the
-    task's model instance (translation ships other values than classification for some of the same fields)."""
-    table, defaults = TABLES[task], TABLES[task].params()
+    """One Markdown table per section, each headed by the stages that read it, with the values of the task's
+    params file (translation ships other values than classification for some of the same fields)."""
+    table = TABLES[task]
+    defaults = parse_section_model(table.params, split_task(read_params_file(table.params_file), "")[1],
+                                   str(table.params_file))
     blocks = []
     for section in table.params.model_fields:
         heading = f"**`{section}`**, read by {_readers(table, section)}"
