@@ -43,20 +43,26 @@ class DataParams(Section):
     max_corpus_lines: int = Field(
         ge=0, description="cap on unlabeled corpus lines: the first N unique ones (0 = all)"
     )
-    valid_fraction: float
-    test_fraction: float
-    corpus_valid_fraction: float
+    valid_fraction: float = Field(
+        gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is `''`"
+    )
+    test_fraction: float = Field(
+        gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is `''`"
+    )
+    corpus_valid_fraction: float = Field(
+        gt=0, lt=1, description="share of corpus lines held out to measure the pretraining perplexity"
+    )
     add_train_to_corpus: bool = Field(
         description="the labeled *train* texts also join the pretraining corpus (valid and test texts never do)"
     )
-    seed: int
+    seed: int = Field(description="seed of the stratified train/valid/test split")
     # Only for `source: files`. Paths are relative to the repository root.
     train: str = Field(
         description="`files` only: the labeled file (`.csv`, `.tsv`, `.jsonl`, `.parquet`, or pieces with a "
         "parallel `.label` file); paths are relative to the repository root"
     )
-    valid: str
-    test: str
+    valid: str = Field(description="`files` only: labeled validation file; `''` = carved from train")
+    test: str = Field(description="`files` only: labeled test file; `''` = carved from train")
     format: Literal[LABELED_FORMATS] = Field(  # type: ignore[valid-type]
         description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
         "or `pieces` (space-separated sentencepiece pieces)"
@@ -148,8 +154,10 @@ class FinetuneParams(Section):
         description="fine-tunes per pretraining run (head init, dropout, batch order); with 2 or more the "
         "report tells the fine-tuning seeds' share of the spread from the pretraining runs'",
     )
-    epochs: int
-    batch_size: int
+    epochs: int = Field(
+        ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
+    )
+    batch_size: int = Field(ge=1, description="texts per step")
     batches: Literal["bucketed", "random"] = Field(
         description="how an epoch's texts are grouped: `bucketed` (similar lengths together: least "
         "padding, fastest) or `random` (any texts together, as the original course drew them)"
@@ -160,12 +168,12 @@ class FinetuneParams(Section):
     )
     # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
     # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
-    head_lr_multiplier: float
+    head_lr_multiplier: float = Field(gt=0, description="the new classification head learns at lr × this")
     layer_lr_decay: float = Field(
         gt=0, le=1, description="each layer below the top learns at this × the one above, the embedding last "
         "(1.0 = off; ULMFiT used 0.38)"
     )
-    max_len: int
+    max_len: int = Field(ge=3, description="tokens per text; longer texts keep their first `max_len`")
     pooling: Literal["last", "mean", "first"] = Field(
         description="what the head reads: `mean` (of the non-padding tokens), `last` (the last non-padding "
         "token: causal models) or `first` (the begin-of-text token, BERT's [CLS]: bidirectional models)"
@@ -174,7 +182,7 @@ class FinetuneParams(Section):
         description="train the head only; the base's weights stay as they are. Both variants: the scratch "
         "model then trains a head on random features (a fair control)"
     )
-    grad_clip: float
+    grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
     weight_decay: float = Field(ge=0, description="AdamW weight decay (0 = plain Adam, step for step)")
     warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up (0 = none)")
     schedule: Literal["cosine", "constant"] = Field(
@@ -187,7 +195,7 @@ class FinetuneParams(Section):
         "subset of the train split (nested; the same for both variants and TF-IDF) fine-tuned from every pretraining "
         "run as the full split is (`finetune_<variant>_labels@<size>-<p>-<f>`); `[]` = the full split alone"
     )
-    label_seed: int
+    label_seed: int = Field(description="seed of the label curve's subsets")
 
     @field_validator("seeds")
     @classmethod
@@ -203,9 +211,12 @@ class FinetuneParams(Section):
 
 
 class EvaluateParams(Section):
-    batch_size: int
-    bootstrap_samples: int
-    seed: int
+    batch_size: int = Field(ge=1, description="test texts per batch")
+    bootstrap_samples: int = Field(
+        ge=100, description="resamples of pretraining runs × fine-tuning seeds × test examples for the "
+        "gap's 95% interval and p-value"
+    )
+    seed: int = Field(description="seed of the resampling: the interval is the same on every run")
 
 
 class BaselineParams(Section):
@@ -219,12 +230,12 @@ class BaselineParams(Section):
         min_length=2, max_length=2,
         description="[low, high]: lengths of the character n-grams (inside word boundaries)",
     )
-    min_df: int
+    min_df: int = Field(ge=1, description="n-grams in fewer train texts than this are dropped")
     c_values: list[float] = Field(
         min_length=1,
         description="inverse regularisation strengths tried; the best on the validation split is kept",
     )
-    max_iter: int
+    max_iter: int = Field(ge=10, description="solver iterations per logistic-regression fit")
 
     @field_validator("word_ngrams", "char_ngrams")
     @classmethod

@@ -38,7 +38,10 @@ class TranslationDataParams(Section):
         description="`bible-en-fr` (built in: World English Bible → Louis Segond 1910, verse pairs) "
         "or `files` (your own pairs: `data.train` and below)"
     )
-    valid_fraction: float
+    valid_fraction: float = Field(
+        gt=0, lt=1, description="bible-en-fr: share of whole chapters held out for validation; files: share "
+        "of train rows carved out when `data.valid` is `''`"
+    )
     test_fraction: float = Field(
         gt=0, lt=1, description="the same for the test split (`data.test`)"
     )
@@ -56,8 +59,8 @@ class TranslationDataParams(Section):
         description="`files` only: the pairs file (`.tsv`, `.csv`, `.jsonl`); paths are relative to the "
         "repository root"
     )
-    valid: str
-    test: str
+    valid: str = Field(description="`files` only: validation pairs; `''` = carved from train")
+    test: str = Field(description="`files` only: test pairs; `''` = carved from train")
     format: Literal[PAIR_FORMATS] = Field(  # type: ignore[valid-type]
         description="of the pair files: `auto` (from the extension), `csv`, `tsv` or `jsonl`"
     )
@@ -67,7 +70,7 @@ class TranslationDataParams(Section):
         description="`files` only: more unlabelled text of either language for pretraining, "
         "files or globs, one sentence per line"
     )
-    encoding: str
+    encoding: str = Field(description="text encoding of the pair and corpus files")
 
     _one_path_is_a_list = field_validator("corpus", mode="before")(path_list)
     _known_encoding = field_validator("encoding")(known_encoding)
@@ -92,17 +95,20 @@ class TranslationFinetuneParams(Section):
         description="fine-tunes per pretraining run (cross-attention init, batch order), and scratch runs per "
         "random start",
     )
-    epochs: int
+    epochs: int = Field(ge=1, description="passes over the training pairs; the epoch with the best validation "
+                                             "BLEU is kept")
     max_steps: int = Field(
         ge=0, description="stop after this many steps, the learning-rate schedule sized to them (0 = run "
         "`epochs` full passes): a time budget that still sees pairs of every length"
     )
     batch_size: int = Field(ge=1, description="sentence pairs per step (batched by length)")
-    lr: float
-    warmup_steps: int
-    weight_decay: float
-    grad_clip: float
-    label_smoothing: float
+    lr: float = Field(gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
+                                              "tenth of it")
+    warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up")
+    weight_decay: float = Field(ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
+    label_smoothing: float = Field(ge=0, lt=1, description="the paper's label smoothing of the target "
+                                                                "distribution")
     max_len: int = Field(
         ge=4, description="tokens per side, BOS/EOS included: longer training pairs are left out (counted), "
         "not cut, so no target learns a wrong ending"
@@ -111,7 +117,9 @@ class TranslationFinetuneParams(Section):
         description="the output projection is the shared embedding (the paper); false: its own matrix, "
         "warm-started from the language model's head"
     )
-    valid_sentences: int
+    valid_sentences: int = Field(
+        ge=1, description="validation pairs translated greedily after each epoch for the validation BLEU"
+    )
     examples: list[str] = Field(
         description="sentences translated after each epoch (printed, and logged to MLflow as "
         "`examples/epoch<N>.txt`), so you see the model learn",
@@ -129,9 +137,12 @@ class TranslationEvaluateParams(Section):
         ge=0, description="GNMT's alpha: beams are ranked by log P / ((5 + length) / 6) ** alpha "
         "(0 = raw log-probability, which favours short outputs)"
     )
-    max_length_ratio: float
-    max_length_extra: int
-    batch_size: int
+    max_length_ratio: float = Field(
+        gt=0, description="a translation stops at `max_length_ratio` x its source's tokens + "
+        "`max_length_extra` tokens if it has not ended"
+    )
+    max_length_extra: int = Field(ge=1, description="see `evaluate.max_length_ratio`")
+    batch_size: int = Field(ge=1, description="test sentences decoded together")
     lab_sentences: str = Field(
         description="short sentences of the lab's kind (a TSV with `source` and `target` "
         "columns, relative to translation/) that every model translates for the results page; '' = none"
@@ -140,7 +151,7 @@ class TranslationEvaluateParams(Section):
         ge=100, description="resamples of the runs and the test sentences (paired across variants) for the "
         "95% intervals"
     )
-    seed: int
+    seed: int = Field(description="seed of the resampling: the intervals are the same on every run")
 
 
 class TranslationParams(PipelineParams):
