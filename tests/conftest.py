@@ -12,7 +12,8 @@ sys.path.insert(0, str(REPO / "tools"))  # the project's tools (import_closure)
 
 
 @functools.cache
-def _shipped_params(task: str):
+def shipped_params(task: str = "classification"):
+    """The repository's params file, validated (translation/params.yaml's for task="translation")."""
     from lmtransfer.classification.config import load_classification_params
     from lmtransfer.translation.config import load_translation_params
 
@@ -36,7 +37,7 @@ def shipped(section: str, task: str = "classification", **changes):
     """A params section as the repository's params.yaml ships it (translation/params.yaml's for task="translation"),
     with `changes` applied and validated: the typed config has no defaults, params.yaml is the one source.
     Test modules import it: `from conftest import shipped`."""
-    values = getattr(_shipped_params(task), section)
+    values = getattr(shipped_params(task), section)
     return type(values).model_validate({**values.model_dump(), **changes})
 
 
@@ -63,7 +64,6 @@ def tiny_tokenizer(tmp_path_factory):
     own as the tokenize stage saves one; returns (that folder, the tokenizer)."""
     import random
 
-    from lmtransfer.core.config import TokenizerParams
     from lmtransfer.tokens.tokenizer import SentencePieceTokenizer, save_tokenizer, train_sentencepiece
 
     def make(words: list[str]):
@@ -73,7 +73,7 @@ def tiny_tokenizer(tmp_path_factory):
         corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(300)) + "\n")
         folder = root / "tokenized"
         folder.mkdir()
-        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
         save_tokenizer(tokenizer, folder)
         return folder, tokenizer
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from lmtransfer.cli.main import build_parser, main
-from lmtransfer.core.config import TokenizerParams
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig, expected_base_parameters
 from lmtransfer.tokens.tokenizer import (
@@ -19,6 +18,8 @@ from lmtransfer.tokens.tokenizer import (
     tokenizer_fingerprint,
     train_sentencepiece,
 )
+
+from conftest import shipped
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +144,7 @@ def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_
 def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(in_empty_dir, capsys):
     corpus = _write(in_empty_dir / "corpus.txt", "\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))))
     _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 4000\n  model_file: spm.model\n")
-    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
     main(["summary"])
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("V=40 ")  # the model's pieces, not tokenizer.vocab_size
@@ -300,7 +301,7 @@ def classifier_files(in_empty_dir):
     """A tiny untrained classifier and its tokenizer, laid out as the pipeline writes them."""
     corpus = _write(in_empty_dir / "corpus.txt",
                     "\n".join(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8)) for i in range(200)))
-    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
     tokenized = in_empty_dir / "data/tokenized"
     tokenized.mkdir(parents=True)
     save_tokenizer(tokenizer, tokenized)
@@ -337,7 +338,7 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
 
 
 def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifier_files, in_empty_dir):
-    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", TokenizerParams(vocab_size=42)))
+    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", shipped("tokenizer", vocab_size=42)))
     save_tokenizer(retrained, in_empty_dir / "data/tokenized")  # tokenize ran again with another vocab_size
     with pytest.raises(SystemExit) as exit_:
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])

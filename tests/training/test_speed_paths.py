@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from lmtransfer.core import sharing
-from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.core.sharing import (
     CHOSEN_ENV,
@@ -35,6 +34,8 @@ from lmtransfer.pretraining.training import LoopOptions, pretrain
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.optim import make_optimizer
 
+from conftest import shipped
+
 CPU = torch.device("cpu")
 
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
@@ -44,7 +45,7 @@ CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, 
 def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_steps: int = 12, **overrides):
     torch.manual_seed(0)
     model = LanguageModel(config)
-    params = PretrainParams(max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
+    params = shipped("pretrain", max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
                             eval_batches=2, **overrides)
     result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
                       LoopOptions(CPU, log_every=1, compile_steps=compile_steps))
@@ -109,7 +110,7 @@ def test_each_job_takes_its_share_of_the_cores():
 def test_lmtransfer_jobs_sets_the_share_and_a_bad_value_is_named(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv(JOBS_ENV, "2")
-    configure(TrainParams())
+    configure(shipped("train"))
     assert torch.get_num_threads() == thread_share(2)
     monkeypatch.setenv(JOBS_ENV, "two")
     with pytest.raises(ConfigError, match="LMTRANSFER_JOBS='two'"):
@@ -118,7 +119,7 @@ def test_lmtransfer_jobs_sets_the_share_and_a_bad_value_is_named(monkeypatch):
 
 def test_an_explicit_thread_count_wins_over_the_share(monkeypatch):
     monkeypatch.setenv(JOBS_ENV, "4")
-    configure(TrainParams(num_threads=1))
+    configure(shipped("train", num_threads=1))
     assert torch.get_num_threads() == 1
 
 
