@@ -1,12 +1,44 @@
 """Shared test set-up."""
 
+import functools
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the project's tools (import_closure)
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))  # the project's tools (import_closure)
+
+
+@functools.cache
+def shipped_params(task: str = "classification"):
+    """The repository's params file, validated (translation/params.yaml's for task="translation")."""
+    from lmtransfer.classification.config import load_classification_params
+    from lmtransfer.translation.config import load_translation_params
+
+    if task == "translation":
+        return load_translation_params(REPO / "translation" / "params.yaml")
+    return load_classification_params(REPO / "params.yaml")
+
+
+def shipped_raw(changes: dict | None = None, task: str = "classification") -> dict:
+    """The repository's params file as YAML (translation/params.yaml for task="translation") with `changes`
+    ({section: {key: value}}) merged in: the raw input a params test edits."""
+    from lmtransfer.core.config import read_params_file
+
+    raw = read_params_file(REPO / "translation" / "params.yaml" if task == "translation" else REPO / "params.yaml")
+    for section, keys in (changes or {}).items():
+        raw[section] = {**raw.get(section, {}), **keys} if isinstance(keys, dict) else keys
+    return raw
+
+
+def shipped(section: str, task: str = "classification", **changes):
+    """A params section as the repository's params.yaml ships it (translation/params.yaml's for task="translation"),
+    with `changes` applied and validated: the typed config has no defaults, params.yaml is the one source.
+    Test modules import it: `from conftest import shipped`."""
+    values = getattr(shipped_params(task), section)
+    return type(values).model_validate({**values.model_dump(), **changes})
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +64,6 @@ def tiny_tokenizer(tmp_path_factory):
     own as the tokenize stage saves one; returns (that folder, the tokenizer)."""
     import random
 
-    from lmtransfer.core.config import TokenizerParams
     from lmtransfer.tokens.tokenizer import SentencePieceTokenizer, save_tokenizer, train_sentencepiece
 
     def make(words: list[str]):
@@ -42,7 +73,7 @@ def tiny_tokenizer(tmp_path_factory):
         corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(300)) + "\n")
         folder = root / "tokenized"
         folder.mkdir()
-        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+        tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
         save_tokenizer(tokenizer, folder)
         return folder, tokenizer
 

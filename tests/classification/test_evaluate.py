@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmtransfer.classification.config import EvaluateParams
 from lmtransfer.classification.evaluate import (
     SeedResult,
     headline_metrics,
@@ -14,6 +13,8 @@ from lmtransfer.classification.evaluate import (
     report_lines,
     transfer_report,
 )
+
+from conftest import shipped
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +33,7 @@ def report() -> dict:
     pretrained = [_seed(0, [True] * 8 + [False] * 2, [0.70, 0.80]), _seed(1, [True] * 7 + [False] * 3, [0.72, 0.78])]
     scratch = [_seed(0, [True] * 6 + [False] * 4, [0.55, 0.70]), _seed(1, [True] * 5 + [False] * 5, [0.57, 0.66])]
     baseline = {"accuracy": 0.9, "macro_f1": 0.89, "valid_accuracy": 0.88, "best_c": 4.0}
-    params = EvaluateParams(bootstrap_samples=200, seed=0)
+    params = shipped("evaluate", bootstrap_samples=200, seed=0)
     pretraining = pretraining_report({0: {"val_perplexity": 77.5, "steps": 500, "objective": "clm"},
                                       1: {"val_perplexity": 80.5, "steps": 500, "objective": "clm"}})
     return transfer_report(pretrained, scratch, baseline, params, pretraining)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.imdb_release import (
     ACL_IMDB_V1,
     ImdbRelease,
@@ -24,6 +23,7 @@ from lmtransfer.cli.main import main
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import sha256_of
 
+from conftest import shipped
 from loopback import serving
 
 FOLDERS = {"train/pos": 6, "train/neg": 6, "train/unsup": 10, "test/pos": 5, "test/neg": 5}
@@ -182,7 +182,7 @@ def kept_mini(mini, tmp_path, monkeypatch):
 
 
 def test_imdb_keeps_its_published_test_split_and_carves_validation_from_train(kept_mini):
-    params = DataParams(source="imdb", imdb_from=str(kept_mini), valid_fraction=0.34)
+    params = shipped("data", source="imdb", imdb_from=str(kept_mini), valid_fraction=0.34)
     prepared = prepare(load_source(params), params)
     assert len(prepared.splits["test"]) == 10  # as published, row for row
     assert len(prepared.splits["valid"]) == 4 and len(prepared.splits["train"]) == 8  # 12 train reviews, stratified
@@ -194,7 +194,7 @@ def test_imdb_keeps_its_published_test_split_and_carves_validation_from_train(ke
 
 
 def test_the_imdb_reviews_corpus_is_read_beside_any_source_and_never_holds_a_test_review(kept_mini):
-    params = DataParams(source="imdb", corpus=["imdb-reviews"], add_train_to_corpus=False, imdb_from=str(kept_mini))
+    params = shipped("data", source="imdb", corpus=["imdb-reviews"], add_train_to_corpus=False, imdb_from=str(kept_mini))
     raw = load_source(params)
     texts = list(raw.corpus)
     assert len(texts) == 10 + 6 + 6
@@ -203,14 +203,14 @@ def test_the_imdb_reviews_corpus_is_read_beside_any_source_and_never_holds_a_tes
 
 
 def test_a_corpus_file_beside_a_built_in_source_is_refused_but_a_named_corpus_is_not():
-    assert DataParams(source="movies-en", corpus=["imdb-reviews"]).reads_imdb
+    assert shipped("data", source="movies-en", corpus=["imdb-reviews"]).reads_imdb
     with pytest.raises(ValueError, match=r"data.corpus \('reviews.txt'\) is only read when data.source is 'files'.*"
                                          r"imdb-reviews is read with any source"):
-        DataParams(source="movies-en", corpus=["imdb-reviews", "reviews.txt"])
+        shipped("data", source="movies-en", corpus=["imdb-reviews", "reviews.txt"])
     with pytest.raises(ValueError, match="data.imdb_from is only read when"):
-        DataParams(source="movies-en", imdb_from="aclImdb_v1.tar.gz")
+        shipped("data", source="movies-en", imdb_from="aclImdb_v1.tar.gz")
     with pytest.raises(ValueError, match="corpus_format is 'pieces' but data.corpus names a corpus of plain text"):
-        DataParams(source="files", train="t.tsv", corpus=["imdb-reviews"], corpus_format="pieces")
+        shipped("data", source="files", train="t.tsv", corpus=["imdb-reviews"], corpus_format="pieces")
 
 
 def test_the_pinned_release_is_the_one_its_checksum_names():

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmtransfer.classification.config import BaselineParams, FinetuneParams
 from lmtransfer.classification.label_curve import baseline_at_size, curve_rows
 from lmtransfer.classification.label_subsets import label_order, label_run, label_subset, repeats_for, train_subset
 from lmtransfer.tokens.id_files import LabeledSplit
+
+from conftest import shipped, shipped_params
 
 LABELS = np.array([0] * 600 + [1] * 300 + [2] * 100)[np.random.default_rng(5).permutation(1000)]
 
@@ -55,10 +56,10 @@ def test_tfidf_at_a_size_trains_on_that_subset_alone():
     texts = {name: [f"{'good fine' if i % 2 else 'bad poor'} text {i}" for i in range(n)]
              for name, n in (("train", 60), ("valid", 20), ("test", 20))}
     labels = {name: np.array([i % 2 for i in range(len(texts[name]))]) for name in texts}
-    result = baseline_at_size(texts, labels, 6, 0, BaselineParams(c_values=[1.0]))
+    result = baseline_at_size(texts, labels, 6, 0, shipped("baseline", c_values=[1.0]))
     assert result["accuracy"] == 1.0 and result["best_c"] == 1.0
     flipped = {**labels, "train": 1 - labels["train"]}  # the subset's labels are the ones it learns
-    assert baseline_at_size(texts, flipped, 6, 0, BaselineParams(c_values=[1.0]))["accuracy"] == 0.0
+    assert baseline_at_size(texts, flipped, 6, 0, shipped("baseline", c_values=[1.0]))["accuracy"] == 0.0
 
 
 def test_the_curve_has_a_row_per_size_then_the_full_split():
@@ -73,24 +74,23 @@ def test_the_curve_has_a_row_per_size_then_the_full_split():
 
 
 def test_label_sizes_are_distinct_and_at_least_two():
-    assert FinetuneParams(label_sizes=[100, 300]).label_sizes == [100, 300]
+    assert shipped("finetune", label_sizes=[100, 300]).label_sizes == [100, 300]
     for bad in ([100, 100], [1]):
         with pytest.raises(ValueError, match="finetune.label_sizes must be distinct"):
-            FinetuneParams(label_sizes=bad)
+            shipped("finetune", label_sizes=bad)
 
 
 def test_validate_refuses_a_size_that_is_not_a_true_subset_of_the_train_split_holding_every_class():
     import pandas as pd
 
-    from lmtransfer.classification.config import ClassificationParams
     from lmtransfer.classification.data.prepare import LabeledData
     from lmtransfer.classification.inputs import check_label_sizes
     from lmtransfer.core.errors import ConfigError
 
     labeled = LabeledData({"train": pd.DataFrame({"text": list("abcdef"), "label": [0, 1, 2] * 2})},
                           ["neg", "neutral", "pos"], {})
-    check_label_sizes(ClassificationParams(finetune=FinetuneParams(label_sizes=[3, 5])), labeled)
+    check_label_sizes(shipped_params().model_copy(update={"finetune": shipped("finetune", label_sizes=[3, 5])}), labeled)
     for size in (2, 6):
         with pytest.raises(ConfigError, match=f"finetune.label_sizes: {size} labeled examples, but a subset of the "
                                               r"train split \(6 examples, 3 classes\) has from 3"):
-            check_label_sizes(ClassificationParams(finetune=FinetuneParams(label_sizes=[size])), labeled)
+            check_label_sizes(shipped_params().model_copy(update={"finetune": shipped("finetune", label_sizes=[size])}), labeled)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from lmtransfer.cli.main import build_parser, main
-from lmtransfer.core.config import TokenizerParams
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig, expected_base_parameters
 from lmtransfer.tokens.tokenizer import (
@@ -20,12 +19,26 @@ from lmtransfer.tokens.tokenizer import (
     train_sentencepiece,
 )
 
+from conftest import shipped, shipped_raw
+
 
 @pytest.fixture(autouse=True)
 def in_empty_dir(tmp_path, monkeypatch):
     """Every command runs where neither params.yaml nor data/tokenized exists, unless a test writes them."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def _params(path: Path, text: str) -> Path:
+    """A params file: the repository's (translation's, under translation/) with the sections of `text` merged in."""
+    from ruamel.yaml import YAML
+
+    changes = YAML(typ="safe").load(text) or {}
+    raw = shipped_raw(changes, "translation" if path.parent.name == "translation" else "classification")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        YAML(typ="safe").dump(raw, out)
+    return path
 
 
 def _write(path: Path, text: str) -> Path:
@@ -103,7 +116,7 @@ def test_summary_for_the_original_french_vocabulary(capsys):
 def test_summary_without_arguments_describes_the_model_params_yaml_and_the_tokenized_data_configure(
     in_empty_dir, capsys
 ):
-    _write(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
+    _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
     _tokenized_meta(in_empty_dir, 300, ["high", "low", "normal"])
     main(["summary"])
     out = capsys.readouterr().out
@@ -118,7 +131,7 @@ def test_summary_without_arguments_describes_the_model_params_yaml_and_the_token
 def test_summary_before_the_tokenize_stage_takes_V_from_the_tokenizer_params_and_states_C_as_an_assumption(
     in_empty_dir, capsys
 ):
-    _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 1000\n")
+    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 1000\n")
     main(["summary"])
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "V=1000 D=256 N=2 A=2 F=256 C=2"
@@ -130,7 +143,7 @@ def test_summary_before_the_tokenize_stage_takes_V_from_the_tokenizer_params_and
 def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_file(in_empty_dir, capsys):
     project = in_empty_dir / "project"
     _write(project / "data/raw/dict.txt", "".join(f"p{i} 1\n" for i in range(10)))
-    _write(project / "params.yaml", (
+    _params(project / "params.yaml", (
         "data: {source: files, train: data/raw/train.spm, format: pieces}\n"
         "tokenizer: {vocab_file: data/raw/dict.txt}\n"
     ))
@@ -142,8 +155,8 @@ def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_
 
 def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(in_empty_dir, capsys):
     corpus = _write(in_empty_dir / "corpus.txt", "\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))))
-    _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 4000\n  model_file: spm.model\n")
-    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 4000\n  model_file: spm.model\n")
+    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
     main(["summary"])
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("V=40 ")  # the model's pieces, not tokenizer.vocab_size
@@ -151,7 +164,7 @@ def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(
 
 
 def test_summary_flags_override_single_values_and_say_so(in_empty_dir, capsys):
-    _write(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
+    _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
     _tokenized_meta(in_empty_dir, 300, ["neg", "pos"])
     main(["summary", "--n-layers", "6", "--n-classes", "5"])
     out = capsys.readouterr().out
@@ -161,16 +174,17 @@ def test_summary_flags_override_single_values_and_say_so(in_empty_dir, capsys):
     )
 
 
-def test_summary_without_params_yaml_falls_back_to_the_model_defaults_with_a_note(capsys):
-    main(["summary"])
+def test_summary_without_params_yaml_takes_every_size_from_flags_or_names_what_is_missing(capsys):
+    """No defaults in the code: outside the project the flags describe the model, or the message says what to give."""
+    with pytest.raises(SystemExit, match=r"no params.yaml here to read the model from: .* or give --vocab-size"):
+        main(["summary"])
+    main(["summary", "--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"])
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "V=4000 D=256 N=2 A=2 F=256 C=2"
-    assert "D, N, A, F from the model defaults (no params.yaml here" in out
-    assert "V from tokenizer.vocab_size (default)" in out
+    assert out.splitlines()[0] == "V=100 D=200 N=4 A=2 F=200 C=2" and "988,402" in out and "1,008,100" in out
 
 
 def test_summary_notes_tokenized_data_older_than_the_tokenizer_params(in_empty_dir, capsys):
-    _write(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 8000\n")
+    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 8000\n")
     _tokenized_meta(in_empty_dir, 4000, ["neg", "pos"])
     main(["summary"])
     out = capsys.readouterr().out
@@ -184,14 +198,14 @@ def test_summary_with_an_explicit_params_file_that_is_missing_names_it():
 
 
 def test_summary_with_an_invalid_params_file_names_the_key(in_empty_dir):
-    _write(in_empty_dir / "params.yaml", "model:\n  n_layer: 3\n")
+    _params(in_empty_dir / "params.yaml", "model:\n  n_layer: 3\n")
     with pytest.raises(SystemExit, match="model.n_layer"):
         main(["summary"])
 
 
 def test_summary_rejects_heads_that_do_not_divide_the_width():
     with pytest.raises(SystemExit, match="--n-heads"):
-        main(["summary", "--d-model", "200", "--n-heads", "3"])
+        main(["summary", "--vocab-size", "9", "--d-model", "200", "--n-heads", "3", "--n-layers", "1", "--d-ff", "8"])
 
 
 def test_summary_takes_a_vocabulary_size_or_a_dictionary_not_both(capsys):
@@ -300,7 +314,7 @@ def classifier_files(in_empty_dir):
     """A tiny untrained classifier and its tokenizer, laid out as the pipeline writes them."""
     corpus = _write(in_empty_dir / "corpus.txt",
                     "\n".join(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8)) for i in range(200)))
-    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, TokenizerParams(vocab_size=40)))
+    tokenizer = SentencePieceTokenizer(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
     tokenized = in_empty_dir / "data/tokenized"
     tokenized.mkdir(parents=True)
     save_tokenizer(tokenizer, tokenized)
@@ -337,7 +351,7 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
 
 
 def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifier_files, in_empty_dir):
-    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", TokenizerParams(vocab_size=42)))
+    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", shipped("tokenizer", vocab_size=42)))
     save_tokenizer(retrained, in_empty_dir / "data/tokenized")  # tokenize ran again with another vocab_size
     with pytest.raises(SystemExit) as exit_:
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
@@ -366,8 +380,8 @@ def test_version_prints_the_installed_version(capsys):
 
 def test_summary_translation_describes_the_translation_pipelines_own_params(in_empty_dir, capsys):
     """`--translation` reads translation/params.yaml by default, not the classification params.yaml beside it."""
-    _write(in_empty_dir / "params.yaml", "model:\n  n_layers: 4\n  d_model: 200\n  n_heads: 2\n  d_ff: 200\n")
-    _write(in_empty_dir / "translation/params.yaml",
+    _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 4\n  d_model: 200\n  n_heads: 2\n  d_ff: 200\n")
+    _params(in_empty_dir / "translation/params.yaml",
            "task: translation\nmodel:\n  n_layers: 2\n  d_model: 128\n  n_heads: 4\n  d_ff: 512\n  dropout: 0.0\n")
     _write(in_empty_dir / "translation/data/tokenized/meta.json", json.dumps({"vocab_size": 4000}))
     main(["summary", "--translation"])
@@ -375,11 +389,6 @@ def test_summary_translation_describes_the_translation_pipelines_own_params(in_e
     assert out.splitlines()[0] == "encoder-decoder V=4000 D=128 N_enc=2 N_dec=2 A=4 F=512"
     assert "from translation/params.yaml" in out and "assumed" not in out
     assert "1,953,696" in out
-
-
-def test_summary_translation_without_its_params_file_uses_the_translation_defaults(in_empty_dir, capsys):
-    main(["summary", "--translation"])
-    assert capsys.readouterr().out.splitlines()[0] == "encoder-decoder V=4000 D=128 N_enc=2 N_dec=2 A=4 F=512"
 
 
 @pytest.mark.parametrize("command, hint", [
@@ -395,12 +404,13 @@ def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command,
 
 
 def test_an_impossible_shape_from_the_flags_is_refused_by_the_params_own_rule_naming_where_each_value_came_from():
+    sizes = ["--vocab-size", "9", "--n-layers", "1", "--d-ff", "8"]
     with pytest.raises(SystemExit) as exit_:
-        main(["summary", "--d-model", "7"])
+        main(["summary", *sizes, "--d-model", "7", "--n-heads", "2"])
     assert str(exit_.value) == ("error: model.d_model (7) must be divisible by model.n_heads (2) (D from --d-model, "
-                                "A from the model defaults (no params.yaml here; --params names one))")
+                                "A from --n-heads)")
     with pytest.raises(SystemExit, match=r"must be even .* \(D from --d-model, A from --n-heads\)"):
-        main(["summary", "--d-model", "9", "--n-heads", "3"])
+        main(["summary", *sizes, "--d-model", "9", "--n-heads", "3"])
 
 
 def test_every_help_text_is_clean_and_states_each_default_once(capsys):

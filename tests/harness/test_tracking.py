@@ -6,6 +6,8 @@ import pytest
 
 from lmtransfer.harness.mlflow_ui import UI_WORKFLOW, ui_link, ui_links
 
+from conftest import shipped_params
+
 
 @pytest.mark.slow
 def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatch):
@@ -115,7 +117,6 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
 
     from torch import nn
 
-    from lmtransfer.classification.config import ClassificationParams
     from lmtransfer.core.paths import PretrainOutputs
     from lmtransfer.harness.tracking import stage_run
     from lmtransfer.modeling.checkpoint import save_checkpoint
@@ -126,14 +127,14 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
     save_checkpoint(PretrainOutputs(0).checkpoint, nn.Linear(1, 1), "language_model", config)
     args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
-    start = language_model_start(ClassificationParams(), {"vocab_size": 12, "pad_id": 0}, args)
-    with stage_run("finetune_pretrained", start.logged_params(ClassificationParams()), run_name=start.stage) as tuned:
+    start = language_model_start(shipped_params(), {"vocab_size": 12, "pad_id": 0}, args)
+    with stage_run("finetune_pretrained", start.logged_params(shipped_params()), run_name=start.stage) as tuned:
         pass
     params = store.get_run(tuned.info.run_id).data.params
     assert {key: params[key] for key in params if key.startswith("model.")} == {
         "model.n_layers": "3", "model.d_model": "8", "model.n_heads": "2", "model.d_ff": "16",
         "model.dropout": "0.0", "model.embedding_init": "normal", "model.attention": "bidirectional"}
-    assert params["finetune.lr"] == str(ClassificationParams().finetune.lr)
+    assert params["finetune.lr"] == str(shipped_params().finetune.lr)
     with stage_run("finetune_scratch", {"model": {"n_layers": 4}}, run_name="finetune_scratch@0") as scratch:
         pass
     assert store.get_run(scratch.info.run_id).data.params == {"model.n_layers": "4"}  # declared: as they are

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lmtransfer.classification.config import parse_classification_params
-from lmtransfer.core.config import ConfigError, PretrainParams
+from lmtransfer.core.config import ConfigError
 from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
@@ -16,6 +16,8 @@ from lmtransfer.pretraining.checkpoint_import import check_compatible, read_chec
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, pretrain
+
+from conftest import shipped, shipped_raw
 
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 50
 META = {"pad_id": PAD, "unk_id": UNK, "bos_id": BOS, "eos_id": EOS, "mask_id": MASK, "vocab_size": V}
@@ -132,21 +134,22 @@ def test_first_and_mean_pooling_ignore_right_padding_in_a_bidirectional_classifi
 ])
 def test_inconsistent_objective_attention_and_pooling_are_refused_naming_the_keys(raw, message):
     with pytest.raises(ConfigError) as error:
-        parse_classification_params(raw)
+        parse_classification_params(shipped_raw(raw))
     assert str(error.value) == f"params: invalid parameters:\n  {message}"
 
 
 def test_auto_attention_follows_the_objective():
-    assert parse_classification_params({}).causal_attention
-    assert not parse_classification_params({"pretrain": {"objective": "mlm"}}).causal_attention
-    assert not parse_classification_params({"pretrain": {"objective": "mlm"}, "model": {"attention": "bidirectional"}}).causal_attention
+    mlm = {"pretrain": {"objective": "mlm"}, "finetune": {"pooling": "mean"}}
+    assert parse_classification_params(shipped_raw()).causal_attention
+    assert not parse_classification_params(shipped_raw(mlm)).causal_attention
+    assert not parse_classification_params(shipped_raw({**mlm, "model": {"attention": "bidirectional"}})).causal_attention
 
 
 def test_mlm_needs_a_mask_token():
     with pytest.raises(ConfigError, match=r"pretrain.objective: mlm needs a <mask> token"):
-        Objective.from_params(PretrainParams(objective="mlm"), {**META, "mask_id": None})
+        Objective.from_params(shipped("pretrain", objective="mlm"), {**META, "mask_id": None})
     with pytest.raises(ConfigError, match=r"pretrain.objective: mlm needs a <mask> token"):
-        Objective.from_params(PretrainParams(objective="mlm"), {**META, "mask_id": UNK})  # a model without it
+        Objective.from_params(shipped("pretrain", objective="mlm"), {**META, "mask_id": UNK})  # a model without it
 
 
 # --- next-sentence prediction -------------------------------------------------------------------
@@ -227,7 +230,7 @@ def test_a_masked_lm_checkpoint_is_refused_as_a_causal_model_and_the_reverse(tmp
 def test_mlm_pretraining_learns_and_logs_its_scores(nsp):
     torch.manual_seed(0)
     stream = corpus(600)
-    params = PretrainParams(objective="mlm", nsp=nsp, max_steps=200, batch_size=16, seq_len=24, eval_every=100,
+    params = shipped("pretrain", objective="mlm", nsp=nsp, max_steps=200, batch_size=16, seq_len=24, eval_every=100,
                             eval_batches=4, warmup_steps=10, lr=3e-3)
     objective = Objective.from_params(params, META)
     model = objective.build_model(bidirectional())

@@ -7,12 +7,13 @@ import math
 
 import pytest
 
-from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.reporting import experiments as experiments_module
 from lmtransfer.reporting import scaling
 from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
 from lmtransfer.reporting.experiments import Experiment, changed_params, list_experiments
+
+from conftest import shipped
 
 
 def _report(pretrained: float, scratch: float, tokens: int = 1000, ppl: float = 80.0) -> dict:
@@ -102,18 +103,18 @@ def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monke
 
 
 def test_a_budget_scales_corpus_steps_and_adaptation_alike_and_refuses_zero():
-    base = PretrainParams(max_steps=500, adapt_epochs=5)
+    base = shipped("pretrain", max_steps=500, adapt_epochs=5)
     assert scaling.budget_overrides(0.125, base) == ["-S", "pretrain.max_steps=62", "-S", "pretrain.adapt_epochs=0.625"]
     assert scaling.budget_overrides(2, base) == ["-S", "pretrain.max_steps=1000", "-S", "pretrain.adapt_epochs=10"]
     assert scaling.experiment_name(0.125) == "scaling-0_125x" and scaling.experiment_name(4) == "scaling-4x"
     with pytest.raises(LmtransferError, match="positive multiple"):
         scaling.budget_overrides(0, base)
     with pytest.raises(LmtransferError, match="pretrain.max_steps is 0"):
-        scaling.budget_overrides(1, PretrainParams(max_steps=0))
+        scaling.budget_overrides(1, shipped("pretrain", max_steps=0))
 
 
 def test_the_scaling_summary_fits_the_trend_and_says_where_it_would_reach_the_baseline(tmp_path):
-    base = PretrainParams(max_steps=500, adapt_epochs=5)
+    base = shipped("pretrain", max_steps=500, adapt_epochs=5)
     found = []
     for budget in (0.5, 1, 2, 4):  # the pretrained accuracy climbs 0.05 per doubling of tokens
         experiment = _experiment(scaling.experiment_name(budget), 0.001, 0.65 + 0.05 * math.log2(budget))
@@ -145,7 +146,7 @@ def test_the_docs_tables_of_the_scaling_study_come_from_its_summary(tmp_path):
     from lmtransfer.core.io import write_json
     from lmtransfer.reporting.pages import generate
 
-    base = PretrainParams(max_steps=500, adapt_epochs=5)
+    base = shipped("pretrain", max_steps=500, adapt_epochs=5)
     found = []
     for budget in (1, 2, 4):
         experiment = _experiment(scaling.experiment_name(budget), 0.001, 0.6)

@@ -11,10 +11,8 @@ import pandas as pd
 import pytest
 import sentencepiece as spm
 
-from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.prepare import write_prepared
 from lmtransfer.classification.data.raw import RawData
-from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.errors import TokenizerError
 from lmtransfer.core.io import read_json
 from lmtransfer.data.prepared import SPLITS, read_split
@@ -37,6 +35,8 @@ from lmtransfer.tokens.tokenizer import (
     train_sentencepiece,
     training_sample_lines,
 )
+
+from conftest import shipped
 
 WORDS = (
     "the a an film movie was is good bad great story plot actor actress scene funny dull long short and but "
@@ -64,7 +64,7 @@ def corpus_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer(corpus_file):
-    return SentencePieceTokenizer(train_sentencepiece(corpus_file, TokenizerParams(vocab_size=VOCAB)))
+    return SentencePieceTokenizer(train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=VOCAB)))
 
 
 @pytest.fixture(scope="module")
@@ -82,19 +82,19 @@ def test_trained_tokenizer_has_the_fixed_special_ids(sp):
 
 
 def test_training_is_reproducible(corpus_file):
-    params = TokenizerParams(vocab_size=VOCAB)
+    params = shipped("tokenizer", vocab_size=VOCAB)
     assert train_sentencepiece(corpus_file, params, seed=1) == train_sentencepiece(corpus_file, params, seed=1)
 
 
 def test_bpe_model_type_is_supported(corpus_file):
-    model = train_sentencepiece(corpus_file, TokenizerParams(vocab_size=VOCAB, model_type="bpe"))
+    model = train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=VOCAB, model_type="bpe"))
     bpe = spm.SentencePieceProcessor(model_proto=model)
     assert bpe.get_piece_size() == VOCAB and bpe.bos_id() == BOS_ID
 
 
 def test_too_large_vocab_size_names_the_parameter(corpus_file):
     with pytest.raises(TokenizerError, match=r"tokenizer\.vocab_size"):
-        train_sentencepiece(corpus_file, TokenizerParams(vocab_size=5000))
+        train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=5000))
 
 
 def test_our_tokenizer_keeps_sentencepiece_ids_and_adds_nothing(tokenizer, sp):
@@ -110,7 +110,7 @@ def test_pieces_map_to_ids_without_retokenizing(tokenizer, sp):
 
 
 def test_a_user_model_without_padding_gets_one_appended(corpus_file):
-    params = TokenizerParams(vocab_size=VOCAB)
+    params = shipped("tokenizer", vocab_size=VOCAB)
     spm.SentencePieceTrainer.train(
         input=str(corpus_file), model_prefix=str(corpus_file.parent / "plain"), vocab_size=VOCAB, minloglevel=2
     )  # sentencepiece's defaults: unk 0, bos 1, eos 2, no padding
@@ -211,7 +211,7 @@ import hashlib, sys
 from pathlib import Path
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.tokens.tokenizer import train_sentencepiece
-params = TokenizerParams(vocab_size=int(sys.argv[2]), max_training_lines=int(sys.argv[3]))
+params = shipped("tokenizer", vocab_size=int(sys.argv[2]), max_training_lines=int(sys.argv[3]))
 print(hashlib.sha256(train_sentencepiece(Path(sys.argv[1]), params)).hexdigest())
 """
 
@@ -253,9 +253,9 @@ def tokenized(tmp_path_factory):
     }
     raw = RawData(splits=splits, corpus=_lines(320, seed=2))
     prepared = root / "prepared"
-    write_prepared(raw, DataParams(corpus_valid_fraction=0.05), prepared, source="files")
+    write_prepared(raw, shipped("data", corpus_valid_fraction=0.05), prepared, source="files")
     out = root / "tokenized"
-    meta = tokenize_prepared(prepared, out, TokenizerParams(vocab_size=VOCAB), seed=0)
+    meta = tokenize_prepared(prepared, out, shipped("tokenizer", vocab_size=VOCAB), seed=0)
     return prepared, out, meta, sizes
 
 

@@ -18,9 +18,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core.config import PretrainParams, TrainParams
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
@@ -28,6 +26,7 @@ from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import RunOptions
 
+from conftest import shipped
 from loopback import free_port
 
 CPU = torch.device("cpu")
@@ -75,13 +74,13 @@ def train_all() -> dict:
     # next-token pretraining: 8k + 8 tokens make 36 windows of 8 at any offset -> batches 5 x 7 + 1, 10 steps
     torch.manual_seed(0)
     lm = LanguageModel(_config())
-    params = PretrainParams(max_steps=10, batch_size=5, seq_len=8, eval_every=5, eval_batches=2, warmup_steps=2,
+    params = shipped("pretrain", max_steps=10, batch_size=5, seq_len=8, eval_every=5, eval_batches=2, warmup_steps=2,
                             lr=3e-3)
     result = pretrain(lm, _documents(296, 0), _documents(200, 1), params, LoopOptions(CPU, seed=0, log_every=1))
     out["clm"] = (result.train_log, result.valid_log, _state(lm))
     # masked tokens + next-sentence prediction, then the adaptation phase (masked tokens only: the NSP head idles)
     torch.manual_seed(1)
-    params = PretrainParams(objective="mlm", nsp=True, max_steps=6, batch_size=5, seq_len=16, eval_every=3,
+    params = shipped("pretrain", objective="mlm", nsp=True, max_steps=6, batch_size=5, seq_len=16, eval_every=3,
                             eval_batches=2, warmup_steps=2, lr=3e-3, adapt_epochs=1)
     objective = Objective.from_params(params, META)
     mlm = objective.build_model(_config(causal=False))
@@ -93,7 +92,7 @@ def train_all() -> dict:
     # fine-tuning: 23 texts in batches of 5 -> the last batch has 3
     torch.manual_seed(2)
     classifier = Classifier(_config(), 2, "mean")
-    tuned = finetune(classifier, _split(23, 6), _split(12, 7), FinetuneParams(epochs=2, batch_size=5, lr=3e-3,
+    tuned = finetune(classifier, _split(23, 6), _split(12, 7), shipped("finetune", epochs=2, batch_size=5, lr=3e-3,
                      max_len=12, warmup_steps=2), RunOptions(CPU, seed=0))
     out["finetune"] = (tuned.history, [], _state(classifier))
     return out
@@ -103,7 +102,7 @@ def _worker(rank: int, size: int, port: int, folder: str) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size), LOCAL_WORLD_SIZE=str(size),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    distributed.start(TrainParams(num_threads=size), CPU)  # 1 thread each
+    distributed.start(shipped("train", num_threads=size), CPU)  # 1 thread each
     assert torch.get_num_threads() == 1 and distributed.world() == distributed.World(rank, size)
     result = train_all()
     torch.save(result, Path(folder) / f"rank{rank}.pt")
@@ -142,7 +141,7 @@ def test_rows_are_shared_contiguously_the_first_ranks_taking_the_extra_ones():
 def test_one_process_changes_nothing():
     """train.nproc: 1 (no launcher): no relaunch, no process group, the same device."""
     distributed.launch(1)
-    assert distributed.start(TrainParams(), CPU) == CPU and distributed.world() == distributed.World()
+    assert distributed.start(shipped("train"), CPU) == CPU and distributed.world() == distributed.World()
 
 
 FAILING_STAGE = """
@@ -156,7 +155,7 @@ from lmtransfer.harness.stage import stage_main
 @stage_main("tiny")
 def main():
     distributed.launch(2)
-    distributed.start(TrainParams(), distributed.torch.device("cpu"))
+    distributed.start(shipped("train"), distributed.torch.device("cpu"))
     if distributed.world().rank == 1:
         raise ConfigError("pretrain.lr: rank 1 does not like it")
     distributed.torch.distributed.barrier()

@@ -56,7 +56,7 @@ SCRIPT = textwrap.dedent("""
     with stage_run(MODE, {}) as run:
         if MODE == "pretrain":
             model, ids = LanguageModel(config), np.tile(np.arange(5, 40, dtype=np.uint16), 60)
-            params = PretrainParams(seq_len=8, batch_size=4, max_steps=12, warmup_steps=2, eval_every=5, eval_batches=2)
+            params = shipped("pretrain", seq_len=8, batch_size=4, max_steps=12, warmup_steps=2, eval_every=5, eval_batches=2)
             options = pretraining.LoopOptions(log_every=1, log_metrics=log_metrics, snapshots=snapshots)
             log = pretraining.pretrain(model, ids, ids[:200], params, options).train_log
         else:  # 8 batches an epoch
@@ -64,7 +64,7 @@ SCRIPT = textwrap.dedent("""
             lengths = texts.integers(3, 12, 120)
             split = LabeledSplit(texts.integers(5, 40, lengths.sum()).astype(np.uint16),
                                  np.concatenate([[0], np.cumsum(lengths)]), texts.integers(0, 2, 120))
-            params = FinetuneParams(epochs=3, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
+            params = shipped("finetune", epochs=3, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
             options = RunOptions(desc="finetune", on_epoch=lambda row: log_metrics(row, row["epoch"]),
                                  snapshots=snapshots)
             log = finetune.finetune(model, split, split, params, options).history

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmtransfer.classification.config import FinetuneParams
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.core.config import PretrainParams
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
@@ -26,11 +24,13 @@ from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
 
+from conftest import shipped
+
 CPU = torch.device("cpu")
 CONFIG = ModelConfig(vocab_size=24, d_model=16, n_heads=2, n_layers=1, d_ff=16, dropout=0.1)
 CORPUS = np.tile(np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16), 120)
 TASK = np.tile(np.array([BOS_ID, 13, 14, 15, 16, 17, EOS_ID], dtype=np.uint16), 60)
-PARAMS = PretrainParams(max_steps=40, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=10,
+PARAMS = shipped("pretrain", max_steps=40, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=10,
                         eval_batches=2, adapt_epochs=2, adapt_lr=1e-3)
 
 
@@ -178,7 +178,7 @@ def _finetune(snapshots: Snapshots | None, stop_after: int | None = None, model_
         if row["epoch"] == stop_after:
             raise Interrupted
 
-    params = FinetuneParams(epochs=4, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
+    params = shipped("finetune", epochs=4, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
     result = finetune(model, _split(120, 0), _split(40, 1), params,
                       RunOptions(CPU, seed=5, on_epoch=on_epoch, snapshots=snapshots))
     return model, result, rows
@@ -252,7 +252,7 @@ def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_s
     from lmtransfer.pretraining.training import adaptation_steps
 
     assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
-    assert isinstance(PretrainParams(adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
+    assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
     whole = PARAMS.model_copy(update={"adapt_epochs": 1})
     torch.manual_seed(0)
     one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, LoopOptions(CPU, seed=3))

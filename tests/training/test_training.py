@@ -14,7 +14,6 @@ from lmtransfer.classification.finetune import describe_trainable, finetune, set
 from lmtransfer.classification.inference import predict
 from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.core import io as lmio
-from lmtransfer.core.config import PretrainParams
 from lmtransfer.modeling.checkpoint import (
     build_classifier,
     build_language_model,
@@ -29,6 +28,8 @@ from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
+
+from conftest import shipped
 
 CPU = torch.device("cpu")
 DEVICES = [pytest.param(CPU, id="cpu"),  # the CUDA path too (bf16 autocast, pinned copies) where a GPU is
@@ -107,7 +108,7 @@ def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: 
     torch.manual_seed(model_seed)
     config = ModelConfig(**{**LM_CONFIG.to_dict(), "dropout": dropout})
     model = LanguageModel(config)
-    params = PretrainParams(
+    params = shipped("pretrain", 
         max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5, eval_every=20, eval_batches=2,
         **overrides,
     )
@@ -153,7 +154,7 @@ def test_pretraining_is_deterministic_for_a_seed():
 def test_pretraining_logs_metrics_through_the_callback():
     logged = []
     torch.manual_seed(0)
-    params = PretrainParams(max_steps=6, batch_size=4, seq_len=8, eval_every=3, eval_batches=1, warmup_steps=1)
+    params = shipped("pretrain", max_steps=6, batch_size=4, seq_len=8, eval_every=3, eval_batches=1, warmup_steps=1)
     ids = np.tile(PATTERN, 20)
     pretrain(LanguageModel(LM_CONFIG), ids, ids, params,
              LoopOptions(CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m))))
@@ -184,7 +185,7 @@ def _separable_split(n: int, seed: int) -> LabeledSplit:
 
 def _finetune_params(**overrides) -> FinetuneParams:
     values = {"epochs": 4, "batch_size": 16, "lr": 3e-3, "max_len": 16, "warmup_steps": 5}
-    return FinetuneParams(**{**values, **overrides})
+    return shipped("finetune", **{**values, **overrides})
 
 
 HISTORY_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}  # no timings: results only
@@ -346,7 +347,7 @@ def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate():
 
     ids = np.arange(4, 4 + 16 * 6) % 20 + 4
     split = LabeledSplit(ids.astype(np.int64), np.arange(0, 16 * 6 + 1, 6), np.arange(16) % 2)
-    params = FinetuneParams(epochs=2, batch_size=4, lr=3e-4, schedule="constant", warmup_steps=0,
+    params = shipped("finetune", epochs=2, batch_size=4, lr=3e-4, schedule="constant", warmup_steps=0,
                             head_lr_multiplier=1.0, weight_decay=0.0, max_len=8)
     torch.optim.AdamW.step = recording_step
     try:

@@ -40,15 +40,16 @@ def test_added_pairs_follow_the_whole_pairs_and_never_hold_a_held_out_text():
 
 
 def test_prepare_adds_clause_pairs_to_train_only_and_counts_them(tmp_path):
-    from lmtransfer.translation.config import TranslationDataParams
     from lmtransfer.translation.data.parallel import load_parallel, read_pairs, write_parallel
+
+    from conftest import shipped
 
     rows = [f"He went to town {i}. She stayed home {i}.\tIl alla en ville {i}. Elle resta chez elle {i}."
             for i in range(40)]
     (tmp_path / "pairs.tsv").write_text("source\ttarget\n" + "\n".join(rows) + "\n", encoding="utf-8")
     params = {"source": "files", "train": str(tmp_path / "pairs.tsv"), "valid_fraction": 0.1, "test_fraction": 0.1}
-    whole = load_parallel(TranslationDataParams(**params, clause_pairs=False))
-    cut = load_parallel(TranslationDataParams(**params))
+    whole = load_parallel(shipped("data", "translation", **params, clause_pairs=False))
+    cut = load_parallel(shipped("data", "translation", **params))
     n_train = len(whole.splits["train"])
     assert cut.clause_pairs == 2 * n_train and len(cut.splits["train"]) == 3 * n_train
     for name in ("valid", "test"):

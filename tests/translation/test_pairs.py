@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError, InputFileError
-from lmtransfer.translation.config import TranslationDataParams
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 from lmtransfer.translation.data.pairs import carve_pairs, load_pair_files, read_pairs
+
+from conftest import shipped
 
 PAIRS = [("Hello, world.", "Bonjour, le monde."), ('He said "yes".', 'Il a dit "oui".'), ("Été", "Summer")]
 
@@ -39,7 +40,7 @@ def read(path: Path, key: str = "data.train", fmt: str = "auto", source: str = "
 
 def load(train: Path, valid: Path | str = "", test: Path | str = "", corpus: list[str] | None = None,
          valid_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0) -> ParallelData:
-    return load_pair_files(TranslationDataParams(
+    return load_pair_files(shipped("data", "translation", 
         source="files", train=str(train), valid=str(valid), test=str(test), corpus=corpus or [],
         valid_fraction=valid_fraction, test_fraction=test_fraction, seed=seed))
 

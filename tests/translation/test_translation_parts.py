@@ -10,7 +10,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
-from lmtransfer.translation.config import parse_translation_params as parse_classification_params
+from lmtransfer.translation.config import parse_translation_params
 from lmtransfer.translation.evaluate import (
     corpus_score,
     lab_report,
@@ -20,6 +20,8 @@ from lmtransfer.translation.evaluate import (
     translation_headline,
     translation_report,
 )
+
+from conftest import shipped_raw
 
 
 def _split(lengths: list[tuple[int, int]]) -> PairSplit:
@@ -31,31 +33,22 @@ def _split(lengths: list[tuple[int, int]]) -> PairSplit:
 
 
 def test_the_translation_params_file_is_recognised_by_its_task_and_validated():
-    params = parse_classification_params({"task": "translation", "finetune": {"epochs": 2}})
+    def parse(changes):
+        return parse_translation_params(shipped_raw(changes, "translation"))
+
+    params = parse({"finetune": {"epochs": 2}})
     assert type(params).__name__ == "TranslationParams" and params.finetune.epochs == 2
     assert params.causal_attention  # the pretrain stage reads it as from the classification params
     with pytest.raises(ConfigError, match="task: must be one of classification, translation"):
-        parse_classification_params({"task": "summarisation"})
+        parse({"task": "summarisation"})
     with pytest.raises(ConfigError, match="pretrain.adapt_epochs: must be 0 for translation"):
-        parse_classification_params({"task": "translation", "pretrain": {"adapt_epochs": 2}})
+        parse({"pretrain": {"adapt_epochs": 2}})
     with pytest.raises(ConfigError, match="data.source: files needs data.train"):
-        parse_classification_params({"task": "translation", "data": {"source": "files"}})
+        parse({"data": {"source": "files"}})
     with pytest.raises(ConfigError, match=r"finetune.beam: unknown parameter"):
-        parse_classification_params({"task": "translation", "finetune": {"beam": 4}})
+        parse({"finetune": {"beam": 4}})
     with pytest.raises(ConfigError, match="finetune.label_smoothing"):
-        parse_classification_params({"task": "translation", "finetune": {"label_smoothing": 1.5}})
-
-
-def test_the_shipped_translation_params_are_the_defaults_of_their_sections():
-    from ruamel.yaml import YAML
-
-    from import_closure import REPO
-
-    raw = YAML(typ="safe").load((REPO / "translation" / "params.yaml").read_text())
-    params = parse_classification_params(raw)
-    defaults = type(params)()
-    for section in type(params).model_fields:  # the file ships the defaults: the classes document them
-        assert getattr(params, section) == getattr(defaults, section), section
+        parse({"finetune": {"label_smoothing": 1.5}})
 
 
 def test_pair_batches_cover_every_usable_pair_once_with_the_target_shifted_by_one():

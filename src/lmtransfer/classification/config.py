@@ -9,7 +9,6 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from lmtransfer.core.config import (
-    ModelParams,
     PipelineParams,
     PlotParams,
     PretrainParams,
@@ -17,6 +16,7 @@ from lmtransfer.core.config import (
     TokenizerParams,
     TrainParams,
     check_seeds,
+    committed_version,
     known_encoding,
     parse_section_model,
     path_list,
@@ -25,6 +25,7 @@ from lmtransfer.core.config import (
     split_task,
 )
 from lmtransfer.core.errors import ConfigError
+from lmtransfer.modeling.model import ModelParams
 
 LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
 
@@ -35,60 +36,59 @@ NAMED_CORPORA = ("imdb-reviews",)  # data.corpus entries that name a pinned corp
 
 class DataParams(Section):
     source: Literal["movies-en", "reviews-zh", "imdb", "files"] = Field(
-        "movies-en", description="`movies-en` or `reviews-zh` (built in), `imdb` (the Large Movie Review Dataset: "
+        description="`movies-en` or `reviews-zh` (built in), `imdb` (the Large Movie Review Dataset: "
         "25,000 train / 25,000 test reviews as published, fetched once), or `files` (your own: `data.train` and below)"
     )
-    max_examples: int = Field(0, ge=0, description="cap on labeled training examples after deduplication (0 = all)")
+    max_examples: int = Field(ge=0, description="cap on labeled training examples after deduplication (0 = all)")
     max_corpus_lines: int = Field(
-        0, ge=0, description="cap on unlabeled corpus lines: the first N unique ones (0 = all)"
+        ge=0, description="cap on unlabeled corpus lines: the first N unique ones (0 = all)"
     )
     valid_fraction: float = Field(
-        0.1, gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is `''`"
+        gt=0, lt=1, description="share of train carved out, stratified, as validation when `data.valid` is `''`"
     )
     test_fraction: float = Field(
-        0.2, gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is `''`"
+        gt=0, lt=1, description="share of train carved out, stratified, as test when `data.test` is `''`"
     )
     corpus_valid_fraction: float = Field(
-        0.02, gt=0, lt=1, description="share of corpus lines held out to measure the pretraining perplexity"
+        gt=0, lt=1, description="share of corpus lines held out to measure the pretraining perplexity"
     )
     add_train_to_corpus: bool = Field(
-        True, description="the labeled *train* texts also join the pretraining corpus (valid and test texts never do)"
+        description="the labeled *train* texts also join the pretraining corpus (valid and test texts never do)"
     )
-    seed: int = Field(0, description="seed of the stratified train/valid/test split")
+    seed: int = Field(description="seed of the stratified train/valid/test split")
     # Only for `source: files`. Paths are relative to the repository root.
     train: str = Field(
-        "", description="`files` only: the labeled file (`.csv`, `.tsv`, `.jsonl`, `.parquet`, or pieces with a "
+        description="`files` only: the labeled file (`.csv`, `.tsv`, `.jsonl`, `.parquet`, or pieces with a "
         "parallel `.label` file); paths are relative to the repository root"
     )
-    valid: str = Field("", description="`files` only: labeled validation file; `''` = carved from train")
-    test: str = Field("", description="`files` only: labeled test file; `''` = carved from train")
+    valid: str = Field(description="`files` only: labeled validation file; `''` = carved from train")
+    test: str = Field(description="`files` only: labeled test file; `''` = carved from train")
     format: Literal[LABELED_FORMATS] = Field(  # type: ignore[valid-type]
-        "auto", description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
+        description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
         "or `pieces` (space-separated sentencepiece pieces)"
     )
-    text_column: str = Field("text", description="column (JSONL: field) holding the text")
+    text_column: str = Field(description="column (JSONL: field) holding the text")
     label_column: str = Field(
-        "label", description="column (JSONL: field) holding the label: any strings or integers, 2 classes or more"
+        description="column (JSONL: field) holding the label: any strings or integers, 2 classes or more"
     )
     label_case: Literal["strict", "fold"] = Field(
-        "strict", description="labels that differ only in case or Unicode form (`pos`, `Pos`): `strict` stops "
+        description="labels that differ only in case or Unicode form (`pos`, `Pos`): `strict` stops "
         "`validate` naming both; `fold` makes them one class, spelled as most rows spell it. Numeric labels are "
         "compared as numbers (`1` and `1.0` are one class) either way"
     )
     corpus: list[str] = Field(
-        default_factory=list,
         description="unlabeled text in place of the source's own: `imdb-reviews` (the 75,000 train and unlabeled "
         "IMDB reviews, never its test reviews; any source), or (`files` only) files or globs, one document per line "
         "(streamed: any size)",
     )
     corpus_format: Literal["text", "pieces"] = Field(
-        "text", description="`text`, or `pieces` when the corpus is already cut into sentencepiece pieces"
+        description="`text`, or `pieces` when the corpus is already cut into sentencepiece pieces"
     )
     encoding: str = Field(
-        "utf-8", description="text encoding of the labeled and corpus files (e.g. `utf-16`, `gb18030`, `latin-1`)"
+        description="text encoding of the labeled and corpus files (e.g. `utf-16`, `gb18030`, `latin-1`)"
     )
     imdb_from: str = Field(
-        "", description="a local copy of the Large Movie Review Dataset (`aclImdb_v1.tar.gz`, or its unpacked "
+        description="a local copy of the Large Movie Review Dataset (`aclImdb_v1.tar.gz`, or its unpacked "
         "`aclImdb/` folder), checked against the pinned release; `''` = downloaded once into the dataset cache. Read "
         "when `data.source` is `imdb` or `data.corpus` names `imdb-reviews`"
     )
@@ -150,52 +150,52 @@ ClassificationPretrainParams = PretrainParams  # the shared section, seeds inclu
 class FinetuneParams(Section):
     # Each variant is fine-tuned once per pretraining seed and fine-tuning seed (one DVC stage each).
     seeds: list[int] = Field(
-        default_factory=lambda: [0], min_length=1,
+        min_length=1,
         description="fine-tunes per pretraining run (head init, dropout, batch order); with 2 or more the "
         "report tells the fine-tuning seeds' share of the spread from the pretraining runs'",
     )
     epochs: int = Field(
-        2, ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
+        ge=1, description="passes over the labeled train split; the epoch with the best validation accuracy is kept"
     )
-    batch_size: int = Field(32, ge=1, description="texts per step")
+    batch_size: int = Field(ge=1, description="texts per step")
     batches: Literal["bucketed", "random"] = Field(
-        "bucketed", description="how an epoch's texts are grouped: `bucketed` (similar lengths together: least "
+        description="how an epoch's texts are grouped: `bucketed` (similar lengths together: least "
         "padding, fastest) or `random` (any texts together, as the original course drew them)"
     )
     lr: float = Field(
-        5e-4, gt=0, description="peak AdamW learning rate of the top Transformer layer (its course over the steps: "
+        gt=0, description="peak AdamW learning rate of the top Transformer layer (its course over the steps: "
         "`finetune.schedule`)"
     )
     # Discriminative learning rates (ULMFiT): the new head learns at lr x head_lr_multiplier, the top
     # Transformer layer at lr, each layer below at layer_lr_decay times the one above, the embedding last.
-    head_lr_multiplier: float = Field(30.0, gt=0, description="the new classification head learns at lr × this")
+    head_lr_multiplier: float = Field(gt=0, description="the new classification head learns at lr × this")
     layer_lr_decay: float = Field(
-        1.0, gt=0, le=1, description="each layer below the top learns at this × the one above, the embedding last "
+        gt=0, le=1, description="each layer below the top learns at this × the one above, the embedding last "
         "(1.0 = off; ULMFiT used 0.38)"
     )
-    max_len: int = Field(64, ge=3, description="tokens per text; longer texts keep their first `max_len`")
+    max_len: int = Field(ge=3, description="tokens per text; longer texts keep their first `max_len`")
     pooling: Literal["last", "mean", "first"] = Field(
-        "mean", description="what the head reads: `mean` (of the non-padding tokens), `last` (the last non-padding "
+        description="what the head reads: `mean` (of the non-padding tokens), `last` (the last non-padding "
         "token: causal models) or `first` (the begin-of-text token, BERT's [CLS]: bidirectional models)"
     )
     freeze_backbone: bool = Field(
-        False, description="train the head only; the base's weights stay as they are. Both variants: the scratch "
+        description="train the head only; the base's weights stay as they are. Both variants: the scratch "
         "model then trains a head on random features (a fair control)"
     )
-    grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (0 = plain Adam, step for step)")
-    warmup_steps: int = Field(20, ge=0, description="steps of linear learning-rate warm-up (0 = none)")
+    grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
+    weight_decay: float = Field(ge=0, description="AdamW weight decay (0 = plain Adam, step for step)")
+    warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up (0 = none)")
     schedule: Literal["cosine", "constant"] = Field(
-        "cosine", description="after the warm-up: `cosine` decay to a tenth of `lr` at the last step, or `constant` "
+        description="after the warm-up: `cosine` decay to a tenth of `lr` at the last step, or `constant` "
         "(the original course's: `lr` throughout)"
     )
 
     label_sizes: list[int] = Field(
-        default_factory=list, description="the label curve: numbers of labeled train examples, each a stratified "
+        description="the label curve: numbers of labeled train examples, each a stratified "
         "subset of the train split (nested; the same for both variants and TF-IDF) fine-tuned from every pretraining "
         "run as the full split is (`finetune_<variant>_labels@<size>-<p>-<f>`); `[]` = the full split alone"
     )
-    label_seed: int = Field(0, description="seed of the label curve's subsets")
+    label_seed: int = Field(description="seed of the label curve's subsets")
 
     @field_validator("seeds")
     @classmethod
@@ -211,31 +211,31 @@ class FinetuneParams(Section):
 
 
 class EvaluateParams(Section):
-    batch_size: int = Field(64, ge=1, description="test texts per batch")
+    batch_size: int = Field(ge=1, description="test texts per batch")
     bootstrap_samples: int = Field(
-        10_000, ge=100, description="resamples of pretraining runs × fine-tuning seeds × test examples for the "
+        ge=100, description="resamples of pretraining runs × fine-tuning seeds × test examples for the "
         "gap's 95% interval and p-value"
     )
-    seed: int = Field(0, description="seed of the resampling: the interval is the same on every run")
+    seed: int = Field(description="seed of the resampling: the interval is the same on every run")
 
 
 class BaselineParams(Section):
     """TF-IDF + logistic regression, C tuned on the validation split."""
 
     word_ngrams: list[int] = Field(
-        default_factory=lambda: [1, 2], min_length=2, max_length=2,
+        min_length=2, max_length=2,
         description="[low, high]: lengths of the word n-grams among the TF-IDF features",
     )
     char_ngrams: list[int] = Field(
-        default_factory=lambda: [2, 5], min_length=2, max_length=2,
+        min_length=2, max_length=2,
         description="[low, high]: lengths of the character n-grams (inside word boundaries)",
     )
-    min_df: int = Field(1, ge=1, description="n-grams in fewer train texts than this are dropped")
+    min_df: int = Field(ge=1, description="n-grams in fewer train texts than this are dropped")
     c_values: list[float] = Field(
-        default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0], min_length=1,
+        min_length=1,
         description="inverse regularisation strengths tried; the best on the validation split is kept",
     )
-    max_iter: int = Field(1000, ge=10, description="solver iterations per logistic-regression fit")
+    max_iter: int = Field(ge=10, description="solver iterations per logistic-regression fit")
 
     @field_validator("word_ngrams", "char_ngrams")
     @classmethod
@@ -255,17 +255,15 @@ class BaselineParams(Section):
 class ClassificationParams(PipelineParams):
     """The classification task's params.yaml."""
 
-    data: DataParams = DataParams()
-    tokenizer: TokenizerParams = TokenizerParams()
-    # The recipe chosen on validation (docs/results/classification.md, "What we tried"); the same for both variants.
-    model: ModelParams = ModelParams(n_layers=2, d_model=256, d_ff=256, embedding_init="uniform")
-    pretrain: ClassificationPretrainParams = ClassificationPretrainParams(max_steps=100, adapt_epochs=2, lr=3e-3,
-                                                                          adapt_lr=2e-3)
-    finetune: FinetuneParams = FinetuneParams(lr=1e-3)
-    train: TrainParams = TrainParams()
-    evaluate: EvaluateParams = EvaluateParams()
-    baseline: BaselineParams = BaselineParams()
-    plot: PlotParams = PlotParams()
+    data: DataParams
+    tokenizer: TokenizerParams
+    model: ModelParams
+    pretrain: ClassificationPretrainParams
+    finetune: FinetuneParams
+    train: TrainParams
+    evaluate: EvaluateParams
+    baseline: BaselineParams
+    plot: PlotParams
 
     @model_validator(mode="after")
     def _check_one_loaded_model_is_one_run(self) -> ClassificationParams:
@@ -312,3 +310,12 @@ def parse_classification_params(raw: Any, origin: str = "params") -> Classificat
 def load_classification_params(path: str | Path = "params.yaml") -> ClassificationParams:
     """Read and validate the classification pipeline's params file."""
     return parse_classification_params(read_params_file(path), origin=str(path))
+
+
+def shipped_classification_params(current: ClassificationParams, path: str | Path = "params.yaml") -> ClassificationParams:
+    """The params file as the last commit has it (the design the project ships), else `current`."""
+    raw = committed_version(path)
+    try:
+        return parse_classification_params(raw, f"{path} at HEAD") if raw is not None else current
+    except ConfigError:  # the commit's file no longer validates (a key renamed since): compare with nothing
+        return current

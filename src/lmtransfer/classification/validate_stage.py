@@ -3,7 +3,7 @@ files it reads, before DVC touches any output."""
 
 from __future__ import annotations
 
-from lmtransfer.classification.config import ClassificationParams
+from lmtransfer.classification.config import ClassificationParams, shipped_classification_params
 from lmtransfer.classification.inputs import check_inputs, design_cost
 
 
@@ -17,9 +17,10 @@ def run_validate_stage(params: ClassificationParams) -> None:
     # The MLflow store every later stage logs to: a broken or read-only one stops the pipeline here, before DVC
     # removes any later stage's outputs (a stage that ran into it would lose them first).
     usable_tracking_uri()
-    for note in params.pretrain.ignored_settings(type(params)().pretrain):
+    shipped = shipped_classification_params(params)
+    for note in params.pretrain.ignored_settings(shipped.pretrain):
         print(f"validate: note: {note}")
-    cost = design_cost(params, type(params)())
+    cost = design_cost(params, shipped)
     if cost:
         print(f"validate: note: {cost}")
     for name, entries in manifests.items():

@@ -56,7 +56,8 @@ def parameter_table(
         expected_base_parameters,
     )
 
-    config = ModelConfig(vocab_size, d_model, n_layers, n_heads, d_ff, dropout=0.0)
+    config = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
+                         dropout=0.0)
     classifier, language_model = Classifier(config, n_classes), LanguageModel(config)
     base = classifier.base
     layer = base.layers.layers[0]
@@ -102,14 +103,6 @@ def load_any_task_params(path: Path):
     return parse_translation_params(raw, str(path)) if task == "translation" else parse_classification_params(raw, str(path))
 
 
-def default_task_params(translation: bool):
-    """The task's parameter defaults, for a command run where its params file is missing."""
-    from lmtransfer.classification.config import ClassificationParams
-    from lmtransfer.translation.config import TranslationParams
-
-    return TranslationParams() if translation else ClassificationParams()
-
-
 def _existing(path: Path, named_by: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file ({named_by})")
@@ -140,11 +133,11 @@ def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class ModelSources:
-    """Where the configured model's sizes come from when no flag gives them: the params file (or the task's
-    defaults when its default file is missing) and the tokenize stage's meta.json, once that stage has run."""
+    """Where the configured model's sizes come from when no flag gives them: the params file (None when its
+    default file is missing: the flags must then give the sizes) and the tokenize stage's meta.json, once that
+    stage has run."""
 
     params_file: Path
-    have_params: bool  # False: the default file is missing and `params` holds the task's defaults
     params: Any
     meta_file: Path
     meta: dict | None
@@ -166,15 +159,21 @@ def task_params_file(args: argparse.Namespace) -> Path:
 
 def model_sources(args: argparse.Namespace) -> ModelSources:
     """The params and the tokenized data's meta.json that `configured_model` falls back on. A missing default
-    file gives the task's defaults (the command still describes a model); a missing named file is an error."""
+    file is no params (the flags then describe the model); a missing named file is an error."""
     from lmtransfer.reporting.result_files import read_result_json
 
     params_file = task_params_file(args)
     have_params = params_file.is_file() or params_file not in (DEFAULT_PARAMS, TRANSLATION_PARAMS)
-    params = load_any_task_params(params_file) if have_params else default_task_params(args.translation)
+    params = load_any_task_params(params_file) if have_params else None
     meta_file = params_file.parent / paths.TOKENIZED / "meta.json"
     meta = read_result_json(meta_file, "the tokenized data's meta") if meta_file.is_file() else None
-    return ModelSources(params_file, have_params, params, meta_file, meta)
+    return ModelSources(params_file, params, meta_file, meta)
+
+
+def needs_params(sources: ModelSources, flag: str) -> None:
+    if sources.params is None:
+        raise SystemExit(f"error: no {sources.params_file} here to read the model from: run in the project's folder, "
+                         f"name a params file with --params, or give {flag}")
 
 
 def vocabulary_size(args: argparse.Namespace, sources: ModelSources) -> tuple[int, str]:
@@ -188,8 +187,9 @@ def vocabulary_size(args: argparse.Namespace, sources: ModelSources) -> tuple[in
         return size, f"from --vocab-file ({args.vocab_file}: {size - 4:,} entries + 4 special ids)"
     if sources.meta is not None:
         return sources.meta["vocab_size"], f"from {sources.meta_file}"
+    needs_params(sources, "--vocab-size")
     size, source = vocab_size_from_tokenizer_params(sources.params.tokenizer, sources.root)
-    return size, (f"from {source} in {sources.params_file}" if sources.have_params else f"from {source} (default)")
+    return size, f"from {source} in {sources.params_file}"
 
 
 def class_count(args: argparse.Namespace, sources: ModelSources) -> tuple[int, str]:
@@ -207,28 +207,26 @@ def class_count(args: argparse.Namespace, sources: ModelSources) -> tuple[int, s
 def model_shape(args: argparse.Namespace, sources: ModelSources) -> dict[str, tuple[int, str]]:
     """D, N, A, F (by letter) and where each came from: its flag, else the params file's model section."""
     flags = vars(args)
-    from_params = f"from {sources.params_file}" if sources.have_params else (
-        f"from the model defaults (no {sources.params_file} here; --params names one)"
-    )
     shape = {}
     for key, letter in SHAPE.items():
+        flag = f"--{key.replace('_', '-')}"
         if key in flags:
-            shape[letter] = flags[key], f"from --{key.replace('_', '-')}"
+            shape[letter] = flags[key], f"from {flag}"
         else:
-            shape[letter] = getattr(sources.params.model, key), from_params
+            needs_params(sources, flag)
+            shape[letter] = getattr(sources.params.model, key), f"from {sources.params_file}"
     return shape
 
 
 def check_shape(sizes: dict[str, int], origins: dict[str, str]) -> None:
     """Refuse, in one line, a shape the flags and the file give together that the params' own rules forbid,
     naming where D and A came from (the values a divisibility rule ties together)."""
-    from lmtransfer.core.config import ModelParams
+    from lmtransfer.modeling.model import check_shape as check_model_shape
 
     try:
-        ModelParams(n_layers=sizes["N"], d_model=sizes["D"], n_heads=sizes["A"], d_ff=sizes["F"])
+        check_model_shape(sizes["D"], sizes["A"])
     except ValueError as exc:
-        rule = exc.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
-        raise SystemExit(f"error: {rule} (D {origins['D']}, A {origins['A']})") from None
+        raise SystemExit(f"error: {exc} (D {origins['D']}, A {origins['A']})") from None
 
 
 def origins_line(origins: dict[str, str]) -> str:
@@ -243,7 +241,7 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     """V, C, D, N, A, F of the model the project is configured to build, and where each came from (one line,
     plus a note when the tokenized data no longer matches the tokenizer params).
 
-    A flag wins; else D, N, A, F from the params file (the model defaults when the default file is missing),
+    A flag wins; else D, N, A, F from the params file,
     V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
     """
     sources = model_sources(args)
@@ -252,7 +250,7 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
     origins = {letter: origin for letter, (_, origin) in chosen.items()}
     check_shape(sizes, origins)
     lines = [origins_line(origins), attention_line(sources.params, sizes["D"])]
-    if sources.have_params and origins["V"] == f"from {sources.meta_file}":
+    if sources.params is not None and origins["V"] == f"from {sources.meta_file}":
         lines += _stale_vocabulary_note(sizes["V"], sources.params.tokenizer, sources.root, sources.params_file)
     return sizes, "\n".join(lines)
 
@@ -261,11 +259,14 @@ def attention_line(params, d_model: int) -> str:
     """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
     from lmtransfer.modeling.model import MaskedLanguageModel, ModelConfig, count_parameters
 
+    if params is None:
+        return "attention causal (the course's; no params file says otherwise)"
     objective = params.pretrain.objective
     line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "
             f"(model.attention {params.model.attention}, pretrain.objective {objective})")
     if params.pretrain.nsp:
-        tiny = MaskedLanguageModel(ModelConfig(1, d_model, 1, 1, 1, dropout=0.0, causal=False), next_sentence=True)
+        tiny = MaskedLanguageModel(ModelConfig(vocab_size=1, d_model=d_model, n_layers=1, n_heads=1, d_ff=1, dropout=0.0,
+                                               causal=False), next_sentence=True)
         extra = count_parameters(tiny.segment_embedding) + count_parameters(tiny.next_sentence_head)
         line += (f"; next-sentence prediction adds {extra:,} parameters while pretraining (segment embeddings "
                  "2 x D, head D x 2 + 2), folded away for the classifier")

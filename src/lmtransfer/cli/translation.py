@@ -14,10 +14,8 @@ from lmtransfer.cli.args import (
     texts_from_arguments_or_stdin,
 )
 from lmtransfer.core import paths
-from lmtransfer.translation.config import TranslationEvaluateParams
 
 TRANSLATION = paths.TRANSLATION_ROOT  # the translation pipeline's folder, from the repository root
-DECODING = TranslationEvaluateParams()  # the evaluate stage's beam search is the command's default
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -34,7 +32,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     tokenizer = load_tokenizer(args.tokenizer)
     check_trained_with(payload, args.checkpoint, tokenizer, args.tokenizer)
     model = translation_model(payload, device)
-    options = DecodingOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
+    chosen = {"beam_size": args.beam_size, "length_penalty": args.length_penalty}
+    options = DecodingOptions(**{key: value for key, value in chosen.items() if value is not None})
     for translation in translate_texts(model, texts, tokenizer, options, device):
         print(translation)
 
@@ -50,7 +49,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     add_model_files(translate, TRANSLATION / paths.finetuned_checkpoint("pretrained", paths.finetune_run(0, 0)),
                     "a translation checkpoint; the default is the pretrained variant of pretraining run 0, seed 0",
                     TRANSLATION / paths.TOKENIZED, "the translation pipeline's tokenized data directory (or a file in it)")
-    translate.add_argument("--beam-size", type=POSITIVE, default=DECODING.beam_size, help="beam width (1 = greedy decoding)")
-    translate.add_argument("--length-penalty", type=NON_NEGATIVE_FLOAT, default=DECODING.length_penalty,
-                           help="GNMT's alpha: beams ranked by log P / ((5 + length) / 6) ** alpha")
+    translate.add_argument("--beam-size", type=POSITIVE, help="beam width (1 = greedy decoding; default: the decoder's, 1)")
+    translate.add_argument("--length-penalty", type=NON_NEGATIVE_FLOAT,
+                           help="GNMT's alpha: beams ranked by log P / ((5 + length) / 6) ** alpha (default 0.6)")
     translate.set_defaults(func=cmd_translate)

@@ -4,14 +4,15 @@ Validation happens before any stage does real work, so a typo such as
 `model.n_layer` or an impossible value such as `d_model` not divisible by
 `n_heads` stops with one message naming the key, not a traceback an hour later.
 
-Each section's defaults are the values shipped in params.yaml, and each field's
-`description` is its documentation: `lmtransfer params` renders the table the
-docs show (see docs/params_tables.py).
+No field has a default: params.yaml is the one place the values live (a key
+missing there is an error naming it). Each field's `description` is its
+documentation: `lmtransfer params` renders the table the docs show.
 """
 
 from __future__ import annotations
 
 import codecs
+import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,126 +45,89 @@ def known_encoding(value: str) -> str:
 
 class TokenizerParams(Section):
     vocab_size: int = Field(
-        4000, ge=16, description="pieces of the sentencepiece model trained on the corpus, specials included "
+        ge=16, description="pieces of the sentencepiece model trained on the corpus, specials included "
         "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)"
     )
-    model_type: Literal["unigram", "bpe"] = Field("unigram", description="sentencepiece algorithm: `unigram` or `bpe`")
+    model_type: Literal["unigram", "bpe"] = Field(description="sentencepiece algorithm: `unigram` or `bpe`")
     character_coverage: float = Field(
-        1.0, gt=0, le=1, description="share of the corpus's characters the pieces cover; the rarest others become "
+        gt=0, le=1, description="share of the corpus's characters the pieces cover; the rarest others become "
         "`<unk>` (e.g. 0.9995 for Chinese)"
     )
     # sentencepiece's text normalisation, applied to the corpus, the labeled texts and every later input
     # alike. The default also folds case: movies-en's dialogue corpus is lower case, its reviews are not.
     normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = Field(
-        "nmt_nfkc_cf", description="sentencepiece's normalisation rule, applied to every text: `nmt_nfkc_cf` = NFKC + "
+        description="sentencepiece's normalisation rule, applied to every text: `nmt_nfkc_cf` = NFKC + "
         "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
     )
     max_training_lines: int = Field(
-        500_000, ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model; "
+        ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model; "
         "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)"
     )
     # Existing tokenizers (paths relative to the repository root); either replaces training one.
     model_file: str = Field(
-        "", description="an existing sentencepiece `.model` to use instead of training one; it cuts raw text into "
+        description="an existing sentencepiece `.model` to use instead of training one; it cuts raw text into "
         "pieces"
     )
     vocab_file: str = Field(
-        "", description="a fairseq dictionary (`<piece> <count>` per line) as the id space: 0 `<sos>`, 1 `<pad>`, "
+        description="a fairseq dictionary (`<piece> <count>` per line) as the id space: 0 `<sos>`, 1 `<pad>`, "
         "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`"
     )
 
 
-class ModelParams(Section):
-    n_layers: int = Field(4, ge=1, description="N: Transformer layers")
-    d_model: int = Field(
-        200, ge=2, description="D: width of the embeddings and hidden states (even, divisible by `model.n_heads`)"
-    )
-    n_heads: int = Field(2, ge=1, description="A: attention heads per layer")
-    d_ff: int = Field(200, ge=1, description="F: hidden units of each layer's feed-forward block")
-    dropout: float = Field(0.1, ge=0, lt=1, description="dropout rate after the embedding and inside every layer")
-    embedding_init: Literal["normal", "uniform"] = Field(
-        "normal", description="the token embedding's first weights: `normal`, nn.Embedding's N(0, 1) (times sqrt(D): "
-        "std 14 at D = 200, far above the positions' scale), or `uniform` in [-0.1, 0.1] as PyTorch's Transformer "
-        "tutorial draws them (what reaches the course's published accuracy from scratch: docs/results/course.md)"
-    )
-    # Attention direction is architecture (the scratch twin must match the pretrained model), but it follows
-    # from the objective: `auto` resolves it from `pretrain.objective`, so one -S switches both.
-    attention: Literal["auto", "causal", "bidirectional"] = Field(
-        "auto", description="`causal` (position i sees positions <= i), `bidirectional` (every position sees the "
-        "whole text), or `auto`: causal for `pretrain.objective: clm`, bidirectional for `mlm`"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> ModelParams:
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
-            )
-        if self.d_model % 2:
-            raise ValueError(f"model.d_model ({self.d_model}) must be even for the sinusoidal encoding")
-        return self
-
-
 class PretrainParams(Section):
-    epochs: int = Field(1, ge=1, description="passes over the corpus, when `pretrain.max_steps` is 0")
+    epochs: int = Field(ge=1, description="passes over the corpus, when `pretrain.max_steps` is 0")
     max_steps: int = Field(
-        500, ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)"
+        ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)"
     )
-    batch_size: int = Field(32, ge=1, description="sequences per step")
-    seq_len: int = Field(64, ge=2, description="tokens per sequence: the corpus is packed into windows this long")
+    batch_size: int = Field(ge=1, description="sequences per step")
+    seq_len: int = Field(ge=2, description="tokens per sequence: the corpus is packed into windows this long")
     lr: float = Field(
-        2e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
+        gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
     )
-    warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
-    grad_clip: float = Field(0.5, gt=0, description="gradients are clipped to this global norm")
-    eval_every: int = Field(200, ge=1, description="steps between validation loss and perplexity measurements")
-    eval_batches: int = Field(20, ge=1, description="batches per validation measurement")
+    warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up")
+    weight_decay: float = Field(ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
+    eval_every: int = Field(ge=1, description="steps between validation loss and perplexity measurements")
+    eval_batches: int = Field(ge=1, description="batches per validation measurement")
     prompts: list[str] = Field(
-        default_factory=lambda: ["the movie was", "i think that", "this film is"],
         description="continued greedily and by sampling after pretraining (`metrics/pretrain/seed<p>/samples.txt`)",
     )
-    generate_tokens: int = Field(20, ge=1, description="tokens generated per prompt")
-    temperature: float = Field(0.8, gt=0, description="sampling temperature of the sampled continuations")
-    top_k: int = Field(40, ge=0, description="sample among the k likeliest tokens (0 = all)")
+    generate_tokens: int = Field(ge=1, description="tokens generated per prompt")
+    temperature: float = Field(gt=0, description="sampling temperature of the sampled continuations")
+    top_k: int = Field(ge=0, description="sample among the k likeliest tokens (0 = all)")
     init_from: str = Field(
-        "", description="a checkpoint to load instead of pretraining (ours or the original course layout; '' = "
+        description="a checkpoint to load instead of pretraining (ours or the original course layout; '' = "
         "pretrain here)"
     )
     # ULMFiT's second step: after the corpus, the language model keeps training on the labeled *train*
     # texts alone (labels unused) for this many epochs, so it learns the task's kind of text.
     adapt_epochs: int | float = Field(
-        5, ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
+        ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
         "second step; 0 = off; a fraction runs that share of the steps, as `lmtransfer scaling` does)"
     )
     adapt_lr: float = Field(
-        1e-3, gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
+        gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
     )
     adapt_max_steps: int = Field(
-        5000, ge=0, description="at most this many steps of that phase, however large the labeled texts (the log "
+        ge=0, description="at most this many steps of that phase, however large the labeled texts (the log "
         "says when it cuts; 0 = no cap)"
     )
     objective: Literal["clm", "mlm"] = Field(
-        "clm", description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
+        description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
         "modelling (bidirectional attention; prompts become fill-in-the-blank samples)"
     )
     mask_prob: float = Field(
-        0.15, gt=0, lt=1, description="`mlm`: share of each sequence's tokens chosen for prediction (of them 80% "
+        gt=0, lt=1, description="`mlm`: share of each sequence's tokens chosen for prediction (of them 80% "
         "become `<mask>`, 10% a random token, 10% stay)"
     )
     nsp: bool = Field(
-        False, description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
+        description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
         "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
-    )
-    chunked_loss: Literal["auto", "on", "off"] = Field(
-        "auto", description="`clm`: head and softmax computed in chunks of at most 8M logits (128 positions at "
-        "V = 50,001), never the whole logits matrix (the same exact softmax; faster, and far less memory for a "
-        "large vocabulary; last digits differ); `auto` = on from 2,000 ids"
     )
     # One pretraining run per seed (stage pretrain@<seed>), in both tasks: the results' interval samples pretraining
     # runs too.
     seeds: list[int] = Field(
-        default_factory=lambda: [0, 1, 2], min_length=1,
+        min_length=1,
         description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
         "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
     )
@@ -174,7 +138,7 @@ class PretrainParams(Section):
         return check_seeds(seeds, "pretrain.seeds")
 
     def ignored_settings(self, defaults: PretrainParams) -> list[str]:
-        """Keys set away from their task's `defaults` (what params.yaml ships) that the others make useless: a sweep
+        """Keys set away from `defaults` (the committed params.yaml's) that the others make useless: a sweep
         over one changes nothing, so the validate stage names it before any run is spent on it."""
         changed = {name for name in type(self).model_fields if getattr(self, name) != getattr(defaults, name)}
         notes = []
@@ -205,30 +169,30 @@ def check_seeds(seeds: list[int], key: str = "finetune.seeds") -> list[int]:
 
 class TrainParams(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
-        "auto", description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
+        description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
     )
     num_threads: int = Field(
-        0, ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
+        ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
     )
     nproc: int = Field(
-        1, ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
+        ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
         "on its share of every batch; same results within float rounding with `model.dropout: 0` "
         "(docs/guide/scale.md)"
     )
-    log_every: int = Field(50, ge=1, description="pretraining steps between logged training metrics")
+    log_every: int = Field(ge=1, description="pretraining steps between logged training metrics")
     compile: bool = Field(
-        False, description="`torch.compile` the training steps (fused kernels, meant for GPUs; measured slower on a "
+        description="`torch.compile` the training steps (fused kernels, meant for GPUs; measured slower on a "
         "2-core CPU, docs/guide/scale.md); the last digits of results differ"
     )
     resume_every: int = Field(
-        100, ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
+        ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
         "`dvc repro` after a kill continues from the last one with the same result; 0 = none. "
         "Not a DVC dependency: it never changes a result",
     )
 
 
 class PlotParams(Section):
-    dpi: int = Field(120, ge=30, le=600, description="resolution of the PNG figures")
+    dpi: int = Field(ge=30, le=600, description="resolution of the PNG figures")
 
 
 class PipelineParams(Section):
@@ -328,3 +292,14 @@ def read_params_file(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
 
 
+
+
+def committed_version(path: str | Path) -> Any:
+    """The params file's YAML as the last commit has it, None without one: what the project ships, which the
+    validate stage's notes compare a run with (`dvc exp run -S` edits the file itself)."""
+    try:
+        text = subprocess.run(["git", "show", f"HEAD:./{Path(path).as_posix()}"], capture_output=True, text=True,
+                              check=True).stdout
+        return YAML(typ="safe", pure=True).load(text)
+    except (OSError, subprocess.CalledProcessError, YAMLError):
+        return None

@@ -1,4 +1,4 @@
-"""Where and how training runs: device choice, precision, seeding, threads."""
+"""Where and how training runs: device, precision, seeding, threads."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 from lmtransfer.core import sharing
 from lmtransfer.core.config import TrainParams
 from lmtransfer.core.errors import DeviceError
-from lmtransfer.core.sharing import parallel_jobs, thread_share
 
 
 def select_device(requested: str = "auto") -> torch.device:
@@ -33,8 +32,7 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
 
 
 def to_device(tensors, device: torch.device) -> list[torch.Tensor]:
-    """A batch onto the training device; on a GPU from pinned memory without waiting for the copy, which then
-    overlaps the kernels still running from the previous step."""
+    """A batch onto the device; on a GPU from pinned memory, the copy overlapping the previous step's kernels."""
     if device.type != "cuda":
         return [tensor.to(device) for tensor in tensors]
     return [tensor.pin_memory().to(device, non_blocking=True) for tensor in tensors]
@@ -52,64 +50,44 @@ def seed_everything(seed: int) -> None:
 
 
 def cpu_identity() -> dict[str, str]:
-    """The CPU's vendor and model name, as /proc/cpuinfo gives them ("unknown" elsewhere). Results are kept per
-    vendor: under the same AVX2 pins, an Intel Xeon and an AMD EPYC still round a few operations differently."""
+    """The CPU's vendor and model name from /proc/cpuinfo ("unknown" elsewhere): an Intel Xeon and an AMD EPYC
+    round a few operations differently, so results say which one made them."""
     found = {"vendor_id": "unknown", "model name": "unknown"}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                if key.strip() in found and found[key.strip()] == "unknown":
-                    found[key.strip()] = value.strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
+        for line in info:
+            key, _, value = line.partition(":")
+            if found.get(key.strip()) == "unknown":
+                found[key.strip()] = value.strip()
     return {"cpu_vendor": found["vendor_id"], "cpu_model": found["model name"]}
 
 
 def environment_facts() -> dict[str, str | int]:
-    """What CPU results depend on besides code, params and data: the CPU (vendor and model: the same pins still
-    round a few operations differently on an Intel Xeon and an AMD EPYC), the kernels' instruction set and the
-    threads.
-
-    Stored beside the results, so a difference between two machines is explained, not a mystery; several
-    processes (torchrun) add their count.
-    """
+    """What CPU results depend on besides code, params and data (stored beside them, so a difference between two
+    machines is explained): the CPU, the kernels' instruction set, the threads, and the processes under torchrun."""
     facts = {"cpu_model": cpu_identity()["cpu_model"], "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
-             "threads": torch.get_num_threads(), "denormals_flushed": denormals_flushed()}
-    if torch.distributed.is_available() and torch.distributed.is_initialized():  # train.nproc > 1: threads each
+             "threads": torch.get_num_threads()}
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
         facts["processes"] = torch.distributed.get_world_size()
     return facts
 
 
 def flush_denormals() -> bool:
-    """Subnormal floats (below 1.2e-38) count as zero on the CPU (FTZ/DAZ), as GPU training kernels treat them.
-    Attention weights and gradients underflow into that range, and each product touching one there costs
-    the CPU some hundred cycles: a third of a pretraining step went into matrix products slowed that way.
-    Per thread, so it must come before torch starts its worker threads, which copy it when they start."""
+    """Subnormal floats count as zero on the CPU, as GPU training kernels treat them: attention weights and
+    gradients underflow there, and each product touching one costs some hundred cycles. Per thread: call it
+    before torch starts its worker threads, which copy the flag when they start."""
     return torch.set_flush_denormal(True)
-
-
-def denormals_flushed() -> bool:
-    """Whether every CPU thread of torch flushes subnormals: a product of subnormals split across all threads
-    comes out all zeros. False when a thread started before `flush_denormals`."""
-    smallest = torch.ones((1 << 16) * torch.get_num_threads(), dtype=torch.int32).view(torch.float32)  # 1.4e-45
-    return bool((smallest * 1.0).eq(0).all())  # from bits: a float literal would be flushed on conversion
 
 
 def use_share_of_cores() -> int:
     """All cores when alone; cores / jobs when `sharing.parallel_jobs` says others share the machine.
-    OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use. Flushes
-    denormals first, while no worker thread exists yet (`flush_denormals`)."""
+    OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use."""
     flush_denormals()
     if "OMP_NUM_THREADS" not in os.environ:
-        jobs = parallel_jobs()
-        torch.set_num_threads(thread_share(jobs))
+        jobs = sharing.parallel_jobs()
+        torch.set_num_threads(sharing.thread_share(jobs))
         if jobs > 1:
             print(f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} cores: {jobs} jobs share this machine "
                   f"(LMTRANSFER_JOBS or DVC queue workers); train.num_threads sets it", flush=True)
-        elif handover := sharing.handed_over():
-            print(f"neighbours: {handover['saw']}; this process took the training over, "
-                  f"{sharing.WAIT_WORDS[handover['wait']]}", flush=True)
         elif sharing.others_were_busy():
             print(f"other programs kept {sharing.busy_at_start.normal:.1f} of {os.cpu_count()} cores busy at start: "
                   "waiting threads sleep at once (OMP_WAIT_POLICY=PASSIVE), which changes speed, never a result",
@@ -118,7 +96,7 @@ def use_share_of_cores() -> int:
 
 
 def configure(params: TrainParams, seed: int = 0) -> torch.device:
-    """Seed, set CPU threads, pick the device; called once by each training stage."""
+    """Seed, set CPU threads, pick the device; called once by each training stage, before its parallel work."""
     seed_everything(seed)
     flush_denormals()
     if params.num_threads:

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from lmtransfer.core.config import PretrainParams
-from lmtransfer.modeling.lm_loss import use_chunked_loss
 from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.pretraining.objectives import Objective
@@ -198,7 +197,6 @@ def pretrain(
     train_batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
     valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
     model.to(device).train()
-    model.chunked_loss = use_chunked_loss(params.chunked_loss, model.head.out_features)
     steps = total_steps(params, train_batches)
     task = _LanguageModelling(model, train_batches, valid_sets, params, options, phase, PretrainResult(steps=steps))
     schedule = Schedule(steps, train_batches.steps_per_epoch(), report_every=options.log_every,

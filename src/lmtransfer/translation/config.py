@@ -14,7 +14,6 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from lmtransfer.core.config import (
-    ModelParams,
     PipelineParams,
     PlotParams,
     PretrainParams,
@@ -29,48 +28,49 @@ from lmtransfer.core.config import (
     split_task,
 )
 from lmtransfer.core.errors import ConfigError
+from lmtransfer.modeling.model import ModelParams
 
 PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl")
 
 
 class TranslationDataParams(Section):
     source: Literal["bible-en-fr", "files"] = Field(
-        "bible-en-fr", description="`bible-en-fr` (built in: World English Bible → Louis Segond 1910, verse pairs) "
+        description="`bible-en-fr` (built in: World English Bible → Louis Segond 1910, verse pairs) "
         "or `files` (your own pairs: `data.train` and below)"
     )
     valid_fraction: float = Field(
-        0.05, gt=0, lt=1, description="bible-en-fr: share of whole chapters held out for validation; files: share "
+        gt=0, lt=1, description="bible-en-fr: share of whole chapters held out for validation; files: share "
         "of train rows carved out when `data.valid` is `''`"
     )
     test_fraction: float = Field(
-        0.05, gt=0, lt=1, description="the same for the test split (`data.test`)"
+        gt=0, lt=1, description="the same for the test split (`data.test`)"
     )
-    seed: int = Field(0, description="seed of the chapter (or row) split")
+    seed: int = Field(description="seed of the chapter (or row) split")
     extra_monolingual: bool = Field(
-        True, description="bible-en-fr: four more Bibles (KJV, Basic English, Ostervald, Darby), train chapters "
+        description="bible-en-fr: four more Bibles (KJV, Basic English, Ostervald, Darby), train chapters "
         "only, join the pretraining corpus"
     )
-    max_train_pairs: int = Field(0, ge=0, description="cap on training pairs, the first N after the split (0 = all)")
+    max_train_pairs: int = Field(ge=0, description="cap on training pairs, the first N after the split (0 = all)")
     clause_pairs: bool = Field(
-        True, description="training pairs whose two sides split at clause punctuation into as many pieces are also "
+        description="training pairs whose two sides split at clause punctuation into as many pieces are also "
         "added piece by piece (`data/clauses.py`): short pairs for a model asked to translate short sentences"
     )
     train: str = Field(
-        "", description="`files` only: the pairs file (`.tsv`, `.csv`, `.jsonl`); paths are relative to the "
+        description="`files` only: the pairs file (`.tsv`, `.csv`, `.jsonl`); paths are relative to the "
         "repository root"
     )
-    valid: str = Field("", description="`files` only: validation pairs; `''` = carved from train")
-    test: str = Field("", description="`files` only: test pairs; `''` = carved from train")
+    valid: str = Field(description="`files` only: validation pairs; `''` = carved from train")
+    test: str = Field(description="`files` only: test pairs; `''` = carved from train")
     format: Literal[PAIR_FORMATS] = Field(  # type: ignore[valid-type]
-        "auto", description="of the pair files: `auto` (from the extension), `csv`, `tsv` or `jsonl`"
+        description="of the pair files: `auto` (from the extension), `csv`, `tsv` or `jsonl`"
     )
-    source_column: str = Field("source", description="column (JSONL: field) holding the sentence to translate")
-    target_column: str = Field("target", description="column (JSONL: field) holding its translation")
+    source_column: str = Field(description="column (JSONL: field) holding the sentence to translate")
+    target_column: str = Field(description="column (JSONL: field) holding its translation")
     corpus: list[str] = Field(
-        default_factory=list, description="`files` only: more unlabelled text of either language for pretraining, "
+        description="`files` only: more unlabelled text of either language for pretraining, "
         "files or globs, one sentence per line"
     )
-    encoding: str = Field("utf-8", description="text encoding of the pair and corpus files")
+    encoding: str = Field(description="text encoding of the pair and corpus files")
 
     _one_path_is_a_list = field_validator("corpus", mode="before")(path_list)
     _known_encoding = field_validator("encoding")(known_encoding)
@@ -91,38 +91,36 @@ TranslationPretrainParams = PretrainParams  # the shared section, seeds included
 
 class TranslationFinetuneParams(Section):
     seeds: list[int] = Field(
-        default_factory=lambda: [0], min_length=1,
+        min_length=1,
         description="fine-tunes per pretraining run (cross-attention init, batch order), and scratch runs per "
         "random start",
     )
-    epochs: int = Field(1, ge=1, description="passes over the training pairs; the epoch with the best validation "
+    epochs: int = Field(ge=1, description="passes over the training pairs; the epoch with the best validation "
                                              "BLEU is kept")
     max_steps: int = Field(
-        0, ge=0, description="stop after this many steps, the learning-rate schedule sized to them (0 = run "
+        ge=0, description="stop after this many steps, the learning-rate schedule sized to them (0 = run "
         "`epochs` full passes): a time budget that still sees pairs of every length"
     )
-    batch_size: int = Field(32, ge=1, description="sentence pairs per step (batched by length)")
-    lr: float = Field(3e-3, gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
+    batch_size: int = Field(ge=1, description="sentence pairs per step (batched by length)")
+    lr: float = Field(gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a "
                                               "tenth of it")
-    warmup_steps: int = Field(100, ge=0, description="steps of linear learning-rate warm-up")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
-    grad_clip: float = Field(1.0, gt=0, description="gradients are clipped to this global norm")
-    label_smoothing: float = Field(0.1, ge=0, lt=1, description="the paper's label smoothing of the target "
+    warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up")
+    weight_decay: float = Field(ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
+    label_smoothing: float = Field(ge=0, lt=1, description="the paper's label smoothing of the target "
                                                                 "distribution")
     max_len: int = Field(
-        32, ge=4, description="tokens per side, BOS/EOS included: longer training pairs are left out (counted), "
+        ge=4, description="tokens per side, BOS/EOS included: longer training pairs are left out (counted), "
         "not cut, so no target learns a wrong ending"
     )
     tie_output: bool = Field(
-        False, description="the output projection is the shared embedding (the paper); false: its own matrix, "
+        description="the output projection is the shared embedding (the paper); false: its own matrix, "
         "warm-started from the language model's head"
     )
     valid_sentences: int = Field(
-        200, ge=1, description="validation pairs translated greedily after each epoch for the validation BLEU"
+        ge=1, description="validation pairs translated greedily after each epoch for the validation BLEU"
     )
     examples: list[str] = Field(
-        default_factory=lambda: ["I am a student.", "God is love.", "The king went to the city.",
-                                 "And God said, Let there be light."],
         description="sentences translated after each epoch (printed, and logged to MLflow as "
         "`examples/epoch<N>.txt`), so you see the model learn",
     )
@@ -134,41 +132,39 @@ class TranslationFinetuneParams(Section):
 
 
 class TranslationEvaluateParams(Section):
-    beam_size: int = Field(1, ge=1, description="beam width of the test translations (1 = greedy decoding)")
+    beam_size: int = Field(ge=1, description="beam width of the test translations (1 = greedy decoding)")
     length_penalty: float = Field(
-        0.6, ge=0, description="GNMT's alpha: beams are ranked by log P / ((5 + length) / 6) ** alpha "
+        ge=0, description="GNMT's alpha: beams are ranked by log P / ((5 + length) / 6) ** alpha "
         "(0 = raw log-probability, which favours short outputs)"
     )
     max_length_ratio: float = Field(
-        1.3, gt=0, description="a translation stops at `max_length_ratio` x its source's tokens + "
+        gt=0, description="a translation stops at `max_length_ratio` x its source's tokens + "
         "`max_length_extra` tokens if it has not ended"
     )
-    max_length_extra: int = Field(10, ge=1, description="see `evaluate.max_length_ratio`")
-    batch_size: int = Field(64, ge=1, description="test sentences decoded together")
+    max_length_extra: int = Field(ge=1, description="see `evaluate.max_length_ratio`")
+    batch_size: int = Field(ge=1, description="test sentences decoded together")
     lab_sentences: str = Field(
-        "lab_sentences.tsv", description="short sentences of the lab's kind (a TSV with `source` and `target` "
+        description="short sentences of the lab's kind (a TSV with `source` and `target` "
         "columns, relative to translation/) that every model translates for the results page; '' = none"
     )
     bootstrap_samples: int = Field(
-        1000, ge=100, description="resamples of the runs and the test sentences (paired across variants) for the "
+        ge=100, description="resamples of the runs and the test sentences (paired across variants) for the "
         "95% intervals"
     )
-    seed: int = Field(0, description="seed of the resampling: the intervals are the same on every run")
+    seed: int = Field(description="seed of the resampling: the intervals are the same on every run")
 
 
 class TranslationParams(PipelineParams):
     """`translation/params.yaml`: English→French (or your pairs), pretrained vs scratch."""
 
-    data: TranslationDataParams = TranslationDataParams()
-    tokenizer: TokenizerParams = TokenizerParams(normalization="nmt_nfkc")  # translations are scored with case
-    model: ModelParams = ModelParams(n_layers=2, d_model=128, n_heads=4, d_ff=512, dropout=0.0,
-                                     embedding_init="uniform")
-    pretrain: TranslationPretrainParams = TranslationPretrainParams(max_steps=300, adapt_epochs=0,
-                                                                   prompts=["And God said", "Et Dieu dit"])
-    finetune: TranslationFinetuneParams = TranslationFinetuneParams()
-    train: TrainParams = TrainParams()
-    evaluate: TranslationEvaluateParams = TranslationEvaluateParams()
-    plot: PlotParams = PlotParams()
+    data: TranslationDataParams
+    tokenizer: TokenizerParams
+    model: ModelParams
+    pretrain: TranslationPretrainParams
+    finetune: TranslationFinetuneParams
+    train: TrainParams
+    evaluate: TranslationEvaluateParams
+    plot: PlotParams
 
     @model_validator(mode="after")
     def _check_translation(self) -> TranslationParams:
