@@ -9,10 +9,11 @@ import random
 import numpy as np
 import torch
 
-from lmtransfer.core import sharing
+from lmtransfer.core import knobs
 from lmtransfer.core.config import TrainParams
 from lmtransfer.core.errors import DeviceError
-from lmtransfer.core.sharing import parallel_jobs, thread_share
+
+QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 
 
 def select_device(requested: str = "auto") -> torch.device:
@@ -96,8 +97,31 @@ def denormals_flushed() -> bool:
     return bool((smallest * 1.0).eq(0).all())  # from bits: a float literal would be flushed on conversion
 
 
+def queue_workers() -> int:
+    """DVC experiment-queue workers running on this machine, any repository's: they all share its cores."""
+    import psutil
+
+    commands = [process.info["cmdline"] or [] for process in psutil.process_iter(["cmdline"])]
+    return sum(QUEUE_WORKER in command and any(part.startswith("dvc-exp-") for part in command) for command in commands)
+
+
+def parallel_jobs() -> int:
+    """How many training jobs share this machine: `LMTRANSFER_JOBS` when set; else, inside a DVC stage, the queue
+    workers (at least 1); else 1. Two jobs that each took all cores would run twice as many threads as cores."""
+    if jobs := knobs.read(knobs.JOBS):
+        return jobs
+    if "DVC_ROOT" not in os.environ and "DVC_EXP_NAME" not in os.environ:
+        return 1  # not a pipeline stage: a notebook, the CLI, the tests
+    return max(1, queue_workers())
+
+
+def thread_share(jobs: int, cores: int | None = None) -> int:
+    """Threads for one of `jobs` jobs on `cores` cores (all of this machine's by default): at least one."""
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
+
+
 def use_share_of_cores() -> int:
-    """All cores when alone; cores / jobs when `sharing.parallel_jobs` says others share the machine.
+    """All cores when alone; cores / jobs when `parallel_jobs` says others share the machine.
     OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use. Flushes
     denormals first, while no worker thread exists yet (`flush_denormals`)."""
     flush_denormals()
@@ -107,13 +131,6 @@ def use_share_of_cores() -> int:
         if jobs > 1:
             print(f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} cores: {jobs} jobs share this machine "
                   f"(LMTRANSFER_JOBS or DVC queue workers); train.num_threads sets it", flush=True)
-        elif handover := sharing.handed_over():
-            print(f"neighbours: {handover['saw']}; this process took the training over, "
-                  f"{sharing.WAIT_WORDS[handover['wait']]}", flush=True)
-        elif sharing.others_were_busy():
-            print(f"other programs kept {sharing.busy_at_start.normal:.1f} of {os.cpu_count()} cores busy at start: "
-                  "waiting threads sleep at once (OMP_WAIT_POLICY=PASSIVE), which changes speed, never a result",
-                  flush=True)
     return torch.get_num_threads()
 
 
