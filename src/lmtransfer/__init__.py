@@ -74,8 +74,9 @@ def choose_openmp_wait(others_busy=cores_busy_with_others) -> dict[str, str]:
     A stage's second thread waits between every two parallel operations. Left to itself libgomp spins it for
     300,000 rounds first, so it holds its core all the time, and beside a program that does not yield
     (`yes > /dev/null`) the two fight for the cores: a stage kept 0.19-0.27 of its speed. So: beside others
-    that keep `BUSY_CORES` busy as the process starts, threads sleep at once (OMP_WAIT_POLICY=PASSIVE, a fair
-    share, though 0.82-0.94 of the speed alone); else they spin a short while: as fast alone as libgomp's long spin (`benchmarks/fair_share.py`).
+    that keep `BUSY_CORES` busy as the process starts, threads sleep at once (OMP_WAIT_POLICY=PASSIVE: a fair
+    share, at 0.82-0.94 of the speed alone); else they spin a short while, as fast alone as libgomp's long
+    spin (`benchmarks/fair_share.py` measures both).
     The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; with torch loaded already it is too late to choose.
     Only speed changes, never a result."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules:

@@ -4,8 +4,7 @@ run on `train`.
 It reads top to bottom: epochs of batches, one clipped AdamW step each, the step's measurements summed into a
 window that is reported every `Schedule.report_every` steps (or at each epoch's end), a validation every
 `Schedule.validate_every` steps (or at each epoch's end) and resume snapshots. What is a task's own comes from
-its `Task`: its batches, its step,
-what it reports and validates, and what a snapshot keeps of its results.
+its `Task`: its batches, its step, what it reports and validates, and what a snapshot keeps of its results.
 
 A snapshot holds the weights, optimizer, schedule, the global generators, the batch order's generator as it was
 before the epoch under way drew, the position in the data and the task's results so far; on a CPU a run killed
