@@ -27,8 +27,6 @@ $(STAMP): requirements.txt pyproject.toml
 	@# (compiling every installed file up front is over half of this step's time on 2 cores: benchmarks/venv_build.py)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -e .
-	@# one line that Python runs at start: DVC then names params.yaml and the key of a seed list that is not a list
-	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "lmtransfer_dvc_matrix.pth").write_text("import lmtransfer_dvc_matrix\n")'
 	@touch $(STAMP)
 
 ## the virtual environment (.venv) with the pinned requirements; every other target builds it first
@@ -129,7 +127,7 @@ bench: venv
 	$(BIN)/python benchmarks/course_loop.py
 	$(BIN)/python benchmarks/parallel_experiments.py
 	$(BIN)/python benchmarks/two_processes.py
-	$(BIN)/python benchmarks/cotenancy.py
+	$(BIN)/python benchmarks/fair_share.py
 
 ## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus of CORPUS_MB megabytes (its time and
 ## disk at 1024: docs/results/speed.md)

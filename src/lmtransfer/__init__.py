@@ -14,15 +14,16 @@ MLflow decides on telemetry when it is imported, so this too must come first.
 A bad `LMTRANSFER_*` value counts as unset here (`knobs.read_at_import`), so importing never ends in a
 traceback; every entry point refuses it next, in one line (`knobs.check`).
 
-And it chooses how OpenMP's waiting threads wait (`sharing.choose_openmp_wait`, read when torch
-loads OpenMP): spin a while, then sleep, so that a stage keeps a fair share of the cores beside
-other programs; no spin at all when several of its own jobs share the machine.
+And it chooses, once, how OpenMP's idle threads wait (`choose_openmp_wait`): libgomp reads that when
+torch loads it, so it too must come before torch.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import sys
+import time
 
 from lmtransfer.core import knobs  # no torch there: the LMTRANSFER_* variables, read before torch
 
@@ -49,8 +50,43 @@ def pin_cpu_kernels() -> dict[str, str]:
     return pinned
 
 
-pin_cpu_kernels()
-from lmtransfer.core.sharing import choose_openmp_wait, parallel_jobs  # noqa: E402 - after the pins, before any torch
+SPIN_COUNT = "10000"  # rounds an idle thread spins before it sleeps (libgomp's own default: 300,000)
+BUSY_CORES = 0.5  # cores kept busy by other programs from which idle threads sleep at once
 
-choose_openmp_wait(parallel_jobs(at_import=True))  # a bad LMTRANSFER_* value: refused by knobs.check
+
+def cores_busy_with_others(seconds: float = 0.1) -> float:
+    """Cores other programs kept busy over `seconds` (ten of the kernel's 10 ms ticks per core at 0.1 s)."""
+    import psutil
+
+    def busy() -> float:
+        cpu = psutil.cpu_times()
+        return sum(getattr(cpu, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+
+    machine, own, start = busy(), time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    others = busy() - machine - (time.process_time() - own)
+    return max(0.0, others) / (time.perf_counter() - start)
+
+
+def choose_openmp_wait(others_busy=cores_busy_with_others) -> dict[str, str]:
+    """How OpenMP's idle threads wait, chosen once as the process starts; returns what was set.
+
+    A stage's second thread waits between every two parallel operations. Left to itself libgomp spins it for
+    300,000 rounds first, so it holds its core all the time, and beside a program that does not yield
+    (`yes > /dev/null`) the two fight for the cores: a stage kept 0.19-0.27 of its speed. So: beside others
+    that keep `BUSY_CORES` busy as the process starts, threads sleep at once (OMP_WAIT_POLICY=PASSIVE: a fair
+    share, at 0.82-0.94 of the speed alone); else they spin a short while, as fast alone as libgomp's long
+    spin (`benchmarks/fair_share.py` measures both).
+    The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; with torch loaded already it is too late to choose.
+    Only speed changes, never a result."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules:
+        return {}
+    busy = others_busy() >= BUSY_CORES
+    chosen = {"OMP_WAIT_POLICY": "PASSIVE"} if busy else {"GOMP_SPINCOUNT": SPIN_COUNT}
+    os.environ.update(chosen)
+    return chosen
+
+
+pin_cpu_kernels()
+choose_openmp_wait()
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # MLFLOW_DISABLE_TELEMETRY=false turns it back on

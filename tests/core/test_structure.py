@@ -266,7 +266,7 @@ def test_every_committed_metrics_file_is_an_output_its_pipeline_declares(pipelin
 
 def test_command_lines_are_parsed_in_plain_sight_not_deep_in_the_library():
     """A stage's arguments are parsed by its script (through `training.stage_args`) and the `lmtransfer`
-    command's by cli/; elsewhere `sys.argv` is only passed on unread (torchrun's relaunch, the handover)."""
+    command's by cli/; elsewhere `sys.argv` is only passed on unread (torchrun's relaunch)."""
     parsers = sorted(path.relative_to(SRC).as_posix() for path in (SRC / "lmtransfer").rglob("*.py")
                      if re.search(r"\.parse_args\(|parse_known_args\(", path.read_text(encoding="utf-8")))
     allowed = {"lmtransfer/training/stage_args.py", "lmtransfer/training/distributed.py",

@@ -16,20 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from lmtransfer.core import sharing
+import lmtransfer
 from lmtransfer.core.errors import ConfigError
-from lmtransfer.core.sharing import (
-    CHOSEN_ENV,
-    JOBS_ENV,
-    BusyCores,
-    busy_cores_of_others,
-    choose_openmp_wait,
-    parallel_jobs,
-    running_queue_workers,
-    thread_share,
-)
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
-from lmtransfer.modeling.runtime import configure, cpu_identity, to_device
+from lmtransfer.modeling.runtime import configure, cpu_identity, parallel_jobs, queue_workers, thread_share, to_device
 from lmtransfer.pretraining.training import LoopOptions, pretrain
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.optim import make_optimizer
@@ -98,7 +88,7 @@ def test_batches_reach_the_cpu_unchanged():
     assert all(torch.equal(a, b) for a, b in zip(moved, batch))
 
 
-# --- several jobs on one machine ----------------------------------------------------------------------------
+# --- several jobs on one machine, and programs beside ---------------------------------------------------------
 
 
 def test_each_job_takes_its_share_of_the_cores():
@@ -109,36 +99,33 @@ def test_each_job_takes_its_share_of_the_cores():
 
 def test_lmtransfer_jobs_sets_the_share_and_a_bad_value_is_named(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setenv(JOBS_ENV, "2")
+    monkeypatch.setenv("LMTRANSFER_JOBS", "2")
     configure(shipped("train"))
     assert torch.get_num_threads() == thread_share(2)
-    monkeypatch.setenv(JOBS_ENV, "two")
+    monkeypatch.setenv("LMTRANSFER_JOBS", "two")
     with pytest.raises(ConfigError, match="LMTRANSFER_JOBS='two'"):
         parallel_jobs()
 
 
 def test_an_explicit_thread_count_wins_over_the_share(monkeypatch):
-    monkeypatch.setenv(JOBS_ENV, "4")
+    monkeypatch.setenv("LMTRANSFER_JOBS", "4")
     configure(shipped("train", num_threads=1))
     assert torch.get_num_threads() == 1
 
 
 def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeypatch):
     """Two processes that look like `dvc queue start -j 2`'s workers: a stage counts them (and any real ones)."""
-    monkeypatch.delenv(JOBS_ENV, raising=False)
+    monkeypatch.delenv("LMTRANSFER_JOBS", raising=False)
     monkeypatch.delenv("DVC_ROOT", raising=False)
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-    assert parallel_jobs() == 1  # outside a DVC stage nothing is counted
-    already = running_queue_workers()  # a queue another job runs on this machine counts too
+    already = queue_workers()  # a queue another job runs on this machine counts too
     workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "exp", "queue-worker",
                                  f"dvc-exp-abc123-{n}@localhost"]) for n in (1, 2)]
     try:
         time.sleep(0.2)
+        assert parallel_jobs() == 1  # outside a DVC stage nothing is counted
         monkeypatch.setenv("DVC_ROOT", "/somewhere")
-        assert running_queue_workers() == already  # counted once per process
-        running_queue_workers.cache_clear()  # as a new stage process would count them
-        assert running_queue_workers() == already + 2
-        assert parallel_jobs() == already + 2
+        assert queue_workers() == already + 2 and parallel_jobs() == already + 2
     finally:
         for worker in workers:
             worker.kill()
@@ -146,118 +133,49 @@ def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeyp
 
 
 OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-CHOSE_ALONE = {"GOMP_SPINCOUNT": "50000", CHOSEN_ENV: "GOMP_SPINCOUNT=50000"}  # what a process alone passes on
 
 
-@pytest.mark.parametrize("jobs, user, chosen", [
-    ("1", {}, {"GOMP_SPINCOUNT": "50000"}),  # alone as far as it knows: spin a while, then sleep
-    ("3", {}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # known co-tenants: no spin
-    ("1", {"GOMP_SPINCOUNT": "300000"}, {"GOMP_SPINCOUNT": "300000"}),  # the user's choice stays
-    ("3", {"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE"}),
-    ("3", CHOSE_ALONE, {"OMP_WAIT_POLICY": "PASSIVE"}),  # a parent's choice is not the user's: a stage chooses afresh
-    ("3", {**CHOSE_ALONE, "GOMP_SPINCOUNT": "5"}, {"GOMP_SPINCOUNT": "5"}),  # ... unless the user changed it since
+@pytest.mark.parametrize("others_busy, user, chosen", [
+    (1.2, {}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # others keep a core busy: sleep at once
+    (0.1, {}, {"GOMP_SPINCOUNT": lmtransfer.SPIN_COUNT}),  # a quiet machine: spin a short while
+    (1.2, {"GOMP_SPINCOUNT": "300000"}, {}),  # the user's choice stays
+    (0.1, {"OMP_WAIT_POLICY": "ACTIVE"}, {}),
 ])
-def test_waiting_threads_spin_a_while_and_sleep_when_the_machine_is_shared(jobs, user, chosen):
-    env = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV)}
-    env.update({JOBS_ENV: jobs, **user})
-    code = f"import os, lmtransfer; print({{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}})"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(chosen)
-
-
-@pytest.mark.parametrize("others_busy, jobs_env, chosen, watched", [
-    (BusyCores(1.2, 0.0), "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),  # others keep a core busy: sleep at once
-    (BusyCores(0.1, 0.0), "", {"GOMP_SPINCOUNT": "50000"}, True),  # a quiet machine: spin a while
-    (BusyCores(0.1, 1.5), "", {"GOMP_SPINCOUNT": "50000"}, True),  # niced work of this session only: as alone
-    (BusyCores(1.2, 1.5), "", {"OMP_WAIT_POLICY": "PASSIVE"}, True),
-    (BusyCores(1.2, 0.0), "1", {"GOMP_SPINCOUNT": "50000"}, False),  # the user counted the jobs: not watched
-])
-def test_a_process_starting_beside_busy_cores_lets_its_waiting_threads_sleep(monkeypatch, others_busy, jobs_env,
-                                                                              chosen, watched):
-    environ = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV, JOBS_ENV)}
-    monkeypatch.setattr(os, "environ", {**environ, JOBS_ENV: jobs_env} if jobs_env else environ)
-    monkeypatch.setattr(sharing, "busy_at_start", None)
+def test_a_process_starting_beside_busy_cores_lets_its_waiting_threads_sleep(monkeypatch, others_busy, user, chosen):
+    environ = {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT}
+    monkeypatch.setattr(os, "environ", {**environ, **user})
     monkeypatch.delitem(sys.modules, "torch")  # as in a process that has not loaded OpenMP yet
-    asked = []
-    assert choose_openmp_wait(1, others_busy=lambda: asked.append(True) or others_busy) == chosen
-    assert asked == ([True] if watched else [])
+    assert lmtransfer.choose_openmp_wait(others_busy=lambda: others_busy) == chosen
+    assert {k: os.environ[k] for k in OPENMP_WAIT if k in os.environ} == (chosen or user)
 
 
-def test_with_torch_loaded_the_machine_is_not_watched(monkeypatch):
+def test_with_torch_loaded_it_is_too_late_to_choose(monkeypatch):
     """OpenMP read its variables when torch loaded it: watching the machine then would only cost time."""
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV,
-                                                                                          JOBS_ENV)})
-    monkeypatch.setattr(sharing, "busy_at_start", None)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT})
     assert "torch" in sys.modules
-    assert choose_openmp_wait(1, others_busy=lambda: pytest.fail("watched")) == {"GOMP_SPINCOUNT": "50000"}
+    assert lmtransfer.choose_openmp_wait(others_busy=lambda: pytest.fail("watched")) == {}
+
+
+def _wait_chosen_by_a_fresh_process() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT}
+    code = f"import json, os, lmtransfer; print(json.dumps({{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}}))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 @pytest.mark.slow
 @pytest.mark.quiet
-def test_cores_kept_busy_by_others_are_seen_and_niced_ones_apart():
-    if sharing.niced_self():
-        pytest.skip("needs programs at normal priority, and under `nice make test` every process it starts is niced")
-
-    def busy_processes(nice: int, own_session: bool = False) -> list[subprocess.Popen]:
-        return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"],
-                                 start_new_session=own_session) for _ in range(os.cpu_count() or 1)]
-
-    def watch(processes: list[subprocess.Popen], watcher_nice: int = 0) -> BusyCores:
-        code = "import json; from lmtransfer.core.sharing import busy_cores_of_others as b; print(json.dumps(b(0.5)))"
-        try:
-            time.sleep(0.3)  # past their start-up
-            if not watcher_nice:
-                return busy_cores_of_others(seconds=0.5)
-            out = subprocess.run(["nice", "-n", str(watcher_nice), sys.executable, "-c", code], check=True,
-                                 capture_output=True, text=True)
-            return BusyCores(*json.loads(out.stdout))
-        finally:
-            for process in processes:
-                process.kill()
-                process.wait()
-
-    cores = os.cpu_count() or 1
-    skip_if_others_are_busy(cores)
+def test_a_process_started_beside_busy_cores_sleeps_at_once_and_alone_spins():
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(os.cpu_count() or 1)]  # as `yes > /dev/null` in another terminal
     try:
-        normal, niced = watch(busy_processes(0)), watch(busy_processes(19))
-        assert normal.normal >= 0.5 * cores  # every core busy (less whatever else this machine runs takes of them)
-        assert niced.niced >= 0.5 * cores  # the same work, niced: counted apart
-        assert niced.normal < normal.normal - 0.4 * cores
-        niced_beside_niced = watch(busy_processes(19), watcher_nice=19)
-        assert niced_beside_niced.normal >= 0.5 * cores  # they did not ask a niced process to go first
-        assert niced_beside_niced.niced == 0
-        if sharing.autogroup() is not None:  # sessions share the CPU first: a niced program in another one yields nothing
-            niced_elsewhere = watch(busy_processes(19, own_session=True))
-            assert niced_elsewhere.normal >= 0.5 * cores and niced_elsewhere.niced < 0.25 * cores
-    except AssertionError:
-        skip_if_others_are_busy(cores)  # a program that started meanwhile took the cores it measures: not the code
-        raise
-
-
-OTHERS_BUSY_LIMIT = 0.2  # cores kept busy by other programs beyond which a measurement of the CPU says nothing
-
-
-def skip_if_others_are_busy(cores: int) -> None:
-    """A quiet test measures the CPU: with other programs taking cores its numbers are theirs, so it skips in one
-    line instead of failing (it still fails on a quiet machine when the code is wrong)."""
-    others = busy_cores_of_others(seconds=1.0)
-    busy = others.normal + others.niced
-    if busy > OTHERS_BUSY_LIMIT:
-        pytest.skip(f"skipped: {busy:.1f} of {cores} cores busy with other programs; run it alone (pytest -m quiet)")
-
-
-@pytest.mark.slow
-def test_a_stage_started_beside_busy_cores_says_its_threads_sleep_at_once():
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
-    try:
-        time.sleep(0.3)
-        env = {k: v for k, v in os.environ.items() if k not in (*OPENMP_WAIT, CHOSEN_ENV, JOBS_ENV, "DVC_ROOT")}
-        code = ("import os, lmtransfer; from lmtransfer.modeling.runtime import use_share_of_cores; "
-                "use_share_of_cores(); print(os.environ['OMP_WAIT_POLICY'])")
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        time.sleep(0.3)  # past their start-up
+        beside = _wait_chosen_by_a_fresh_process()
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert out.stdout.splitlines()[-1] == "PASSIVE"
-    assert "waiting threads sleep at once (OMP_WAIT_POLICY=PASSIVE), which changes speed, never a result" in out.stdout
+    assert beside == {"OMP_WAIT_POLICY": "PASSIVE"}
+    if lmtransfer.cores_busy_with_others(seconds=1.0) > 0.2:
+        pytest.skip("other programs keep the cores busy: run it alone (pytest -m quiet)")
+    assert _wait_chosen_by_a_fresh_process() == {"GOMP_SPINCOUNT": lmtransfer.SPIN_COUNT}

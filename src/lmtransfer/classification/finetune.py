@@ -2,8 +2,7 @@
 
 A task of the one training loop (`training.loop`). Per epoch: shuffled batches, length-bucketed or random
 (`finetune.batches`, `datasets.classification_batches`), one clipped AdamW step each, then validation; the best
-epoch's weights are kept. With snapshots, one after each epoch, and one after any batch where the training hands
-itself over to a new process (`training.handover`).
+epoch's weights are kept. With snapshots, one after each epoch.
 """
 
 from __future__ import annotations

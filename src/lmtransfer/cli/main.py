@@ -40,7 +40,6 @@ import lmtransfer.cli.translation as translation_cli
 from lmtransfer.cli.args import POSITIVE, HelpFormatter
 from lmtransfer.core import knobs, paths
 from lmtransfer.core.errors import LmtransferError
-from lmtransfer.harness.process_exit import end_after
 
 
 def parameter_table(
@@ -499,6 +498,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def program() -> None:
-    """The `lmtransfer` command and `python -m lmtransfer.cli`: main() on the command line, then the process ends
-    without Python's teardown of the libraries a command loaded (`harness.process_exit`)."""
-    end_after(main)
+    """The `lmtransfer` command and `python -m lmtransfer.cli`: main() on the command line."""
+    main()

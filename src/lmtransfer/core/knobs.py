@@ -1,7 +1,7 @@
 """Every `LMTRANSFER_*` environment variable: defined, parsed and checked here, and nowhere else.
 
 Two kinds of reader. The package's first import (`lmtransfer/__init__.py`) must read a few of them before
-torch loads (the kernel pins, how OpenMP threads wait); it uses `read_at_import`, which never raises: a bad
+torch loads (the kernel pins); it uses `read_at_import`, which never raises: a bad
 value counts as unset there, so that `import lmtransfer` never ends in a traceback. Every entry point (a
 stage's `stage_main`, the `lmtransfer` command) then calls `check()`, which refuses any bad value in one
 line naming the variable and the values it takes, before any work. Everything else calls `read`.
@@ -12,7 +12,6 @@ No torch import here: the first import reads this module before torch loads.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ class Knob:
     unset: str
     meaning: str
     parse: Callable[[str], Any]
-    internal: bool = False  # set by lmtransfer for a child process, not by users
 
     def value(self, text: str) -> Any:
         """The parsed value of `text` (stripped); ValueError for a value outside `takes`."""
@@ -66,29 +64,12 @@ def _any_text(text: str) -> str:
     return text
 
 
-def _handover(text: str) -> dict:
-    value = json.loads(text)  # json.JSONDecodeError is a ValueError
-    if not isinstance(value, dict) or not {"wait", "saw", "count"} <= set(value):
-        raise ValueError
-    return value
-
-
-def _chosen_wait(text: str) -> dict[str, str]:
-    pairs = [item.split("=", 1) for item in text.split(",") if item]
-    if any(len(pair) != 2 for pair in pairs):
-        raise ValueError
-    return dict(pairs)
-
-
 CPU_KERNELS = "LMTRANSFER_CPU_KERNELS"
 JOBS = "LMTRANSFER_JOBS"
-WATCH = "LMTRANSFER_WATCH"
 CACHE_DIR = "LMTRANSFER_CACHE_DIR"
 DEBUG = "LMTRANSFER_DEBUG"
 EXPERIMENT = "LMTRANSFER_EXPERIMENT"
 PIPELINE_ID = "LMTRANSFER_PIPELINE_ID"
-HANDOVER = "LMTRANSFER_HANDOVER"
-OPENMP_WAIT = "LMTRANSFER_OPENMP_WAIT"
 
 KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
     Knob(CPU_KERNELS, "avx2 or native", "avx2",
@@ -96,11 +77,7 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
          "committed references are made so); native lets each library pick its fastest, whose rounding differs "
          "between CPUs", _choice("avx2", "native")),
     Knob(JOBS, "a whole number, 1 or more", "the DVC queue workers running on this machine, 1 outside a queue",
-         "how many training jobs share this machine; each takes cores / jobs threads, and their waiting threads "
-         "sleep", _whole_number),
-    Knob(WATCH, "0 or 1", "1 inside a pipeline stage, 0 outside",
-         "whether training watches its neighbours and hands its work over when one arrives or leaves; 1 watches "
-         "outside a stage too (the benchmarks), 0 never", _choice("0", "1")),
+         "how many training jobs share this machine; each takes cores / jobs threads", _whole_number),
     Knob(CACHE_DIR, "a writable folder", "$XDG_CACHE_HOME/lmtransfer, else ~/.cache/lmtransfer",
          "where the pinned dataset packages are kept once downloaded", _any_text),
     Knob(DEBUG, "1 or 0 (also true/false, yes/no, on/off)", "0",
@@ -109,23 +86,13 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
          "the MLflow experiment the runs go to", _any_text),
     Knob(PIPELINE_ID, "any text", "exp-<DVC experiment>, else one per `dvc repro`",
          "which stage runs are grouped under one MLflow pipeline run", _any_text),
-    Knob(HANDOVER, "JSON with wait, saw and count", "a process of its own",
-         "what a training process passes to the one it hands its work over to", _handover, internal=True),
-    Knob(OPENMP_WAIT, "NAME=VALUE pairs, comma-separated", "nothing chosen yet",
-         "the OpenMP wait variables lmtransfer chose, so that a child process chooses afresh", _chosen_wait,
-         internal=True),
 )}
 
 
-# As this process found them: the first import replaces LMTRANSFER_OPENMP_WAIT with its own choice (for the
-# child processes), so `check` judges the value that was given, not the one set since.
-_GIVEN = {name: os.environ.get(name) for name in KNOBS if KNOBS[name].internal}
-
-
-def _parsed(name: str, text: str | None = None) -> tuple[Any, str | None]:
+def _parsed(name: str) -> tuple[Any, str | None]:
     """`name`'s value parsed (None when unset), or the line that refuses it."""
     knob = KNOBS[name]
-    text = os.environ.get(name, "") if text is None else text
+    text = os.environ.get(name, "")
     if not text.strip():
         return None, None
     try:
@@ -134,21 +101,11 @@ def _parsed(name: str, text: str | None = None) -> tuple[Any, str | None]:
         return None, f"{name}={text!r}: expected {knob.takes}; unset, it is {knob.unset}"
 
 
-def problem(name: str) -> str | None:
-    """One line naming `name`, its value and the values it takes, when it is set to a value it does not take
-    (now, or when this process started: a variable lmtransfer sets for itself may have been replaced since)."""
-    return _parsed(name)[1] or _parsed(name, _GIVEN.get(name) or "")[1]
-
-
 def check() -> None:
     """Refuse every variable set to a value it does not take, in one message; called by every entry point."""
-    found = [line for line in map(problem, KNOBS) if line]
+    found = [line for name in KNOBS if (line := _parsed(name)[1])]
     if found:
         raise ConfigError("; ".join(found))
-
-
-def is_set(name: str) -> bool:
-    return bool(os.environ.get(name, "").strip())
 
 
 def read(name: str) -> Any:
@@ -168,9 +125,8 @@ def read_at_import(name: str) -> Any:
 
 
 def markdown_table() -> str:
-    """The docs' list: one row per variable a user may set, then those lmtransfer sets for itself."""
+    """The docs' list: one row per variable."""
     rows = ["| variable | takes | unset | what it does |", "|---|---|---|---|"]
-    for knob in sorted(KNOBS.values(), key=lambda knob: (knob.internal, knob.name)):
-        meaning = f"(set by lmtransfer) {knob.meaning}" if knob.internal else knob.meaning
-        rows.append(f"| `{knob.name}` | {knob.takes} | {knob.unset} | {meaning} |")
+    for knob in sorted(KNOBS.values(), key=lambda knob: knob.name):
+        rows.append(f"| `{knob.name}` | {knob.takes} | {knob.unset} | {knob.meaning} |")
     return "\n".join(rows)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.core.io import sha256_of
-from lmtransfer.core.sharing import handed_over, is_main_process
 from lmtransfer.harness.orphan_runs import PROCESS_TAG, close_orphaned_runs, is_alive, process_tag, running_stage_runs
 from lmtransfer.harness.pipeline_runs import (
     end_pipeline,
@@ -37,6 +36,11 @@ from lmtransfer.harness.tracking_store import (
 
 CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
 PREVIOUS_ATTEMPT_TAG = f"{TAG_PREFIX}previous_attempt"  # a killed earlier run of the same stage
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun job (torchrun sets RANK), or a process on its own: the one that logs to MLflow."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 @contextmanager
@@ -78,14 +82,12 @@ def stage_run(
     resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
     status, run_id = "FAILED", None
     try:
-        continued = handed_over()  # a training handed over to this process: its run goes on
-        with (mlflow.start_run(run_id=continued["run_id"]) if continued and continued.get("run_id") else
-              mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags)) as run:
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
             run_id = run.info.run_id
             mlflow.log_params(flatten(params))
             yield run
         status = "FINISHED"
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (harness.stage): stopped, not broken
+    except KeyboardInterrupt:  # Ctrl-C: stopped, not broken
         status = "KILLED"
         if run_id:
             _while_stopping(lambda: client.set_terminated(run_id, status=status))

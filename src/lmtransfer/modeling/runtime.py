@@ -9,9 +9,11 @@ import random
 import numpy as np
 import torch
 
-from lmtransfer.core import sharing
+from lmtransfer.core import knobs
 from lmtransfer.core.config import TrainParams
 from lmtransfer.core.errors import DeviceError
+
+QUEUE_WORKER = "queue-worker"  # in the command line of each `dvc queue start -j N` worker process
 
 
 def select_device(requested: str = "auto") -> torch.device:
@@ -78,20 +80,39 @@ def flush_denormals() -> bool:
     return torch.set_flush_denormal(True)
 
 
+def queue_workers() -> int:
+    """DVC experiment-queue workers running on this machine, any repository's: they all share its cores."""
+    import psutil
+
+    commands = [process.info["cmdline"] or [] for process in psutil.process_iter(["cmdline"])]
+    return sum(QUEUE_WORKER in command and any(part.startswith("dvc-exp-") for part in command) for command in commands)
+
+
+def parallel_jobs() -> int:
+    """How many training jobs share this machine: `LMTRANSFER_JOBS` when set; else, inside a DVC stage, the queue
+    workers (at least 1); else 1. Two jobs that each took all cores would run twice as many threads as cores."""
+    if jobs := knobs.read(knobs.JOBS):
+        return jobs
+    if "DVC_ROOT" not in os.environ and "DVC_EXP_NAME" not in os.environ:
+        return 1  # not a pipeline stage: a notebook, the CLI, the tests
+    return max(1, queue_workers())
+
+
+def thread_share(jobs: int, cores: int | None = None) -> int:
+    """Threads for one of `jobs` jobs on `cores` cores (all of this machine's by default): at least one."""
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
+
+
 def use_share_of_cores() -> int:
-    """All cores when alone; cores / jobs when `sharing.parallel_jobs` says others share the machine.
+    """All cores when alone; cores / jobs when `parallel_jobs` says others share the machine.
     OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use."""
     flush_denormals()
     if "OMP_NUM_THREADS" not in os.environ:
-        jobs = sharing.parallel_jobs()
-        torch.set_num_threads(sharing.thread_share(jobs))
+        jobs = parallel_jobs()
+        torch.set_num_threads(thread_share(jobs))
         if jobs > 1:
             print(f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} cores: {jobs} jobs share this machine "
                   f"(LMTRANSFER_JOBS or DVC queue workers); train.num_threads sets it", flush=True)
-        elif sharing.others_were_busy():
-            print(f"other programs kept {sharing.busy_at_start.normal:.1f} of {os.cpu_count()} cores busy at start: "
-                  "waiting threads sleep at once (OMP_WAIT_POLICY=PASSIVE), which changes speed, never a result",
-                  flush=True)
     return torch.get_num_threads()
 
 

@@ -35,7 +35,7 @@ from torch import nn
 
 from lmtransfer.core.config import TrainParams
 from lmtransfer.core.errors import ConfigError, LmtransferError
-from lmtransfer.core.sharing import is_main_process, parallel_jobs, thread_share
+from lmtransfer.modeling.runtime import parallel_jobs, thread_share
 
 LAUNCHER_ENV = ("LOCAL_RANK", "WORLD_SIZE")  # set by torchrun in every process it starts
 
@@ -106,7 +106,7 @@ def start(params: TrainParams, device: torch.device) -> torch.device:
         torch.set_num_threads(max(1, params.num_threads // per_machine))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     atexit.register(finish)
-    if not is_main_process():
+    if not world().is_main:
         sys.stdout = open(os.devnull, "w")  # rank 0 reports; errors (stderr) still show from every rank
     return device
 

@@ -3,9 +3,8 @@ run on `train`.
 
 It reads top to bottom: epochs of batches, one clipped AdamW step each, the step's measurements summed into a
 window that is reported every `Schedule.report_every` steps (or at each epoch's end), a validation every
-`Schedule.validate_every` steps (or at each epoch's end), resume snapshots, and a handover to a new process when
-the neighbours change (`training.handover`). What is a task's own comes from its `Task`: its batches, its step,
-what it reports and validates, and what a snapshot keeps of its results.
+`Schedule.validate_every` steps (or at each epoch's end) and resume snapshots. What is a task's own comes from
+its `Task`: its batches, its step, what it reports and validates, and what a snapshot keeps of its results.
 
 A snapshot holds the weights, optimizer, schedule, the global generators, the batch order's generator as it was
 before the epoch under way drew, the position in the data and the task's results so far; on a CPU a run killed
@@ -26,7 +25,6 @@ import torch
 from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.runtime import to_device
 from lmtransfer.training import distributed
-from lmtransfer.training.handover import continues_a_run, hand_over_if_due, neighbour_watch
 from lmtransfer.training.optim import optimizer_step
 from lmtransfer.training.resume import Snapshots, restore_training_state, training_state
 
@@ -145,14 +143,9 @@ def train(task: Task, schedule: Schedule, options: RunOptions = RunOptions()) ->
     if resumed is None and schedule.validate_first:
         task.validate(at)
     clock = _Clock(at)
-    watch = neighbour_watch(options.snapshots, options.device)
     draws = distributed.Draws(options.seed)
-    try:
-        while at.step < schedule.total_steps:
-            _epoch(task, schedule, options, at, clock, draws, watch)
-    finally:
-        if watch:
-            watch.stop()
+    while at.step < schedule.total_steps:
+        _epoch(task, schedule, options, at, clock, draws)
     draws.close()
     if schedule.validate_every:
         clock.tick()
@@ -163,9 +156,9 @@ def train(task: Task, schedule: Schedule, options: RunOptions = RunOptions()) ->
     return at
 
 
-def _epoch(task: Task, schedule: Schedule, options: RunOptions, at: Position, clock: _Clock, draws, watch) -> None:
-    """The rest of the epoch under way (or a new one): a step per batch, reports, validations, snapshots and
-    handovers when due, then the epoch's end."""
+def _epoch(task: Task, schedule: Schedule, options: RunOptions, at: Position, clock: _Clock, draws) -> None:
+    """The rest of the epoch under way (or a new one): a step per batch, reports, validations and snapshots when
+    due, then the epoch's end."""
     if at.batch == 0:
         at.epoch += 1
         at.epoch_order = task.order_state()
@@ -189,15 +182,11 @@ def _epoch(task: Task, schedule: Schedule, options: RunOptions, at: Position, cl
             break
         if options.snapshots and schedule.validate_every and options.snapshots.due(at.step):
             _save(task, at, options)
-        hand_over_if_due(watch, lambda: _save(task, at, options),
-                         f"step {at.step} of {total}, batch {at.batch} of {in_epoch} in {label}")
     progress.close()
     _checkpoint(task, at, clock, not schedule.report_every, not schedule.validate_every)
     at.batch, at.epoch_order = 0, task.order_state()  # the epoch is over: a resume starts the next one
-    if at.step < total and not schedule.validate_every:
-        if options.snapshots:
-            _save(task, at, options)
-        hand_over_if_due(watch, lambda: None, f"the end of epoch {at.epoch} of {schedule.epochs}")
+    if at.step < total and not schedule.validate_every and options.snapshots:
+        _save(task, at, options)
 
 
 def _checkpoint(task: Task, at: Position, clock: _Clock, report: bool, validate: bool) -> None:
@@ -238,7 +227,7 @@ def _save(task: Task, at: Position, options: RunOptions, done: bool = False) -> 
 
 def _resume(task: Task, at: Position, schedule: Schedule, options: RunOptions) -> bool | None:
     """A matching snapshot back in place: None if there was none, else whether its training had ended. Its rows
-    are logged again into the new MLflow run, unless this process continues the run that holds them (a handover)."""
+    are logged again into the new MLflow run."""
     saved = options.snapshots.load(options.snapshot) if options.snapshots else None
     if not saved:
         return None
@@ -246,7 +235,7 @@ def _resume(task: Task, at: Position, schedule: Schedule, options: RunOptions) -
     for key, value in saved["position"].items():
         setattr(at, key, value)
     task.set_order_state(at.epoch_order)
-    task.restore(saved["results"], log_again=not continues_a_run())
+    task.restore(saved["results"], log_again=True)
     where = f"at batch {at.batch} of epoch {at.epoch}" if at.batch else f"after epoch {at.epoch}"
     print(f"{options.desc}: resumed from the snapshot {where} of {schedule.epochs} (step {at.step} of "
           f"{schedule.total_steps})", flush=True)

@@ -3,7 +3,7 @@
 dvc.yaml runs one stage per pretraining run (`pretrain@2`: `--seed 2`) and per fine-tune
 (`finetune_pretrained@2-0`: `--init pretrained --pretrain-seed 2 --seed 0`). The stage script parses its
 arguments in plain sight, names its stage from them and hands them down; nothing under src/ reads `sys.argv`
-(torchrun's relaunch and the handover run the same command again, so they pass it on unread).
+(torchrun's relaunch runs the same command again, so it passes it on unread).
 """
 
 from __future__ import annotations
