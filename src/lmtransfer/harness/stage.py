@@ -15,8 +15,8 @@ from typing import NoReturn
 
 from lmtransfer.core import knobs, sharing
 from lmtransfer.core.errors import LmtransferError
-from lmtransfer.harness.launcher import launching_dvc
 from lmtransfer.harness.process_exit import end_after
+from lmtransfer.harness.tracking import launching_dvc
 
 started: float | None = None  # time.time() when this stage started, in the process it was handed over from if so
 
@@ -144,7 +144,7 @@ def _no_room_to_write(exc: BaseException) -> str | None:
             return f"could not write {seen.filename or 'a file'}: {ROOM[seen.errno]}"
         if isinstance(seen, sqlite3.OperationalError) and any(
                 sign in str(seen) for sign in ("disk I/O error", "database or disk is full")):
-            from lmtransfer.harness.tracking_store import tracking_uri
+            from lmtransfer.harness.tracking import tracking_uri
 
             return (f"could not write the MLflow store {tracking_uri()} ({seen}): the disk is full, a file-size "
                     "limit is reached, or the disk failed")

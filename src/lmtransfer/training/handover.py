@@ -21,7 +21,6 @@ import torch
 
 from lmtransfer.core import knobs, sharing
 from lmtransfer.harness import stage
-from lmtransfer.harness.tracking import active_run_id
 from lmtransfer.training import distributed
 from lmtransfer.training.resume import Snapshots
 
@@ -76,8 +75,7 @@ def hand_over_if_due(watch: sharing.NeighbourWatch | None, save: Callable[[], No
           f"{sharing.WAIT_WORDS[wait]}: the result is the same", flush=True)
     watch.stop()
     save()
-    handover = {"wait": wait, "saw": seen, "count": handovers_so_far() + 1, "run_id": active_run_id(),
-                "started": stage.started, "launcher": stage.launcher_pid}
+    handover = {"wait": wait, "saw": seen, "count": handovers_so_far() + 1, "started": stage.started, "launcher": stage.launcher_pid}
     env = dict(os.environ, **{sharing.HANDOVER_ENV: json.dumps(handover)})
     sys.stdout.flush()
     sys.stderr.flush()
