@@ -56,14 +56,16 @@ def is_main_process() -> bool:
 
 # ---- where the store is, checked before any work ----
 
-def project_root() -> Path:
-    if os.environ.get("DVC_ROOT"):
-        return Path(os.environ["DVC_ROOT"]).resolve()
+def _git(*args: str) -> str:
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
     except OSError:
-        top = ""
-    return Path(top or ".").resolve()
+        return ""
+
+
+def project_root() -> Path:
+    """DVC_ROOT when DVC runs the stage (the repository, even from the copy `--temp` and `--queue` work in)."""
+    return Path(os.environ.get("DVC_ROOT") or _git("rev-parse", "--show-toplevel") or ".").resolve()
 
 
 def tracking_uri() -> str:
@@ -224,8 +226,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+    return _git("rev-parse", "HEAD") or "unknown"
 
 
 @cache
