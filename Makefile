@@ -81,7 +81,7 @@ test-fast: venv
 
 ## MLflow UI on the project's store at http://127.0.0.1:5000 (UI_PORT=5001 make ui for another port)
 ui: venv
-	@$(BIN)/python -c 'from lmtransfer.harness.mlflow_ui import ui_lines; print(*ui_lines("http://127.0.0.1:$(UI_PORT)"), sep="\n")'
+	@$(BIN)/python -c 'from lmtransfer.harness.tracking import ui_lines; print(*ui_lines("http://127.0.0.1:$(UI_PORT)"), sep="\n")'
 	@echo "  (each task's runs table: '?workflowType=machine_learning' is MLflow 3's 'Model training' switch)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --port $(UI_PORT)
 

@@ -20,8 +20,8 @@ import torch
 
 from lmtransfer.classification.inference import classify_texts
 from lmtransfer.classification.mlflow_model import MODEL_NAME, log_classifier, texts_of
-from lmtransfer.harness import model_registry
-from lmtransfer.harness.model_registry import CHAMPION, MODEL_ID_TAG, register_champion, registered_name
+from lmtransfer.harness import tracking
+from lmtransfer.harness.tracking import CHAMPION, MODEL_ID_TAG, register_champion, registered_name
 from lmtransfer.modeling.checkpoint import load_checkpoint, save_checkpoint
 from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
@@ -87,7 +87,7 @@ def test_a_request_is_a_text_column_a_single_column_a_list_or_a_string():
 
 def test_the_registry_gets_one_version_per_model_and_numbers_and_champion_points_at_the_latest(
         fine_tuned, logged, monkeypatch):
-    monkeypatch.setattr(model_registry, "project_root", Path.cwd)  # the repository's own pipeline: no folder suffix
+    monkeypatch.setattr(tracking, "project_root", Path.cwd)  # the repository's own pipeline: no folder suffix
     checkpoint, _ = fine_tuned
     _, run_id = logged
     with pytest.MonkeyPatch.context() as patch:
@@ -107,7 +107,7 @@ def test_the_registry_gets_one_version_per_model_and_numbers_and_champion_points
 
 
 def test_a_folders_pipeline_registers_under_a_name_of_its_own(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_registry, "project_root", lambda: tmp_path)
+    monkeypatch.setattr(tracking, "project_root", lambda: tmp_path)
     monkeypatch.chdir(tmp_path)
     assert registered_name("classification") == "lmtransfer-classification"
     (tmp_path / "course").mkdir()
@@ -119,7 +119,7 @@ def test_a_folders_pipeline_registers_under_a_name_of_its_own(tmp_path, monkeypa
 def test_mlflow_models_serve_answers_with_the_probabilities_predict_gives(fine_tuned, logged, monkeypatch):
     """`mlflow models serve -m models:/lmtransfer-classification@champion --env-manager local` on loopback: POST
     /invocations gives, to 1e-6, what `lmtransfer predict` prints and the loaded model returns."""
-    monkeypatch.setattr(model_registry, "project_root", Path.cwd)
+    monkeypatch.setattr(tracking, "project_root", Path.cwd)
     checkpoint, tokenizer_dir = fine_tuned
     store = mlflow.get_tracking_uri()
     register_champion("classification", logged[1], checkpoint, {"gap": "0.5"})

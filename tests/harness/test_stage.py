@@ -11,6 +11,8 @@ import pytest
 from lmtransfer.core.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
 from lmtransfer.harness.stage import stage_main
 
+from conftest import shipped_raw
+
 
 def test_a_stage_named_by_its_arguments_says_which_one_finished(capsys):
     @stage_main(lambda: "finetune_scratch@2")
@@ -122,7 +124,7 @@ def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params
     from lmtransfer.training import finetune_start as module
     from lmtransfer.training.stage_args import parse_finetune_args
 
-    params = parse_classification_params({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}})
+    params = parse_classification_params(shipped_raw({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8}}))
     scratch = parse_finetune_args(["--init", "scratch", "--pretrain-seed", "2", "--seed", "3"])
     start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, scratch)
     assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@2-3", None, None)

@@ -4,40 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from lmtransfer.harness.mlflow_ui import UI_WORKFLOW, ui_link, ui_links
+from lmtransfer.harness.tracking import PROCESS_TAG, UI_WORKFLOW, process_tag, ui_lines
 
 from conftest import shipped_params
 
 
 @pytest.mark.slow
-def test_the_ui_link_opens_the_experiment_on_its_runs_table(tmp_path, monkeypatch):
+def test_make_ui_opens_each_tasks_experiment_on_its_runs_table(tmp_path, monkeypatch):
+    """`make ui` prints one link per task: classification and translation runs live in separate experiments."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
-    assert ui_link("http://h:1", tmp_path) == f"http://h:1/#/experiments?{UI_WORKFLOW}"
-    assert not (tmp_path / "mlflow.db").exists()  # asking for the link never creates a store
-
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    client.create_experiment("other")
-    experiment_id = client.create_experiment("lmtransfer")
-    assert ui_link("http://h:1", tmp_path) == f"http://h:1/#/experiments/{experiment_id}?workflowType=machine_learning"
-
-
-@pytest.mark.slow
-def test_the_ui_links_open_each_tasks_experiment(tmp_path, monkeypatch):
-    """`make ui` prints one per task: classification and translation runs live in separate experiments."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    assert all("runs in this store yet" in line for line in ui_lines("http://h:1"))
+    assert not (tmp_path / "mlflow.db").exists()  # asking for the links never creates a store
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     classification = client.create_experiment("lmtransfer")
-    assert ui_links("http://h:1", tmp_path) == {  # no translation run yet: the experiment list
-        "classification": f"http://h:1/#/experiments/{classification}?{UI_WORKFLOW}",
-        "translation": f"http://h:1/#/experiments?{UI_WORKFLOW}"}
-    translation = client.create_experiment("lmtransfer-translation")
-    assert ui_links("http://h:1", tmp_path)["translation"] == f"http://h:1/#/experiments/{translation}?{UI_WORKFLOW}"
+    assert ui_lines("http://h:1") == [
+        f"open http://h:1/#/experiments/{classification}?{UI_WORKFLOW}  (classification)",
+        f"no translation runs in this store yet: `make run-translation` makes them (the UI still opens at "
+        f"http://h:1/#/experiments?{UI_WORKFLOW})"]
 
 
 @pytest.fixture
@@ -99,7 +86,6 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
 @pytest.mark.slow
 def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     """Stages side by side under one LMTRANSFER_PIPELINE_ID: the first to end hands the pipeline run on."""
-    from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
     from lmtransfer.harness.tracking import stage_run
 
     with stage_run("prepare", {}) as first:
@@ -175,7 +161,6 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 
     import mlflow
 
-    from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
     from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, stage_run
 
     client, experiment = _store_after_a_killed_process(
@@ -244,7 +229,6 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
     KILLED, and evaluate (which DVC starts only after every training stage completed) removes its snapshot."""
     import mlflow
 
-    from lmtransfer.harness.orphan_runs import PROCESS_TAG, process_tag
     from lmtransfer.harness.tracking import stage_run
 
     client, experiment = _store_after_a_killed_process(

@@ -198,7 +198,7 @@ def test_runs_metrics_and_artifacts_arrive_on_the_tracking_server(server, pipeli
 
 
 def test_a_killed_stage_run_on_the_server_is_marked_killed_when_the_stage_runs_again(server, pipeline, monkeypatch):
-    """The kill -9 recovery of orphan_runs.close_orphaned_runs works through the server's REST API too."""
+    """The kill -9 recovery of harness.tracking works through the server's REST API too."""
     import mlflow
     from mlflow import MlflowClient
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lmtransfer.harness.model_registry import MODEL_ID_TAG
+from lmtransfer.harness.tracking import MODEL_ID_TAG
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.tokens.tokenizer import tokenizer_fingerprint
 from lmtransfer.translation.mlflow_model import MODEL_NAME, log_translator

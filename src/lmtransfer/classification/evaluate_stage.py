@@ -32,8 +32,16 @@ from lmtransfer.core.paths import (
     predictions_file,
 )
 from lmtransfer.data.prepared import SPLITS, read_split
-from lmtransfer.harness.model_registry import params_hash, register_champion
-from lmtransfer.harness.tracking import log_file, log_run, log_to_pipeline, run_that_wrote, runs_that_wrote, stage_run
+from lmtransfer.harness.tracking import (
+    log_file,
+    log_run,
+    log_to_pipeline,
+    params_hash,
+    register_champion,
+    run_that_wrote,
+    runs_that_wrote,
+    stage_run,
+)
 from lmtransfer.modeling.checkpoint import load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_grid
@@ -90,7 +98,7 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
 
 def register_best_pretrained(params: ClassificationParams) -> None:
     """The pretrained fine-tune with the best validation accuracy (test never chooses) into the Model Registry,
-    with the gap and its interval and the hash of the params that made it (`model_registry`). From the files evaluate
+    with the gap and its interval and the hash of the params that made it (`harness.tracking.register_champion`). From the files evaluate
     wrote, so that `lmtransfer register` (`make run`) does it too when DVC skips an unchanged evaluate: a fresh
     clone's new MLflow store would otherwise have no registry."""
     runs = [finetune_run(seed, pretrain_seed) for pretrain_seed, seed in run_grid(params.pretrain.seeds,

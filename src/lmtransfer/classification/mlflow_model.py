@@ -1,6 +1,6 @@
 """A classification fine-tune as an MLflow model: a column of texts in, the label and each class's probability out.
 
-Each fine-tune stage logs one (`log_classifier`, through `harness.logged_models`) from the checkpoint it wrote to
+Each fine-tune stage logs one (`log_classifier`, through `harness.tracking.log_model`) from the checkpoint it wrote to
 models/ (the DVC output): the model's `checkpoint` artifact is that very file (its sha256 is the run's checkpoint tag),
 its `tokenizer` artifact the tokenizer it was trained with, and its code this package. `mlflow.pyfunc.load_model(...)
 .predict`, `mlflow models serve` and `lmtransfer predict` all call `inference.classify_texts`: the same texts give
@@ -14,7 +14,7 @@ from pathlib import Path
 import mlflow.pyfunc
 import pandas as pd
 
-from lmtransfer.harness.logged_models import log_pyfunc_model
+from lmtransfer.harness.tracking import log_model
 
 MODEL_NAME = "classifier"  # the logged model's name in its run
 TEXT_COLUMN = "text"  # the one input column
@@ -74,4 +74,4 @@ def log_classifier(checkpoint: str | Path, tokenizer_dir: str | Path, label_name
 
     example = pd.DataFrame({TEXT_COLUMN: EXAMPLE_TEXTS})
     output = prediction_frame(np.full((len(EXAMPLE_TEXTS), len(label_names)), 1.0 / len(label_names)), label_names)
-    return log_pyfunc_model(MODEL_NAME, TextClassifier(), checkpoint, tokenizer_dir, example, output)
+    return log_model(MODEL_NAME, TextClassifier(), checkpoint, tokenizer_dir, example, output)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.core.io import write_timings
-from lmtransfer.harness.tracking import log_file, log_run, log_tokenization, stage_run
+from lmtransfer.harness.tracking import log_file, log_run, stage_run
 from lmtransfer.tokens.encode_splits import tokenize_prepared
 
 
@@ -15,7 +15,8 @@ def run_tokenize_stage(params: TokenizerParams, logged: dict) -> None:
 
     with stage_run("tokenize", logged):
         meta = tokenize_prepared(PREPARED, TOKENIZED, params)
-        log_tokenization(meta)
+        log_run(metrics={**{f"tokens_{k}": v for k, v in meta["tokens"].items()}, "vocab_size": meta["vocab_size"],
+                         **{f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()}})
         log_run(tags={"tokenizer_scheme": meta["scheme"]})
         for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
             log_file(artifact, "")

@@ -85,9 +85,9 @@ def cmd_register(args: argparse.Namespace) -> None:
 
     from lmtransfer.classification.config import load_classification_params
     from lmtransfer.classification.evaluate_stage import register_best_pretrained
-    from lmtransfer.harness.tracking_store import usable_tracking_uri
+    from lmtransfer.harness.tracking import check_store
 
-    mlflow.set_tracking_uri(usable_tracking_uri())
+    mlflow.set_tracking_uri(check_store())
     register_best_pretrained(load_classification_params(paths.PARAMS))
 
 

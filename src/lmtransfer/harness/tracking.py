@@ -1,181 +1,377 @@
-"""A stage's MLflow run and what it logs: one run per executed stage (`stage_run`), a child of the run of its
-pipeline execution (`pipeline_runs`). The stages' code logs through the helpers here (`log_run`, `log_file`,
-`log_checkpoint`, ...), which log nothing on the other ranks of a torchrun job.
+"""MLflow tracking: one run per executed stage, named after it, under one parent run per pipeline execution.
 
-Where the store is: `tracking_store`; runs left RUNNING by a dead process: `orphan_runs`; UI links: `mlflow_ui`.
+Where: SQLite `mlflow.db` and `mlartifacts/` at the repository root, found from DVC_ROOT when DVC runs the stage
+(`dvc exp run --temp` and queued runs work in a copy DVC deletes) or else from git; `MLFLOW_TRACKING_URI` overrides
+it (a shared `mlflow server`). `check_store` names a store that cannot be used in one line, before any work.
+
+What: `stage_run` opens a stage's run (the params it declared; tags: stage, DVC experiment, git commit, the upstream
+run it consumed). Inside it the stage logs with `log_run`, `log_metrics`, `log_file`, `log_checkpoint`; under
+torchrun only rank 0 logs. A fine-tune's checkpoint becomes an MLflow model (`log_model`), and evaluate registers
+the best pretrained one as `@champion` (`register_champion`).
+
+A run left RUNNING by a process that is gone (kill -9, a power cut) is marked KILLED when the next stage starts,
+and the stage's new run names it (PREVIOUS_ATTEMPT_TAG): a resumed training logs into a new run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import logging
 import os
-import sys
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from lmtransfer.core import knobs
+from lmtransfer.core.errors import TrackingStoreError
 from lmtransfer.core.io import sha256_of
-from lmtransfer.harness.orphan_runs import PROCESS_TAG, close_orphaned_runs, is_alive, process_tag, running_stage_runs
-from lmtransfer.harness.pipeline_runs import (
-    end_pipeline,
-    experiment_id_for,
-    experiment_name,
-    flatten,
-    git_commit,
-    log_to_pipeline,  # also imported from here by the evaluate stages: DVC dependencies, not to be edited
-    pipeline_id,
-    pipeline_parent,
-    resume_pipeline,
-)
-from lmtransfer.harness.run_tags import PARENT_TAG, TAG_PREFIX
-from lmtransfer.harness.tracking_store import (
-    project_root,
-    quiet_mlflow_logs,
-    usable_tracking_uri,  # also imported from here by classification.inputs: a DVC dependency, not to be edited
-)
 
-CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_sha256"
-PREVIOUS_ATTEMPT_TAG = f"{TAG_PREFIX}previous_attempt"  # a killed earlier run of the same stage
+STORE, ARTIFACTS = "mlflow.db", "mlartifacts"
+KIND_TAG = "lmtransfer.kind"  # "stage" or "pipeline"
+PIPELINE_TAG = "lmtransfer.pipeline_id"
+PROCESS_TAG = "lmtransfer.process"  # host:pid:start time of the process that owns a stage run
+PREVIOUS_ATTEMPT_TAG = "lmtransfer.previous_attempt"  # the killed earlier runs of the same stage
+CHECKPOINT_TAG = "lmtransfer.checkpoint_sha256"  # lineage: the run that wrote a checkpoint is found by its hash
+MODEL_ID_TAG = "lmtransfer.model_id"  # the MLflow model a fine-tune's run logged
+PARENT_TAG = "mlflow.parentRunId"  # what nests a stage run under its pipeline run in the UI
+CHAMPION = "champion"  # the registry alias of the version to serve
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}  # the UI opens it on the runs table
+UI_WORKFLOW = "workflowType=machine_learning"  # the UI's "Model training" switch
 
 
 def is_main_process() -> bool:
-    """Rank 0 of a torchrun job (torchrun sets RANK), or a process on its own: the one that logs to MLflow."""
-    return int(os.environ.get("RANK", "0")) == 0
+    """Rank 0 of a torchrun job, or a process on its own: the one that logs."""
+    return os.environ.get("RANK", "0") == "0"
 
 
-@contextmanager
-def stage_run(
-    stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None, run_name: str | None = None,
-    clear_snapshots: Callable[[set[str]], list[str]] | None = None,
-) -> Iterator[Any]:
-    """Open the MLflow run of one stage execution (named `run_name`, default the stage); yields the active run.
-    `params` are what the run records. `clear_snapshots` (the stage that reads every trained model) is given the
-    names of the stages still running and removes the other stages' resume snapshots, returning their names.
+# ---- where the store is, checked before any work ----
 
-    Use mlflow's fluent API (mlflow.log_metrics, ...) inside the block. Under torchrun only rank 0 opens the run:
-    the other ranks get None (they train, and log nothing: `log_metrics`).
-    """
-    import mlflow
-    from mlflow import MlflowClient
-
-    if not is_main_process():
-        yield None
-        return
-    quiet_mlflow_logs()
-    root = project_root()
-    # Read before set_tracking_uri(), which itself exports MLFLOW_TRACKING_URI into this process.
-    user_store = bool(os.environ.get("MLFLOW_TRACKING_URI"))
-    mlflow.set_tracking_uri(usable_tracking_uri(root))
-    client = MlflowClient()
-    experiment_id = experiment_id_for(client, experiment_name(), root, user_store)
-    group = pipeline_id()
-    common_tags = {
-        f"{TAG_PREFIX}pipeline_id": group,
-        "git_commit": git_commit(),
-        **({"dvc_exp_name": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
-        **({"dvc_exp_baseline": os.environ["DVC_EXP_BASELINE_REV"]} if os.environ.get("DVC_EXP_BASELINE_REV") else {}),
-    }
-    parent_id = pipeline_parent(client, experiment_id, group, common_tags, root)
-    tags = _stage_tags(client, experiment_id, stage, run_name or stage, common_tags, parent_id, upstream_run_id)
-    if clear_snapshots is not None:
-        _clear_snapshots_of_finished_stages(client, experiment_id, clear_snapshots)
-    resume_pipeline(client, parent_id)  # after close_orphaned_runs: a killed earlier attempt may have ended it
-    status, run_id = "FAILED", None
+def _git(*args: str) -> str:
     try:
-        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, tags=tags) as run:
-            run_id = run.info.run_id
-            mlflow.log_params(flatten(params))
-            yield run
-        status = "FINISHED"
-    except KeyboardInterrupt:  # Ctrl-C: stopped, not broken
-        status = "KILLED"
-        if run_id:
-            _while_stopping(lambda: client.set_terminated(run_id, status=status))
-        raise
-    except Exception as error:
-        stop = _stop_behind(error)  # MLflow failed to close the run while the stage was being stopped
-        if stop is None:
-            raise
-        status = "KILLED"
-        _report_unmarked(error)
-        raise stop from None
-    finally:
-        # The pipeline run spans its stages: it ends when the latest one ends, with that one's outcome.
-        if status == "KILLED":
-            _while_stopping(lambda: end_pipeline(client, experiment_id, parent_id, status, run_id))
-        else:
-            end_pipeline(client, experiment_id, parent_id, status, run_id)
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
 
 
-def _stage_tags(client, experiment_id: str, stage: str, run_name: str, common_tags: dict[str, str], parent_id: str,
-                upstream_run_id: str | None) -> dict[str, str]:
-    """A stage run's tags: nested under the pipeline run (the tag nests it; start_run(parent_run_id=...) would
-    also check that the parent is active), its process, and the earlier attempts it follows (closed here)."""
-    tags = {**common_tags, f"{TAG_PREFIX}kind": "stage", "stage": stage, PARENT_TAG: parent_id,
-            PROCESS_TAG: process_tag()}
-    if upstream_run_id:
-        tags["upstream_run_id"] = upstream_run_id
-    orphans = close_orphaned_runs(client, experiment_id, run_name)
-    if orphans:
-        tags[PREVIOUS_ATTEMPT_TAG] = ",".join(orphans)
-    return tags
+def project_root() -> Path:
+    """DVC_ROOT when DVC runs the stage (the repository, even from the copy `--temp` and `--queue` work in)."""
+    return Path(os.environ.get("DVC_ROOT") or _git("rev-parse", "--show-toplevel") or ".").resolve()
 
 
-def _clear_snapshots_of_finished_stages(client, experiment_id: str, clear: Callable[[set[str]], list[str]]) -> None:
-    """The resume snapshots of every stage whose run is no longer alive, removed by `clear`."""
-    alive = {run.info.run_name for run in running_stage_runs(client, experiment_id)
-             if is_alive(run.data.tags.get(PROCESS_TAG, ""))}
-    for finished in clear(alive):
-        print(f"resume: the snapshot of {finished} removed: that stage has completed")
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / STORE}"
 
 
-def _stop_behind(error: BaseException) -> KeyboardInterrupt | None:
-    """The stop (Ctrl-C, SIGTERM) during whose handling `error` was raised, if any."""
-    seen = error.__context__
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return seen
-        seen = seen.__context__
+def check_store() -> str:
+    """The tracking URI, once the store is known to be usable: a local SQLite store readable, undamaged and writable
+    (built if absent), the project's artifact folder writable, a tracking server answering. Else one line naming
+    the store and the fix (TrackingStoreError), rather than a traceback mid-stage or minutes of MLflow's retries."""
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        problem = _sqlite_problem(path)
+        if problem:
+            raise TrackingStoreError(f"{path} {problem}; nothing was run")
+        root = project_root()
+        if path.resolve() == root / STORE:
+            _check_artifacts(path, root)
+        if not path.exists():
+            _build(path)
+    elif uri.startswith(("http://", "https://")):
+        _check_server(uri)
+    return uri
+
+
+def _sqlite_problem(path: Path) -> str | None:
+    """What keeps the SQLite store at `path` from being used, with the fix; None if it can be used (or is absent).
+    A write rolled back tells a read-only file or folder; a store locked by a stage running beside passes."""
+    if path.is_dir():
+        return "is a directory, not an MLflow store (a file): move it away, and the next stage builds a new store there"
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
+                                                isolation_level=None)) as db:
+            damage = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("CREATE TABLE _lmtransfer_write_check (x)")
+            db.execute("ROLLBACK")
+    except sqlite3.OperationalError as error:  # the write failed
+        if "locked" in str(error):
+            return None
+        return (f"cannot be written ({error}): make it and its folder writable, or point MLFLOW_TRACKING_URI at a "
+                "store that is")
+    except sqlite3.DatabaseError as error:
+        damage = str(error)
+    if damage != "ok":
+        return (f"is damaged (SQLite: {damage}): restore it from a backup (`sqlite3 {path} .recover` may save its "
+                "runs), or move it away to start a new store")
+    if any(name.startswith("_alembic_tmp_") for name in tables):
+        return (f"is half-migrated (an interrupted schema migration): back it up and run `mlflow db upgrade "
+                f"sqlite:///{path}`, or move it away to start a new store")
     return None
 
 
-def _while_stopping(mark: Callable[[], None]) -> None:
-    """Store bookkeeping on the way out of a stopped stage: a stop that landed inside a store write can leave the
-    store locked by this very process, and the stop must still end in one line, not a traceback."""
+def _build(path: Path) -> None:
+    """A new store: MLflow's schema migrations (about a second) run on a private file, linked into place complete,
+    so that a kill meanwhile never leaves a half-migrated store under the real name."""
+    import psutil
+    from mlflow import MlflowClient
+
+    prefix = f".{path.name}.building-"
+    for leftover in path.parent.glob(f"{prefix}*"):  # the builds of killed processes
+        if not psutil.pid_exists(int(leftover.name.removeprefix(prefix).split("-")[0])):
+            leftover.unlink(missing_ok=True)
+    building = path.with_name(f"{prefix}{os.getpid()}-{time.monotonic_ns()}")  # MLflow caches a store per URI
+    _quiet_mlflow()
     try:
-        mark()
-    except Exception as error:  # noqa: BLE001 - sqlite/sqlalchemy errors: the next stage closes the runs
-        _report_unmarked(error)
+        MlflowClient(f"sqlite:///{building}").search_experiments(max_results=1)
+        with contextlib.suppress(FileExistsError):  # a stage beside built one first
+            os.link(building, path)
+    finally:
+        for file in path.parent.glob(f"{building.name}*"):
+            file.unlink(missing_ok=True)
 
 
-def _report_unmarked(error: BaseException) -> None:
-    first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    print(f"tracking: the stopped stage's run could not be marked KILLED ({first[:160]}); the next stage marks it",
-          file=sys.stderr, flush=True)
+def _check_artifacts(store: Path, root: Path) -> None:
+    """The project's artifacts go to this checkout's `mlartifacts/`, which must be writable. MLflow keeps each
+    experiment's artifact folder as an absolute path in the store, which it cannot change: a copied project sent its
+    artifacts into the original's folder, so its experiments are pointed here (the runs already made keep theirs)."""
+    folder = root / ARTIFACTS
+    try:
+        folder.mkdir(exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise TrackingStoreError(
+            f"{folder} cannot be written ({error.strerror or error}): the runs' artifacts (checkpoints, figures) go "
+            "there; make it writable, or point MLFLOW_TRACKING_URI at a store that is; nothing was run") from None
+    if not store.exists():
+        return
+    here = folder.as_uri()
+    with contextlib.closing(sqlite3.connect(store, timeout=30)) as db, db:
+        try:
+            moved = db.execute("SELECT name, artifact_location FROM experiments WHERE experiment_id != 0 AND "
+                               "artifact_location LIKE 'file:%' AND artifact_location != ?", (here,)).fetchall()
+            db.executemany("UPDATE experiments SET artifact_location = ? WHERE name = ?", [(here, n) for n, _ in moved])
+        except sqlite3.OperationalError:  # an empty store, which MLflow fills when it opens it
+            moved = []
+    for name, location in moved:
+        print(f"tracking: experiment '{name}' kept its artifacts in {location} (another checkout: this project was "
+              f"copied); its new runs' artifacts go to {here}")
 
 
-def active_run_id() -> str | None:
-    """The MLflow run this process logs into, if any: a training handed over to a new process continues it."""
-    if "mlflow" not in sys.modules:
+def _check_server(uri: str, timeout: float = 30.0) -> None:
+    """One request that reads the server's store, without MLflow's retries (minutes, then a traceback)."""
+    import urllib.error
+    import urllib.request
+
+    probe = f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?experiment_name=lmtransfer-store-check"
+    try:
+        urllib.request.urlopen(probe, timeout=timeout).close()
+    except urllib.error.HTTPError as error:  # 404, no such experiment: the store answered
+        if error.code >= 500:
+            said = error.read(2000).decode("utf-8", "replace").strip().splitlines()[:1]
+            raise TrackingStoreError(
+                f"MLFLOW_TRACKING_URI={uri}: the tracking server answers but cannot read its store (HTTP {error.code}"
+                f"{': ' + said[0][:200] if said else ''}); check its backend database (the server's log says why), "
+                f"or unset MLFLOW_TRACKING_URI to log to the local {STORE}; nothing was run") from None
+    except (OSError, ValueError) as error:
+        raise TrackingStoreError(
+            f"MLFLOW_TRACKING_URI={uri}: no tracking server answers ({getattr(error, 'reason', error)}); start it "
+            f"(docs/guide/scale.md, \"Beyond one machine\") or unset MLFLOW_TRACKING_URI to log to the local {STORE}; "
+            "nothing was run") from None
+
+
+def _quiet_mlflow() -> None:
+    for name in ("alembic", "mlflow.store", "mlflow.tracking.fluent"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# ---- the runs ----
+
+def experiment_name(task: str | None = None) -> str:
+    """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (the
+    `task` of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
+    task = task or _params_yaml().get("task", "classification")
+    return knobs.read(knobs.EXPERIMENT) or ("lmtransfer" if task == "classification" else f"lmtransfer-{task}")
+
+
+def _params_yaml() -> dict[str, Any]:
+    from ruamel.yaml import YAML
+
+    try:
+        raw = YAML(typ="safe", pure=True).load(Path("params.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'model': {'d_model': 200}} -> {'model.d_model': 200}: params.yaml's keys as `dvc exp run -S` names them."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def git_commit() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+@cache
+def launching_dvc():
+    """The `dvc` process this one runs under (`dvc repro`, `dvc exp run`, a queue worker), as a psutil.Process,
+    or None when it was started some other way."""
+    import psutil
+
+    try:
+        for process in psutil.Process().parents():
+            command = " ".join(process.cmdline()[:2])
+            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
+                return process
+    except psutil.Error:  # a process gone while looking
         return None
+    return None
+
+
+def pipeline_id() -> str:
+    """What groups the stage runs of one pipeline execution: LMTRANSFER_PIPELINE_ID, else the DVC experiment, else
+    the `dvc` process that launched the stage (the stages of one `dvc repro`), else this process alone."""
+    if knobs.read(knobs.PIPELINE_ID):
+        return knobs.read(knobs.PIPELINE_ID)
+    if os.environ.get("DVC_EXP_NAME"):
+        return f"exp-{os.environ['DVC_EXP_NAME']}"
+    dvc = launching_dvc()
+    return f"repro-{dvc.pid}-{int(dvc.create_time())}" if dvc else f"standalone-{uuid.uuid4().hex[:12]}"
+
+
+def process_tag() -> str:
+    import psutil
+
+    return f"{socket.gethostname()}:{os.getpid()}:{int(psutil.Process().create_time())}"
+
+
+def _alive(tag: str) -> bool:
+    """Whether the process a run was tagged with still runs (on another host: assumed alive)."""
+    import psutil
+
+    try:
+        host, pid, started = tag.rsplit(":", 2)
+        return host != socket.gethostname() or int(psutil.Process(int(pid)).create_time()) == int(started)
+    except (ValueError, psutil.Error):
+        return False
+
+
+@contextmanager
+def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None,
+              run_name: str | None = None,
+              clear_snapshots: Callable[[set[str]], list[str]] | None = None) -> Iterator[Any]:
+    """The MLflow run of one stage execution, named `run_name` (default: the stage), with the `params` it declared;
+    yields the active run (None on the other ranks of a torchrun job: they train and log nothing). It ends FINISHED,
+    FAILED, or KILLED (Ctrl-C), and its pipeline run with it unless another of its stages still runs.
+    `clear_snapshots` (evaluate) gets the names of the stages still running and removes the others' resume snapshots.
+    """
+    if not is_main_process():
+        yield None
+        return
     import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
-    run = mlflow.active_run()
-    return run.info.run_id if run else None
+    uri = check_store()
+    name = run_name or stage
+    common = {PIPELINE_TAG: pipeline_id(), "git_commit": git_commit(),
+              **{tag: os.environ[var] for tag, var in (("dvc_exp_name", "DVC_EXP_NAME"),
+                                                       ("dvc_exp_baseline", "DVC_EXP_BASELINE_REV"))
+                 if os.environ.get(var)}}
+    try:
+        _quiet_mlflow()
+        mlflow.set_tracking_uri(uri)
+        client = MlflowClient()
+        experiment_id = _experiment_id(client, uri)
+        parent_id = _pipeline_run(client, experiment_id, common)
+        earlier, running = _close_dead_runs(client, experiment_id, parent_id, name)
+    except MlflowException as error:  # e.g. a store at an older schema: MLflow's message says what to run
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TrackingStoreError(f"the MLflow store {uri} cannot be used: {first[:300]}; nothing was run") from None
+    if clear_snapshots is not None:
+        for finished in clear_snapshots(running):
+            print(f"resume: the snapshot of {finished} removed: that stage has completed")
+    tags = {**common, KIND_TAG: "stage", "stage": stage, PARENT_TAG: parent_id, PROCESS_TAG: process_tag(),
+            **({"upstream_run_id": upstream_run_id} if upstream_run_id else {}),
+            **({PREVIOUS_ATTEMPT_TAG: ",".join(earlier)} if earlier else {})}
+    run = mlflow.start_run(experiment_id=experiment_id, run_name=name, tags=tags)
+    status = "FAILED"
+    try:
+        mlflow.log_params(flatten(params))
+        yield run
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        mlflow.end_run(status)
+        others = client.search_runs([experiment_id], f"attributes.status = 'RUNNING' and tags.`{PARENT_TAG}` = "
+                                                     f"'{parent_id}'")
+        if not any(_alive(other.data.tags.get(PROCESS_TAG, "")) for other in others):
+            client.set_terminated(parent_id, status)  # the pipeline run ends with its latest stage
 
 
-def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
-    """mlflow.log_metrics in the stage's run; the other ranks of a torchrun job have no run and log nothing."""
-    if is_main_process():
-        import mlflow
+def _experiment_id(client, uri: str) -> str:
+    """The experiment of this task's runs, created on first use; in the project's store, artifacts in mlartifacts/."""
+    experiment = client.get_experiment_by_name(experiment_name())
+    if experiment is not None:
+        return experiment.experiment_id
+    own = uri == f"sqlite:///{project_root() / STORE}"
+    return client.create_experiment(experiment_name(), tags=EXPERIMENT_TAGS,
+                                    artifact_location=(project_root() / ARTIFACTS).as_uri() if own else None)
 
-        mlflow.log_metrics(metrics, step=step)
 
+def _pipeline_run(client, experiment_id: str, common: dict[str, str]) -> str:
+    """The parent run of this pipeline execution, found or created (with every key of params.yaml as a param), and
+    RUNNING while a stage runs under it."""
+    from mlflow.entities import Param
+
+    found = client.search_runs([experiment_id], f"tags.`{PIPELINE_TAG}` = '{common[PIPELINE_TAG]}' and "
+                                                f"tags.`{KIND_TAG}` = 'pipeline'", max_results=1)
+    if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
+        return found[0].info.run_id
+    name = os.environ.get("DVC_EXP_NAME") or time.strftime("pipeline-%Y%m%d-%H%M%S")
+    run = client.create_run(experiment_id, run_name=name, tags={**common, KIND_TAG: "pipeline"})
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in flatten(_params_yaml()).items()])
+    return run.info.run_id
+
+
+def _close_dead_runs(client, experiment_id: str, own_parent: str, name: str) -> tuple[list[str], set[str]]:
+    """Mark KILLED the stage runs whose process is gone (a stage DVC restores from its run-cache runs none of our
+    code, so the next stage that runs closes them) and the pipeline runs with no live stage under them. Returns the
+    closed runs of stage `name` (its earlier attempts) and the names of the stages still running."""
+    running = client.search_runs([experiment_id], "attributes.status = 'RUNNING'")
+    alive = [r for r in running if r.data.tags.get(KIND_TAG) == "stage" and _alive(r.data.tags.get(PROCESS_TAG, ""))]
+    keep = {r.info.run_id for r in alive} | {r.data.tags.get(PARENT_TAG) for r in alive} | {own_parent}
+    dead = [r for r in running if r.data.tags.get(KIND_TAG) in ("stage", "pipeline") and r.info.run_id not in keep]
+    for run in dead:
+        client.set_terminated(run.info.run_id, "KILLED")
+    return [r.info.run_id for r in dead if r.info.run_name == name], {r.info.run_name for r in alive}
+
+
+# ---- what a stage logs (nothing on the other ranks of a torchrun job) ----
 
 def log_run(tags: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
             metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
-    """Tags, params and the numeric metrics (non-numbers left out) on the stage's run; nothing on the other ranks
-    of a torchrun job. The one door the stages' code goes through to MLflow, with `log_file` and `log_checkpoint`."""
+    """Tags, params and the numeric metrics (other values left out) on the stage's run."""
     if not is_main_process():
         return
     import mlflow
@@ -189,8 +385,13 @@ def log_run(tags: dict[str, Any] | None = None, params: dict[str, Any] | None = 
         mlflow.log_metrics(numbers, step=step)
 
 
+def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+    """One row of a curve (the training loops' callback)."""
+    log_run(metrics=metrics, step=step)
+
+
 def log_file(content: dict | str | Path, name: str) -> None:
-    """A dict (as JSON), a text or a file (by its path) attached to the stage's run under `name`."""
+    """A dict (as JSON), a text or a file (by its path; `name` a folder or '') attached to the stage's run."""
     if not is_main_process():
         return
     import mlflow
@@ -203,66 +404,146 @@ def log_file(content: dict | str | Path, name: str) -> None:
         mlflow.log_text(content, name)
 
 
-def log_checkpoint(path: str | Path) -> None:
-    """The checkpoint a stage wrote: its sha256 as a tag (lineage), and the file as the run's artifact."""
-    if not is_main_process():
-        return
-    import mlflow
-
-    tag_checkpoint(path)
-    mlflow.log_artifact(str(path))
-
-
 def tag_checkpoint(path: str | Path) -> None:
-    """Tag the active run with the sha256 of the checkpoint it wrote: lineage that keeps checkpoints byte-identical."""
-    import mlflow
+    """The checkpoint's sha256 on the stage's run: how a later stage finds the run that wrote it."""
+    if is_main_process():
+        import mlflow
 
-    mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
+        mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
+
+
+def log_checkpoint(path: str | Path) -> None:
+    """The checkpoint a stage wrote: its sha256 as a tag, the file as an artifact."""
+    if is_main_process():
+        import mlflow
+
+        tag_checkpoint(path)
+        mlflow.log_artifact(str(path))
 
 
 def run_that_wrote(path: str | Path) -> str:
     """The id of the latest run tagged with this checkpoint's sha256 ('' when the store has none)."""
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=usable_tracking_uri())  # not mlflow.set_tracking_uri: it exports the variable
+    client = MlflowClient(tracking_uri=check_store())
     experiment = client.get_experiment_by_name(experiment_name())
     if experiment is None:
         return ""
-    found = client.search_runs(
-        [experiment.experiment_id],
-        filter_string=f"tags.`{CHECKPOINT_TAG}` = '{sha256_of(path)}'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
+    found = client.search_runs([experiment.experiment_id], f"tags.`{CHECKPOINT_TAG}` = '{sha256_of(path)}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)
     return found[0].info.run_id if found else ""
 
 
 def runs_that_wrote(paths: Iterable[str | Path]) -> str:
-    """The MLflow runs that wrote `paths`, comma-separated (those known): a stage's upstream runs."""
+    """The runs that wrote `paths`, comma-separated (those known): a stage's upstream runs."""
     return ",".join(filter(None, (run_that_wrote(path) for path in paths)))
 
 
-def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
-    """The plot stage's MLflow run: `draw()` makes the figures inside it, they become artifacts, and the headline
-    goes on the pipeline run too: the last stage puts the answer there, since evaluate is skipped when the
-    fine-tuned models come out identical (a fresh clone's run)."""
+def log_to_pipeline(metrics: dict[str, float]) -> None:
+    """Headline numbers on the pipeline run of the active stage run: one row per execution in the run table."""
     import mlflow
 
+    mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=0,
+                       run_id=mlflow.active_run().data.tags[PARENT_TAG])
+
+
+def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
+    """The plot stage's run: `draw()` makes the figures, which become artifacts; the headline goes on the pipeline
+    run too (evaluate is skipped when the fine-tunes come out unchanged, as on a fresh clone)."""
     from lmtransfer.core.io import read_json, require_file
     from lmtransfer.core.paths import HEADLINE
 
     with stage_run("plot", params.sections("plot")):
         figures = draw()
         for figure in figures:
-            mlflow.log_artifact(str(figure), "figures")
+            log_file(Path(figure), "figures")
         log_to_pipeline(read_json(require_file(HEADLINE, "headline metrics")))
     print("plot: " + ", ".join(str(f) for f in figures))
 
 
-def log_tokenization(meta: dict) -> None:
-    """What a tokenize stage made of the data: tokens and unknown-piece rate per split, and the vocabulary size."""
-    import mlflow
+# ---- models: each fine-tune logged as one, the best registered as @champion ----
 
-    mlflow.log_metrics({f"tokens_{k}": v for k, v in meta["tokens"].items()})
-    mlflow.log_metrics({f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()})
-    mlflow.log_metric("vocab_size", meta["vocab_size"])
+def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_dir: str | Path, example: Any,
+              output: Any, params: dict | None = None) -> str:
+    """`python_model` (pyfunc) on the stage's run as the model `name`, carrying the checkpoint file, the tokenizer's
+    own files and this package's code, so loading it needs neither the repository nor the network; its signature
+    from `example` -> `output` with inference `params`. Returns the model's id, also the run's MODEL_ID_TAG."""
+    import shutil
+    from importlib.metadata import version
+
+    import mlflow
+    from mlflow.models import infer_signature
+
+    from lmtransfer.tokens.tokenizer import DICTIONARY_FILE, MODEL_FILE
+
+    # pinned here: MLflow would infer them by importing the model in a subprocess, seconds per fine-tune
+    requirements = [f"{n}=={version(n).split('+')[0]}"
+                    for n in ("mlflow", "torch", "sentencepiece", "numpy", "pandas", "pydantic")]
+    with tempfile.TemporaryDirectory() as folder:
+        for file in (MODEL_FILE, DICTIONARY_FILE):  # not the tokenized splits beside them
+            if Path(tokenizer_dir, file).is_file():
+                shutil.copy2(Path(tokenizer_dir, file), Path(folder, file))
+        info = mlflow.pyfunc.log_model(
+            name=name, python_model=python_model, artifacts={"checkpoint": str(checkpoint), "tokenizer": folder},
+            code_paths=[str(Path(__file__).resolve().parents[1])], signature=infer_signature(example, output, params),
+            input_example=example, pip_requirements=requirements)
+    mlflow.set_tag(MODEL_ID_TAG, info.model_id)
+    return info.model_id
+
+
+def registered_name(task: str) -> str:
+    """`lmtransfer-<task>`; `lmtransfer-<task>-<folder>` for a pipeline run in a folder of its own (the course's)."""
+    folder = Path.cwd().resolve()
+    return f"lmtransfer-{task}" if folder == project_root().resolve() else f"lmtransfer-{task}-{folder.name}"
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    """sha256 of the params as JSON (keys sorted): two versions with one hash came from one recipe."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def register_champion(task: str, run_id: str, checkpoint: str | Path, tags: dict[str, Any]) -> str:
+    """The model the run `run_id` logged as a version of `registered_name(task)`, tagged with `tags`, the checkpoint's
+    sha256 and the git commit, unless a version with that checkpoint and those tags exists (the same model and
+    numbers at a later commit are the same version); @champion points at it. Returns the version ('' if none)."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    model_id = client.get_run(run_id).data.tags.get(MODEL_ID_TAG) if run_id else None
+    name = registered_name(task)
+    if not model_id:
+        print(f"registry: the best fine-tune's run logged no MLflow model; {name} is left as it is")
+        return ""
+    identity = {"checkpoint_sha256": sha256_of(checkpoint), **{key: str(value) for key, value in tags.items()}}
+    with contextlib.suppress(MlflowException):  # it exists already
+        client.create_registered_model(name, description="The pretrained variant's best fine-tune, chosen on "
+                                                         "validation, registered by the evaluate stage")
+    same = [v for v in client.search_model_versions(f"name='{name}'")
+            if all(v.tags.get(key) == value for key, value in identity.items())]
+    version = (max(int(v.version) for v in same) if same else
+               mlflow.register_model(f"models:/{model_id}", name, tags={**identity, "git_commit": git_commit()}).version)
+    client.set_registered_model_alias(name, CHAMPION, version)
+    print(f"registry: {name} version {version} ({'already registered' if same else 'new'}) is @{CHAMPION}")
+    return str(version)
+
+
+def ui_lines(base: str = "http://127.0.0.1:5000") -> list[str]:
+    """What `make ui` prints: each task's runs table (the UI's "Model training" view), or what makes some runs."""
+    from mlflow import MlflowClient
+
+    from lmtransfer.core.config import TASKS
+
+    store = os.environ.get("MLFLOW_TRACKING_URI") or (project_root() / STORE).is_file()  # never created here
+    lines = []
+    for task in TASKS:
+        experiment = MlflowClient(tracking_uri=tracking_uri()).get_experiment_by_name(experiment_name(task)) \
+            if store else None
+        if experiment is not None:
+            lines.append(f"open {base}/#/experiments/{experiment.experiment_id}?{UI_WORKFLOW}  ({task})")
+        else:
+            target = {"classification": "make run", "translation": "make run-translation"}.get(task, "dvc repro")
+            lines.append(f"no {task} runs in this store yet: `{target}` makes them "
+                         f"(the UI still opens at {base}/#/experiments?{UI_WORKFLOW})")
+    return lines

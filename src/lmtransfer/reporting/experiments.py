@@ -17,7 +17,7 @@ from typing import Any
 
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.core.paths import EVALUATE_REPORT, PARAMS
-from lmtransfer.harness.pipeline_runs import flatten
+from lmtransfer.harness.tracking import flatten
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A translation fine-tune as an MLflow model: a column of English sentences in, their French translations out, the
 beam size (and length penalty) an inference parameter.
 
-Each fine-tune stage logs one (`log_translator`, through `harness.logged_models`) from the checkpoint it wrote, with
+Each fine-tune stage logs one (`log_translator`, through `harness.tracking.log_model`) from the checkpoint it wrote, with
 the tokenizer it was trained with. `mlflow.pyfunc.load_model(...).predict`, `mlflow models serve` and `lmtransfer
 translate` all decode through `translator.translate_texts`: the same sentences give the same translations.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import mlflow.pyfunc
 import pandas as pd
 
-from lmtransfer.harness.logged_models import log_pyfunc_model
+from lmtransfer.harness.tracking import log_model
 
 MODEL_NAME = "translator"  # the logged model's name in its run
 TEXT_COLUMN = "text"  # the one input column: English sentences
@@ -50,5 +50,5 @@ def log_translator(checkpoint: str | Path, tokenizer_dir: str | Path) -> str:
     """Log the checkpoint a fine-tune wrote as an MLflow model on the active run; returns the model's id."""
     example = pd.DataFrame({TEXT_COLUMN: EXAMPLE_TEXTS})
     output = pd.DataFrame({"translation": ["Au commencement, Dieu créa les cieux et la terre."]})
-    return log_pyfunc_model(MODEL_NAME, SentenceTranslator(), checkpoint, tokenizer_dir, example, output,
+    return log_model(MODEL_NAME, SentenceTranslator(), checkpoint, tokenizer_dir, example, output,
                             DEFAULT_PARAMS)

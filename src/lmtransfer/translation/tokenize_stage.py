@@ -52,11 +52,12 @@ def run_tokenize_stage(params: Any, logged: dict) -> None:
     """The translation pipeline's tokenize stage (`params`: its tokenizer section): one sentencepiece model over both
     languages, the corpus and the pairs as ids."""
     from lmtransfer.core.paths import PREPARED, TOKENIZED, TOKENIZED_CORPUS
-    from lmtransfer.harness.tracking import log_file, log_tokenization, stage_run
+    from lmtransfer.harness.tracking import log_file, log_run, stage_run
 
     with stage_run("tokenize", logged):
         meta = tokenize_parallel(PREPARED, TOKENIZED, params)
-        log_tokenization(meta)
+        log_run(metrics={**{f"tokens_{k}": v for k, v in meta["tokens"].items()}, "vocab_size": meta["vocab_size"],
+                         **{f"unknown_rate_{k}": v for k, v in meta["unknown_rate"].items()}})
         log_file(TOKENIZED / "vocab.txt", "")
     print(f"tokenize: {meta['vocab_size']:,} pieces shared by both languages; pairs {meta['pairs']}, longest "
           f"{meta['longest']} tokens -> {TOKENIZED}; corpus -> {TOKENIZED_CORPUS} "
