@@ -1,4 +1,4 @@
-"""Faster ways to compute the same thing (the chunked LM loss, torch.compile, fused AdamW, device copies), and
+"""Faster ways to compute the same thing (torch.compile, fused AdamW, device copies), and
 several jobs sharing one machine's cores.
 
 Each must give what the plain path gives, up to the last bits of float rounding.
@@ -15,7 +15,6 @@ import time
 import numpy as np
 import pytest
 import torch
-from torch.nn import functional as F
 
 from lmtransfer.core import sharing
 from lmtransfer.core.config import PretrainParams, TrainParams
@@ -30,109 +29,14 @@ from lmtransfer.core.sharing import (
     running_queue_workers,
     thread_share,
 )
-from lmtransfer.modeling.lm_loss import (
-    AUTO_MIN_VOCAB,
-    CHUNK_LOGITS,
-    IGNORE_INDEX,
-    chunk_tokens_for,
-    linear_cross_entropy,
-    use_chunked_loss,
-)
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.modeling.runtime import configure, cpu_identity, to_device
-from lmtransfer.pretraining.training import LoopOptions, pretrain
+from lmtransfer.pretraining.training import pretrain
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer
 
 CPU = torch.device("cpu")
-
-
-def _head_inputs(n: int = 150, d: int = 12, v: int = 97, seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(n, d, generator=generator, requires_grad=True)
-    weight = (torch.randn(v, d, generator=generator) * 0.3).requires_grad_()
-    bias = (torch.randn(v, generator=generator) * 0.1).requires_grad_()
-    targets = torch.randint(0, v, (n,), generator=generator)
-    return hidden, weight, bias, targets
-
-
-def _loss_and_grads(loss_fn, hidden, weight, bias, targets):
-    """The loss and the gradients of hidden, weight and (unless None) bias."""
-    inputs = [tensor for tensor in (hidden, weight, bias) if tensor is not None]
-    for tensor in inputs:
-        tensor.grad = None
-    loss = loss_fn(hidden, weight, bias, targets)
-    (loss * 3.0).backward()  # an upstream gradient other than 1 reaches every input
-    return loss.detach(), *(tensor.grad.clone() for tensor in inputs)
-
-
-def _full(hidden, weight, bias, targets):
-    return F.cross_entropy(F.linear(hidden, weight, bias), targets)
-
-
-@pytest.mark.parametrize("chunk", [1, 7, 64, 150, 1000])
-def test_chunked_loss_and_gradients_equal_the_full_softmax(chunk):
-    inputs = _head_inputs()
-    expected = _loss_and_grads(_full, *inputs)
-    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, chunk), *inputs)
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-
-
-def test_chunked_loss_without_a_bias_and_with_large_logits_equals_the_full_softmax():
-    hidden, weight, _, targets = _head_inputs()
-    weight = (weight.detach() * 60).requires_grad_()  # logits in the hundreds: exp overflows without the max
-    expected = _loss_and_grads(_full, hidden, weight, None, targets)
-    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 32), hidden, weight, None, targets)
-    assert len(got) == 3 and torch.isfinite(got[0])
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-
-
-def test_chunked_loss_of_a_target_whose_probability_underflows_is_its_true_loss():
-    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], requires_grad=True)
-    weight = torch.tensor([[150.0, 0.0], [-150.0, 0.0], [0.0, 1.0]], requires_grad=True)
-    bias = torch.zeros(3, requires_grad=True)
-    targets = torch.tensor([1, 2, 0])  # the first: 300 below its row's largest logit, exp(-300) is 0 in fp32
-    assert torch.softmax(F.linear(hidden, weight, bias), 1)[0, 1] == 0
-    expected = _loss_and_grads(_full, hidden, weight, bias, targets)
-    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 2), hidden, weight, bias, targets)
-    assert 100 < got[0] < 101  # (300 + ~0 + ~0) / 3
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-
-
-def test_chunked_loss_skips_ignored_targets_like_cross_entropy():
-    hidden, weight, bias, targets = _head_inputs()
-    targets = targets.clone()
-    targets[::3] = IGNORE_INDEX
-    expected = _loss_and_grads(_full, hidden, weight, bias, targets)
-    got = _loss_and_grads(lambda h, w, b, t: linear_cross_entropy(h, w, b, t, 16), hidden, weight, bias, targets)
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    assert got[1][::3].abs().max() == 0  # an ignored position gets no gradient
-
-
-def test_chunked_loss_without_gradients_is_the_same_number():
-    hidden, weight, bias, targets = _head_inputs()
-    with torch.no_grad():
-        loss = linear_cross_entropy(hidden, weight, bias, targets, 10)
-        assert not loss.requires_grad
-        torch.testing.assert_close(loss, _full(hidden, weight, bias, targets))
-
-
-def test_auto_chunks_all_but_the_smallest_vocabularies():
-    assert not use_chunked_loss("auto", AUTO_MIN_VOCAB - 1)
-    assert use_chunked_loss("auto", AUTO_MIN_VOCAB) and use_chunked_loss("auto", 4000)  # 4,000: the built-in data
-    assert use_chunked_loss("on", 100) and not use_chunked_loss("off", 50_001)
-
-
-def test_a_chunk_holds_at_most_chunk_logits_and_the_largest_power_of_two_of_positions():
-    assert chunk_tokens_for(50_001) == 128 and chunk_tokens_for(4000) == 2048
-    for vocab in (1, 3, 999, 4000, 50_001, CHUNK_LOGITS, 3 * CHUNK_LOGITS):
-        tokens = chunk_tokens_for(vocab)
-        assert tokens & (tokens - 1) == 0  # a power of two
-        assert tokens == 1 or tokens * vocab <= CHUNK_LOGITS < 2 * tokens * vocab
 
 
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
@@ -145,18 +49,8 @@ def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_ste
     params = PretrainParams(max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
                             eval_batches=2, **overrides)
     result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
-                      LoopOptions(CPU, log_every=1, compile_steps=compile_steps))
+                      RunOptions(CPU, log_every=1, compile_steps=compile_steps))
     return model, result
-
-
-def test_pretraining_with_the_chunked_loss_follows_the_same_curve():
-    plain_model, plain = _pretrain(chunked_loss="off")
-    chunked_model, chunked = _pretrain(chunked_loss="on")
-    assert chunked_model.chunked_loss and not plain_model.chunked_loss
-    np.testing.assert_allclose([r["train_loss"] for r in chunked.train_log], [r["train_loss"] for r in plain.train_log],
-                               rtol=1e-4)
-    np.testing.assert_allclose([r["val_loss"] for r in chunked.valid_log], [r["val_loss"] for r in plain.valid_log],
-                               rtol=1e-4)
 
 
 def test_compiled_pretraining_follows_the_same_curve():
