@@ -61,16 +61,11 @@ def _files(path: Path, pattern: str) -> list[Path]:
     return [path] if path.is_file() else [p for p in path.rglob(pattern) if p.is_file()]
 
 
-def snapshot_folder(stage: str) -> str:
-    """The folder of a stage's snapshots under .resume/: `finetune_scratch@2` -> `finetune_scratch_seed2`."""
-    return stage_file_name(stage)
-
-
 class Snapshots:
     """The resume snapshots of one stage run; `every` = training steps between snapshots (0 = none)."""
 
     def __init__(self, stage: str, fingerprint: str, every: int, root: Path = RESUME_DIR):
-        self.directory = root / snapshot_folder(stage)
+        self.directory = root / stage_file_name(stage)  # `finetune_scratch@2` -> `finetune_scratch_seed2`
         if every > 0 and distributed.world().size > 1:
             print(f"resume: no snapshots with {distributed.world().size} processes (train.nproc > 1): a killed run "
                   "starts over")
@@ -134,7 +129,7 @@ def clear_finished_snapshots(running: set[str], root: Path = RESUME_DIR) -> list
     (which runs none of our code, so could not clear its own). Returns the stages whose snapshots went."""
     if not root.is_dir():
         return []
-    keep = {snapshot_folder(stage) for stage in running}
+    keep = {stage_file_name(stage) for stage in running}
     cleared = sorted(path.name for path in root.iterdir() if path.is_dir() and path.name not in keep)
     for name in cleared:
         shutil.rmtree(root / name, ignore_errors=True)
