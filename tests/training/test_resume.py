@@ -139,6 +139,28 @@ def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path)
     assert not (tmp_path / "pretrain").exists()
 
 
+def test_a_snapshot_of_finished_phases_returns_their_results_without_training(tmp_path, uninterrupted):
+    """A kill after training but before the outputs are written: the rerun goes straight to the outputs."""
+    model, corpus, task, _ = uninterrupted
+    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
+    _pretrain_both_phases(snapshots)
+    again_model, again_corpus, again_task, logged = _pretrain_both_phases(snapshots, model_seed=9)
+    assert _same_weights(again_model, model) and _results(again_corpus, again_task) == _results(corpus, task)
+    assert logged == []  # nothing trained, nothing measured again
+
+
+def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
+    snapshots = Snapshots("finetune_scratch@0", "same", every=1, root=tmp_path)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    snapshots.save("epochs", model, optimizer, scheduler, order=[1, 2])
+    expected = torch.rand(3), np.random.rand(3), random.random()
+    assert snapshots.load("epochs", model, optimizer, scheduler) == {"order": [1, 2]}
+    drawn = torch.rand(3), np.random.rand(3), random.random()
+    assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
+
+
 def test_the_fingerprint_follows_params_inputs_and_device_but_not_resume_every(tmp_path):
     data = tmp_path / "data.bin"
     data.write_bytes(b"abc")
