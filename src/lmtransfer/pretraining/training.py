@@ -111,15 +111,13 @@ class Phase:
 def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
              options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: Phase = Phase(),
              ) -> PretrainResult:
-    """Train the language model on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes),
-    scored on `valid_ids`; from the phase's snapshot if `options.snapshots` holds one (a snapshot of a finished
-    phase returns its result at once)."""
+    """Train the language model on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes), scored
+    on `valid_ids`; from the phase's snapshot if there is one (that of a finished phase: its result at once)."""
     device, snapshots, first = options.device, options.snapshots, phase.first_step
     batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
     valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
     model.to(device).train()
     steps = total_steps(params, batches)
-    epochs = -(-steps // batches.steps_per_epoch())
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     step_losses = _step_function(model, objective, device, options.compile_steps)
@@ -129,12 +127,9 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
         result.valid_log.append({"step": first + at, **scores})
         options.log_metrics(scores, first + at)
 
-    # where training is: steps done, the epoch under way and its batches done, the batch order's generator
-    # before that epoch drew, and the sums of the logging window under way
     saved = snapshots.load(phase.name, model, optimizer, scheduler) if snapshots else None
-    if saved:
-        result = PretrainResult(**saved["result"])
-        step, epoch, batch, order, sums = (saved[key] for key in ("step", "epoch", "batch", "order", "sums"))
+    if saved:  # where it was: steps done, the epoch, its batches done, the order before it drew, the window's sums
+        result, (step, epoch, batch, order, sums) = PretrainResult(**saved["result"]), saved["at"]
         batches.generator.set_state(order)
         print(f"{phase.desc}: resumed from the snapshot at step {step} of {steps}", flush=True)
     else:
@@ -149,39 +144,42 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
             epoch += 1
             order = batches.generator.get_state()
         bar = progress_bar(total=min(batches.steps_per_epoch(), batch + steps - step), initial=batch,
-                           desc=f"{phase.desc} epoch {epoch}/{epochs}", unit="batch")
+                           desc=f"{phase.desc} epoch {epoch}/{-(-steps // batches.steps_per_epoch())}", unit="batch")
         for inputs in draws.batches(itertools.islice(batches.epoch(skip=batch), steps - step)):
             inputs = to_device(inputs, device)
             loss, losses = step_losses(inputs)
             optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
             step, batch = step + 1, batch + 1
-            for key, value in {**losses, "tokens": inputs[0].numel(), "batches": 1}.items():
-                sums[key] = sums.get(key, 0) + float(value)
+            sums = {key: sums.get(key, 0) + float(value) for key, value in {**losses, "tokens": inputs[0].numel(),
+                                                                           "batches": 1}.items()}
             result.tokens_seen += inputs[0].numel()
             tokens_per_s = sums["tokens"] / max(time.perf_counter() - window_started, 1e-9)
             bar.update()
             bar.set_postfix(loss=f"{sums['loss'] / sums['batches']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
-            if step % options.log_every == 0 or step == steps:  # the window's means: a train-log row
-                n = sums["batches"]
-                row = {"step": first + step, "epoch": epoch, "train_loss": sums["loss"] / n,
-                       "lr": scheduler.get_last_lr()[0], **{f"train_{key}": total / n for key, total in sums.items()
-                                                            if key not in ("loss", "tokens", "batches")}}
-                result.train_log.append(row)
+            if step % options.log_every == 0 or step == steps:
+                row = _window_means(sums, epoch, scheduler.get_last_lr()[0])
+                result.train_log.append({"step": first + step, **row})
                 result.throughput.append({"step": first + step, "tokens_per_s": round(tokens_per_s, 1)})
-                options.log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s},
-                                    first + step)
+                options.log_metrics({**row, "tokens_per_s": tokens_per_s}, first + step)
                 sums, window_started = {}, time.perf_counter()
             if step % params.eval_every == 0 or step == steps:
                 validate(step)
             if snapshots and (snapshots.due(step) or step == steps):  # the last: a kill before the outputs
                 result.seconds = time.perf_counter() - started
-                snapshots.save(phase.name, model, optimizer, scheduler, result=asdict(result), step=step,
-                               epoch=epoch, batch=batch, order=order, sums=sums)
+                snapshots.save(phase.name, model, optimizer, scheduler, result=asdict(result),
+                               at=(step, epoch, batch, order, sums))
         bar.close()
         batch = 0
     draws.close()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _window_means(sums: dict[str, float], epoch: int, lr: float) -> dict[str, float]:
+    """A train-log row: the logging window's mean loss (and the objective's other losses, as train_<name>)."""
+    n = sums["batches"]
+    return {"epoch": epoch, "train_loss": sums["loss"] / n, "lr": lr,
+            **{f"train_{key}": total / n for key, total in sums.items() if key not in ("loss", "tokens", "batches")}}
 
 
 def _step_function(model: LanguageModel, objective: Objective, device: torch.device, compile_steps: bool):

@@ -80,7 +80,7 @@ class Snapshots:
         data is and the results so far)."""
         if self.every <= 0:
             return
-        name, keys, *rest = np.random.get_state()  # the array as a list: torch.load(weights_only) reads no numpy
+        name, keys, *rest = np.random.get_state()  # the array as a list: a weights-only load reads no numpy
         rng = {"torch": torch.get_rng_state(), "numpy": (name, keys.tolist(), *rest), "python": random.getstate()}
         if torch.cuda.is_initialized():
             rng["cuda"] = torch.cuda.get_rng_state_all()

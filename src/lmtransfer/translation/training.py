@@ -108,8 +108,7 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
         result = TranslationResult(**saved["result"])
         order.bit_generator.state = saved["order"]
         print(f"{options.desc}: resumed from the snapshot after epoch {len(result.history)}")
-    step = per_epoch * len(result.history)
-    epochs = -(-steps // per_epoch)
+    step, epochs = per_epoch * len(result.history), -(-steps // per_epoch)
     for epoch in range(len(result.history) + 1, epochs + 1):
         started = time.perf_counter()
         model.train()
