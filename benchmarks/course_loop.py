@@ -191,12 +191,13 @@ def our_pretrain_seconds(stream, vocab_size: int, warmup: int, steps: int) -> fl
 
     from lmtransfer.core.config import PretrainParams
     from lmtransfer.modeling.model import LanguageModel, ModelConfig
-    from lmtransfer.pretraining.training import LoopOptions, pretrain
+    from lmtransfer.pretraining.training import pretrain
+    from lmtransfer.training.loop import RunOptions
 
     model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT))
     params = PretrainParams(max_steps=warmup + steps, batch_size=BATCH, seq_len=SEQ_LEN, eval_every=10**6,
                             eval_batches=1)
-    result = pretrain(model, stream, stream[: 4 * SEQ_LEN], params, LoopOptions(log_every=warmup))
+    result = pretrain(model, stream, stream[: 4 * SEQ_LEN], params, RunOptions(log_every=warmup))
     seconds, done = 0.0, warmup  # the logged windows after the first: (steps in it) x batch / its tokens/s
     for row in result.throughput[1:]:
         seconds += (row["step"] - done) * BATCH * SEQ_LEN / row["tokens_per_s"]

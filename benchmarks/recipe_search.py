@@ -36,7 +36,7 @@ from lmtransfer.modeling.checkpoint import classifier_from_pretrained, load_chec
 from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
+from lmtransfer.pretraining.training import adapt_to_task, pretrain
 from lmtransfer.tokens.id_files import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.training.finetune_start import draw_seed
 from lmtransfer.training.loop import RunOptions
@@ -102,16 +102,16 @@ def run_pretraining(params, meta: dict, seed: int) -> tuple[object, Objective, f
     objective = Objective.from_params(params.pretrain, meta)
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
     model = objective.build_model(config)
-    options = LoopOptions(device, seed, params.train.log_every, objective=objective)
+    options = RunOptions(device, seed, log_every=params.train.log_every)
     started = time.perf_counter()
     result = pretrain(model, load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid"), params.pretrain,
-                      options)
+                      options, objective)
     if params.pretrain.adapt_epochs:
         texts = [load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"]) for name in ("train", "valid")]
         if ADAPT_EXTRA:
             extra = related_snippets(meta) if ADAPT_EXTRA == "hutto-snippets" else np.load(ADAPT_EXTRA)
             texts[0] = np.concatenate([texts[0], extra.astype(texts[0].dtype)])
-        result = adapt_to_task(model, *texts, params.pretrain, options, first_step=result.steps)
+        result = adapt_to_task(model, *texts, params.pretrain, options, objective, first_step=result.steps)
     return model, objective, result.valid_log[-1]["val_perplexity"], time.perf_counter() - started
 
 

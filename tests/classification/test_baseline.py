@@ -12,7 +12,7 @@ from lmtransfer.classification.baseline import run_baseline
 from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.core.config import ConfigError
 
-from conftest import shipped
+from conftest import shipped, shipped_raw
 
 GOOD = ["great", "wonderful", "brilliant", "charming", "superb"]
 BAD = ["awful", "boring", "dull", "tedious", "dreadful"]
@@ -57,7 +57,7 @@ def test_the_baseline_never_sees_test_labels():
 ])
 def test_bad_baseline_params_name_the_key(section, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        parse_classification_params({"baseline": section})
+        parse_classification_params(shipped_raw({"baseline": section}))
 
 
 def test_the_baseline_handles_more_than_two_classes():

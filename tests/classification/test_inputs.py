@@ -32,6 +32,8 @@ from lmtransfer.pretraining.checkpoint_import import CheckpointImportError
 from lmtransfer.tokens.encode_splits import tokenize_prepared
 from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
+from conftest import shipped_raw
+
 REPO = Path(__file__).resolve().parents[2]
 
 # --- helpers ------------------------------------------------------------------------------
@@ -61,7 +63,7 @@ def files_params(tokenizer: dict | None = None, pretrain: dict | None = None, mo
            "pretrain": {"seq_len": 4, **(pretrain or {})}}
     if model:
         raw["model"] = model
-    return parse_classification_params(raw)
+    return parse_classification_params(shipped_raw(raw))
 
 
 def entries_of(manifest: dict) -> list[dict]:
@@ -227,7 +229,7 @@ def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(tmp_pa
 
     from lmtransfer.cli.main import main
 
-    main(["summary", "--vocab-file", str(path), "--d-model", "200", "--n-layers", "4", "--d-ff", "200"])
+    main(["summary", "--vocab-file", str(path), "--d-model", "200", "--n-layers", "4", "--d-ff", "200", "--n-heads", "2"])
     out = capsys.readouterr().out
     assert "V=50001" in out
     assert "10,968,602" in out  # classifier total
@@ -659,7 +661,7 @@ def test_an_unavailable_device_stops_validate_in_one_line_before_any_data_is_rea
 
     raw = {"data": {"source": "files", "train": "missing.csv"}, "train": {"device": "cuda"}}
     with pytest.raises(DeviceError, match=r"train\.device='cuda' but no CUDA device is available"):
-        check_inputs(parse_classification_params(raw))
+        check_inputs(parse_classification_params(shipped_raw(raw)))
 
 
 def test_a_seq_len_longer_than_the_corpus_validation_part_stops_validate_naming_the_part_and_key():
@@ -881,9 +883,9 @@ def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output
 
 
 def test_a_design_larger_than_the_default_is_priced_before_it_starts():
-    default = parse_classification_params({})
+    default = parse_classification_params(shipped_raw())
     assert design_cost(default, default) is None
-    many = parse_classification_params({"pretrain": {"seeds": list(range(40))}})
+    many = parse_classification_params(shipped_raw({"pretrain": {"seeds": list(range(40))}}))
     cost = design_cost(many, default)
     runs, seeds = len(default.pretrain.seeds), len(default.finetune.seeds)
     assert cost.startswith(f"pretrain.seeds x finetune.seeds = 40 x {seeds}: 40 pretraining runs and {80 * seeds} "

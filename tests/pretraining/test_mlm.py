@@ -15,7 +15,8 @@ from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageMo
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import LoopOptions, pretrain
+from lmtransfer.pretraining.training import pretrain
+from lmtransfer.training.loop import RunOptions
 
 from conftest import shipped, shipped_raw
 
@@ -234,7 +235,7 @@ def test_mlm_pretraining_learns_and_logs_its_scores(nsp):
                             eval_batches=4, warmup_steps=10, lr=3e-3)
     objective = Objective.from_params(params, META)
     model = objective.build_model(bidirectional())
-    result = pretrain(model, stream[:5000], stream[5000:], params, LoopOptions(log_every=20, objective=objective))
+    result = pretrain(model, stream[:5000], stream[5000:], params, RunOptions(log_every=20), objective)
     first, last = result.valid_log[0], result.valid_log[-1]
     assert last["val_loss"] < first["val_loss"] - 0.5 and last["val_masked_accuracy"] > first["val_masked_accuracy"]
     assert {"val_masked_accuracy", "val_perplexity"} <= set(last)

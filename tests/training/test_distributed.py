@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
+from lmtransfer.pretraining.training import adapt_to_task, pretrain
 from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import RunOptions
@@ -76,7 +76,7 @@ def train_all() -> dict:
     lm = LanguageModel(_config())
     params = shipped("pretrain", max_steps=10, batch_size=5, seq_len=8, eval_every=5, eval_batches=2, warmup_steps=2,
                             lr=3e-3)
-    result = pretrain(lm, _documents(296, 0), _documents(200, 1), params, LoopOptions(CPU, seed=0, log_every=1))
+    result = pretrain(lm, _documents(296, 0), _documents(200, 1), params, RunOptions(CPU, seed=0, log_every=1))
     out["clm"] = (result.train_log, result.valid_log, _state(lm))
     # masked tokens + next-sentence prediction, then the adaptation phase (masked tokens only: the NSP head idles)
     torch.manual_seed(1)
@@ -84,10 +84,9 @@ def train_all() -> dict:
                             eval_batches=2, warmup_steps=2, lr=3e-3, adapt_epochs=1)
     objective = Objective.from_params(params, META)
     mlm = objective.build_model(_config(causal=False))
-    first = pretrain(mlm, _documents(600, 2), _documents(300, 3), params,
-                     LoopOptions(CPU, seed=0, log_every=1, objective=objective))
-    second = adapt_to_task(mlm, _documents(150, 4), _documents(120, 5), params,
-                           LoopOptions(CPU, seed=0, log_every=1, objective=objective))
+    options = RunOptions(CPU, seed=0, log_every=1)
+    first = pretrain(mlm, _documents(600, 2), _documents(300, 3), params, options, objective)
+    second = adapt_to_task(mlm, _documents(150, 4), _documents(120, 5), params, options, objective)
     out["mlm_nsp"] = (first.train_log + second.train_log, first.valid_log + second.valid_log, _state(mlm))
     # fine-tuning: 23 texts in batches of 5 -> the last batch has 3
     torch.manual_seed(2)

@@ -18,7 +18,7 @@ import torch
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import LoopOptions, adapt_to_task, pretrain
+from lmtransfer.pretraining.training import adapt_to_task, pretrain
 from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.loop import RunOptions
@@ -53,9 +53,9 @@ def _pretrain_both_phases(snapshots: Snapshots | None, stop_at: int | None = Non
             raise Interrupted
         logged.append((step, {k: v for k, v in metrics.items() if k != "tokens_per_s"}))
 
-    options = LoopOptions(CPU, seed=3, log_every=3, log_metrics=log, snapshots=snapshots, objective=objective)
-    corpus = pretrain(model, CORPUS, CORPUS[:400], PARAMS, options)
-    task = adapt_to_task(model, TASK, TASK[:200], PARAMS, options, first_step=corpus.steps)
+    options = RunOptions(CPU, seed=3, log_metrics=log, log_every=3, snapshots=snapshots)
+    corpus = pretrain(model, CORPUS, CORPUS[:400], PARAMS, options, objective)
+    task = adapt_to_task(model, TASK, TASK[:200], PARAMS, options, objective, first_step=corpus.steps)
     return model, corpus, task, logged
 
 
@@ -84,8 +84,8 @@ def test_pretraining_resumed_after_an_interruption_ends_bit_for_bit_like_an_unin
     resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9)
     assert _same_weights(resumed_model, model)
     assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
-    # the new run logs the whole curve, the part before the kill included (in another order: MLflow sorts by step)
-    assert sorted(map(repr, relogged)) == sorted(map(repr, logged))
+    # the new run (an MLflow run tagged with the killed one) logs the rows from the snapshot on, as they were
+    assert relogged and set(map(repr, relogged)) <= set(map(repr, logged)) and relogged[-1] == logged[-1]
     assert len(resumed_corpus.throughput) == len(corpus.throughput)
 
 
@@ -139,6 +139,28 @@ def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path)
     assert not (tmp_path / "pretrain").exists()
 
 
+def test_a_snapshot_of_finished_phases_returns_their_results_without_training(tmp_path, uninterrupted):
+    """A kill after training but before the outputs are written: the rerun goes straight to the outputs."""
+    model, corpus, task, _ = uninterrupted
+    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
+    _pretrain_both_phases(snapshots)
+    again_model, again_corpus, again_task, logged = _pretrain_both_phases(snapshots, model_seed=9)
+    assert _same_weights(again_model, model) and _results(again_corpus, again_task) == _results(corpus, task)
+    assert logged == []  # nothing trained, nothing measured again
+
+
+def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
+    snapshots = Snapshots("finetune_scratch@0", "same", every=1, root=tmp_path)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    snapshots.save("epochs", model, optimizer, scheduler, order=[1, 2])
+    expected = torch.rand(3), np.random.rand(3), random.random()
+    assert snapshots.load("epochs", model, optimizer, scheduler) == {"order": [1, 2]}
+    drawn = torch.rand(3), np.random.rand(3), random.random()
+    assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
+
+
 def test_the_fingerprint_follows_params_inputs_and_device_but_not_resume_every(tmp_path):
     data = tmp_path / "data.bin"
     data.write_bytes(b"abc")
@@ -173,14 +195,14 @@ def _finetune(snapshots: Snapshots | None, stop_after: int | None = None, model_
     model = Classifier(CONFIG, 2, "mean")
     rows = []
 
-    def on_epoch(row: dict) -> None:
-        rows.append(row)
-        if row["epoch"] == stop_after:
+    def log(metrics: dict, epoch: int) -> None:
+        rows.append({"epoch": epoch, **metrics})
+        if epoch == stop_after:
             raise Interrupted
 
     params = shipped("finetune", epochs=4, batch_size=16, lr=3e-3, max_len=16, warmup_steps=3)
     result = finetune(model, _split(120, 0), _split(40, 1), params,
-                      RunOptions(CPU, seed=5, on_epoch=on_epoch, snapshots=snapshots))
+                      RunOptions(CPU, seed=5, log_metrics=log, snapshots=snapshots))
     return model, result, rows
 
 
@@ -191,7 +213,7 @@ def test_finetuning_resumed_after_an_interrupted_epoch_ends_bit_for_bit_like_an_
         _finetune(snapshots, stop_after=3)  # epochs 1-2 are saved; epoch 3 is lost with the process
     resumed_model, resumed, resumed_rows = _finetune(snapshots, model_seed=4)
     assert _same_weights(resumed_model, model)
-    assert resumed.history == result.history and resumed_rows == rows
+    assert resumed.history == result.history and resumed_rows == rows[2:]  # the new run: epochs 3 and 4
     assert resumed.best_epoch == result.best_epoch
     assert all(torch.equal(resumed.best_state[k], v) for k, v in result.best_state.items())
 
@@ -211,7 +233,7 @@ KILLED_RUN = textwrap.dedent("""
     torch.manual_seed(0)
     model = t.LanguageModel(t.CONFIG)
     snapshots = Snapshots("pretrain", "same", every=3, root=Path({root!r}))
-    options = t.LoopOptions(t.CPU, seed=3, log_every=1, log_metrics=slow_log, snapshots=snapshots)
+    options = t.RunOptions(t.CPU, seed=3, log_metrics=slow_log, log_every=1, snapshots=snapshots)
     corpus = t.pretrain(model, t.CORPUS, t.CORPUS[:400], t.PARAMS, options)
     t.adapt_to_task(model, t.TASK, t.TASK[:200], t.PARAMS, options, first_step=corpus.steps)
     torch.save(model.state_dict(), {out!r})
@@ -255,10 +277,10 @@ def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_s
     assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
     whole = PARAMS.model_copy(update={"adapt_epochs": 1})
     torch.manual_seed(0)
-    one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, LoopOptions(CPU, seed=3))
+    one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, RunOptions(CPU, seed=3))
     torch.manual_seed(0)
     half = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_epochs": 0.5}),
-                         LoopOptions(CPU, seed=3))
+                         RunOptions(CPU, seed=3))
     assert half.steps == round(one_pass.steps / 2) and half.tokens_seen < one_pass.tokens_seen
 
 
@@ -266,11 +288,11 @@ def test_the_adaptation_phase_stops_at_its_step_cap_and_says_so(capsys):
     """A large labeled set makes one pass many steps: `pretrain.adapt_max_steps` bounds the phase's cost."""
     whole = PARAMS.model_copy(update={"adapt_epochs": 2})
     torch.manual_seed(0)
-    full = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, LoopOptions(CPU, seed=3))
+    full = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, RunOptions(CPU, seed=3))
     assert "capped" not in capsys.readouterr().out
     torch.manual_seed(0)
     capped = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_max_steps": 3}),
-                           LoopOptions(CPU, seed=3))
+                           RunOptions(CPU, seed=3))
     assert capped.steps == 3 < full.steps
     assert f"would be {full.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out
 

@@ -20,8 +20,9 @@ import lmtransfer
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.modeling.runtime import configure, cpu_identity, parallel_jobs, queue_workers, thread_share, to_device
-from lmtransfer.pretraining.training import LoopOptions, pretrain
+from lmtransfer.pretraining.training import pretrain
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer
 
 from conftest import shipped
@@ -38,7 +39,7 @@ def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_ste
     params = shipped("pretrain", max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
                             eval_batches=2, **overrides)
     result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
-                      LoopOptions(CPU, log_every=1, compile_steps=compile_steps))
+                      RunOptions(CPU, log_every=1, compile_steps=compile_steps))
     return model, result
 
 

@@ -22,7 +22,7 @@ from lmtransfer.modeling.checkpoint import (
     save_checkpoint,
 )
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
-from lmtransfer.pretraining.training import LoopOptions, pretrain
+from lmtransfer.pretraining.training import pretrain
 from lmtransfer.tokens.batches import PackedBatches, classification_batches, pad_batch
 from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -113,7 +113,7 @@ def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: 
         **overrides,
     )
     result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params,
-                      LoopOptions(device, seed=data_seed, log_every=1))
+                      RunOptions(device, seed=data_seed, log_every=1))
     return model, result
 
 
@@ -157,7 +157,7 @@ def test_pretraining_logs_metrics_through_the_callback():
     params = shipped("pretrain", max_steps=6, batch_size=4, seq_len=8, eval_every=3, eval_batches=1, warmup_steps=1)
     ids = np.tile(PATTERN, 20)
     pretrain(LanguageModel(LM_CONFIG), ids, ids, params,
-             LoopOptions(CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m))))
+             RunOptions(CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m))))
     train_steps = [step for step, metrics in logged if "train_loss" in metrics]
     valid_steps = [step for step, metrics in logged if "val_loss" in metrics]
     assert train_steps == [2, 4, 6]
@@ -197,11 +197,11 @@ def test_finetuning_learns_a_separable_task(pooling, device):
     train, valid = _separable_split(240, seed=0), _separable_split(60, seed=1)
     torch.manual_seed(0)
     model = Classifier(CLS_CONFIG, 2, pooling)
-    epochs_seen = []
+    logged = []
     result = finetune(model, train, valid, _finetune_params(pooling=pooling),
-                      RunOptions(device, on_epoch=epochs_seen.append))
+                      RunOptions(device, log_metrics=lambda metrics, step: logged.append({"epoch": step, **metrics})))
     assert result.best_val_accuracy > 0.9
-    assert len(result.history) == 4 and epochs_seen == result.history
+    assert len(result.history) == 4 and logged == result.history  # MLflow's step metrics: the tsv's rows
     assert all(set(row) == HISTORY_KEYS for row in result.history)
     assert [row["epoch"] for row in result.history] == [1, 2, 3, 4]
     accuracies = [row["val_accuracy"] for row in result.history]

@@ -52,11 +52,7 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
                       "n_trainable_parameters": trainable, **({"labels": args.labels} if args.labels else {})},
                 params={"seed": start.seed, "pretrain_seed": start.pretrain_seed, "n_train": len(train)})
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
-
-        def on_epoch(row: dict) -> None:  # each epoch's row, on the stage's MLflow run
-            log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
-
-        options = RunOptions(device, seed, stage, snapshots, on_epoch=on_epoch, compile_steps=params.train.compile)
+        options = RunOptions(device, seed, stage, snapshots, log_metrics, compile_steps=params.train.compile)
         result = finetune(model, train, valid, params.finetune, options)
         if not run:  # None on ranks other than 0: they train, rank 0 reports
             return

@@ -16,7 +16,6 @@ from lmtransfer.pretraining.checkpoint_import import load_into_language_model, r
 from lmtransfer.pretraining.generation import pretraining_samples
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import (
-    LoopOptions,
     Phases,
     adapt_to_task,
     evaluate_imported,
@@ -28,6 +27,7 @@ from lmtransfer.pretraining.training import (
 from lmtransfer.tokens.id_files import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
+from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
 
 
@@ -50,25 +50,27 @@ def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutpu
     stage = outputs.stage
     snapshots = Snapshots(stage, fingerprint(stage, sections, [TOKENIZED, TOKENIZED_CORPUS], device),
                           params.train.resume_every)
-    options = LoopOptions(device, seed, params.train.log_every, log_metrics, snapshots, objective, params.train.compile)
+    options = RunOptions(device, seed, stage, snapshots, log_metrics, params.train.log_every, params.train.compile)
     with stage_run("pretrain", sections, run_name=stage) as run:  # None on ranks other than 0: they train, rank 0 reports
         if run:
             log_run(tags={"device": str(device), "n_parameters": count_parameters(model), "seed": seed},
                     params={"seed": seed})
-        phases = _train_phases(model, params, meta, options, weights, stage)
+        phases = _train_phases(model, params, meta, options, objective, weights)
         if not run:
             return
-        summary, timings, sample_text = _write_outputs(model, params, phases, options, weights, outputs, tokenizer, meta)
+        summary, timings, sample_text = _write_outputs(model, params, phases, options, objective, weights, outputs,
+                                                         tokenizer, meta)
     snapshots.clear()
     print(sample_text, end="")
     print(f"{stage}: val loss {summary['val_loss']:.3f} (perplexity {summary['val_perplexity']:.1f}), "
           f"{timings['tokens_per_second']:.0f} tokens/s -> {outputs.checkpoint}")
 
 
-def _train_phases(model, params: PipelineParams, meta: dict, options: LoopOptions, weights, stage: str) -> Phases:
+def _train_phases(model, params: PipelineParams, meta: dict, options: RunOptions, objective: Objective,
+                  weights) -> Phases:
     """The corpus phase (or the loaded checkpoint's measurements), then the adaptation to the task's texts."""
     train_ids, valid_ids = load_corpus(TOKENIZED, "train"), load_corpus(TOKENIZED, "valid")
-    objective = options.objective
+    stage = options.desc
     if weights is not None:
         for note in weights.notes:
             print(f"{stage}: {note}")
@@ -78,22 +80,21 @@ def _train_phases(model, params: PipelineParams, meta: dict, options: LoopOption
         print(f"{stage}: {count_parameters(model):,} parameters on {options.device}, {train_ids.size:,} corpus "
               f"tokens, objective {objective.name}{' + next-sentence prediction' if objective.next_sentence else ''} "
               f"({model.base.config.attention} attention)")
-        result = pretrain(model, train_ids, valid_ids, params.pretrain, options)
+        result = pretrain(model, train_ids, valid_ids, params.pretrain, options, objective)
     phases = [("corpus", result)]
     if params.pretrain.adapt_epochs:
         train_texts, valid_texts = (load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"])
                                     for name in ("train", "valid"))
         print(f"{stage}: adapting to the task's texts: {params.pretrain.adapt_epochs} epochs over the "
               f"{train_texts.size:,} tokens of the labeled train split (labels unused)")
-        phases.append(("task", adapt_to_task(model, train_texts, valid_texts, params.pretrain, options,
+        phases.append(("task", adapt_to_task(model, train_texts, valid_texts, params.pretrain, options, objective,
                                              first_step=result.steps)))
     return phases
 
 
-def _write_outputs(model, params: PipelineParams, phases: Phases, options: LoopOptions, weights,
+def _write_outputs(model, params: PipelineParams, phases: Phases, options: RunOptions, objective: Objective, weights,
                    outputs: PretrainOutputs, tokenizer, meta: dict) -> tuple[dict, dict, str]:
     """The checkpoint, curves, samples, summary and timings, and the run's final metrics and artifacts (rank 0)."""
-    objective = options.objective
     train_log, valid_log = phase_logs(phases)
     sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
                                       options.device, options.seed)

@@ -1,37 +1,33 @@
-"""Language-model pretraining: next-token or masked-token prediction (`objectives.Objective`).
+"""Language-model pretraining: next-token or masked-token prediction (`objectives.Objective`), one loop that
+reads top to bottom (`pretrain`).
 
-A task of the one training loop (`training.loop`): packed windows (or sentence pairs), the objective's
-losses, one clipped AdamW step each, a train-log row every `log_every` steps, a validation row every
-`eval_every` steps. A second phase (ULMFiT's adaptation to the task's texts) is the same task with its own
-schedule.
+Packed windows (or sentence pairs) in a new order each epoch, the objective's losses, one clipped AdamW step each,
+a train-log row every `train.log_every` steps, a validation row at step 0, every `pretrain.eval_every` steps and
+at the end, a resume snapshot every `train.resume_every` steps. The second phase (ULMFiT's adaptation to the
+task's texts, `adapt_to_task`) is the same loop with its own budget.
 """
 
 from __future__ import annotations
 
-import functools
+import itertools
 import math
-from collections.abc import Callable
+import time
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
 
 from lmtransfer.core.config import PretrainParams
+from lmtransfer.harness.progress import progress_bar
 from lmtransfer.modeling.model import IGNORE_INDEX, LanguageModel
 from lmtransfer.modeling.runtime import autocast, compiled, to_device
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.tokens.batches import PackedBatches
 from lmtransfer.training import distributed
-from lmtransfer.training.loop import Position, RunOptions, Schedule, train
+from lmtransfer.training.loop import RunOptions, optimizer_step
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
-from lmtransfer.training.resume import Snapshots
 
-MetricsLogger = Callable[[dict[str, float], int], None]
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
-
-
-def _no_log(metrics: dict[str, float], step: int) -> None:
-    pass
 
 
 @torch.no_grad()
@@ -102,21 +98,6 @@ def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
 
 
 @dataclass(frozen=True)
-class LoopOptions:
-    """How a pretraining run goes, apart from what it trains (model, data, params): the same for both phases.
-    `compile_steps` (`train.compile`) runs the losses through torch.compile; with `snapshots`, the state is saved
-    every `snapshots.every` steps and at the end of each phase, and a matching snapshot is resumed from."""
-
-    device: torch.device = torch.device("cpu")
-    seed: int = 0
-    log_every: int = 50
-    log_metrics: MetricsLogger = _no_log
-    snapshots: Snapshots | None = None
-    objective: Objective = Objective()
-    compile_steps: bool = False
-
-
-@dataclass(frozen=True)
 class Phase:
     """Which of the two phases runs: its snapshot's name, its progress bar's label, what it reads (for
     messages), and the step its logged steps count from (the adaptation continues the corpus phase's curve)."""
@@ -127,135 +108,110 @@ class Phase:
     first_step: int = 0
 
 
-class _LanguageModelling:
-    """Pretraining as a task of the training loop (`training.loop.Task`): packed (or paired) batches, the
-    objective's losses, a train-log row every `log_every` steps, a validation row every `eval_every`."""
-
-    def __init__(self, model: LanguageModel, batches, valid_sets: tuple, params: PretrainParams,
-                 options: LoopOptions, phase: Phase, result: PretrainResult):
-        self.model, self.batches, self.valid_sets, self.params = model, batches, valid_sets, params
-        self.options, self.phase, self.result = options, phase, result
-        self.optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
-        self.scheduler = warmup_cosine(self.optimizer, params.warmup_steps, result.steps)
-        self.grad_clip = params.grad_clip
-        self.step = _step_function(model, options.objective, options.device, options.compile_steps)
-
-    def order_state(self):
-        return self.batches.generator.get_state()
-
-    def set_order_state(self, state) -> None:
-        self.batches.generator.set_state(state)
-
-    def epoch_batches(self, skip: int):
-        self.model.train()
-        return self.batches.epoch(skip=skip)
-
-    def tally(self, batch, losses: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Each loss the objective measured, and the tokens read (inputs, targets[, segments, is_next])."""
-        tokens = batch[0].numel()
-        self.result.tokens_seen += tokens
-        return {**{key: value.item() for key, value in losses.items()}, "tokens": tokens}
-
-    def postfix(self, at: Position) -> dict[str, str]:
-        return {"loss": f"{at.sums['loss'] / at.batches:.3f}",
-                "tok_s": f"{at.sums['tokens'] / max(at.window_seconds, 1e-9):.0f}"}
-
-    def report(self, at: Position) -> None:
-        """The logging window's means as a train-log row, and its tokens per second (timings, kept apart)."""
-        step = self.phase.first_step + at.step
-        row = {"step": step, "epoch": at.epoch, "train_loss": at.sums["loss"] / at.batches,
-               "lr": self.scheduler.get_last_lr()[0],
-               **{f"train_{key}": total / at.batches for key, total in at.sums.items() if key not in ("loss", "tokens")}}
-        tokens_per_s = at.sums["tokens"] / max(at.window_seconds, 1e-9)
-        self.result.train_log.append(row)
-        self.result.throughput.append({"step": step, "tokens_per_s": round(tokens_per_s, 1)})
-        self.options.log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": tokens_per_s}, step)
-
-    def validate(self, at: Position) -> None:
-        scores = validation_row(self.model, self.valid_sets, self.params.eval_batches, self.options.device)
-        self.result.valid_log.append({"step": self.phase.first_step + at.step, **scores})
-        self.options.log_metrics(scores, self.phase.first_step + at.step)
-
-    def results(self) -> dict:
-        return asdict(self.result)
-
-    def restore(self, results: dict, log_again: bool) -> None:
-        self.result = PretrainResult(**results)
-        if log_again:
-            _log_again(self.result, self.options.log_metrics)
-
-
-def pretrain(
-    model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
-    options: LoopOptions = LoopOptions(), phase: Phase = Phase(),
-) -> PretrainResult:
-    """Language-model training (`options.objective`: next-token by default) on `train_ids`, scored on
-    `valid_ids`; one phase (`phase`: the corpus by default), on the training loop (`training.loop`). A resumed
-    phase logs its rows so far again, so the new MLflow run is complete; a phase that a snapshot says is done
-    returns its result at once."""
-    objective, device = options.objective, options.device
-    train_batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
+def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
+             options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: Phase = Phase(),
+             ) -> PretrainResult:
+    """Train the language model on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes), scored
+    on `valid_ids`; from the phase's snapshot if there is one (that of a finished phase: its result at once)."""
+    device, snapshots, first = options.device, options.snapshots, phase.first_step
+    batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
     valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
     model.to(device).train()
-    steps = total_steps(params, train_batches)
-    task = _LanguageModelling(model, train_batches, valid_sets, params, options, phase, PretrainResult(steps=steps))
-    schedule = Schedule(steps, train_batches.steps_per_epoch(), report_every=options.log_every,
-                        validate_every=params.eval_every, validate_first=True)
-    ended = train(task, schedule, RunOptions(device, options.seed, phase.desc, options.snapshots, phase.name))
-    task.result.seconds = ended.seconds
-    return task.result
+    steps = total_steps(params, batches)
+    optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
+    scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
+    step_losses = _step_function(model, objective, device, options.compile_steps)
+
+    def validate(at: int) -> None:
+        scores = validation_row(model, valid_sets, params.eval_batches, device)
+        result.valid_log.append({"step": first + at, **scores})
+        options.log_metrics(scores, first + at)
+
+    saved = snapshots.load(phase.name, model, optimizer, scheduler) if snapshots else None
+    if saved:  # where it was: steps done, the epoch, its batches done, the order before it drew, the window's sums
+        result, (step, epoch, batch, order, sums) = PretrainResult(**saved["result"]), saved["at"]
+        batches.generator.set_state(order)
+        print(f"{phase.desc}: resumed from the snapshot at step {step} of {steps}", flush=True)
+    else:
+        result = PretrainResult(steps=steps)
+        step, epoch, batch, order, sums = 0, 0, 0, None, {}
+        validate(0)
+    started = time.perf_counter() - result.seconds
+    window_started = time.perf_counter()
+    draws = distributed.Draws(options.seed)  # several processes: the data's draws shared, dropout each rank's
+    while step < steps:
+        if batch == 0:
+            epoch += 1
+            order = batches.generator.get_state()
+        bar = progress_bar(total=min(batches.steps_per_epoch(), batch + steps - step), initial=batch,
+                           desc=f"{phase.desc} epoch {epoch}/{-(-steps // batches.steps_per_epoch())}", unit="batch")
+        for inputs in draws.batches(itertools.islice(batches.epoch(skip=batch), steps - step)):
+            inputs = to_device(inputs, device)
+            loss, losses = step_losses(inputs)
+            optimizer_step(loss, model, optimizer, scheduler, params.grad_clip)
+            step, batch = step + 1, batch + 1
+            sums = {key: sums.get(key, 0) + float(value) for key, value in {**losses, "tokens": inputs[0].numel(),
+                                                                           "batches": 1}.items()}
+            result.tokens_seen += inputs[0].numel()
+            tokens_per_s = sums["tokens"] / max(time.perf_counter() - window_started, 1e-9)
+            bar.update()
+            bar.set_postfix(loss=f"{sums['loss'] / sums['batches']:.3f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+            if step % options.log_every == 0 or step == steps:
+                row = _window_means(sums, epoch, scheduler.get_last_lr()[0])
+                result.train_log.append({"step": first + step, **row})
+                result.throughput.append({"step": first + step, "tokens_per_s": round(tokens_per_s, 1)})
+                options.log_metrics({**row, "tokens_per_s": tokens_per_s}, first + step)
+                sums, window_started = {}, time.perf_counter()
+            if step % params.eval_every == 0 or step == steps:
+                validate(step)
+            if snapshots and (snapshots.due(step) or step == steps):  # the last: a kill before the outputs
+                result.seconds = time.perf_counter() - started
+                snapshots.save(phase.name, model, optimizer, scheduler, result=asdict(result),
+                               at=(step, epoch, batch, order, sums))
+        bar.close()
+        batch = 0
+    draws.close()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _window_means(sums: dict[str, float], epoch: int, lr: float) -> dict[str, float]:
+    """A train-log row: the logging window's mean loss (and the objective's other losses, as train_<name>)."""
+    n = sums["batches"]
+    return {"epoch": epoch, "train_loss": sums["loss"] / n, "lr": lr,
+            **{f"train_{key}": total / n for key, total in sums.items() if key not in ("loss", "tokens", "batches")}}
 
 
 def _step_function(model: LanguageModel, objective: Objective, device: torch.device, compile_steps: bool):
-    """batch -> (the loss to step on, every loss the objective measured): one process, or this rank's share."""
+    """batch -> (the loss to backpropagate, the global batch's measurements). Each process computes its rows of the
+    global batch (all of them when it is alone), its losses weighted so that the all-reduced gradient is the global
+    batch's: token scores by its share of the scored tokens, next-sentence scores by its share of the pairs."""
     world = distributed.world()
-    if world.size == 1:  # one process: no change
-        return functools.partial(_local_losses, compiled(model.losses, compile_steps), device=device)
     idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
     trainer = compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
-    return functools.partial(_sharded_losses, trainer, world=world, device=device)
 
+    def step(batch: list[torch.Tensor]):
+        rows, present = distributed.my_rows(batch, world)
+        with autocast(device):
+            losses = trainer(*rows)
+        tokens = present * float(rows[1].ne(IGNORE_INDEX).sum()) / float(batch[1].ne(IGNORE_INDEX).sum())
+        pairs = present * rows[0].size(0) / batch[0].size(0)
+        shares = {key: pairs if key.startswith("nsp") else tokens for key in losses}
+        if "nsp_loss" in losses:  # loss = masked_loss + nsp_loss: each part by its own share
+            loss = losses["masked_loss"] * tokens + losses["nsp_loss"] * pairs
+            shares.pop("loss")
+        else:
+            loss = losses["loss"] * tokens
+        measured = distributed.sum_over_ranks({key: losses[key] * share for key, share in shares.items()})
+        if "nsp_loss" in losses:
+            measured = {"loss": measured["masked_loss"] + measured["nsp_loss"], **measured}
+        return loss * world.size, measured  # DDP averages the ranks' gradients: x size makes it their sum
 
-def _local_losses(step_losses, batch: list[torch.Tensor], device: torch.device):
-    """One process's batch: the loss to step on, and every loss the objective measured."""
-    with autocast(device):
-        losses = step_losses(*batch)
-    return losses["loss"], losses
+    return step
 
 
 def _losses(model: LanguageModel, *batch: torch.Tensor) -> dict[str, torch.Tensor]:
     return model.losses(*batch)
-
-
-def _sharded_losses(trainer, batch: list[torch.Tensor], world: distributed.World, device: torch.device):
-    """Under DDP: this rank's rows of the global batch. Returns the loss to backpropagate, weighted so that the
-    all-reduced gradient is the global batch's (token scores by the rank's share of the scored tokens,
-    next-sentence scores by its share of the pairs), and the global batch's measurements (what one process logs)."""
-    rows, present = distributed.my_rows(batch, world)
-    with autocast(device):
-        losses = trainer(*rows)
-    tokens = present * float(rows[1].ne(IGNORE_INDEX).sum()) / float(batch[1].ne(IGNORE_INDEX).sum())
-    pairs = present * rows[0].size(0) / batch[0].size(0)
-    shares = {key: pairs if key.startswith("nsp") else tokens for key in losses}
-    if "nsp_loss" in losses:  # loss = masked_loss + nsp_loss: each part by its own share
-        loss = losses["masked_loss"] * tokens + losses["nsp_loss"] * pairs
-        shares.pop("loss")
-    else:
-        loss = losses["loss"] * tokens
-    measured = distributed.sum_over_ranks({key: losses[key] * share for key, share in shares.items()})
-    if "nsp_loss" in losses:
-        measured = {"loss": measured["masked_loss"] + measured["nsp_loss"], **measured}
-    return loss * world.size, measured  # DDP averages the ranks' gradients: x size makes it their sum
-
-
-def _log_again(result: PretrainResult, log_metrics: MetricsLogger) -> None:
-    """Log a resumed phase's rows so far into the new run (the killed run holds them too)."""
-    speeds = {row["step"]: row["tokens_per_s"] for row in result.throughput}
-    for row in result.train_log:
-        log_metrics({**{k: v for k, v in row.items() if k != "step"}, "tokens_per_s": speeds[row["step"]]},
-                    row["step"])
-    for row in result.valid_log:
-        log_metrics({k: v for k, v in row.items() if k != "step"}, row["step"])
 
 
 def adaptation_steps(adapt_epochs: int | float, steps_per_epoch: int) -> int:
@@ -267,7 +223,7 @@ def adaptation_steps(adapt_epochs: int | float, steps_per_epoch: int) -> int:
 
 def adapt_to_task(
     model: LanguageModel, train_texts: np.ndarray, valid_texts: np.ndarray, params: PretrainParams,
-    options: LoopOptions = LoopOptions(), first_step: int = 0,
+    options: RunOptions = RunOptions(), objective: Objective = Objective(), first_step: int = 0,
 ) -> PretrainResult:
     """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused; its logged
     steps count from `first_step` (where the corpus phase ended).
@@ -285,8 +241,8 @@ def adapt_to_task(
         steps, whole = params.adapt_max_steps, False
     phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
                                       "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
-    options = replace(options, seed=options.seed + 1, objective=options.objective.without_next_sentence())
-    return pretrain(model, train_texts, valid_texts, phase, options, Phase("task", "adapt", TASK_TEXTS, first_step))
+    return pretrain(model, train_texts, valid_texts, phase, replace(options, seed=options.seed + 1),
+                    objective.without_next_sentence(), Phase("task", "adapt", TASK_TEXTS, first_step))
 
 
 Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted

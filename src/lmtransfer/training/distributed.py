@@ -169,8 +169,11 @@ class _Compute(nn.Module):
 
 def wrap(model: nn.Module, compute: Callable[..., dict[str, torch.Tensor]], device: torch.device,
          unused_parameters: bool = False) -> nn.Module:
-    """`compute(model, *rows)` under DDP; `unused_parameters` when some take no part (a next-sentence head while
-    the adaptation phase trains masked tokens only). Buffers are not synchronised: they are the same everywhere."""
+    """`compute(model, *rows)` as a module, under DDP with several processes; `unused_parameters` when some take no
+    part (a next-sentence head while the adaptation phase trains masked tokens only). Buffers are not
+    synchronised: they are the same everywhere."""
+    if world().size == 1:
+        return _Compute(model, compute)
     ddp = nn.parallel.DistributedDataParallel
     buffers = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else \
         "broadcast_buffers"  # torch renamed it
@@ -196,6 +199,8 @@ def my_rows(batch: Sequence[torch.Tensor], world: World) -> tuple[list[torch.Ten
 
 def sum_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Each value summed over the ranks (one all-reduce): weighted shares become the global batch's value."""
+    if world().size == 1:
+        return {key: value.detach() for key, value in values.items()}
     stacked = torch.stack([value.detach().float().reshape(()) for value in values.values()])
     dist.all_reduce(stacked)
     return dict(zip(values, stacked))

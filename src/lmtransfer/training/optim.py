@@ -1,5 +1,4 @@
-"""What pretraining and fine-tuning share: AdamW with warm-up and cosine decay (or a constant rate), one clipped
-step."""
+"""What pretraining and fine-tuning share: AdamW with warm-up and cosine decay (or a constant rate)."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import math
 from collections.abc import Iterable
 
 import torch
-from torch import nn
 
 
 def make_optimizer(parameters: Iterable, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -45,11 +43,3 @@ def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int):
         return (step + 1) / warmup_steps if warmup_steps and step < warmup_steps else 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def optimizer_step(loss: torch.Tensor, model: nn.Module, optimizer, scheduler, grad_clip: float) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    scheduler.step()

@@ -3,8 +3,9 @@
 DVC deletes a stage's outputs before it runs the stage, so snapshots live apart from
 them, in `.resume/<stage>/<phase>.pt` (git-ignored, never a DVC output). A snapshot
 holds everything the rest of the run depends on: weights, optimizer and scheduler,
-the random generators, the position in the data and the logs so far. On CPU the
-resumed run ends with the same bytes as one never interrupted.
+the random generators (torch's, per device, numpy's and Python's), the position in
+the data and the results so far. It is written atomically; on CPU the resumed run
+ends with the same bytes as one never interrupted.
 
 A snapshot is used only by a run with the same fingerprint: the stage, its params,
 the bytes of its input files and of the code, torch's version, the device and the
@@ -17,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from lmtransfer.core.errors import CheckpointError
@@ -58,44 +61,11 @@ def _files(path: Path, pattern: str) -> list[Path]:
     return [path] if path.is_file() else [p for p in path.rglob(pattern) if p.is_file()]
 
 
-def rng_state(device: torch.device) -> dict[str, Any]:
-    """The global torch generators (dropout draws from them)."""
-    state = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def training_state(model, optimizer, scheduler, device: torch.device) -> dict[str, Any]:
-    """What every snapshot holds of the training itself: weights, optimizer, schedule and the generators."""
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": rng_state(device)}
-
-
-def restore_training_state(saved: dict[str, Any], model, optimizer, scheduler) -> None:
-    """`training_state` of a snapshot back in place."""
-    model.load_state_dict(saved["model"])
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    set_rng_state(saved["rng"])
-
-
-def snapshot_folder(stage: str) -> str:
-    """The folder of a stage's snapshots under .resume/: `finetune_scratch@2` -> `finetune_scratch_seed2`."""
-    return stage_file_name(stage)
-
-
 class Snapshots:
     """The resume snapshots of one stage run; `every` = training steps between snapshots (0 = none)."""
 
     def __init__(self, stage: str, fingerprint: str, every: int, root: Path = RESUME_DIR):
-        self.directory = root / snapshot_folder(stage)
+        self.directory = root / stage_file_name(stage)  # `finetune_scratch@2` -> `finetune_scratch_seed2`
         if every > 0 and distributed.world().size > 1:
             print(f"resume: no snapshots with {distributed.world().size} processes (train.nproc > 1): a killed run "
                   "starts over")
@@ -105,16 +75,24 @@ class Snapshots:
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
 
-    def save(self, phase: str, state: dict[str, Any]) -> None:
+    def save(self, phase: str, model, optimizer, scheduler, **position: Any) -> None:
+        """The training as it is now: weights, optimizer, schedule, every generator, and `position` (where the
+        data is and the results so far)."""
         if self.every <= 0:
             return
+        name, keys, *rest = np.random.get_state()  # the array as a list: a weights-only load reads no numpy
+        rng = {"torch": torch.get_rng_state(), "numpy": (name, keys.tolist(), *rest), "python": random.getstate()}
+        if torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
         buffer = io.BytesIO()
-        torch.save({"fingerprint": self.fingerprint, **state}, buffer)
+        torch.save({"fingerprint": self.fingerprint, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": rng, "position": position}, buffer)
         with atomic_path(self.directory / f"{phase}.pt") as tmp:  # a kill mid-write keeps the previous snapshot
             tmp.write_bytes(buffer.getvalue())
 
-    def load(self, phase: str) -> dict[str, Any] | None:
-        """The phase's snapshot, or None (none saved, or saved by a run that differs: then it is deleted)."""
+    def load(self, phase: str, model, optimizer, scheduler) -> dict[str, Any] | None:
+        """The phase's snapshot put back in place, returning its `position`; None if there is none, or it was saved
+        by a run that differs (then it is deleted)."""
         path = self.directory / f"{phase}.pt"
         if self.every <= 0 or not path.is_file():
             return None
@@ -124,11 +102,21 @@ class Snapshots:
             print(f"resume: {path} is unreadable (truncated or damaged); starting over")
             self.clear()
             return None
-        if not isinstance(state, dict) or state.pop("fingerprint", None) != self.fingerprint:
+        if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             print(f"resume: {path} belongs to another configuration (params, inputs or code changed); starting over")
             self.clear()
             return None
-        return state
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        name, keys, *rest = rng["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), *rest))
+        random.setstate(rng["python"])
+        if "cuda" in rng:
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        return state["position"]
 
     def clear(self) -> None:
         """Called when the stage has written its outputs: nothing is left to resume."""
@@ -141,7 +129,7 @@ def clear_finished_snapshots(running: set[str], root: Path = RESUME_DIR) -> list
     (which runs none of our code, so could not clear its own). Returns the stages whose snapshots went."""
     if not root.is_dir():
         return []
-    keep = {snapshot_folder(stage) for stage in running}
+    keep = {stage_file_name(stage) for stage in running}
     cleared = sorted(path.name for path in root.iterdir() if path.is_dir() and path.name not in keep)
     for name in cleared:
         shutil.rmtree(root / name, ignore_errors=True)

@@ -47,14 +47,12 @@ def run_finetune_stage(params: TranslationParams, args: FinetuneArgs) -> None:
                   "(cross-attention and the norm after it)")
             log_file({"copied": warm.copied, "fresh": warm.fresh}, "warm_start.json")
 
-        def on_epoch(row: dict, examples: list[str]) -> None:
-            log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
-            lines = [f"{text}\t{translation}" for text, translation in zip(params.finetune.examples, examples)]
-            log_file("\n".join(lines) + "\n", f"examples/epoch{row['epoch']}.txt")
-
         pairs = TranslationPairs(train, valid, valid_references, tokenizer)
-        result = finetune_translation(model, pairs, params.finetune,
-                                      RunOptions(device, start.draws, stage, snapshots, on_epoch=on_epoch))
+        result = finetune_translation(model, pairs, params.finetune, RunOptions(device, start.draws, stage, snapshots,
+                                                                                  log_metrics))
+        for epoch, examples in enumerate(result.examples, 1):
+            lines = [f"{text}\t{translation}" for text, translation in zip(params.finetune.examples, examples)]
+            log_file("\n".join(lines) + "\n", f"examples/epoch{epoch}.txt")
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, start.run)
         save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed,
