@@ -1,12 +1,7 @@
 """Shared test set-up."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the project's tools (import_closure)
 
 
 @pytest.fixture(autouse=True)
