@@ -283,8 +283,8 @@ EXPECTED_HEADERS = {
 HEADER_COUNTS = {  # where the header's count comes from
     "classification-test": ("metrics/evaluate.json", ["n_test_examples"]),
     "classification-epochs": ("metrics/evaluate.json", ["n_seeds"]),
-    "course-test": ("course/metrics/evaluate.json", ["n_test_examples"]),
-    "course-epochs": ("course/metrics/evaluate.json", ["n_seeds"]),
+    "course-test": ("results/course/metrics/evaluate.json", ["n_test_examples"]),
+    "course-epochs": ("results/course/metrics/evaluate.json", ["n_seeds"]),
     "objectives": ("results/objectives/clm/evaluate.json", ["n_seeds"]),
     "reviews-cpu-test": ("results/reviews-cpu/metrics/evaluate.json", ["n_test_examples"]),
     "imdb-cpu-test": ("results/imdb-cpu/metrics/evaluate.json", ["n_test_examples"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,11 @@ MODEL_ID_TAG = f"{TAG_PREFIX}model_id"  # on a fine-tune's run: the id of the ML
 
 
 def registered_name(task: str) -> str:
-    """`lmtransfer-<task>` for the repository's own pipeline; `lmtransfer-<task>-<folder>` for one run in a folder
-    (course/, reviews/, imdb/), whose models answer another question."""
-    folder = Path.cwd().resolve()
-    root = project_root().resolve()
-    return f"lmtransfer-{task}" if folder == root else f"lmtransfer-{task}-{folder.name}"
+    """`lmtransfer-<task>` for the repository's own pipeline; `lmtransfer-<task>-<profile>` for a profile's
+    experiment (`lmtransfer profile NAME`: profiles/NAME.yaml), whose models answer another question."""
+    profile = os.environ.get("DVC_EXP_NAME", "")
+    return f"lmtransfer-{task}-{profile}" if profile and (project_root() / "profiles" / f"{profile}.yaml").is_file() \
+        else f"lmtransfer-{task}"
 
 
 def params_hash(params: dict[str, Any]) -> str:

@@ -139,7 +139,7 @@ def _curves(source: Source) -> tuple[list[float], list[float]]:
 # --- the tables -------------------------------------------------------------------------------------------------
 
 
-COURSE = "course/"  # the course pipeline's folder (course/dvc.yaml): its metrics/ beside the built-in run's
+COURSE = "results/course/"  # the course's committed run (make course): its metrics/
 
 
 def _classification_test(root: Path, folder: str = "", texts: str = "sentences") -> str:

@@ -60,7 +60,7 @@ SOURCES: dict[str, str] = {
     "evaluate": EVALUATE,
     "baseline": BASELINE,
     "translation": TRANSLATION,
-    "course": "course/" + EVALUATE,  # the course's experiment (course/dvc.yaml)
+    "course": "results/course/" + EVALUATE,  # the course's committed run (make course)
     "scaling": SCALING,
     "scaling-1x-replicated": "results/scaling/replicated-1x/evaluate.json",
     "objectives-clm": "results/objectives/clm/evaluate.json",
