@@ -19,7 +19,6 @@ def cmd_course(args: argparse.Namespace) -> None:
     root = args.root
     profile = experiments.profile_changes(root / experiments.PROFILES / "course.yaml")
     experiments.overlaid_params(root, profile + args.changes)  # a bad --set stops before any download
-    experiments.require_committed_params(root)
     manifest = read_manifest(args.manifest) if args.manifest else Manifest()
     raw = root / course.RAW
     present = gather(raw, manifest, args.source, args.url or DEFAULT_URL)
@@ -30,6 +29,7 @@ def cmd_course(args: argparse.Namespace) -> None:
     if args.fetch_only:
         return
     params = experiments.overlaid_params(root, profile + plan.changes)  # a bad one stops here, before any work
+    experiments.require_committed_params(root, profile + plan.changes)
     train_tokens = sum(len(line.split()) + 1 for line in (raw / "cls-books" / "train.review.spm").open(encoding="utf-8"))
     print(f"course: the pretrained variant: {plan.pretrained}; about "
           f"{course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores (a GPU: minutes); each stage "

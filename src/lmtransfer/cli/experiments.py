@@ -36,28 +36,38 @@ def _override_value(value) -> str:
     return value if plain else json.dumps(value)
 
 
-def overlaid_params(root: Path, changes: list[str]):
-    """params.yaml with `changes` applied the way `dvc exp run -S` applies them (DVC's own code, on a copy), then
-    validated: a profile or `--set` naming a key params.yaml lacks, or a bad value, stops here, before any work."""
+def overlay(params_file: Path, changes: list[str]) -> dict:
+    """`params_file` with `changes` applied the way `dvc exp run -S` applies them (DVC's own code, on a copy)."""
     from dvc.exceptions import DvcException
     from dvc.utils.hydra import apply_overrides
 
+    from lmtransfer.core.config import read_params_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "params.yaml"
+        shutil.copyfile(params_file, copy)
+        try:
+            apply_overrides(copy, changes)
+        except DvcException as exc:
+            raise LmtransferError(f"{paths.PARAMS} with {' '.join(changes)}: {exc}") from None
+        return read_params_file(copy)
+
+
+def overlaid_params(root: Path, changes: list[str]):
+    """params.yaml with `changes`, validated: a profile or `--set` naming a key params.yaml lacks, or a bad value,
+    stops here, naming it, before any work."""
     from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file
 
     raw = read_params_file(root / paths.PARAMS)
     for change in changes:
-        section, _, key = change.partition("=")[0].partition(".")
+        name, equals, _ = change.partition("=")
+        section, _, key = name.partition(".")
+        if not equals or not key:
+            raise LmtransferError(f"{change}: not `section.key=value`")
         if not isinstance(raw.get(section), dict) or key not in raw[section]:
-            raise LmtransferError(f"{change}: {section}.{key} is not a key of {paths.PARAMS}")
-    with tempfile.TemporaryDirectory() as folder:
-        copy = Path(folder) / "params.yaml"
-        shutil.copyfile(root / paths.PARAMS, copy)
-        try:
-            apply_overrides(copy, changes)
-        except DvcException as exc:
-            raise LmtransferError(f"{paths.PARAMS} with {' '.join(changes)}: {exc}") from None
-        return parse_classification_params(read_params_file(copy), f"{paths.PARAMS} with " + " ".join(changes))
+            raise LmtransferError(f"{change}: {name} is not a key of {paths.PARAMS}")
+    return parse_classification_params(overlay(root / paths.PARAMS, changes), f"{paths.PARAMS} with " + " ".join(changes))
 
 
 def profile_command(name: str, changes: list[str], queue: bool = False) -> list[str]:
@@ -66,12 +76,21 @@ def profile_command(name: str, changes: list[str], queue: bool = False) -> list[
             *[part for change in changes for part in ("-S", change)]]
 
 
-def require_committed_params(root: Path) -> None:
-    """A profile applies over the committed params.yaml: edits there (or an earlier experiment's values) would mix in."""
-    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", str(paths.PARAMS)], cwd=root).returncode:
-        raise LmtransferError(f"{paths.PARAMS} differs from the commit's (your edits, or the last experiment run in "
-                              f"the workspace): a profile applies over the committed one; `git stash` or `git checkout "
-                              f"{paths.PARAMS}` first (an experiment stays saved: `dvc exp apply NAME`)")
+def require_committed_params(root: Path, changes: list[str]) -> None:
+    """A profile applies over the committed params.yaml (or over this same run's values: the command run again);
+    edits there, or another experiment's values left in the workspace, would mix in."""
+    from lmtransfer.core.config import read_params_file
+
+    current = read_params_file(root / paths.PARAMS)
+    with tempfile.TemporaryDirectory() as folder:
+        committed = Path(folder) / "params.yaml"
+        committed.write_text(subprocess.run(["git", "show", f"HEAD:{paths.PARAMS}"], cwd=root, capture_output=True,
+                                            text=True).stdout, encoding="utf-8")
+        if current in (read_params_file(committed), overlay(committed, changes)):
+            return
+    raise LmtransferError(f"{paths.PARAMS} differs from the commit's (your edits, or another experiment run in the "
+                          f"workspace): a profile applies over the committed one; `git stash` or `git checkout "
+                          f"{paths.PARAMS}` first (an experiment stays saved: `dvc exp apply NAME`)")
 
 
 def cmd_profile(args: argparse.Namespace) -> None:
@@ -79,7 +98,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
     changes = profile_changes(args.root / PROFILES / f"{args.name}.yaml") + args.changes
     overlaid_params(args.root, changes)  # a bad key stops before DVC touches params.yaml
-    require_committed_params(args.root)
+    require_committed_params(args.root, changes)
     command = profile_command(args.name, changes, args.queue)
     print("profile: " + shlex.join(command), flush=True)
     if subprocess.run(command, cwd=args.root, env=dvc_env()).returncode:
