@@ -55,7 +55,7 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_every_command_is_documented_and_every_option_has_help_and_shows_its_default():
     commands = _subcommands()
     assert set(commands) == {"summary", "params", "generate", "fill", "results", "report", "predict", "translate",
-                             "compare", "scaling", "course", "imdb", "register"}
+                             "compare", "profile", "scaling", "course", "imdb", "register"}
     for name, parser in commands.items():
         assert parser.description, name
         text = " ".join(parser.format_help().split())  # undo the line wrapping

@@ -80,7 +80,8 @@ def test_the_readers_of_each_section_are_the_ones_dvc_yaml_declares(task):
     stages = YAML(typ="safe", pure=True).load((TASK_FOLDERS[task] / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     declared: dict[str, dict[str, tuple[str, ...] | None]] = {}
     for stage, spec in stages.items():
-        for entry in (spec.get("do") or spec).get("params", []):
+        entries = (spec.get("do") or spec).get("params", [])  # a key, or {params.yaml: [keys]} (a YAML anchor's)
+        for entry in [k for e in entries for k in ([e] if isinstance(e, str) else [k for v in e.values() for k in v])]:
             section, _, key = entry.partition(".")
             readers = declared.setdefault(section, {})
             readers[stage] = None if not key else (*(readers.get(stage) or ()), key)
