@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 # docs figure -> (the pipeline's folder, the plot's path in it)
 FIGURES: dict[str, tuple[str, str]] = {
     "docs/figures/finetune_accuracy.png": (".", "plots/finetune_accuracy.png"),
-    "docs/figures/course_finetune_accuracy.png": ("course", "plots/finetune_accuracy.png"),
+    "docs/figures/course_finetune_accuracy.png": ("results/course", "plots/finetune_accuracy.png"),
     "docs/figures/translation_finetune_bleu.png": ("translation", "plots/finetune_bleu.png"),
     "docs/figures/translation_test_scores.png": ("translation", "plots/test_scores.png"),
 }
