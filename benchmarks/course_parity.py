@@ -189,7 +189,7 @@ def course_files_data(folder: Path):
         name for name in ["dict.txt"] if not (folder / name).is_file()]
     if missing:
         raise SystemExit(f"--data cls-books reads the course's files from {folder} (--course-files): {', '.join(missing)} "
-                         "missing; `lmtransfer course --fetch-only` puts them in course/data/raw")
+                         "missing; `lmtransfer course --fetch-only` puts them in data/course")
     params = DataParams(source="files", format="pieces", **{split: str(reviews / f"{split}.review.spm")
                                                              for split in ("train", "valid", "test")})
     labeled = prepare_labeled(load_files(params), params)
@@ -417,9 +417,9 @@ def main() -> None:
                         help="reviews-zh: long reviews cut as the course's (below); movies-en: the built-in run's "
                         "splits and ids, as `dvc repro tokenize` wrote them; cls-books: the course's own files "
                         "(--course-files)")
-    parser.add_argument("--course-files", type=Path, default=REPO / "course" / "data" / "raw",
+    parser.add_argument("--course-files", type=Path, default=REPO / "data" / "course",
                         help="with --data cls-books: the folder of the course's cls-books/*.review.spm and .label "
-                        "files and dict.txt (default: course/data/raw, where `lmtransfer course` puts them)")
+                        "files and dict.txt (default: data/course, where `lmtransfer course` puts them)")
     parser.add_argument("--ablation", choices=list(ABLATIONS), default="none", help="; ".join(
         f"{name}: {change.what}" for name, change in ABLATIONS.items()))
     parser.add_argument("--train", type=int, default=1600)

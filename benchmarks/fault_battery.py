@@ -152,11 +152,10 @@ def moved_away(name: str) -> Callable[[Path], Callable[[], None]]:
 
 
 def course_folder(root: Path) -> Callable[[], None]:
-    """The course pipeline's dvc.yaml and params.yaml, without its files (none fetched)."""
-    (root / "course").mkdir()
-    for name in ("dvc.yaml", "params.yaml"):
-        shutil.copy(REPO / "course" / name, root / "course" / name)
-    return lambda: shutil.rmtree(root / "course")
+    """The course's profile (profiles/course.yaml), without its files (none fetched)."""
+    (root / "profiles").mkdir()
+    shutil.copy(REPO / "profiles" / "course.yaml", root / "profiles" / "course.yaml")
+    return lambda: shutil.rmtree(root / "profiles")
 
 
 def copied_store(root: Path) -> Callable[[], None]:

@@ -5,9 +5,9 @@ sentencepiece's own sampler (`input_sentence_size` with `shuffle_input_sentence`
 Each way trains the tokenize stage's model (tokenizer.* params as given) in `--processes` fresh processes,
 alternating, and counts the distinct models (sha256 of the serialized model) and the distinct vocabularies (its
 pieces and their scores: the model file also records the trainer's arguments). Default corpus: the reviews
-profile's (`lmtransfer imdb`, then `dvc repro reviews/dvc.yaml:prepare`), 96 MB.
+profile's (`lmtransfer imdb`, then `dvc exp run prepare -S 'data.corpus=[imdb-reviews]'`), 96 MB.
 
-    python benchmarks/tokenizer_sampling.py [--corpus reviews/data/prepared_corpus/corpus_train.txt]
+    python benchmarks/tokenizer_sampling.py [--corpus data/prepared_corpus/corpus_train.txt]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ WAYS = {"project": "the project's sample (tokenizer.py)", "sentencepiece": "sent
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=REPO / "reviews/data/prepared_corpus/corpus_train.txt",
+    parser.add_argument("--corpus", type=Path, default=REPO / "data/prepared_corpus/corpus_train.txt",
                         help="a prepared corpus (one text a line)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes of each way, alternating")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -56,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.corpus.is_file():
         parser.error(f"{args.corpus}: no such corpus; for the default one run `lmtransfer imdb` and "
-                     "`dvc repro reviews/dvc.yaml:prepare`, or name one with --corpus")
+                     "`dvc exp run prepare -S 'data.corpus=[imdb-reviews]'`, or name one with --corpus")
     settings = {key: json.loads(value) if value[:1] in "0123456789[{-" else value
                 for key, value in (item.split("=", 1) for item in args.set)}
     from lmtransfer.core.config import TokenizerParams

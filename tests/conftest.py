@@ -1,14 +1,12 @@
 """Shared test set-up."""
 
 import functools
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))  # the project's tools (import_closure)
 
 
 @functools.cache

@@ -109,17 +109,17 @@ def repo_env(root: Path) -> dict[str, str]:
 def make_repo(root: Path, params: dict, write_data: Callable[[Path], None],
               params_file: str = "params.yaml") -> dict[str, str]:
     """Copy the pipeline into `root`, apply `params` over `params_file` (translation/params.yaml: the translation
-    pipeline is copied too), add the data, commit; returns the env.
+    pipeline is copied too; profiles/NAME.yaml: that profile), add the data, commit; returns the env.
 
     The translation pipeline is copied only for its own tests: `dvc status` and `dvc metrics show` without a
     target cover every dvc.yaml of a repository, and the classification tests read them whole."""
     names = ["dvc.yaml", ".dvcignore", ".gitignore", "params.yaml"]
-    for task in ("translation", "course"):  # a pipeline in a folder of its own: its dvc.yaml and params.yaml
-        if params_file.startswith(f"{task}/"):
-            (root / task).mkdir()
-            names += [f"{task}/dvc.yaml", f"{task}/params.yaml"]
-            names += [f"{task}/lab_sentences.tsv"] if task == "translation" else []  # evaluate's default dependency
+    if params_file.startswith("translation/"):  # a pipeline in a folder of its own, evaluate's default dependency
+        names += ["translation/dvc.yaml", "translation/params.yaml", "translation/lab_sentences.tsv"]
+    if params_file.startswith("profiles/"):
+        names.append(params_file)
     for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
     for name in ("stages", "src", ".dvc"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("tmp", "cache", "__pycache__"))

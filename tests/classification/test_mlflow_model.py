@@ -106,13 +106,16 @@ def test_the_registry_gets_one_version_per_model_and_numbers_and_champion_points
         assert moved == "2" and str(client.get_model_version_by_alias("lmtransfer-classification", CHAMPION).version) == "2"
 
 
-def test_a_folders_pipeline_registers_under_a_name_of_its_own(tmp_path, monkeypatch):
+def test_a_profiles_experiment_registers_under_a_name_of_its_own(tmp_path, monkeypatch):
+    """`lmtransfer profile course` (dvc exp run -n course) answers another question: its champion is apart."""
     monkeypatch.setattr(tracking, "project_root", lambda: tmp_path)
-    monkeypatch.chdir(tmp_path)
-    assert registered_name("classification") == "lmtransfer-classification"
-    (tmp_path / "course").mkdir()
-    monkeypatch.chdir(tmp_path / "course")
+    monkeypatch.setenv("DVC_EXP_NAME", "course")
+    assert registered_name("classification") == "lmtransfer-classification"  # not a profile: a plain experiment
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "course.yaml").write_text("model: {n_layers: 4}\n")
     assert registered_name("classification") == "lmtransfer-classification-course"
+    monkeypatch.delenv("DVC_EXP_NAME")
+    assert registered_name("classification") == "lmtransfer-classification"
 
 
 @pytest.mark.slow  # a server process: about 15 s

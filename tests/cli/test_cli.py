@@ -68,7 +68,7 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_every_command_is_documented_and_every_option_has_help_and_shows_its_default():
     commands = _subcommands()
     assert set(commands) == {"summary", "params", "generate", "fill", "results", "report", "predict", "translate",
-                             "compare", "scaling", "course", "imdb", "register"}
+                             "compare", "profile", "scaling", "course", "imdb", "register"}
     for name, parser in commands.items():
         assert parser.description, name
         text = " ".join(parser.format_help().split())  # undo the line wrapping
@@ -469,8 +469,8 @@ def test_params_check_names_a_missing_params_file_and_how_to_restore_it():
                                   "there: restore it (git checkout -- params.yaml) or write one")
 
 
-@pytest.mark.parametrize("change, problem", [("nokey=1", "--set nokey=1: not `section.key=value`"),
-                                             ("finetune.nokey=1", "finetune.nokey: unknown parameter")])
+@pytest.mark.parametrize("change, problem", [("nokey=1", "nokey=1: not `section.key=value`"),
+                                             ("finetune.nokey=1", "finetune.nokey is not a key of params.yaml")])
 def test_course_checks_its_set_changes_before_fetching_any_file(change, problem, monkeypatch):
     """Without the course's files, a bad key failed on the download, not on the key (issue 71)."""
     from lmtransfer.course import files
@@ -479,7 +479,7 @@ def test_course_checks_its_set_changes_before_fetching_any_file(change, problem,
         raise AssertionError("the files were fetched before --set was checked")
 
     monkeypatch.setattr(files, "gather", no_download)
-    for name in ("course/dvc.yaml", "course/params.yaml"):
+    for name in ("params.yaml", "profiles/course.yaml"):
         _write(Path(name), (Path(__file__).resolve().parents[2] / name).read_text(encoding="utf-8"))
     with pytest.raises(SystemExit) as stopped:
         main(["course", "--set", change])

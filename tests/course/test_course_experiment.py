@@ -7,24 +7,17 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from lmtransfer.classification.config import load_classification_params
+from lmtransfer.cli.experiments import PROFILES, overlaid_params, profile_changes, profile_command
 from lmtransfer.course.comparison import PUBLISHED, lab_lines
-from lmtransfer.course.experiment import (
-    PARAMS,
-    PRETRAIN_TOKENS_PER_S,
-    dvc_command,
-    estimate_minutes,
-    plan_for,
-    planned_params,
-    text_format,
-)
+from lmtransfer.course.experiment import PRETRAIN_TOKENS_PER_S, estimate_minutes, plan_for, text_format
 from lmtransfer.course.files import LANGUAGE_MODEL, PINNED, PRETRAINING_TEXT
 
 REPO = Path(__file__).resolve().parents[2]
+PROFILE = profile_changes(REPO / PROFILES / "course.yaml")
 
 
 def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
-    params = load_classification_params(REPO / PARAMS)
+    params = overlaid_params(REPO, PROFILE)
     assert (params.model.n_layers, params.model.d_model, params.model.n_heads, params.model.d_ff) == (4, 200, 2, 200)
     assert params.model.embedding_init == "uniform"
     finetune = params.finetune
@@ -32,41 +25,40 @@ def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
             finetune.grad_clip, finetune.head_lr_multiplier, finetune.pooling, finetune.max_len) == (
         8, 0.0003, "constant", 0, 0.0, 0.5, 1.0, "last", 512)
     assert len(params.pretrain.seeds) * len(finetune.seeds) >= 3  # at least 3 runs per variant
-    raw = YAML(typ="safe").load((REPO / PARAMS).read_text())["data"]
-    named = {raw["train"], raw["valid"], raw["test"]}
-    assert named == {f"data/raw/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
-    assert load_classification_params(REPO / PARAMS).data.corpus == ["data/raw/bible-fr.txt"]
+    data = params.data
+    assert {data.train, data.valid, data.test} == {f"data/course/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
+    assert data.corpus == ["data/course/bible-fr.txt"]
 
 
 def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_are_the_replicates():
     plan = plan_for({LANGUAGE_MODEL: Path("x.pt"), PRETRAINING_TEXT: Path("y.txt")}, [])
-    assert f"pretrain.init_from=data/raw/{LANGUAGE_MODEL}" in plan.changes
+    assert f"pretrain.init_from=data/course/{LANGUAGE_MODEL}" in plan.changes
     assert "pretrain.seeds=[0]" in plan.changes and "finetune.seeds=[0,1,2]" in plan.changes
     assert not plan.write_bible
-    command = dvc_command(plan)
-    assert command[:4] == ["dvc", "exp", "run", "course/dvc.yaml"]
-    assert f"course/params.yaml:pretrain.init_from=data/raw/{LANGUAGE_MODEL}" in command
+    command = profile_command("course", PROFILE + plan.changes)
+    assert command[:5] == ["dvc", "exp", "run", "-n", "course"]
+    assert command[-2 * len(plan.changes):][1::2] == plan.changes  # after the profile's: they win
 
 
 def test_without_the_model_the_courses_text_is_the_corpus_else_the_pinned_bibles(tmp_path):
     text = tmp_path / PRETRAINING_TEXT
     text.write_text("▁Le ▁livre ▁est ▁bon\n▁Un ▁roman\n", encoding="utf-8")
     plan = plan_for({PRETRAINING_TEXT: text}, [])
-    assert plan.changes == [f"data.corpus=[data/raw/{PRETRAINING_TEXT}]", "data.corpus_format=pieces"]
+    assert plan.changes == [f"data.corpus=[data/course/{PRETRAINING_TEXT}]", "data.corpus_format=pieces"]
+    assert overlaid_params(REPO, PROFILE + plan.changes).data.corpus == [f"data/course/{PRETRAINING_TEXT}"]
     text.write_text("Le livre est bon.\nUn roman.\n", encoding="utf-8")
     assert text_format(text) == "text"
     bible = plan_for({}, [])
     assert bible.write_bible and bible.changes == []
-    assert dvc_command(bible) == ["dvc", "repro", "course/dvc.yaml"]  # as committed: no experiment needed
     mine = plan_for({}, ["finetune.seeds=[3,4,5]"])
-    assert dvc_command(mine)[-2:] == ["-S", "course/params.yaml:finetune.seeds=[3,4,5]"]
+    assert profile_command("course", PROFILE + mine.changes)[-2:] == ["-S", "finetune.seeds=[3,4,5]"]
 
 
 def test_the_estimate_counts_pretraining_only_when_it_runs():
-    params = load_classification_params(REPO / PARAMS)
+    params = overlaid_params(REPO, PROFILE)
     here = estimate_minutes(params, train_tokens=205_615)
-    loaded = planned_params(REPO / PARAMS, plan_for({LANGUAGE_MODEL: Path("x.pt")}, []).changes)
-    assert loaded.pretrain.init_from == f"data/raw/{LANGUAGE_MODEL}" and loaded.finetune.seeds == [0, 1, 2]
+    loaded = overlaid_params(REPO, PROFILE + plan_for({LANGUAGE_MODEL: Path("x.pt")}, []).changes)
+    assert loaded.pretrain.init_from == f"data/course/{LANGUAGE_MODEL}" and loaded.finetune.seeds == [0, 1, 2]
     assert 20 < here < 240  # "about an hour" on 2 cores
     pretrain = params.pretrain  # each run: its corpus steps, then its adaptation epochs over the train texts
     per_run = pretrain.max_steps * pretrain.batch_size * pretrain.seq_len + pretrain.adapt_epochs * 205_615
@@ -94,7 +86,7 @@ def test_the_lab_table_has_each_epoch_the_test_gap_the_baseline_and_the_courses_
 
 
 def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_batches():
-    """docs/guide/course.md prints the course's fine-tuning schedule as `-S` changes; course/params.yaml holds the
+    """docs/guide/course.md prints the course's fine-tuning schedule as `-S` changes; profiles/course.yaml holds the
     same values but the two the guide names (8 epochs, length-bucketed batches)."""
     import re
     import shlex
@@ -103,17 +95,27 @@ def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_b
     words = shlex.split(re.search(r"```bash\n(dvc exp run .*?)\n```", page, re.S).group(1))
     schedule = {words[i + 1].split("=", 1)[0].removeprefix("finetune."): YAML(typ="safe").load(words[i + 1].split("=", 1)[1])
                 for i, word in enumerate(words) if word == "-S"}
-    recipe = YAML(typ="safe").load((REPO / PARAMS).read_text())["finetune"]
+    recipe = overlaid_params(REPO, PROFILE).finetune.model_dump()
     differ = {key for key, value in schedule.items() if recipe[key] != value}
     assert differ == {"epochs", "batches"}
     assert (recipe["epochs"], recipe["batches"]) == (8, "bucketed")
     assert "8 epochs and bucketed batches" in " ".join(page.split())
 
 
-def test_a_bad_set_is_refused_naming_the_key_before_any_work():
+def test_a_bad_change_is_refused_naming_the_key_before_any_work():
     from lmtransfer.core.errors import LmtransferError
 
-    with pytest.raises(LmtransferError, match="--set finetune.lr: not `section.key=value`"):
-        planned_params(REPO / PARAMS, ["finetune.lr"])
+    with pytest.raises(LmtransferError, match="finetune.nokey is not a key of params.yaml"):
+        overlaid_params(REPO, PROFILE + ["finetune.nokey=1"])
     with pytest.raises(ValueError, match="finetune.epochs"):
-        planned_params(REPO / PARAMS, ["finetune.epochs=-1"])
+        overlaid_params(REPO, PROFILE + ["finetune.epochs=-1"])
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / PROFILES).glob("*.yaml")))
+def test_each_profile_overlays_params_yaml_with_the_values_it_names(profile):
+    """`dvc exp run -S` reads each value back as the profile's YAML holds it (lists, quoted words, floats)."""
+    raw = YAML(typ="safe").load((REPO / PROFILES / f"{profile}.yaml").read_text())
+    params = overlaid_params(REPO, profile_changes(REPO / PROFILES / f"{profile}.yaml")).model_dump()
+    for section, values in raw.items():
+        for key, value in values.items():
+            assert params[section][key] == value, f"profiles/{profile}.yaml: {section}.{key}"

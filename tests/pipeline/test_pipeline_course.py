@@ -37,8 +37,9 @@ FILLER = ["ce", "livre", "est", "un", "roman", "très", "vraiment", "histoire", 
 D_MODEL, N_LAYERS, D_FF = 16, 1, 16
 DICTIONARY_ENTRIES = 49_997  # the course's dict.txt: V = 50,001 with the 4 special ids
 RARE_PIECES_LEFT_OUT = 3
+ONE_SEED = ["--set", "finetune.seeds=[0]"]  # one fine-tune per variant in place of the plan's three
 SIZES = {"train": 120, "valid": 30, "test": 40}  # rows per file (the course's: 1,600 / 400 / 2,000)
-# course/params.yaml as committed, but what makes it run in seconds: the generated checkpoint's tiny network, few
+# profiles/course.yaml as committed, but what makes it run in seconds: the generated checkpoint's tiny network, few
 # epochs, short texts.
 SMALLER = {
     "model": {"n_layers": N_LAYERS, "d_model": D_MODEL, "n_heads": 2, "d_ff": D_FF},
@@ -123,30 +124,26 @@ def lmtransfer(args: list[str], root: Path, env: dict[str, str]) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def course_repo(tmp_path_factory) -> tuple[Path, dict[str, str], Path, str]:
-    """A copy of the repository with course/params.yaml made tiny, after `lmtransfer course --from FOLDER --set
+    """A copy of the repository with profiles/course.yaml made tiny, after `lmtransfer course --from FOLDER --set
     finetune.seeds=[0]` (one fine-tune per variant in place of the plan's three: the user's `--set` wins)."""
     root = tmp_path_factory.mktemp("course")
     files = tmp_path_factory.mktemp("course-files")
     write_course_files(files)
     manifest = manifest_of(files, files.parent / "course-manifest.json")
 
-    def ignore_the_raw_files(repo: Path) -> None:
-        with open(repo / ".gitignore", "a", encoding="utf-8") as ignore:  # beside the repository's own
-            ignore.write("/course/data/raw/\n")
-
-    env = make_repo(root, SMALLER, ignore_the_raw_files, params_file="course/params.yaml")
-    done = lmtransfer(["course", "--from", str(files), "--manifest", str(manifest), "--set", "finetune.seeds=[0]"],
-                      root, env)
+    env = make_repo(root, SMALLER, lambda repo: None, params_file="profiles/course.yaml")
+    done = lmtransfer(["course", "--from", str(files), "--manifest", str(manifest), *ONE_SEED], root, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return root / "course", env, files, done.stdout
+    return root, env, files, done.stdout
 
 
 def test_the_command_checks_the_files_loads_the_courses_model_and_prints_the_labs_table(course_repo):
     course, _, files, output = course_repo
     assert "files of tests/course at 0000000 checked in" in output
     assert "the course's language model (pretrained_model_4layers.pt), loaded" in output
-    assert "dvc exp run course/dvc.yaml -S course/params.yaml:pretrain.init_from=data/raw/pretrained_model_4layers.pt" in output
-    assert "-S course/params.yaml:data.corpus=[] -S course/params.yaml:finetune.seeds=[0]" in output  # --set last: it wins
+    assert "course: dvc exp run -n course -S data.source=files -S " in output  # the profile, then the plan
+    assert "-S pretrain.init_from=data/course/pretrained_model_4layers.pt" in output
+    assert "-S 'data.corpus=[]' -S 'finetune.seeds=[0]'" in output  # --set last: it wins
     assert "validation accuracy per epoch (mean ± sd over the runs):" in output
     assert "course: 0.78" not in output and "about 0.78" in output  # the course's published numbers beside
     evaluation = json.loads((course / "metrics/evaluate.json").read_text())
@@ -155,13 +152,13 @@ def test_the_command_checks_the_files_loads_the_courses_model_and_prints_the_lab
     assert (evaluation["n_pretraining_runs"], evaluation["n_finetuning_seeds"]) == (1, 1)
     assert "1 runs per variant (1 pretraining run(s) x 1 fine-tuning seed(s))" in output
     assert (course / "plots/finetune_accuracy.png").stat().st_size > 0
-    assert (course / "data/raw/dict.txt").read_bytes() == (files / "dict.txt").read_bytes()
+    assert (course / "data/course/dict.txt").read_bytes() == (files / "dict.txt").read_bytes()
 
 
 def test_the_dictionary_is_the_id_space(course_repo):
     course = course_repo[0]
     meta = json.loads((course / "data/tokenized/meta.json").read_text())
-    dictionary = (course / "data/raw/dict.txt").read_text(encoding="utf-8").splitlines()
+    dictionary = (course / "data/course/dict.txt").read_text(encoding="utf-8").splitlines()
     assert meta["scheme"] == "dictionary"
     assert meta["vocab_size"] == len(dictionary) + 4 == 50_001
     assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
@@ -175,13 +172,13 @@ def test_the_dictionary_is_the_id_space(course_repo):
 
 def test_pretrain_loads_the_course_checkpoint_instead_of_training(course_repo):
     course = course_repo[0]
-    original = torch.load(course / "data/raw/pretrained_model_4layers.pt", weights_only=True)["model_state_dict"]
+    original = torch.load(course / "data/course/pretrained_model_4layers.pt", weights_only=True)["model_state_dict"]
     ours = torch.load(course / "models/pretrained/seed0.pt", weights_only=True)
     assert torch.equal(ours["state_dict"]["base.token_embedding.weight"], original["base.encoder.weight"])
     assert torch.equal(ours["state_dict"]["base.layers.layers.0.linear1.weight"],
                        original["base.transformer_encoder.layers.0.linear1.weight"])
     assert torch.equal(ours["state_dict"]["head.weight"], original["classifier.decoder.weight"])
-    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/raw/pretrained_model_4layers.pt"
+    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/course/pretrained_model_4layers.pt"
     summary = json.loads((course / "metrics/pretrain/seed0.json").read_text())
     assert summary["steps"] == 0 and summary["val_loss"] > 0
 
@@ -193,10 +190,10 @@ def test_a_file_with_one_byte_changed_is_refused_by_name_and_the_results_stay(co
     subprocess.run(["cp", "-r", str(files), str(copy)], check=True)
     label = copy / "cls-books/test.label"
     label.write_bytes(label.read_bytes().replace(b"0", b"1", 1))
-    placed = course / "data/raw/cls-books/test.label"
+    placed = course / "data/course/cls-books/test.label"
     placed.write_bytes(placed.read_bytes() + b"0\n")  # damaged in place too: it must come from the folder again
-    done = lmtransfer(["course", "--from", str(copy), "--manifest", str(files.parent / "course-manifest.json")],
-                      course.parent, env)
+    done = lmtransfer(["course", "--from", str(copy), "--manifest", str(files.parent / "course-manifest.json"),
+                       *ONE_SEED], course, env)
     assert done.returncode != 0
     assert "cls-books/test.label: its sha256 is not the pinned" in done.stderr and "Traceback" not in done.stderr
     assert (course / "metrics/evaluate.json").read_bytes() == results
@@ -204,7 +201,7 @@ def test_a_file_with_one_byte_changed_is_refused_by_name_and_the_results_stay(co
 
 
 def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo):
-    root = course_repo[0]  # the course pipeline's folder
+    root = course_repo[0]
     prepared = json.loads((root / "data/prepared/meta.json").read_text())
     # valid and test as given, row for row; train loses its repeat and its 2 reviews also in valid or test
     assert prepared["examples"] == {"train": SIZES["train"] - 3, "valid": SIZES["valid"], "test": SIZES["test"]}
@@ -212,7 +209,7 @@ def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo
                                    "train_texts_also_in_test": 1, "train_texts_also_in_valid_or_test": 2}
     assert prepared["kept_as_given"] == {"valid": {"rows": 30, "repeated_rows": 2, "rows_also_in_test": 1},
                                          "test": {"rows": 40, "repeated_rows": 3}}
-    given = (root / "data/raw/cls-books/test.review.spm").read_text(encoding="utf-8").splitlines()
+    given = (root / "data/course/cls-books/test.review.spm").read_text(encoding="utf-8").splitlines()
     prepared_test = (root / "data/prepared/test.tsv").read_text(encoding="utf-8").splitlines()[1:]
     assert [line.split("\t")[0] for line in prepared_test] == given
     predictions = (root / "metrics/evaluate/predictions_scratch.csv").read_text(encoding="utf-8").splitlines()
@@ -228,7 +225,7 @@ def test_both_fine_tunes_and_the_evaluation_ran_on_the_course_splits(course_repo
 
 
 def test_predict_cuts_raw_text_with_the_course_model_and_maps_it_through_the_dictionary(course_repo):
-    root, env = course_repo[:2]  # the course pipeline's folder
+    root, env = course_repo[:2]
     out = run([sys.executable, "-m", "lmtransfer.cli", "predict", "Ce livre est magnifique et captivant."],
               root, env)
     label, probability, text = out.strip().split("\t")
@@ -236,7 +233,7 @@ def test_predict_cuts_raw_text_with_the_course_model_and_maps_it_through_the_dic
 
 
 def test_a_checkpoint_that_does_not_fit_the_model_stops_validate_naming_the_param(course_repo):
-    root, env = course_repo[:2]  # the course pipeline's folder
+    root, env = course_repo[:2]
     params_file = root / "params.yaml"
     original = params_file.read_text()
     model_before = (root / "models/pretrained/seed0.pt").read_bytes()
@@ -267,7 +264,7 @@ def _files(root: Path, *folders: str) -> dict[str, bytes]:
 def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from_the_run_cache(course_repo):
     """`dvc exp run -S finetune.freeze_backbone=true`, then false again, reran both fine-tunes (10 min 41 s) for
     bit-identical results: a plain `cache: false` output kept DVC from saving them to its run-cache."""
-    root, env = course_repo[:2]  # the course pipeline's folder
+    root, env = course_repo[:2]
     def results() -> dict[str, bytes]:  # the fine-tunes of the course command's run: 0-0 of each variant
         return {name: data for name, data in _files(root, "models/finetuned", "metrics/finetune").items()
                 if "/seed0-0." in name}
@@ -286,8 +283,7 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
         assert f"Stage '{stage}' is cached - skipping run, checking out outputs" in back
         assert f"Running stage '{stage}'" not in back
     assert results() == before  # restored byte for byte, the DVC-cached summaries included
-    # the course's headline is a plain output (the repository-level views show the built-in run's alone): named, it
-    # is read as a metrics file all the same
+    # the course's headline is the pipeline's metrics file, read as any
     shown = _dvc(["metrics", "show", "--json", "metrics/headline.json"], root, env)
     workspace = next(iter(json.JSONDecoder().raw_decode(shown[shown.index("{"):])[0].values()))["data"]
     assert list(workspace) == ["metrics/headline.json"] and "scratch" in workspace["metrics/headline.json"]["data"]
@@ -309,14 +305,14 @@ def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratc
     """The scratch model never reads the corpus: a corpus change reran it (257 s, bit-identical results) while
     data/tokenized held the corpus ids too. Pretraining here (the recipe's `init_from: ''`, set in the same edit:
     the scratch fine-tune reads no pretrain param but the objective), a few steps."""
-    root, env = course_repo[:2]  # the course pipeline's folder
-    raw = root / "data/raw"
+    root, env = course_repo[:2]
+    raw = root / "data/course"
     reviews = (raw / "cls-books/train.review.spm").read_text(encoding="utf-8").splitlines()
     (raw / "unlabeled.spm").write_text("\n".join(f"{a} {b}" for a, b in zip(reviews, reviews[1:])) + "\n",
                                           encoding="utf-8")
     scratch = ("models/finetuned/scratch", "metrics/finetune/scratch", "data/tokenized", "data/prepared")
     before = _files(root, *scratch)
-    _edit_params(root, data={"corpus": ["data/raw/unlabeled.spm"], "corpus_format": "pieces"},
+    _edit_params(root, data={"corpus": ["data/course/unlabeled.spm"], "corpus_format": "pieces"},
                  pretrain={"init_from": "", "max_steps": 30, "eval_every": 15})
 
     output = _dvc(["repro"], root, env)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def cmd_course(args: argparse.Namespace) -> None:
+    from lmtransfer.cli import experiments
     from lmtransfer.course import experiment as course
     from lmtransfer.course.comparison import lab_lines
     from lmtransfer.course.corpus import write_french_corpus
@@ -16,12 +17,10 @@ def cmd_course(args: argparse.Namespace) -> None:
     from lmtransfer.reporting.result_files import read_result_json, reading
 
     root = args.root
-    if not (root / course.PIPELINE).is_file():
-        raise FileNotFoundError(f"{root / course.PIPELINE}: not found; run `lmtransfer course` from the repository's "
-                                "root (or pass --root)")
-    course.planned_params(root / course.PARAMS, args.changes)  # a bad --set stops before any download
+    profile = experiments.profile_changes(root / experiments.PROFILES / "course.yaml")
+    experiments.overlaid_params(root, profile + args.changes)  # a bad --set stops before any download
     manifest = read_manifest(args.manifest) if args.manifest else Manifest()
-    raw = root / course.COURSE / course.RAW
+    raw = root / course.RAW
     present = gather(raw, manifest, args.source, args.url or DEFAULT_URL)
     print(f"course: {len(present)} files of {manifest.repository} at {manifest.commit[:7]} checked in {raw}")
     plan = course.plan_for(present, args.changes)
@@ -29,27 +28,28 @@ def cmd_course(args: argparse.Namespace) -> None:
         write_french_corpus(raw)
     if args.fetch_only:
         return
-    params = course.planned_params(root / course.PARAMS, plan.changes)  # a bad one stops here, before any work
+    params = experiments.overlaid_params(root, profile + plan.changes)  # a bad one stops here, before any work
+    experiments.require_committed_params(root, profile + plan.changes)
     train_tokens = sum(len(line.split()) + 1 for line in (raw / "cls-books" / "train.review.spm").open(encoding="utf-8"))
     print(f"course: the pretrained variant: {plan.pretrained}; about "
           f"{course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores (a GPU: minutes); each stage "
           "shows its progress")
-    seconds = course.run_pipeline(course.dvc_command(plan), root, dvc_env())
-    path = root / course.COURSE / "metrics" / "evaluate.json"
+    seconds = course.run_pipeline(experiments.profile_command("course", profile + plan.changes), root, dvc_env())
+    path = root / "metrics" / "evaluate.json"
     report = read_result_json(path, "the course's evaluation metrics")
     with reading(path, "the course's evaluation metrics"):
         print("\n" + "\n".join(lab_lines(report)))
-    print(f"\ncourse: {seconds / 60:.1f} min; figure: course/plots/finetune_accuracy.png; "
-          "all results: lmtransfer results --metrics course/metrics")
+    print(f"\ncourse: {seconds / 60:.1f} min; the workspace holds the experiment `course` (plots/, `lmtransfer "
+          "results`); back to the committed run: git checkout params.yaml dvc.lock metrics && dvc checkout")
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     course = command(
         "course", "lab 2 of the ALTEGRAD course on its own files: fetched and checked, pretrained against scratch",
         "Gets the course's files (github.com/moussaKam/transfer_learning_transformers at a pinned commit, or "
-        "--from a folder or clone), checks each by its git blob id and sha256, puts them in course/data/raw/, "
-        "runs the course pipeline (course/dvc.yaml with course/params.yaml: the course's network and fine-tuning "
-        "schedule) and prints the lab's comparison. With the course's language model among the files it is "
+        "--from a folder or clone), checks each by its git blob id and sha256, puts them in data/course/, "
+        "runs the pipeline as the DVC experiment `course` (profiles/course.yaml: the course's network and "
+        "fine-tuning schedule) and prints the lab's comparison. With the course's language model among the files it is "
         "loaded; without it a French model is pretrained here, 3 runs. A missing, cut or changed file is named "
         "and nothing is changed.",
     )
@@ -61,7 +61,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                         "files (another commit or a fork): {\"repository\", \"commit\", \"files\": [{\"path\", "
                         "\"git_blob\" and/or \"sha256\", \"size\", \"required\"}]}")
     course.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
-                        help="a change to course/params.yaml for this run, as `dvc exp run -S` (repeatable), "
+                        help="one more change for this run, as `dvc exp run -S` (repeatable), "
                         "e.g. --set 'finetune.seeds=[3,4,5]'")
     course.add_argument("--fetch-only", action="store_true", help="get and check the files, run nothing")
     course.add_argument("--root", type=Path, default=Path("."), help="the repository root")

@@ -1,14 +1,113 @@
-"""Commands over several experiments: `lmtransfer compare` (a sweep side by side) and `lmtransfer scaling`
-(the pretraining-budget study, queued through DVC)."""
+"""Commands over several experiments: `lmtransfer profile` (a variant of the pipeline as a named DVC experiment),
+`lmtransfer compare` (a sweep side by side) and `lmtransfer scaling` (the pretraining-budget study, queued)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from lmtransfer.core import paths
+from lmtransfer.core.errors import LmtransferError
+
+PROFILES = Path("profiles")  # one YAML file per variant: only the params.yaml keys it changes
+
+
+def profile_changes(path: Path) -> list[str]:
+    """A profile's keys as `dvc exp run -S` overrides (`section.key=value`, the value in Hydra's grammar)."""
+    from lmtransfer.core.config import read_params_file
+
+    raw = read_params_file(path)
+    if not isinstance(raw, dict) or not all(isinstance(values, dict) for values in raw.values()):
+        raise LmtransferError(f"{path}: not params.yaml sections of `key: value`s")
+    return [f"{section}.{key}={_override_value(value)}" for section, values in raw.items() for key, value in values.items()]
+
+
+def _override_value(value) -> str:
+    plain = isinstance(value, str) and re.fullmatch(r"[A-Za-z_][\w./-]*", value) and value.lower() not in (
+        "true", "false", "null", "nan", "inf")
+    return value if plain else json.dumps(value)
+
+
+def overlay(params_file: Path, changes: list[str]) -> dict:
+    """`params_file` with `changes` applied the way `dvc exp run -S` applies them (DVC's own code, on a copy)."""
+    from dvc.exceptions import DvcException
+    from dvc.utils.hydra import apply_overrides
+
+    from lmtransfer.core.config import read_params_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "params.yaml"
+        shutil.copyfile(params_file, copy)
+        try:
+            apply_overrides(copy, changes)
+        except DvcException as exc:
+            raise LmtransferError(f"{paths.PARAMS} with {' '.join(changes)}: {exc}") from None
+        return read_params_file(copy)
+
+
+def overlaid_params(root: Path, changes: list[str]):
+    """params.yaml with `changes`, validated: a profile or `--set` naming a key params.yaml lacks, or a bad value,
+    stops here, naming it, before any work."""
+    from lmtransfer.classification.config import parse_classification_params
+    from lmtransfer.core.config import read_params_file
+
+    raw = read_params_file(root / paths.PARAMS)
+    for change in changes:
+        name, equals, _ = change.partition("=")
+        section, _, key = name.partition(".")
+        if not equals or not key:
+            raise LmtransferError(f"{change}: not `section.key=value`")
+        if not isinstance(raw.get(section), dict) or key not in raw[section]:
+            raise LmtransferError(f"{change}: {name} is not a key of {paths.PARAMS}")
+    return parse_classification_params(overlay(root / paths.PARAMS, changes), f"{paths.PARAMS} with " + " ".join(changes))
+
+
+def profile_command(name: str, changes: list[str], queue: bool = False) -> list[str]:
+    """`dvc exp run` of the one pipeline as experiment `name`, with the profile's and the user's changes."""
+    return ["dvc", "exp", "run", *(["--queue"] if queue else []), "-n", name,
+            *[part for change in changes for part in ("-S", change)]]
+
+
+def require_committed_params(root: Path, changes: list[str]) -> None:
+    """A profile applies over the committed params.yaml (or over this same run's values: the command run again);
+    edits there, or another experiment's values left in the workspace, would mix in."""
+    from lmtransfer.core.config import read_params_file
+
+    current = read_params_file(root / paths.PARAMS)
+    with tempfile.TemporaryDirectory() as folder:
+        committed = Path(folder) / "params.yaml"
+        committed.write_text(subprocess.run(["git", "show", f"HEAD:{paths.PARAMS}"], cwd=root, capture_output=True,
+                                            text=True).stdout, encoding="utf-8")
+        if current in (read_params_file(committed), overlay(committed, changes)):
+            return
+    raise LmtransferError(f"{paths.PARAMS} differs from the commit's (your edits, or another experiment run in the "
+                          f"workspace): a profile applies over the committed one; `git stash` or `git checkout "
+                          f"{paths.PARAMS}` first (an experiment stays saved: `dvc exp apply NAME`)")
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    from lmtransfer.reporting.experiments import dvc_env
+
+    changes = profile_changes(args.root / PROFILES / f"{args.name}.yaml") + args.changes
+    overlaid_params(args.root, changes)  # a bad key stops before DVC touches params.yaml
+    require_committed_params(args.root, changes)
+    command = profile_command(args.name, changes, args.queue)
+    print("profile: " + shlex.join(command), flush=True)
+    if subprocess.run(command, cwd=args.root, env=dvc_env()).returncode:
+        raise LmtransferError(f"`{shlex.join(command[:5])} ...` failed (its error is above)")
+    if args.queue:
+        print(f"profile: {args.name} queued; run the queue with `dvc exp run --run-all`, then `lmtransfer compare`")
+    else:
+        print(f"profile: experiment {args.name} is in the workspace (`lmtransfer results`, plots/) and saved "
+              f"(`dvc exp show`); back to the committed run: git checkout {paths.PARAMS} dvc.lock metrics && dvc checkout")
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
@@ -32,7 +131,6 @@ def cmd_scaling(args: argparse.Namespace) -> None:
     from lmtransfer.reporting import scaling
 
     if args.pretraining_spread:
-        from lmtransfer.core.errors import LmtransferError
         from lmtransfer.core.io import read_json, require_file, write_json
 
         if not args.pretraining_spread.is_file():  # the user named it: say so, not which stage makes such files
@@ -67,6 +165,20 @@ def _tokens(value: float | None) -> str:
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    profile = command(
+        "profile", "a variant of the pipeline (profiles/NAME.yaml) run as the named DVC experiment NAME",
+        "Runs `dvc exp run -n NAME -S key=value ...` with each key of profiles/NAME.yaml (only what it changes "
+        "from params.yaml: course, reviews, imdb, large), in the workspace, over the committed params.yaml. The "
+        "overlaid params are checked first: a key params.yaml lacks or a bad value stops it, naming the key.",
+    )
+    profile.add_argument("name", help="a profile: the name of a file in profiles/ without .yaml")
+    profile.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
+                         help="one more change for this run, as `dvc exp run -S` (repeatable; it wins)")
+    profile.add_argument("--queue", action="store_true", help="queue it (DVC runs it in a folder of its own: files "
+                         "it reads must be committed or outside the repository, as the IMDb reviews' cache)")
+    profile.add_argument("--root", type=Path, default=Path("."), help="the repository root")
+    profile.set_defaults(func=cmd_profile)
+
     compare = command(
         "compare", "the experiments side by side: accuracies, the gap with its interval, the baseline",
         "One row per experiment of the current commit (`dvc exp run`s and the workspace, read through "

@@ -15,6 +15,7 @@ compare experiments.
     lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
     lmtransfer translate "the cat sleeps" "I am hungry"
+    lmtransfer profile reviews                   # a variant (profiles/reviews.yaml) as the DVC experiment `reviews`
     lmtransfer compare --by finetune.lr          # the `dvc exp run`s of this commit side by side
     lmtransfer scaling --budgets 0.5 1 2         # the pretraining scaling study through DVC's queue
     lmtransfer report --check                    # are README.md's and docs/'s tables those of the results?

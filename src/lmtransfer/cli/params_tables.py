@@ -46,7 +46,9 @@ def readers(dvc_yaml: dict, section: str, keys: list[str]) -> str:
     """`validate`, `pretrain@…` (all but `seeds`), `evaluate` (`seeds`): the stages whose params read the section."""
     phrases = []
     for name, stage in dvc_yaml["stages"].items():
-        read = [key for entry in stage.get("params", []) for key in
+        entries = [e for entry in stage.get("params", [])  # a key, or {params.yaml: [keys]} (a YAML anchor's list)
+                   for e in ([entry] if isinstance(entry, str) else [k for listed in entry.values() for k in listed])]
+        read = [key for entry in entries for key in
                 (keys if entry == section else [entry.removeprefix(f"{section}.")] if entry.startswith(f"{section}.") else [])]
         if not read:
             continue

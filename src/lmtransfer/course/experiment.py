@@ -1,13 +1,15 @@
-"""`lmtransfer course`: the course's files checked into course/data/raw/, then its pipeline, then the lab's table.
+"""`lmtransfer course`: the course's files checked into data/course/, then the pipeline with profiles/course.yaml
+as the DVC experiment `course`, then the lab's table.
 
 What the files hold decides the pretrained variant: the course's own language model when it is among them
 (loaded, one pretraining run, three fine-tuning seeds); else a language model pretrained here, three runs, on
 the course's pretraining text when present, else on the French Bibles the project pins. The choice is passed
-as `dvc exp run -S` changes over course/params.yaml, which stays as committed.
+as `dvc exp run -S` changes after the profile's.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -16,12 +18,9 @@ from pathlib import Path
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.course.files import LANGUAGE_MODEL, PRETRAINING_TEXT
 
-COURSE = Path("course")  # the course pipeline's folder, from the repository root
-RAW = Path("data") / "raw"  # the course's files, from course/ (where its params.yaml names them)
-PARAMS = COURSE / "params.yaml"
-PIPELINE = COURSE / "dvc.yaml"
+RAW = Path("data") / "course"  # the course's files, from the repository root (where profiles/course.yaml names them)
 
-# 2-core Intel Xeon @ 2.50GHz, through this pipeline alone (course/timings/, docs/results/course-lab.md): tokens
+# 2-core Intel Xeon @ 2.50GHz, through this pipeline alone (results/course/, docs/results/course-lab.md): tokens
 # per second of pretraining at V = 50,001 (the LM head dominates; measured in the adaptation phase), and of a
 # fine-tuning epoch at the course's shape, its validation included (finetune_pretrained@1-0: 8 epochs in 350 s).
 PRETRAIN_TOKENS_PER_S = 1_600
@@ -63,24 +62,6 @@ def text_format(path: Path) -> str:
     return "pieces" if sample and marked > len(sample) / 3 else "text"
 
 
-def planned_params(params_file: Path, changes: list[str]):
-    """course/params.yaml with the plan's `key=value` changes, read as `dvc exp run -S` reads them (the value as
-    YAML), then validated: a bad `--set` stops here, naming the key, before any work."""
-    from ruamel.yaml import YAML
-
-    from lmtransfer.classification.config import parse_classification_params
-    from lmtransfer.core.config import read_params_file
-
-    raw = read_params_file(params_file)
-    for change in changes:
-        key, separator, value = change.partition("=")
-        section, _, name = key.partition(".")
-        if not separator or not name or not isinstance(raw.get(section), dict):
-            raise LmtransferError(f"--set {change}: not `section.key=value` for a section of {params_file}")
-        raw[section][name] = YAML(typ="safe").load(value)
-    return parse_classification_params(raw, f"{params_file} with " + (" ".join(changes) or "no change"))
-
-
 def estimate_minutes(params, train_tokens: int) -> float:
     """The pipeline's minutes on 2 CPU cores, from its token counts and the measured rates above."""
     pretrain, finetune = params.pretrain, params.finetune
@@ -90,21 +71,11 @@ def estimate_minutes(params, train_tokens: int) -> float:
     return (pretraining / PRETRAIN_TOKENS_PER_S + runs * finetune.epochs * train_tokens / FINETUNE_TOKENS_PER_S) / 60
 
 
-def dvc_command(plan: Plan) -> list[str]:
-    """`dvc repro` of the course pipeline as committed; `dvc exp run` with `-S` when the plan changes a value."""
-    if not plan.changes:
-        return ["dvc", "repro", str(PIPELINE)]
-    command = ["dvc", "exp", "run", str(PIPELINE)]
-    for change in plan.changes:
-        command += ["-S", f"{PARAMS}:{change}"]
-    return command
-
-
 def run_pipeline(command: list[str], root: Path, env: dict[str, str]) -> float:
     """The pipeline, its output streamed (each stage shows its progress); its seconds."""
     start = time.perf_counter()
-    print("course: " + " ".join(command), flush=True)
+    print("course: " + shlex.join(command), flush=True)
     if subprocess.run(command, cwd=root, env=env).returncode:
         raise LmtransferError(f"`{' '.join(command)}` failed (its error is above); the files in "
-                              f"{COURSE / RAW} stay checked: rerun `lmtransfer course` once it is mended")
+                              f"{RAW} stay checked: rerun `lmtransfer course` once it is mended")
     return time.perf_counter() - start

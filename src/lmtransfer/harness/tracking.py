@@ -492,9 +492,12 @@ def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_di
 
 
 def registered_name(task: str) -> str:
-    """`lmtransfer-<task>`; `lmtransfer-<task>-<folder>` for a pipeline run in a folder of its own (the course's)."""
-    folder = Path.cwd().resolve()
-    return f"lmtransfer-{task}" if folder == project_root().resolve() else f"lmtransfer-{task}-{folder.name}"
+    """`lmtransfer-<task>` for the repository's own pipeline; `lmtransfer-<task>-<profile>` for a profile's
+    experiment (`lmtransfer profile NAME`: profiles/NAME.yaml), whose models answer another question."""
+    profile = os.environ.get("DVC_EXP_NAME", "")
+    if profile and (project_root() / "profiles" / f"{profile}.yaml").is_file():
+        return f"lmtransfer-{task}-{profile}"
+    return f"lmtransfer-{task}"
 
 
 def params_hash(params: dict[str, Any]) -> str:

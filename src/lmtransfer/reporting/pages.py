@@ -36,7 +36,7 @@ LABELS = ("pretrained, then fine-tuned", "same network from scratch")
 # docs figure -> (the pipeline's folder, its plot): a byte copy of the plot its dvc.lock records
 FIGURES = {
     "docs/figures/finetune_accuracy.png": (".", "plots/finetune_accuracy.png"),
-    "docs/figures/course_finetune_accuracy.png": ("course", "plots/finetune_accuracy.png"),
+    "docs/figures/course_finetune_accuracy.png": ("results/course", "plots/finetune_accuracy.png"),
     "docs/figures/translation_finetune_bleu.png": ("translation", "plots/finetune_bleu.png"),
     "docs/figures/translation_test_scores.png": ("translation", "plots/test_scores.png"),
 }
