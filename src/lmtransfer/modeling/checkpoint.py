@@ -108,7 +108,7 @@ def model_config_of(payload: dict[str, Any]) -> ModelConfig:
 def model_params_of(config: ModelConfig) -> dict[str, Any]:
     """The `model.*` keys of params.yaml as a model config has them: the network really built (`attention`:
     causal | bidirectional)."""
-    from lmtransfer.core.config import ModelParams
+    from lmtransfer.modeling.model import ModelParams
 
     return {key: getattr(config, key) for key in ModelParams.model_fields}
 
