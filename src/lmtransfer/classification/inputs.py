@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import ClassificationParams
-from lmtransfer.classification.data.corpora import Corpus
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
-from lmtransfer.classification.data.sources import load_source
+from lmtransfer.classification.data.sources import Corpus, load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
 from lmtransfer.data.files import label_file_for
 from lmtransfer.data.input_files import manifest_entry, resolve_input
