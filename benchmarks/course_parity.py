@@ -178,8 +178,8 @@ def course_files_data(folder: Path):
     page's recipe reads them: valid and test kept as shipped, train without its repeats and its texts also in valid
     or test (`prepare_labeled`), each text begin-of-text + its pieces' ids in the dictionary's id space."""
     from lmtransfer.classification.config import DataParams
-    from lmtransfer.classification.data.labeled_files import load_files
     from lmtransfer.classification.data.prepare import prepare_labeled
+    from lmtransfer.classification.data.sources import load_files
     from lmtransfer.tokens.id_files import LabeledSplit
     from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 

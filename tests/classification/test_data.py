@@ -69,34 +69,18 @@ def test_dedup_key_ignores_case_and_whitespace():
 # --- stratified split ---------------------------------------------------------------------
 
 
-def _labels() -> np.ndarray:
-    return np.repeat([0, 1, 2], [100, 60, 40])
-
-
-def test_stratified_split_is_a_partition_of_all_indices():
-    labels = _labels()
-    parts = stratified_split(labels, 0.1, 0.2, seed=0)
+def test_stratified_split_is_a_seeded_partition_keeping_class_proportions():
+    labels = np.repeat([0, 1, 2], [100, 60, 40])
+    parts = stratified_split(labels, 0.1, 0.2, seed=5)
     assert set(parts) == set(SPLITS)
-    joined = np.concatenate([parts[name] for name in SPLITS])
-    assert len(joined) == len(labels)
-    assert np.array_equal(np.sort(joined), np.arange(len(labels)))
-
-
-def test_stratified_split_preserves_class_proportions():
-    labels = _labels()
-    parts = stratified_split(labels, 0.1, 0.2, seed=0)
+    assert np.array_equal(np.sort(np.concatenate([parts[name] for name in SPLITS])), np.arange(len(labels)))
     for name, fraction in (("valid", 0.1), ("test", 0.2), ("train", 0.7)):
         for label, size in ((0, 100), (1, 60), (2, 40)):
             count = int((labels[parts[name]] == label).sum())
             assert abs(count - fraction * size) <= 1, (name, label, count)
-
-
-def test_stratified_split_depends_only_on_the_seed():
-    labels = _labels()
-    first, again = stratified_split(labels, 0.1, 0.2, seed=5), stratified_split(labels, 0.1, 0.2, seed=5)
-    other = stratified_split(labels, 0.1, 0.2, seed=6)
-    assert all(np.array_equal(first[name], again[name]) for name in SPLITS)
-    assert not np.array_equal(first["test"], other["test"])
+    again, other = stratified_split(labels, 0.1, 0.2, seed=5), stratified_split(labels, 0.1, 0.2, seed=6)
+    assert all(np.array_equal(parts[name], again[name]) for name in SPLITS)
+    assert not np.array_equal(parts["test"], other["test"])
 
 
 # --- prepare ------------------------------------------------------------------------------
@@ -149,29 +133,20 @@ def test_held_out_texts_never_reach_the_pretraining_corpus(raw):
     assert not _keys(data.corpus_valid) & held_out
 
 
-def test_corpus_is_deduplicated_and_its_two_parts_are_disjoint(raw):
-    data = prepare(raw, shipped("data"))
+def test_corpus_is_deduplicated_its_parts_disjoint_and_train_texts_join_it_only_when_asked(raw):
+    data = prepare(raw, shipped("data", add_train_to_corpus=True))
     assert len(_keys(data.corpus_train)) == len(data.corpus_train)
     assert len(_keys(data.corpus_valid)) == len(data.corpus_valid)
     assert not _keys(data.corpus_train) & _keys(data.corpus_valid)
     assert all(line.strip() for line in data.corpus_train + data.corpus_valid)
-
-
-def test_train_texts_join_the_corpus_when_asked(raw):
-    data = prepare(raw, shipped("data", add_train_to_corpus=True))
     train = _keys(data.splits["train"]["text"])
     corpus_train, corpus_valid = _keys(data.corpus_train), _keys(data.corpus_valid)
     assert train <= corpus_train | corpus_valid
     added = train - _keys(raw.corpus)
     assert len(added & corpus_train) > 0.9 * len(added)  # like every corpus line, 2% go to the validation part
-
-
-def test_train_texts_stay_out_of_the_corpus_when_not_asked(raw):
     data = prepare(raw, shipped("data", add_train_to_corpus=False))
     only_labeled = _keys(data.splits["train"]["text"]) - _keys(raw.corpus)
-    assert only_labeled
-    assert not only_labeled & _keys(data.corpus_train)
-    assert not only_labeled & _keys(data.corpus_valid)
+    assert only_labeled and not only_labeled & (_keys(data.corpus_train) | _keys(data.corpus_valid))
 
 
 def test_max_examples_caps_the_labeled_examples(raw):
@@ -308,21 +283,15 @@ def test_read_movie_reviews_labels_by_sign_and_drops_zero_ratings():
     assert table["label"].tolist() == ["positive", "negative", "positive"]
 
 
-def test_read_movie_reviews_requires_the_header():
-    with pytest.raises(DataSourceError, match="header") as info:
+def test_read_movie_reviews_names_a_missing_header_and_the_malformed_line():
+    with pytest.raises(DataSourceError, match="reviews.txt: expected a header"):
         read_movie_reviews(REVIEWS.split("\n", 1)[1].encode(), "reviews.txt")
-    assert "reviews.txt" in str(info.value)
-    with pytest.raises(DataSourceError):
+    with pytest.raises(DataSourceError, match="header"):
         read_movie_reviews(b"", "reviews.txt")
-
-
-def test_read_movie_reviews_names_the_malformed_line():
-    broken = "id\tsentiment\ttext\n1\t1.0\tfine\n2\tonly two fields\n"
-    with pytest.raises(DataSourceError, match="line 3"):
-        read_movie_reviews(broken.encode(), "reviews.txt")
-    not_a_number = "id\tsentiment\ttext\n1\t1.0\tfine\n2\t1.0\tfine too\n3\tgreat\tbad rating\n"
-    with pytest.raises(DataSourceError, match="line 4"):
-        read_movie_reviews(not_a_number.encode(), "reviews.txt")
+    with pytest.raises(DataSourceError, match="line 3: expected 3 tab-separated fields"):
+        read_movie_reviews(b"id\tsentiment\ttext\n1\t1.0\tfine\n2\tonly two fields\n", "reviews.txt")
+    with pytest.raises(DataSourceError, match="line 4: rating 'great' is not a number"):
+        read_movie_reviews(b"id\tsentiment\ttext\n1\t1.0\tfine\n2\t1.0\tfine too\n3\tgreat\tbad\n", "reviews.txt")
 
 
 def test_read_movie_dialog_joins_statement_and_reply():

@@ -175,9 +175,8 @@ def kept_mini(mini, tmp_path, monkeypatch):
     """The miniature release kept in a cache of its own, in place of the pinned release's."""
     top, _, release = mini
     monkeypatch.setenv("LMTRANSFER_CACHE_DIR", str(tmp_path / "cache"))
-    for module in ("lmtransfer.classification.data.corpora", "lmtransfer.classification.data.imdb_source"):
-        monkeypatch.setattr(f"{module}.ACL_IMDB_V1", release)
-        monkeypatch.setattr(f"{module}.imdb_reviews", functools.partial(imdb_reviews, release=release))
+    monkeypatch.setattr("lmtransfer.classification.data.sources.ACL_IMDB_V1", release)
+    monkeypatch.setattr("lmtransfer.classification.data.sources.imdb_reviews", functools.partial(imdb_reviews, release=release))
     return top
 
 

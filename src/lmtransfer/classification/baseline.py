@@ -1,11 +1,5 @@
-"""The classical reference: TF-IDF features + logistic regression, on the very same splits.
-
-Word n-grams and character n-grams (within word boundaries) are weighted by
-TF-IDF and fed to an L2-regularised logistic regression. The regularisation
-strength C is chosen on the validation split; the chosen model, trained on the
-train split only, is scored on the test split. A transformer number means little
-without this one beside it.
-"""
+"""The classical reference: TF-IDF word and character n-grams + L2 logistic regression on the very same splits, C
+chosen on valid, scored on test. A transformer number means little without this one beside it."""
 
 from __future__ import annotations
 
@@ -31,7 +25,6 @@ class BaselineResult:
 
 
 def tfidf_features(params: BaselineParams) -> FeatureUnion:
-    """Word and character n-grams, each TF-IDF weighted: fitted on the train split alone."""
     return FeatureUnion([
         ("words", TfidfVectorizer(analyzer="word", ngram_range=tuple(params.word_ngrams), sublinear_tf=True,
                                   min_df=params.min_df)),
@@ -41,8 +34,7 @@ def tfidf_features(params: BaselineParams) -> FeatureUnion:
 
 
 def logistic_regression(params: BaselineParams, c: float) -> OneVsRestClassifier:
-    # liblinear is fast on sparse TF-IDF but binary only: one-vs-rest makes it serve any number of classes
-    # (for two classes it is the plain binary model).
+    # liblinear (fast on sparse TF-IDF) is binary only: one-vs-rest serves any number of classes
     return OneVsRestClassifier(LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear", random_state=0))
 
 
@@ -52,9 +44,7 @@ def run_baseline(
     test_texts: list[str], test_labels: np.ndarray,
     params: BaselineParams,
 ) -> BaselineResult:
-    """Tune C on valid (ties go to the smaller C: more regularised), then score the chosen model on test.
-
-    The features do not depend on C, so they are fitted and computed once; only the regression is fitted per C."""
+    """Tune C on valid (ties: the smaller C), then score the chosen model on test; features are fitted once."""
     features = tfidf_features(params)
     train_features = features.fit_transform(train_texts)
     valid_features = features.transform(valid_texts)

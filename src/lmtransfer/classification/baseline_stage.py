@@ -12,7 +12,6 @@ from lmtransfer.harness.tracking import log_run, stage_run
 
 
 def run_baseline_stage(params: ClassificationParams) -> None:
-    """The baseline stage: fit on train, choose C on valid, score test once; `metrics/baseline.json`."""
     label_names = read_prepared_meta(PREPARED)["label_names"]
     splits = {name: read_split(PREPARED, name) for name in SPLITS}
     with stage_run("baseline", params.sections("baseline")):

@@ -31,7 +31,7 @@ LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
 
 
 FILE_KEYS = ("train", "valid", "test", "corpus")
-NAMED_CORPORA = ("imdb-reviews",)  # data.corpus entries that name a pinned corpus, not a file (classification/data/corpora.py)
+NAMED_CORPORA = ("imdb-reviews",)  # data.corpus entries that name a pinned corpus, not a file (data/sources.py)
 
 
 class DataParams(Section):

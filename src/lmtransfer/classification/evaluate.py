@@ -1,10 +1,6 @@
-"""Test-set evaluation: every fine-tuned run of both variants, their spread, and the transfer gap.
-
-A single run's 2-5 point gap can be noise, and so can a single pretraining run: the report gives each
-variant's mean, standard deviation and per-run values, and the pretrained-minus-scratch gap with a 95%
-interval and a p-value that resample pretraining runs, fine-tuning seeds and test examples together, with
-each source's share of the spread (see `statistics`), beside the TF-IDF baseline.
-"""
+"""Test-set evaluation: every fine-tuned run of both variants, their spread, and the transfer gap with a 95%
+interval and p-value resampling pretraining runs, fine-tuning seeds and test examples together (one run's gap can
+be noise), each source's share of the spread, beside the TF-IDF baseline."""
 
 from __future__ import annotations
 
@@ -24,14 +20,13 @@ from lmtransfer.tokens.id_files import LabeledSplit
 
 @dataclass
 class SeedResult:
-    """One fine-tuned model (pretraining run `pretrain_seed`, fine-tuning seed `seed`) on the test split, plus its
-    validation curve."""
+    """One fine-tuned model (pretraining run, fine-tuning seed) on the test split, and its fine-tuning history."""
 
     pretrain_seed: int
     seed: int
     metrics: dict
     correct: np.ndarray  # bool per test example
-    epochs: list[dict[str, float]]  # the fine-tuning history: epoch, train/val loss and accuracy
+    epochs: list[dict[str, float]]  # epoch, train/val loss and accuracy
 
     @property
     def run(self) -> str:
@@ -45,7 +40,6 @@ class SeedResult:
 def evaluate_classifier(
     payload: dict, test: LabeledSplit, batch_size: int, device: torch.device
 ) -> tuple[dict, np.ndarray]:
-    """Metrics dict and predicted class per example for one fine-tuned checkpoint."""
     model = build_classifier(payload)  # `predict` moves it to `device`
     probabilities, loss = predict(model, test, batch_size, payload["max_len"], device)
     predicted = probabilities.argmax(-1)
@@ -65,13 +59,11 @@ def evaluate_classifier(
 def variant_report(results: list[SeedResult]) -> dict:
     """Mean, std and per-seed values of the test scores and of validation accuracy per epoch."""
     report: dict = {}
-    for key in ("accuracy", "macro_f1"):
-        stats = summarize([r.metrics[key] for r in results])
+    values = {"accuracy": [r.metrics["accuracy"] for r in results], "macro_f1": [r.metrics["macro_f1"] for r in results],
+              "first_epoch_val_accuracy": [r.val_accuracy_per_epoch[0] for r in results]}
+    for key, numbers in values.items():
+        stats = summarize(numbers)
         report.update({f"{key}_mean": stats["mean"], f"{key}_std": stats["std"], f"{key}_per_seed": stats["per_seed"]})
-    first = summarize([r.val_accuracy_per_epoch[0] for r in results])
-    report["first_epoch_val_accuracy_mean"] = first["mean"]
-    report["first_epoch_val_accuracy_std"] = first["std"]
-    report["first_epoch_val_accuracy_per_seed"] = first["per_seed"]
     curves = np.array([r.val_accuracy_per_epoch for r in results])
     report["val_accuracy_mean_per_epoch"] = [float(v) for v in curves.mean(axis=0)]
     report["val_accuracy_std_per_epoch"] = [float(v) for v in (curves.std(axis=0, ddof=1) if len(results) > 1
@@ -84,7 +76,7 @@ def variant_report(results: list[SeedResult]) -> dict:
 
 
 def pooled_confusion(results: list[SeedResult]) -> dict:
-    """One variant's test confusion matrix summed over its seeds (what the confusion figures show)."""
+    """One variant's test confusion matrix summed over its seeds."""
     matrices = [r.metrics["confusion_matrix"] for r in results]
     total = np.sum([m["rows_actual_columns_predicted"] for m in matrices], axis=0)
     return {"labels": matrices[0]["labels"], "runs": [r.run for r in results],
@@ -95,7 +87,7 @@ CURVE_KEYS = ("val_accuracy", "train_loss", "val_loss", "train_accuracy")
 
 
 def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: float) -> list[dict[str, float]]:
-    """Per epoch, each variant's mean over seeds: the table `dvc plots` draws (one column per line)."""
+    """Per epoch, each variant's mean over seeds: the table `dvc plots` draws."""
     n_epochs = min(len(r.epochs) for runs in results.values() for r in runs)
     rows = []
     for epoch in range(n_epochs):
@@ -109,8 +101,7 @@ def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: f
 
 
 def correctness_grid(results: list[SeedResult]) -> np.ndarray:
-    """(pretraining runs, fine-tuning seeds, examples) 0/1 array, runs and seeds in sorted order; every pretraining
-    run must have the same fine-tuning seeds (the pipeline's grid)."""
+    """(pretraining runs, fine-tuning seeds, examples) 0/1 array, sorted; the runs must form the full grid."""
     pretrain_seeds = sorted({r.pretrain_seed for r in results})
     seeds = sorted({r.seed for r in results})
     by_cell = {(r.pretrain_seed, r.seed): r.correct for r in results}
@@ -122,8 +113,8 @@ def correctness_grid(results: list[SeedResult]) -> np.ndarray:
 
 
 def pretraining_report(summaries: dict[int, dict]) -> dict:
-    """The pretraining runs' summaries (`metrics/pretrain/seed<N>.json`): each number's mean over the runs at the
-    top (what the studies read: `val_perplexity`, ...), and each run's own under `per_seed`."""
+    """The pretraining runs' summaries: each number's mean at the top (`val_perplexity`, ...), each run's under
+    `per_seed`."""
     first = next(iter(summaries.values()))
     means = {key: (float(np.mean([s[key] for s in summaries.values()])) if isinstance(value, (int, float))
                    and not isinstance(value, bool) else value) for key, value in first.items()}
@@ -134,9 +125,8 @@ def transfer_report(
     pretrained: list[SeedResult], scratch: list[SeedResult], baseline: dict, params: EvaluateParams,
     pretraining: dict,
 ) -> dict:
-    """The headline first (the gap and its uncertainty), then each variant, then the baseline, then the pretraining
-    runs' summaries (`pretraining_report`): DVC-cached files, so this git-tracked report is where an experiment's
-    commit keeps its pretraining figures (`lmtransfer compare` reads them there)."""
+    """The gap and its uncertainty, each variant, the baseline, and the pretraining summaries (their files are
+    DVC-cached: this git-tracked report keeps them for `lmtransfer compare`)."""
     if [r.run for r in pretrained] != [r.run for r in scratch]:
         raise ValueError("pretrained and scratch must be evaluated on the same runs (they are paired run by run)")
     correct_pretrained, correct_scratch = correctness_grid(pretrained), correctness_grid(scratch)
@@ -144,12 +134,7 @@ def transfer_report(
     pretrained_report, scratch_report = variant_report(pretrained), variant_report(scratch)
     gap = {
         "accuracy_mean": pretrained_report["accuracy_mean"] - scratch_report["accuracy_mean"],
-        "ci95_low": uncertainty["ci95_low"],
-        "ci95_high": uncertainty["ci95_high"],
-        "p_value": uncertainty["p_value"],
-        "std": uncertainty["std"],
-        "spread": uncertainty["spread"],
-        "share": uncertainty["share"],
+        **{key: uncertainty[key] for key in ("ci95_low", "ci95_high", "p_value", "std", "spread", "share")},
         "macro_f1_mean": pretrained_report["macro_f1_mean"] - scratch_report["macro_f1_mean"],
         "first_epoch_val_accuracy_mean": (
             pretrained_report["first_epoch_val_accuracy_mean"] - scratch_report["first_epoch_val_accuracy_mean"]
@@ -170,16 +155,9 @@ def transfer_report(
 
 
 def headline_metrics(report: dict) -> dict:
-    """The answer in eight flat numbers (`metrics/headline.json`, the one file `dvc.yaml` declares as metrics),
-    so bare `dvc metrics show` fits one 120-column row and `dvc exp show` compares experiments on what matters;
-    the MLflow pipeline run carries the same numbers.
-
-    `report` is `transfer_report`'s (metrics/evaluate.json, which keeps every detail). `pretrained`, `scratch`
-    and `baseline` are test accuracies (the two variants' means over seeds); `gap` is pretrained minus scratch,
-    `gap_low`/`gap_high` its 95% interval and `p_value` its paired test; `head_start` the gap in validation
-    accuracy after one epoch. The names are short so that the row fits a terminal; the seeds and the language
-    model's perplexity stay in the report (`n_seeds`, `pretraining.val_perplexity`).
-    """
+    """The answer in eight flat numbers (`metrics/headline.json`): short names, so `dvc metrics show` fits one
+    120-column row. Test accuracies (variants' means), the gap with its 95% interval and p-value, and `head_start`,
+    the gap in validation accuracy after one epoch."""
     gap = report["gap"]
     return {
         "pretrained": report["pretrained"]["accuracy_mean"],
@@ -212,8 +190,7 @@ def spread_line(gap: dict, n_finetuning_seeds: int) -> str:
 
 
 def report_lines(report: dict) -> list[str]:
-    """The answer in a few lines, as the evaluate stage prints it: each variant's test accuracy over the runs,
-    the baseline beside them, the gap with its interval and p-value, and where its uncertainty comes from."""
+    """The answer in a few lines, as the evaluate stage prints it."""
     lines = [f"{variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
              f"± {report[variant]['accuracy_std']:.4f} over {runs_described(report)} "
              f"(epoch-1 validation {report[variant]['first_epoch_val_accuracy_mean']:.4f})"

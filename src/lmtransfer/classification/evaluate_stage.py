@@ -1,5 +1,4 @@
-"""The evaluate stage: every fine-tuned run of both variants on the test split, the gap and its uncertainty, once
-params.yaml is read. The stage script calls `run_evaluate_stage` alone."""
+"""The evaluate stage: every fine-tuned run of both variants on the test split, the gap and its uncertainty."""
 
 from __future__ import annotations
 
@@ -97,10 +96,8 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
 
 
 def register_best_pretrained(params: ClassificationParams) -> None:
-    """The pretrained fine-tune with the best validation accuracy (test never chooses) into the Model Registry,
-    with the gap and its interval and the hash of the params that made it (`harness.tracking.register_champion`). From the files evaluate
-    wrote, so that `lmtransfer register` (`make run`) does it too when DVC skips an unchanged evaluate: a fresh
-    clone's new MLflow store would otherwise have no registry."""
+    """The pretrained fine-tune with the best validation accuracy (test never chooses) into the Model Registry, with
+    the gap and the params' hash; from evaluate's files, so `lmtransfer register` can do it when DVC skips evaluate."""
     runs = [finetune_run(seed, pretrain_seed) for pretrain_seed, seed in run_grid(params.pretrain.seeds,
                                                                                  params.finetune.seeds)]
     validation = {run: max(float(row["val_accuracy"]) for row in read_tsv(require_file(
@@ -116,8 +113,7 @@ def register_best_pretrained(params: ClassificationParams) -> None:
 
 
 def _score(checkpoints: dict, cells: dict, test, params: ClassificationParams, device, log_steps: bool = False):
-    """Every checkpoint of `checkpoints` ((variant, run) -> path) on test: per variant its runs' results, and the
-    prediction rows (`run,actual,predicted`)."""
+    """Every checkpoint ((variant, run) -> path) on test: per variant its results, and `run,actual,predicted` rows."""
     results: dict[str, list[SeedResult]] = {v: [] for v in VARIANTS}
     prediction_rows = {v: ["run,actual,predicted"] for v in VARIANTS}
     runs = list(cells)
@@ -138,8 +134,7 @@ def _score(checkpoints: dict, cells: dict, test, params: ClassificationParams, d
 
 def _label_curve(sized: dict, cells: dict, test, params: ClassificationParams, device, pretraining: dict,
                  full: dict) -> list[dict]:
-    """One row per size of `finetune.label_sizes` (its runs' transfer report, TF-IDF on the same subset), then the
-    full split's (`full`, the pipeline's report)."""
+    """One row per size of `finetune.label_sizes` (its runs' report, TF-IDF on the same subset), then `full`'s."""
     reports = {}
     if sized:
         splits = {name: read_split(PREPARED, name) for name in SPLITS}

@@ -1,10 +1,6 @@
-"""Fine-tuning for classification: one code path for the pretrained and the scratch model, one loop that reads
-top to bottom (`finetune`).
-
-Per epoch: shuffled batches, length-bucketed or random (`finetune.batches`, `tokens.batches.classification_batches`),
-one clipped AdamW step each, then validation; the best epoch's weights are kept. With snapshots, one after each
-epoch: a killed run starts again from the last epoch it finished.
-"""
+"""Fine-tuning for classification: one loop for the pretrained and the scratch model. Per epoch: shuffled batches
+(length-bucketed or random), one clipped AdamW step each, then validation; the best epoch's weights are kept, and a
+snapshot after each epoch lets a killed run resume."""
 
 from __future__ import annotations
 
@@ -39,10 +35,8 @@ class FinetuneResult:
 
 
 def discriminative_param_groups(model: Classifier, lr: float, head_lr_multiplier: float, layer_lr_decay: float):
-    """Param groups from the head down: head lr x multiplier, top layer lr, then x decay per layer, embedding last.
-
-    The same groups serve the pretrained and the scratch model (one recipe for both).
-    """
+    """Param groups from the head down (ULMFiT): head lr x multiplier, top layer lr, x decay per layer below,
+    embedding last; one recipe for the pretrained and the scratch model."""
     layers = list(model.base.layers.layers)
     groups = [{"params": list(model.head.parameters()), "lr": lr * head_lr_multiplier}]
     for depth, layer in enumerate(reversed(layers)):
@@ -59,7 +53,6 @@ def set_backbone_frozen(model: Classifier, frozen: bool) -> None:
 
 
 def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
-    """The log line that says what actually learns: with a frozen backbone, the head alone, in both variants."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     line = f"{desc}: {trainable:,} trainable of {count_parameters(model):,} parameters"
     if frozen:
@@ -70,8 +63,8 @@ def describe_trainable(model: Classifier, frozen: bool, desc: str) -> str:
 
 def finetune(model: Classifier, train: LabeledSplit, valid: LabeledSplit, params: FinetuneParams,
              options: RunOptions = RunOptions(desc="finetune")) -> FinetuneResult:
-    """Train the classifier `finetune.epochs` epochs; each epoch's row goes to `options.log_metrics` (step = the
-    epoch). With `options.snapshots`, save after each epoch and resume from the last one saved."""
+    """Train `finetune.epochs` epochs, each epoch's row to `options.log_metrics`; with `options.snapshots`, save
+    after each epoch and resume from the last one saved."""
     refuse_padding_ids_in_texts(model.base.config.pad_id, train=train, valid=valid)
     model.to(options.device)
     set_backbone_frozen(model, params.freeze_backbone)
@@ -124,9 +117,8 @@ def finetune(model: Classifier, train: LabeledSplit, valid: LabeledSplit, params
 
 
 def refuse_padding_ids_in_texts(pad_id: int, **splits: LabeledSplit) -> None:
-    """A text holding the model's padding id is a model built for another id space: that token would be masked
-    as padding, and last-token pooling would read an earlier piece, with no error (a course dictionary puts
-    begin-of-text at 0, where this project's own tokenizers put padding)."""
+    """A text holding the padding id means a model built for another id space (a course dictionary puts
+    begin-of-text at 0): it would be masked as padding, silently."""
     for name, split in splits.items():
         if np.any(split.ids == pad_id):
             raise TokenizerError(f"the {name} texts hold the model's padding id {pad_id}: the model was built for "
@@ -134,9 +126,8 @@ def refuse_padding_ids_in_texts(pad_id: int, **splits: LabeledSplit) -> None:
 
 
 def _step_function(model: Classifier, device: torch.device, compile_steps: bool):
-    """(ids, labels) -> (the loss to backpropagate, the global batch's loss and number correct). Each process
-    computes its texts of the global batch (all of them when it is alone), its loss weighted by its share of the
-    texts so that the all-reduced gradient is the global batch's."""
+    """(ids, labels) -> (loss to backpropagate, the global batch's loss and number correct); each process's loss is
+    weighted by its share of the texts, so the all-reduced gradient is the global batch's."""
     world = distributed.world()
     trainer = compiled(distributed.wrap(model, _scores, device), compile_steps)
 

@@ -1,5 +1,4 @@
-"""The finetune_pretrained@<seed> / finetune_scratch@<seed> stage: the same fine-tuning from two starts, once
-params.yaml is read. The stage script calls `run_finetune_stage` and nothing else."""
+"""The finetune_pretrained / finetune_scratch stages: the same fine-tuning from two starts."""
 
 from __future__ import annotations
 
@@ -22,12 +21,10 @@ from lmtransfer.training.stage_args import FinetuneArgs
 
 
 def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None:
-    """Fine-tune one variant from one pretraining run with one seed (`--init`, `--pretrain-seed`, `--seed`); rank 0
-    saves the best epoch's weights and reports."""
+    """Fine-tune one variant from one pretraining run with one seed; rank 0 saves the best epoch and reports."""
     meta = read_tokenized_meta(TOKENIZED)
     train, valid = load_labeled_split(TOKENIZED, "train"), load_labeled_split(TOKENIZED, "valid")
-    if args.labels is not None:  # the label curve: a stratified subset, the same for both variants and TF-IDF,
-        # repeated to the full split's length: as many steps as the full run
+    if args.labels is not None:  # the label curve: a subset, repeated to the full split's length
         repeats = repeats_for(len(train.labels), args.labels)
         train = train_subset(train, args.labels, params.finetune.label_seed, repeats)
     label_names = meta["label_names"]

@@ -1,5 +1,5 @@
-"""Using a classifier: class probabilities for every example of a split (validation, test), or for new texts
-(`classify_texts`: `lmtransfer predict` and the logged MLflow model both call it, so they agree to the bit)."""
+"""Class probabilities for a split, or for new texts (`classify_texts`: `lmtransfer predict` and the MLflow model
+both call it, so they agree to the bit)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from lmtransfer.tokens.id_files import LabeledSplit
 def predict(
     model: Classifier, split: LabeledSplit, batch_size: int, max_len: int, device: torch.device
 ) -> tuple[np.ndarray, float]:
-    """Class probabilities for every example, and the mean cross-entropy loss (labels as given). The model goes to
-    `device` first: a checkpoint is built on the CPU (`lmtransfer predict` on a GPU machine failed on that)."""
+    """Class probabilities for every example and the mean cross-entropy loss; the model goes to `device` first (a
+    checkpoint is built on the CPU)."""
     model.to(device).eval()
     probabilities, total_loss = [], 0.0
     for ids, labels in classification_batches(split, batch_size, max_len, model.base.config.pad_id):
@@ -30,8 +30,7 @@ def predict(
 
 
 def classify_texts(payload: dict, tokenizer, texts: list[str], device: torch.device, batch_size: int = 64) -> np.ndarray:
-    """Class probabilities (one row per text, columns in `payload["label_names"]` order) of a fine-tuned checkpoint's
-    payload for raw texts, encoded as its training texts were (BOS + pieces, cut at the checkpoint's max_len)."""
+    """Class probabilities of a checkpoint's payload for raw texts, encoded as its training texts were."""
     from lmtransfer.modeling.checkpoint import build_classifier
     from lmtransfer.tokens.tokenizer import encode_for_classification
 

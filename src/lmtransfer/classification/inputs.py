@@ -1,17 +1,9 @@
-"""What the validate stage checks (`validate_stage`): every input the pipeline will read, before any stage touches
-its outputs.
+"""What the validate stage checks: every input the pipeline will read, before any stage touches its outputs (DVC
+deletes a stage's outputs before running it, so a stage failing on a bad input would lose them).
 
-DVC deletes a stage's outputs just before running it, so a stage that then fails
-on a bad input would leave the earlier results gone. Checking everything here,
-in a cheap stage at the head of the graph, means a broken input stops the
-pipeline while every output produced so far is still in place.
-
-The stage also writes manifests of the external files (path, size, sha256), one
-per reader: `data/inputs/data.json` (prepare), `tokenizer.json` (tokenize) and
-`checkpoint.json` (pretrain). It runs on every `dvc repro` (`always_changed`), so
-editing a data file, the tokenizer files or the checkpoint named in params.yaml
-reruns exactly the stage that reads it, even though DVC cannot take files chosen
-in params.yaml as dependencies itself.
+It also writes one manifest (path, size, sha256) of the external files per reader: `data/inputs/data.json`
+(prepare), `tokenizer.json` (tokenize), `checkpoint.json` (pretrain). It always runs, so editing a file that
+params.yaml names reruns exactly the stage that reads it.
 """
 
 from __future__ import annotations
@@ -21,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import ClassificationParams
-from lmtransfer.classification.data.corpora import Corpus
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
-from lmtransfer.classification.data.sources import load_source
+from lmtransfer.classification.data.sources import Corpus, load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
 from lmtransfer.data.files import label_file_for
 from lmtransfer.data.input_files import manifest_entry, resolve_input
@@ -44,12 +35,10 @@ MAX_TOKENS_PER_CHAR = 3  # a generous bound: a piece covers at least one charact
 
 
 def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], LabeledData, CorpusScan]:
-    """Read the labeled data and split it (as `prepare` will), scan the corpus; return their manifest entries,
-    the splits and what the scan found."""
+    """Read and split the labeled data, scan the corpus (as `prepare` will): manifest entries, splits, scan."""
     data = params.data
     raw = load_source(data)
     labeled = prepare_labeled(raw, data)
-    # streams the corpus once: every line decodes, both parts non-empty; a small one is kept for a tokenizer trial
     scan = scan_corpus(raw, labeled, data, keep_chars=TOKENIZER_TRIAL_CHARS)
     entries = []
     if data.source != "files":
@@ -68,8 +57,8 @@ def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], Labe
 
 
 def check_stream_lengths(params: ClassificationParams, labeled: LabeledData, scan: CorpusScan) -> None:
-    """Every token stream pretraining cuts into `pretrain.seq_len` windows must hold one; one surely too short
-    (even at the most tokens its characters can give) stops here rather than in `pretrain`."""
+    """Every token stream pretraining cuts into `pretrain.seq_len` windows must hold one, at the most tokens its
+    characters can give."""
     streams = {f"the corpus's {part} part": (scan.chars[part], scan.lines[part])
                for part in ("train", "valid")}
     if params.pretrain.adapt_epochs and not params.pretrain.init_from:
@@ -86,8 +75,8 @@ def check_stream_lengths(params: ClassificationParams, labeled: LabeledData, sca
 
 
 def check_tokenizer(params: ClassificationParams, scan: CorpusScan) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
-    """Load the named tokenizer files (a malformed dictionary line or model stops here); with none named and a
-    small corpus, train the tokenizer once as a trial, so a `tokenizer.vocab_size` too large stops here."""
+    """Load the named tokenizer files; with none and a small corpus, train one as a trial (a `vocab_size` too large
+    stops here)."""
     entries = []
     for key in ("model_file", "vocab_file"):
         if getattr(params.tokenizer, key):
@@ -103,8 +92,7 @@ def check_tokenizer(params: ClassificationParams, scan: CorpusScan) -> tuple[Tok
 
 
 def check_unknown_share(params: ClassificationParams, labeled: LabeledData, tokenizer: Tokenizer | None) -> None:
-    """A given tokenizer that maps most of the labeled texts to the unknown id would fine-tune on nothing but that
-    id (the usual cause: a dictionary made for other files): stop here, with the share, not warn in `tokenize`."""
+    """A given tokenizer that maps most labeled texts to the unknown id (a dictionary made for other files)."""
     if tokenizer is None:
         return
     texts = list(labeled.splits["train"]["text"][:UNKNOWN_SAMPLE])
@@ -120,13 +108,11 @@ def check_unknown_share(params: ClassificationParams, labeled: LabeledData, toke
 
 
 def given_tokenizer_key(params: ClassificationParams) -> str:
-    """The key that names the tokenizer a user gave: a dictionary takes precedence over a model."""
     return "tokenizer.vocab_file" if params.tokenizer.vocab_file else "tokenizer.model_file"
 
 
 def check_checkpoint(params: ClassificationParams, tokenizer: Tokenizer | None) -> list[dict[str, Any]]:
-    """The checkpoint to start from must not be an output of this pipeline, and must fit the id space (None: one to
-    be trained) and the model."""
+    """The checkpoint to start from: not an output of this pipeline, and fitting the id space and the model."""
     entries = []
     if params.pretrain.init_from:
         from lmtransfer.modeling.model import ModelConfig  # torch: only a checkpoint to check needs it
@@ -144,8 +130,7 @@ def check_checkpoint(params: ClassificationParams, tokenizer: Tokenizer | None) 
 
 
 def check_objective(params: ClassificationParams, tokenizer: Tokenizer | None) -> None:
-    """Masked language modelling needs a `<mask>` id: the tokenizer the pipeline trains reserves one, a given
-    one (None here: trained later) may not."""
+    """Masked language modelling needs a `<mask>` id, which a given tokenizer may lack."""
     if params.pretrain.objective == "mlm" and tokenizer is not None and not params.pretrain.init_from:
         if mask_id_of(tokenizer) is None:
             raise ConfigError(
@@ -167,7 +152,7 @@ def check_label_sizes(params: ClassificationParams, labeled: LabeledData) -> Non
 
 
 def check_inputs(params: ClassificationParams) -> dict[str, list[dict[str, Any]]]:
-    """Every check; then one manifest per reading stage: {"data": [...], "tokenizer": [...], "checkpoint": [...]}."""
+    """Every check; then one manifest per reading stage."""
     if params.train.device not in ("auto", "cpu"):  # train.device=cuda on a machine without CUDA stops here
         from lmtransfer.modeling.runtime import select_device  # torch, a second of every `dvc repro` otherwise
 
@@ -182,8 +167,7 @@ def check_inputs(params: ClassificationParams) -> dict[str, list[dict[str, Any]]
 
 
 def design_cost(params: ClassificationParams, default: ClassificationParams) -> str | None:
-    """What a design larger than the default costs, said before its first stage: 40 pretraining seeds are 40
-    pretrainings and twice 40 x fine-tuning seeds fine-tunes, whatever the machine."""
+    """What a design larger than the default costs, said before its first stage."""
     runs, seeds = len(params.pretrain.seeds), len(params.finetune.seeds)
     default_runs, default_seeds = len(default.pretrain.seeds), len(default.finetune.seeds)
     if runs <= default_runs and runs * seeds <= default_runs * default_seeds:

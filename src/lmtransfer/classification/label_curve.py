@@ -1,5 +1,4 @@
-"""Where pretraining pays: accuracy against the number of labeled examples (ULMFiT's figure 3), the evaluate
-stage's part: TF-IDF on each subset, and one row per size from its transfer report (subsets: `label_subsets`)."""
+"""Where pretraining pays (ULMFiT's figure 3): test accuracy per number of labeled examples, evaluate's part."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ LABEL_CURVE = Path("metrics/evaluate/label_curve.tsv")  # evaluate's: test accur
 
 def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray], size: int, seed: int,
                      params: BaselineParams) -> dict:
-    """TF-IDF + logistic regression trained on the subset the fine-tunes of `size` use, C chosen on the whole
-    validation split (as theirs), scored on test."""
+    """TF-IDF + logistic regression on the fine-tunes' subset of `size`, C chosen on the whole validation split."""
     from lmtransfer.classification.baseline import run_baseline  # scikit-learn: a second the plot stage never uses
 
     keep = label_subset(labels["train"], size, seed)
@@ -27,8 +25,6 @@ def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
 
 
 def curve_rows(reports: dict[str, dict]) -> list[dict]:
-    """One row per size (`all` last) from each size's transfer report: both variants' mean test accuracy, the gap
-    with its 95% interval and p-value, and TF-IDF on the same examples."""
     rows = []
     for size, report in reports.items():
         gap = report["gap"]

@@ -27,8 +27,7 @@ def per_class_f1(matrix: np.ndarray) -> np.ndarray:
 
 
 def scored_classes(matrix: np.ndarray) -> np.ndarray:
-    """The classes a macro average counts: those the labels hold or the model predicted (scikit-learn's rule). A
-    class that is in neither has no F1 to speak of, and an F1 of 0 for it would pull the average down."""
+    """The classes a macro average counts: in the labels or predicted (scikit-learn's rule)."""
     return np.flatnonzero((matrix.sum(axis=0) > 0) | (matrix.sum(axis=1) > 0))
 
 
@@ -37,6 +36,6 @@ def macro_f1(matrix: np.ndarray) -> float:
 
 
 def majority_share(labels) -> float:
-    """Accuracy of always answering the most frequent class of these labels: the floor of any classifier."""
+    """Accuracy of always answering the most frequent class."""
     counts = np.bincount(np.asarray(labels, dtype=np.int64))
     return float(counts.max() / max(counts.sum(), 1))

@@ -1,11 +1,6 @@
-"""A classification fine-tune as an MLflow model: a column of texts in, the label and each class's probability out.
-
-Each fine-tune stage logs one (`log_classifier`, through `harness.tracking.log_model`) from the checkpoint it wrote to
-models/ (the DVC output): the model's `checkpoint` artifact is that very file (its sha256 is the run's checkpoint tag),
-its `tokenizer` artifact the tokenizer it was trained with, and its code this package. `mlflow.pyfunc.load_model(...)
-.predict`, `mlflow models serve` and `lmtransfer predict` all call `inference.classify_texts`: the same texts give
-the same probabilities.
-"""
+"""A fine-tune as an MLflow model: a column of texts in, the label and each class's probability out. Its artifacts
+are the checkpoint in models/ and its tokenizer; `predict`, `mlflow models serve` and `lmtransfer predict` all call
+`inference.classify_texts`, so the same texts give the same probabilities."""
 
 from __future__ import annotations
 
@@ -22,7 +17,6 @@ EXAMPLE_TEXTS = ["a wonderful film, moving and funny", "dull and far too long"] 
 
 
 class TextClassifier(mlflow.pyfunc.PythonModel):
-    """The pyfunc flavour's model: loads the checkpoint and its tokenizer once, then classifies DataFrames."""
 
     def load_context(self, context) -> None:
         from lmtransfer.modeling.checkpoint import load_checkpoint
@@ -58,8 +52,7 @@ def texts_of(model_input) -> list[str]:
 
 
 def prediction_frame(probabilities, label_names: list[str]) -> pd.DataFrame:
-    """One row per text: `label` (the most probable class's name), `probability` (its probability) and
-    `p_<class>` for every class, in the checkpoint's class order."""
+    """One row per text: `label`, its `probability`, and `p_<class>` for every class in the checkpoint's order."""
     best = probabilities.argmax(axis=1)
     frame = pd.DataFrame({"label": [str(label_names[i]) for i in best],
                           "probability": probabilities[range(len(best)), best].astype(float)})

@@ -23,7 +23,6 @@ from lmtransfer.tokens.id_files import load_labeled_split
 
 
 def run_plot_stage(params: ClassificationParams) -> None:
-    """The plot stage: every figure of the experiment, from the metrics files (and the valid split's labels)."""
     dpi, names = params.plot.dpi, run_names(params.pretrain.seeds, params.finetune.seeds)
     runs = epoch_logs(names)
     best_epochs = {v: [read_json(require_file(finetune_summary(v, r), "fine-tuning metrics"))

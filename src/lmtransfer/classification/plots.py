@@ -14,10 +14,8 @@ def plot_finetune_accuracy(
     runs: dict[str, list[Rows]], path: Path, dpi: int, majority: float | None = None,
     baseline: float | None = None, best_epochs: dict[str, list[int]] | None = None,
 ) -> Path:
-    """The central figure: validation accuracy per epoch, pretrained vs scratch, mean over seeds with their range.
-
-    Reference lines: the TF-IDF baseline's and the majority class's accuracy on the same validation split.
-    """
+    """The central figure: validation accuracy per epoch, pretrained vs scratch (mean and range over seeds), with
+    TF-IDF's and the majority class's accuracy on the same validation split."""
     figure, axis = plt.subplots(figsize=(9.5, 4.4))
     for variant, variant_runs in runs.items():
         mean_band(axis, variant_runs, "val_accuracy", COLORS[variant], f"{variant}, validation")
@@ -73,8 +71,7 @@ def plot_confusion(evaluation: dict, path: Path, dpi: int) -> Path:
 
 
 def plot_label_curve(rows: Rows, path: Path, dpi: int) -> Path:
-    """Where pretraining pays (ULMFiT's figure 3): test accuracy against the labeled examples trained on (log
-    scale), both variants' means with their runs' spread (± one std), TF-IDF on the same examples."""
+    """Test accuracy against labeled examples (log scale): both variants (± one std) and TF-IDF."""
     figure, axis = plt.subplots(figsize=(7.2, 4.4))
     sizes = [float(row["n_train"]) for row in rows]
     for variant in VARIANTS:

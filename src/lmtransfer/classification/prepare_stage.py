@@ -11,8 +11,7 @@ from lmtransfer.harness.tracking import log_file, log_run, stage_run
 
 
 def run_prepare_stage(params: DataParams, logged: dict) -> None:
-    """The prepare stage: the source read (a bad file stops here, before any output is replaced), then the splits
-    and the corpus written; `logged` are the params its MLflow run records."""
+    """The source read (a bad file stops before any output is replaced), then splits and corpus written."""
     from lmtransfer.classification.data.sources import load_source
 
     raw = load_source(params)

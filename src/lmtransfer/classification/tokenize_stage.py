@@ -9,8 +9,6 @@ from lmtransfer.tokens.encode_splits import tokenize_prepared
 
 
 def run_tokenize_stage(params: TokenizerParams, logged: dict) -> None:
-    """The classification pipeline's tokenize stage: `tokenize_prepared` over data/prepared*, its tokenizer files and
-    timings on the stage's run; `logged` are the params the run records."""
     from lmtransfer.core.paths import PREPARED, TOKENIZED, TOKENIZED_CORPUS, timings_file
 
     with stage_run("tokenize", logged):

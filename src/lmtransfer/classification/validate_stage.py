@@ -8,14 +8,12 @@ from lmtransfer.classification.inputs import check_inputs, design_cost
 
 
 def run_validate_stage(params: ClassificationParams) -> None:
-    """The validate stage: every check, then each reading stage's manifest of the external files it reads."""
     from lmtransfer.core.io import write_json
     from lmtransfer.core.paths import INPUTS
     from lmtransfer.harness.tracking import check_store
 
     manifests = check_inputs(params)
-    # The MLflow store every later stage logs to: a broken or read-only one stops the pipeline here, before DVC
-    # removes any later stage's outputs (a stage that ran into it would lose them first).
+    # a broken or read-only MLflow store stops here, before DVC removes any later stage's outputs
     check_store()
     shipped = shipped_classification_params(params)
     for note in params.pretrain.ignored_settings(shipped.pretrain):

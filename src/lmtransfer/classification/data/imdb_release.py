@@ -1,15 +1,9 @@
 """The Large Movie Review Dataset (Maas et al., ACL 2011): 100,000 IMDB reviews, pinned, checked, kept once as text.
 
-Its home is Stanford's archive `aclImdb_v1.tar.gz` (84,125,825 bytes, sha256 pinned below). It is fetched once
-into the dataset cache, or taken from a local copy: the archive itself (size and sha256 checked before it is
-read), or its unpacked `aclImdb/` folder, checked folder by folder against the pinned release (number of files,
-bytes, and the sha256 of the folder's `sha256sum` listing). A missing, cut or changed file stops in one line
-naming the folder and what differs; nothing is placed in the cache then.
-
-What is kept: one text file per folder of reviews (`train-pos.txt`, ..., `train-unsup.txt`), one review per line
-in the order of its file names, `<br />` turned into a space, whitespace folded. The archive is read as a stream
-(never unpacked, never held in memory); the reviews are read back as streams too. A `checked.json` beside them
-records each file's sha256, so a cache damaged later is named before it is used.
+Stanford's `aclImdb_v1.tar.gz` is fetched once into the dataset cache, or taken from a local copy: the archive
+(size and sha256 checked first) or its unpacked `aclImdb/` folder (each folder's file count, bytes and listing
+sha256 checked). Kept: one file per folder (`train-pos.txt`, ...), one review a line in file-name order, `<br />`
+as a space; a `checked.json` of their sha256 names a cache damaged later. Nothing is placed in the cache otherwise.
 """
 
 from __future__ import annotations
@@ -36,9 +30,8 @@ from lmtransfer.data.pinned import cache_dir
 
 @dataclass(frozen=True)
 class FolderPin:
-    """One folder of reviews as the release has it. `sha256`: of the lines `sha256sum` prints for its files, named
-    `aclImdb/<folder>/<file>` and sorted bytewise (`find aclImdb/<folder> -type f | LC_ALL=C sort | xargs
-    sha256sum | sha256sum`)."""
+    """One folder of reviews as the release has it; `sha256`: `find aclImdb/<folder> -type f | LC_ALL=C sort |
+    xargs sha256sum | sha256sum`."""
 
     folder: str
     files: int
@@ -52,8 +45,6 @@ class FolderPin:
 
 @dataclass(frozen=True)
 class ImdbRelease:
-    """Where the archive lives and what it holds; the default is v1.0 as Stanford publishes it."""
-
     archive_name: str
     archive_bytes: int
     archive_sha256: str
@@ -92,7 +83,6 @@ _REVIEW_NAME = re.compile(r"(\d+)_(\d+)\.txt")
 
 
 def review_text(raw: bytes, origin: str) -> str:
-    """A review file's bytes as one line of text: the HTML line breaks the reviews carry become spaces."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -101,7 +91,7 @@ def review_text(raw: bytes, origin: str) -> str:
 
 
 class _FolderDigest:
-    """A folder's pinned identity computed on the way: files, bytes, and the digest of its `sha256sum` listing."""
+    """A folder's files, bytes and listing sha256, computed on the way, against its pin."""
 
     def __init__(self, pin: FolderPin):
         self.pin = pin
@@ -114,7 +104,6 @@ class _FolderDigest:
 
     @property
     def sha256(self) -> str:
-        """The sha256 of what `sha256sum` prints for the folder's files in bytewise order of their names."""
         listing = sorted(self.listing, key=lambda entry: entry[0].encode())
         return hashlib.sha256("".join(f"{sha}  {TOP}/{self.pin.folder}/{name}\n" for name, sha in listing)
                               .encode()).hexdigest()
@@ -135,7 +124,7 @@ class _FolderDigest:
 
 
 def measure_folder(root: Path, folder: str) -> FolderPin:
-    """The pin of `root/folder` as it is: how another release (or a test's miniature one) is described."""
+    """The pin of `root/folder` as it is (a test's miniature release)."""
     digest = _FolderDigest(FolderPin(folder, 0, 0, ""))
     for entry in os.scandir(root / folder):
         if entry.is_file():
@@ -156,7 +145,6 @@ def _odd_names(digest: _FolderDigest) -> str:
 
 
 def _write_in_name_order(texts: Path, index: list[tuple[str, int, int]], target: Path) -> None:
-    """The reviews of one folder, appended in arrival order to `texts`, rewritten one a line in file-name order."""
     with open(texts, "rb") as source, open(target, "wb") as out:
         for _, offset, length in sorted(index, key=lambda entry: entry[0].encode()):
             source.seek(offset)
@@ -217,7 +205,6 @@ def keep_from_folder(folder: Path, release: ImdbRelease, out: Path) -> None:
 
 
 def download(url: str, target: Path, release: ImdbRelease) -> None:
-    """`url` into `target` (streamed), with a line of progress every 10%."""
     print(f"downloading the Large Movie Review Dataset ({release.archive_bytes / 1e6:.0f} MB, once) from {url}",
           flush=True)
     try:
@@ -248,7 +235,6 @@ def check_archive(path: Path, release: ImdbRelease, advice: str = "delete it and
 
 
 def fetch_archive(release: ImdbRelease, directory: Path) -> Path:
-    """The archive from the cache, else downloaded into it (checked before it is placed)."""
     target = directory / release.archive_name
     if target.is_file():
         check_archive(target, release)
@@ -261,10 +247,6 @@ def fetch_archive(release: ImdbRelease, directory: Path) -> Path:
     return target
 
 
-def _kept_dir(release: ImdbRelease, directory: Path) -> Path:
-    return directory / f"imdb-reviews-{release.version}"
-
-
 def _stamp(kept: Path) -> dict:
     try:
         return json.loads((kept / "checked.json").read_text(encoding="utf-8"))
@@ -273,7 +255,6 @@ def _stamp(kept: Path) -> dict:
 
 
 def _check_kept(kept: Path, release: ImdbRelease) -> None:
-    """Each kept file against the sha256 recorded when it was written from a checked source."""
     recorded = _stamp(kept).get("files", {})
     for pin in release.folders:
         path = kept / pin.kept_as
@@ -286,7 +267,7 @@ def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory
     """The folder of kept review files: made once from `source` (an archive or an unpacked folder; '' = the cache's
     archive, downloaded when absent), then reused while its files are those that were checked."""
     directory = directory or cache_dir()
-    kept = _kept_dir(release, directory)
+    kept = directory / f"imdb-reviews-{release.version}"
     if _stamp(kept).get("release") == release.digest:
         _check_kept(kept, release)
         return kept
@@ -333,8 +314,6 @@ def _write_stamp(building: Path, release: ImdbRelease, origin: str) -> None:
 
 @dataclass
 class ReviewLines:
-    """A re-iterable stream of reviews, one a line, from some of the kept files."""
-
     paths: list[Path]
 
     def __iter__(self) -> Iterator[str]:

