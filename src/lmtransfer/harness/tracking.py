@@ -69,8 +69,7 @@ def check_store() -> str:
     uri = tracking_uri()
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
-        problem = _sqlite_problem(path)
-        if problem:
+        if problem := _sqlite_problem(path):
             raise TrackingStoreError(f"{path} {problem}; nothing was run")
         root = project_root()
         if path.resolve() == root / STORE:
@@ -198,11 +197,10 @@ def experiment_name(task: str | None = None) -> str:
 def _params_yaml() -> dict[str, Any]:
     from ruamel.yaml import YAML
 
-    try:
+    with contextlib.suppress(OSError, ValueError):
         raw = YAML(typ="safe", pure=True).load(Path("params.yaml").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return raw if isinstance(raw, dict) else {}
+        return raw if isinstance(raw, dict) else {}
+    return {}
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -222,21 +220,19 @@ def launching_dvc():
     """The `dvc` process this one runs under (a psutil.Process), or None."""
     import psutil
 
-    try:
+    with contextlib.suppress(psutil.Error):  # a process gone while looking
         for process in psutil.Process().parents():
             command = " ".join(process.cmdline()[:2])
             if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
                 return process
-    except psutil.Error:  # a process gone while looking
-        return None
     return None
 
 
 def pipeline_id() -> str:
     """What groups one pipeline execution's stage runs: LMTRANSFER_PIPELINE_ID, else the DVC experiment, else the
     launching `dvc` process, else this process alone."""
-    if knobs.read(knobs.PIPELINE_ID):
-        return knobs.read(knobs.PIPELINE_ID)
+    if chosen := knobs.read(knobs.PIPELINE_ID):
+        return chosen
     if os.environ.get("DVC_EXP_NAME"):
         return f"exp-{os.environ['DVC_EXP_NAME']}"
     dvc = launching_dvc()
@@ -353,13 +349,20 @@ def _close_dead_runs(client, experiment_id: str, own_parent: str, name: str) -> 
 
 # ---- what a stage logs (nothing on the other ranks of a torchrun job) ----
 
+def _mlflow():
+    """mlflow in the process that logs (rank 0, or a process on its own), else None."""
+    if not is_main_process():
+        return None
+    import mlflow
+
+    return mlflow
+
+
 def log_run(tags: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
             metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
     """Tags, params and the numeric metrics (other values left out) on the stage's run."""
-    if not is_main_process():
+    if not (mlflow := _mlflow()):
         return
-    import mlflow
-
     if tags:
         mlflow.set_tags(tags)
     if params:
@@ -375,10 +378,8 @@ def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
 
 def log_file(content: dict | str | Path, name: str) -> None:
     """A dict (as JSON), a text, or a file (a Path; `name` its folder or '') on the stage's run."""
-    if not is_main_process():
+    if not (mlflow := _mlflow()):
         return
-    import mlflow
-
     if isinstance(content, dict):
         mlflow.log_dict(content, name)
     elif isinstance(content, Path):
@@ -389,16 +390,12 @@ def log_file(content: dict | str | Path, name: str) -> None:
 
 def tag_checkpoint(path: str | Path) -> None:
     """The checkpoint's sha256 on the stage's run: how a later stage finds the run that wrote it (lineage)."""
-    if is_main_process():
-        import mlflow
-
+    if mlflow := _mlflow():
         mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
 
 
 def log_checkpoint(path: str | Path) -> None:
-    if is_main_process():
-        import mlflow
-
+    if mlflow := _mlflow():
         tag_checkpoint(path)
         mlflow.log_artifact(str(path))
 
@@ -409,10 +406,9 @@ def run_that_wrote(path: str | Path) -> str:
 
     client = MlflowClient(tracking_uri=check_store())
     experiment = client.get_experiment_by_name(experiment_name())
-    if experiment is None:
-        return ""
-    found = client.search_runs([experiment.experiment_id], f"tags.`{CHECKPOINT_TAG}` = '{sha256_of(path)}'",
-                               order_by=["attributes.start_time DESC"], max_results=1)
+    found = experiment and client.search_runs([experiment.experiment_id], f"tags.`{CHECKPOINT_TAG}` = "
+                                              f"'{sha256_of(path)}'", order_by=["attributes.start_time DESC"],
+                                              max_results=1)
     return found[0].info.run_id if found else ""
 
 
