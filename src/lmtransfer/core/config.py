@@ -41,84 +41,66 @@ def known_encoding(value: str) -> str:
 class TokenizerParams(Section):
     vocab_size: int = Field(
         ge=16, description="pieces of the sentencepiece model trained on the corpus, specials included "
-        "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)"
-    )
+        "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)")
     model_type: Literal["unigram", "bpe"] = Field(description="sentencepiece algorithm: `unigram` or `bpe`")
     character_coverage: float = Field(
         gt=0, le=1, description="share of the corpus's characters the pieces cover; the rarest others become "
-        "`<unk>` (e.g. 0.9995 for Chinese)"
-    )
+        "`<unk>` (e.g. 0.9995 for Chinese)")
     normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = Field(
         description="sentencepiece's normalisation rule, applied to every text: `nmt_nfkc_cf` = NFKC + "
-        "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
-    )
+        "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`")
     max_training_lines: int = Field(
         ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model; "
-        "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)"
-    )
+        "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)")
     model_file: str = Field(
         description="an existing sentencepiece `.model` to use instead of training one; it cuts raw text into "
-        "pieces"
-    )
+        "pieces")
     vocab_file: str = Field(
         description="a fairseq dictionary (`<piece> <count>` per line) as the id space: 0 `<sos>`, 1 `<pad>`, "
-        "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`"
-    )
+        "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`")
 
 
 class PretrainParams(Section):
     epochs: int = Field(ge=1, description="passes over the corpus, when `pretrain.max_steps` is 0")
     max_steps: int = Field(
-        ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)"
-    )
+        ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)")
     batch_size: int = Field(ge=1, description="sequences per step")
     seq_len: int = Field(ge=2, description="tokens per sequence: the corpus is packed into windows this long")
-    lr: float = Field(
-        gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
-    )
+    lr: float = Field(gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it")
     warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up")
     weight_decay: float = Field(ge=0, description="AdamW weight decay")
     grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
     eval_every: int = Field(ge=1, description="steps between validation loss and perplexity measurements")
     eval_batches: int = Field(ge=1, description="batches per validation measurement")
     prompts: list[str] = Field(
-        description="continued greedily and by sampling after pretraining (`metrics/pretrain/seed<p>/samples.txt`)",
-    )
+        description="continued greedily and by sampling after pretraining (`metrics/pretrain/seed<p>/samples.txt`)")
     generate_tokens: int = Field(ge=1, description="tokens generated per prompt")
     temperature: float = Field(gt=0, description="sampling temperature of the sampled continuations")
     top_k: int = Field(ge=0, description="sample among the k likeliest tokens (0 = all)")
     init_from: str = Field(
         description="a checkpoint to load instead of pretraining (ours or the original course layout; '' = "
-        "pretrain here)"
-    )
+        "pretrain here)")
     adapt_epochs: int | float = Field(
         ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
-        "second step; 0 = off; a fraction runs that share of the steps, as `lmtransfer scaling` does)"
-    )
+        "second step; 0 = off; a fraction runs that share of the steps, as `lmtransfer scaling` does)")
     adapt_lr: float = Field(
-        gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
-    )
+        gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)")
     adapt_max_steps: int = Field(
         ge=0, description="at most this many steps of that phase, however large the labeled texts (the log "
-        "says when it cuts; 0 = no cap)"
-    )
+        "says when it cuts; 0 = no cap)")
     objective: Literal["clm", "mlm"] = Field(
         description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
-        "modelling (bidirectional attention; prompts become fill-in-the-blank samples)"
-    )
+        "modelling (bidirectional attention; prompts become fill-in-the-blank samples)")
     mask_prob: float = Field(
         gt=0, lt=1, description="`mlm`: share of each sequence's tokens chosen for prediction (of them 80% "
-        "become `<mask>`, 10% a random token, 10% stay)"
-    )
+        "become `<mask>`, 10% a random token, 10% stay)")
     nsp: bool = Field(
         description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
-        "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
-    )
+        "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only")
     seeds: list[int] = Field(
         min_length=1,
         description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
-        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
-    )
+        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start")
 
     @field_validator("seeds")
     @classmethod
@@ -157,26 +139,21 @@ def check_seeds(seeds: list[int], key: str = "finetune.seeds") -> list[int]:
 
 class TrainParams(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
-        description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
-    )
+        description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs")
     num_threads: int = Field(
-        ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
-    )
+        ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results")
     nproc: int = Field(
         ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
         "on its share of every batch; same results within float rounding with `model.dropout: 0` "
-        "(docs/guide/scale.md)"
-    )
+        "(docs/guide/scale.md)")
     log_every: int = Field(ge=1, description="pretraining steps between logged training metrics")
     compile: bool = Field(
         description="`torch.compile` the training steps (fused kernels, meant for GPUs; measured slower on a "
-        "2-core CPU, docs/guide/scale.md); the last digits of results differ"
-    )
+        "2-core CPU, docs/guide/scale.md); the last digits of results differ")
     resume_every: int = Field(
         ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
         "`dvc repro` after a kill continues from the last one with the same result; 0 = none. "
-        "Not a DVC dependency: it never changes a result",
-    )
+        "Not a DVC dependency: it never changes a result")
 
 
 class PlotParams(Section):
