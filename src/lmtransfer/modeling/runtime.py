@@ -54,13 +54,12 @@ def seed_everything(seed: int) -> None:
 def cpu_identity() -> dict[str, str]:
     """The CPU's vendor and model from /proc/cpuinfo ("unknown" elsewhere): an Intel and an AMD CPU round a few
     operations differently, so results say which one made them."""
-    found = {"vendor_id": "unknown", "model name": "unknown"}
+    found: dict[str, str] = {}
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
         for line in info:
             key, _, value = line.partition(":")
-            if found.get(key.strip()) == "unknown":
-                found[key.strip()] = value.strip()
-    return {"cpu_vendor": found["vendor_id"], "cpu_model": found["model name"]}
+            found.setdefault(key.strip(), value.strip())
+    return {"cpu_vendor": found.get("vendor_id", "unknown"), "cpu_model": found.get("model name", "unknown")}
 
 
 def environment_facts() -> dict[str, str | int]:
