@@ -22,7 +22,6 @@ from pipeline_repo import REPO
     ("", "models/pretrained/seed0.pt.copy", None),  # a name that only begins like an output
     ("translation", "models/finetuned/scratch/seed1-0.pt", ("finetune_scratch", "")),
     ("translation", "../models/pretrained/seed0.pt", None),  # the classification pipeline's, not this one's
-    ("course", "data/inputs/checkpoint.json", ("validate", "")),
 ])
 def test_the_stage_that_writes_a_path_is_found_relative_to_the_pipeline_folder(folder, path, found, monkeypatch):
     monkeypatch.chdir(REPO / folder)  # where DVC runs that pipeline's stages

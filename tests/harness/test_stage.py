@@ -166,24 +166,3 @@ def test_a_timing_that_cannot_be_written_costs_a_line_not_the_stage(tmp_path, ca
     (tmp_path / "timings").write_text("a file where the folder should be")
     write_timings(tmp_path / "timings" / "tokenize.json", {"seconds": 1.0})
     assert capsys.readouterr().err.startswith(f"could not write {tmp_path / 'timings' / 'tokenize.json'} (")
-
-
-def test_bookkeeping_that_fails_while_a_stage_stops_is_one_line(capsys):
-    import sqlite3
-
-    from lmtransfer.harness.tracking import _stop_behind, _while_stopping
-
-    def locked() -> None:
-        raise sqlite3.OperationalError("database is locked")
-
-    _while_stopping(locked)
-    assert capsys.readouterr().err == ("tracking: the stopped stage's run could not be marked KILLED (database is "
-                                       "locked); the next stage marks it\n")
-    try:
-        try:
-            raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            locked()
-    except sqlite3.OperationalError as error:
-        assert isinstance(_stop_behind(error), KeyboardInterrupt)
-    assert _stop_behind(sqlite3.OperationalError("no stop")) is None

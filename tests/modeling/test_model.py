@@ -81,23 +81,6 @@ def test_sinusoidal_positions_follow_the_sin_cos_formula(d_model):
             assert table[pos, dim].item() == pytest.approx(expected, abs=1e-5), (pos, dim)
 
 
-def test_sinusoidal_positions_row_zero_alternates_zero_one_and_values_are_bounded():
-    table = sinusoidal_positions(300, 32)
-    expected_row0 = torch.tensor([0.0, 1.0] * 16)
-    assert torch.equal(table[0], expected_row0)
-    assert table.abs().max() <= 1.0
-    # the first pair has wavelength 2*pi: position 1 is (sin 1, cos 1)
-    assert table[1, 0].item() == pytest.approx(math.sin(1.0), abs=1e-6)
-    assert table[1, 1].item() == pytest.approx(math.cos(1.0), abs=1e-6)
-
-
-def test_sinusoidal_positions_even_and_odd_dims_of_a_pair_share_a_wavelength():
-    table = sinusoidal_positions(100, 20)
-    # sin^2 + cos^2 = 1 only if both dims of a pair use the same angle
-    pair_norm = table[:, 0::2] ** 2 + table[:, 1::2] ** 2
-    assert torch.allclose(pair_norm, torch.ones_like(pair_norm), atol=1e-5)
-
-
 def test_positional_encoding_grows_beyond_its_initial_positions():
     d_model = 16
     encoding = PositionalEncoding(d_model)
@@ -113,12 +96,6 @@ def test_positional_encoding_grows_beyond_its_initial_positions():
     # the grown table keeps giving the same answer for short inputs
     short = encoding(torch.zeros(1, 10, d_model))
     assert torch.allclose(short[0], sinusoidal_positions(10, d_model))
-
-
-def test_positional_encoding_adds_to_its_input():
-    encoding = PositionalEncoding(8, initial_positions=16)
-    x = torch.randn(1, 5, 8)
-    assert torch.allclose(encoding(x), x + sinusoidal_positions(5, 8))
 
 
 # --- embedding scale ----------------------------------------------------------------------
@@ -141,21 +118,14 @@ def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
 # --- parameter counts -------------------------------------------------------------------
 
 
-def test_parameter_counts_of_the_default_architecture():
-    config = ModelConfig(vocab_size=100, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
-    classifier = Classifier(config, 2)
-    lm = LanguageModel(config)
-    assert count_parameters(classifier) == 988_402
-    assert count_parameters(lm) == 1_008_100
-    assert count_parameters(lm.base) == 988_000
-    assert count_parameters(classifier.base) == 988_000
+@pytest.mark.parametrize("vocab, classifier, language_model", [(100, 988_402, 1_008_100),
+                                                            (50_001, 10_968_602, 21_018_401)])
+def test_the_labs_parameter_counts(vocab, classifier, language_model):
+    config = ModelConfig(vocab_size=vocab, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
+    assert count_parameters(Classifier(config, 2)) == classifier
+    assert count_parameters(LanguageModel(config)) == language_model
+    assert count_parameters(TransformerBase(config)) == expected_base_parameters(vocab, 200, 4, 200)
     assert expected_base_parameters(100, 200, 4, 200) == 988_000
-
-
-def test_parameter_counts_with_a_50k_vocabulary():
-    config = ModelConfig(vocab_size=50_001, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
-    assert count_parameters(Classifier(config, 2)) == 10_968_602
-    assert count_parameters(LanguageModel(config)) == 21_018_401
 
 
 def test_layer_has_6d_squared_plus_10d_parameters_when_d_ff_equals_d_model():
@@ -222,15 +192,10 @@ def test_classifier_output_is_the_same_alone_or_right_padded_in_a_batch(pooling,
     assert not torch.allclose(alone[0], naive[0], atol=1e-3)  # the check above can tell the difference
 
 
-def test_classifier_rejects_an_unknown_pooling():
+def test_classifier_gives_one_row_of_logits_per_sequence_and_rejects_an_unknown_pooling():
+    assert _tiny(Classifier, 5)(torch.tensor([[2, 9, 3, 0], [2, 9, 9, 3]])).shape == (2, 5)
     with pytest.raises(ValueError, match="max"):
         Classifier(TINY, 2, pooling="max")
-
-
-def test_classifier_gives_one_row_of_logits_per_sequence():
-    model = _tiny(Classifier, 5)
-    out = model(torch.tensor([[2, 9, 3, 0], [2, 9, 9, 3]]))
-    assert out.shape == (2, 5)
 
 
 # --- generation ---------------------------------------------------------------------------
@@ -272,19 +237,13 @@ def test_sampling_with_top_k_one_equals_greedy():
 def test_sampling_is_reproducible_with_a_seeded_generator():
     model = _tiny(LanguageModel)
     prompt = torch.tensor([[2, 10, 11]])
-    runs = [
-        model.generate(prompt, 12, temperature=1.5, generator=torch.Generator().manual_seed(seed))
-        for seed in (3, 3, 4)
-    ]
+    runs = [model.generate(prompt, 12, temperature=1.5, generator=torch.Generator().manual_seed(seed))
+            for seed in (3, 3, 4)]
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])
 
 
 def test_the_embedding_init_is_nn_embeddings_normal_by_default_or_uniform_within_a_tenth():
-    import torch
-
-    from lmtransfer.modeling.model import Classifier, ModelConfig
-
     def built(init: str) -> Classifier:
         torch.manual_seed(0)
         return Classifier(ModelConfig(500, 20, 2, 2, 20, 0.1, embedding_init=init), 2)

@@ -1,12 +1,7 @@
-"""Typed, validated parameters: one model per `params.yaml` section.
+"""Typed, validated parameters: one pydantic model per `params.yaml` section.
 
-Validation happens before any stage does real work, so a typo such as
-`model.n_layer` or an impossible value such as `d_model` not divisible by
-`n_heads` stops with one message naming the key, not a traceback an hour later.
-
-No field has a default: params.yaml is the one place the values live (a key
-missing there is an error naming it). Each field's `description` is its
-documentation: `lmtransfer params` renders the table the docs show.
+Validated before any stage does real work: a typo (`model.n_layer`) or an impossible value stops with one message
+naming the key. No field has a default (params.yaml is the one source); each `description` is the docs' table.
 """
 
 from __future__ import annotations
@@ -46,91 +41,66 @@ def known_encoding(value: str) -> str:
 class TokenizerParams(Section):
     vocab_size: int = Field(
         ge=16, description="pieces of the sentencepiece model trained on the corpus, specials included "
-        "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)"
-    )
+        "(`<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3, `<mask>` 4)")
     model_type: Literal["unigram", "bpe"] = Field(description="sentencepiece algorithm: `unigram` or `bpe`")
     character_coverage: float = Field(
         gt=0, le=1, description="share of the corpus's characters the pieces cover; the rarest others become "
-        "`<unk>` (e.g. 0.9995 for Chinese)"
-    )
-    # sentencepiece's text normalisation, applied to the corpus, the labeled texts and every later input
-    # alike. The default also folds case: movies-en's dialogue corpus is lower case, its reviews are not.
+        "`<unk>` (e.g. 0.9995 for Chinese)")
     normalization: Literal["nmt_nfkc_cf", "nmt_nfkc", "nfkc_cf", "nfkc", "identity"] = Field(
         description="sentencepiece's normalisation rule, applied to every text: `nmt_nfkc_cf` = NFKC + "
-        "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`"
-    )
+        "case folding; `nmt_nfkc` keeps case; also `nfkc_cf`, `nfkc`, `identity`")
     max_training_lines: int = Field(
         ge=1, description="at most this many corpus lines (sampled) train the sentencepiece model; "
-        "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)"
-    )
-    # Existing tokenizers (paths relative to the repository root); either replaces training one.
+        "fewer when they would pass ~64 MB of text (the trainer's memory grows with it)")
     model_file: str = Field(
         description="an existing sentencepiece `.model` to use instead of training one; it cuts raw text into "
-        "pieces"
-    )
+        "pieces")
     vocab_file: str = Field(
         description="a fairseq dictionary (`<piece> <count>` per line) as the id space: 0 `<sos>`, 1 `<pad>`, "
-        "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`"
-    )
+        "2 `<eos>`, 3 `<oov>`, then its pieces in file order; raw text also needs `tokenizer.model_file`")
 
 
 class PretrainParams(Section):
     epochs: int = Field(ge=1, description="passes over the corpus, when `pretrain.max_steps` is 0")
     max_steps: int = Field(
-        ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)"
-    )
+        ge=0, description="steps on the corpus; > 0 overrides `pretrain.epochs` (0 = `epochs` full passes)")
     batch_size: int = Field(ge=1, description="sequences per step")
     seq_len: int = Field(ge=2, description="tokens per sequence: the corpus is packed into windows this long")
-    lr: float = Field(
-        gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it"
-    )
+    lr: float = Field(gt=0, description="peak AdamW learning rate: linear warm-up, then cosine decay to a tenth of it")
     warmup_steps: int = Field(ge=0, description="steps of linear learning-rate warm-up")
     weight_decay: float = Field(ge=0, description="AdamW weight decay")
     grad_clip: float = Field(gt=0, description="gradients are clipped to this global norm")
     eval_every: int = Field(ge=1, description="steps between validation loss and perplexity measurements")
     eval_batches: int = Field(ge=1, description="batches per validation measurement")
     prompts: list[str] = Field(
-        description="continued greedily and by sampling after pretraining (`metrics/pretrain/seed<p>/samples.txt`)",
-    )
+        description="continued greedily and by sampling after pretraining (`metrics/pretrain/seed<p>/samples.txt`)")
     generate_tokens: int = Field(ge=1, description="tokens generated per prompt")
     temperature: float = Field(gt=0, description="sampling temperature of the sampled continuations")
     top_k: int = Field(ge=0, description="sample among the k likeliest tokens (0 = all)")
     init_from: str = Field(
         description="a checkpoint to load instead of pretraining (ours or the original course layout; '' = "
-        "pretrain here)"
-    )
-    # ULMFiT's second step: after the corpus, the language model keeps training on the labeled *train*
-    # texts alone (labels unused) for this many epochs, so it learns the task's kind of text.
+        "pretrain here)")
     adapt_epochs: int | float = Field(
         ge=0, description="then epochs of LM training on the labeled train texts alone, labels unused (ULMFiT's "
-        "second step; 0 = off; a fraction runs that share of the steps, as `lmtransfer scaling` does)"
-    )
+        "second step; 0 = off; a fraction runs that share of the steps, as `lmtransfer scaling` does)")
     adapt_lr: float = Field(
-        gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)"
-    )
+        gt=0, description="peak learning rate of that phase (warm-up over the phase's first 10% of steps)")
     adapt_max_steps: int = Field(
         ge=0, description="at most this many steps of that phase, however large the labeled texts (the log "
-        "says when it cuts; 0 = no cap)"
-    )
+        "says when it cuts; 0 = no cap)")
     objective: Literal["clm", "mlm"] = Field(
         description="`clm`: next-token prediction (causal attention); `mlm`: BERT's masked language "
-        "modelling (bidirectional attention; prompts become fill-in-the-blank samples)"
-    )
+        "modelling (bidirectional attention; prompts become fill-in-the-blank samples)")
     mask_prob: float = Field(
         gt=0, lt=1, description="`mlm`: share of each sequence's tokens chosen for prediction (of them 80% "
-        "become `<mask>`, 10% a random token, 10% stay)"
-    )
+        "become `<mask>`, 10% a random token, 10% stay)")
     nsp: bool = Field(
         description="`mlm`: also next-sentence prediction (consecutive corpus lines vs random ones, 50/50; "
-        "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only"
-    )
-    # One pretraining run per seed (stage pretrain@<seed>), in both tasks: the results' interval samples pretraining
-    # runs too.
+        "segment embeddings, a binary head on position 0); the adaptation phase stays MLM only")
     seeds: list[int] = Field(
         min_length=1,
         description="one pretraining run per seed (initial weights, batch order, samples), each fine-tuned with "
-        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start",
-    )
+        "every `finetune.seeds`; a scratch run per pair too, its first seed drawing the random start")
 
     @field_validator("seeds")
     @classmethod
@@ -138,8 +108,8 @@ class PretrainParams(Section):
         return check_seeds(seeds, "pretrain.seeds")
 
     def ignored_settings(self, defaults: PretrainParams) -> list[str]:
-        """Keys set away from `defaults` (the committed params.yaml's) that the others make useless: a sweep
-        over one changes nothing, so the validate stage names it before any run is spent on it."""
+        """Keys changed from `defaults` (the committed params.yaml's) that the others make useless: the validate
+        stage names them before a sweep spends a run on one."""
         changed = {name for name in type(self).model_fields if getattr(self, name) != getattr(defaults, name)}
         notes = []
         if "epochs" in changed and self.max_steps:
@@ -169,26 +139,21 @@ def check_seeds(seeds: list[int], key: str = "finetune.seeds") -> list[int]:
 
 class TrainParams(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
-        description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs"
-    )
+        description="`auto` = CUDA, else MPS, else CPU; or `cpu`, `cuda`, `mps`; bf16 autocast on capable GPUs")
     num_threads: int = Field(
-        ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results"
-    )
+        ge=0, description="CPU threads (0 = all cores); the count changes the last digits of the results")
     nproc: int = Field(
         ge=1, description="processes that train together under torchrun (DDP: gloo on CPU, NCCL on GPUs), each "
         "on its share of every batch; same results within float rounding with `model.dropout: 0` "
-        "(docs/guide/scale.md)"
-    )
+        "(docs/guide/scale.md)")
     log_every: int = Field(ge=1, description="pretraining steps between logged training metrics")
     compile: bool = Field(
         description="`torch.compile` the training steps (fused kernels, meant for GPUs; measured slower on a "
-        "2-core CPU, docs/guide/scale.md); the last digits of results differ"
-    )
+        "2-core CPU, docs/guide/scale.md); the last digits of results differ")
     resume_every: int = Field(
         ge=0, description="pretraining steps between resume snapshots in `.resume/` (fine-tuning: every epoch); "
         "`dvc repro` after a kill continues from the last one with the same result; 0 = none. "
-        "Not a DVC dependency: it never changes a result",
-    )
+        "Not a DVC dependency: it never changes a result")
 
 
 class PlotParams(Section):
@@ -196,9 +161,8 @@ class PlotParams(Section):
 
 
 class PipelineParams(Section):
-    """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`, which the
-    pretrain stage reads from either task's params file. Each task's class declares the fields (`model`,
-    `pretrain`, `train` among them), in its own order: the order of its params.yaml and of its docs table."""
+    """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`. Each task's
+    class declares its fields in the order of its params.yaml (and of its docs table)."""
 
     @property
     def causal_attention(self) -> bool:
@@ -231,8 +195,8 @@ class PipelineParams(Section):
 
 
 def pooling_mismatch(pooling: str, causal: bool, objective: str) -> str | None:
-    """Why `finetune.pooling` cannot read the whole text from a model with this attention; None when it can.
-    Asked of the params (validate) and again of the pretrained checkpoint a fine-tune starts from."""
+    """Why `finetune.pooling` cannot read the whole text with this attention (None when it can): asked of the params
+    and of the pretrained checkpoint a fine-tune starts from."""
     if causal and pooling == "first":
         return (f"finetune.pooling: first reads position 0, which a causal model (pretrain.objective: {objective}) "
                 "lets see only itself; use last or mean")
@@ -247,11 +211,7 @@ def _describe(error: dict) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         return f"{key}: unknown parameter (check the spelling; see params.yaml in the repository for the known keys)"
-    if not key:
-        return message
-    if message.startswith(key):
-        return message
-    return f"{key}: {message}"
+    return message if not key or message.startswith(key) else f"{key}: {message}"
 
 
 TASKS = ("classification", "translation")
@@ -268,8 +228,7 @@ def parse_section_model(model: type[Section], raw: Any, origin: str) -> Any:
 
 def split_task(raw: Any, origin: str) -> tuple[str, dict]:
     """The file's top-level `task` (absent: classification) and its sections."""
-    if raw is None:
-        raw = {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"{origin}: expected a mapping of sections, got {type(raw).__name__}")
     raw = dict(raw)
@@ -292,11 +251,9 @@ def read_params_file(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
 
 
-
-
 def committed_version(path: str | Path) -> Any:
-    """The params file's YAML as the last commit has it, None without one: what the project ships, which the
-    validate stage's notes compare a run with (`dvc exp run -S` edits the file itself)."""
+    """The params file's YAML at HEAD (None without one): what `ignored_settings` compares with, since
+    `dvc exp run -S` edits the file itself."""
     try:
         text = subprocess.run(["git", "show", f"HEAD:./{Path(path).as_posix()}"], capture_output=True, text=True,
                               check=True).stdout

@@ -1,11 +1,5 @@
-"""Expected problems, one base class: a stage prints `<stage>: error: <message>` for these, no traceback.
-
-Every message names what to change (a params.yaml key, a file and line). Anything
-else that goes wrong is a bug and keeps its traceback. The classes also derive
-from the builtin an older caller may catch (ValueError, FileNotFoundError, ...).
-"""
-
-from __future__ import annotations
+"""Expected problems: a stage prints `<stage>: error: <message>` for these, no traceback; anything else is a bug
+and keeps its traceback. Every message names what to change (a params.yaml key, a file and line)."""
 
 
 class LmtransferError(Exception):
@@ -25,7 +19,7 @@ class DataSourceError(InputFileError):
 
 
 class SplitError(LmtransferError, ValueError):
-    """A split came out unusable (empty, one class, unknown labels): the data or the fractions need changing."""
+    """A split came out unusable (empty, one class, unknown labels)."""
 
 
 class EmptySplitError(SplitError):
@@ -49,4 +43,4 @@ class DeviceError(LmtransferError, RuntimeError):
 
 
 class TrackingStoreError(LmtransferError, RuntimeError):
-    """The local MLflow store cannot be used as it is (half-migrated, unreadable), or a tracking server is down."""
+    """The MLflow store cannot be used as it is, or a tracking server is down."""

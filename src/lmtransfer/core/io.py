@@ -1,8 +1,5 @@
-"""Atomic file writes: a killed stage never leaves a half-written file that looks valid.
-
-Everything is written to a temporary sibling and renamed into place; a rename
-within one directory is atomic on POSIX and Windows.
-"""
+"""Atomic file writes (a temporary sibling renamed into place), so a killed stage never leaves a half-written file
+that looks valid; and the readers of what they write."""
 
 from __future__ import annotations
 
@@ -36,7 +33,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give it a normal file's mode
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
         os.replace(tmp, path)
     except OSError as error:  # a failed write() names no file: name the one being written
         if error.filename in (None, str(tmp)) and error.errno is not None:
@@ -46,18 +43,36 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Build a directory beside `path` and swap it in only when complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+        old = path.with_name(f".{path.name}.old")
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def write_timings(path: str | Path, data: Any) -> None:
-    """A stage's wall-clock timings. They are not results: one that cannot be written (a read-only or full
-    `timings/`) costs a line on standard error, never the stage's results, which are already written."""
+    """Timings are not results: one that cannot be written costs a line on standard error, never the stage."""
     try:
         write_json(path, data)
     except OSError as error:
@@ -66,19 +81,13 @@ def write_timings(path: str | Path, data: Any) -> None:
 
 
 def write_tsv(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Rows of equal keys as a TSV with a header (what `dvc plots` reads)."""
+    """Rows of equal keys as a TSV with a header (what `dvc plots` reads); floats to 6 significant digits."""
     if not rows:
         raise ValueError(f"{path}: no rows to write")
-    header = list(rows[0])
-    lines = ["\t".join(header)]
-    lines += ["\t".join(_format_cell(row[key]) for key in header) for row in rows]
+    lines = ["\t".join(rows[0])]
+    lines += ["\t".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in (row[k] for k in rows[0]))
+              for row in rows]
     write_text(path, "\n".join(lines) + "\n")
-
-
-def _format_cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
 
 
 def read_json(path: str | Path) -> Any:
@@ -93,8 +102,7 @@ def read_tsv(path: str | Path) -> list[dict[str, str]]:
 
 def how_to_produce(path: str | Path) -> str:
     """The command that makes a missing pipeline output: the translation pipeline's own for its files."""
-    resolved = Path(path).resolve()
-    if any(folder.name == "translation" and (folder / "dvc.yaml").is_file() for folder in resolved.parents):
+    if any(folder.name == "translation" and (folder / "dvc.yaml").is_file() for folder in Path(path).resolve().parents):
         return "`make run-translation`, or `dvc repro translation/dvc.yaml`"
     return "`make run`, or `dvc repro`"
 
@@ -108,30 +116,5 @@ def require_file(path: str | Path, what: str) -> Path:
 
 
 def sha256_of(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 1 MB blocks (checkpoints and corpora can be large)."""
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
-    """Build a directory beside `path` and swap it in only when complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return hashlib.file_digest(handle, "sha256").hexdigest()

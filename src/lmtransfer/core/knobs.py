@@ -1,13 +1,8 @@
 """Every `LMTRANSFER_*` environment variable: defined, parsed and checked here, and nowhere else.
 
-Two kinds of reader. The package's first import (`lmtransfer/__init__.py`) must read a few of them before
-torch loads (the kernel pins); it uses `read_at_import`, which never raises: a bad
-value counts as unset there, so that `import lmtransfer` never ends in a traceback. Every entry point (a
-stage's `stage_main`, the `lmtransfer` command) then calls `check()`, which refuses any bad value in one
-line naming the variable and the values it takes, before any work. Everything else calls `read`.
-
-The table of docs/guide/environment.md is generated from `KNOBS` (`lmtransfer params --environment`).
-No torch import here: the first import reads this module before torch loads.
+The first import (`lmtransfer/__init__.py`, before torch loads) uses `read_at_import`, where a bad value counts as
+unset; every entry point then calls `check()`, which refuses it in one line. The table of
+docs/guide/environment.md is `markdown_table()`. No torch import here.
 """
 
 from __future__ import annotations
@@ -19,22 +14,14 @@ from typing import Any
 
 from lmtransfer.core.errors import ConfigError
 
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
 
 @dataclass(frozen=True)
 class Knob:
-    """One variable: what it takes (for messages and the docs), what unset means, what it is for."""
-
     name: str
-    takes: str
+    takes: str  # for the messages and the docs
     unset: str
     meaning: str
-    parse: Callable[[str], Any]
-
-    def value(self, text: str) -> Any:
-        """The parsed value of `text` (stripped); ValueError for a value outside `takes`."""
-        return self.parse(text.strip())
+    parse: Callable[[str], Any]  # ValueError for a value outside `takes`
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -42,7 +29,6 @@ def _choice(*allowed: str) -> Callable[[str], str]:
         if text.lower() not in allowed:
             raise ValueError
         return text.lower()
-
     return parse
 
 
@@ -53,15 +39,8 @@ def _whole_number(text: str) -> int:
 
 
 def _switch(text: str) -> bool:
-    if text.lower() in _TRUE:
-        return True
-    if text.lower() in _FALSE:
-        return False
-    raise ValueError
-
-
-def _any_text(text: str) -> str:
-    return text
+    return {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+            "off": False}[text.lower()]
 
 
 CPU_KERNELS = "LMTRANSFER_CPU_KERNELS"
@@ -79,25 +58,24 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
     Knob(JOBS, "a whole number, 1 or more", "the DVC queue workers running on this machine, 1 outside a queue",
          "how many training jobs share this machine; each takes cores / jobs threads", _whole_number),
     Knob(CACHE_DIR, "a writable folder", "$XDG_CACHE_HOME/lmtransfer, else ~/.cache/lmtransfer",
-         "where the pinned dataset packages are kept once downloaded", _any_text),
+         "where the pinned dataset packages are kept once downloaded", str),
     Knob(DEBUG, "1 or 0 (also true/false, yes/no, on/off)", "0",
          "1: an expected error keeps its traceback, and MLflow's own database errors are logged", _switch),
     Knob(EXPERIMENT, "any MLflow experiment name", "lmtransfer (lmtransfer-<task> for another task)",
-         "the MLflow experiment the runs go to", _any_text),
+         "the MLflow experiment the runs go to", str),
     Knob(PIPELINE_ID, "any text", "exp-<DVC experiment>, else one per `dvc repro`",
-         "which stage runs are grouped under one MLflow pipeline run", _any_text),
+         "which stage runs are grouped under one MLflow pipeline run", str),
 )}
 
 
 def _parsed(name: str) -> tuple[Any, str | None]:
     """`name`'s value parsed (None when unset), or the line that refuses it."""
-    knob = KNOBS[name]
-    text = os.environ.get(name, "")
+    knob, text = KNOBS[name], os.environ.get(name, "")
     if not text.strip():
         return None, None
     try:
-        return knob.value(text), None
-    except ValueError:
+        return knob.parse(text.strip()), None
+    except (ValueError, KeyError):
         return None, f"{name}={text!r}: expected {knob.takes}; unset, it is {knob.unset}"
 
 
@@ -117,16 +95,11 @@ def read(name: str) -> Any:
 
 
 def read_at_import(name: str) -> Any:
-    """As `read`, but a bad value counts as unset: the first import must not raise (`check` refuses it next)."""
-    try:
-        return read(name)
-    except ConfigError:
-        return None
+    """As `read`, but a bad value counts as unset: the first import must not raise."""
+    return _parsed(name)[0]
 
 
 def markdown_table() -> str:
-    """The docs' list: one row per variable."""
     rows = ["| variable | takes | unset | what it does |", "|---|---|---|---|"]
-    for knob in sorted(KNOBS.values(), key=lambda knob: knob.name):
-        rows.append(f"| `{knob.name}` | {knob.takes} | {knob.unset} | {knob.meaning} |")
+    rows += [f"| `{k.name}` | {k.takes} | {k.unset} | {k.meaning} |" for k in sorted(KNOBS.values(), key=lambda k: k.name)]
     return "\n".join(rows)

@@ -1,8 +1,5 @@
-"""Where each stage reads and writes, relative to the repository root (mirrors dvc.yaml).
-
-The inside of `data/prepared/` and `data/tokenized/` (and of their `*_corpus` siblings) belongs
-to `data.prepared` and `tokenized`, the modules that write and read those folders.
-"""
+"""Where each stage reads and writes, relative to the pipeline's folder (mirrors dvc.yaml). The inside of the
+data folders belongs to the modules that write them (`data.prepared`, `tokens`)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,40 +27,20 @@ TRANSLATION_ROOT = Path("translation")  # the translation pipeline's folder: its
 
 @dataclass(frozen=True)
 class PretrainOutputs:
-    """What one pretraining run writes. The classification task runs one per pretraining seed (stage
-    `pretrain@<seed>`: `models/pretrained/seed<seed>.pt`, `metrics/pretrain/seed<seed>.json`, ...), so that its
-    results sample pretraining runs; the translation task runs one (`seed=None`: `models/pretrained.pt`)."""
+    """What one pretraining run writes: classification runs one per pretraining seed (stage `pretrain@<seed>`,
+    `models/pretrained/seed<seed>.pt`, ...); translation runs one (`seed=None`: `models/pretrained.pt`)."""
 
     seed: int | None = None
 
-    @property
-    def stage(self) -> str:
-        return "pretrain" if self.seed is None else f"pretrain@{self.seed}"
-
-    @property
-    def checkpoint(self) -> Path:
-        return MODELS / ("pretrained.pt" if self.seed is None else f"pretrained/seed{self.seed}.pt")
-
-    @property
-    def summary(self) -> Path:
-        return METRICS / ("pretrain.json" if self.seed is None else f"pretrain/seed{self.seed}.json")
-
-    @property
-    def folder(self) -> Path:
-        """The curves (train.tsv, valid.tsv) and samples.txt."""
-        return METRICS / "pretrain" / ("" if self.seed is None else f"seed{self.seed}")
-
-    @property
-    def train_log(self) -> Path:
-        return self.folder / "train.tsv"
-
-    @property
-    def valid_log(self) -> Path:
-        return self.folder / "valid.tsv"
-
-    @property
-    def samples(self) -> Path:
-        return self.folder / "samples.txt"
+    stage = property(lambda self: "pretrain" if self.seed is None else f"pretrain@{self.seed}")
+    checkpoint = property(lambda self: MODELS / ("pretrained.pt" if self.seed is None else
+                                                 f"pretrained/seed{self.seed}.pt"))
+    summary = property(lambda self: METRICS / ("pretrain.json" if self.seed is None else
+                                               f"pretrain/seed{self.seed}.json"))
+    folder = property(lambda self: METRICS / "pretrain" / ("" if self.seed is None else f"seed{self.seed}"))
+    train_log = property(lambda self: self.folder / "train.tsv")
+    valid_log = property(lambda self: self.folder / "valid.tsv")
+    samples = property(lambda self: self.folder / "samples.txt")
 
 
 def finetune_run(seed: int, pretrain_seed: int | None = None) -> str:
@@ -89,10 +66,9 @@ def predictions_file(variant: str) -> Path:
 
 
 def stage_file_name(stage: str) -> str:
-    """A stage's name as a file or folder name: `finetune_scratch@2-0` -> `finetune_scratch_seed2-0`."""
+    """`finetune_scratch@2-0` -> `finetune_scratch_seed2-0`."""
     return stage.replace("@", "_seed")
 
 
 def timings_file(stage: str) -> Path:
-    """`timings/<stage>.json` of a stage named as dvc.yaml names it (`pretrain@0`, `tokenize`)."""
     return TIMINGS / f"{stage_file_name(stage)}.json"

@@ -1,10 +1,7 @@
-"""Which stage of this folder's pipeline (its dvc.yaml) writes a path: a file a parameter names as an input must not be
-one of them.
-
-`pretrain.init_from: models/finetuned/pretrained/seed0-0.pt` made a pipeline that never settles: every
-`dvc repro` pretrained again from the previous run's fine-tune. The stages run in their dvc.yaml's folder, so the
-paths are compared relative to it; a matrix output (`seed${item.seed}.pt`) matches any value of its items.
-"""
+"""A file a parameter names as an input must not be an output of the pipeline (its dvc.yaml): with
+`pretrain.init_from: models/finetuned/pretrained/seed0-0.pt` every `dvc repro` pretrained again from the previous
+run's fine-tune. Paths compare relative to the pipeline's folder; a matrix output (`seed${item.seed}.pt`) matches
+any value of its items."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ def _output_names(stage: dict) -> list[str]:
 
 
 def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str] | None:
-    """(stage, folder) when a stage of `pipeline` writes `path`: folder is its output folder holding `path`, or ''
-    for `path` itself; else None."""
+    """(stage, folder) when a stage of `pipeline` writes `path` (folder: its output folder holding `path`, or '')."""
     if not pipeline.is_file():
         return None
     try:
@@ -52,14 +48,11 @@ def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str
 
 
 def refuse_pipeline_output(path: str, key: str, pipeline: Path = PIPELINE) -> None:
-    """A file `key` names that a stage of this pipeline writes stops here, naming the stage: reading it makes the
-    pipeline depend on its own results, so it would rerun on every `dvc repro` (or read a file DVC removes first)."""
-    found = writing_stage(path, pipeline)
-    if found:
+    """Stop, naming the stage, when `key` names a file this pipeline writes."""
+    if found := writing_stage(path, pipeline):
         stage, folder = found
         inside = f"inside {folder}/, " if folder else ""
         raise ConfigError(
             f"{key}={path}: an output of this pipeline ({inside}written by stage '{stage}'), so every run would start "
             f"from the previous run's results and `dvc repro` would never settle; copy the file outside the "
-            f"pipeline's outputs (e.g. cp {path} checkpoints/start.pt) and name the copy"
-        )
+            f"pipeline's outputs (e.g. cp {path} checkpoints/start.pt) and name the copy")

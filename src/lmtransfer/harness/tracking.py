@@ -1,16 +1,9 @@
-"""MLflow tracking: one run per executed stage, named after it, under one parent run per pipeline execution.
+"""MLflow tracking: one run per executed stage under one parent run per pipeline execution.
 
-Where: SQLite `mlflow.db` and `mlartifacts/` at the repository root, found from DVC_ROOT when DVC runs the stage
-(`dvc exp run --temp` and queued runs work in a copy DVC deletes) or else from git; `MLFLOW_TRACKING_URI` overrides
-it (a shared `mlflow server`). `check_store` names a store that cannot be used in one line, before any work.
-
-What: `stage_run` opens a stage's run (the params it declared; tags: stage, DVC experiment, git commit, the upstream
-run it consumed). Inside it the stage logs with `log_run`, `log_metrics`, `log_file`, `log_checkpoint`; under
-torchrun only rank 0 logs. A fine-tune's checkpoint becomes an MLflow model (`log_model`), and evaluate registers
-the best pretrained one as `@champion` (`register_champion`).
-
-A run left RUNNING by a process that is gone (kill -9, a power cut) is marked KILLED when the next stage starts,
-and the stage's new run names it (PREVIOUS_ATTEMPT_TAG): a resumed training logs into a new run.
+The store: `mlflow.db` and `mlartifacts/` at the repository root, found from DVC_ROOT (so `dvc exp run --temp` and
+queued runs log to the main store, not to DVC's temporary copy), else from git; MLFLOW_TRACKING_URI overrides it.
+Only rank 0 of a torchrun job logs. A run left RUNNING by a dead process is marked KILLED when the next stage
+starts, and the stage's new run names it (PREVIOUS_ATTEMPT_TAG).
 """
 
 from __future__ import annotations
@@ -50,7 +43,6 @@ UI_WORKFLOW = "workflowType=machine_learning"  # the UI's "Model training" switc
 
 
 def is_main_process() -> bool:
-    """Rank 0 of a torchrun job, or a process on its own: the one that logs."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -64,7 +56,6 @@ def _git(*args: str) -> str:
 
 
 def project_root() -> Path:
-    """DVC_ROOT when DVC runs the stage (the repository, even from the copy `--temp` and `--queue` work in)."""
     return Path(os.environ.get("DVC_ROOT") or _git("rev-parse", "--show-toplevel") or ".").resolve()
 
 
@@ -73,14 +64,12 @@ def tracking_uri() -> str:
 
 
 def check_store() -> str:
-    """The tracking URI, once the store is known to be usable: a local SQLite store readable, undamaged and writable
-    (built if absent), the project's artifact folder writable, a tracking server answering. Else one line naming
-    the store and the fix (TrackingStoreError), rather than a traceback mid-stage or minutes of MLflow's retries."""
+    """The tracking URI once the store is known usable (a SQLite store built if absent); else one line naming the
+    store and the fix (TrackingStoreError), not a traceback mid-stage or minutes of MLflow's retries."""
     uri = tracking_uri()
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
-        problem = _sqlite_problem(path)
-        if problem:
+        if problem := _sqlite_problem(path):
             raise TrackingStoreError(f"{path} {problem}; nothing was run")
         root = project_root()
         if path.resolve() == root / STORE:
@@ -93,8 +82,8 @@ def check_store() -> str:
 
 
 def _sqlite_problem(path: Path) -> str | None:
-    """What keeps the SQLite store at `path` from being used, with the fix; None if it can be used (or is absent).
-    A write rolled back tells a read-only file or folder; a store locked by a stage running beside passes."""
+    """What keeps the store at `path` from being used, with the fix; None if usable or absent. A rolled-back write
+    tells a read-only file or folder; a store locked by a stage running beside passes."""
     if path.is_dir():
         return "is a directory, not an MLflow store (a file): move it away, and the next stage builds a new store there"
     if not path.exists():
@@ -124,8 +113,8 @@ def _sqlite_problem(path: Path) -> str | None:
 
 
 def _build(path: Path) -> None:
-    """A new store: MLflow's schema migrations (about a second) run on a private file, linked into place complete,
-    so that a kill meanwhile never leaves a half-migrated store under the real name."""
+    """MLflow's migrations run on a private file, linked into place complete: a kill never leaves a half-migrated
+    store under the real name."""
     import psutil
     from mlflow import MlflowClient
 
@@ -145,9 +134,8 @@ def _build(path: Path) -> None:
 
 
 def _check_artifacts(store: Path, root: Path) -> None:
-    """The project's artifacts go to this checkout's `mlartifacts/`, which must be writable. MLflow keeps each
-    experiment's artifact folder as an absolute path in the store, which it cannot change: a copied project sent its
-    artifacts into the original's folder, so its experiments are pointed here (the runs already made keep theirs)."""
+    """`mlartifacts/` must be writable. The store keeps each experiment's artifact folder as an absolute path: in a
+    copied project they are pointed at this checkout's folder (the runs already made keep theirs)."""
     folder = root / ARTIFACTS
     try:
         folder.mkdir(exist_ok=True)
@@ -201,8 +189,7 @@ def _quiet_mlflow() -> None:
 # ---- the runs ----
 
 def experiment_name(task: str | None = None) -> str:
-    """LMTRANSFER_EXPERIMENT, else `lmtransfer` for classification and `lmtransfer-<task>` for another task (the
-    `task` of the params.yaml in the stage's folder): each task's runs are compared among themselves."""
+    """LMTRANSFER_EXPERIMENT, else `lmtransfer` (classification) or `lmtransfer-<task>` (params.yaml's `task`)."""
     task = task or _params_yaml().get("task", "classification")
     return knobs.read(knobs.EXPERIMENT) or ("lmtransfer" if task == "classification" else f"lmtransfer-{task}")
 
@@ -210,15 +197,14 @@ def experiment_name(task: str | None = None) -> str:
 def _params_yaml() -> dict[str, Any]:
     from ruamel.yaml import YAML
 
-    try:
+    with contextlib.suppress(OSError, ValueError):
         raw = YAML(typ="safe", pure=True).load(Path("params.yaml").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return raw if isinstance(raw, dict) else {}
+        return raw if isinstance(raw, dict) else {}
+    return {}
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'model': {'d_model': 200}} -> {'model.d_model': 200}: params.yaml's keys as `dvc exp run -S` names them."""
+    """{'model': {'d_model': 200}} -> {'model.d_model': 200}, as `dvc exp run -S` names the keys."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
@@ -231,25 +217,22 @@ def git_commit() -> str:
 
 @cache
 def launching_dvc():
-    """The `dvc` process this one runs under (`dvc repro`, `dvc exp run`, a queue worker), as a psutil.Process,
-    or None when it was started some other way."""
+    """The `dvc` process this one runs under (a psutil.Process), or None."""
     import psutil
 
-    try:
+    with contextlib.suppress(psutil.Error):  # a process gone while looking
         for process in psutil.Process().parents():
             command = " ".join(process.cmdline()[:2])
             if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
                 return process
-    except psutil.Error:  # a process gone while looking
-        return None
     return None
 
 
 def pipeline_id() -> str:
-    """What groups the stage runs of one pipeline execution: LMTRANSFER_PIPELINE_ID, else the DVC experiment, else
-    the `dvc` process that launched the stage (the stages of one `dvc repro`), else this process alone."""
-    if knobs.read(knobs.PIPELINE_ID):
-        return knobs.read(knobs.PIPELINE_ID)
+    """What groups one pipeline execution's stage runs: LMTRANSFER_PIPELINE_ID, else the DVC experiment, else the
+    launching `dvc` process, else this process alone."""
+    if chosen := knobs.read(knobs.PIPELINE_ID):
+        return chosen
     if os.environ.get("DVC_EXP_NAME"):
         return f"exp-{os.environ['DVC_EXP_NAME']}"
     dvc = launching_dvc()
@@ -263,7 +246,7 @@ def process_tag() -> str:
 
 
 def _alive(tag: str) -> bool:
-    """Whether the process a run was tagged with still runs (on another host: assumed alive)."""
+    """Whether the process of a PROCESS_TAG still runs (on another host: assumed alive)."""
     import psutil
 
     try:
@@ -277,11 +260,9 @@ def _alive(tag: str) -> bool:
 def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None,
               run_name: str | None = None,
               clear_snapshots: Callable[[set[str]], list[str]] | None = None) -> Iterator[Any]:
-    """The MLflow run of one stage execution, named `run_name` (default: the stage), with the `params` it declared;
-    yields the active run (None on the other ranks of a torchrun job: they train and log nothing). It ends FINISHED,
-    FAILED, or KILLED (Ctrl-C), and its pipeline run with it unless another of its stages still runs.
-    `clear_snapshots` (evaluate) gets the names of the stages still running and removes the others' resume snapshots.
-    """
+    """The run of one stage execution with the `params` it declared; yields it (None on other torchrun ranks). It
+    ends FINISHED, FAILED or KILLED (Ctrl-C), and its pipeline run with it unless another of its stages still runs.
+    `clear_snapshots` (evaluate) gets the stages still running and removes the others' resume snapshots."""
     if not is_main_process():
         yield None
         return
@@ -329,7 +310,7 @@ def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: st
 
 
 def _experiment_id(client, uri: str) -> str:
-    """The experiment of this task's runs, created on first use; in the project's store, artifacts in mlartifacts/."""
+    """This task's experiment, created on first use (in the project's store: artifacts in mlartifacts/)."""
     experiment = client.get_experiment_by_name(experiment_name())
     if experiment is not None:
         return experiment.experiment_id
@@ -339,8 +320,7 @@ def _experiment_id(client, uri: str) -> str:
 
 
 def _pipeline_run(client, experiment_id: str, common: dict[str, str]) -> str:
-    """The parent run of this pipeline execution, found or created (with every key of params.yaml as a param), and
-    RUNNING while a stage runs under it."""
+    """This pipeline execution's parent run (every key of params.yaml a param), RUNNING while a stage runs."""
     from mlflow.entities import Param
 
     found = client.search_runs([experiment_id], f"tags.`{PIPELINE_TAG}` = '{common[PIPELINE_TAG]}' and "
@@ -355,9 +335,9 @@ def _pipeline_run(client, experiment_id: str, common: dict[str, str]) -> str:
 
 
 def _close_dead_runs(client, experiment_id: str, own_parent: str, name: str) -> tuple[list[str], set[str]]:
-    """Mark KILLED the stage runs whose process is gone (a stage DVC restores from its run-cache runs none of our
-    code, so the next stage that runs closes them) and the pipeline runs with no live stage under them. Returns the
-    closed runs of stage `name` (its earlier attempts) and the names of the stages still running."""
+    """Mark KILLED the stage runs whose process is gone and the pipeline runs with no live stage under them (a stage
+    DVC restores from its run-cache runs none of our code). Returns stage `name`'s closed earlier attempts and the
+    names of the stages still running."""
     running = client.search_runs([experiment_id], "attributes.status = 'RUNNING'")
     alive = [r for r in running if r.data.tags.get(KIND_TAG) == "stage" and _alive(r.data.tags.get(PROCESS_TAG, ""))]
     keep = {r.info.run_id for r in alive} | {r.data.tags.get(PARENT_TAG) for r in alive} | {own_parent}
@@ -369,13 +349,20 @@ def _close_dead_runs(client, experiment_id: str, own_parent: str, name: str) -> 
 
 # ---- what a stage logs (nothing on the other ranks of a torchrun job) ----
 
+def _mlflow():
+    """mlflow in the process that logs (rank 0, or a process on its own), else None."""
+    if not is_main_process():
+        return None
+    import mlflow
+
+    return mlflow
+
+
 def log_run(tags: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
             metrics: dict[str, Any] | None = None, step: int | None = None) -> None:
     """Tags, params and the numeric metrics (other values left out) on the stage's run."""
-    if not is_main_process():
+    if not (mlflow := _mlflow()):
         return
-    import mlflow
-
     if tags:
         mlflow.set_tags(tags)
     if params:
@@ -386,16 +373,13 @@ def log_run(tags: dict[str, Any] | None = None, params: dict[str, Any] | None = 
 
 
 def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
-    """One row of a curve (the training loops' callback)."""
     log_run(metrics=metrics, step=step)
 
 
 def log_file(content: dict | str | Path, name: str) -> None:
-    """A dict (as JSON), a text or a file (by its path; `name` a folder or '') attached to the stage's run."""
-    if not is_main_process():
+    """A dict (as JSON), a text, or a file (a Path; `name` its folder or '') on the stage's run."""
+    if not (mlflow := _mlflow()):
         return
-    import mlflow
-
     if isinstance(content, dict):
         mlflow.log_dict(content, name)
     elif isinstance(content, Path):
@@ -405,42 +389,35 @@ def log_file(content: dict | str | Path, name: str) -> None:
 
 
 def tag_checkpoint(path: str | Path) -> None:
-    """The checkpoint's sha256 on the stage's run: how a later stage finds the run that wrote it."""
-    if is_main_process():
-        import mlflow
-
+    """The checkpoint's sha256 on the stage's run: how a later stage finds the run that wrote it (lineage)."""
+    if mlflow := _mlflow():
         mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
 
 
 def log_checkpoint(path: str | Path) -> None:
-    """The checkpoint a stage wrote: its sha256 as a tag, the file as an artifact."""
-    if is_main_process():
-        import mlflow
-
+    if mlflow := _mlflow():
         tag_checkpoint(path)
         mlflow.log_artifact(str(path))
 
 
 def run_that_wrote(path: str | Path) -> str:
-    """The id of the latest run tagged with this checkpoint's sha256 ('' when the store has none)."""
+    """The latest run tagged with this checkpoint's sha256 ('' if none)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=check_store())
     experiment = client.get_experiment_by_name(experiment_name())
-    if experiment is None:
-        return ""
-    found = client.search_runs([experiment.experiment_id], f"tags.`{CHECKPOINT_TAG}` = '{sha256_of(path)}'",
-                               order_by=["attributes.start_time DESC"], max_results=1)
+    found = experiment and client.search_runs([experiment.experiment_id], f"tags.`{CHECKPOINT_TAG}` = "
+                                              f"'{sha256_of(path)}'", order_by=["attributes.start_time DESC"],
+                                              max_results=1)
     return found[0].info.run_id if found else ""
 
 
 def runs_that_wrote(paths: Iterable[str | Path]) -> str:
-    """The runs that wrote `paths`, comma-separated (those known): a stage's upstream runs."""
     return ",".join(filter(None, (run_that_wrote(path) for path in paths)))
 
 
 def log_to_pipeline(metrics: dict[str, float]) -> None:
-    """Headline numbers on the pipeline run of the active stage run: one row per execution in the run table."""
+    """Headline numbers on the active stage run's pipeline run: one row per execution in the runs table."""
     import mlflow
 
     mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=0,
@@ -448,8 +425,8 @@ def log_to_pipeline(metrics: dict[str, float]) -> None:
 
 
 def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
-    """The plot stage's run: `draw()` makes the figures, which become artifacts; the headline goes on the pipeline
-    run too (evaluate is skipped when the fine-tunes come out unchanged, as on a fresh clone)."""
+    """The plot stage's run: `draw()`'s figures as artifacts, the headline on the pipeline run (evaluate is skipped
+    when the fine-tunes come out unchanged, as on a fresh clone)."""
     from lmtransfer.core.io import read_json, require_file
     from lmtransfer.core.paths import HEADLINE
 
@@ -465,9 +442,8 @@ def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
 
 def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_dir: str | Path, example: Any,
               output: Any, params: dict | None = None) -> str:
-    """`python_model` (pyfunc) on the stage's run as the model `name`, carrying the checkpoint file, the tokenizer's
-    own files and this package's code, so loading it needs neither the repository nor the network; its signature
-    from `example` -> `output` with inference `params`. Returns the model's id, also the run's MODEL_ID_TAG."""
+    """`python_model` (pyfunc) as the model `name` with the checkpoint, the tokenizer's files and this package's
+    code, so loading it needs neither the repository nor the network. Returns its id (also MODEL_ID_TAG)."""
     import shutil
     from importlib.metadata import version
 
@@ -492,8 +468,7 @@ def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_di
 
 
 def registered_name(task: str) -> str:
-    """`lmtransfer-<task>` for the repository's own pipeline; `lmtransfer-<task>-<profile>` for a profile's
-    experiment (`lmtransfer profile NAME`: profiles/NAME.yaml), whose models answer another question."""
+    """`lmtransfer-<task>`, plus `-<profile>` for a profile's experiment (profiles/<profile>.yaml)."""
     profile = os.environ.get("DVC_EXP_NAME", "")
     if profile and (project_root() / "profiles" / f"{profile}.yaml").is_file():
         return f"lmtransfer-{task}-{profile}"
@@ -501,14 +476,14 @@ def registered_name(task: str) -> str:
 
 
 def params_hash(params: dict[str, Any]) -> str:
-    """sha256 of the params as JSON (keys sorted): two versions with one hash came from one recipe."""
+    """sha256 of the params as sorted JSON: two versions with one hash came from one recipe."""
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def register_champion(task: str, run_id: str, checkpoint: str | Path, tags: dict[str, Any]) -> str:
-    """The model the run `run_id` logged as a version of `registered_name(task)`, tagged with `tags`, the checkpoint's
-    sha256 and the git commit, unless a version with that checkpoint and those tags exists (the same model and
-    numbers at a later commit are the same version); @champion points at it. Returns the version ('' if none)."""
+    """The model run `run_id` logged, as a version of `registered_name(task)` tagged with `tags` and the checkpoint's
+    sha256 (reused if one has both: a later commit of the same model is the same version); @champion points at it.
+    Returns the version ('' if none)."""
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -533,7 +508,7 @@ def register_champion(task: str, run_id: str, checkpoint: str | Path, tags: dict
 
 
 def ui_lines(base: str = "http://127.0.0.1:5000") -> list[str]:
-    """What `make ui` prints: each task's runs table (the UI's "Model training" view), or what makes some runs."""
+    """What `make ui` prints: each task's runs table, or the command that makes some runs."""
     from mlflow import MlflowClient
 
     from lmtransfer.core.config import TASKS

@@ -1,13 +1,10 @@
 """The Transformer of the experiment, readable in one file.
 
-An encoder ("base") shared by two heads: a language-model head for pretraining
-and a classification head for fine-tuning. Transfer learning is "keep the base,
-swap the head". The base is causal for next-token prediction (`clm`) and
-bidirectional for BERT's masked language modelling (`mlm`), which may add
-next-sentence prediction (segment embeddings and a binary head on position 0).
+A base (encoder) shared by two heads: a language-model head for pretraining, a classification head for fine-tuning;
+transfer = keep the base, swap the head. The base is causal for next-token prediction (`clm`), bidirectional for
+BERT's masked language modelling (`mlm`, optionally with next-sentence prediction).
 
-A new model knob: a field of `ModelConfig` annotated with a `Field`, and its value in params.yaml's `model`
-section; `ModelParams`, which validates that section, is derived from those fields.
+A new model knob: a `Field`-annotated field of `ModelConfig` and its value in params.yaml's `model` section.
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ EMBEDDING_UNIFORM = 0.1  # model.embedding_init: uniform: PyTorch's Transformer 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The network's shape. Fields annotated with a `Field` are the keys of params.yaml's `model` section (no
-    defaults there); vocab_size and pad_id come from the tokenizer, causal from `model.attention`."""
+    """The network's shape. The `Field`-annotated fields are params.yaml's `model` keys; vocab_size and pad_id come
+    from the tokenizer, causal from `model.attention`."""
 
     vocab_size: int
     d_model: Annotated[int, Field(ge=2, description="D: width of the embeddings and hidden states (even, "
@@ -57,14 +54,13 @@ class ModelConfig:
 
     @classmethod
     def from_params(cls, model_params: Any, vocab_size: int, pad_id: int, causal: bool = True) -> ModelConfig:
-        """The network `params.yaml`'s `model.*` describes over a tokenizer's id space (V and padding id);
-        `causal` is the resolved `model.attention` (`PipelineParams.causal_attention`)."""
+        """`model.*` over a tokenizer's ids; `causal` is `PipelineParams.causal_attention`."""
         shape = {k: v for k, v in model_params.model_dump().items() if k != "attention"}
         return cls(vocab_size=vocab_size, pad_id=pad_id, causal=causal, **shape)
 
 
 def check_shape(d_model: int, n_heads: int) -> None:
-    """The rules the sizes obey together (the heads split D; sin/cos fill D in pairs)."""
+    """The heads split D; sin/cos fill D in pairs."""
     if d_model % n_heads:
         raise ValueError(f"model.d_model ({d_model}) must be divisible by model.n_heads ({n_heads})")
     if d_model % 2:
@@ -76,8 +72,7 @@ def _check_model_params(params: Any) -> Any:
     return params
 
 
-# params.yaml's `model` section: the annotated fields of ModelConfig, and the attention direction, which follows
-# from the objective (`auto`) so one -S switches both; the scratch twin must match the pretrained model.
+# params.yaml's `model` section: ModelConfig's annotated fields, plus the attention (`auto` follows the objective).
 ModelParams = create_model(
     "ModelParams", __base__=Section,
     __validators__={"_check": model_validator(mode="after")(_check_model_params)},
@@ -100,7 +95,7 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
 
 
 class PositionalEncoding(nn.Module):
-    """Adds the sinusoidal table; grows it on demand so no max length is baked in."""
+    """Adds the sinusoidal table, grown on demand: no maximum length."""
 
     def __init__(self, d_model: int, initial_positions: int = 512):
         super().__init__()
@@ -135,15 +130,13 @@ class TransformerBase(nn.Module):
         self.layers = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
 
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """ids (B, T) -> hidden states (B, T, D). padding_mask (B, T) is True at padding, which no one attends to."""
+        """ids (B, T) -> hidden states (B, T, D); padding_mask (B, T) is True at padding, which no one attends to."""
         return self.encode(self.embed(ids), padding_mask)
 
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings x sqrt(D): where next-sentence prediction adds its segment embeddings."""
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:  # where next-sentence prediction adds its segments
         return self.token_embedding(ids) * math.sqrt(self.config.d_model)
 
     def encode(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Embedded tokens (B, T, D) -> hidden states: positions, dropout, the layers (causal unless config says not)."""
         causal = self.config.causal
         mask = causal_mask(x.size(1), x.device) if causal else None
         return self.layers(self.dropout(self.positions(x)), mask=mask, src_key_padding_mask=padding_mask,
@@ -166,7 +159,7 @@ class LanguageModel(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
     def losses(self, ids: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What the training loop reads: `loss` (the one it minimises) and any other measurements."""
+        """What the training loop reads: `loss`, which it minimises, and any other measurements."""
         return {"loss": self.loss(ids, targets)}
 
     @torch.no_grad()
@@ -190,13 +183,9 @@ class LanguageModel(nn.Module):
 
 
 class MaskedLanguageModel(LanguageModel):
-    """BERT's objective: a bidirectional base predicts the masked tokens from both sides (`masking.py` chooses
-    them); with `next_sentence`, segment embeddings and a binary head on position 0 also tell whether the
-    second segment followed the first in the corpus.
-
-    The segment embeddings live here, not in the base, so the base (and so the classifier and its parameter
-    count) is the same network for every objective; `fold_segment_a` carries segment A into a classifier.
-    """
+    """BERT: a bidirectional base predicts masked tokens from both sides; with `next_sentence`, segment embeddings
+    and a binary head on position 0 tell whether the second segment followed the first. The segment embeddings
+    live here, so the base (and the classifier's parameter count) is the same for every objective."""
 
     def __init__(self, config: ModelConfig, next_sentence: bool = False):
         if config.causal:
@@ -218,8 +207,8 @@ class MaskedLanguageModel(LanguageModel):
 
     def losses(self, ids: torch.Tensor, targets: torch.Tensor, segments: torch.Tensor | None = None,
                is_next: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Cross-entropy at the masked positions only (targets IGNORE_INDEX elsewhere): the head runs on those
-        alone. With `is_next`, plus next-sentence prediction's cross-entropy; `loss` is their sum."""
+        """Cross-entropy at the masked positions only (the head runs on those alone); with `is_next`, plus
+        next-sentence prediction's; `loss` is their sum."""
         hidden = self.hidden(ids, segments)
         chosen = targets.ne(IGNORE_INDEX)
         logits = self.head(hidden[chosen]).float()
@@ -238,8 +227,7 @@ class MaskedLanguageModel(LanguageModel):
 
 
 def fold_segment_a(base_state: dict[str, torch.Tensor], segment_embedding: torch.Tensor) -> dict[str, torch.Tensor]:
-    """A base state for one-segment inputs (a classifier's): segment A's vector folded into the token embedding,
-    exact because E x sqrt(D) + s = (E + s / sqrt(D)) x sqrt(D). The base keeps its plain shape and size."""
+    """Segment A folded into the token embedding for one-segment inputs: E x sqrt(D) + s = (E + s/sqrt(D)) x sqrt(D)."""
     embedding = base_state["token_embedding.weight"]
     return {**base_state, "token_embedding.weight": embedding + segment_embedding[0] / math.sqrt(embedding.size(1))}
 
@@ -257,8 +245,7 @@ def pool_mean(hidden: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
 
 
 def pool_first_token(hidden: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
-    """Position 0, the begin-of-text token every text starts with: BERT's [CLS]. Only a bidirectional base
-    lets it see the text after it."""
+    """Position 0, the begin-of-text token (BERT's [CLS]): sees the text only in a bidirectional base."""
     return hidden[:, 0]
 
 

@@ -34,14 +34,14 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
 
 
 def to_device(tensors, device: torch.device) -> list[torch.Tensor]:
-    """A batch onto the device; on a GPU from pinned memory, the copy overlapping the previous step's kernels."""
+    """A batch onto the device; to a GPU from pinned memory, the copy overlapping the previous step's kernels."""
     if device.type != "cuda":
         return [tensor.to(device) for tensor in tensors]
     return [tensor.pin_memory().to(device, non_blocking=True) for tensor in tensors]
 
 
 def compiled(function, enabled: bool):
-    """`train.compile`: the function through torch.compile (fused kernels; the first calls compile), else as is."""
+    """`train.compile`: the function through torch.compile (fused kernels), else as is."""
     return torch.compile(function) if enabled else function
 
 
@@ -52,20 +52,19 @@ def seed_everything(seed: int) -> None:
 
 
 def cpu_identity() -> dict[str, str]:
-    """The CPU's vendor and model name from /proc/cpuinfo ("unknown" elsewhere): an Intel Xeon and an AMD EPYC
-    round a few operations differently, so results say which one made them."""
-    found = {"vendor_id": "unknown", "model name": "unknown"}
+    """The CPU's vendor and model from /proc/cpuinfo ("unknown" elsewhere): an Intel and an AMD CPU round a few
+    operations differently, so results say which one made them."""
+    found: dict[str, str] = {}
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
         for line in info:
             key, _, value = line.partition(":")
-            if found.get(key.strip()) == "unknown":
-                found[key.strip()] = value.strip()
-    return {"cpu_vendor": found["vendor_id"], "cpu_model": found["model name"]}
+            found.setdefault(key.strip(), value.strip())
+    return {"cpu_vendor": found.get("vendor_id", "unknown"), "cpu_model": found.get("model name", "unknown")}
 
 
 def environment_facts() -> dict[str, str | int]:
-    """What CPU results depend on besides code, params and data (stored beside them, so a difference between two
-    machines is explained): the CPU, the kernels' instruction set, the threads, and the processes under torchrun."""
+    """What CPU results depend on besides code, params and data, stored beside them: the CPU, the kernels'
+    instruction set, the threads, the processes under torchrun."""
     facts = {"cpu_model": cpu_identity()["cpu_model"], "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
              "threads": torch.get_num_threads()}
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -74,14 +73,13 @@ def environment_facts() -> dict[str, str | int]:
 
 
 def flush_denormals() -> bool:
-    """Subnormal floats count as zero on the CPU, as GPU training kernels treat them: attention weights and
-    gradients underflow there, and each product touching one costs some hundred cycles. Per thread: call it
-    before torch starts its worker threads, which copy the flag when they start."""
+    """Subnormal floats count as zero on the CPU, as on GPUs (each product touching one costs some hundred cycles).
+    Per thread: call it before torch starts its worker threads, which copy the flag."""
     return torch.set_flush_denormal(True)
 
 
 def queue_workers() -> int:
-    """DVC experiment-queue workers running on this machine, any repository's: they all share its cores."""
+    """DVC experiment-queue workers running on this machine, any repository's."""
     import psutil
 
     commands = [process.info["cmdline"] or [] for process in psutil.process_iter(["cmdline"])]
@@ -89,8 +87,8 @@ def queue_workers() -> int:
 
 
 def parallel_jobs() -> int:
-    """How many training jobs share this machine: `LMTRANSFER_JOBS` when set; else, inside a DVC stage, the queue
-    workers (at least 1); else 1. Two jobs that each took all cores would run twice as many threads as cores."""
+    """How many training jobs share this machine: LMTRANSFER_JOBS, else inside a DVC stage the queue workers (at
+    least 1), else 1."""
     if jobs := knobs.read(knobs.JOBS):
         return jobs
     if "DVC_ROOT" not in os.environ and "DVC_EXP_NAME" not in os.environ:
@@ -99,13 +97,12 @@ def parallel_jobs() -> int:
 
 
 def thread_share(jobs: int, cores: int | None = None) -> int:
-    """Threads for one of `jobs` jobs on `cores` cores (all of this machine's by default): at least one."""
+    """Threads for one of `jobs` jobs on `cores` cores (default: this machine's), at least one."""
     return max(1, (cores or os.cpu_count() or 1) // jobs)
 
 
 def use_share_of_cores() -> int:
-    """All cores when alone; cores / jobs when `parallel_jobs` says others share the machine.
-    OMP_NUM_THREADS, when set, is the user's choice and stays. Returns the threads in use."""
+    """All cores alone, cores / jobs beside other jobs; OMP_NUM_THREADS, when set, stays. Returns the threads."""
     flush_denormals()
     if "OMP_NUM_THREADS" not in os.environ:
         jobs = parallel_jobs()
@@ -117,7 +114,7 @@ def use_share_of_cores() -> int:
 
 
 def configure(params: TrainParams, seed: int = 0) -> torch.device:
-    """Seed, set CPU threads, pick the device; called once by each training stage, before its parallel work."""
+    """Seed, set CPU threads, pick the device: once per training stage, before its parallel work."""
     seed_everything(seed)
     flush_denormals()
     if params.num_threads:
