@@ -10,12 +10,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lmtransfer.core import knobs
-from lmtransfer.core.io import sha256_of
 from lmtransfer.core.errors import DataSourceError
+from lmtransfer.core.io import sha256_of
 
 
 def cache_dir() -> Path:

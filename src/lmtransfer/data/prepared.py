@@ -14,8 +14,9 @@ folder's sibling named `<name>_corpus` (`corpus_dir`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import pandas as pd
 
