@@ -20,14 +20,9 @@ import numpy as np
 
 from lmtransfer.core.errors import EmptySplitError
 from lmtransfer.core.io import read_json, require_file, write_json
+from lmtransfer.data.prepared import corpus_dir  # the same rule: `data/tokenized` -> `data/tokenized_corpus`
 
 META = "meta.json"
-
-
-def corpus_dir(directory: Path) -> Path:
-    """Where the corpus ids of the tokenized folder `directory` live: `data/tokenized` -> `data/tokenized_corpus`."""
-    directory = Path(directory)
-    return directory.with_name(f"{directory.name}_corpus")
 
 
 def _corpus_file(directory: Path, part: str) -> Path:
