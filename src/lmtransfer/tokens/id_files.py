@@ -5,7 +5,7 @@
     data/tokenized_corpus/   what pretraining alone reads: corpus_train.npy corpus_valid.npy (memory-mapped), meta.json
 
 A corpus change leaves `data/tokenized/` byte-identical, so the scratch fine-tune is not rerun. Nothing here
-needs torch or the tokenizer.
+needs torch, pandas or the tokenizer (a stage that only reads ids imports none of them).
 """
 
 from __future__ import annotations
@@ -20,9 +20,14 @@ import numpy as np
 
 from lmtransfer.core.errors import EmptySplitError
 from lmtransfer.core.io import read_json, require_file, write_json
-from lmtransfer.data.prepared import corpus_dir  # the same rule: `data/tokenized` -> `data/tokenized_corpus`
 
 META = "meta.json"
+
+
+def corpus_dir(directory: Path) -> Path:
+    """Where the corpus ids of the tokenized folder `directory` live: `data/tokenized` -> `data/tokenized_corpus`."""
+    directory = Path(directory)
+    return directory.with_name(f"{directory.name}_corpus")
 
 
 def _corpus_file(directory: Path, part: str) -> Path:
