@@ -211,7 +211,7 @@ import hashlib, sys
 from pathlib import Path
 from lmtransfer.core.config import TokenizerParams
 from lmtransfer.tokens.tokenizer import train_sentencepiece
-params = shipped("tokenizer", vocab_size=int(sys.argv[2]), max_training_lines=int(sys.argv[3]))
+params = TokenizerParams.model_validate_json(sys.argv[2])
 print(hashlib.sha256(train_sentencepiece(Path(sys.argv[1]), params)).hexdigest())
 """
 
@@ -224,9 +224,10 @@ def test_a_corpus_sampled_for_training_gives_the_same_model_in_every_process(tmp
     words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(400)]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(" ".join(rng.choices(words, k=8)) + "\n" for _ in range(3000)), encoding="utf-8")
+    params = shipped("tokenizer", vocab_size=300, max_training_lines=1000)
     models = {
         subprocess.run(
-            [sys.executable, "-c", SAMPLED_TRAINING, str(corpus), "300", "1000"],
+            [sys.executable, "-c", SAMPLED_TRAINING, str(corpus), params.model_dump_json()],
             capture_output=True, text=True, check=True,
         ).stdout
         for _ in range(3)
