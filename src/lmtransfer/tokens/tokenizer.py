@@ -80,7 +80,8 @@ class SentencePieceTokenizer(Tokenizer):
         self.model_bytes = model_bytes
         size = self.sp.get_piece_size()
         ids = {"pad": self.sp.pad_id(), "unk": self.sp.unk_id(), "bos": self.sp.bos_id(), "eos": self.sp.eos_id()}
-        self.appended = {name: size + i for i, name in enumerate(name for name, v in ids.items() if v < 0)}
+        missing = [name for name, value in ids.items() if value < 0]
+        self.appended = {name: size + index for index, name in enumerate(missing)}
         ids.update(self.appended)
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = ids["pad"], ids["unk"], ids["bos"], ids["eos"]
         self.vocab_size = size + len(self.appended)
