@@ -54,6 +54,7 @@ def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]
     pending, number = "", 0
 
     def decode(raw: bytes, final: bool = False) -> str:
+        """One chunk decoded; a bad byte names its line, counted from the loop's `number` and `pending`."""
         try:
             return decoder.decode(raw, final=final)
         except UnicodeDecodeError as exc:
