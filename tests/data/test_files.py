@@ -7,7 +7,7 @@ import codecs
 import pytest
 
 from lmtransfer.core.errors import DataSourceError
-from lmtransfer.data.files import iter_lines, wide_text_encoding
+from lmtransfer.data.files import Column, iter_lines, read_table, wide_text_encoding
 
 TEXT = "text,label\nhello there,pos\nbad movie,neg\n"
 
@@ -31,3 +31,11 @@ def test_utf16_read_as_utf8_stops_before_any_row_naming_the_encoding_to_set(tmp_
                                               "of data.train\\)"):
         next(iter_lines(path, "utf-8", "data.train"))
     assert [line for _, line in iter_lines(path, "utf-16-le", "data.train")] == TEXT.splitlines()
+
+
+@pytest.mark.parametrize("content", [b"\n", b"\r\n"])
+def test_a_table_of_one_blank_line_is_refused_as_empty_naming_the_key(tmp_path, content):
+    path = tmp_path / "train.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataSourceError, match=r"train\.csv: the file is empty \(set by data\.train\)"):
+        read_table(path, "csv", {"text": Column("text", "data.text_column")}, "utf-8", "data.train")

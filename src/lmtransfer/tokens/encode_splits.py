@@ -1,16 +1,13 @@
-"""What the tokenize stages do (`classification.tokenize_stage`, `translation.tokenize_stage`): pick or train the
-tokenizer, then encode the corpus and the labeled splits.
+"""What both tokenize stages do: pick or train the tokenizer, then encode the corpus and the labeled splits.
 
-The corpus is encoded in chunks straight into `.npy` files, so its size is
-bounded by disk, not memory. The share of pieces that fell outside the
-vocabulary is recorded: with a borrowed dictionary it is the first sign that
-the dictionary does not fit the data.
+The corpus is encoded in chunks straight into `.npy` files (bounded by disk, not memory). The share of pieces
+outside the vocabulary is recorded: with a borrowed dictionary it is the first sign that it does not fit the data.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,44 +47,38 @@ def build_tokenizer(prepared_dir: Path, params: TokenizerParams, seed: int = 0) 
     return SentencePieceTokenizer(train_sentencepiece(corpus, params, seed), "trained sentencepiece model")
 
 
-def _counting_unknown(chunks, unk_id: int, counts: dict[str, int]) -> Iterator[np.ndarray]:
-    for ids, lengths in chunks:
-        counts["unknown"] += int(np.count_nonzero(ids == unk_id))
-        counts["framing"] += 2 * len(lengths)
-        yield ids
-
-
 def encode_corpus(prepared_dir: Path, out_dir: Path, tokenizer: Tokenizer, pieces: bool = False) -> tuple[dict, dict]:
     """The corpus parts into `corpus_dir(out_dir)`, streamed, written whole or not at all; returns its meta (token
-    counts, unknown rates) and timings. Both tasks' tokenize stages encode their pretraining text here."""
-    corpus_meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
+    counts, unknown rates) and timings."""
+    meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
     timings = {"corpus_bytes": 0}
-    dtype = id_dtype(tokenizer.vocab_size)
     started = time.perf_counter()
     with atomic_directory(corpus_dir(out_dir)) as tmp:
         for part in ("train", "valid"):
             timings["corpus_bytes"] += corpus_path(prepared_dir, part).stat().st_size
-            name = f"corpus_{part}"
-            counts = {"unknown": 0, "framing": 0}
+            name, counts = f"corpus_{part}", {"unknown": 0, "framing": 0}
             lines = progress_bar(iterable=read_corpus(prepared_dir, part), desc=name, unit=" lines")
-            chunks = _counting_unknown(encode_stream(tokenizer, lines, pieces=pieces), tokenizer.unk_id, counts)
-            total = write_corpus_part(tmp, part, chunks, dtype)
-            corpus_meta["tokens"][name] = total
-            corpus_meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
-        write_tokenized_meta(tmp, corpus_meta)
+
+            def counted(chunks, counts=counts):
+                for ids, lengths in chunks:
+                    counts["unknown"] += int(np.count_nonzero(ids == tokenizer.unk_id))
+                    counts["framing"] += 2 * len(lengths)
+                    yield ids
+
+            chunks = counted(encode_stream(tokenizer, lines, pieces=pieces))
+            total = write_corpus_part(tmp, part, chunks, id_dtype(tokenizer.vocab_size))
+            meta["tokens"][name] = total
+            meta["unknown_rate"][name] = round(counts["unknown"] / max(total - counts["framing"], 1), 6)
+        write_tokenized_meta(tmp, meta)
     timings["encode_seconds"] = round(time.perf_counter() - started, 2)
-    timings["corpus_tokens"] = sum(corpus_meta["tokens"].values())
-    return corpus_meta, timings
+    timings["corpus_tokens"] = sum(meta["tokens"].values())
+    return meta, timings
 
 
 def tokenizer_meta(tokenizer: Tokenizer) -> dict:
     """What every reader of the tokenized folder needs of the tokenizer: its scheme, size and special ids."""
-    return {
-        "scheme": tokenizer.scheme,
-        "vocab_size": tokenizer.vocab_size,
-        **tokenizer.special_ids(),
-        "mask_id": tokenizer.piece_id(MASK_PIECE) if tokenizer.scheme == "sentencepiece" else None,
-    }
+    mask_id = tokenizer.piece_id(MASK_PIECE) if tokenizer.scheme == "sentencepiece" else None
+    return {"scheme": tokenizer.scheme, "vocab_size": tokenizer.vocab_size, **tokenizer.special_ids(), "mask_id": mask_id}
 
 
 def warn_unknown(unknown_rate: dict[str, float], warn: Callable[[str], None]) -> None:
@@ -100,12 +91,9 @@ def warn_unknown(unknown_rate: dict[str, float], warn: Callable[[str], None]) ->
 def tokenize_prepared(
     prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0, warn: Callable[[str], None] = print
 ) -> dict:
-    """Encode everything `prepare` wrote: the labeled splits and the tokenizer into `out_dir`, the corpus into
-    `corpus_dir(out_dir)` (each written whole or not at all). Returns both metas merged, for the log.
-
-    The labeled folder holds nothing about the corpus, so with a given tokenizer a corpus change leaves it
-    byte-identical and DVC reruns no stage that reads only the labeled data.
-    """
+    """The labeled splits and the tokenizer into `out_dir`, the corpus into `corpus_dir(out_dir)`, each whole or
+    not at all; returns both metas merged, for the log. The labeled folder holds nothing about the corpus, so with a
+    given tokenizer a corpus change leaves it byte-identical and reruns no stage that reads only labeled data."""
     prepared = read_prepared_meta(prepared_dir)
     corpus_pieces = read_corpus_meta(prepared_dir).get("corpus_format") == "pieces"
     labeled_pieces = prepared.get("labeled_format") == "pieces"
@@ -115,19 +103,18 @@ def tokenize_prepared(
     meta = {**tokenizer_meta(tokenizer), "label_names": prepared["label_names"], "tokens": {}, "unknown_rate": {},
             "examples": {}}
     corpus_meta, timings = encode_corpus(prepared_dir, out_dir, tokenizer, corpus_pieces)
-    timings = {"train_seconds": train_seconds, **timings}
     with atomic_directory(out_dir) as tmp:
         save_tokenizer(tokenizer, tmp)
         for name in SPLITS:
             split = read_split(prepared_dir, name)
             ids, offsets = encode_for_classification(tokenizer, split["text"], pieces=labeled_pieces)
             write_labeled_split(tmp, name, LabeledSplit(ids, offsets, split["label"].to_numpy(np.int64)))
-            meta["tokens"][name] = int(ids.size)
-            meta["examples"][name] = len(split)
-            pieces = ids.size - len(split)
-            meta["unknown_rate"][name] = round(int(np.count_nonzero(ids == tokenizer.unk_id)) / max(pieces, 1), 6)
+            meta["tokens"][name], meta["examples"][name] = int(ids.size), len(split)
+            unknown = int(np.count_nonzero(ids == tokenizer.unk_id))
+            meta["unknown_rate"][name] = round(unknown / max(ids.size - len(split), 1), 6)
         write_tokenized_meta(tmp, meta)
     merged = {**meta, "tokens": {**corpus_meta["tokens"], **meta["tokens"]},
-              "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]}, "timings": timings}
+              "unknown_rate": {**corpus_meta["unknown_rate"], **meta["unknown_rate"]},
+              "timings": {"train_seconds": train_seconds, **timings}}
     warn_unknown(merged["unknown_rate"], warn)
     return merged

@@ -1,18 +1,11 @@
-"""The `data/tokenized/` folder's id arrays and its sibling `data/tokenized_corpus/`, written and read here only.
+"""The id arrays of `data/tokenized/` and its sibling `data/tokenized_corpus/`, written and read here only.
 
-    data/tokenized/                    what fine-tuning, evaluation and plots read
-        train.npz valid.npz test.npz   a labeled split: flat ids, offsets (n+1), labels
-        meta.json                      vocabulary size, special ids, label names, split counts, unknown rates
-        train_pairs.npz ...            translation: a split's sentence pairs, source and target ids + offsets
-    data/tokenized_corpus/             what pretraining alone reads
-        corpus_train.npy corpus_valid.npy  the corpus as one flat id array per part (memory-mapped on read)
-        meta.json                          token counts and unknown rates of the two parts
+    data/tokenized/          what fine-tuning, evaluation and plots read: train.npz valid.npz test.npz (flat ids,
+                             offsets n+1, labels), translation's <split>_pairs.npz, the tokenizer, meta.json
+    data/tokenized_corpus/   what pretraining alone reads: corpus_train.npy corpus_valid.npy (memory-mapped), meta.json
 
-The tokenizer's own files sit beside the labeled splits (`tokenizer.save_tokenizer`). The corpus
-folder is the labeled folder's sibling `<name>_corpus` (`corpus_dir`): a corpus change leaves
-`data/tokenized/` byte-identical (when the tokenizer does not change), so the scratch fine-tune
-is not rerun. Nothing here needs torch or the tokenizer, so a stage that only reads ids imports
-neither.
+A corpus change leaves `data/tokenized/` byte-identical, so the scratch fine-tune is not rerun. Nothing here
+needs torch, pandas or the tokenizer (a stage that only reads ids imports none of them).
 """
 
 from __future__ import annotations
@@ -45,8 +38,14 @@ def _split_file(directory: Path, name: str) -> Path:
     return Path(directory) / f"{name}.npz"
 
 
+def _pair_file(directory: Path, name: str) -> Path:
+    return Path(directory) / f"{name}_pairs.npz"
+
+
 @dataclass
 class PairSplit:
+    """A split's sentence pairs: source and target sequences as views into flat arrays."""
+
     source_ids: np.ndarray
     source_offsets: np.ndarray
     target_ids: np.ndarray
@@ -68,11 +67,13 @@ class PairSplit:
         return np.diff(self.target_offsets)
 
 
+@dataclass(eq=False)
 class LabeledSplit:
     """Token sequences of one labeled split, as views into one flat array."""
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, labels: np.ndarray):
-        self.ids, self.offsets, self.labels = ids, offsets, labels
+    ids: np.ndarray
+    offsets: np.ndarray
+    labels: np.ndarray
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -85,24 +86,16 @@ class LabeledSplit:
 
     def text_stream(self, eos_id: int) -> np.ndarray:
         """The texts alone, each closed by EOS and concatenated, as the pretraining corpus is: labels unused."""
-        ends = self.offsets[1:]
-        stream = np.insert(self.ids, ends, eos_id)
-        return stream.astype(self.ids.dtype, copy=False)
-
-
-# --- writing (the tokenize stage) -------------------------------------------------------------
+        return np.insert(self.ids, self.offsets[1:], eos_id).astype(self.ids.dtype, copy=False)
 
 
 def write_corpus_part(directory: Path, part: str, chunks: Iterable[np.ndarray], dtype: np.dtype) -> int:
-    """Stream id chunks into a .npy file without holding them all in memory; returns the token count.
+    """Stream id chunks into the .npy `np.save` would write, never holding them all; returns the token count.
 
-    The ids go to a headerless file first (the count is known only at the end), then the .npy header
-    and those bytes are copied into place with plain file reads and writes: memory-mapping both files
-    would put every page of them in the stage's resident memory (a 1 GB corpus: about 1 GB).
-    """
+    The ids go to a headerless file first (the count is known only at the end), then header and bytes are copied
+    with plain reads and writes: memory-mapping would put every page in the stage's resident memory."""
     path = _corpus_file(directory, part)
-    raw = path.with_suffix(".raw")
-    total = 0
+    raw, total = path.with_suffix(".raw"), 0
     with open(raw, "wb") as handle:
         for chunk in chunks:
             chunk.astype(dtype, copy=False).tofile(handle)
@@ -119,10 +112,6 @@ def write_labeled_split(directory: Path, name: str, split: LabeledSplit) -> None
     np.savez(_split_file(directory, name), ids=split.ids, offsets=split.offsets, labels=split.labels)
 
 
-def _pair_file(directory: Path, name: str) -> Path:
-    return Path(directory) / f"{name}_pairs.npz"
-
-
 def write_pair_split(directory: Path, name: str, split: PairSplit) -> None:
     np.savez(_pair_file(directory, name), source_ids=split.source_ids, source_offsets=split.source_offsets,
              target_ids=split.target_ids, target_offsets=split.target_offsets)
@@ -132,16 +121,12 @@ def write_tokenized_meta(directory: Path, meta: dict[str, Any]) -> None:
     write_json(Path(directory) / META, meta)
 
 
-# --- reading (pretrain, fine-tune, evaluate, plot) -------------------------------------------
-
-
 def read_tokenized_meta(directory: Path) -> dict[str, Any]:
     return read_json(require_file(Path(directory) / META, "tokenized data"))
 
 
 def load_corpus(directory: Path, part: str) -> np.ndarray:
-    """One corpus part of the tokenized folder `directory` (read from its `_corpus` sibling), memory-mapped: a
-    corpus larger than memory is never copied whole."""
+    """One corpus part of the tokenized folder `directory` (from its `_corpus` sibling), memory-mapped."""
     return np.load(require_file(_corpus_file(corpus_dir(directory), part), "tokenized corpus"), mmap_mode="r")
 
 
