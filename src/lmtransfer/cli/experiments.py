@@ -263,7 +263,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                               "that counts it")
     scaling.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     scaling.set_defaults(func=cmd_scaling)
+    add_data_commands(commands)
 
+
+def add_data_commands(commands: argparse._SubParsersAction) -> None:
+    """`imdb` and `course`: the data the profiles read, fetched and checked once."""
     imdb = command(
         commands, "imdb", "get the Large Movie Review Dataset (100,000 IMDB reviews) once: fetched, checked, kept",
         "Downloads Stanford's aclImdb_v1.tar.gz into the dataset cache (84 MB, once), or takes a local copy of it "
