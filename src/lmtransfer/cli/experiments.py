@@ -23,7 +23,7 @@ PROFILES = Path("profiles")  # one YAML file per variant: only the params.yaml k
 
 
 def profile_changes(path: Path) -> list[str]:
-    """A profile's keys as `dvc exp run -S` overrides (`section.key=value`, the value in Hydra's grammar)."""
+    """A profile's keys as `dvc exp run -S` overrides (the value in Hydra's grammar)."""
     from lmtransfer.core.config import read_params_file
 
     raw = read_params_file(path)
@@ -39,7 +39,7 @@ def _override_value(value) -> str:
 
 
 def overlay(params_file: Path, changes: list[str]) -> dict:
-    """`params_file` with `changes` applied the way `dvc exp run -S` applies them (DVC's own code, on a copy)."""
+    """`params_file` with `changes` applied as `dvc exp run -S` applies them (DVC's own code, on a copy)."""
     from dvc.exceptions import DvcException
     from dvc.utils.hydra import apply_overrides
 
@@ -56,8 +56,7 @@ def overlay(params_file: Path, changes: list[str]) -> dict:
 
 
 def overlaid_params(root: Path, changes: list[str]):
-    """params.yaml with `changes`, validated: a profile or `--set` naming a key params.yaml lacks, or a bad value,
-    stops here, naming it, before any work."""
+    """params.yaml with `changes`, validated: a key it lacks or a bad value stops here, before any work."""
     from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file
 
@@ -73,14 +72,12 @@ def overlaid_params(root: Path, changes: list[str]):
 
 
 def profile_command(name: str, changes: list[str], queue: bool = False) -> list[str]:
-    """`dvc exp run` of the one pipeline as experiment `name`, with the profile's and the user's changes."""
     return ["dvc", "exp", "run", *(["--queue"] if queue else []), "-n", name,
             *[part for change in changes for part in ("-S", change)]]
 
 
 def require_committed_params(root: Path, changes: list[str]) -> None:
-    """A profile applies over the committed params.yaml (or over this same run's values: the command run again);
-    edits there, or another experiment's values left in the workspace, would mix in."""
+    """A profile applies over the committed params.yaml (or this same run's values): edits would mix in."""
     from lmtransfer.core.config import read_params_file
 
     current = read_params_file(root / paths.PARAMS)

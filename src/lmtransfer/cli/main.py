@@ -43,8 +43,7 @@ TRANSLATION_PARAMS = TRANSLATION / "params.yaml"  # `--translation`'s default, l
 def parameter_table(
     vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int, origin: str = ""
 ) -> str:
-    """Per-block parameter counts, measured on real modules, next to their closed-form totals.
-    `origin` (where the sizes came from) goes under the first line."""
+    """Per-block parameter counts, measured on real modules, next to their closed-form totals."""
     from lmtransfer.modeling.model import (
         Classifier,
         LanguageModel,
@@ -85,7 +84,6 @@ def parameter_table(
 
 
 def load_any_task_params(path: Path):
-    """A params file of either task, as its `task` key says."""
     from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file, split_task
     from lmtransfer.translation.config import parse_translation_params
@@ -102,15 +100,13 @@ def _existing(path: Path, named_by: str) -> Path:
 
 
 def dictionary_size(path: Path, named_by: str) -> int:
-    """V of a fairseq dictionary: its entries + the 4 special ids."""
     from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
     return DictionaryTokenizer(read_fairseq_dictionary(_existing(path, named_by))).vocab_size
 
 
 def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
-    """V as the tokenize stage will make it, without running it: the dictionary's entries + 4 special ids,
-    an existing sentencepiece model's pieces (+ any specials it lacks), or the size to train."""
+    """V as the tokenize stage will make it, without running it."""
     from lmtransfer.tokens.tokenizer import SentencePieceTokenizer
 
     if tokenizer.vocab_file:
@@ -194,7 +190,7 @@ def stale_vocabulary_note(vocab_size: int, tokenizer, params_file: Path) -> list
 
 
 def origins_line(origins: dict[str, str]) -> str:
-    """Where each value came from, the letters of one origin together: `V, C from ...; D, N, A, F from ...`."""
+    """`V, C from ...; D, N, A, F from ...`."""
     grouped: dict[str, list[str]] = {}
     for letter in ("V", "C", "D", "N", "A", "F"):
         grouped.setdefault(origins[letter], []).append(letter)
@@ -202,7 +198,7 @@ def origins_line(origins: dict[str, str]) -> str:
 
 
 def attention_line(params, d_model: int) -> str:
-    """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
+    """How the base attends; next-sentence prediction's extra parameters, which only pretraining has."""
     from lmtransfer.modeling.model import MaskedLanguageModel, ModelConfig, count_parameters
 
     if params is None:
@@ -412,7 +408,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def package_version() -> str:
-    """The installed distribution's version (pyproject.toml's)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -434,5 +429,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def program() -> None:
-    """The `lmtransfer` command and `python -m lmtransfer.cli`: main() on the command line."""
     main()

@@ -1,9 +1,4 @@
-"""The lab's comparison from the course pipeline's evaluation report: the table the course's write-ups show.
-
-Validation accuracy per epoch for the pretrained and the scratch network (mean ± sd over the runs), test
-accuracy with the gap's interval, the TF-IDF baseline on the same pieces, and the course's published numbers
-beside them, so a reader sees at once how far this run is from the lab's picture.
-"""
+"""The lab's comparison printed at the end of `lmtransfer course`, beside the course's published numbers."""
 
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ def _cell(mean: float, sd: float) -> str:
 
 
 def epoch_rows(report: dict) -> list[tuple[int, str, str, str]]:
-    """(epoch, pretrained, scratch, pretrained - scratch) of the mean validation accuracy per epoch."""
     pretrained, scratch = report["pretrained"], report["scratch"]
     rows = []
     for epoch, (p, p_sd, s, s_sd) in enumerate(zip(pretrained["val_accuracy_mean_per_epoch"],
@@ -35,7 +29,6 @@ def epoch_rows(report: dict) -> list[tuple[int, str, str, str]]:
 
 
 def lab_lines(report: dict) -> list[str]:
-    """The comparison as printed at the end of `lmtransfer course`."""
     pretrained, scratch, gap = report["pretrained"], report["scratch"], report["gap"]
     runs = report["n_seeds"]
     lines = [f"The course's experiment on its files: {report['n_test_examples']:,} test reviews, "
