@@ -17,17 +17,6 @@ def _cell(mean: float, sd: float) -> str:
     return f"{mean:.3f} ± {sd:.3f}"
 
 
-def epoch_rows(report: dict) -> list[tuple[int, str, str, str]]:
-    pretrained, scratch = report["pretrained"], report["scratch"]
-    rows = []
-    for epoch, (p, p_sd, s, s_sd) in enumerate(zip(pretrained["val_accuracy_mean_per_epoch"],
-                                                   pretrained["val_accuracy_std_per_epoch"],
-                                                   scratch["val_accuracy_mean_per_epoch"],
-                                                   scratch["val_accuracy_std_per_epoch"]), start=1):
-        rows.append((epoch, _cell(p, p_sd), _cell(s, s_sd), f"{p - s:+.3f}"))
-    return rows
-
-
 def lab_lines(report: dict) -> list[str]:
     pretrained, scratch, gap = report["pretrained"], report["scratch"], report["gap"]
     runs = report["n_seeds"]
@@ -36,7 +25,10 @@ def lab_lines(report: dict) -> list[str]:
              f"{report['n_finetuning_seeds']} fine-tuning seed(s))", "",
              "validation accuracy per epoch (mean ± sd over the runs):",
              f"  {'epoch':>5}  {'pretrained':>15}  {'scratch':>15}  {'difference':>10}"]
-    lines += [f"  {e:>5}  {p:>15}  {s:>15}  {d:>10}" for e, p, s, d in epoch_rows(report)]
+    curves = zip(*(variant[f"val_accuracy_{kind}_per_epoch"] for variant in (pretrained, scratch)
+                   for kind in ("mean", "std")))
+    lines += [f"  {epoch:>5}  {_cell(p, p_sd):>15}  {_cell(s, s_sd):>15}  {p - s:>+10.3f}"
+              for epoch, (p, p_sd, s, s_sd) in enumerate(curves, start=1)]
     lines += ["", "test accuracy (each run at its best validation epoch):",
               f"  pretrained  {_cell(pretrained['accuracy_mean'], pretrained['accuracy_std'])}   "
               f"course: {PUBLISHED['pretrained_test']}",

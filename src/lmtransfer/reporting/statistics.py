@@ -53,12 +53,6 @@ def nested_bootstrap(
     return gaps
 
 
-def percentile_interval(gaps: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(gaps, [tail, 100 - tail])
-    return float(low), float(high)
-
-
 def bootstrap_p_value(gaps: np.ndarray) -> float:
     """Twice the smaller share of resamples on either side of zero (the data counted as one resample)."""
     n = len(gaps)
@@ -72,7 +66,8 @@ def gap_uncertainty(correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: i
     resampled alone; with one seed per run, the seeds' spread is 0 and the runs' holds both)."""
     difference = np.asarray(correct_a, dtype=float) - np.asarray(correct_b, dtype=float)
     gaps = nested_bootstrap(difference, n_resamples, seed)
-    low, high = percentile_interval(gaps, level)
+    tail = (1 - level) / 2 * 100
+    low, high = (float(bound) for bound in np.percentile(gaps, [tail, 100 - tail]))
     spread = {source: float(nested_bootstrap(difference, n_resamples, seed, (source,)).std()) if size > 1 else 0.0
               for source, size in zip(SOURCES, difference.shape)}  # one of a kind: nothing to draw
     total = sum(value**2 for value in spread.values())
