@@ -198,11 +198,6 @@ def test_generate_accepts_the_boundaries():
     assert (args.temperature, args.top_k, args.tokens, args.samples) == (0.0, 0, 1, 1)
 
 
-def test_generate_without_a_checkpoint_names_the_missing_file(tmp_path):
-    with pytest.raises(SystemExit, match="nothing.pt"):
-        main(["generate", "hello", "--checkpoint", str(tmp_path / "nothing.pt")])
-
-
 # --- predict ------------------------------------------------------------------------------
 
 
@@ -343,6 +338,7 @@ def test_summary_translation_describes_the_translation_pipelines_own_params(in_e
 @pytest.mark.parametrize("command, hint", [
     (["translate", "the cat sleeps"], "`make run-translation`, or `dvc repro translation/dvc.yaml`"),
     (["predict", "a fine film"], "`make run`, or `dvc repro`"),
+    (["generate", "hello"], "`make run`, or `dvc repro`"),
 ])
 def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command, hint):
     _write(in_empty_dir / "dvc.yaml", "stages: {}\n")
