@@ -40,47 +40,30 @@ TRANSLATION = paths.TRANSLATION_ROOT
 TRANSLATION_PARAMS = TRANSLATION / "params.yaml"  # `--translation`'s default, likewise
 
 
-def parameter_table(
-    vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int, origin: str = ""
-) -> str:
+def parameter_table(sizes: dict[str, int], origin: str) -> str:
     """Per-block parameter counts, measured on real modules, next to their closed-form totals."""
-    from lmtransfer.modeling.model import (
-        Classifier,
-        LanguageModel,
-        ModelConfig,
-        count_parameters,
-        expected_base_parameters,
-    )
+    from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig, expected_base_parameters
+    from lmtransfer.modeling.model import count_parameters as count
 
-    config = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
-                         dropout=0.0)
-    classifier, language_model = Classifier(config, n_classes), LanguageModel(config)
-    base = classifier.base
-    layer = base.layers.layers[0]
-    rows = [("token embedding (V x D)", count_parameters(base.token_embedding), f"{vocab_size} x {d_model}")]
-    blocks = [
-        ("self-attention (4(D^2+D))", layer.self_attn),
-        ("feed-forward (2DF+F+D)", (layer.linear1, layer.linear2)),
-        ("layer norms (4D)", (layer.norm1, layer.norm2)),
-    ]
-    for name, modules in blocks:
-        modules = modules if isinstance(modules, tuple) else (modules,)
-        per_layer = sum(count_parameters(m) for m in modules)
-        rows.append((f"{name} x {n_layers}", per_layer * n_layers, f"{per_layer:,} per layer"))
-    rows.append(("positional encoding (fixed)", 0, "sinusoidal buffer"))
-    rows.append(("= base", count_parameters(base), f"formula {expected_base_parameters(vocab_size, d_model, n_layers, d_ff):,}"))
-    rows.append(("classification head (D x C + C)", count_parameters(classifier.head), f"C = {n_classes}"))
-    rows.append(("language-model head (D x V + V)", count_parameters(language_model.head), f"V = {vocab_size}"))
-    width = max(len(r[0]) for r in rows)
-    lines = [f"V={vocab_size} D={d_model} N={n_layers} A={n_heads} F={d_ff} C={n_classes}"]
-    lines += [origin, ""] if origin else [""]
-    lines += [f"{name:<{width}}  {count:>12,}  {note}" for name, count, note in rows]
-    lines += [
-        "",
-        f"{'classifier total':<{width}}  {count_parameters(classifier):>12,}",
-        f"{'language model total':<{width}}  {count_parameters(language_model):>12,}",
-    ]
-    return "\n".join(lines)
+    V, D, N, A, F, C = (sizes[letter] for letter in "VDNAFC")  # the letters the table prints
+    config = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dropout=0.0)
+    classifier, language_model = Classifier(config, C), LanguageModel(config)
+    base, layer = classifier.base, classifier.base.layers.layers[0]
+    rows = [("token embedding (V x D)", count(base.token_embedding), f"{V} x {D}")]
+    for name, modules in (("self-attention (4(D^2+D))", [layer.self_attn]),
+                          ("feed-forward (2DF+F+D)", [layer.linear1, layer.linear2]),
+                          ("layer norms (4D)", [layer.norm1, layer.norm2])):
+        per_layer = sum(count(module) for module in modules)
+        rows.append((f"{name} x {N}", per_layer * N, f"{per_layer:,} per layer"))
+    rows += [("positional encoding (fixed)", 0, "sinusoidal buffer"),
+             ("= base", count(base), f"formula {expected_base_parameters(V, D, N, F):,}"),
+             ("classification head (D x C + C)", count(classifier.head), f"C = {C}"),
+             ("language-model head (D x V + V)", count(language_model.head), f"V = {V}")]
+    width = max(len(name) for name, _, _ in rows)
+    return "\n".join([f"V={V} D={D} N={N} A={A} F={F} C={C}", origin, "",
+                      *(f"{name:<{width}}  {number:>12,}  {note}" for name, number, note in rows), "",
+                      f"{'classifier total':<{width}}  {count(classifier):>12,}",
+                      f"{'language model total':<{width}}  {count(language_model):>12,}"])
 
 
 def load_any_task_params(path: Path):
@@ -224,7 +207,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
         config = TranslationConfig(sizes["V"], sizes["D"], sizes["N"], sizes["N"], sizes["A"], sizes["F"], dropout=0.0)
         print(translation_parameter_table(config, origin))
         return
-    print(parameter_table(sizes["V"], sizes["D"], sizes["N"], sizes["A"], sizes["F"], sizes["C"], origin))
+    print(parameter_table(sizes, origin))
 
 
 def cmd_params(args: argparse.Namespace) -> None:
