@@ -59,20 +59,21 @@ def _totals(V, D, N, F, C) -> tuple[str, str]:
 # --- help ---------------------------------------------------------------------------------
 
 
-def _subcommands() -> dict[str, argparse.ArgumentParser]:
+def test_every_command_and_option_has_clean_help_stating_each_default_once(capsys):
+    """No `%%` left unformatted, no `(default: ...)` twice or empty, no internal module names."""
+    import re
+
     parser = build_parser()
-    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(commands.choices)
-
-
-def test_every_command_is_documented_and_every_option_has_help_and_shows_its_default():
-    commands = _subcommands()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert set(commands) == {"summary", "params", "generate", "fill", "results", "report", "predict", "translate",
                              "compare", "profile", "scaling", "course", "imdb", "register"}
-    for name, parser in commands.items():
-        assert parser.description, name
-        text = " ".join(parser.format_help().split())  # undo the line wrapping
-        for action in parser._actions:
+    assert {"translate", "compare", "scaling"} <= set(parser.format_help().split())
+    for name, sub in {"lmtransfer": parser, **commands}.items():
+        text = " ".join(sub.format_help().split())  # undo the line wrapping
+        assert sub.description and "%%" not in text and "%(" not in text and "cli." not in text, name
+        assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), name
+        assert "(default: )" not in text and "(default: None)" not in text, name
+        for action in sub._actions if sub is not parser else []:
             if isinstance(action, argparse._HelpAction):
                 continue
             where = f"{name} {'/'.join(action.option_strings) or action.dest}"
@@ -84,60 +85,48 @@ def test_every_command_is_documented_and_every_option_has_help_and_shows_its_def
             else:
                 shown = {f"(default: {action.default})", f"(default: {action.default!r})"}
                 assert any(s in text for s in shown), f"{where}: its default is not in `lmtransfer {name} --help`"
+    generate = " ".join(commands["generate"].format_help().split())
+    assert "(default: 0.8)" in generate and "(default: 40)" in generate and "(default: models/pretrained/seed0.pt)" in generate
 
 
-def test_help_of_generate_shows_the_defaults(capsys):
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_installed_version(flag, capsys):
+    from importlib.metadata import version
+
     with pytest.raises(SystemExit) as exit_:
-        main(["generate", "--help"])
-    assert exit_.value.code == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "(default: 0.8)" in out and "(default: 40)" in out and "(default: models/pretrained/seed0.pt)" in out
+        main([flag])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"lmtransfer {version('lmtransfer')}"
 
 
 # --- summary ------------------------------------------------------------------------------
 
+MODEL_64 = "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n"
+FLAGS = ["--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"]
 
-def test_summary_prints_the_reference_parameter_counts(capsys):
-    main(["summary", "--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2",
-          "--d-ff", "200", "--n-classes", "2"])
+
+@pytest.mark.parametrize("params, meta, argv, first, expected", [
+    ("", None, [*FLAGS, "--n-classes", "2"], "V=100 D=200 N=4 A=2 F=200 C=2",
+     ["V from --vocab-size; C from --n-classes; D from --d-model", "= base", "988,000", "988,402", "1,008,100"]),
+    ("", None, ["--vocab-size", "50001", *FLAGS[2:]], "V=50001 D=200 N=4 A=2 F=200 C=2", ["10,968,602", "21,018,401"]),
+    (MODEL_64, (300, ["high", "low", "normal"]), [], "V=300 D=64 N=2 A=4 F=128 C=3",
+     ["V, C from data/tokenized/meta.json; D, N, A, F from params.yaml\n", *_totals(300, 64, 2, 128, 3)]),
+    ("tokenizer:\n  vocab_size: 1000\n", None, [], "V=1000 D=256 N=2 A=2 F=256 C=2",
+     ["V from tokenizer.vocab_size in params.yaml", "C = 2, assumed (no data/tokenized/meta.json yet",
+      _totals(1000, 256, 2, 256, 2)[0]]),
+    (MODEL_64, (300, ["neg", "pos"]), ["--n-layers", "6", "--n-classes", "5"], "V=300 D=64 N=6 A=4 F=128 C=5",
+     ["\nV from data/tokenized/meta.json; C from --n-classes; D, A, F from params.yaml; N from --n-layers\n"]),
+    ("tokenizer:\n  vocab_size: 8000\n", (4000, ["neg", "pos"]), [], "V=4000 D=256 N=2 A=2 F=256 C=2",
+     ["note: tokenizer.vocab_size in params.yaml now gives V = 8000", "dvc repro tokenize"]),
+], ids=["flags", "french-vocabulary", "params-and-meta", "before-tokenize", "flags-override", "stale-meta"])
+def test_summary_takes_each_size_from_a_flag_the_tokenized_data_or_params_yaml_and_says_which(
+        in_empty_dir, capsys, params, meta, argv, first, expected):
+    if params:
+        _params(in_empty_dir / "params.yaml", params)
+    if meta:
+        _tokenized_meta(in_empty_dir, *meta)
+    main(["summary", *argv])
     out = capsys.readouterr().out
-    assert "classifier total" in out and "988,402" in out
-    assert "language model total" in out and "1,008,100" in out
-    assert "= base" in out and "988,000" in out
-    assert "V from --vocab-size; C from --n-classes; D from --d-model" in out
-
-
-def test_summary_for_the_original_french_vocabulary(capsys):
-    main(["summary", "--vocab-size", "50001", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"])
-    out = capsys.readouterr().out
-    assert "10,968,602" in out and "21,018,401" in out
-
-
-def test_summary_without_arguments_describes_the_model_params_yaml_and_the_tokenized_data_configure(
-    in_empty_dir, capsys
-):
-    _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
-    _tokenized_meta(in_empty_dir, 300, ["high", "low", "normal"])
-    main(["summary"])
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert lines[0] == "V=300 D=64 N=2 A=4 F=128 C=3"
-    assert lines[1] == "V, C from data/tokenized/meta.json; D, N, A, F from params.yaml"
-    classifier, language_model = _totals(300, 64, 2, 128, 3)
-    assert "classifier total" in out and classifier in out and language_model in out
-    assert "toy" not in out and "V=100" not in out
-
-
-def test_summary_before_the_tokenize_stage_takes_V_from_the_tokenizer_params_and_states_C_as_an_assumption(
-    in_empty_dir, capsys
-):
-    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 1000\n")
-    main(["summary"])
-    out = capsys.readouterr().out
-    assert out.splitlines()[0] == "V=1000 D=256 N=2 A=2 F=256 C=2"
-    assert "V from tokenizer.vocab_size in params.yaml" in out
-    assert "C = 2, assumed (no data/tokenized/meta.json yet" in out
-    assert _totals(1000, 256, 2, 256, 2)[0] in out
+    assert out.splitlines()[0] == first and all(text in out for text in expected), out
 
 
 def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_file(in_empty_dir, capsys):
@@ -163,60 +152,29 @@ def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(
     assert "V from tokenizer.model_file (spm.model) in params.yaml" in out
 
 
-def test_summary_flags_override_single_values_and_say_so(in_empty_dir, capsys):
-    _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n")
-    _tokenized_meta(in_empty_dir, 300, ["neg", "pos"])
-    main(["summary", "--n-layers", "6", "--n-classes", "5"])
-    out = capsys.readouterr().out
-    assert out.splitlines()[0] == "V=300 D=64 N=6 A=4 F=128 C=5"
-    assert out.splitlines()[1] == (
-        "V from data/tokenized/meta.json; C from --n-classes; D, A, F from params.yaml; N from --n-layers"
-    )
-
-
-def test_summary_without_params_yaml_takes_every_size_from_flags_or_names_what_is_missing(capsys):
+@pytest.mark.parametrize("params, argv, message", [
+    ("", [], r"^error: no params.yaml here to read the model from: .* or give --vocab-size$"),
+    ("", ["--params", "elsewhere.yaml"], "elsewhere.yaml.*not found"),
+    ("model:\n  n_layer: 3\n", [], "model.n_layer"),
+    ("", ["--vocab-file", "nothing.txt"], r"nothing\.txt: no such file \(--vocab-file\)"),
+    ("", ["--vocab-size", "9", "--n-layers", "1", "--d-ff", "8", "--d-model", "7", "--n-heads", "2"],
+     r"^error: model.d_model \(7\) must be divisible by model.n_heads \(2\) \(D from --d-model, A from --n-heads\)$"),
+    ("", ["--vocab-size", "9", "--n-layers", "1", "--d-ff", "8", "--d-model", "9", "--n-heads", "3"],
+     r"must be even .* \(D from --d-model, A from --n-heads\)"),
+])
+def test_summary_refuses_in_one_line_naming_what_is_missing_or_wrong_and_where_it_came_from(
+        in_empty_dir, params, argv, message):
     """No defaults in the code: outside the project the flags describe the model, or the message says what to give."""
-    with pytest.raises(SystemExit, match=r"no params.yaml here to read the model from: .* or give --vocab-size"):
-        main(["summary"])
-    main(["summary", "--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"])
-    out = capsys.readouterr().out
-    assert out.splitlines()[0] == "V=100 D=200 N=4 A=2 F=200 C=2" and "988,402" in out and "1,008,100" in out
-
-
-def test_summary_notes_tokenized_data_older_than_the_tokenizer_params(in_empty_dir, capsys):
-    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 8000\n")
-    _tokenized_meta(in_empty_dir, 4000, ["neg", "pos"])
-    main(["summary"])
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("V=4000 ")
-    assert "note: tokenizer.vocab_size in params.yaml now gives V = 8000" in out and "dvc repro tokenize" in out
-
-
-def test_summary_with_an_explicit_params_file_that_is_missing_names_it():
-    with pytest.raises(SystemExit, match="elsewhere.yaml.*not found"):
-        main(["summary", "--params", "elsewhere.yaml"])
-
-
-def test_summary_with_an_invalid_params_file_names_the_key(in_empty_dir):
-    _params(in_empty_dir / "params.yaml", "model:\n  n_layer: 3\n")
-    with pytest.raises(SystemExit, match="model.n_layer"):
-        main(["summary"])
-
-
-def test_summary_rejects_heads_that_do_not_divide_the_width():
-    with pytest.raises(SystemExit, match="--n-heads"):
-        main(["summary", "--vocab-size", "9", "--d-model", "200", "--n-heads", "3", "--n-layers", "1", "--d-ff", "8"])
+    if params:
+        _params(in_empty_dir / "params.yaml", params)
+    with pytest.raises(SystemExit, match=message):
+        main(["summary", *argv])
 
 
 def test_summary_takes_a_vocabulary_size_or_a_dictionary_not_both(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["summary", "--vocab-size", "100", "--vocab-file", "dict.txt"])
     assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
-
-
-def test_summary_names_a_missing_dictionary():
-    with pytest.raises(SystemExit, match=r"nothing\.txt: no such file \(--vocab-file\)"):
-        main(["summary", "--vocab-file", "nothing.txt"])
 
 
 # --- generate -----------------------------------------------------------------------------
@@ -238,11 +196,6 @@ def test_generate_accepts_the_boundaries():
     args = build_parser().parse_args(["generate", "--temperature", "0", "--top-k", "0", "--tokens", "1",
                                       "--samples", "1"])
     assert (args.temperature, args.top_k, args.tokens, args.samples) == (0.0, 0, 1, 1)
-
-
-def test_generate_without_a_checkpoint_names_the_missing_file(tmp_path):
-    with pytest.raises(SystemExit, match="nothing.pt"):
-        main(["generate", "hello", "--checkpoint", str(tmp_path / "nothing.pt")])
 
 
 # --- predict ------------------------------------------------------------------------------
@@ -369,15 +322,6 @@ def test_translate_refuses_an_empty_sentence_before_loading_any_model(tmp_path):
         main(["translate", "  ", "--checkpoint", str(tmp_path / "missing.pt")])
 
 
-def test_version_prints_the_installed_version(capsys):
-    from importlib.metadata import version
-
-    with pytest.raises(SystemExit) as exit_:
-        main(["--version"])
-    assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"lmtransfer {version('lmtransfer')}"
-
-
 def test_summary_translation_describes_the_translation_pipelines_own_params(in_empty_dir, capsys):
     """`--translation` reads translation/params.yaml by default, not the classification params.yaml beside it."""
     _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 4\n  d_model: 200\n  n_heads: 2\n  d_ff: 200\n")
@@ -394,6 +338,7 @@ def test_summary_translation_describes_the_translation_pipelines_own_params(in_e
 @pytest.mark.parametrize("command, hint", [
     (["translate", "the cat sleeps"], "`make run-translation`, or `dvc repro translation/dvc.yaml`"),
     (["predict", "a fine film"], "`make run`, or `dvc repro`"),
+    (["generate", "hello"], "`make run`, or `dvc repro`"),
 ])
 def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command, hint):
     _write(in_empty_dir / "dvc.yaml", "stages: {}\n")
@@ -401,42 +346,6 @@ def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command,
     with pytest.raises(SystemExit) as exit_:
         main(command)
     assert str(exit_.value).startswith("error: ") and str(exit_.value).endswith(f"(run the stage that produces it: {hint})")
-
-
-def test_an_impossible_shape_from_the_flags_is_refused_by_the_params_own_rule_naming_where_each_value_came_from():
-    sizes = ["--vocab-size", "9", "--n-layers", "1", "--d-ff", "8"]
-    with pytest.raises(SystemExit) as exit_:
-        main(["summary", *sizes, "--d-model", "7", "--n-heads", "2"])
-    assert str(exit_.value) == ("error: model.d_model (7) must be divisible by model.n_heads (2) (D from --d-model, "
-                                "A from --n-heads)")
-    with pytest.raises(SystemExit, match=r"must be even .* \(D from --d-model, A from --n-heads\)"):
-        main(["summary", *sizes, "--d-model", "9", "--n-heads", "3"])
-
-
-def test_every_help_text_is_clean_and_states_each_default_once(capsys):
-    """No `%%` left unformatted, no `(default: ...)` twice or empty, no internal module names."""
-    import re
-
-    from lmtransfer.cli.main import build_parser
-
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    texts = {"lmtransfer": parser.format_help()} | {name: sub.format_help() for name, sub in commands.items()}
-    for name, text in texts.items():
-        flat = " ".join(text.split())
-        assert "%%" not in flat and "%(" not in flat, name
-        assert not re.search(r"\(default: [^)]*\)\s*\(default:", flat), name
-        assert "(default: )" not in flat and "(default: None)" not in flat, name
-        assert "cli." not in flat, name
-    assert {"translate", "compare", "scaling"} <= {word for word in texts["lmtransfer"].split()}
-
-
-def test_the_version_answers_to_dash_capital_v(capsys):
-    from lmtransfer.cli.main import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["-V"])
-    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("lmtransfer ")
 
 
 def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(tmp_path):

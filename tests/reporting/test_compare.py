@@ -11,7 +11,7 @@ from lmtransfer.core.errors import LmtransferError
 from lmtransfer.reporting import experiments as experiments_module
 from lmtransfer.reporting import scaling
 from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
-from lmtransfer.reporting.experiments import Experiment, changed_params, list_experiments
+from lmtransfer.reporting.experiments import Experiment, list_experiments
 
 from conftest import shipped
 
@@ -74,12 +74,6 @@ def test_compare_refuses_a_param_that_is_not_in_params_yaml_naming_it():
         compare_rows([_experiment("a", 0.001, 0.66)], by="finetune.lrr")
     with pytest.raises(LmtransferError, match="no experiment has results"):
         compare_rows([_experiment("q", 0.001, 0.66, report=False)])
-
-
-def test_changed_params_are_the_ones_whose_values_differ():
-    one, two = _experiment("a", 0.001, 0.6), _experiment("b", 0.001, 0.6)
-    two.params["model.n_layers"] = 6
-    assert changed_params([one, two]) == ["model.n_layers"] and changed_params([one]) == []
 
 
 def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monkeypatch, tmp_path):

@@ -45,9 +45,10 @@ def test_results_compares_the_run_with_the_committed_file_or_another_run(tmp_pat
     monkeypatch.chdir(tmp_path)
     assert committed_headline(Path("metrics/headline.json"))["gap"] == 0.1
 
-    import lmtransfer.cli.classification as classification_cli
+    import lmtransfer.cli.main as cli
 
-    monkeypatch.setattr(classification_cli, "results_report", lambda metrics: "scores")
+    (metrics / "evaluate.json").write_text("{}")
+    monkeypatch.setattr(cli, "results_report", lambda report: "scores")
     lmtransfer(["results", "--metrics", "metrics"])
     assert capsys.readouterr().out.splitlines()[-1].endswith(": consistent with the committed run")
     lmtransfer(["results", "--metrics", "metrics", "--against", "other"])

@@ -86,13 +86,9 @@ def test_fine_tuning_seeds_are_resampled_within_each_pretraining_run():
     assert result["share"]["finetuning_seeds"] > result["share"]["test_examples"]
 
 
-def test_resampling_only_the_named_sources_leaves_the_others_as_they_are():
+def test_resampling_is_seeded_and_draws_only_the_named_sources():
     difference = np.random.default_rng(4).normal(size=(3, 2, 50))
-    fixed = nested_bootstrap(difference, 100, seed=0, resample=())
-    assert np.allclose(fixed, difference.mean())
-
-
-def test_resampling_is_seeded():
+    assert np.allclose(nested_bootstrap(difference, 100, seed=0, resample=()), difference.mean())
     a, b = _correct(0.8, 3, 1, 500, 7), _correct(0.7, 3, 1, 500, 8)
     assert gap_uncertainty(a, b, 1000, seed=3) == gap_uncertainty(a, b, 1000, seed=3)
     assert gap_uncertainty(a, b, 1000, seed=3) != gap_uncertainty(a, b, 1000, seed=4)

@@ -1,2 +1,2 @@
-"""The `lmtransfer` command (`main.py` builds the parser); each task's commands live in a module of their own:
-`classification`, `translation`, and `pretraining` for the language model both tasks pretrain."""
+"""The `lmtransfer` command: `main.py` builds the parser (and holds summary, params, results, report); `models.py`
+the commands that run a trained model; `experiments.py` those that run or read several experiments."""

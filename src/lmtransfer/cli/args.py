@@ -1,5 +1,5 @@
-"""What every `lmtransfer` command shares on its command line: checked number types, texts from arguments or
-standard input, and the help layout."""
+"""What the `lmtransfer` commands share: checked number types, texts from arguments or standard input, the help
+layout."""
 
 from __future__ import annotations
 
@@ -7,62 +7,30 @@ import argparse
 import sys
 from pathlib import Path
 
-
-def how_to_pass(command: str, example: str, file: str) -> str:
-    return (f'pass them as arguments (lmtransfer {command} "{example}") or one per line on standard input '
-            f"(lmtransfer {command} < {file})")
-
-
-def texts_from_arguments_or_stdin(arguments: list[str], verb: str, how: str) -> list[str]:
-    """The texts from the command line, else from piped standard input (one per line, blank lines skipped).
-    Checked before any model loads: an empty text or a terminal waiting for input is a usage error."""
-    for number, text in enumerate(arguments, start=1):
-        if not text.strip():
-            which = f"text {number} of {len(arguments)}" if len(arguments) > 1 else "the text"
-            raise SystemExit(f"error: {which} is empty: there is nothing to {verb} in {text!r}")
-    if arguments:
-        return arguments
-    if sys.stdin is None or sys.stdin.isatty():
-        raise SystemExit(f"error: no texts to {verb}: {how}")
-    texts = [line.rstrip("\r\n") for line in _stdin_lines() if line.strip()]
-    if not texts:
-        raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {how}")
-    return texts
-
-
 CONVERT_HINT = "convert it to UTF-8 first (e.g. iconv -f latin1 -t utf-8)"
+TOKENIZER_HELP = "the tokenized data directory (or a file in it)"
 
 
-def _stdin_lines():
-    """Standard input's lines, decoded as UTF-8 here (not by the locale), so that a line that is not UTF-8
-    stops the command with its number instead of reaching the tokenizer as undecodable characters."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:  # replaced by a text-only stream (a test, an embedding program)
-        yield from sys.stdin
-        return
-    for number, raw in enumerate(stream, start=1):
-        try:
-            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as error:
-            raise SystemExit(f"error: line {number} of standard input is not UTF-8 (byte 0x{raw[error.start]:02x} at "
-                             f"byte {error.start + 1}): {CONVERT_HINT}") from None
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions kept as written; each option's default added to its help once (not where the help already
+    says its default, nor for a default that says nothing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or action.default in (None, "", False, argparse.SUPPRESS) or not action.option_strings
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
-def utf8_text(text: str) -> str:
-    """An argparse type for texts: arguments that are not UTF-8 reach Python as lone surrogates, which the
-    tokenizer cannot take; refused here, naming the byte."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        byte = text[error.start].encode("utf-8", "surrogateescape")[0]
-        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        raise argparse.ArgumentTypeError(f"{shown!r} is not UTF-8 (byte 0x{byte:02x} at character {error.start + 1}): "
-                                         f"{CONVERT_HINT}") from None
-    return text
+def command(commands: argparse._SubParsersAction, name: str, help: str, description: str = "",
+            ) -> argparse.ArgumentParser:
+    """A subcommand whose description is its help unless given."""
+    return commands.add_parser(name, help=help, description=description or help, formatter_class=HelpFormatter)
 
 
 def bounded(kind: type, low: float, name: str):
-    """An argparse type: `kind` values >= low, rejected with a message saying so."""
+    """An argparse type: `kind` values >= low."""
 
     def convert(text: str):
         try:
@@ -77,38 +45,63 @@ def bounded(kind: type, low: float, name: str):
 
 
 POSITIVE = bounded(int, 1, "an integer")
-
-
 NON_NEGATIVE = bounded(int, 0, "an integer")
-
-
 NON_NEGATIVE_FLOAT = bounded(float, 0, "a number")
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions kept as written (the examples of the top level); each option's default added to its help once:
-    not where the help already says its default, nor for a default that says nothing (None, '', False)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if ("default" in text or default in (None, "", False, argparse.SUPPRESS) or not action.option_strings
-                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
-            return text
-        return f"{text} (default: %(default)s)"
+def utf8_text(text: str) -> str:
+    """An argparse type: arguments that are not UTF-8 reach Python as lone surrogates; refused, naming the byte."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = text[error.start].encode("utf-8", "surrogateescape")[0]
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise argparse.ArgumentTypeError(f"{shown!r} is not UTF-8 (byte 0x{byte:02x} at character {error.start + 1}): "
+                                         f"{CONVERT_HINT}") from None
+    return text
 
 
 def add_texts(parser: argparse.ArgumentParser, metavar: str, what: str) -> None:
-    """The texts a model runs over: arguments, else the lines of standard input (`texts_from_arguments_or_stdin`)."""
     parser.add_argument("texts", nargs="*", default=argparse.SUPPRESS, metavar=metavar, type=utf8_text,
                         help=f"{what} (default: the lines of standard input)")
 
 
-TOKENIZER_HELP = "the tokenized data directory (or a file in it)"
-
-
 def add_model_files(parser: argparse.ArgumentParser, checkpoint: Path, checkpoint_help: str, tokenizer: Path,
                     tokenizer_help: str = TOKENIZER_HELP) -> None:
-    """`--checkpoint` and `--tokenizer`: what every command that runs a trained model loads."""
     parser.add_argument("--checkpoint", type=Path, default=checkpoint, help=checkpoint_help)
     parser.add_argument("--tokenizer", type=Path, default=tokenizer, help=tokenizer_help)
+
+
+def texts_from_arguments_or_stdin(args: argparse.Namespace, verb: str, command: str, example: str,
+                                  file: str) -> list[str]:
+    """The texts of the command line, else the lines of piped standard input (blank ones skipped). Checked before
+    any model loads: an empty text or a terminal waiting for input is a usage error."""
+    arguments = getattr(args, "texts", [])
+    how = (f'pass them as arguments (lmtransfer {command} "{example}") or one per line on standard input '
+           f"(lmtransfer {command} < {file})")
+    for number, text in enumerate(arguments, start=1):
+        if not text.strip():
+            which = f"text {number} of {len(arguments)}" if len(arguments) > 1 else "the text"
+            raise SystemExit(f"error: {which} is empty: there is nothing to {verb} in {text!r}")
+    if arguments:
+        return arguments
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SystemExit(f"error: no texts to {verb}: {how}")
+    texts = [line.rstrip("\r\n") for line in _stdin_lines() if line.strip()]
+    if not texts:
+        raise SystemExit(f"error: standard input held no text (only blank lines or nothing): {how}")
+    return texts
+
+
+def _stdin_lines():
+    """Standard input decoded as UTF-8 here (not by the locale): a line that is not stops with its number."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text-only stream (a test, an embedding program)
+        yield from sys.stdin
+        return
+    for number, raw in enumerate(stream, start=1):
+        try:
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"error: line {number} of standard input is not UTF-8 (byte 0x{raw[error.start]:02x} at "
+                             f"byte {error.start + 1}): {CONVERT_HINT}") from None

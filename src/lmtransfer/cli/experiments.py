@@ -1,9 +1,11 @@
-"""Commands over several experiments: `lmtransfer profile` (a variant of the pipeline as a named DVC experiment),
-`lmtransfer compare` (a sweep side by side) and `lmtransfer scaling` (the pretraining-budget study, queued)."""
+"""Commands that run or read several experiments: `profile` (a variant as a named DVC experiment), `compare` (a
+sweep side by side), `scaling` (the pretraining-budget study, queued), `course` (lab 2 of the ALTEGRAD course on
+its own files) and `imdb` (the Large Movie Review Dataset, fetched once)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shlex
@@ -11,9 +13,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from lmtransfer.cli.args import command
 from lmtransfer.core import paths
 from lmtransfer.core.errors import LmtransferError
 
@@ -21,7 +23,7 @@ PROFILES = Path("profiles")  # one YAML file per variant: only the params.yaml k
 
 
 def profile_changes(path: Path) -> list[str]:
-    """A profile's keys as `dvc exp run -S` overrides (`section.key=value`, the value in Hydra's grammar)."""
+    """A profile's keys as `dvc exp run -S` overrides (the value in Hydra's grammar)."""
     from lmtransfer.core.config import read_params_file
 
     raw = read_params_file(path)
@@ -37,7 +39,7 @@ def _override_value(value) -> str:
 
 
 def overlay(params_file: Path, changes: list[str]) -> dict:
-    """`params_file` with `changes` applied the way `dvc exp run -S` applies them (DVC's own code, on a copy)."""
+    """`params_file` with `changes` applied as `dvc exp run -S` applies them (DVC's own code, on a copy)."""
     from dvc.exceptions import DvcException
     from dvc.utils.hydra import apply_overrides
 
@@ -54,8 +56,7 @@ def overlay(params_file: Path, changes: list[str]) -> dict:
 
 
 def overlaid_params(root: Path, changes: list[str]):
-    """params.yaml with `changes`, validated: a profile or `--set` naming a key params.yaml lacks, or a bad value,
-    stops here, naming it, before any work."""
+    """params.yaml with `changes`, validated: a key it lacks or a bad value stops here, before any work."""
     from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file
 
@@ -71,14 +72,12 @@ def overlaid_params(root: Path, changes: list[str]):
 
 
 def profile_command(name: str, changes: list[str], queue: bool = False) -> list[str]:
-    """`dvc exp run` of the one pipeline as experiment `name`, with the profile's and the user's changes."""
     return ["dvc", "exp", "run", *(["--queue"] if queue else []), "-n", name,
             *[part for change in changes for part in ("-S", change)]]
 
 
 def require_committed_params(root: Path, changes: list[str]) -> None:
-    """A profile applies over the committed params.yaml (or over this same run's values: the command run again);
-    edits there, or another experiment's values left in the workspace, would mix in."""
+    """A profile applies over the committed params.yaml (or this same run's values): edits would mix in."""
     from lmtransfer.core.config import read_params_file
 
     current = read_params_file(root / paths.PARAMS)
@@ -99,10 +98,10 @@ def cmd_profile(args: argparse.Namespace) -> None:
     changes = profile_changes(args.root / PROFILES / f"{args.name}.yaml") + args.changes
     overlaid_params(args.root, changes)  # a bad key stops before DVC touches params.yaml
     require_committed_params(args.root, changes)
-    command = profile_command(args.name, changes, args.queue)
-    print("profile: " + shlex.join(command), flush=True)
-    if subprocess.run(command, cwd=args.root, env=dvc_env()).returncode:
-        raise LmtransferError(f"`{shlex.join(command[:5])} ...` failed (its error is above)")
+    run = profile_command(args.name, changes, args.queue)
+    print("profile: " + shlex.join(run), flush=True)
+    if subprocess.run(run, cwd=args.root, env=dvc_env()).returncode:
+        raise LmtransferError(f"`{shlex.join(run[:5])} ...` failed (its error is above)")
     if args.queue:
         print(f"profile: {args.name} queued; run the queue with `dvc exp run --run-all`, then `lmtransfer compare`")
     else:
@@ -164,9 +163,56 @@ def _tokens(value: float | None) -> str:
     return "no finite number of" if value is None else f"{value:.3g}"
 
 
-def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+def cmd_course(args: argparse.Namespace) -> None:
+    from lmtransfer.course import experiment as course
+    from lmtransfer.course.comparison import lab_lines
+    from lmtransfer.course.corpus import write_french_corpus
+    from lmtransfer.course.files import DEFAULT_URL, Manifest, gather, read_manifest
+    from lmtransfer.reporting.experiments import dvc_env
+    from lmtransfer.reporting.result_files import read_result_json, reading
+
+    root = args.root
+    profile = profile_changes(root / PROFILES / "course.yaml")
+    overlaid_params(root, profile + args.changes)  # a bad --set stops before any download
+    manifest = read_manifest(args.manifest) if args.manifest else Manifest()
+    raw = root / course.RAW
+    present = gather(raw, manifest, args.source, args.url or DEFAULT_URL)
+    print(f"course: {len(present)} files of {manifest.repository} at {manifest.commit[:7]} checked in {raw}")
+    plan = course.plan_for(present, args.changes)
+    if plan.write_bible:
+        write_french_corpus(raw)
+    if args.fetch_only:
+        return
+    params = overlaid_params(root, profile + plan.changes)  # a bad one stops here, before any work
+    require_committed_params(root, profile + plan.changes)
+    train_tokens = sum(len(line.split()) + 1 for line in (raw / "cls-books" / "train.review.spm").open(encoding="utf-8"))
+    print(f"course: the pretrained variant: {plan.pretrained}; about "
+          f"{course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores (a GPU: minutes); each stage "
+          "shows its progress")
+    seconds = course.run_pipeline(profile_command("course", profile + plan.changes), root, dvc_env())
+    path = root / "metrics" / "evaluate.json"
+    report = read_result_json(path, "the course's evaluation metrics")
+    with reading(path, "the course's evaluation metrics"):
+        print("\n" + "\n".join(lab_lines(report)))
+    print(f"\ncourse: {seconds / 60:.1f} min; the workspace holds the experiment `course` (plots/, `lmtransfer "
+          "results`); back to the committed run: git checkout params.yaml dvc.lock metrics && dvc checkout")
+
+
+def cmd_imdb(args: argparse.Namespace) -> None:
+    from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1, imdb_reviews
+
+    release = dataclasses.replace(ACL_IMDB_V1, url=args.url) if args.url else ACL_IMDB_V1
+    kept = imdb_reviews(args.source or "", release)
+    counts = ", ".join(f"{pin.folder} {pin.files:,}" for pin in release.folders)
+    print(f"imdb: {sum(pin.files for pin in release.folders):,} reviews of {release.archive_name} checked and kept "
+          f"in {kept} ({counts})")
+    print("imdb: use them with `data.source: imdb` (25,000 train / 25,000 test as published) or "
+          "`data.corpus: [imdb-reviews]` (the 75,000 train and unlabeled reviews as any source's corpus)")
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
     profile = command(
-        "profile", "a variant of the pipeline (profiles/NAME.yaml) run as the named DVC experiment NAME",
+        commands, "profile", "a variant of the pipeline (profiles/NAME.yaml) run as the named DVC experiment NAME",
         "Runs `dvc exp run -n NAME -S key=value ...` with each key of profiles/NAME.yaml (only what it changes "
         "from params.yaml: course, reviews, imdb, large), in the workspace, over the committed params.yaml. The "
         "overlaid params are checked first: a key params.yaml lacks or a bad value stops it, naming the key.",
@@ -180,7 +226,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     profile.set_defaults(func=cmd_profile)
 
     compare = command(
-        "compare", "the experiments side by side: accuracies, the gap with its interval, the baseline",
+        commands, "compare", "the experiments side by side: accuracies, the gap with its interval, the baseline",
         "One row per experiment of the current commit (`dvc exp run`s and the workspace, read through "
         "`dvc exp show --json` and each one's metrics/evaluate.json): the params that differ between them, "
         "pretrained and scratch test accuracy (mean ± std over seeds), the gap with its 95% interval and "
@@ -197,7 +243,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     from lmtransfer.reporting.scaling import BUDGETS
 
     scaling = command(
-        "scaling", "the pretraining scaling study: the pipeline at several budgets through DVC's queue",
+        commands, "scaling", "the pretraining scaling study: the pipeline at several budgets through DVC's queue",
         "Queue one DVC experiment per pretraining budget (a multiple of params.yaml's pretrain.max_steps and "
         "pretrain.adapt_epochs, scaled alike), run the queue, then write results/scaling/summary.json and "
         "scaling.png. Budgets already run are kept. The 8x budget alone takes about 30 minutes on 2 CPU cores.",
@@ -214,3 +260,43 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                               "that counts it")
     scaling.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     scaling.set_defaults(func=cmd_scaling)
+    add_data_commands(commands)
+
+
+def add_data_commands(commands: argparse._SubParsersAction) -> None:
+    """`imdb` and `course`: the data the profiles read, fetched and checked once."""
+    imdb = command(
+        commands, "imdb", "get the Large Movie Review Dataset (100,000 IMDB reviews) once: fetched, checked, kept",
+        "Downloads Stanford's aclImdb_v1.tar.gz into the dataset cache (84 MB, once), or takes a local copy of it "
+        "or of its unpacked aclImdb/ folder, checks it against the pinned release (the archive's size and sha256; "
+        "a folder's files, bytes and content folder by folder) and keeps its reviews as text, one a line. A missing, "
+        "cut or changed file is named in one line and nothing is kept. The pipeline does the same on its first run "
+        "with data.source: imdb or data.corpus: [imdb-reviews]; this gets it ahead, e.g. before going offline.",
+    )
+    imdb.add_argument("--from", dest="source", metavar="PATH",
+                      help="a local aclImdb_v1.tar.gz, or its unpacked aclImdb/ folder (as data.imdb_from)")
+    imdb.add_argument("--url", help="download from this address instead (a mirror; checked all the same)")
+    imdb.set_defaults(func=cmd_imdb)
+
+    course = command(
+        commands, "course", "lab 2 of the ALTEGRAD course on its own files: fetched and checked, pretrained against scratch",
+        "Gets the course's files (github.com/moussaKam/transfer_learning_transformers at a pinned commit, or "
+        "--from a folder or clone), checks each by its git blob id and sha256, puts them in data/course/, "
+        "runs the pipeline as the DVC experiment `course` (profiles/course.yaml: the course's network and "
+        "fine-tuning schedule) and prints the lab's comparison. With the course's language model among the files it is "
+        "loaded; without it a French model is pretrained here, 3 runs. A missing, cut or changed file is named "
+        "and nothing is changed.",
+    )
+    course.add_argument("--from", dest="source", type=Path, metavar="FOLDER",
+                        help="take the files from this folder or clone instead of downloading them (offline)")
+    course.add_argument("--url", help="download from this address instead (the files under their repository "
+                        "paths; default: the repository's raw files at the pinned commit)")
+    course.add_argument("--manifest", type=Path, help="check against this JSON instead of the pinned commit's "
+                        "files (another commit or a fork): {\"repository\", \"commit\", \"files\": [{\"path\", "
+                        "\"git_blob\" and/or \"sha256\", \"size\", \"required\"}]}")
+    course.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more change for this run, as `dvc exp run -S` (repeatable), "
+                        "e.g. --set 'finetune.seeds=[3,4,5]'")
+    course.add_argument("--fetch-only", action="store_true", help="get and check the files, run nothing")
+    course.add_argument("--root", type=Path, default=Path("."), help="the repository root")
+    course.set_defaults(func=cmd_course)

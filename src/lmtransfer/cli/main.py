@@ -27,73 +27,46 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import lmtransfer.cli.classification as classification_cli
-import lmtransfer.cli.course as course_cli
-import lmtransfer.cli.datasets as datasets_cli
-import lmtransfer.cli.experiments as experiments_cli
-import lmtransfer.cli.pretraining as pretraining_cli
-import lmtransfer.cli.translation as translation_cli
-from lmtransfer.cli.args import POSITIVE, HelpFormatter
+from lmtransfer.cli import experiments, models
+from lmtransfer.cli.args import POSITIVE, HelpFormatter, command
 from lmtransfer.core import knobs, paths
 from lmtransfer.core.errors import LmtransferError
 
-
-def parameter_table(
-    vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, n_classes: int, origin: str = ""
-) -> str:
-    """Per-block parameter counts, measured on real modules, next to their closed-form totals.
-    `origin` (where the sizes came from) goes under the first line."""
-    from lmtransfer.modeling.model import (
-        Classifier,
-        LanguageModel,
-        ModelConfig,
-        count_parameters,
-        expected_base_parameters,
-    )
-
-    config = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
-                         dropout=0.0)
-    classifier, language_model = Classifier(config, n_classes), LanguageModel(config)
-    base = classifier.base
-    layer = base.layers.layers[0]
-    rows = [("token embedding (V x D)", count_parameters(base.token_embedding), f"{vocab_size} x {d_model}")]
-    blocks = [
-        ("self-attention (4(D^2+D))", layer.self_attn),
-        ("feed-forward (2DF+F+D)", (layer.linear1, layer.linear2)),
-        ("layer norms (4D)", (layer.norm1, layer.norm2)),
-    ]
-    for name, modules in blocks:
-        modules = modules if isinstance(modules, tuple) else (modules,)
-        per_layer = sum(count_parameters(m) for m in modules)
-        rows.append((f"{name} x {n_layers}", per_layer * n_layers, f"{per_layer:,} per layer"))
-    rows.append(("positional encoding (fixed)", 0, "sinusoidal buffer"))
-    rows.append(("= base", count_parameters(base), f"formula {expected_base_parameters(vocab_size, d_model, n_layers, d_ff):,}"))
-    rows.append(("classification head (D x C + C)", count_parameters(classifier.head), f"C = {n_classes}"))
-    rows.append(("language-model head (D x V + V)", count_parameters(language_model.head), f"V = {vocab_size}"))
-    width = max(len(r[0]) for r in rows)
-    lines = [f"V={vocab_size} D={d_model} N={n_layers} A={n_heads} F={d_ff} C={n_classes}"]
-    lines += [origin, ""] if origin else [""]
-    lines += [f"{name:<{width}}  {count:>12,}  {note}" for name, count, note in rows]
-    lines += [
-        "",
-        f"{'classifier total':<{width}}  {count_parameters(classifier):>12,}",
-        f"{'language model total':<{width}}  {count_parameters(language_model):>12,}",
-    ]
-    return "\n".join(lines)
-
-
 SHAPE = {"d_model": "D", "n_layers": "N", "n_heads": "A", "d_ff": "F"}
 DEFAULT_PARAMS = Path("params.yaml")  # compared by identity: an explicit `--params params.yaml` must exist
-TRANSLATION_PARAMS = translation_cli.TRANSLATION / "params.yaml"  # `--translation`'s default, likewise
+TRANSLATION = paths.TRANSLATION_ROOT
+TRANSLATION_PARAMS = TRANSLATION / "params.yaml"  # `--translation`'s default, likewise
+
+
+def parameter_table(sizes: dict[str, int], origin: str) -> str:
+    """Per-block parameter counts, measured on real modules, next to their closed-form totals."""
+    from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig, expected_base_parameters
+    from lmtransfer.modeling.model import count_parameters as count
+
+    V, D, N, A, F, C = (sizes[letter] for letter in "VDNAFC")  # the letters the table prints
+    config = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dropout=0.0)
+    classifier, language_model = Classifier(config, C), LanguageModel(config)
+    base, layer = classifier.base, classifier.base.layers.layers[0]
+    rows = [("token embedding (V x D)", count(base.token_embedding), f"{V} x {D}")]
+    for name, modules in (("self-attention (4(D^2+D))", [layer.self_attn]),
+                          ("feed-forward (2DF+F+D)", [layer.linear1, layer.linear2]),
+                          ("layer norms (4D)", [layer.norm1, layer.norm2])):
+        per_layer = sum(count(module) for module in modules)
+        rows.append((f"{name} x {N}", per_layer * N, f"{per_layer:,} per layer"))
+    rows += [("positional encoding (fixed)", 0, "sinusoidal buffer"),
+             ("= base", count(base), f"formula {expected_base_parameters(V, D, N, F):,}"),
+             ("classification head (D x C + C)", count(classifier.head), f"C = {C}"),
+             ("language-model head (D x V + V)", count(language_model.head), f"V = {V}")]
+    width = max(len(name) for name, _, _ in rows)
+    return "\n".join([f"V={V} D={D} N={N} A={A} F={F} C={C}", origin, "",
+                      *(f"{name:<{width}}  {number:>12,}  {note}" for name, number, note in rows), "",
+                      f"{'classifier total':<{width}}  {count(classifier):>12,}",
+                      f"{'language model total':<{width}}  {count(language_model):>12,}"])
 
 
 def load_any_task_params(path: Path):
-    """A params file of either task, as its `task` key says."""
     from lmtransfer.classification.config import parse_classification_params
     from lmtransfer.core.config import read_params_file, split_task
     from lmtransfer.translation.config import parse_translation_params
@@ -110,15 +83,13 @@ def _existing(path: Path, named_by: str) -> Path:
 
 
 def dictionary_size(path: Path, named_by: str) -> int:
-    """V of a fairseq dictionary: its entries + the 4 special ids."""
     from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
     return DictionaryTokenizer(read_fairseq_dictionary(_existing(path, named_by))).vocab_size
 
 
 def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
-    """V as the tokenize stage will make it, without running it: the dictionary's entries + 4 special ids,
-    an existing sentencepiece model's pieces (+ any specials it lacks), or the size to train."""
+    """V as the tokenize stage will make it, without running it."""
     from lmtransfer.tokens.tokenizer import SentencePieceTokenizer
 
     if tokenizer.vocab_file:
@@ -131,132 +102,86 @@ def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
     return tokenizer.vocab_size, "tokenizer.vocab_size"
 
 
-@dataclass(frozen=True)
-class ModelSources:
-    """Where the configured model's sizes come from when no flag gives them: the params file (None when its
-    default file is missing: the flags must then give the sizes) and the tokenize stage's meta.json, once that
-    stage has run."""
-
-    params_file: Path
-    params: Any
-    meta_file: Path
-    meta: dict | None
-
-    @property
-    def root(self) -> Path:
-        """Paths in params.yaml are relative to the repository root, where it lives."""
-        return self.params_file.parent
-
-
-def task_params_file(args: argparse.Namespace) -> Path:
-    """`--params`, or the translation task's own params file when `--translation` leaves `--params` at its
-    default: a task's command reads its own task's params by default."""
-    params_file: Path = args.params
-    if getattr(args, "translation", False) and params_file is DEFAULT_PARAMS:
-        return TRANSLATION_PARAMS
-    return params_file
-
-
-def model_sources(args: argparse.Namespace) -> ModelSources:
-    """The params and the tokenized data's meta.json that `configured_model` falls back on. A missing default
-    file is no params (the flags then describe the model); a missing named file is an error."""
+def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
+    """V, C, D, N, A, F of the model the project is configured to build, and one line saying where each came from
+    (plus a note when the tokenized data no longer matches the tokenizer params). A flag wins; else D, N, A, F from
+    the params file, V and C from the tokenized data once the tokenize stage has run, else V from the tokenizer
+    params and C = 2. A missing default params file is no params (the flags then describe the model)."""
+    from lmtransfer.modeling.model import check_shape
     from lmtransfer.reporting.result_files import read_result_json
 
-    params_file = task_params_file(args)
+    params_file: Path = TRANSLATION_PARAMS if args.translation and args.params is DEFAULT_PARAMS else args.params
     have_params = params_file.is_file() or params_file not in (DEFAULT_PARAMS, TRANSLATION_PARAMS)
     params = load_any_task_params(params_file) if have_params else None
     meta_file = params_file.parent / paths.TOKENIZED / "meta.json"
     meta = read_result_json(meta_file, "the tokenized data's meta") if meta_file.is_file() else None
-    return ModelSources(params_file, params, meta_file, meta)
+    flags = vars(args)  # the size flags are absent unless given (default=SUPPRESS)
 
+    def needs_params(flag: str) -> None:
+        if params is None:
+            raise SystemExit(f"error: no {params_file} here to read the model from: run in the project's folder, "
+                             f"name a params file with --params, or give {flag}")
 
-def needs_params(sources: ModelSources, flag: str) -> None:
-    if sources.params is None:
-        raise SystemExit(f"error: no {sources.params_file} here to read the model from: run in the project's folder, "
-                         f"name a params file with --params, or give {flag}")
-
-
-def vocabulary_size(args: argparse.Namespace, sources: ModelSources) -> tuple[int, str]:
-    """V and where it came from: a flag, else the tokenized data (the V the model is trained with), else what
-    the tokenizer params will give once the tokenize stage runs."""
-    flags = vars(args)  # the override flags are absent unless given (default=SUPPRESS)
+    chosen: dict[str, tuple[int, str]] = {}
     if "vocab_size" in flags:
-        return args.vocab_size, "from --vocab-size"
-    if "vocab_file" in flags:
+        chosen["V"] = args.vocab_size, "from --vocab-size"
+    elif "vocab_file" in flags:
         size = dictionary_size(args.vocab_file, "--vocab-file")
-        return size, f"from --vocab-file ({args.vocab_file}: {size - 4:,} entries + 4 special ids)"
-    if sources.meta is not None:
-        return sources.meta["vocab_size"], f"from {sources.meta_file}"
-    needs_params(sources, "--vocab-size")
-    size, source = vocab_size_from_tokenizer_params(sources.params.tokenizer, sources.root)
-    return size, f"from {source} in {sources.params_file}"
-
-
-def class_count(args: argparse.Namespace, sources: ModelSources) -> tuple[int, str]:
-    """C and where it came from: a flag, else the labels of the tokenized data; 2 otherwise, said to be unused
-    for sentence pairs and an assumption before the tokenize stage has run."""
-    if "n_classes" in vars(args):
-        return args.n_classes, "from --n-classes"
-    if sources.meta is not None and "label_names" in sources.meta:
-        return len(sources.meta["label_names"]), f"from {sources.meta_file}"
-    if args.translation or sources.meta is not None:  # sentence pairs: no classes
-        return 2, "unused (sentence pairs, no classes)"
-    return 2, f"= 2, assumed (no {sources.meta_file} yet; --n-classes sets it)"
-
-
-def model_shape(args: argparse.Namespace, sources: ModelSources) -> dict[str, tuple[int, str]]:
-    """D, N, A, F (by letter) and where each came from: its flag, else the params file's model section."""
-    flags = vars(args)
-    shape = {}
+        chosen["V"] = size, f"from --vocab-file ({args.vocab_file}: {size - 4:,} entries + 4 special ids)"
+    elif meta is not None:
+        chosen["V"] = meta["vocab_size"], f"from {meta_file}"
+    else:
+        needs_params("--vocab-size")
+        size, source = vocab_size_from_tokenizer_params(params.tokenizer, params_file.parent)
+        chosen["V"] = size, f"from {source} in {params_file}"
+    if "n_classes" in flags:
+        chosen["C"] = args.n_classes, "from --n-classes"
+    elif meta is not None and "label_names" in meta:
+        chosen["C"] = len(meta["label_names"]), f"from {meta_file}"
+    elif args.translation or meta is not None:  # sentence pairs: no classes
+        chosen["C"] = 2, "unused (sentence pairs, no classes)"
+    else:
+        chosen["C"] = 2, f"= 2, assumed (no {meta_file} yet; --n-classes sets it)"
     for key, letter in SHAPE.items():
         flag = f"--{key.replace('_', '-')}"
-        if key in flags:
-            shape[letter] = flags[key], f"from {flag}"
-        else:
-            needs_params(sources, flag)
-            shape[letter] = getattr(sources.params.model, key), f"from {sources.params_file}"
-    return shape
-
-
-def check_shape(sizes: dict[str, int], origins: dict[str, str]) -> None:
-    """Refuse, in one line, a shape the flags and the file give together that the params' own rules forbid,
-    naming where D and A came from (the values a divisibility rule ties together)."""
-    from lmtransfer.modeling.model import check_shape as check_model_shape
-
+        if key not in flags:
+            needs_params(flag)
+        chosen[letter] = (flags[key], f"from {flag}") if key in flags else (getattr(params.model, key),
+                                                                           f"from {params_file}")
+    sizes = {letter: size for letter, (size, _) in chosen.items()}
+    origins = {letter: origin for letter, (_, origin) in chosen.items()}
     try:
-        check_model_shape(sizes["D"], sizes["A"])
+        check_shape(sizes["D"], sizes["A"])
     except ValueError as exc:
         raise SystemExit(f"error: {exc} (D {origins['D']}, A {origins['A']})") from None
+    lines = [origins_line(origins), attention_line(params, sizes["D"])]
+    if params is not None and origins["V"] == f"from {meta_file}":
+        lines += stale_vocabulary_note(sizes["V"], params.tokenizer, params_file)
+    return sizes, "\n".join(lines)
+
+
+def stale_vocabulary_note(vocab_size: int, tokenizer, params_file: Path) -> list[str]:
+    """data/tokenized is the last tokenize run's: say so when the tokenizer params now give another V."""
+    try:
+        configured, source = vocab_size_from_tokenizer_params(tokenizer, params_file.parent)
+    except (OSError, ValueError):  # a broken tokenizer file is the validate stage's to report
+        return []
+    if configured == vocab_size:
+        return []
+    return [f"note: {source} in {params_file} now gives V = {configured}; the tokenized data is older "
+            "(`dvc repro tokenize` updates it; --vocab-size shows the other size)"]
 
 
 def origins_line(origins: dict[str, str]) -> str:
-    """Where each value came from, the letters of one origin together: `V, C from ...; D, N, A, F from ...`."""
+    """`V, C from ...; D, N, A, F from ...`."""
     grouped: dict[str, list[str]] = {}
     for letter in ("V", "C", "D", "N", "A", "F"):
         grouped.setdefault(origins[letter], []).append(letter)
     return "; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())
 
 
-def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
-    """V, C, D, N, A, F of the model the project is configured to build, and where each came from (one line,
-    plus a note when the tokenized data no longer matches the tokenizer params).
-
-    A flag wins; else D, N, A, F from the params file,
-    V and C from the tokenized data when the tokenize stage has run, else V from the tokenizer params and C = 2.
-    """
-    sources = model_sources(args)
-    chosen = {"V": vocabulary_size(args, sources), "C": class_count(args, sources)} | model_shape(args, sources)
-    sizes = {letter: size for letter, (size, _) in chosen.items()}
-    origins = {letter: origin for letter, (_, origin) in chosen.items()}
-    check_shape(sizes, origins)
-    lines = [origins_line(origins), attention_line(sources.params, sizes["D"])]
-    if sources.params is not None and origins["V"] == f"from {sources.meta_file}":
-        lines += _stale_vocabulary_note(sizes["V"], sources.params.tokenizer, sources.root, sources.params_file)
-    return sizes, "\n".join(lines)
-
-
 def attention_line(params, d_model: int) -> str:
-    """How the base attends and why; next-sentence prediction's extra parameters, which only pretraining has."""
+    """How the base attends; next-sentence prediction's extra parameters, which only pretraining has."""
     from lmtransfer.modeling.model import MaskedLanguageModel, ModelConfig, count_parameters
 
     if params is None:
@@ -273,18 +198,6 @@ def attention_line(params, d_model: int) -> str:
     return line
 
 
-def _stale_vocabulary_note(vocab_size: int, tokenizer, root: Path, params_file: Path) -> list[str]:
-    """data/tokenized is the last tokenize run's: say so when the tokenizer params now give another V."""
-    try:
-        configured, source = vocab_size_from_tokenizer_params(tokenizer, root)
-    except (OSError, ValueError):  # a broken tokenizer file is the validate stage's to report
-        return []
-    if configured == vocab_size:
-        return []
-    return [f"note: {source} in {params_file} now gives V = {configured}; the tokenized data is older "
-            "(`dvc repro tokenize` updates it; --vocab-size shows the other size)"]
-
-
 def cmd_summary(args: argparse.Namespace) -> None:
     sizes, origin = configured_model(args)
     if args.translation:
@@ -294,7 +207,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
         config = TranslationConfig(sizes["V"], sizes["D"], sizes["N"], sizes["N"], sizes["A"], sizes["F"], dropout=0.0)
         print(translation_parameter_table(config, origin))
         return
-    print(parameter_table(sizes["V"], sizes["D"], sizes["N"], sizes["A"], sizes["F"], sizes["C"], origin))
+    print(parameter_table(sizes, origin))
 
 
 def cmd_params(args: argparse.Namespace) -> None:
@@ -318,17 +231,17 @@ def cmd_results(args: argparse.Namespace) -> None:
     from lmtransfer.reporting.consistency import committed_headline, consistency_lines
     from lmtransfer.reporting.result_files import read_result_json, reading
 
-    metrics = translation_cli.TRANSLATION / paths.METRICS if args.translation and args.metrics == paths.METRICS \
-        else args.metrics
-    if args.translation:
-        from lmtransfer.translation.evaluate import report_lines
+    metrics = TRANSLATION / paths.METRICS if args.translation and args.metrics == paths.METRICS else args.metrics
+    path = metrics / paths.EVALUATE_REPORT.name
+    what = "translation results" if args.translation else "evaluation metrics"
+    report = read_result_json(path, what)
+    with reading(path, what):
+        if args.translation:
+            from lmtransfer.translation.evaluate import report_lines
 
-        path = metrics / paths.EVALUATE_REPORT.name
-        report = read_result_json(path, "translation results")
-        with reading(path, "translation results"):
             print("\n".join(report_lines(report)))
-    else:
-        print(classification_cli.results_report(metrics))
+        else:
+            print(results_report(report))
     path = metrics / paths.HEADLINE.name
     headline = read_result_json(path, "headline")
     if args.against is None:
@@ -338,6 +251,47 @@ def cmd_results(args: argparse.Namespace) -> None:
     with reading(path, "headline"):
         print("\n" + "\n".join(consistency_lines(headline, committed, "translation" if args.translation
                                                  else "classification", against)))
+
+
+def results_report(report: dict) -> str:
+    """The experiment's answer in a few lines: test scores over the runs, the gap with its interval and where its
+    spread comes from, the baseline, and mean validation accuracy per epoch."""
+    from lmtransfer.classification.evaluate import runs_described, spread_line
+    from lmtransfer.reporting.result_files import read_result_json
+
+    pretraining = report["pretraining"]  # metrics/pretrain/*.json are DVC-cached: evaluate.json carries them in git
+    gap = report["gap"]
+
+    def spread(variant: str, key: str) -> str:
+        return f"{report[variant][f'{key}_mean']:.4f} ± {report[variant][f'{key}_std']:.4f}"
+
+    lines = [
+        f"test ({report['n_test_examples']} examples; mean ± std over {runs_described(report)})",
+        f"  {'':<34}{'accuracy':>18}{'macro-F1':>18}",
+        f"  {'pretrained':<34}{spread('pretrained', 'accuracy'):>18}{spread('pretrained', 'macro_f1'):>18}",
+        f"  {'from scratch':<34}{spread('scratch', 'accuracy'):>18}{spread('scratch', 'macro_f1'):>18}",
+        f"  {'TF-IDF + logistic regression':<34}{report['baseline']['accuracy']:>18.4f}"
+        f"{report['baseline']['macro_f1']:>18.4f}",
+        f"  gap (pretrained - scratch): {gap['accuracy_mean']:+.4f} accuracy, 95% CI "
+        f"[{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}], p = {gap['p_value']:.4g}",
+        f"  ({spread_line(gap, report['n_finetuning_seeds'])})",
+        "",
+        f"  {'epoch':<8}{'val acc pretrained':>20}{'val acc scratch':>18}{'gap':>10}",
+    ]
+    curves = zip(report["pretrained"]["val_accuracy_mean_per_epoch"], report["scratch"]["val_accuracy_mean_per_epoch"])
+    for epoch, (pretrained, scratch) in enumerate(curves, start=1):
+        lines.append(f"  {epoch:<8}{pretrained:>20.4f}{scratch:>18.4f}{pretrained - scratch:>+10.4f}")
+    lines += [
+        f"  (TF-IDF baseline on the same validation split: {report['baseline']['valid_accuracy']:.4f})",
+        "",
+        f"pretraining: {len(pretraining['seeds'])} runs of {pretraining['steps']:.0f} steps, "
+        f"{pretraining['tokens_seen']:,.0f} tokens, validation perplexity {pretraining['val_perplexity']:.1f} "
+        "(mean of the runs)",
+    ]
+    timings = paths.timings_file(paths.PretrainOutputs(pretraining["seeds"][0]).stage)
+    if timings.is_file():
+        lines[-1] += f", {read_result_json(timings, 'timings')['tokens_per_second']:,.0f} tokens/s on this machine"
+    return "\n".join(lines)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -354,22 +308,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     print("\n".join(f"{path}: regenerated" for path in changed) or "results tables and figures already up to date")
 
 
-def subcommand_maker(commands: argparse._SubParsersAction) -> Callable[..., argparse.ArgumentParser]:
-    """`command(name, help, description)`: adds a subcommand whose description is its help unless given, with the
-    shared help formatter; each task's cli module registers its commands through it."""
-
-    def command(name: str, help: str, description: str = "") -> argparse.ArgumentParser:
-        return commands.add_parser(
-            name, help=help, description=description or help, formatter_class=HelpFormatter
-        )
-
-    return command
-
-
-def add_summary_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `summary`: the parameter table of the model the project is configured to build."""
+def add_summary_command(commands: argparse._SubParsersAction) -> None:
     summary = command(
-        "summary", "parameter table per block, with the closed-form totals",
+        commands, "summary", "parameter table per block, with the closed-form totals",
         "Parameter counts per block of the model the project is configured to build, with the closed-form "
         "totals. D, N, A, F come from --params (model.*); V and C from data/tokenized/meta.json once the "
         "tokenize stage has run, else V from the tokenizer params and C = 2 (stated as an assumption). "
@@ -378,18 +319,8 @@ def add_summary_command(command: Callable[..., argparse.ArgumentParser]) -> None
     summary.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
                          help="the params file whose model to describe (default: params.yaml, with --translation "
                               "translation/params.yaml; without that file: the model defaults)")
-    add_size_overrides(summary)
-    summary.add_argument("--translation", action="store_true",
-                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
-                              "from the language model), with the paper's base model for reference")
-    summary.set_defaults(func=cmd_summary)
-
-
-def add_size_overrides(summary: argparse.ArgumentParser) -> None:
-    """`summary`'s flags that override one size each. They stay absent unless given (default=SUPPRESS), so
-    `configured_model` tells a flag from a default and says where each value came from."""
     from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
-    vocabulary = summary.add_mutually_exclusive_group()
+    vocabulary = summary.add_mutually_exclusive_group()  # the size flags stay absent unless given (SUPPRESS)
     vocabulary.add_argument("--vocab-size", type=POSITIVE, default=argparse.SUPPRESS, metavar="V",
                             help=f"token ids ({from_data})")
     vocabulary.add_argument("--vocab-file", type=Path, default=argparse.SUPPRESS, metavar="DICT",
@@ -405,12 +336,16 @@ def add_size_overrides(summary: argparse.ArgumentParser) -> None:
     summary.add_argument("--n-classes", type=POSITIVE, default=argparse.SUPPRESS, metavar="C",
                          help="classes of the classification head (default: the labels in "
                               "data/tokenized/meta.json, else 2)")
+    summary.add_argument("--translation", action="store_true",
+                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
+                              "from the language model), with the paper's base model for reference")
+    summary.set_defaults(func=cmd_summary)
 
 
-def add_params_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `params`: every parameter's default and meaning, printed or written into a Markdown file."""
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """`params`, `results` and `report`."""
     params = command(
-        "params", "every parameter of params.yaml: its default and meaning (Markdown)",
+        commands, "params", "every parameter of params.yaml: its default and meaning (Markdown)",
         "Every key of params.yaml (or, with --translation, translation/params.yaml) with its default and meaning, "
         "grouped by section with the stages that read it, as the Markdown tables of docs/guide/parameters.md.",
     )
@@ -425,10 +360,7 @@ def add_params_command(command: Callable[..., argparse.ArgumentParser]) -> None:
                              "finetune.seeds (the stage grid) cannot name the file or key")
     params.set_defaults(func=cmd_params)
 
-
-def add_results_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `results`: the last pipeline run's scores, and whether its gap is consistent with the committed one."""
-    results = command("results", "test scores and validation curves of the last pipeline run, and whether its gap "
+    results = command(commands, "results", "test scores and validation curves of the last pipeline run, and whether its gap "
                       "is consistent with the committed run's")
     results.add_argument("--metrics", type=Path, default=paths.METRICS,
                          help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
@@ -439,10 +371,7 @@ def add_results_command(command: Callable[..., argparse.ArgumentParser]) -> None
                          "instead of the --metrics folder as the checked-out commit holds it")
     results.set_defaults(func=cmd_results)
 
-
-def add_report_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register `report`: the docs' results tables regenerated, or checked, from the committed result files."""
-    report = command("report", "regenerate the results tables and figures of README.md and docs/",
+    report = command(commands, "report", "regenerate the results tables and figures of README.md and docs/",
                      "Rewrite every table between `<!-- report:KIND@FOLDER:start -->` and `<!-- report:KIND@FOLDER:end "
                      "-->` markers of README.md and docs/**/*.md from the result files in FOLDER, and copy each "
                      "docs figure from its pipeline's plot (`make docs`). With --check, change nothing: exit 1 naming "
@@ -452,32 +381,16 @@ def add_report_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     report.set_defaults(func=cmd_report)
 
 
-COMMAND_GROUPS = (  # in the order `lmtransfer --help` lists them
-    add_summary_command,
-    add_params_command,
-    add_results_command,
-    add_report_command,
-    pretraining_cli.add_commands,
-    classification_cli.add_commands,
-    experiments_cli.add_commands,
-    translation_cli.add_commands,
-    datasets_cli.add_commands,
-    course_cli.add_commands,
-)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The `lmtransfer` parser: each command group registers its own subcommands (see COMMAND_GROUPS)."""
     parser = argparse.ArgumentParser(prog="lmtransfer", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {package_version()}")
-    command = subcommand_maker(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    for add_commands in COMMAND_GROUPS:
-        add_commands(command)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (add_summary_command, add_commands, models.add_commands, experiments.add_commands):  # --help's order
+        add(commands)
     return parser
 
 
 def package_version() -> str:
-    """The installed distribution's version (pyproject.toml's)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -499,5 +412,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def program() -> None:
-    """The `lmtransfer` command and `python -m lmtransfer.cli`: main() on the command line."""
     main()

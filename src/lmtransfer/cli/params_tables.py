@@ -1,11 +1,5 @@
-"""The parameter tables of docs/guide/parameters.md: every key of a task's params file with its value there (the
-one source of defaults), its meaning (the parameter model's field description) and the stages that read it (the
-`params:` lists of the task's dvc.yaml), so none of the three can go stale.
-
-    lmtransfer params                                       # print the classification table (Markdown)
-    lmtransfer params --translation                         # translation/params.yaml's
-    lmtransfer params --readme docs/guide/parameters.md     # rewrite both between the page's markers
-"""
+"""The parameter tables of docs/guide/parameters.md (`lmtransfer params`): every key of a task's params file with its
+value, its meaning (the parameter model's field description) and the stages that read it (the task's dvc.yaml)."""
 
 from __future__ import annotations
 
@@ -66,7 +60,6 @@ def _cell(text: str) -> str:
 
 
 def params_table(task: str = "classification", root: Path = Path(".")) -> str:
-    """One Markdown table per section of the task's params file, each headed by the stages that read it."""
     folder = root / FOLDERS[task]
     values = YAML(typ="safe").load((folder / "params.yaml").read_text(encoding="utf-8"))
     dvc_yaml = YAML(typ="safe").load((folder / "dvc.yaml").read_text(encoding="utf-8"))
@@ -86,8 +79,7 @@ def params_table(task: str = "classification", root: Path = Path(".")) -> str:
 
 
 def with_tables(text: str, origin: str, root: Path = Path(".")) -> str:
-    """`text` with each task's table between its markers regenerated; a page without exactly one pair of either
-    task's markers is an error naming them."""
+    """`text` with each task's table between its markers regenerated."""
     found = [task for task, (start, end) in MARKERS.items() if start in text or end in text] or ["classification"]
     for task in found:
         start, end = MARKERS[task]
@@ -99,7 +91,7 @@ def with_tables(text: str, origin: str, root: Path = Path(".")) -> str:
 
 
 def update_readme(path: Path, root: Path = Path(".")) -> bool:
-    """Rewrite the tables of `path` from the params and dvc.yaml files under `root`; True when it changed."""
+    """Rewrite the tables of `path`; True when it changed."""
     text = path.read_text(encoding="utf-8")
     updated = with_tables(text, str(path), root)
     if updated != text:

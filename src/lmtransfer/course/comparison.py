@@ -1,9 +1,4 @@
-"""The lab's comparison from the course pipeline's evaluation report: the table the course's write-ups show.
-
-Validation accuracy per epoch for the pretrained and the scratch network (mean ± sd over the runs), test
-accuracy with the gap's interval, the TF-IDF baseline on the same pieces, and the course's published numbers
-beside them, so a reader sees at once how far this run is from the lab's picture.
-"""
+"""The lab's comparison printed at the end of `lmtransfer course`, beside the course's published numbers."""
 
 from __future__ import annotations
 
@@ -22,20 +17,7 @@ def _cell(mean: float, sd: float) -> str:
     return f"{mean:.3f} ± {sd:.3f}"
 
 
-def epoch_rows(report: dict) -> list[tuple[int, str, str, str]]:
-    """(epoch, pretrained, scratch, pretrained - scratch) of the mean validation accuracy per epoch."""
-    pretrained, scratch = report["pretrained"], report["scratch"]
-    rows = []
-    for epoch, (p, p_sd, s, s_sd) in enumerate(zip(pretrained["val_accuracy_mean_per_epoch"],
-                                                   pretrained["val_accuracy_std_per_epoch"],
-                                                   scratch["val_accuracy_mean_per_epoch"],
-                                                   scratch["val_accuracy_std_per_epoch"]), start=1):
-        rows.append((epoch, _cell(p, p_sd), _cell(s, s_sd), f"{p - s:+.3f}"))
-    return rows
-
-
 def lab_lines(report: dict) -> list[str]:
-    """The comparison as printed at the end of `lmtransfer course`."""
     pretrained, scratch, gap = report["pretrained"], report["scratch"], report["gap"]
     runs = report["n_seeds"]
     lines = [f"The course's experiment on its files: {report['n_test_examples']:,} test reviews, "
@@ -43,7 +25,10 @@ def lab_lines(report: dict) -> list[str]:
              f"{report['n_finetuning_seeds']} fine-tuning seed(s))", "",
              "validation accuracy per epoch (mean ± sd over the runs):",
              f"  {'epoch':>5}  {'pretrained':>15}  {'scratch':>15}  {'difference':>10}"]
-    lines += [f"  {e:>5}  {p:>15}  {s:>15}  {d:>10}" for e, p, s, d in epoch_rows(report)]
+    curves = zip(*(variant[f"val_accuracy_{kind}_per_epoch"] for variant in (pretrained, scratch)
+                   for kind in ("mean", "std")))
+    lines += [f"  {epoch:>5}  {_cell(p, p_sd):>15}  {_cell(s, s_sd):>15}  {p - s:>+10.3f}"
+              for epoch, (p, p_sd, s, s_sd) in enumerate(curves, start=1)]
     lines += ["", "test accuracy (each run at its best validation epoch):",
               f"  pretrained  {_cell(pretrained['accuracy_mean'], pretrained['accuracy_std'])}   "
               f"course: {PUBLISHED['pretrained_test']}",

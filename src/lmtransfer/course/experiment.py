@@ -1,11 +1,6 @@
-"""`lmtransfer course`: the course's files checked into data/course/, then the pipeline with profiles/course.yaml
-as the DVC experiment `course`, then the lab's table.
-
-What the files hold decides the pretrained variant: the course's own language model when it is among them
-(loaded, one pretraining run, three fine-tuning seeds); else a language model pretrained here, three runs, on
-the course's pretraining text when present, else on the French Bibles the project pins. The choice is passed
-as `dvc exp run -S` changes after the profile's.
-"""
+"""What the course's files decide: the course's own language model when present (loaded, one pretraining run, three
+fine-tuning seeds), else one pretrained here (three runs) on the course's pretraining text, else on the pinned French
+Bibles; passed as `dvc exp run -S` changes after profiles/course.yaml's."""
 
 from __future__ import annotations
 
@@ -29,8 +24,6 @@ FINETUNE_TOKENS_PER_S = 4_800
 
 @dataclass
 class Plan:
-    """How the pretrained variant comes about, as `-S key=value` changes, and a sentence saying so."""
-
     changes: list[str] = field(default_factory=list)
     pretrained: str = ""
     write_bible: bool = False
@@ -55,7 +48,7 @@ def plan_for(present: dict[str, Path], extra: list[str]) -> Plan:
 
 
 def text_format(path: Path) -> str:
-    """`pieces` when the text is already cut by sentencepiece (its word marker ▁ opens most tokens), else `text`."""
+    """`pieces` when the text is already cut by sentencepiece (▁ opens most tokens), else `text`."""
     with path.open(encoding="utf-8", errors="replace") as handle:
         sample = handle.read(1 << 16).split()
     marked = sum(token.startswith("▁") for token in sample)
@@ -63,7 +56,6 @@ def text_format(path: Path) -> str:
 
 
 def estimate_minutes(params, train_tokens: int) -> float:
-    """The pipeline's minutes on 2 CPU cores, from its token counts and the measured rates above."""
     pretrain, finetune = params.pretrain, params.finetune
     pretraining = 0 if params.pretrain.init_from else len(pretrain.seeds) * (
         pretrain.max_steps * pretrain.batch_size * pretrain.seq_len + pretrain.adapt_epochs * train_tokens)
@@ -72,7 +64,6 @@ def estimate_minutes(params, train_tokens: int) -> float:
 
 
 def run_pipeline(command: list[str], root: Path, env: dict[str, str]) -> float:
-    """The pipeline, its output streamed (each stage shows its progress); its seconds."""
     start = time.perf_counter()
     print("course: " + shlex.join(command), flush=True)
     if subprocess.run(command, cwd=root, env=env).returncode:

@@ -1,11 +1,6 @@
-"""The course's files at a pinned commit of its repository: fetched or copied, each checked before it is used.
-
-Lab 2 of the ALTEGRAD course ships its data in the GitHub repository moussaKam/transfer_learning_transformers.
-Every file is pinned by its git blob id at `COMMIT` (git's own hash of the file's bytes, which the commit's tree
-names), and the files a copy of the repository was at hand for by their sha256 and size as well. A file is
-checked whole before anything is placed: one that is missing, cut short or changed by one byte is named, with
-what to do, and the files already in place stay as they were.
-"""
+"""The course's files (lab 2 of ALTEGRAD, github.com/moussaKam/transfer_learning_transformers) at a pinned commit,
+each checked whole by its git blob id (and sha256 and size where a copy was at hand) before anything is placed: a
+missing, cut or changed file is named, and the files already in place stay as they were."""
 
 from __future__ import annotations
 
@@ -61,7 +56,7 @@ PINNED = (
 
 @dataclass(frozen=True)
 class Manifest:
-    """What to fetch and how to check it: the pinned commit's files, or a fork's (`read_manifest`)."""
+    """What to fetch and how to check it: the pinned commit's files, or a fork's."""
 
     files: tuple[CourseFile, ...] = PINNED
     commit: str = COMMIT
@@ -69,7 +64,6 @@ class Manifest:
 
 
 def read_manifest(path: Path) -> Manifest:
-    """Another commit or fork: {"repository", "commit", "files": [{"path", "git_blob" or "sha256", ...}]}."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         files = tuple(CourseFile(entry["path"], entry.get("git_blob", ""), entry.get("size"), entry.get("sha256"),
@@ -82,7 +76,7 @@ def read_manifest(path: Path) -> Manifest:
 
 
 def git_blob_id(path: Path) -> str:
-    """git's id of a file's content (`git hash-object`), which the pinned commit's tree lists for each file."""
+    """git's id of a file's content (`git hash-object`)."""
     digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -105,7 +99,6 @@ def problem(path: Path, pinned: CourseFile, manifest: Manifest) -> str | None:
 
 
 def _in_folder(folder: Path, pinned: CourseFile) -> Path | None:
-    """The file in a clone (its repository path) or a flat folder (its name alone)."""
     for candidate in (folder / pinned.path, folder / Path(pinned.path).name):
         if candidate.is_file():
             return candidate
@@ -113,7 +106,7 @@ def _in_folder(folder: Path, pinned: CourseFile) -> Path | None:
 
 
 def _download(url: str, target: Path) -> bool:
-    """`url` into `target`; False when the server has no such file (404), an error for anything else."""
+    """`url` into `target`; False when the server has no such file (404)."""
     try:
         with urllib.request.urlopen(url, timeout=60) as response, target.open("wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)
@@ -129,12 +122,9 @@ def _download(url: str, target: Path) -> bool:
 
 def gather(destination: Path, manifest: Manifest = Manifest(), source: Path | None = None,
            url: str = DEFAULT_URL) -> dict[str, Path]:
-    """Every file of `manifest` checked and in `destination` (by its repository path); returns the ones present.
-
-    Files already there and right are kept. The others come from `source` (a folder or clone) or `url`, into a
-    temporary folder beside `destination`; only when every required file checks out are they moved into place,
-    so a bad source changes nothing. A missing optional file (the large language model, the pretraining text)
-    is left out."""
+    """Every file of `manifest` checked and in `destination`; returns those present. The missing or wrong ones come
+    from `source` (a folder or clone) or `url` into a temporary folder, moved into place only when every required file
+    checks out. A missing optional file (the large LM, the pretraining text) is left out."""
     destination.mkdir(parents=True, exist_ok=True)
     present: dict[str, Path] = {}
     fetched: dict[str, Path] = {}

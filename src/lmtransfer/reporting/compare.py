@@ -1,10 +1,4 @@
-"""`lmtransfer compare`: the experiments side by side on the transfer question, with the uncertainty kept.
-
-One row per experiment: the params that differ between them, both variants' test accuracy (mean ± std over
-seeds), the gap with its 95% interval and p-value, the epoch-1 head start and the TF-IDF baseline. With a
-swept parameter (`--by finetune.lr`), the rows follow it and a figure shows both accuracies and the gap against
-it, the baseline as a line.
-"""
+"""`lmtransfer compare`: the experiments side by side on the transfer question, uncertainty kept."""
 
 from __future__ import annotations
 
@@ -21,7 +15,6 @@ from lmtransfer.reporting.plots import COLORS, plt, save_figure
 
 @dataclass
 class Row:
-    """One experiment's answer, read from its evaluate report."""
     name: str
     params: dict[str, Any]
     pretrained: tuple[float, float]  # test accuracy: mean, std over seeds
@@ -43,7 +36,7 @@ class Row:
 
 
 def compare_rows(experiments: list[Experiment], by: str | None = None) -> tuple[list[Row], list[str]]:
-    """The rows of the experiments that have results (ordered by `by` when given) and the params shown."""
+    """The rows of the experiments with results (ordered by `by`) and the params shown."""
     done = [e for e in experiments if e.report is not None]
     if not done:
         raise LmtransferError("no experiment has results yet: run the pipeline (`make run`) or `dvc exp run`")
@@ -64,9 +57,7 @@ def _sortable(value: Any) -> tuple:
 
 
 def format_table(rows: list[Row], shown: list[str]) -> str:
-    """A plain-text table, one line per experiment, that fits 120 columns for two or three changed params:
-    accuracies to three decimals, a param named by its last part when that is unambiguous, and the baseline
-    in the note when every experiment has the same one."""
+    """One line per experiment, within 120 columns for two or three changed params."""
     names = _short_names(shown)
     baselines = sorted({row.baseline for row in rows})
     header = ["experiment", *names.values(), "pretrained", "scratch", "gap [95% CI]", "p", "head start"]
@@ -93,7 +84,7 @@ def format_table(rows: list[Row], shown: list[str]) -> str:
 
 
 def _short_names(keys: list[str]) -> dict[str, str]:
-    """`finetune.lr` shown as `lr`, unless two shown keys end alike (then both keep their full names)."""
+    """`finetune.lr` shown as `lr`, unless two shown keys end alike."""
     last = [key.rsplit(".", 1)[-1] for key in keys]
     return {key: short if last.count(short) == 1 else key for key, short in zip(keys, last)}
 
@@ -111,8 +102,7 @@ def _cell(value: Any) -> str:
 
 
 def transfer_figure(xs: list[float], rows: list[Row], xlabel: str):
-    """The figure both reports draw: above, both variants' test accuracy (mean ± std over seeds) and the TF-IDF
-    baseline as a line; below, the gap with its 95% interval and zero. Returns the figure and its two axes."""
+    """Above, both variants' test accuracy and the baseline; below, the gap with its 95% interval."""
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 7), sharex=True, height_ratios=(3, 2))
     seeds = "/".join(map(str, sorted({row.seeds for row in rows})))
     for variant in VARIANTS:
@@ -133,7 +123,6 @@ def transfer_figure(xs: list[float], rows: list[Row], xlabel: str):
 
 
 def plot_by(rows: list[Row], by: str, path: Path, dpi: int = 120) -> Path:
-    """Both accuracies (± std over seeds) and the gap (with its 95% interval) against the swept parameter."""
     values = [row.params[by] for row in rows]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     xs = [float(v) for v in values] if numeric else list(range(len(rows)))

@@ -1,9 +1,6 @@
-"""Is your run's gap consistent with the committed one? Two labs compare results this way: each gap comes with its
-own 95% interval, so the difference of the two gaps has a standard error of sqrt(se1² + se2²), each se read off
-its interval (width / (2 × 1.96)); a two-sided z-test on that difference says whether the two runs disagree by
-more than their noise. Another CPU, core count or GPU rounds differently and gets another draw of the same
-experiment: a different number, and, when the code is right, a consistent one.
-"""
+"""Is your run's gap consistent with the committed one? Each gap has its own 95% interval, so the difference of the
+two has a standard error sqrt(se1² + se2²) (each se = width / (2 × 1.96)); a two-sided z-test on it says whether
+the runs disagree by more than their noise (another CPU gets another draw of the same experiment)."""
 
 from __future__ import annotations
 
@@ -28,14 +25,12 @@ def difference_test(ours: tuple[float, float, float], theirs: tuple[float, float
 
 
 def committed_headline(path: Path, root: Path = Path(".")) -> dict | None:
-    """The file as the checked-out commit holds it (`git show HEAD:path`); None outside git or where the commit has
-    none."""
+    """The file as the checked-out commit holds it; None outside git or where it has none."""
     shown = subprocess.run(["git", "show", f"HEAD:{path.as_posix()}"], cwd=root, capture_output=True, text=True)
     return json.loads(shown.stdout) if shown.returncode == 0 else None
 
 
 def consistency_lines(headline: dict, committed: dict | None, task: str, against: str) -> list[str]:
-    """What `lmtransfer results` says under the scores: this run's gap beside the committed one's, and the test."""
     keys = GAP_KEYS[task]
     if committed is None:
         return [f"no committed run to compare with ({against})"]

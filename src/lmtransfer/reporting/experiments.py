@@ -1,9 +1,5 @@
-"""The experiments DVC knows (the workspace, its commit, and every `dvc exp run` from it), each with its params
-and the evaluate report it wrote: what `lmtransfer compare` and `lmtransfer scaling` put side by side.
-
-Read through DVC's documented interfaces only: `dvc exp show --json` lists the experiments and their params,
-`dvc.api.read` reads `metrics/evaluate.json` (git-tracked) at each one's revision.
-"""
+"""The experiments DVC knows (the workspace, its commit, each `dvc exp run` from it) with their params and evaluate
+reports, read through `dvc exp show --json` and `dvc.api.read`."""
 
 from __future__ import annotations
 
@@ -29,13 +25,11 @@ class Experiment:
 
 
 def dvc_env() -> dict[str, str]:
-    """The environment dvc runs in: this interpreter's folder (the venv's dvc and python) first on PATH, as the
-    stages run."""
+    """dvc as the stages run it: this interpreter's folder first on PATH."""
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def dvc_output(root: Path, *args: str) -> str:
-    """A dvc command's standard output; its last error line when it fails."""
     done = subprocess.run(["dvc", *args], cwd=root, env=dvc_env(), text=True, capture_output=True)
     if done.returncode:
         raise LmtransferError(f"`dvc {' '.join(args)}` failed in {root}: {done.stderr.strip().splitlines()[-1:]}")
@@ -48,7 +42,6 @@ def _params_of(entry: dict) -> dict[str, Any]:
 
 
 def _report_at(root: Path, rev: str) -> dict | None:
-    """evaluate.json as that revision holds it (the workspace: the file itself)."""
     if rev == "workspace":
         path = root / EVALUATE_REPORT
         return json.loads(path.read_text()) if path.is_file() else None
@@ -61,8 +54,7 @@ def _report_at(root: Path, rev: str) -> dict | None:
 
 
 def _entries(shown: list[dict]):
-    """(name, rev, entry) for each baseline row of `dvc exp show --json` and each finished experiment under it
-    (a queued or running one still shows its commit's files: its numbers are not its own yet)."""
+    """(name, rev, entry) of each baseline and each finished experiment of `dvc exp show --json`."""
     for baseline in shown:
         rev = baseline["rev"]
         yield (baseline.get("name") or (rev if rev == "workspace" else rev[:7])), rev, baseline
@@ -75,9 +67,8 @@ def _entries(shown: list[dict]):
 
 
 def list_experiments(root: Path = Path("."), prefix: str = "", rev: str | None = None) -> list[Experiment]:
-    """Every experiment of the current commit (or of `rev`: experiments belong to the commit they ran from), the
-    workspace and the commit first, names starting with `prefix` when given. The workspace is left out when its
-    params and report are the commit's (nothing new in it)."""
+    """Every experiment of the current commit (or `rev`), the workspace first unless it holds nothing new, names
+    starting with `prefix`."""
     shown = json.loads(dvc_output(root, "exp", "show", "--json", *(["--rev", rev] if rev else [])))
     found = [Experiment(name, rev, _params_of(entry), _report_at(root, rev)) for name, rev, entry in _entries(shown)]
     if len(found) > 1 and found[0].rev == "workspace" and (found[0].params, found[0].report) == (
@@ -87,7 +78,6 @@ def list_experiments(root: Path = Path("."), prefix: str = "", rev: str | None =
 
 
 def changed_params(experiments: list[Experiment]) -> list[str]:
-    """The params whose values differ between the experiments (params.yaml order)."""
     keys: list[str] = []
     for experiment in experiments:
         keys += [key for key in experiment.params if key not in keys]

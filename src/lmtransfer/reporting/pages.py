@@ -1,16 +1,7 @@
 """The results tables of README.md and docs/**/*.md, generated from the committed result files so they cannot go
-stale. A page states a number only through such a table: prose around it says what the numbers mean.
-
-A table sits between two markers, each on a line of its own (a marker inside fenced code is text):
-
-    <!-- report:test@metrics:start -->
-    (generated: a blank line, the table, a blank line)
-    <!-- report:test@metrics:end -->
-
-The name is a KIND, `@` and the folder (or file name) it reads: `test@results/imdb-cpu/metrics` is the test table
-of that committed run, `bench@pipeline` the table benchmarks/results/pipeline.json holds. `lmtransfer report`
-rewrites every table (and copies the figures, below); `lmtransfer report --check` changes nothing and fails,
-naming page and line, where a table differs from what its files give.
+stale. A table sits between `<!-- report:KIND@FOLDER:start -->` and `<!-- report:KIND@FOLDER:end -->` lines (not
+in fenced code): KIND says which table, FOLDER (or file name) what it reads. `lmtransfer report` rewrites them and
+copies the figures; `--check` changes nothing and names page and line of each stale table.
 """
 
 from __future__ import annotations
@@ -47,7 +38,7 @@ class MetricsError(ValueError):
 
 
 def finite(value: Any, where: str) -> float:
-    """A number a cell can show: NaN, a string or a bool in a result file is a broken run, not a value."""
+    """A number a cell can show: NaN, a string or a bool in a result file is a broken run."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise MetricsError(f"{where} is {value!r}, not a finite number")
     return value
@@ -92,7 +83,7 @@ def _p(p: float, digits: int = 4) -> str:
 
 
 def _gap(r: Result, at: str, metric: str = "", digits: int = 4, p_digits: int = 4) -> str:
-    """`+0.0326 [+0.0177, +0.0486], p = 0.0002`: the gap at `at` (its `metric`: bleu, chrf; "" for accuracy)."""
+    """`+0.0326 [+0.0177, +0.0486], p = 0.0002` (`metric`: bleu, chrf; "" for accuracy)."""
     pre = f"{at}.{metric}_" if metric else f"{at}."
     mean, low, high = r(f"{at}.{metric or 'accuracy'}_mean"), r(f"{pre}ci95_low"), r(f"{pre}ci95_high")
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], {_p(r(f'{pre}p_value'), p_digits)}"
@@ -108,8 +99,7 @@ def _design(r: Result) -> str:
 
 
 def classification_test(root: Path, folder: str) -> str:
-    """Test accuracy and macro-F1 per variant, the gap with its interval, each source's share of its variance,
-    and the TF-IDF baseline: one pipeline's answer (FOLDER/evaluate.json)."""
+    """Test accuracy and macro-F1 per variant, the gap, each source's share of its variance, the baseline."""
     r = Result(root, f"{folder}/evaluate.json")
     best = max(r(f"{v}.accuracy_mean") for v in VARIANTS)
     rows = [[label, _mean_std(r, f"{v}.accuracy").join(["**"] * 2 if r(f"{v}.accuracy_mean") == best else ["", ""]), ", ".join(f"{x:.4f}" for x in r.list(f"{v}.accuracy_per_seed")),
@@ -138,8 +128,7 @@ def classification_epochs(root: Path, folder: str) -> str:
 
 
 def label_curve(root: Path, folder: str) -> str:
-    """Test accuracy per number of labeled examples (FOLDER/evaluate/label_curve.tsv): both variants, the gap with
-    its interval and p, TF-IDF trained on the same examples."""
+    """Test accuracy per number of labeled examples, the gap, TF-IDF on the same examples."""
     rel = f"{folder}/evaluate/label_curve.tsv"
     try:
         rows = read_tsv(root / rel)
@@ -158,7 +147,6 @@ def label_curve(root: Path, folder: str) -> str:
 
 
 def run_record(root: Path, folder: str) -> str:
-    """A committed run's record (FOLDER/run.json), as a sentence: its command, commit, machine and time."""
     r = Result(root, f"{folder}/run.json")
     machine = r.get("machine")
     return (f"`{r.get('command')}` at {r.get('code')}, on a {machine['cores']}-core {machine['cpu']}: "
@@ -169,8 +157,7 @@ OBJECTIVES = (("`clm`", "clm"), ("`mlm`", "mlm"), ("`mlm` + NSP", "mlm-nsp"))
 
 
 def objectives(root: Path, folder: str) -> str:
-    """One row per pretraining objective (FOLDER/<objective>/evaluate.json): the LM's validation perplexity, the
-    first epoch's validation accuracy, both test accuracies and the gap."""
+    """One row per pretraining objective (FOLDER/<objective>/evaluate.json)."""
     rows = []
     for label, name in OBJECTIVES:
         r = Result(root, f"{folder}/{name}/evaluate.json")
@@ -182,8 +169,7 @@ def objectives(root: Path, folder: str) -> str:
 
 
 def translation_test(root: Path, folder: str, part: str = "") -> str:
-    """Test BLEU and chrF per variant with their intervals, the gap, the source copied as a baseline (`part`
-    "clauses.": the short test sentences)."""
+    """Test BLEU and chrF per variant, the gap, the source copied (`part` "clauses.": the short test pairs)."""
     r = Result(root, f"{folder}/evaluate.json")
     rows = [[label, *(f"{_mean_std(r, f'{part}{v}.{m}', 2)} [{r(f'{part}{v}.{m}_ci95_low'):.2f}, "
                       f"{r(f'{part}{v}.{m}_ci95_high'):.2f}]" for m in ("bleu", "chrf"))]
@@ -195,7 +181,6 @@ def translation_test(root: Path, folder: str, part: str = "") -> str:
 
 
 def translation_epochs(root: Path, folder: str) -> str:
-    """Validation loss and BLEU per epoch, mean of the runs (FOLDER/finetune/<variant>/seed<run>.tsv)."""
     runs = Result(root, f"{folder}/evaluate.json").get("runs")
     rows = []
     for v in VARIANTS:
@@ -209,8 +194,7 @@ def translation_epochs(root: Path, folder: str) -> str:
 
 
 def translation_lab(root: Path, folder: str) -> str:
-    """The lab's sentences as the first run's models translate them, each with its chrF; then each variant's chrF
-    over all of them, mean of the runs."""
+    """The lab's sentences as the first run's models translate them, each with its chrF."""
     r = Result(root, f"{folder}/evaluate.json")
     run = r.get("runs")[0]
     rows = [[row["source"], row["reference"], *(c for v in VARIANTS for c in (row[f"{v}_{run}"], f"{row[f'{v}_{run}_chrf']:.1f}"))]
@@ -225,7 +209,7 @@ def _tokens(n: float) -> str:
 
 
 def scaling(root: Path, folder: str) -> str:
-    """The scaling study per budget (FOLDER/summary.json): tokens, the LM's perplexity, both accuracies, the gap."""
+    """The scaling study per budget (FOLDER/summary.json)."""
     r = Result(root, f"{folder}/summary.json")
     rows = [[f"{r(f'budgets.{i}.budget'):g}x", _tokens(r(f"budgets.{i}.pretraining_tokens")),
              f"{r(f'budgets.{i}.lm_val_perplexity'):.1f}", *(_mean_std(r, f"budgets.{i}.{v}_accuracy") for v in VARIANTS),
@@ -237,7 +221,7 @@ def scaling(root: Path, folder: str) -> str:
 
 
 def scaling_trend(root: Path, folder: str) -> str:
-    """The straight-line fits against log10(tokens), and where the pretrained line would reach the baseline."""
+    """The straight-line fits against log10(tokens), and where the pretrained line reaches the baseline."""
     r = Result(root, f"{folder}/summary.json")
 
     def fit(name: str, label: str) -> list[str]:
@@ -284,7 +268,6 @@ KINDS: dict[str, Callable[[Path, str], str]] = {
 
 
 def generate(name: str, root: Path) -> str:
-    """The Markdown NAME (`KIND@FOLDER`) stands for, from the files under `root`."""
     kind, _, folder = name.partition("@")
     if kind not in KINDS:
         raise MetricsError(f"unknown table {name!r}: KIND@FOLDER with KIND one of {', '.join(KINDS)}")
@@ -292,13 +275,11 @@ def generate(name: str, root: Path) -> str:
 
 
 def pages(root: Path) -> list[Path]:
-    """README.md, then docs/**/*.md in path order."""
     return [path for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if path.is_file()]
 
 
 def refresh(path: Path, root: Path) -> tuple[str, list[str], list[str]]:
-    """The page with every table regenerated; `page:line: problem` for each stale table, and for each broken one
-    (markers unpaired, files unreadable)."""
+    """The page with every table regenerated, and `page:line: problem` for each stale and each broken table."""
     rel, lines = path.relative_to(root).as_posix(), path.read_text(encoding="utf-8").split("\n")
     out, stale, broken = [], [], []
     fenced, opened, body = False, None, []
@@ -336,7 +317,6 @@ def _md5(path: Path) -> str:
 
 
 def locked_md5(root: Path, folder: str, plot: str) -> str | None:
-    """The md5 the folder's dvc.lock records for the output `plot`."""
     lock = root / folder / "dvc.lock"
     stages = (YAML(typ="safe").load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}) if lock.is_file() else {}
     return next((out.get("md5") for stage in stages.values() for out in stage.get("outs", []) if out.get("path") == plot),
@@ -344,7 +324,7 @@ def locked_md5(root: Path, folder: str, plot: str) -> str | None:
 
 
 def check_figures(root: Path) -> list[str]:
-    """Each docs figure that is not the plot its pipeline's dvc.lock records (missing, edited, or an older run's)."""
+    """Each docs figure that is not the plot its pipeline's dvc.lock records."""
     problems = []
     for figure, (folder, plot) in FIGURES.items():
         expected = locked_md5(root, folder, plot)
@@ -355,14 +335,13 @@ def check_figures(root: Path) -> list[str]:
 
 
 def check_pages(root: Path) -> list[str]:
-    """Every stale or broken table, then every wrong figure; [] when the docs match the result files."""
     root = Path(root)
     return [problem for path in pages(root) for problem in sum(refresh(path, root)[1:], [])] + check_figures(root)
 
 
 def write_pages(root: Path) -> list[str]:
-    """Regenerate every table and copy each plot that matches its dvc.lock over its docs figure; returns what
-    changed. Nothing is written while a table is broken: a half-regenerated docs tree helps no one."""
+    """Regenerate every table and copy each plot its dvc.lock records over its docs figure; nothing is written
+    while a table is broken."""
     root = Path(root)
     fresh = {path: refresh(path, root) for path in pages(root)}
     broken = [problem for _, _, problems in fresh.values() for problem in problems]

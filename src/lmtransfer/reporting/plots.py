@@ -40,9 +40,8 @@ def mean_band(axis, runs: list[Rows], key: str, color: str, label: str, style: s
 
 
 def plot_pretraining(runs: list[tuple[Rows, Rows]], path: Path, dpi: int) -> Path:
-    """Loss and perplexity per step of each pretraining run ((train rows, valid rows) each, drawn alike, so their
-    spread shows); a second phase (adaptation to the task's texts) is drawn apart, since its validation texts are
-    the task's, not the corpus's."""
+    """Loss and perplexity per step of each pretraining run; the adaptation phase (validated on the task's texts)
+    drawn apart."""
     figure, (loss_axis, ppl_axis) = plt.subplots(1, 2, figsize=(10, 4))
     phase_style = {"corpus": ("tab:red", "corpus"), "task": ("tab:purple", "task texts")}
     several = f" ({len(runs)} runs)" if len(runs) > 1 else ""
@@ -72,8 +71,7 @@ def plot_pretraining(runs: list[tuple[Rows, Rows]], path: Path, dpi: int) -> Pat
 
 
 def plot_pretraining_logs(path: Path, dpi: int, seeds: list[int] | None = None) -> Path:
-    """`plot_pretraining` of the pretrain stages' own logs (metrics/pretrain/seed<N>/*.tsv, one run per seed; the
-    translation task's one run: metrics/pretrain/*.tsv), as both tasks plot them."""
+    """`plot_pretraining` of the pretrain stages' logs (one run per seed, or translation's one)."""
     from lmtransfer.core.io import read_tsv, require_file
     from lmtransfer.core.paths import PretrainOutputs
 

@@ -1,6 +1,4 @@
-"""The result files the commands read (metrics/evaluate.json, the headline, timings): a damaged one is named, with
-how to get it back, never a bare parser message (`error: Expecting ',' delimiter: line 11 column 38` named no file).
-"""
+"""The result files the commands read: a damaged one is named, with how to get it back."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from lmtransfer.core.io import how_to_produce, require_file
 
 
 class ResultFileError(LmtransferError, ValueError):
-    """A result file that exists but cannot be read as what it should be."""
+    pass
 
 
 def remedy(path: Path) -> str:
@@ -37,7 +35,7 @@ def read_result_json(path: str | Path, what: str) -> Any:
 
 @contextmanager
 def reading(path: str | Path, what: str) -> Iterator[None]:
-    """Valid JSON without the keys a command reads (an older layout, an edited file): named, not a KeyError."""
+    """Valid JSON without the keys a command reads: named, not a KeyError."""
     try:
         yield
     except (KeyError, IndexError, TypeError, AttributeError) as exc:

@@ -1,15 +1,6 @@
-"""`lmtransfer scaling` (`make scaling`): how much pretraining pays, and whether it ever catches the baseline.
-
-The default pipeline at several pretraining budgets, each a multiple of params.yaml's: corpus steps
-(`pretrain.max_steps`) and the adaptation phase (`pretrain.adapt_epochs`) scaled alike, everything else as it
-is, every fine-tune over `finetune.seeds`. Each budget is one DVC experiment (`scaling-<budget>x`) queued and
-run through DVC's queue; the scratch fine-tunes, the baseline and the data stages do not depend on the budget,
-so DVC's run-cache restores them instead of training them again.
-
-The summary (`results/scaling/summary.json`) holds, per budget, the pretraining tokens, the language model's
-validation perplexity, both variants' test accuracy, the gap with its interval and the head start; and two
-straight-line fits against log10(tokens): the gap's, and the pretrained accuracy's, with where that line would
-reach the baseline (and the range of that point over the slope's 95% interval).
+"""`lmtransfer scaling`: the default pipeline at several pretraining budgets (`pretrain.max_steps` and
+`pretrain.adapt_epochs` scaled alike), one queued DVC experiment each; the summary fits the gap and the pretrained
+accuracy against log10(tokens) and says where that line would reach the baseline.
 """
 
 from __future__ import annotations
@@ -38,7 +29,6 @@ def experiment_name(budget: float) -> str:
 
 
 def budget_overrides(budget: float, base: PretrainParams) -> list[str]:
-    """The `-S` arguments of one budget: corpus steps and adaptation epochs, both `budget` times the base's."""
     if budget <= 0:
         raise LmtransferError(f"budget {budget:g}: a budget is a positive multiple of params.yaml's pretraining "
                               "(no pretraining at all is the scratch variant, already in every run)")
@@ -52,7 +42,7 @@ def budget_overrides(budget: float, base: PretrainParams) -> list[str]:
 
 
 def queue_budgets(budgets: list[float], base: PretrainParams, root: Path = Path(".")) -> list[str]:
-    """Queue one experiment per budget that has none yet; the names of those queued."""
+    """Queue one experiment per budget that has none yet."""
     done = {e.name for e in list_experiments(root, PREFIX)}
     queued = []
     for budget in budgets:
@@ -67,7 +57,6 @@ def queue_budgets(budgets: list[float], base: PretrainParams, root: Path = Path(
 
 
 def run_queue(root: Path = Path("."), jobs: int = 1) -> None:
-    """Run what the queue holds, showing DVC's own progress (one experiment at a time on a small machine)."""
     subprocess.run(["dvc", "exp", "run", "--run-all", "--jobs", str(jobs)], cwd=root, env=dvc_env(), check=True)
 
 
@@ -81,7 +70,6 @@ def _budget_of(experiment: Experiment, base: PretrainParams) -> float:
 
 
 def budget_row(experiment: Experiment, base: PretrainParams) -> dict:
-    """One budget's figures, from its evaluate report (which carries the pretrain stage's summary)."""
     row, pretraining = Row.of(experiment), experiment.report["pretraining"]
     tokens = pretraining["tokens_seen"] + pretraining.get("adapt_tokens_seen", 0)
     return {
@@ -110,10 +98,8 @@ def line_fit(tokens: list[float], values: list[float]) -> dict:
 
 
 def pretraining_spread(report: dict) -> dict:
-    """How far one pretraining run moves the gap, from a run of the pipeline with several (its evaluate.json):
-    each run's paired gap (pretrained minus scratch, same run) and their standard deviation. A budget of the study
-    pretrains once, so its point carries this spread besides its own resampling error. The per-run gaps hold the
-    fine-tuning seed's noise too, so the spread errs wide."""
+    """How far one pretraining run moves the gap, from a run with several: the sd of the per-run paired gaps
+    (which hold the fine-tuning seed's noise too, so it errs wide)."""
     gaps = [p - s for p, s in zip(report["pretrained"]["accuracy_per_seed"], report["scratch"]["accuracy_per_seed"])]
     if len(gaps) < 2:
         raise LmtransferError("the spread of pretraining runs needs a run with 2 or more of them (pretrain.seeds)")
@@ -123,8 +109,8 @@ def pretraining_spread(report: dict) -> dict:
 
 
 def slope_interval_with_spread(budgets: list[dict], sd: float, level: float = 0.95) -> list[float]:
-    """The gap's slope per 10x tokens with each budget's point as uncertain as its own interval says plus one
-    pretraining run's spread `sd`: the least-squares slope's standard error from those point variances (normal)."""
+    """The gap's slope interval with each point as uncertain as its own interval plus one pretraining run's
+    spread `sd` (normal)."""
     x = np.log10([budget["pretraining_tokens"] for budget in budgets])
     weights = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     z = stats.norm.ppf(0.5 + level / 2)
@@ -135,7 +121,6 @@ def slope_interval_with_spread(budgets: list[dict], sd: float, level: float = 0.
 
 
 def add_pretraining_spread(summary: dict, report: dict) -> dict:
-    """The summary with the measured spread of pretraining runs, and the gap slope's interval that counts it."""
     spread = pretraining_spread(report)
     gap_fit = {**summary["gap_fit"],
                "slope_ci95_with_pretraining_spread": slope_interval_with_spread(summary["budgets"], spread["sd"])}
@@ -143,9 +128,8 @@ def add_pretraining_spread(summary: dict, report: dict) -> dict:
 
 
 def tokens_to_reach(fit: dict, target: float) -> dict:
-    """Where the pretrained-accuracy line meets the baseline: at the fitted slope, and at both ends of its
-    interval, each line through the points' centre (where a least-squares line always passes); None where the
-    line never gets there (a slope of 0 or below)."""
+    """Where the pretrained-accuracy line meets the baseline, at the fitted slope and both ends of its interval
+    (lines through the points' centre); None where it never does."""
     def reach(slope: float) -> float | None:
         if slope <= 0:
             return None
@@ -156,7 +140,6 @@ def tokens_to_reach(fit: dict, target: float) -> dict:
 
 
 def summarize(experiments: list[Experiment], base: PretrainParams) -> dict:
-    """The summary.json of the experiments that finished, ordered by budget."""
     done = sorted((e for e in experiments if e.report is not None and "pretraining" in e.report),
                   key=lambda e: _budget_of(e, base))
     if len(done) < 3:
@@ -176,7 +159,6 @@ def summarize(experiments: list[Experiment], base: PretrainParams) -> dict:
 
 
 def _row_of(budget: dict) -> Row:
-    """A budget of summary.json as compare's row (the figure is drawn from the summary alone)."""
     return Row(budget["experiment"], {}, (budget["pretrained_accuracy_mean"], budget["pretrained_accuracy_std"]),
                (budget["scratch_accuracy_mean"], budget["scratch_accuracy_std"]),
                (budget["gap"], budget["gap_ci95_low"], budget["gap_ci95_high"]), budget["gap_p_value"],
@@ -184,7 +166,6 @@ def _row_of(budget: dict) -> Row:
 
 
 def plot_summary(summary: dict, path: Path, dpi: int = 120) -> Path:
-    """Accuracy and gap against pretraining tokens (log axis), the baseline as a line, the fits dotted."""
     budgets = summary["budgets"]
     tokens = np.array([budget["pretraining_tokens"] for budget in budgets], dtype=float)
     figure, top, bottom = transfer_figure(list(tokens), [_row_of(budget) for budget in budgets],
@@ -204,8 +185,6 @@ def plot_summary(summary: dict, path: Path, dpi: int = 120) -> Path:
 
 
 def write_study(root: Path, base: PretrainParams, out: Path = RESULTS, rev: str | None = None) -> dict:
-    """Collect the scaling experiments (of the current commit, or of `rev`), write summary.json and scaling.png
-    under `out`."""
     summary = summarize(list_experiments(root, PREFIX, rev), base)
     write_json(root / out / "summary.json", summary)
     plot_summary(summary, root / out / "scaling.png")

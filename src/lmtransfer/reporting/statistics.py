@@ -1,13 +1,7 @@
-"""How sure the pretrained-minus-scratch gap is: pretraining runs, fine-tuning seeds and test examples are all
-sources of noise.
-
-Each pretraining run is fine-tuned with each fine-tuning seed, and each scratch run is paired with one of those
-(same pretraining seed, same fine-tuning seed); every model is scored on the same test examples. The data form
-two (pretraining runs x fine-tuning seeds x examples) arrays of 0/1 correctness, paired cell by cell. The interval
-is a nested paired bootstrap: it draws pretraining runs with replacement, fine-tuning seeds within each drawn run,
-and test examples (Davison & Hinkley's two-stage bootstrap, plus the examples). The p-value reads the same
-resamples (twice the share on the far side of zero), so p < 0.05 exactly when the 95% interval leaves out zero.
-Resampling one source at a time tells how much of the spread each contributes.
+"""How sure the pretrained-minus-scratch gap is. The correctness of every model on the test examples forms two
+(pretraining runs x fine-tuning seeds x examples) 0/1 arrays, paired cell by cell. A nested paired bootstrap draws
+runs, seeds within each drawn run, and examples (Davison & Hinkley's two-stage bootstrap, plus the examples); the
+p-value reads the same resamples, so p < 0.05 exactly when the 95% interval leaves out zero.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ SOURCES = ("pretraining_runs", "finetuning_seeds", "test_examples")
 
 
 def summarize(values: list[float]) -> dict[str, float | list[float]]:
-    """Mean, sample standard deviation (0 for a single seed) and the values themselves."""
+    """Mean, sample standard deviation (0 for a single seed) and the values."""
     array = np.asarray(values, dtype=float)
     return {
         "mean": float(array.mean()),
@@ -30,7 +24,7 @@ def summarize(values: list[float]) -> dict[str, float | list[float]]:
 
 
 def _chunks(n_resamples: int, n_examples: int) -> Iterator[tuple[int, int]]:
-    """(begin, size) blocks that keep size x n_examples example weights near 2M numbers at a time."""
+    """(begin, size) blocks of about 2M example weights at a time."""
     chunk = max(1, 2_000_000 // max(n_examples, 1))
     for begin in range(0, n_resamples, chunk):
         yield begin, min(chunk, n_resamples - begin)
@@ -39,9 +33,7 @@ def _chunks(n_resamples: int, n_examples: int) -> Iterator[tuple[int, int]]:
 def nested_bootstrap(
     difference: np.ndarray, n_resamples: int = 10_000, seed: int = 0, resample: tuple[str, ...] = SOURCES
 ) -> np.ndarray:
-    """Resampled means of `difference` ((runs, seeds, examples)), drawing the sources named in `resample` with
-    replacement (pretraining runs, then fine-tuning seeds within each drawn run, and examples); the others stay
-    as they are."""
+    """Resampled means of `difference` (runs, seeds, examples), drawing the sources in `resample`."""
     difference = np.asarray(difference, dtype=float)
     n_runs, n_seeds, n_examples = difference.shape
     rng = np.random.default_rng(seed)
@@ -61,15 +53,8 @@ def nested_bootstrap(
     return gaps
 
 
-def percentile_interval(gaps: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(gaps, [tail, 100 - tail])
-    return float(low), float(high)
-
-
 def bootstrap_p_value(gaps: np.ndarray) -> float:
-    """Two-sided p-value that the gap is zero: twice the smaller share of resamples on either side of zero
-    (counting the observed data as one resample, so it is never 0)."""
+    """Twice the smaller share of resamples on either side of zero (the data counted as one resample)."""
     n = len(gaps)
     below, above = (np.count_nonzero(gaps <= 0) + 1) / (n + 1), (np.count_nonzero(gaps >= 0) + 1) / (n + 1)
     return float(min(1.0, 2 * min(below, above)))
@@ -77,16 +62,12 @@ def bootstrap_p_value(gaps: np.ndarray) -> float:
 
 def gap_uncertainty(correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: int = 10_000, seed: int = 0,
                     level: float = 0.95) -> dict:
-    """The gap mean(a) - mean(b) with its interval, p-value and each source's share of the spread.
-
-    correct_a, correct_b: (pretraining runs, fine-tuning seeds, examples) 0/1 arrays, paired cell by cell.
-    `spread` holds the standard deviation of the resampled gap drawing each source alone, and `share` each one's
-    part of their summed variance; with one fine-tuning seed per run, the fine-tuning seeds cannot be told from
-    the pretraining runs (their spread is 0 and the runs' holds both).
-    """
+    """The gap mean(a) - mean(b) with its interval, p-value and each source's share of the spread (each source
+    resampled alone; with one seed per run, the seeds' spread is 0 and the runs' holds both)."""
     difference = np.asarray(correct_a, dtype=float) - np.asarray(correct_b, dtype=float)
     gaps = nested_bootstrap(difference, n_resamples, seed)
-    low, high = percentile_interval(gaps, level)
+    tail = (1 - level) / 2 * 100
+    low, high = (float(bound) for bound in np.percentile(gaps, [tail, 100 - tail]))
     spread = {source: float(nested_bootstrap(difference, n_resamples, seed, (source,)).std()) if size > 1 else 0.0
               for source, size in zip(SOURCES, difference.shape)}  # one of a kind: nothing to draw
     total = sum(value**2 for value in spread.values())
