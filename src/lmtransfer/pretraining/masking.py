@@ -1,10 +1,8 @@
-"""Masked language modelling's data: BERT's corruption (which tokens to hide, what to show instead) and the
-batches it applies to: packed windows, and sentence pairs for next-sentence prediction.
+"""Masked language modelling's data: BERT's corruption and the batches it applies to (packed windows, and
+sentence pairs for next-sentence prediction).
 
-Per sequence, `mask_prob` of its ordinary tokens (never padding, begin/end of text or
-another special id) are chosen, at least one; of the chosen, 80% become `<mask>`,
-10% a random ordinary token and 10% stay as they are, so the model cannot learn that
-only `<mask>` positions matter. Only the chosen positions are scored.
+Per sequence, `mask_prob` of its ordinary tokens (never a special id) are chosen, at least one; of the chosen,
+80% become `<mask>`, 10% a random ordinary token and 10% stay as they are. Only the chosen positions are scored.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ class TokenMasker:
         return keep.nonzero().squeeze(1)
 
     def __call__(self, ids: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids (B, T) -> (corrupted inputs, targets): targets hold the original id at the chosen positions and
-        IGNORE_INDEX elsewhere. Draws from `generator` (validation: the same masks every time), else from
-        torch's global generator (training: saved and restored with the resume snapshots)."""
+        """ids (B, T) -> (corrupted inputs, targets: the original id where chosen, else IGNORE_INDEX). Draws from
+        `generator` (validation: the same masks every time), else torch's global one (saved by the snapshots)."""
         eligible = torch.ones_like(ids, dtype=torch.bool)
         for special in {*self.special_ids, self.mask_id}:
             eligible &= ids.ne(special)
@@ -61,9 +58,8 @@ class TokenMasker:
 
 
 class MaskedWindows(PackedBatches):
-    """Packed windows for masked language modelling: `seq_len` tokens, the first replaced by the begin-of-text
-    id (BERT's [CLS], where classification's `first` pooling and next-sentence prediction read), then
-    corrupted by `masker`. Yields (inputs, targets) with targets IGNORE_INDEX where nothing is scored."""
+    """Packed windows, the first token replaced by the begin-of-text id (BERT's [CLS], where `first` pooling and
+    next-sentence prediction read), corrupted by `masker`: (inputs, targets)."""
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, masker: TokenMasker, cls_id: int,
                  seed: int = 0, what: str = "corpus"):
@@ -85,21 +81,17 @@ class MaskedWindows(PackedBatches):
 
 
 def _positions(ids: np.ndarray, value: int, chunk: int = 1 << 24) -> np.ndarray:
-    """Where `value` occurs in `ids`, found a chunk at a time: a memory-mapped corpus of hundreds of millions of
-    tokens is never compared whole (that would take a byte per token at once)."""
+    """Where `value` occurs in `ids`, a chunk at a time: a memory-mapped corpus is never compared whole."""
     found = [np.flatnonzero(np.asarray(ids[begin : begin + chunk]) == value) + begin
              for begin in range(0, len(ids), chunk)]
     return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 class SentencePairs:
-    """BERT's next-sentence prediction data: `[CLS] A [SEP] B [SEP]` with A a run of consecutive documents
-    (corpus lines) and B, half the time, the documents that follow A in the corpus, else a run starting at a
-    random document. Segment ids are 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`; begin/end-of-text ids serve as
-    [CLS]/[SEP]. Both segments are masked like `MaskedWindows`; an epoch has as many batches as the packed
-    windows would, so `pretrain.max_steps` and `pretrain.epochs` mean the same budget.
-
-    Yields (inputs, targets, segments, is_next), right-padded to the longest pair of the batch."""
+    """BERT's next-sentence prediction data: `[CLS] A [SEP] B [SEP]` (begin/end-of-text ids), A a run of consecutive
+    documents and B, half the time, the documents that follow A, else a run from a random document; segment 0 for
+    `[CLS] A [SEP]`, 1 for `B [SEP]`; masked like `MaskedWindows`. An epoch has as many batches as the packed
+    windows would (the same budget). Yields (inputs, targets, segments, is_next), right-padded per batch."""
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, masker: TokenMasker, bos_id: int,
                  eos_id: int, pad_id: int, seed: int = 0, what: str = "corpus"):
@@ -123,9 +115,7 @@ class SentencePairs:
 
     def epoch(self, skip: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
         """One epoch's pairs, all drawn up front from the generator, so a resumed epoch (`skip`) is the same."""
-        plan = self._draw(self.n_batches * self.batch_size, self.generator)
-        for begin in range(skip * self.batch_size, len(plan[0]), self.batch_size):
-            yield self._batch(*(column[begin : begin + self.batch_size] for column in plan))
+        yield from self._batches(self._draw(self.n_batches * self.batch_size, self.generator), skip)
 
     def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, ...]]:
         """The same validation pairs and masks every time."""
@@ -133,10 +123,13 @@ class SentencePairs:
         plan = self._draw(min(max_batches, self.n_batches) * self.batch_size, generator)
         self.mask_generator = generator
         try:
-            for begin in range(0, len(plan[0]), self.batch_size):
-                yield self._batch(*(column[begin : begin + self.batch_size] for column in plan))
+            yield from self._batches(plan)
         finally:
             self.mask_generator = None
+
+    def _batches(self, plan: tuple[np.ndarray, ...], skip: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
+        for begin in range(skip * self.batch_size, len(plan[0]), self.batch_size):
+            yield self._batch(*(column[begin : begin + self.batch_size] for column in plan))
 
     def _draw(self, n: int, generator: torch.Generator) -> tuple[np.ndarray, ...]:
         n_docs = len(self.doc_starts)
@@ -147,8 +140,7 @@ class SentencePairs:
         return first, is_next, elsewhere, split
 
     def _run(self, doc: int, budget: int) -> tuple[list[int], int]:
-        """Consecutive documents from `doc` on, at least one, until `budget` tokens (the last one cut), and the
-        document after them."""
+        """Consecutive documents from `doc` on, at least one, up to `budget` tokens, and the document after them."""
         tokens: list[int] = []
         while doc < len(self.doc_starts) and (not tokens or len(tokens) < budget):
             tokens += np.asarray(self.ids[self.doc_starts[doc] : self.doc_ends[doc]]).tolist()
