@@ -13,8 +13,7 @@ from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
-from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
-from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.objectives import MaskedWindows, Objective, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.training import pretrain
 from lmtransfer.training.loop import RunOptions
 

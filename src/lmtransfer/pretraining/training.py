@@ -25,6 +25,7 @@ from lmtransfer.training.loop import RunOptions, optimizer_step
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
 
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
+PHASES = {"corpus": ("pretrain", "the corpus"), "task": ("adapt", TASK_TEXTS)}  # progress label, data in messages
 
 
 @torch.no_grad()
@@ -92,24 +93,15 @@ def evaluate_imported(
     )
 
 
-@dataclass(frozen=True)
-class Phase:
-    """A phase's snapshot name, progress label, data (for messages) and first logged step."""
-
-    name: str = "corpus"
-    desc: str = "pretrain"
-    data_name: str = "the corpus"
-    first_step: int = 0
-
-
 def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
-             options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: Phase = Phase(),
-             ) -> PretrainResult:
+             options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: str = "corpus",
+             first: int = 0) -> PretrainResult:
     """Train the language model on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes), scored
-    on `valid_ids`; from the phase's snapshot if there is one (a finished phase's: its result at once)."""
-    device, snapshots, first = options.device, options.snapshots, phase.first_step
-    batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
-    valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
+    on `valid_ids`, logged from step `first` on; from the phase's snapshot if there is one (a finished phase's: its
+    result at once)."""
+    device, snapshots, (desc, data) = options.device, options.snapshots, PHASES[phase]
+    batches = objective.train_batches(train_ids, params, options.seed, f"{data}'s training part")
+    valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{data}'s validation part")
     model.to(device).train()
     steps = params.max_steps or params.epochs * batches.steps_per_epoch()
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
@@ -121,11 +113,11 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
         result.valid_log.append({"step": first + at, **scores})
         options.log_metrics(scores, first + at)
 
-    saved = snapshots.load(phase.name, model, optimizer, scheduler) if snapshots else None
+    saved = snapshots.load(phase, model, optimizer, scheduler) if snapshots else None
     if saved:  # where it was: steps done, the epoch, its batches done, the order before it drew, the window's sums
         result, (step, epoch, batch, order, sums) = PretrainResult(**saved["result"]), saved["at"]
         batches.generator.set_state(order)
-        print(f"{phase.desc}: resumed from the snapshot at step {step} of {steps}", flush=True)
+        print(f"{desc}: resumed from the snapshot at step {step} of {steps}", flush=True)
     else:
         result = PretrainResult(steps=steps)
         step, epoch, batch, order, sums = 0, 0, 0, None, {}
@@ -138,7 +130,7 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
             epoch += 1
             order = batches.generator.get_state()
         bar = progress_bar(total=min(batches.steps_per_epoch(), batch + steps - step), initial=batch,
-                           desc=f"{phase.desc} epoch {epoch}/{-(-steps // batches.steps_per_epoch())}", unit="batch")
+                           desc=f"{desc} epoch {epoch}/{-(-steps // batches.steps_per_epoch())}", unit="batch")
         for inputs in draws.batches(itertools.islice(batches.epoch(skip=batch), steps - step)):
             inputs = to_device(inputs, device)
             loss, losses = step_losses(inputs)
@@ -160,7 +152,7 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
                 validate(step)
             if snapshots and (snapshots.due(step) or step == steps):  # the last: a kill before the outputs
                 result.seconds = time.perf_counter() - started
-                snapshots.save(phase.name, model, optimizer, scheduler, result=asdict(result),
+                snapshots.save(phase, model, optimizer, scheduler, result=asdict(result),
                                at=(step, epoch, batch, order, sums))
         bar.close()
         batch = 0
@@ -228,5 +220,5 @@ def adapt_to_task(
     phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
                                       "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, replace(options, seed=options.seed + 1),
-                    objective.without_next_sentence(), Phase("task", "adapt", TASK_TEXTS, first_step))
+                    objective.without_next_sentence(), "task", first_step)
 
