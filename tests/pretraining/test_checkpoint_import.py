@@ -105,7 +105,7 @@ def _ids() -> torch.Tensor:
 
 
 @pytest.mark.parametrize("wrap", [True, False], ids=["model_state_dict", "bare"])
-def test_original_checkpoint_gives_the_original_logits(tmp_path, wrap):
+def test_original_checkpoint_gives_the_original_logits_and_says_it_records_no_head_count(tmp_path, wrap):
     original = _original()
     path = _save_original(tmp_path, original, wrap=wrap)
     weights = read_checkpoint_weights(path)
@@ -123,6 +123,8 @@ def test_original_checkpoint_gives_the_original_logits(tmp_path, wrap):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     if wrap:
         assert any("epoch" in note and "optimizer_state_dict" in note for note in weights.notes)
+    assert weights.n_heads is None and any("model.n_heads" in note for note in weights.notes)  # not recorded:
+    check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), "x")  # cannot be checked, no error
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["checkpoint", "bare"])
@@ -171,13 +173,6 @@ def test_original_classification_head_is_not_used_but_the_base_loads(tmp_path):
     ids = _ids()
     with torch.no_grad():
         torch.testing.assert_close(target.base(ids), original.base(ids.t()).transpose(0, 1), atol=1e-5, rtol=0)
-
-
-def test_original_layout_reports_that_heads_are_not_recorded(tmp_path):
-    weights = read_checkpoint_weights(_save_original(tmp_path, _original()))
-    assert weights.n_heads is None
-    assert any("model.n_heads" in note for note in weights.notes)
-    check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), "x")  # cannot be checked: no error
 
 
 # --- mismatches with params.yaml -------------------------------------------------------

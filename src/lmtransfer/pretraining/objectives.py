@@ -218,19 +218,18 @@ class Objective:
         return replace(self, next_sentence=False)
 
     def train_batches(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str):
-        if self.name == "clm":
-            return PackedBatches(ids, params.seq_len, params.batch_size, seed, what)
-        if self.next_sentence:
-            return self._pairs(ids, params, seed, what)
-        return MaskedWindows(ids, params.seq_len, params.batch_size, self.masker, self.bos_id, seed, what)
+        return self._pairs(ids, params, seed, what) if self.next_sentence else self._windows(ids, params, seed, what)
 
     def valid_batches(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str) -> tuple:
         """(token batches, sentence pairs or None): masked-token scores come from the same windows with or
         without next-sentence prediction, so the two are comparable; pairs add its accuracy."""
+        return self._windows(ids, params, seed, what), (self._pairs(ids, params, seed, what) if self.next_sentence
+                                                        else None)
+
+    def _windows(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str) -> PackedBatches:
         if self.name == "clm":
-            return PackedBatches(ids, params.seq_len, params.batch_size, seed, what), None
-        windows = MaskedWindows(ids, params.seq_len, params.batch_size, self.masker, self.bos_id, seed, what)
-        return windows, (self._pairs(ids, params, seed, what) if self.next_sentence else None)
+            return PackedBatches(ids, params.seq_len, params.batch_size, seed, what)
+        return MaskedWindows(ids, params.seq_len, params.batch_size, self.masker, self.bos_id, seed, what)
 
     def _pairs(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str) -> SentencePairs:
         return SentencePairs(ids, params.seq_len, params.batch_size, self.masker, self.bos_id, self.eos_id,
