@@ -214,7 +214,7 @@ KILLED_RUN = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     import torch
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]  # test_resume, and the conftest it imports
     import test_resume as t
     from lmtransfer.training.resume import Snapshots
 
