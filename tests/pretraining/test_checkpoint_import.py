@@ -105,7 +105,7 @@ def _ids() -> torch.Tensor:
 
 
 @pytest.mark.parametrize("wrap", [True, False], ids=["model_state_dict", "bare"])
-def test_original_checkpoint_gives_the_original_logits(tmp_path, wrap):
+def test_original_checkpoint_gives_the_original_logits_and_says_it_records_no_head_count(tmp_path, wrap):
     original = _original()
     path = _save_original(tmp_path, original, wrap=wrap)
     weights = read_checkpoint_weights(path)
@@ -123,28 +123,20 @@ def test_original_checkpoint_gives_the_original_logits(tmp_path, wrap):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     if wrap:
         assert any("epoch" in note and "optimizer_state_dict" in note for note in weights.notes)
+    assert weights.n_heads is None and any("model.n_heads" in note for note in weights.notes)  # not recorded:
+    check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), "x")  # cannot be checked, no error
 
 
-def test_own_language_model_checkpoint_round_trips(tmp_path):
+@pytest.mark.parametrize("wrapped", [True, False], ids=["checkpoint", "bare"])
+def test_own_language_model_checkpoint_or_bare_state_dict_round_trips(tmp_path, wrapped):
     source = _fresh(seed=7)
     path = tmp_path / "lm.pt"
-    save_checkpoint(path, source, "language_model", CONFIG, mlflow_run_id="abc")
+    if wrapped:
+        save_checkpoint(path, source, "language_model", CONFIG, mlflow_run_id="abc")
+    else:
+        torch.save(source.state_dict(), path)
     weights = read_checkpoint_weights(path)
-    assert (weights.layout, weights.has_lm_head, weights.n_heads) == ("lmtransfer", True, A)
-
-    target = _fresh(seed=8)
-    load_into_language_model(weights, target)
-    ids = _ids()
-    with torch.no_grad():
-        assert torch.equal(target(ids), source(ids))
-
-
-def test_bare_own_state_dict_is_accepted(tmp_path):
-    source = _fresh(seed=7)
-    path = tmp_path / "bare.pt"
-    torch.save(source.state_dict(), path)
-    weights = read_checkpoint_weights(path)
-    assert (weights.layout, weights.has_lm_head, weights.n_heads) == ("lmtransfer", True, None)
+    assert (weights.layout, weights.has_lm_head, weights.n_heads) == ("lmtransfer", True, A if wrapped else None)
     target = _fresh(seed=8)
     load_into_language_model(weights, target)
     with torch.no_grad():
@@ -181,13 +173,6 @@ def test_original_classification_head_is_not_used_but_the_base_loads(tmp_path):
     ids = _ids()
     with torch.no_grad():
         torch.testing.assert_close(target.base(ids), original.base(ids.t()).transpose(0, 1), atol=1e-5, rtol=0)
-
-
-def test_original_layout_reports_that_heads_are_not_recorded(tmp_path):
-    weights = read_checkpoint_weights(_save_original(tmp_path, _original()))
-    assert weights.n_heads is None
-    assert any("model.n_heads" in note for note in weights.notes)
-    check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), "x")  # cannot be checked: no error
 
 
 # --- mismatches with params.yaml -------------------------------------------------------
@@ -251,39 +236,8 @@ def test_our_checkpoint_trained_with_another_tokenizer_is_refused_as_init_from(t
 # --- files that cannot be used ---------------------------------------------------------
 
 
-def _error(path) -> str:
-    with pytest.raises(CheckpointImportError) as error:
-        read_checkpoint_weights(path)
-    message = str(error.value)
-    assert str(path) in message
-    return message
-
-
-def test_corrupted_and_truncated_files(tmp_path):
-    garbage = tmp_path / "garbage.pt"
-    garbage.write_bytes(b"this is not a checkpoint \x00\x01\x02")
-    assert "not a readable PyTorch checkpoint" in _error(garbage)
-
-    good = _save_original(tmp_path, _original())
-    truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(good.read_bytes()[:500])
-    assert "not a readable PyTorch checkpoint" in _error(truncated)
-
-    empty = tmp_path / "empty.pt"
-    empty.write_bytes(b"")
-    assert "pretrain.init_from" in _error(empty)
-    assert "not found" in _error(tmp_path / "missing.pt")
-
-
 class Custom:
     pass
-
-
-def test_a_pickled_custom_object_is_refused_without_unsafe_loading(tmp_path):
-    path = tmp_path / "custom.pt"
-    torch.save({"model": Custom()}, path)
-    message = _error(path)
-    assert "custom objects" in message and "Custom" in message and "weights_only" in message
 
 
 class RunsACommand:
@@ -296,58 +250,60 @@ class RunsACommand:
         return os.system, (f"touch {self.marker}",)
 
 
+def _swapped_positions(original):  # cos on even dims, sin on odd
+    pe = original.base.pos_encoder.pe
+    return torch.stack([pe[..., 1::2], pe[..., 0::2]], dim=-1).flatten(-2)
+
+
+def _without(original, key):
+    return {"model_state_dict": {k: v for k, v in original.state_dict().items() if k != key}}
+
+
+UNUSABLE = {  # file -> what its message says
+    "garbage": (lambda tmp, o: b"this is not a checkpoint \x00\x01\x02", ["not a readable PyTorch checkpoint"]),
+    "truncated": (lambda tmp, o: _save_original(tmp, o).read_bytes()[:500], ["not a readable PyTorch checkpoint"]),
+    "empty": (lambda tmp, o: b"", ["pretrain.init_from"]),
+    "missing": (None, ["not found"]),
+    "custom": (lambda tmp, o: {"model": Custom()}, ["custom objects", "Custom", "weights_only"]),
+    "list": (lambda tmp, o: [torch.zeros(2)], ["holds a list"]),
+    "other": (lambda tmp, o: {"model_state_dict": {"encoder.embed.weight": torch.zeros(3, 2),
+                                                   "lm_head.weight": torch.zeros(3, 2)}},
+              ["unknown checkpoint layout", "encoder.embed.weight", "lm_head.weight"]),
+    "swapped": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), "base.pos_encoder.pe": _swapped_positions(o)}},
+                ["base.pos_encoder.pe", "positional encoding differs"]),
+    "wide": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), "base.pos_encoder.pe": torch.zeros(40, 1, D + 2)}},
+             [f"base.pos_encoder.pe has width {D + 2} but base.encoder.weight has width {D}"]),
+    "normed": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), "base.transformer_encoder.norm.weight":
+                                                    torch.ones(D), "base.transformer_encoder.norm.bias": torch.zeros(D)}},
+               ["base.transformer_encoder.norm.weight", "base.transformer_encoder.norm.bias"]),
+    "incomplete": (lambda tmp, o: _without(o, "base.transformer_encoder.layers.1.norm2.bias"),
+                   ["base.transformer_encoder.layers.1.norm2.bias is missing"]),
+}
+
+
+@pytest.mark.parametrize("name", UNUSABLE)
+def test_a_file_that_cannot_be_used_is_refused_naming_it_and_why(tmp_path, name):
+    make, fragments = UNUSABLE[name]
+    path = tmp_path / f"{name}.pt"
+    if make is not None:
+        content = make(tmp_path, _original())
+        path.write_bytes(content) if isinstance(content, bytes) else torch.save(content, path)
+    with pytest.raises(CheckpointImportError) as error:
+        read_checkpoint_weights(path)
+    assert str(path) in str(error.value)
+    for fragment in fragments:
+        assert fragment in str(error.value)
+
+
 def test_a_checkpoint_that_would_run_a_command_is_refused_as_such_without_advice_to_load_it_unsafely(tmp_path):
     path, marker = tmp_path / "evil.pt", tmp_path / "ran"
     torch.save({"model": RunsACommand(marker)}, path)
-    message = _error(path)
+    with pytest.raises(CheckpointImportError) as error:
+        read_checkpoint_weights(path)
+    message = str(error.value)
     assert "holds code or objects this tool will not run (posix.system; module posix is blocked)" in message
     assert "corrupted" not in message and "weights_only=False" not in message and "likely succeed" not in message
     assert not marker.exists()
-
-
-def test_a_non_dict_pickle_is_refused(tmp_path):
-    path = tmp_path / "list.pt"
-    torch.save([torch.zeros(2)], path)
-    assert "holds a list" in _error(path)
-
-
-def test_an_unknown_layout_lists_the_keys_found(tmp_path):
-    path = tmp_path / "other.pt"
-    torch.save({"model_state_dict": {"encoder.embed.weight": torch.zeros(3, 2), "lm_head.weight": torch.zeros(3, 2)}}, path)
-    message = _error(path)
-    assert "unknown checkpoint layout" in message
-    assert "encoder.embed.weight" in message and "lm_head.weight" in message
-
-
-def test_a_different_positional_encoding_is_refused(tmp_path):
-    original = _original()
-    pe = original.base.pos_encoder.pe
-    swapped = torch.stack([pe[..., 1::2], pe[..., 0::2]], dim=-1).flatten(-2)  # cos on even dims, sin on odd
-    message = _error(_save_original(tmp_path, original, base__pos_encoder__pe=swapped))
-    assert "base.pos_encoder.pe" in message and "positional encoding differs" in message
-
-
-def test_a_positional_table_of_another_width_is_refused(tmp_path):
-    message = _error(_save_original(tmp_path, _original(), base__pos_encoder__pe=torch.zeros(40, 1, D + 2)))
-    assert f"base.pos_encoder.pe has width {D + 2} but base.encoder.weight has width {D}" in message
-
-
-def test_an_unexpected_base_tensor_is_refused(tmp_path):
-    path = _save_original(
-        tmp_path, _original(),
-        base__transformer_encoder__norm__weight=torch.ones(D),
-        base__transformer_encoder__norm__bias=torch.zeros(D),
-    )
-    message = _error(path)
-    assert "base.transformer_encoder.norm.weight" in message and "base.transformer_encoder.norm.bias" in message
-
-
-def test_a_missing_layer_tensor_is_refused(tmp_path):
-    original = _original()
-    state = {k: v for k, v in original.state_dict().items() if k != "base.transformer_encoder.layers.1.norm2.bias"}
-    path = tmp_path / "incomplete.pt"
-    torch.save({"model_state_dict": state}, path)
-    assert "base.transformer_encoder.layers.1.norm2.bias is missing" in _error(path)
 
 
 def test_a_raw_pickle_is_one_line_without_torchs_warning_before_it(tmp_path):

@@ -13,8 +13,7 @@ from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
 from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
-from lmtransfer.pretraining.masking import MaskedWindows, SentencePairs, TokenMasker, _positions
-from lmtransfer.pretraining.objectives import Objective
+from lmtransfer.pretraining.objectives import MaskedWindows, Objective, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.training import pretrain
 from lmtransfer.training.loop import RunOptions
 
@@ -62,12 +61,10 @@ def test_masking_chooses_the_share_of_ordinary_tokens_and_splits_them_80_10_10()
 
 
 def test_masking_chooses_at_least_one_token_and_is_repeatable_with_a_generator():
-    ids = torch.tensor([[BOS, 7, EOS, PAD, PAD]])
-    _, targets = MASKER(ids)
+    _, targets = MASKER(torch.tensor([[BOS, 7, EOS, PAD, PAD]]))
     assert targets.ne(IGNORE_INDEX).sum() == 1 and targets[0, 1] == 7
     many = torch.randint(5, V, (8, 30))
-    first = MASKER(many, torch.Generator().manual_seed(3))
-    again = MASKER(many, torch.Generator().manual_seed(3))
+    first, again = (MASKER(many, torch.Generator().manual_seed(3)) for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
@@ -80,10 +77,6 @@ def test_the_loss_is_scored_on_the_chosen_positions_only():
     chosen = targets.ne(IGNORE_INDEX)
     expected = torch.nn.functional.cross_entropy(logits[chosen], targets[chosen])
     assert torch.allclose(model.losses(inputs, targets)["loss"], expected, atol=1e-6)
-    other = targets.clone()
-    other[~chosen] = 9  # a target where nothing was chosen would change the loss if it were scored
-    other[~chosen] = IGNORE_INDEX
-    assert torch.equal(model.losses(inputs, other)["loss"], model.losses(inputs, targets)["loss"])
 
 
 # --- attention and pooling ------------------------------------------------------------------
@@ -146,11 +139,10 @@ def test_auto_attention_follows_the_objective():
     assert not parse_classification_params(shipped_raw({**mlm, "model": {"attention": "bidirectional"}})).causal_attention
 
 
-def test_mlm_needs_a_mask_token():
+@pytest.mark.parametrize("mask_id", [None, UNK])  # UNK: a sentencepiece model without <mask>
+def test_mlm_needs_a_mask_token(mask_id):
     with pytest.raises(ConfigError, match=r"pretrain.objective: mlm needs a <mask> token"):
-        Objective.from_params(shipped("pretrain", objective="mlm"), {**META, "mask_id": None})
-    with pytest.raises(ConfigError, match=r"pretrain.objective: mlm needs a <mask> token"):
-        Objective.from_params(shipped("pretrain", objective="mlm"), {**META, "mask_id": UNK})  # a model without it
+        Objective.from_params(shipped("pretrain", objective="mlm"), {**META, "mask_id": mask_id})
 
 
 # --- next-sentence prediction -------------------------------------------------------------------

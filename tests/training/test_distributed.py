@@ -145,9 +145,9 @@ def test_one_process_changes_nothing():
 
 FAILING_STAGE = """
 import sys
-sys.path.insert(0, {src!r})
+sys.path[:0] = [{src!r}, {tests!r}]
+from conftest import shipped
 from lmtransfer.training import distributed
-from lmtransfer.core.config import TrainParams
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.harness.stage import stage_main
 
@@ -155,6 +155,7 @@ from lmtransfer.harness.stage import stage_main
 def main():
     distributed.launch(2)
     distributed.start(shipped("train"), distributed.torch.device("cpu"))
+    distributed.torch.distributed.barrier()  # the group is up on every rank: the failure is not a start-up race
     if distributed.world().rank == 1:
         raise ConfigError("pretrain.lr: rank 1 does not like it")
     distributed.torch.distributed.barrier()
@@ -166,7 +167,8 @@ main()
 @pytest.mark.slow
 def test_a_failing_process_stops_the_job_with_the_stage_s_one_line_error(tmp_path):
     script = tmp_path / "tiny.py"
-    script.write_text(textwrap.dedent(FAILING_STAGE.format(src=str(Path(__file__).parents[2] / "src"))))
+    root = Path(__file__).parents[2]
+    script.write_text(textwrap.dedent(FAILING_STAGE.format(src=str(root / "src"), tests=str(root / "tests"))))
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 1

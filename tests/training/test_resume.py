@@ -105,27 +105,23 @@ def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tm
     assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == nsp
 
 
-def test_a_snapshot_of_another_configuration_is_deleted_not_resumed(tmp_path, uninterrupted, capsys):
-    snapshots = Snapshots("pretrain", "old params", every=4, root=tmp_path)
+@pytest.mark.parametrize("fault, said", [
+    ("new params", "corpus.pt belongs to another configuration (params, inputs or code changed); starting over"),
+    ("truncated", "corpus.pt is unreadable (truncated or damaged); starting over"),  # a write cut short: disk full
+])
+def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_training_starts_over(
+        tmp_path, uninterrupted, capsys, fault, said):
     with pytest.raises(Interrupted):
-        _pretrain_both_phases(snapshots, stop_at=15)
-    assert (tmp_path / "pretrain" / "corpus.pt").is_file()
-    model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", "new params", every=4, root=tmp_path))
-    assert "belongs to another configuration" in capsys.readouterr().out
+        _pretrain_both_phases(Snapshots("pretrain", "old params", every=4, root=tmp_path), stop_at=15)
+    path = tmp_path / "pretrain" / "corpus.pt"
+    if fault == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    fingerprint = "new params" if fault == "new params" else "old params"
+    model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", fingerprint, every=4, root=tmp_path))
+    out = capsys.readouterr().out
+    assert said in out and out.count("starting over") == 1
     assert _same_weights(model, uninterrupted[0])  # trained from the start
     assert _results(corpus, task) == _results(*uninterrupted[1:3])
-
-
-def test_a_truncated_snapshot_is_called_unreadable_and_training_starts_over(tmp_path, uninterrupted, capsys):
-    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
-    with pytest.raises(Interrupted):
-        _pretrain_both_phases(snapshots, stop_at=15)
-    path = tmp_path / "pretrain" / "corpus.pt"
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a write cut short by a full disk
-    model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", "same", every=4, root=tmp_path))
-    out = capsys.readouterr().out
-    assert "corpus.pt is unreadable (truncated or damaged); starting over" in out and "another configuration" not in out
-    assert _same_weights(model, uninterrupted[0])
 
 
 def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path):
@@ -161,25 +157,21 @@ def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
     assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
 
 
-def test_the_fingerprint_follows_params_inputs_and_device_but_not_resume_every(tmp_path):
-    data = tmp_path / "data.bin"
+def test_the_fingerprint_follows_params_the_stage_and_every_input_file_but_not_resume_every(tmp_path):
+    """The tokenized folders hold .npy/.json, not code: every file of an input folder counts."""
+    data, folder = tmp_path / "data.bin", tmp_path / "tokenized_corpus"
     data.write_bytes(b"abc")
-    base = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU)
-    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 3}}, [data], CPU) == base
-    assert fingerprint("pretrain", {"train": {"seed": 1, "resume_every": 10}}, [data], CPU) != base
-    assert fingerprint("finetune_scratch@0", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU) != base
-    data.write_bytes(b"abd")
-    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data], CPU) != base
-
-
-def test_the_fingerprint_follows_every_file_of_an_input_folder(tmp_path):
-    """A snapshot of training on other data is not resumed: the tokenized folders hold .npy/.json, not code."""
-    folder = tmp_path / "tokenized_corpus"
     folder.mkdir()
     (folder / "train.npy").write_bytes(b"ids")
-    base = fingerprint("pretrain", {}, [folder], CPU)
-    (folder / "train.npy").write_bytes(b"other ids")
-    assert fingerprint("pretrain", {}, [folder], CPU) != base
+    base = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU)
+    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 3}}, [data, folder], CPU) == base
+    assert fingerprint("pretrain", {"train": {"seed": 1, "resume_every": 10}}, [data, folder], CPU) != base
+    assert fingerprint("finetune_scratch@0", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU) != base
+    for changed in (data, folder / "train.npy"):
+        changed.write_bytes(b"other bytes")
+        now = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU)
+        assert now != base
+        base = now
 
 
 def _split(n: int, seed: int) -> LabeledSplit:
@@ -222,7 +214,7 @@ KILLED_RUN = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     import torch
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]  # test_resume, and the conftest it imports
     import test_resume as t
     from lmtransfer.training.resume import Snapshots
 

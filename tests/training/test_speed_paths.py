@@ -30,24 +30,21 @@ from conftest import shipped
 CPU = torch.device("cpu")
 
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
-CONFIG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=2, d_ff=64, dropout=0.0)
 
 
-def _pretrain(compile_steps: bool = False, config: ModelConfig = CONFIG, max_steps: int = 12, **overrides):
+def _pretrain(compile_steps: bool, config: ModelConfig, max_steps: int):
     torch.manual_seed(0)
-    model = LanguageModel(config)
     params = shipped("pretrain", max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
-                            eval_batches=2, **overrides)
-    result = pretrain(model, np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
-                      RunOptions(CPU, log_every=1, compile_steps=compile_steps))
-    return model, result
+                     eval_batches=2)
+    return pretrain(LanguageModel(config), np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
+                    RunOptions(CPU, log_every=1, compile_steps=compile_steps))
 
 
+@pytest.mark.slow  # inductor compiles C++ kernels: minutes on 2 cores
 def test_compiled_pretraining_follows_the_same_curve():
     """train.compile on a CPU: inductor's C++ kernels, the same losses to float rounding."""
     small = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)  # compiles faster
-    _, eager = _pretrain(config=small, max_steps=4)
-    _, compiled = _pretrain(compile_steps=True, config=small, max_steps=4)
+    eager, compiled = _pretrain(False, small, max_steps=4), _pretrain(True, small, max_steps=4)
     np.testing.assert_allclose([r["train_loss"] for r in compiled.train_log], [r["train_loss"] for r in eager.train_log],
                                rtol=1e-4)
 
@@ -83,35 +80,24 @@ def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
         assert all(torch.equal(a, b) for a, b in zip(fused, default))
 
 
-def test_batches_reach_the_cpu_unchanged():
-    batch = (torch.arange(6).view(2, 3), torch.tensor([0, 1]))
-    moved = to_device(batch, CPU)
-    assert all(torch.equal(a, b) for a, b in zip(moved, batch))
-
-
 # --- several jobs on one machine, and programs beside ---------------------------------------------------------
 
 
-def test_each_job_takes_its_share_of_the_cores():
-    assert thread_share(1, cores=8) == 8
-    assert thread_share(3, cores=8) == 2
+def test_each_job_takes_its_share_of_the_cores_set_by_lmtransfer_jobs_unless_a_thread_count_is_given(monkeypatch):
+    assert (thread_share(1, cores=8), thread_share(3, cores=8)) == (8, 2)
     assert thread_share(3, cores=2) == 1  # more jobs than cores: one thread each, never zero
-
-
-def test_lmtransfer_jobs_sets_the_share_and_a_bad_value_is_named(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("LMTRANSFER_JOBS", "2")
     configure(shipped("train"))
     assert torch.get_num_threads() == thread_share(2)
-    monkeypatch.setenv("LMTRANSFER_JOBS", "two")
-    with pytest.raises(ConfigError, match="LMTRANSFER_JOBS='two'"):
-        parallel_jobs()
-
-
-def test_an_explicit_thread_count_wins_over_the_share(monkeypatch):
     monkeypatch.setenv("LMTRANSFER_JOBS", "4")
     configure(shipped("train", num_threads=1))
     assert torch.get_num_threads() == 1
+    batch = (torch.arange(6).view(2, 3), torch.tensor([0, 1]))  # and the batches reach the CPU unchanged
+    assert all(torch.equal(a, b) for a, b in zip(to_device(batch, CPU), batch))
+    monkeypatch.setenv("LMTRANSFER_JOBS", "two")
+    with pytest.raises(ConfigError, match="LMTRANSFER_JOBS='two'"):
+        parallel_jobs()
 
 
 def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeypatch):

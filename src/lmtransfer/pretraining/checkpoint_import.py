@@ -1,17 +1,11 @@
-"""Start pretraining from an existing checkpoint file (`pretrain.init_from`).
+"""Start pretraining from an existing checkpoint file (`pretrain.init_from`), wrapped or a bare state dict.
 
-Two weight layouts are understood, each wrapped or as a bare state dict:
-
-* ours ("lmtransfer"): what `checkpoint.save_checkpoint` writes (keys `base.token_embedding.weight`,
-  `base.layers.layers.K.*`, `head.*`);
-* the original course experiment ("original"): a dict with `model_state_dict` (keys `base.encoder.weight`,
-  `base.pos_encoder.pe`, `base.transformer_encoder.layers.K.*`, `classifier.decoder.*`). Both build their layers
-  from nn.TransformerEncoderLayer, so the mapping is a renaming of three prefixes (sequence-first or
-  batch-first, a layer's weights mean the same).
-
-Nothing is guessed silently: a tensor the model has no place for, a missing one, a positional table that
-differs from ours, or a size that does not match `params.yaml` stops with one message naming the file, the
-tensor (as the file names it) and the key to change. Files are read with `weights_only=True` only.
+Two layouts: ours (`base.token_embedding.weight`, `base.layers.layers.K.*`, `head.*`), and the original course
+experiment's (`model_state_dict` with `base.encoder.weight`, `base.pos_encoder.pe`,
+`base.transformer_encoder.layers.K.*`, `classifier.decoder.*`). Both build their layers from
+nn.TransformerEncoderLayer, so the mapping renames three prefixes. Nothing is guessed silently: a tensor the model
+has no place for, a missing one, another positional table or a size that does not match `params.yaml` stops with
+one message naming the file, the tensor (as the file names it) and the key to change. Read with weights_only.
 """
 
 from __future__ import annotations
@@ -30,10 +24,9 @@ from lmtransfer.modeling.model import LanguageModel, ModelConfig, fold_segment_a
 
 INIT_KEY = "pretrain.init_from"
 OUR_EMBEDDING, OUR_LAYERS, OUR_HEAD = "base.token_embedding.weight", "base.layers.layers.", "head."
-ORIGINAL_POSITIONS, OUR_POSITIONS = "base.pos_encoder.pe", "base.positions.pe"  # ours is never saved by now
-RENAMES_FROM_ORIGINAL = {"base.encoder.weight": OUR_EMBEDDING, "base.transformer_encoder.layers.": OUR_LAYERS,
+ORIGINAL_EMBEDDING, ORIGINAL_POSITIONS, OUR_POSITIONS = "base.encoder.weight", "base.pos_encoder.pe", "base.positions.pe"
+RENAMES_FROM_ORIGINAL = {ORIGINAL_EMBEDDING: OUR_EMBEDDING, "base.transformer_encoder.layers.": OUR_LAYERS,
                          "classifier.decoder.": OUR_HEAD}
-ORIGINAL_EMBEDDING = "base.encoder.weight"
 POSITION_TOLERANCE = 1e-3  # float32 sin/cos of large arguments differ by ~1e-4 between implementations
 KEYS_SHOWN = 8
 
@@ -54,7 +47,7 @@ class ImportedWeights:
     notes: list[str] = field(default_factory=list)
     origin: str = "checkpoint"  # the file, so later messages can name it
     n_heads: int | None = None  # only known for our own checkpoints (model_config)
-    causal: bool = True  # attention direction; the original course's model is causal
+    causal: bool = True  # the original course's model is causal
     objective: str = "clm"
     tokenizer_sha256: str | None = None  # our own checkpoints: the tokenizer they were trained with
 
@@ -68,15 +61,12 @@ class ImportedWeights:
 
     def name(self, our_key: str) -> str:
         """Our key as the file spells it, so messages name the tensor the user can find."""
-        return _source_key(self.layout, our_key)
+        return _renamed(our_key, {ours: theirs for theirs, ours in RENAMES_FROM_ORIGINAL.items()}) \
+            if self.layout == "original" else our_key
 
 
-def _source_key(layout: str, our_key: str) -> str:
-    if layout == "original":
-        for theirs, ours in RENAMES_FROM_ORIGINAL.items():
-            if our_key.startswith(ours):
-                return theirs + our_key[len(ours):]
-    return our_key
+def _renamed(key: str, renames: dict[str, str]) -> str:
+    return next((new + key[len(old):] for old, new in renames.items() if key.startswith(old)), key)
 
 
 def _fail(origin: str, problem: str) -> CheckpointImportError:
@@ -105,14 +95,13 @@ def read_checkpoint_weights(path: str | Path) -> ImportedWeights:
         layout = "original"
         _check_positions(state.pop(ORIGINAL_POSITIONS, None), state[ORIGINAL_EMBEDDING], ORIGINAL_POSITIONS,
                          ORIGINAL_EMBEDDING, origin)
-        state = {_our_key(key): value for key, value in state.items()}
+        state = {_renamed(key, RENAMES_FROM_ORIGINAL): value for key, value in state.items()}
         notes.append("the original layout does not record the number of attention heads: model.n_heads from "
                      "params.yaml is used and must equal the original run's")
     else:
         keys = [str(k) for k in (state or payload)]
-        shown = ", ".join(keys[:KEYS_SHOWN]) or "(none)"
         raise _fail(origin, f"unknown checkpoint layout: no {OUR_EMBEDDING} (lmtransfer) and no {ORIGINAL_EMBEDDING} "
-                            f"(original experiment) tensor; keys found: {shown}"
+                            f"(original experiment) tensor; keys found: {', '.join(keys[:KEYS_SHOWN]) or '(none)'}"
                             + (f", ... ({len(keys)} in all)" if len(keys) > KEYS_SHOWN else "")
                             + f"; set {INIT_KEY} to a checkpoint of this model")
     config = meta.get("model_config") if isinstance(meta.get("model_config"), Mapping) else {}
@@ -122,11 +111,6 @@ def read_checkpoint_weights(path: str | Path) -> ImportedWeights:
                               tokenizer_sha256=meta.get("tokenizer_sha256") if layout == "lmtransfer" else None)
     _check_complete(weights, state, meta.get("kind"))
     return weights
-
-
-def _our_key(key: str) -> str:
-    return next((ours + key[len(theirs):] for theirs, ours in RENAMES_FROM_ORIGINAL.items() if key.startswith(theirs)),
-                key)
 
 
 def _unwrap(payload: Any, origin: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
@@ -168,16 +152,16 @@ def _check_positions(table: Any, embedding: Any, key: str, embedding_key: str, o
 def _check_complete(weights: ImportedWeights, state: dict[str, Any], kind: Any) -> None:
     """Infer V, D, N, F, then hold every base tensor against a LanguageModel of that shape (built without memory):
     a missing, misshapen or unexpected one stops; the head is kept only if it is an LM head."""
-    origin = weights.origin
-    embedding, layers = state.get(OUR_EMBEDDING), re.compile(re.escape(OUR_LAYERS) + r"(\d+)\.")
-    indices = {int(m.group(1)) for key in state if (m := layers.match(key))}
-    linear1 = state.get(f"{OUR_LAYERS}0.linear1.weight")
-    for key, value in ((OUR_EMBEDDING, embedding), (f"{OUR_LAYERS}0.linear1.weight", linear1)):
+    origin, linear1_key = weights.origin, f"{OUR_LAYERS}0.linear1.weight"
+    embedding, linear1 = state.get(OUR_EMBEDDING), state.get(linear1_key)
+    for key, value in ((OUR_EMBEDDING, embedding), (linear1_key, linear1)):
         if not isinstance(value, torch.Tensor) or value.dim() != 2:
             raise _fail(origin, f"{weights.name(key)} is missing or not a matrix; set {INIT_KEY} to a complete "
                                 "checkpoint of this model")
+    layers = re.compile(re.escape(OUR_LAYERS) + r"(\d+)\.")
     weights.vocab_size, weights.d_model = embedding.shape
-    weights.n_layers, weights.d_ff = max(indices) + 1, linear1.size(0)
+    weights.n_layers = max(int(m.group(1)) for key in state if (m := layers.match(key))) + 1
+    weights.d_ff = linear1.size(0)
     with torch.device("meta"):
         reference = LanguageModel(ModelConfig(vocab_size=weights.vocab_size, d_model=weights.d_model,
                                               n_layers=weights.n_layers, n_heads=1, d_ff=weights.d_ff, dropout=0.0))

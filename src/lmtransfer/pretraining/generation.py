@@ -1,8 +1,6 @@
-"""Text from the language model, a cheap and visible check of pretraining: continuations of a prompt
-(causal LM), or the likeliest words for each `<mask>` of a prompt (masked LM).
-
-Used by the pretrain stage (fixed prompts after training), `lmtransfer generate` and `lmtransfer fill`.
-"""
+"""Text from the language model, a cheap and visible check of pretraining: continuations of a prompt (causal LM),
+or the likeliest words for each `<mask>` of a prompt (masked LM). Used by the pretrain stage (its samples),
+`lmtransfer generate` and `lmtransfer fill`."""
 
 from __future__ import annotations
 
@@ -13,41 +11,44 @@ from lmtransfer.modeling.model import LanguageModel
 from lmtransfer.tokens.tokenizer import MASK_PIECE
 from lmtransfer.tokens.tokenizer import mask_id_of as tokenizer_mask_id
 
-
-def encode_prompt(tokenizer, prompt: str) -> list[int]:
-    """BOS + the prompt's ids. Raw text when the tokenizer can cut it; with only a dictionary,
-    the prompt is read as pieces (`▁Ce ▁livre`)."""
-    return [tokenizer.bos_id, *_encode_text(tokenizer, prompt)]
+FILL_TOP_K = 5  # predictions shown per blank in the masked LM's samples
 
 
 def _encode_text(tokenizer, text: str) -> list[int]:
+    """Raw text when the tokenizer can cut it; with only a dictionary, the text is read as pieces (`▁Ce ▁livre`)."""
     try:
         return tokenizer.encode(text)
     except TokenizerError:
         return tokenizer.pieces_to_ids(text)
 
 
-def encode_with_blanks(tokenizer, prompt: str, mask_id: int) -> list[int]:
-    """BOS + the prompt's ids with each `<mask>` as the mask id (cut apart, sentencepiece would spell it out)."""
-    ids = [tokenizer.bos_id]
-    parts = prompt.split(MASK_PIECE)
-    for index, part in enumerate(parts):
-        if part.strip():
-            ids += _encode_text(tokenizer, part.strip())
-        if index < len(parts) - 1:
-            ids.append(mask_id)
-    return ids
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    return [tokenizer.bos_id, *_encode_text(tokenizer, prompt)]
+
+
+def mask_id_of(tokenizer) -> int:
+    """The `<mask>` id of a tokenizer the pipeline trained (its reserved piece); other tokenizers have none."""
+    mask_id = tokenizer_mask_id(tokenizer)
+    if mask_id is None:
+        raise TokenizerError("this tokenizer has no <mask> token (only the tokenizer the pipeline trains has one)")
+    return mask_id
 
 
 @torch.no_grad()
 def fill_blanks(
     model: LanguageModel, tokenizer, prompt: str, mask_id: int, top_k: int = 5, device: torch.device | str = "cpu",
 ) -> list[list[tuple[str, float]]]:
-    """For each `<mask>` of the prompt (one is appended when it has none), the `top_k` likeliest words and
-    their probabilities; special ids are never proposed."""
+    """For each `<mask>` of the prompt (one is appended when it has none), the `top_k` likeliest words and their
+    probabilities; special ids are never proposed."""
     if MASK_PIECE not in prompt:
         prompt = f"{prompt} {MASK_PIECE}"
-    ids = encode_with_blanks(tokenizer, prompt, mask_id)
+    ids = [tokenizer.bos_id]  # each `<mask>` as the mask id (cut apart, sentencepiece would spell it out)
+    parts = prompt.split(MASK_PIECE)
+    for index, part in enumerate(parts):
+        if part.strip():
+            ids += _encode_text(tokenizer, part.strip())
+        if index < len(parts) - 1:
+            ids.append(mask_id)
     model.eval()
     logits = model(torch.tensor([ids], device=device))[0].float()
     specials = [i for i in {*tokenizer.special_ids().values(), mask_id} if 0 <= i < logits.size(-1)]
@@ -58,27 +59,6 @@ def fill_blanks(
         top = torch.topk(probabilities, min(top_k, probabilities.numel()))
         blanks.append([(tokenizer.decode([int(i)]) or f"<{int(i)}>", float(p)) for p, i in zip(top.values, top.indices)])
     return blanks
-
-
-def fill_samples(
-    model: LanguageModel, tokenizer, prompts: list[str], mask_id: int, top_k: int, device: torch.device,
-) -> str:
-    """`[fill] the movie was <mask> -> good 0.210 | great 0.104 | ...`, one line per blank (samples.txt)."""
-    lines = []
-    for prompt in prompts:
-        shown = prompt if MASK_PIECE in prompt else f"{prompt} {MASK_PIECE}"
-        for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id, top_k, device), start=1):
-            which = f" (blank {number})" if shown.count(MASK_PIECE) > 1 else ""
-            lines.append(f"[fill] {shown}{which} -> " + " | ".join(f"{word} {p:.3f}" for word, p in blank))
-    return "\n".join(lines) + "\n"
-
-
-def mask_id_of(tokenizer) -> int:
-    """The `<mask>` id of a tokenizer the pipeline trained (its reserved piece); other tokenizers have none."""
-    mask_id = tokenizer_mask_id(tokenizer)
-    if mask_id is None:
-        raise TokenizerError("this tokenizer has no <mask> token (only the tokenizer the pipeline trains has one)")
-    return mask_id
 
 
 def continue_prompt(
@@ -92,35 +72,24 @@ def continue_prompt(
     return tokenizer.decode(out[0, prompt_ids.size(1) :].tolist())
 
 
-def generate_samples(
-    model: LanguageModel, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float, top_k: int,
-    device: torch.device, seed: int = 0,
-) -> list[dict[str, str]]:
-    """A greedy and a sampled continuation of each prompt (seeded: the same text every run)."""
-    generator = torch.Generator(device=device).manual_seed(seed)
-    samples = []
-    for prompt in prompts:
-        for mode, mode_temperature in (("greedy", 0.0), ("sampled", temperature)):
-            continuation = continue_prompt(model, tokenizer, prompt, max_new_tokens, mode_temperature, top_k,
-                                           generator, device)
-            samples.append({"prompt": prompt, "mode": mode, "continuation": continuation})
-    return samples
-
-
-def format_samples(samples: list[dict[str, str]]) -> str:
-    """`[greedy] the movie was -> ...`, one line each (metrics/pretrain/seed<p>/samples.txt)."""
-    return "\n".join(f"[{s['mode']}] {s['prompt']} -> {s['continuation']}" for s in samples) + "\n"
-
-
-FILL_TOP_K = 5  # predictions shown per blank in the masked LM's samples
-
-
 def pretraining_samples(
     model: LanguageModel, tokenizer, params, objective: str, mask_id: int | None, device: torch.device, seed: int,
 ) -> str:
-    """`metrics/pretrain/seed<p>/samples.txt`: the prompts (`pretrain.prompts`) continued greedily and sampled by a causal
-    LM, or their blanks filled by a masked LM."""
+    """`metrics/pretrain/seed<p>/samples.txt`: each of `pretrain.prompts` continued greedily and sampled (seeded) by
+    a causal LM (`[greedy] the movie was -> ...`), or its blanks filled by a masked LM
+    (`[fill] the movie was <mask> -> good 0.210 | great 0.104 | ...`)."""
+    lines = []
     if objective == "mlm":
-        return fill_samples(model, tokenizer, params.prompts, mask_id, FILL_TOP_K, device)
-    return format_samples(generate_samples(model, tokenizer, params.prompts, params.generate_tokens,
-                                           params.temperature, params.top_k, device, seed))
+        for prompt in params.prompts:
+            shown = prompt if MASK_PIECE in prompt else f"{prompt} {MASK_PIECE}"
+            for number, blank in enumerate(fill_blanks(model, tokenizer, prompt, mask_id, FILL_TOP_K, device), 1):
+                which = f" (blank {number})" if shown.count(MASK_PIECE) > 1 else ""
+                lines.append(f"[fill] {shown}{which} -> " + " | ".join(f"{word} {p:.3f}" for word, p in blank))
+        return "\n".join(lines) + "\n"
+    generator = torch.Generator(device=device).manual_seed(seed)
+    for prompt in params.prompts:
+        for mode, temperature in (("greedy", 0.0), ("sampled", params.temperature)):
+            continuation = continue_prompt(model, tokenizer, prompt, params.generate_tokens, temperature, params.top_k,
+                                           generator, device)
+            lines.append(f"[{mode}] {prompt} -> {continuation}")
+    return "\n".join(lines) + "\n"

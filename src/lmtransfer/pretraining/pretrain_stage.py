@@ -1,6 +1,5 @@
-"""The pretrain stage of either task: train the language model (or load `pretrain.init_from`), write the
-checkpoint, the curves, the samples and the summary. Both pipelines run it with their own params: the
-classification task once per `pretrain.seeds` (`pretrain@<seed>`), the translation task once (`train.seed`)."""
+"""The pretrain stage of either task (classification: once per `pretrain.seeds`; translation: once): train the
+language model (or load `pretrain.init_from`), write the checkpoint, the curves, the samples and the summary."""
 
 from __future__ import annotations
 
@@ -15,15 +14,7 @@ from lmtransfer.modeling.runtime import configure, environment_facts
 from lmtransfer.pretraining.checkpoint_import import load_into_language_model, read_checkpoint_weights
 from lmtransfer.pretraining.generation import pretraining_samples
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import (
-    Phases,
-    adapt_to_task,
-    evaluate_imported,
-    phase_logs,
-    pretrain,
-    pretrain_summary,
-    pretrain_timings,
-)
+from lmtransfer.pretraining.training import Phases, adapt_to_task, evaluate_imported, pretrain
 from lmtransfer.tokens.id_files import load_corpus, load_labeled_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 from lmtransfer.training import distributed
@@ -32,8 +23,7 @@ from lmtransfer.training.resume import Snapshots, fingerprint
 
 
 def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutputs) -> None:
-    """Everything the stage does once its task has read and validated `params`: one pretraining run whose every
-    random draw comes from `seed`, written to `outputs`."""
+    """One pretraining run whose every random draw comes from `seed`, written to `outputs`."""
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)
     objective = Objective.from_params(params.pretrain, meta)  # before any work: mlm needs a <mask> token
@@ -94,19 +84,38 @@ def _train_phases(model, params: PipelineParams, meta: dict, options: RunOptions
 
 def _write_outputs(model, params: PipelineParams, phases: Phases, options: RunOptions, objective: Objective, weights,
                    outputs: PretrainOutputs, tokenizer, meta: dict) -> tuple[dict, dict, str]:
-    """The checkpoint, curves, samples, summary and timings, and the run's final metrics and artifacts (rank 0)."""
-    train_log, valid_log = phase_logs(phases)
+    """The checkpoint, curves (each row tagged with its phase; a column one phase lacks left empty), samples,
+    summary (where the corpus phase ended, and the adaptation) and timings; the run's final metrics (rank 0)."""
+    logs = []
+    for which in ("train_log", "valid_log"):
+        rows = [{**row, "phase": name} for name, phase in phases for row in getattr(phase, which)]
+        columns = list(dict.fromkeys(key for row in rows for key in row if key != "phase")) + ["phase"]
+        logs.append([{key: row.get(key, "") for key in columns} for row in rows])
     sample_text = pretraining_samples(model, tokenizer, params.pretrain, objective.name, meta.get("mask_id"),
                                       options.device, options.seed)
-    summary = {**pretrain_summary(phases, objective), "n_parameters": count_parameters(model), **environment_facts()}
-    timings = pretrain_timings(phases)
+    corpus = phases[0][1]
+    summary = {"objective": objective.name, "next_sentence": objective.next_sentence,
+               "val_perplexity": corpus.valid_log[-1]["val_perplexity"], "val_loss": corpus.final_val_loss,
+               "initial_val_loss": corpus.valid_log[0]["val_loss"], "steps": corpus.steps,
+               "tokens_seen": corpus.tokens_seen,
+               **{key: value for key, value in corpus.valid_log[-1].items() if key.startswith(("val_masked", "val_nsp"))}}
+    if len(phases) > 1:
+        task = phases[1][1]
+        summary.update(task_initial_val_perplexity=task.valid_log[0]["val_perplexity"],
+                       task_val_perplexity=task.valid_log[-1]["val_perplexity"], adapt_steps=task.steps,
+                       adapt_tokens_seen=task.tokens_seen)
+    summary.update(n_parameters=count_parameters(model), **environment_facts())
+    seconds = sum(phase.seconds for _, phase in phases)
+    timings = {"seconds": round(seconds, 2),
+               "tokens_per_second": round(sum(p.tokens_seen for _, p in phases) / max(seconds, 1e-9), 1),
+               "throughput": [row for _, phase in phases for row in phase.throughput]}
     extras = {"init_from": params.pretrain.init_from, "lm_head": weights.has_lm_head} if weights else {}
     if weights:
         log_run(tags={"init_from": params.pretrain.init_from, "init_layout": weights.layout})
     save_checkpoint(outputs.checkpoint, model, "language_model", model.base.config, **objective.checkpoint_fields(),
                     **extras, tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
-    write_tsv(outputs.train_log, train_log)
-    write_tsv(outputs.valid_log, valid_log)
+    write_tsv(outputs.train_log, logs[0])
+    write_tsv(outputs.valid_log, logs[1])
     write_text(outputs.samples, sample_text)
     write_json(outputs.summary, summary)
     write_timings(timings_file(outputs.stage), timings)

@@ -1,10 +1,7 @@
-"""Language-model pretraining: next-token or masked-token prediction (`objectives.Objective`), one loop that
-reads top to bottom (`pretrain`).
-
-Packed windows (or sentence pairs) in a new order each epoch, the objective's losses, one clipped AdamW step each,
-a train-log row every `train.log_every` steps, a validation row at step 0, every `pretrain.eval_every` steps and
-at the end, a resume snapshot every `train.resume_every` steps. The second phase (ULMFiT's adaptation to the
-task's texts, `adapt_to_task`) is the same loop with its own budget.
+"""Language-model pretraining (`objectives.Objective`), one loop that reads top to bottom (`pretrain`): batches in
+a new order each epoch, one clipped AdamW step each, a train-log row every `train.log_every` steps, a validation
+row at step 0, every `pretrain.eval_every` steps and at the end, a resume snapshot every `train.resume_every`.
+ULMFiT's adaptation to the task's texts (`adapt_to_task`) is the same loop with its own budget.
 """
 
 from __future__ import annotations
@@ -28,12 +25,12 @@ from lmtransfer.training.loop import RunOptions, optimizer_step
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
 
 TASK_TEXTS = "the labeled train texts"  # what the adaptation phase trains on, in messages
+PHASES = {"corpus": ("pretrain", "the corpus"), "task": ("adapt", TASK_TEXTS)}  # progress label, data in messages
 
 
 @torch.no_grad()
 def evaluate_lm(model: LanguageModel, batches, max_batches: int, device: torch.device) -> dict[str, float]:
-    """Each of `model.losses` averaged over fixed validation batches: per scored token (the loss, masked
-    accuracy), per sentence pair (`nsp_*`)."""
+    """Each of `model.losses` averaged over fixed validation batches: per scored token, or per pair (`nsp_*`)."""
     model.eval()
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -51,7 +48,7 @@ def evaluate_lm(model: LanguageModel, batches, max_batches: int, device: torch.d
 
 
 def validation_row(model: LanguageModel, valid_sets: tuple, max_batches: int, device: torch.device) -> dict:
-    """val_loss and val_perplexity (of the next token, or of the masked tokens), then the objective's extras."""
+    """val_loss and val_perplexity (of the next or the masked tokens), then the objective's extras."""
     windows, pairs = valid_sets
     scores = evaluate_lm(model, windows, max_batches, device)
     row = {"val_loss": scores["loss"], "val_perplexity": math.exp(min(scores["loss"], 50.0))}
@@ -77,11 +74,14 @@ class PretrainResult:
         return self.valid_log[-1]["val_loss"]
 
 
+Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted
+
+
 def evaluate_imported(
     model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams, device: torch.device,
     objective: Objective = Objective(),
 ) -> PretrainResult:
-    """For a loaded checkpoint (`pretrain.init_from`): no training, the same loss measurements at step 0."""
+    """A loaded checkpoint's (`pretrain.init_from`) measurements at step 0, no training."""
     model.to(device)
     train_sets = objective.valid_batches(train_ids, params, 0, "the corpus's training part")
     valid_sets = objective.valid_batches(valid_ids, params, 0, "the corpus's validation part")
@@ -93,31 +93,17 @@ def evaluate_imported(
     )
 
 
-def total_steps(params: PretrainParams, batches: PackedBatches) -> int:
-    return params.max_steps or params.epochs * batches.steps_per_epoch()
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Which of the two phases runs: its snapshot's name, its progress bar's label, what it reads (for
-    messages), and the step its logged steps count from (the adaptation continues the corpus phase's curve)."""
-
-    name: str = "corpus"
-    desc: str = "pretrain"
-    data_name: str = "the corpus"
-    first_step: int = 0
-
-
 def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
-             options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: Phase = Phase(),
-             ) -> PretrainResult:
+             options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: str = "corpus",
+             first: int = 0) -> PretrainResult:
     """Train the language model on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes), scored
-    on `valid_ids`; from the phase's snapshot if there is one (that of a finished phase: its result at once)."""
-    device, snapshots, first = options.device, options.snapshots, phase.first_step
-    batches = objective.train_batches(train_ids, params, options.seed, f"{phase.data_name}'s training part")
-    valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{phase.data_name}'s validation part")
+    on `valid_ids`, logged from step `first` on; from the phase's snapshot if there is one (a finished phase's: its
+    result at once)."""
+    device, snapshots, (desc, data) = options.device, options.snapshots, PHASES[phase]
+    batches = objective.train_batches(train_ids, params, options.seed, f"{data}'s training part")
+    valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{data}'s validation part")
     model.to(device).train()
-    steps = total_steps(params, batches)
+    steps = params.max_steps or params.epochs * batches.steps_per_epoch()
     optimizer = make_optimizer(model.parameters(), params.lr, params.weight_decay)
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     step_losses = _step_function(model, objective, device, options.compile_steps)
@@ -127,11 +113,11 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
         result.valid_log.append({"step": first + at, **scores})
         options.log_metrics(scores, first + at)
 
-    saved = snapshots.load(phase.name, model, optimizer, scheduler) if snapshots else None
+    saved = snapshots.load(phase, model, optimizer, scheduler) if snapshots else None
     if saved:  # where it was: steps done, the epoch, its batches done, the order before it drew, the window's sums
         result, (step, epoch, batch, order, sums) = PretrainResult(**saved["result"]), saved["at"]
         batches.generator.set_state(order)
-        print(f"{phase.desc}: resumed from the snapshot at step {step} of {steps}", flush=True)
+        print(f"{desc}: resumed from the snapshot at step {step} of {steps}", flush=True)
     else:
         result = PretrainResult(steps=steps)
         step, epoch, batch, order, sums = 0, 0, 0, None, {}
@@ -144,7 +130,7 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
             epoch += 1
             order = batches.generator.get_state()
         bar = progress_bar(total=min(batches.steps_per_epoch(), batch + steps - step), initial=batch,
-                           desc=f"{phase.desc} epoch {epoch}/{-(-steps // batches.steps_per_epoch())}", unit="batch")
+                           desc=f"{desc} epoch {epoch}/{-(-steps // batches.steps_per_epoch())}", unit="batch")
         for inputs in draws.batches(itertools.islice(batches.epoch(skip=batch), steps - step)):
             inputs = to_device(inputs, device)
             loss, losses = step_losses(inputs)
@@ -166,7 +152,7 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
                 validate(step)
             if snapshots and (snapshots.due(step) or step == steps):  # the last: a kill before the outputs
                 result.seconds = time.perf_counter() - started
-                snapshots.save(phase.name, model, optimizer, scheduler, result=asdict(result),
+                snapshots.save(phase, model, optimizer, scheduler, result=asdict(result),
                                at=(step, epoch, batch, order, sums))
         bar.close()
         batch = 0
@@ -176,19 +162,19 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
 
 
 def _window_means(sums: dict[str, float], epoch: int, lr: float) -> dict[str, float]:
-    """A train-log row: the logging window's mean loss (and the objective's other losses, as train_<name>)."""
+    """A train-log row: the logging window's mean losses (the objective's others as train_<name>)."""
     n = sums["batches"]
     return {"epoch": epoch, "train_loss": sums["loss"] / n, "lr": lr,
             **{f"train_{key}": total / n for key, total in sums.items() if key not in ("loss", "tokens", "batches")}}
 
 
 def _step_function(model: LanguageModel, objective: Objective, device: torch.device, compile_steps: bool):
-    """batch -> (the loss to backpropagate, the global batch's measurements). Each process computes its rows of the
-    global batch (all of them when it is alone), its losses weighted so that the all-reduced gradient is the global
-    batch's: token scores by its share of the scored tokens, next-sentence scores by its share of the pairs."""
+    """batch -> (the loss to backpropagate, the global batch's measurements). Each process computes its rows, its
+    losses weighted by its share of the scored tokens (next-sentence scores: of the pairs), so the all-reduced
+    gradient is the global batch's."""
     world = distributed.world()
     idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
-    trainer = compiled(distributed.wrap(model, _losses, device, unused_parameters=idle_head), compile_steps)
+    trainer = compiled(distributed.wrap(model, type(model).losses, device, unused_parameters=idle_head), compile_steps)
 
     def step(batch: list[torch.Tensor]):
         rows, present = distributed.my_rows(batch, world)
@@ -210,10 +196,6 @@ def _step_function(model: LanguageModel, objective: Objective, device: torch.dev
     return step
 
 
-def _losses(model: LanguageModel, *batch: torch.Tensor) -> dict[str, torch.Tensor]:
-    return model.losses(*batch)
-
-
 def adaptation_steps(adapt_epochs: int | float, steps_per_epoch: int) -> int:
     """Steps of the adaptation phase: whole passes, or a fraction of them (at least one step when it is on)."""
     if float(adapt_epochs).is_integer():
@@ -225,13 +207,9 @@ def adapt_to_task(
     model: LanguageModel, train_texts: np.ndarray, valid_texts: np.ndarray, params: PretrainParams,
     options: RunOptions = RunOptions(), objective: Objective = Objective(), first_step: int = 0,
 ) -> PretrainResult:
-    """ULMFiT's second step: keep training the LM on the task's own (train) texts, labels unused; its logged
-    steps count from `first_step` (where the corpus phase ended).
-
-    The general corpus teaches language; this phase teaches the kind of text the classifier will read.
-    `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over the first 10% of its steps; masked
-    language modelling adapts without next-sentence prediction (the task's texts are independent sentences).
-    """
+    """ULMFiT's second step: keep training the LM on the task's train texts (labels unused), logged from
+    `first_step` on: `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over 10% of its steps, masked
+    tokens without next-sentence prediction (the task's texts are independent sentences)."""
     steps = adaptation_steps(params.adapt_epochs, PackedBatches(train_texts, params.seq_len, params.batch_size,
                                                                 what=TASK_TEXTS).steps_per_epoch())
     whole = float(params.adapt_epochs).is_integer()  # whole passes run as before; a fraction stops at its steps
@@ -242,51 +220,5 @@ def adapt_to_task(
     phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
                                       "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, replace(options, seed=options.seed + 1),
-                    objective.without_next_sentence(), Phase("task", "adapt", TASK_TEXTS, first_step))
+                    objective.without_next_sentence(), "task", first_step)
 
-
-Phases = list[tuple[str, PretrainResult]]  # ("corpus", ...), then ("task", ...) when the LM adapted
-
-
-def phase_logs(phases: Phases) -> tuple[list[dict], list[dict]]:
-    """The train and validation rows of every phase, tagged with it (`metrics/pretrain/*.tsv`); a column one phase
-    lacks (next-sentence scores during the adaptation) is left empty in its rows."""
-    logs = []
-    for which in ("train_log", "valid_log"):
-        rows = [{**row, "phase": name} for name, phase in phases for row in getattr(phase, which)]
-        columns = list(dict.fromkeys(key for row in rows for key in row if key != "phase")) + ["phase"]
-        logs.append([{key: row.get(key, "") for key in columns} for row in rows])
-    return logs[0], logs[1]
-
-
-def pretrain_summary(phases: Phases, objective: Objective) -> dict:
-    """`metrics/pretrain.json`: where the corpus phase ended (and the adaptation, if any)."""
-    result = phases[0][1]
-    summary = {
-        "objective": objective.name,
-        "next_sentence": objective.next_sentence,
-        "val_perplexity": result.valid_log[-1]["val_perplexity"],
-        "val_loss": result.final_val_loss,
-        "initial_val_loss": result.valid_log[0]["val_loss"],
-        "steps": result.steps,
-        "tokens_seen": result.tokens_seen,
-    }
-    summary.update({key: value for key, value in result.valid_log[-1].items()  # the objective's extras
-                    if key.startswith(("val_masked", "val_nsp"))})
-    if len(phases) > 1:
-        adaptation = phases[1][1]
-        summary.update({
-            "task_initial_val_perplexity": adaptation.valid_log[0]["val_perplexity"],
-            "task_val_perplexity": adaptation.valid_log[-1]["val_perplexity"],
-            "adapt_steps": adaptation.steps,
-            "adapt_tokens_seen": adaptation.tokens_seen,
-        })
-    return summary
-
-
-def pretrain_timings(phases: Phases) -> dict:
-    """Seconds and tokens/s, kept apart from the results (`timings/`, MLflow)."""
-    seconds = sum(phase.seconds for _, phase in phases)
-    return {"seconds": round(seconds, 2),
-            "tokens_per_second": round(sum(p.tokens_seen for _, p in phases) / max(seconds, 1e-9), 1),
-            "throughput": [row for _, phase in phases for row in phase.throughput]}

@@ -1,21 +1,10 @@
-"""Several processes, one training run: PyTorch's launcher (torchrun) and DistributedDataParallel (`train.nproc`).
+"""Several processes, one training run: torchrun and DistributedDataParallel (`train.nproc`).
 
-With `train.nproc: N` a training stage runs itself again as N processes under
-`python -m torch.distributed.run --standalone --nproc-per-node N` (`launch`); a
-user may also start torchrun themselves (several machines: `--nnodes`,
-`--rdzv-backend c10d --rdzv-endpoint host:port`). Under the launcher (`start`):
-gloo on CPU, NCCL on GPUs (`cuda:LOCAL_RANK`), and
-
-* every rank draws the same global batches from the same seeded generators and
-  trains on its contiguous share of their rows (`my_rows`); each rank's mean loss
-  is weighted by its share of the global count (scored tokens, texts), so the
-  all-reduced gradient is one process's gradient of the whole batch, and
-  clipping follows the all-reduce: curves match one process within float
-  rounding. Dropout is the exception: each rank draws its own rows' masks from
-  its own seeded generator (`Draws`), so the match needs `model.dropout: 0`;
-* every rank validates on the same fixed batches (no communication, the same
-  numbers on every rank);
-* rank 0 alone prints, logs to MLflow and writes outputs; resume snapshots are off.
+With `train.nproc: N` a stage runs itself again as N processes under torchrun (`launch`); gloo on CPU, NCCL on
+GPUs. Every rank draws the same global batches and trains on its contiguous share of their rows (`my_rows`), its
+loss weighted by its share of the global count, so the all-reduced gradient is one process's gradient of the
+whole batch (curves match within float rounding; dropout masks are each rank's own, `Draws`). Every rank
+validates on the same batches; rank 0 alone prints, logs and writes; resume snapshots are off.
 """
 
 from __future__ import annotations
@@ -37,8 +26,6 @@ from lmtransfer.core.config import TrainParams
 from lmtransfer.core.errors import ConfigError, LmtransferError
 from lmtransfer.modeling.runtime import parallel_jobs, thread_share
 
-LAUNCHER_ENV = ("LOCAL_RANK", "WORLD_SIZE")  # set by torchrun in every process it starts
-
 
 class ProcessFailedError(LmtransferError, RuntimeError):
     """A process of a torchrun job ended without the project's own error message (a crash, a signal)."""
@@ -49,10 +36,6 @@ class World:
     rank: int = 0
     size: int = 1
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 
 def world() -> World:
     """This process's place in the job: World(0, 1) unless a process group is running."""
@@ -62,12 +45,12 @@ def world() -> World:
 
 
 def under_launcher() -> bool:
-    return all(name in os.environ for name in LAUNCHER_ENV)
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ  # set by torchrun in every process
 
 
 def launch(nproc: int) -> None:
-    """nproc > 1 outside a launcher: run this very command as `nproc` processes under torchrun, then exit with
-    its status. Each process gets an equal share of the threads this one would use (OMP_NUM_THREADS)."""
+    """nproc > 1 outside a launcher: run this very command as `nproc` processes under torchrun, each with an equal
+    share of this one's threads, then exit with its status."""
     if nproc <= 1 or under_launcher():
         return
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -90,23 +73,22 @@ def launch(nproc: int) -> None:
 
 
 def start(params: TrainParams, device: torch.device) -> torch.device:
-    """Under a launcher with several processes: join the group (NCCL on CUDA, gloo on CPU) and return this
-    rank's device; `train.num_threads` is shared by the processes of one machine. Otherwise `device` unchanged."""
+    """Under a launcher with several processes: join the group and return this rank's device (`train.num_threads`
+    shared by the processes of one machine). Otherwise `device` unchanged."""
     if not under_launcher() or int(os.environ["WORLD_SIZE"]) == 1:
         return device
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(f"train.nproc > 1 runs on CPU (gloo) or CUDA GPUs (NCCL), not on {device.type}; "
                           "set train.device: cpu or train.nproc: 1")
-    local_rank = int(os.environ["LOCAL_RANK"])
     if device.type == "cuda":
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
     if params.num_threads:
         per_machine = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
         torch.set_num_threads(max(1, params.num_threads // per_machine))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     atexit.register(finish)
-    if not world().is_main:
+    if world().rank != 0:
         sys.stdout = open(os.devnull, "w")  # rank 0 reports; errors (stderr) still show from every rank
     return device
 
@@ -116,23 +98,16 @@ def finish() -> None:
         dist.destroy_process_group()
 
 
-def rank_seed(seed: int, rank: int) -> int:
-    """A seed of its own for each rank's dropout draws, derived from the run's seed."""
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
-
-
 class Draws:
-    """Under DDP, torch's global generator serves two purposes that must not mix: the data's random draws
-    (masked-LM corruption), the same on every rank, and dropout, each rank its own. One process: nothing changes.
-
-    `batches` draws each batch from the shared stream; `close` leaves the shared stream in place, as one process
-    would continue (the next phase, the samples)."""
+    """Under DDP torch's global generator serves the data's draws (masked-LM corruption: the same on every rank)
+    and dropout (each rank its own, seeded from the run's seed and the rank). One process: nothing changes.
+    `close` leaves the shared stream in place, as one process would continue."""
 
     def __init__(self, seed: int):
         self.world = world()
         if self.world.size > 1:
             self.shared = torch.get_rng_state()
-            torch.manual_seed(rank_seed(seed, self.world.rank))
+            torch.manual_seed(int(np.random.SeedSequence([seed, self.world.rank]).generate_state(1)[0]))
 
     def batches(self, iterable: Iterable) -> Iterator:
         if self.world.size == 1:
@@ -170,8 +145,7 @@ class _Compute(nn.Module):
 def wrap(model: nn.Module, compute: Callable[..., dict[str, torch.Tensor]], device: torch.device,
          unused_parameters: bool = False) -> nn.Module:
     """`compute(model, *rows)` as a module, under DDP with several processes; `unused_parameters` when some take no
-    part (a next-sentence head while the adaptation phase trains masked tokens only). Buffers are not
-    synchronised: they are the same everywhere."""
+    part (the next-sentence head during the adaptation phase). Buffers are the same everywhere: not synchronised."""
     if world().size == 1:
         return _Compute(model, compute)
     ddp = nn.parallel.DistributedDataParallel
@@ -189,8 +163,8 @@ def share(n: int, world: World) -> slice:
 
 
 def my_rows(batch: Sequence[torch.Tensor], world: World) -> tuple[list[torch.Tensor], float]:
-    """This rank's rows of a global batch, and 1.0; a rank left without rows (a last batch smaller than the
-    world) computes on the first row with weight 0.0, as every rank must take part in the gradient all-reduce."""
+    """This rank's rows of a global batch, and 1.0; a rank left without rows computes on the first row with
+    weight 0.0, as every rank must take part in the gradient all-reduce."""
     rows = share(batch[0].size(0), world)
     if rows.start == rows.stop:
         return [tensor[:1] for tensor in batch], 0.0

@@ -1,11 +1,5 @@
-"""Where a fine-tune stage starts and what it leaves, shared by both tasks (its command line:
-`training.stage_args`).
-
-dvc.yaml runs one fine-tune stage per variant and run; the stage's name (`finetune_pretrained@2-0`: pretraining
-run 2, fine-tuning seed 0; the translation task's `finetune_pretrained@0` has one pretraining run) labels its log
-lines and its MLflow run. Both tasks start the same way: the pretrained language model, or the same network, as
-`model.*` describes it, with fresh weights.
-"""
+"""Where a fine-tune stage of either task starts (the pretrained language model, or the network `model.*`
+describes with fresh weights) and what it leaves."""
 
 from __future__ import annotations
 
@@ -25,9 +19,8 @@ from lmtransfer.training.stage_args import FinetuneArgs
 
 
 def draw_seed(seed: int, pretrain_seed: int | None) -> int:
-    """The seed of every random draw of one fine-tune. With a pretraining seed, both variants' runs of the pair
-    (P, N) draw from numpy's `SeedSequence([P, N])`: the scratch runs of different P start from different random
-    weights, as the pretrained runs start from different pretraining runs."""
+    """The seed of every random draw of one fine-tune: with a pretraining seed P, `SeedSequence([P, N])`, so the
+    scratch runs of different P start from different weights, as the pretrained runs do."""
     if pretrain_seed is None:
         return seed
     return int(np.random.SeedSequence([pretrain_seed, seed]).generate_state(1)[0])
@@ -35,9 +28,8 @@ def draw_seed(seed: int, pretrain_seed: int | None) -> int:
 
 @dataclass(frozen=True)
 class LanguageModelStart:
-    """Where a fine-tune starts. `payload` is the pretrained checkpoint (None from scratch); `sections` the params
-    its result depends on (a pretrained start carries `model.*` in the checkpoint); `upstream` the MLflow run that
-    wrote the checkpoint (None from scratch)."""
+    """`payload`: the pretrained checkpoint; `sections`: the params the result depends on (a pretrained start's
+    `model.*` is in the checkpoint); `upstream`: the MLflow run that wrote the checkpoint (both None from scratch)."""
 
     variant: str
     seed: int
@@ -51,8 +43,7 @@ class LanguageModelStart:
 
     @property
     def run(self) -> str:
-        """`2-0` (pretraining run 2, fine-tuning seed 0), or the seed alone, or `2-0-n300` (trained on 300 labeled
-        examples): the files' suffix."""
+        """The files' suffix: `2-0` (pretraining run 2, seed 0), the seed alone, or `2-0-n300` (300 labels)."""
         run = finetune_run(self.seed, self.pretrain_seed)
         return run if self.labels is None else f"{run}-n{self.labels}"
 
@@ -62,13 +53,11 @@ class LanguageModelStart:
 
     @property
     def draws(self) -> int:
-        """What seeds this fine-tune's random draws (`draw_seed`)."""
         return draw_seed(self.seed, self.pretrain_seed)
 
     def logged_params(self, params: Any) -> dict[str, dict[str, Any]]:
-        """The params this fine-tune's MLflow run records: the sections it reads, and for a pretrained start the
-        `model.*` its checkpoint was built with (it declares none: its shape is the checkpoint's, not
-        params.yaml's), so MLflow's Compare view lines it up with its scratch twin."""
+        """The sections it reads, and for a pretrained start its checkpoint's `model.*`, so MLflow's Compare view
+        lines it up with its scratch twin."""
         logged = params.sections(*self.sections)
         if self.payload is not None:
             logged["model"] = model_params_of(self.config)
@@ -76,8 +65,7 @@ class LanguageModelStart:
 
 
 def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> LanguageModelStart:
-    """This stage's start: the pretraining run's checkpoint for `--init pretrained` (`models/pretrained/seed<P>.pt`,
-    or `models/pretrained.pt` without `--pretrain-seed`); for `--init scratch` the network `params.model` describes
+    """`--init pretrained`: the pretraining run's checkpoint; `--init scratch`: the network `params.model` describes
     over the tokenizer's ids (`meta`: data/tokenized's meta.json), fresh."""
     if args.init == "pretrained":
         path = PretrainOutputs(args.pretrain_seed).checkpoint
@@ -91,9 +79,8 @@ def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> Languag
 
 def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[dict], summary: dict,
                      timings: dict, log_model: Callable[[Path], object] | None = None) -> None:
-    """What every fine-tune stage leaves beside its checkpoint: the curve per epoch (a DVC plot), the summary (a
-    DVC-cached output), the wall-clock timings (kept out of the results), and all of it on the stage's run, with
-    the checkpoint as the run's file, or as the MLflow model `log_model` makes of it (the file inside it)."""
+    """Beside the checkpoint: the curve per epoch, the summary, the timings (apart from the results), and all of it
+    on the stage's run, with the checkpoint as a file or as the MLflow model `log_model` makes of it."""
     write_tsv(finetune_epochs(start.variant, start.run), history)
     write_json(finetune_summary(start.variant, start.run), summary)
     write_timings(timings_file(start.stage), timings)

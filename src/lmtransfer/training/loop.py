@@ -1,5 +1,5 @@
-"""What the three training loops share (pretraining, classification and translation fine-tuning, each written
-out top to bottom in its own module): how a run goes beside its model, data and params, and one clipped step."""
+"""What the three training loops (pretraining, classification and translation fine-tuning) share: how a run goes
+beside its model, data and params, and one clipped step."""
 
 from __future__ import annotations
 
@@ -12,21 +12,17 @@ from torch import nn
 from lmtransfer.training.resume import Snapshots
 
 
-def _no_log(metrics: dict[str, float], step: int) -> None:
-    pass
-
-
 @dataclass(frozen=True)
 class RunOptions:
-    """How one training runs: its device, the seed of its random draws (batch order, dropout), its label in the
-    log, its resume snapshots, where its step metrics go (the stage's MLflow run), how many pretraining steps a
-    logged row averages, and whether the training computation runs through torch.compile (`train.compile`)."""
+    """How one training runs: its device, the seed of its batch order and dropout, its label in the log, its resume
+    snapshots, where its step metrics go (the stage's MLflow run), how many pretraining steps a logged row
+    averages, and whether the training computation runs through torch.compile (`train.compile`)."""
 
     device: torch.device = torch.device("cpu")
     seed: int = 0
     desc: str = "train"
     snapshots: Snapshots | None = None
-    log_metrics: Callable[[dict[str, float], int], None] = _no_log
+    log_metrics: Callable[[dict[str, float], int], None] = lambda metrics, step: None
     log_every: int = 50
     compile_steps: bool = False
 

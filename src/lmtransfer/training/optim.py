@@ -1,4 +1,4 @@
-"""What pretraining and fine-tuning share: AdamW with warm-up and cosine decay (or a constant rate)."""
+"""AdamW with warm-up and cosine decay (or a constant rate), for pretraining and fine-tuning."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import torch
 
 
 def make_optimizer(parameters: Iterable, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW over trainable parameters; `parameters` may also be param groups, each with its own lr.
-
-    The fused implementation (one pass over each parameter's memory instead of several) on CPUs and CUDA GPUs:
-    its updates are the default loop's to 1e-6, bit for bit on an Intel CPU (tests/training/test_speed_paths.py),
-    five times faster over the 10M weights of a 50,001-id embedding."""
+    """AdamW over trainable parameters (or param groups, each with its own lr). Fused on CPUs and CUDA GPUs: the
+    default loop's updates to 1e-6 (bit for bit on an Intel CPU), five times faster over a 50,001-id embedding."""
     parameters = list(parameters)
     if parameters and isinstance(parameters[0], dict):
         groups = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in parameters]
@@ -37,9 +34,6 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_ste
 
 
 def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int):
-    """Linear warm-up to the base lr, then the base lr unchanged (the original course trained at a constant rate)."""
-
-    def factor(step: int) -> float:
-        return (step + 1) / warmup_steps if warmup_steps and step < warmup_steps else 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """Linear warm-up to the base lr, then the base lr unchanged (the original course's constant rate): a cosine
+    whose floor is the base lr (1.0 + 0.0 x cosine is exactly 1.0)."""
+    return warmup_cosine(optimizer, warmup_steps, warmup_steps, floor=1.0)

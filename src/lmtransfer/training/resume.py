@@ -1,16 +1,10 @@
 """Resume snapshots: `dvc repro` after a kill continues training where it stopped, with the same result.
 
-DVC deletes a stage's outputs before it runs the stage, so snapshots live apart from
-them, in `.resume/<stage>/<phase>.pt` (git-ignored, never a DVC output). A snapshot
-holds everything the rest of the run depends on: weights, optimizer and scheduler,
-the random generators (torch's, per device, numpy's and Python's), the position in
-the data and the results so far. It is written atomically; on CPU the resumed run
-ends with the same bytes as one never interrupted.
-
-A snapshot is used only by a run with the same fingerprint: the stage, its params,
-the bytes of its input files and of the code, torch's version, the device and the
-thread count. Anything else deletes it and starts over. A finished stage deletes its
-snapshots. Several processes (`train.nproc` > 1) take no snapshots: a killed run starts over.
+DVC deletes a stage's outputs before running it, so snapshots live apart, in `.resume/<stage>/<phase>.pt`
+(git-ignored). One holds all the rest of the run depends on: weights, optimizer, scheduler, the random generators
+(torch's, per device, numpy's, Python's), the position in the data and the results so far; written atomically.
+It is used only by a run with the same fingerprint (stage, params, input and code bytes, torch, device, threads);
+anything else deletes it. A finished stage deletes its snapshots; several processes take none.
 """
 
 from __future__ import annotations
@@ -35,30 +29,26 @@ from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.training import distributed
 
 RESUME_DIR = Path(".resume")
-CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout this code runs from (src/lmtransfer/training/..)
-CODE = (CHECKOUT / "src" / "lmtransfer", CHECKOUT / "stages")
+CHECKOUT = Path(__file__).resolve().parents[3]  # found from this file: the translation and course stages run
+CODE = (CHECKOUT / "src" / "lmtransfer", CHECKOUT / "stages")  # in their own folders
+
+
+def _files(path: Path, pattern: str) -> list[Path]:
+    return [path] if path.is_file() else [p for p in path.rglob(pattern) if p.is_file()]
 
 
 def code_files() -> dict[str, Path]:
-    """Every Python file of the checkout's package and stage scripts, by its path in the checkout: found from this
-    file, not from the working directory (the translation and course stages run in their own folders)."""
+    """Every Python file of the checkout's package and stage scripts, by its path in the checkout."""
     return {str(p.relative_to(CHECKOUT)): p for folder in CODE for p in sorted(_files(folder, "*.py"))}
 
 
 def fingerprint(stage: str, params: dict[str, dict[str, Any]], inputs: Iterable[Path], device: torch.device) -> str:
-    """What a snapshot must match to be resumed from (see the module docstring); `params` as `ClassificationParams.sections`."""
+    """What a snapshot must match to be resumed from; `params` by section, `train.resume_every` left out."""
     params = {section: {k: v for k, v in keys.items() if k != "resume_every"} for section, keys in params.items()}
     files = {str(p): p for p in sorted({p for path in inputs for p in _files(path, "*")})} | code_files()
-    facts = {
-        "stage": stage, "params": params, "torch": torch.__version__, "device": str(device), **environment_facts(),
-        "files": {name: sha256_of(path) for name, path in files.items()},
-    }
+    facts = {"stage": stage, "params": params, "torch": torch.__version__, "device": str(device),
+             **environment_facts(), "files": {name: sha256_of(path) for name, path in files.items()}}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _files(path: Path, pattern: str) -> list[Path]:
-    """A file, or every file under a folder matching `pattern` (an input folder: all its files; code: *.py)."""
-    return [path] if path.is_file() else [p for p in path.rglob(pattern) if p.is_file()]
 
 
 class Snapshots:
@@ -76,8 +66,7 @@ class Snapshots:
         return self.every > 0 and step % self.every == 0
 
     def save(self, phase: str, model, optimizer, scheduler, **position: Any) -> None:
-        """The training as it is now: weights, optimizer, schedule, every generator, and `position` (where the
-        data is and the results so far)."""
+        """The training as it is now, and `position` (where the data is and the results so far)."""
         if self.every <= 0:
             return
         name, keys, *rest = np.random.get_state()  # the array as a list: a weights-only load reads no numpy
@@ -91,19 +80,19 @@ class Snapshots:
             tmp.write_bytes(buffer.getvalue())
 
     def load(self, phase: str, model, optimizer, scheduler) -> dict[str, Any] | None:
-        """The phase's snapshot put back in place, returning its `position`; None if there is none, or it was saved
+        """The phase's snapshot put back in place, returning its `position`; None if there is none or it was saved
         by a run that differs (then it is deleted)."""
         path = self.directory / f"{phase}.pt"
         if self.every <= 0 or not path.is_file():
             return None
         try:
             state = read_torch_file(path)
-        except CheckpointError:  # unreadable (a disk fault, a truncated write): start over rather than stop
-            print(f"resume: {path} is unreadable (truncated or damaged); starting over")
-            self.clear()
-            return None
+        except CheckpointError:  # a disk fault, a truncated write: start over rather than stop
+            state, problem = None, "is unreadable (truncated or damaged)"
+        else:
+            problem = "belongs to another configuration (params, inputs or code changed)"
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
-            print(f"resume: {path} belongs to another configuration (params, inputs or code changed); starting over")
+            print(f"resume: {path} {problem}; starting over")
             self.clear()
             return None
         model.load_state_dict(state["model"])
@@ -124,9 +113,8 @@ class Snapshots:
 
 
 def clear_finished_snapshots(running: set[str], root: Path = RESUME_DIR) -> list[str]:
-    """The snapshots of every stage not running now, removed; called by the stage that reads every trained model
-    (evaluate): DVC starts it only once each training stage has completed, by training or by a run-cache restore
-    (which runs none of our code, so could not clear its own). Returns the stages whose snapshots went."""
+    """The snapshots of every stage not running now, removed (by evaluate, which DVC starts only once each training
+    stage has completed, perhaps by a run-cache restore that ran none of our code). Returns the stages cleared."""
     if not root.is_dir():
         return []
     keep = {stage_file_name(stage) for stage in running}

@@ -1,10 +1,6 @@
-"""The command lines of the stages that take arguments, one parser each, called by the stage script itself.
-
-dvc.yaml runs one stage per pretraining run (`pretrain@2`: `--seed 2`) and per fine-tune
-(`finetune_pretrained@2-0`: `--init pretrained --pretrain-seed 2 --seed 0`). The stage script parses its
-arguments in plain sight, names its stage from them and hands them down; nothing under src/ reads `sys.argv`
-(torchrun's relaunch runs the same command again, so it passes it on unread).
-"""
+"""The command lines of the pretrain (`pretrain@2`: `--seed 2`) and fine-tune stages (`finetune_pretrained@2-0`:
+`--init pretrained --pretrain-seed 2 --seed 0`), parsed by the stage script itself; nothing under src/ reads
+`sys.argv` (torchrun's relaunch passes it on unread)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ class PretrainArgs:
 
     @property
     def stage(self) -> str:
-        """`pretrain@2`: the name dvc.yaml gives this stage."""
-        return PretrainOutputs(self.seed).stage
+        return PretrainOutputs(self.seed).stage  # `pretrain@2`
 
     @property
     def outputs(self) -> PretrainOutputs:
@@ -42,21 +37,18 @@ class FinetuneArgs:
 
     @property
     def stage(self) -> str:
-        """`finetune_pretrained@2-0`, or `finetune_pretrained_labels@300-2-0` (300 labeled examples): the name
-        dvc.yaml gives this stage."""
+        """`finetune_pretrained@2-0`, or `finetune_pretrained_labels@300-2-0` (300 labeled examples)."""
         run = finetune_run(self.seed, self.pretrain_seed)
         return f"finetune_{self.init}@{run}" if self.labels is None else f"finetune_{self.init}_labels@{self.labels}-{run}"
 
 
 def parse_pretrain_args(argv: Sequence[str] | None = None) -> PretrainArgs:
-    """The pretrain stage's arguments (`argv`, or this process's command line)."""
     parser = argparse.ArgumentParser(description="one pretraining run")
     parser.add_argument("--seed", type=int, required=True, help="the pretraining seed, one of pretrain.seeds")
     return PretrainArgs(parser.parse_args(argv).seed)
 
 
 def parse_finetune_args(argv: Sequence[str] | None = None) -> FinetuneArgs:
-    """A fine-tune stage's arguments (`argv`, or this process's command line)."""
     parser = argparse.ArgumentParser(description="fine-tune one variant with one seed")
     parser.add_argument("--init", choices=VARIANTS, required=True)
     parser.add_argument("--pretrain-seed", type=int, default=None,
