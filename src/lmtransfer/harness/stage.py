@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,14 @@ def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], 
                 if knobs.read_at_import(knobs.DEBUG):
                     raise
                 print(f"{label}: error: {exc}", file=sys.stderr)
+                sys.exit(1)
+            except Exception as exc:
+                # torchrun: a collective fails on this rank because another one stopped; its line is printed already
+                lost = type(exc).__module__.startswith("torch.distributed") or any(
+                    sign in str(exc) for sign in ("closed by peer", "reset by peer", "remote worker", "NCCL"))
+                if int(os.environ.get("WORLD_SIZE", "1")) < 2 or not lost:
+                    raise
+                print(f"{label}: stopped: another process of the job ended ({type(exc).__name__})", file=sys.stderr)
                 sys.exit(1)
             except KeyboardInterrupt:  # Ctrl-C: the stage's MLflow run is marked KILLED on the way out
                 print(f"{label}: stopped; what earlier stages wrote is kept", file=sys.stderr)
