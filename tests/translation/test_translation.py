@@ -20,10 +20,9 @@ from lmtransfer.modeling.model import (
     count_parameters,
     sinusoidal_positions,
 )
-from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.data import bible_en_fr
 from lmtransfer.translation.data.bible_en_fr import clean_verse, load_bible_pairs, split_chapters
-from lmtransfer.translation.decoding import beam_search, greedy_decode, length_penalty, translate_ids
+from lmtransfer.translation.evaluate import corpus_scores
 from lmtransfer.translation.model import (
     TranslationConfig,
     TranslationModel,
@@ -31,6 +30,7 @@ from lmtransfer.translation.model import (
     parameter_breakdown,
     warm_start_from_language_model,
 )
+from lmtransfer.translation.translator import beam_search, greedy_decode, length_penalty, translate_ids
 
 PAD, BOS, EOS = 0, 1, 2
 TINY = TranslationConfig(vocab_size=30, d_model=16, n_encoder_layers=2, n_decoder_layers=2, n_heads=2, d_ff=32,

@@ -1,29 +1,40 @@
-"""What pretraining buys in translation: BLEU and chrF per seed, their means, and intervals that resample test
-sentences.
+"""Translation quality with sacreBLEU: BLEU and chrF with their signatures, per run and with intervals.
 
-BLEU and chrF are corpus-level scores (n-gram matches are pooled before the ratio), so
-an interval cannot average per-sentence scores. As sacreBLEU's own paired bootstrap
-does (`sacrebleu.significance`), each sentence's match statistics are extracted once;
-a resample sums them over the resampled sentences and computes the corpus score from
-the sums. The resample is paired: the same sentences for every variant and seed, so
-the gap's interval reflects the difference, not each variant's spread. Each resample
-scores every seed and averages over seeds, as the reported means do.
-
-Baseline: the source sentence copied as its own "translation" (names and numbers
-match), the score a model must beat to have learned anything.
+BLEU and chrF are corpus-level (n-gram matches pooled before the ratio), so as sacreBLEU's paired bootstrap does,
+each sentence's match statistics are extracted once and a resample sums them. The resample is paired: the same
+sentences (and runs) for every variant, so the gap's interval reflects the difference. Baseline: the source copied
+as its own "translation", the score a model must beat to have learned anything.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 from lmtransfer.core.paths import VARIANTS
-from lmtransfer.translation.bleu import corpus_scores
 
 METRICS = {"bleu": BLEU, "chrf": CHRF}
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
+    """BLEU and chrF of a whole test set (one reference per sentence), and their signatures (scores compare with
+    other sacreBLEU numbers only where these match)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not references:
+        raise ValueError("no sentences to score")
+    bleu, chrf = BLEU(), CHRF()
+    hyps, refs = list(hypotheses), [list(references)]
+    bleu_score, chrf_score = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
+    return {
+        "bleu": round(bleu_score.score, 4),
+        "chrf": round(chrf_score.score, 4),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
 
 
 def sentence_statistics(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:

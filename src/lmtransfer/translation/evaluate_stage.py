@@ -1,7 +1,6 @@
-"""The translation pipeline's evaluate stage: every fine-tuned run of both variants translates the test split (greedy,
-or beam search with `evaluate.beam_size`), the test verses' clause pairs (short sentences) and the lab's sentences; BLEU and chrF with sacreBLEU, the
-gap and its interval over pretraining runs and sentences; the translations beside the references. The stage script
-calls `run_evaluate_stage` alone."""
+"""The translation evaluate stage: every fine-tuned run of both variants translates the test split, the test verses'
+clause pairs (short sentences) and the lab's sentences; BLEU and chrF, the gap and its interval; the translations
+beside the references."""
 
 from __future__ import annotations
 
@@ -26,9 +25,9 @@ from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.clauses import short_test_pairs
+from lmtransfer.translation.data.pairs import read_lab_sentences
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import lab_report, report_lines, translation_headline, translation_report
-from lmtransfer.translation.lab_sentences import read_lab_sentences
 from lmtransfer.translation.translator import (
     DecodingOptions,
     load_translation_model,

@@ -1,14 +1,8 @@
-"""The encoder–decoder Transformer of "Attention is all you need", readable in one file.
+"""The encoder–decoder Transformer of "Attention is all you need", post-norm like the paper and `model.py`.
 
-An encoder (bidirectional self-attention over the source) and a decoder (causal
-self-attention over the target prefix, then attention over the encoder's output,
-then a feed-forward block), post-norm like the paper and like `model.py`. Source
-and target share one embedding (one sentencepiece model covers both languages),
-which the output projection may reuse (`tie_output`).
-
-Transfer: `warm_start_from_language_model` fills encoder and decoder from the
-pretrained language model's layers and leaves cross-attention fresh (Rothe et
-al., 2020), so "pretrained vs scratch" is the same network from two starts.
+Source and target share one embedding (one sentencepiece model covers both languages), which the output projection
+may reuse (`tie_output`). Transfer: `warm_start_from_language_model` fills encoder and decoder from the pretrained
+LM's layers and leaves cross-attention fresh (Rothe et al., 2020): "pretrained vs scratch" is one network, two starts.
 """
 
 from __future__ import annotations
@@ -115,12 +109,8 @@ class TranslationModel(nn.Module):
         self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
         source_padding: torch.Tensor,
     ) -> tuple[torch.Tensor, DecoderCache]:
-        """One more target token (B, 1) -> logits (B, V) of the token after it, computing only the new position.
-
-        `cache` (None at the first step) holds each decoder layer's self-attention keys and values at the earlier
-        positions (causal attention never revisits them) and its cross-attention keys and values of `memory`,
-        projected once per sentence instead of once per step. The same arithmetic as `decode`, spelled out with
-        the post-norm layer's own submodules."""
+        """One more target token (B, 1) -> logits (B, V) of the next, computing only the new position: `decode`'s
+        arithmetic with the layers' own submodules, keys and values of earlier positions and of `memory` cached."""
         if cache is None:
             cache = DecoderCache.start(self.decoder.layers, memory)
         position = cache.length
@@ -156,9 +146,6 @@ class TranslationModel(nn.Module):
         logits = self(source, target_in)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target_out.reshape(-1),
                                ignore_index=self.config.pad_id, label_smoothing=label_smoothing)
-
-
-# --- incremental decoding -------------------------------------------------------------------------------------
 
 
 def _heads(attention: nn.MultiheadAttention, x: torch.Tensor, parts: slice = slice(0, 3)) -> torch.Tensor:
@@ -201,9 +188,6 @@ class DecoderCache:
         return DecoderCache([k[rows] for k in self.keys], [v[rows] for v in self.values], self.cross, self.length)
 
 
-# --- parameter counts -----------------------------------------------------------------------------------------
-
-
 def _attention(d: int) -> int:
     return 4 * (d * d + d)  # Q, K, V and output projections, each D x D + D
 
@@ -233,9 +217,6 @@ def expected_translation_parameters(config: TranslationConfig) -> int:
     return blocks["embedding"] + blocks["encoder"] + blocks["decoder"] + blocks["output"]
 
 
-# --- warm start from the pretrained language model ------------------------------------------------------------
-
-
 @dataclass
 class WarmStart:
     """Which tensors came from the language model (name here -> name there) and which start fresh."""
@@ -244,22 +225,11 @@ class WarmStart:
     fresh: list[str] = field(default_factory=list)
 
 
-# LM encoder layer -> decoder layer: self-attention, feed-forward and the norms after them.
-# The decoder's norm2 follows cross-attention, which the LM never had: it starts fresh with it.
-_DECODER_FROM_LM_LAYER = {
-    "self_attn.in_proj_weight": "self_attn.in_proj_weight",
-    "self_attn.in_proj_bias": "self_attn.in_proj_bias",
-    "self_attn.out_proj.weight": "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias": "self_attn.out_proj.bias",
-    "linear1.weight": "linear1.weight",
-    "linear1.bias": "linear1.bias",
-    "linear2.weight": "linear2.weight",
-    "linear2.bias": "linear2.bias",
-    "norm1.weight": "norm1.weight",
-    "norm1.bias": "norm1.bias",
-    "norm3.weight": "norm2.weight",
-    "norm3.bias": "norm2.bias",
-}
+# LM layer -> decoder layer: self-attention, feed-forward and the norms after them (an encoder layer is exactly an
+# LM layer). The decoder's norm2 follows cross-attention, which the LM never had: it starts fresh with it.
+_LM_LAYER = [module + p for module in ("self_attn.in_proj_", "self_attn.out_proj.", "linear1.", "linear2.", "norm1.")
+             for p in ("weight", "bias")]
+_DECODER_FROM_LM_LAYER = {**{name: name for name in _LM_LAYER}, "norm3.weight": "norm2.weight", "norm3.bias": "norm2.bias"}
 
 
 def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, str]:
@@ -279,7 +249,7 @@ def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, 
         sources["output.bias"] = "head.bias"
     for i in range(lm.n_layers):
         lm_layer = f"base.layers.layers.{i}."
-        for key in _DECODER_FROM_LM_LAYER.values():  # an encoder layer is exactly an LM layer
+        for key in _DECODER_FROM_LM_LAYER.values():
             sources[f"encoder.layers.{i}.{key}"] = lm_layer + key
         for key, lm_key in _DECODER_FROM_LM_LAYER.items():
             sources[f"decoder.layers.{i}.{key}"] = lm_layer + lm_key

@@ -1,4 +1,5 @@
-"""The translation figures: validation BLEU and loss per epoch, and the test scores of both variants."""
+"""The translation plot stage: validation BLEU and loss per epoch, pretraining curves, the test scores of both
+variants."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from pathlib import Path
 
 from matplotlib.ticker import MaxNLocator
 
-from lmtransfer.core.paths import VARIANTS
-from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plt, save_figure
+from lmtransfer.core.io import read_json, require_file
+from lmtransfer.core.paths import EVALUATE_REPORT, PLOTS, VARIANTS
+from lmtransfer.harness.tracking import plot_stage_run
+from lmtransfer.reporting.finetuned import epoch_logs, run_names
+from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plot_pretraining_logs, plt, save_figure
 
 
 def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
@@ -50,3 +54,14 @@ def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
             axis.grid(axis="y", alpha=0.3)
             axis.legend(fontsize=8)
     return save_figure(figure, path, dpi)
+
+
+def run_plot_stage(params) -> None:
+    dpi = params.plot.dpi
+    runs = epoch_logs(run_names(params.pretrain.seeds, params.finetune.seeds))
+    report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
+    plot_stage_run(params, lambda: [
+        plot_translation_curves(runs, PLOTS / "finetune_bleu.png", dpi),
+        plot_pretraining_logs(PLOTS / "pretrain.png", dpi, params.pretrain.seeds),
+        plot_translation_scores(report, PLOTS / "test_scores.png", dpi),
+    ])

@@ -10,8 +10,13 @@ from typing import Any
 import numpy as np
 
 from lmtransfer.core.io import atomic_directory
-from lmtransfer.tokens.id_files import write_pair_split
-from lmtransfer.translation.batches import encode_pairs
+from lmtransfer.tokens.id_files import PairSplit, write_pair_split
+from lmtransfer.tokens.tokenizer import Tokenizer, encode_documents
+
+
+def encode_pairs(tokenizer: Tokenizer, sources: list[str], targets: list[str]) -> PairSplit:
+    """Both sides as BOS + pieces + EOS with the one tokenizer both languages share."""
+    return PairSplit(*encode_documents(tokenizer, sources), *encode_documents(tokenizer, targets))
 
 
 def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, warn=print) -> dict:

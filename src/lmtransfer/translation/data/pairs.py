@@ -27,6 +27,7 @@ from lmtransfer.data.files import (
     table_format,
 )
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
+from lmtransfer.data.input_files import resolve_input
 from lmtransfer.data.normalize import normalize_text
 from lmtransfer.translation.config import TranslationDataParams
 from lmtransfer.translation.data.bible_en_fr import ParallelData
@@ -124,3 +125,13 @@ def carve_pairs(pool: pd.DataFrame, fractions: dict[str, float], seed: int) -> d
             parts[name], start = order[start:start + count], start + count
     parts["train"] = order[start:]
     return {name: pool.iloc[np.sort(rows)].reset_index(drop=True) for name, rows in parts.items()}
+
+
+def read_lab_sentences(path: str) -> tuple[list[str], list[str]]:
+    """`evaluate.lab_sentences` (a TSV with `source` and `target`, relative to translation/) as (sources,
+    references); none for ''. Read by evaluate, checked by prepare first."""
+    if not path:
+        return [], []
+    pairs = read_pairs(resolve_input(path, "evaluate.lab_sentences"), "evaluate.lab_sentences", "tsv", "source",
+                       "target", "utf-8")
+    return list(pairs["source"]), list(pairs["target"])
