@@ -52,10 +52,8 @@ def trainable_pairs(split: PairSplit, max_len: int) -> np.ndarray:
 
 def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id: int,
                  generator: np.random.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(source, target_in, target_out) batches of pairs of similar length, in random order.
-
-    The pairs are shuffled, sorted by length within windows of 50 batches (little padding, some randomness
-    in who shares a batch), then the batches themselves are shuffled."""
+    """(source, target_in, target_out) batches in random order: shuffled pairs sorted by length within windows of
+    50 batches (little padding, some randomness in who shares a batch), then the batches shuffled."""
     order = generator.permutation(indices)
     window = batch_size * 50
     lengths = split.source_lengths() + split.target_lengths()
@@ -93,8 +91,7 @@ class TranslationResult:
 
 def build_translation_model(lm_config: ModelConfig, params: TranslationFinetuneParams, seed: int,
                             lm_state: dict[str, torch.Tensor] | None) -> tuple[TranslationModel, WarmStart | None]:
-    """The encoder–decoder shaped after the pretrained LM (its layers on both sides), from the same seeded random
-    init in both variants; with `lm_state`, its tensors are then copied in (cross-attention stays fresh)."""
+    """The encoder–decoder shaped after the LM, from one seeded init in both variants; `lm_state` then copied in."""
     config = TranslationConfig.from_language_model(lm_config, tie_output=params.tie_output)
     torch.manual_seed(seed)
     model = TranslationModel(config)
@@ -106,10 +103,9 @@ def build_translation_model(lm_config: ModelConfig, params: TranslationFinetuneP
 def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, device: torch.device) -> float:
     """Mean cross-entropy per target token (no label smoothing) over every validation pair, teacher-forced."""
     total, tokens = 0.0, 0
-    indices = np.arange(len(split))
+    batches = pair_batches(split, np.arange(len(split)), batch_size, model.config.pad_id, np.random.default_rng(0))
     with evaluation_mode(model):
-        for source, target_in, target_out in pair_batches(split, indices, batch_size, model.config.pad_id,
-                                                          np.random.default_rng(0)):
+        for source, target_in, target_out in batches:
             source, target_in, target_out = to_device((source, target_in, target_out), device)
             with autocast(device):
                 logits = model(source, target_in).float()
@@ -122,8 +118,6 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
 
 @dataclass(frozen=True)
 class TranslationPairs:
-    """What a translation fine-tune reads: the pairs, the validation references as text, the tokenizer."""
-
     train: PairSplit
     valid: PairSplit
     valid_references: list[str]
@@ -132,9 +126,8 @@ class TranslationPairs:
 
 def finetune_translation(model: TranslationModel, pairs: TranslationPairs, params: TranslationFinetuneParams,
                          options: RunOptions = RunOptions(desc="finetune")) -> TranslationResult:
-    """Train `finetune.epochs` epochs (or `finetune.max_steps` steps); each epoch's row goes to
-    `options.log_metrics` (step = the epoch). With `options.snapshots`, save after each epoch and resume from the
-    last one saved."""
+    """`finetune.epochs` epochs (or `finetune.max_steps` steps), a row per epoch to `options.log_metrics`; with
+    `options.snapshots`, saved after each epoch and resumed from the last one."""
     device, pad, tokenizer = options.device, model.config.pad_id, pairs.tokenizer
     model.to(device)
     usable = trainable_pairs(pairs.train, params.max_len)
@@ -198,7 +191,6 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
 
 
 def run_finetune_stage(params: TranslationParams, args: FinetuneArgs) -> None:
-    """Fine-tune one variant with one seed (`--init`, `--seed`): the best epoch's weights, curves and examples."""
     meta = read_tokenized_meta(TOKENIZED)
     tokenizer = load_tokenizer(TOKENIZED)
     train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")
