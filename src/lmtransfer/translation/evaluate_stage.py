@@ -42,7 +42,6 @@ LAB_TRANSLATIONS = EVALUATE_DETAILS / "lab_sentences.tsv"
 
 def write_translations(path, sources: list[str], references: list[str],
                        translations: dict[str, dict[str, list[str]]]) -> None:
-    """Every model's translation beside the source and the reference, one test sentence per row."""
     table = pd.DataFrame({"source": sources, "reference": references,
                           **{f"{v}_seed{r}": translations[v][r] for v in VARIANTS for r in sorted(translations[v])}})
     with atomic_path(path) as tmp:
@@ -50,7 +49,6 @@ def write_translations(path, sources: list[str], references: list[str],
 
 
 def pretraining_summary(pretrain_seeds: list[int]) -> dict:
-    """The pretraining runs' validation perplexity, each and their mean (the headline's `lm_val_ppl`)."""
     summaries = [read_json(require_file(PretrainOutputs(seed).summary, "pretraining results")) for seed in pretrain_seeds]
     per_run = [summary["val_perplexity"] for summary in summaries]
     return {"val_perplexity": sum(per_run) / len(per_run), "val_perplexity_per_run": per_run,
@@ -58,7 +56,6 @@ def pretraining_summary(pretrain_seeds: list[int]) -> dict:
 
 
 def run_evaluate_stage(params: TranslationParams) -> None:
-    """Translate test with every fine-tuned checkpoint; write the report, the headline and the translations."""
     runs = run_names(params.pretrain.seeds, params.finetune.seeds)
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")

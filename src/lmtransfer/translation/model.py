@@ -19,8 +19,6 @@ from lmtransfer.modeling.model import EMBEDDING_UNIFORM, ModelConfig, Positional
 
 @dataclass(frozen=True)
 class TranslationConfig:
-    """The encoder–decoder's shape. No defaults: the pipeline's live in `translation.config`'s `model`."""
-
     vocab_size: int
     d_model: int
     n_encoder_layers: int
@@ -149,8 +147,7 @@ class TranslationModel(nn.Module):
 
 
 def _heads(attention: nn.MultiheadAttention, x: torch.Tensor, parts: slice = slice(0, 3)) -> torch.Tensor:
-    """nn.MultiheadAttention's packed input projection of `x` (B, T, D), for the chosen ones of query, key and
-    value: (parts, B, heads, T, D / heads)."""
+    """nn.MultiheadAttention's packed projection of `x` (B, T, D) to `parts` of q, k, v: (parts, B, heads, T, D/heads)."""
     d, heads = attention.embed_dim, attention.num_heads
     weight = attention.in_proj_weight[parts.start * d: parts.stop * d]
     bias = attention.in_proj_bias[parts.start * d: parts.stop * d] if attention.in_proj_bias is not None else None
@@ -167,8 +164,7 @@ def _merge(attention: nn.MultiheadAttention, heads_out: torch.Tensor) -> torch.T
 
 @dataclass
 class DecoderCache:
-    """What `decode_step` keeps between steps: per decoder layer, self-attention keys/values of the positions so
-    far (B, heads, T, D / heads) and cross-attention keys/values of the memory (computed at the first step)."""
+    """Per decoder layer: self-attention keys/values so far (B, heads, T, D / heads), cross-attention's of memory."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
@@ -183,24 +179,16 @@ class DecoderCache:
         return cls(keys=empty, values=list(empty), cross=cross)
 
     def select(self, rows: torch.Tensor) -> DecoderCache:
-        """The cache of the hypotheses `rows` (beam search keeps the best continuations). Beams only ever reorder
-        among the same sentence's rows, so the memory's keys and values stay as they are."""
+        """The cache of the beam hypotheses `rows`: they reorder within a sentence, so memory's keys stay."""
         return DecoderCache([k[rows] for k in self.keys], [v[rows] for v in self.values], self.cross, self.length)
-
-
-def _attention(d: int) -> int:
-    return 4 * (d * d + d)  # Q, K, V and output projections, each D x D + D
-
-
-def _feed_forward(d: int, f: int) -> int:
-    return 2 * d * f + f + d
 
 
 def parameter_breakdown(config: TranslationConfig) -> dict[str, int]:
     """Closed form per block: what `count_parameters` must find, block by block."""
     d, v = config.d_model, config.vocab_size
-    encoder_layer = _attention(d) + _feed_forward(d, config.d_ff) + 2 * 2 * d
-    decoder_layer = 2 * _attention(d) + _feed_forward(d, config.d_ff) + 3 * 2 * d
+    attention, feed_forward = 4 * (d * d + d), 2 * d * config.d_ff + config.d_ff + d  # Q, K, V, out: D x D + D each
+    encoder_layer = attention + feed_forward + 2 * 2 * d
+    decoder_layer = 2 * attention + feed_forward + 3 * 2 * d
     return {
         "embedding": v * d,
         "encoder_layer": encoder_layer,

@@ -15,8 +15,7 @@ from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plot_pretraining
 
 
 def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
-    """Translation fine-tuning per epoch: validation BLEU (greedy) and validation loss, mean over runs with their
-    range, pretrained vs scratch."""
+    """Validation BLEU (greedy) and loss per epoch, mean over runs with their range, pretrained vs scratch."""
     figure, (bleu, loss) = plt.subplots(1, 2, figsize=(10, 4))
     for variant, variant_runs in runs.items():
         mean_band(bleu, variant_runs, "val_bleu", COLORS[variant], variant)
@@ -32,8 +31,8 @@ def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -
 
 
 def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
-    """Test BLEU and chrF per variant: the mean over seeds with its 95% bootstrap interval, each seed as a dot, and
-    the copy-the-source baseline as a line; a second row for the short test sentences (clause pairs) if scored."""
+    """Test BLEU and chrF per variant (mean, 95% interval, each seed a dot, the copy baseline a line); a second row
+    for the short test sentences if scored."""
     rows = [("test verses", report)] + ([("short test sentences", report["clauses"])] if "clauses" in report else [])
     figure, grid = plt.subplots(len(rows), 2, figsize=(9, 4 * len(rows)), squeeze=False)
     for axes, (test_set, scores) in zip(grid, rows):

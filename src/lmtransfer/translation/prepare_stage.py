@@ -34,9 +34,8 @@ TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once here,
 
 
 def trial_tokenizer(params: TranslationParams, corpus: list[str]) -> Tokenizer | None:
-    """The tokenizer tokenize will use: `tokenizer.model_file` loaded, or sentencepiece trained on the same corpus with
-    the same seed (a `tokenizer.vocab_size` sentencepiece refuses stops here). A larger corpus is tried on its first
-    TOKENIZER_TRIAL_CHARS characters: only a vocabulary too small even for those stops; None, the rest unchecked."""
+    """The tokenizer tokenize will use (loaded, or trained on the same corpus and seed); a larger corpus is tried on
+    its first TOKENIZER_TRIAL_CHARS characters: only a vocabulary too small even for those stops; None."""
     given = existing_tokenizer(params.tokenizer)
     if given is not None:
         return given

@@ -20,8 +20,7 @@ def encode_pairs(tokenizer: Tokenizer, sources: list[str], targets: list[str]) -
 
 
 def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, warn=print) -> dict:
-    """The translation tokenize stage: one sentencepiece model over both languages (trained on the corpus, which
-    holds both sides of the train pairs), the corpus encoded as for classification, each split's pairs as ids."""
+    """The tokenizer trained on the corpus (both sides of the train pairs), the corpus as for classification."""
     from lmtransfer.data.prepared import SPLITS
     from lmtransfer.tokens.encode_splits import build_tokenizer, encode_corpus, tokenizer_meta, warn_unknown
     from lmtransfer.tokens.id_files import write_tokenized_meta
@@ -54,8 +53,6 @@ def tokenize_parallel(prepared_dir: Path, out_dir: Path, params, seed: int = 0, 
 
 
 def run_tokenize_stage(params: Any, logged: dict) -> None:
-    """The translation pipeline's tokenize stage (`params`: its tokenizer section): one sentencepiece model over both
-    languages, the corpus and the pairs as ids."""
     from lmtransfer.core.paths import PREPARED, TOKENIZED, TOKENIZED_CORPUS
     from lmtransfer.harness.tracking import log_file, log_run, stage_run
 
