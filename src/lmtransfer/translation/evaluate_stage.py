@@ -74,9 +74,7 @@ def run_evaluate_stage(params: TranslationParams) -> None:
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
                    clear_snapshots=clear_finished_snapshots):
         log_run(params={"finetune.seeds": params.finetune.seeds, "pretrain.seeds": params.pretrain.seeds})
-        translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
-        clause_translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
-        lab_translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
+        translations, clause_translations, lab_translations = ({v: {} for v in VARIANTS} for _ in range(3))
         for (variant, run), path in checkpoints.items():
             model = load_translation_model(path, device)
             translations[variant][run] = translate_sources(model, sources, tokenizer, options, device,

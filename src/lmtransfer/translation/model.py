@@ -64,14 +64,11 @@ class TranslationModel(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         common = dict(d_model=d, nhead=config.n_heads, dim_feedforward=config.d_ff, dropout=config.dropout,
                       activation="relu", batch_first=True, norm_first=False)
-        self.encoder = nn.TransformerEncoder(
-            nn.TransformerEncoderLayer(**common), config.n_encoder_layers,
-            norm=nn.LayerNorm(d) if config.final_norms else None, enable_nested_tensor=False,
-        )
-        self.decoder = nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(**common), config.n_decoder_layers,
-            norm=nn.LayerNorm(d) if config.final_norms else None,
-        )
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**common), config.n_encoder_layers,
+                                             norm=nn.LayerNorm(d) if config.final_norms else None,
+                                             enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**common), config.n_decoder_layers,
+                                             norm=nn.LayerNorm(d) if config.final_norms else None)
         self.output = nn.Linear(d, config.vocab_size, bias=config.output_bias)
         if config.tie_output:
             self.output.weight = self.token_embedding.weight
@@ -90,23 +87,17 @@ class TranslationModel(nn.Module):
             source_padding = self.padding_mask(source)
         return self.encoder(self.embed(source), src_key_padding_mask=source_padding)
 
-    def decode(
-        self, target: torch.Tensor, memory: torch.Tensor, source_padding: torch.Tensor,
-        target_padding: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def decode(self, target: torch.Tensor, memory: torch.Tensor, source_padding: torch.Tensor,
+               target_padding: torch.Tensor | None = None) -> torch.Tensor:
         """Target prefix ids (B, T) + memory -> logits (B, T, V). Position i sees target positions <= i and
         every non-padding source position."""
         mask = causal_mask(target.size(1), target.device)
-        hidden = self.decoder(
-            self.embed(target), memory, tgt_mask=mask, tgt_is_causal=True,
-            tgt_key_padding_mask=target_padding, memory_key_padding_mask=source_padding,
-        )
+        hidden = self.decoder(self.embed(target), memory, tgt_mask=mask, tgt_is_causal=True,
+                              tgt_key_padding_mask=target_padding, memory_key_padding_mask=source_padding)
         return self.output(hidden)
 
-    def decode_step(
-        self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
-        source_padding: torch.Tensor,
-    ) -> tuple[torch.Tensor, DecoderCache]:
+    def decode_step(self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
+                    source_padding: torch.Tensor) -> tuple[torch.Tensor, DecoderCache]:
         """One more target token (B, 1) -> logits (B, V) of the next, computing only the new position: `decode`'s
         arithmetic with the layers' own submodules, keys and values of earlier positions and of `memory` cached."""
         if cache is None:
@@ -245,9 +236,8 @@ def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, 
 
 
 @torch.no_grad()
-def warm_start_from_language_model(
-    model: TranslationModel, lm_state: dict[str, torch.Tensor], lm_config: ModelConfig
-) -> WarmStart:
+def warm_start_from_language_model(model: TranslationModel, lm_state: dict[str, torch.Tensor],
+                                   lm_config: ModelConfig) -> WarmStart:
     """Copy the LM's tensors into `model` (a `LanguageModel` state dict; a masked LM's segment A is folded into
     the embedding as for the classifier). Cross-attention, its norm and any final norms keep their fresh init."""
     if "segment_embedding.weight" in lm_state:
