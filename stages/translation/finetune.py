@@ -13,7 +13,7 @@ from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.training.stage_args import parse_finetune_args
 from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.finetune_stage import run_finetune_stage
+from lmtransfer.translation.training import run_finetune_stage
 
 ARGS = parse_finetune_args()  # --init pretrained|scratch [--pretrain-seed P] --seed N
 

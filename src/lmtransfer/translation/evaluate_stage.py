@@ -1,7 +1,6 @@
-"""The translation pipeline's evaluate stage: every fine-tuned run of both variants translates the test split (greedy,
-or beam search with `evaluate.beam_size`), the test verses' clause pairs (short sentences) and the lab's sentences; BLEU and chrF with sacreBLEU, the
-gap and its interval over pretraining runs and sentences; the translations beside the references. The stage script
-calls `run_evaluate_stage` alone."""
+"""The translation evaluate stage: every fine-tuned run of both variants translates the test split, the test verses'
+clause pairs (short sentences) and the lab's sentences; BLEU and chrF, the gap and its interval; the translations
+beside the references."""
 
 from __future__ import annotations
 
@@ -26,9 +25,9 @@ from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.clauses import short_test_pairs
+from lmtransfer.translation.data.pairs import read_lab_sentences
 from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import lab_report, report_lines, translation_headline, translation_report
-from lmtransfer.translation.lab_sentences import read_lab_sentences
 from lmtransfer.translation.translator import (
     DecodingOptions,
     load_translation_model,
@@ -43,7 +42,6 @@ LAB_TRANSLATIONS = EVALUATE_DETAILS / "lab_sentences.tsv"
 
 def write_translations(path, sources: list[str], references: list[str],
                        translations: dict[str, dict[str, list[str]]]) -> None:
-    """Every model's translation beside the source and the reference, one test sentence per row."""
     table = pd.DataFrame({"source": sources, "reference": references,
                           **{f"{v}_seed{r}": translations[v][r] for v in VARIANTS for r in sorted(translations[v])}})
     with atomic_path(path) as tmp:
@@ -51,7 +49,6 @@ def write_translations(path, sources: list[str], references: list[str],
 
 
 def pretraining_summary(pretrain_seeds: list[int]) -> dict:
-    """The pretraining runs' validation perplexity, each and their mean (the headline's `lm_val_ppl`)."""
     summaries = [read_json(require_file(PretrainOutputs(seed).summary, "pretraining results")) for seed in pretrain_seeds]
     per_run = [summary["val_perplexity"] for summary in summaries]
     return {"val_perplexity": sum(per_run) / len(per_run), "val_perplexity_per_run": per_run,
@@ -59,7 +56,6 @@ def pretraining_summary(pretrain_seeds: list[int]) -> dict:
 
 
 def run_evaluate_stage(params: TranslationParams) -> None:
-    """Translate test with every fine-tuned checkpoint; write the report, the headline and the translations."""
     runs = run_names(params.pretrain.seeds, params.finetune.seeds)
     pairs = read_pairs(PREPARED, "test")
     test = load_pair_split(TOKENIZED, "test")
@@ -78,9 +74,7 @@ def run_evaluate_stage(params: TranslationParams) -> None:
     with stage_run("evaluate", params.sections("evaluate"), upstream_run_id=upstream,
                    clear_snapshots=clear_finished_snapshots):
         log_run(params={"finetune.seeds": params.finetune.seeds, "pretrain.seeds": params.pretrain.seeds})
-        translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
-        clause_translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
-        lab_translations: dict[str, dict[str, list[str]]] = {v: {} for v in VARIANTS}
+        translations, clause_translations, lab_translations = ({v: {} for v in VARIANTS} for _ in range(3))
         for (variant, run), path in checkpoints.items():
             model = load_translation_model(path, device)
             translations[variant][run] = translate_sources(model, sources, tokenizer, options, device,

@@ -1,10 +1,5 @@
-"""A translation fine-tune as an MLflow model: a column of English sentences in, their French translations out, the
-beam size (and length penalty) an inference parameter.
-
-Each fine-tune stage logs one (`log_translator`, through `harness.tracking.log_model`) from the checkpoint it wrote, with
-the tokenizer it was trained with. `mlflow.pyfunc.load_model(...).predict`, `mlflow models serve` and `lmtransfer
-translate` all decode through `translator.translate_texts`: the same sentences give the same translations.
-"""
+"""A translation fine-tune as an MLflow model: English sentences in, French out, the beam size an inference
+parameter. pyfunc `predict`, `mlflow models serve` and `lmtransfer translate` all decode through `translate_texts`."""
 
 from __future__ import annotations
 
@@ -50,5 +45,4 @@ def log_translator(checkpoint: str | Path, tokenizer_dir: str | Path) -> str:
     """Log the checkpoint a fine-tune wrote as an MLflow model on the active run; returns the model's id."""
     example = pd.DataFrame({TEXT_COLUMN: EXAMPLE_TEXTS})
     output = pd.DataFrame({"translation": ["Au commencement, Dieu créa les cieux et la terre."]})
-    return log_model(MODEL_NAME, SentenceTranslator(), checkpoint, tokenizer_dir, example, output,
-                            DEFAULT_PARAMS)
+    return log_model(MODEL_NAME, SentenceTranslator(), checkpoint, tokenizer_dir, example, output, DEFAULT_PARAMS)

@@ -1,14 +1,8 @@
-"""The encoder–decoder Transformer of "Attention is all you need", readable in one file.
+"""The encoder–decoder Transformer of "Attention is all you need", post-norm like the paper and `model.py`.
 
-An encoder (bidirectional self-attention over the source) and a decoder (causal
-self-attention over the target prefix, then attention over the encoder's output,
-then a feed-forward block), post-norm like the paper and like `model.py`. Source
-and target share one embedding (one sentencepiece model covers both languages),
-which the output projection may reuse (`tie_output`).
-
-Transfer: `warm_start_from_language_model` fills encoder and decoder from the
-pretrained language model's layers and leaves cross-attention fresh (Rothe et
-al., 2020), so "pretrained vs scratch" is the same network from two starts.
+Source and target share one embedding (one sentencepiece model covers both languages), which the output projection
+may reuse (`tie_output`). Transfer: `warm_start_from_language_model` fills encoder and decoder from the pretrained
+LM's layers and leaves cross-attention fresh (Rothe et al., 2020): "pretrained vs scratch" is one network, two starts.
 """
 
 from __future__ import annotations
@@ -25,8 +19,6 @@ from lmtransfer.modeling.model import EMBEDDING_UNIFORM, ModelConfig, Positional
 
 @dataclass(frozen=True)
 class TranslationConfig:
-    """The encoder–decoder's shape. No defaults: the pipeline's live in `translation.config`'s `model`."""
-
     vocab_size: int
     d_model: int
     n_encoder_layers: int
@@ -72,14 +64,11 @@ class TranslationModel(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         common = dict(d_model=d, nhead=config.n_heads, dim_feedforward=config.d_ff, dropout=config.dropout,
                       activation="relu", batch_first=True, norm_first=False)
-        self.encoder = nn.TransformerEncoder(
-            nn.TransformerEncoderLayer(**common), config.n_encoder_layers,
-            norm=nn.LayerNorm(d) if config.final_norms else None, enable_nested_tensor=False,
-        )
-        self.decoder = nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(**common), config.n_decoder_layers,
-            norm=nn.LayerNorm(d) if config.final_norms else None,
-        )
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**common), config.n_encoder_layers,
+                                             norm=nn.LayerNorm(d) if config.final_norms else None,
+                                             enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**common), config.n_decoder_layers,
+                                             norm=nn.LayerNorm(d) if config.final_norms else None)
         self.output = nn.Linear(d, config.vocab_size, bias=config.output_bias)
         if config.tie_output:
             self.output.weight = self.token_embedding.weight
@@ -98,29 +87,19 @@ class TranslationModel(nn.Module):
             source_padding = self.padding_mask(source)
         return self.encoder(self.embed(source), src_key_padding_mask=source_padding)
 
-    def decode(
-        self, target: torch.Tensor, memory: torch.Tensor, source_padding: torch.Tensor,
-        target_padding: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def decode(self, target: torch.Tensor, memory: torch.Tensor, source_padding: torch.Tensor,
+               target_padding: torch.Tensor | None = None) -> torch.Tensor:
         """Target prefix ids (B, T) + memory -> logits (B, T, V). Position i sees target positions <= i and
         every non-padding source position."""
         mask = causal_mask(target.size(1), target.device)
-        hidden = self.decoder(
-            self.embed(target), memory, tgt_mask=mask, tgt_is_causal=True,
-            tgt_key_padding_mask=target_padding, memory_key_padding_mask=source_padding,
-        )
+        hidden = self.decoder(self.embed(target), memory, tgt_mask=mask, tgt_is_causal=True,
+                              tgt_key_padding_mask=target_padding, memory_key_padding_mask=source_padding)
         return self.output(hidden)
 
-    def decode_step(
-        self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
-        source_padding: torch.Tensor,
-    ) -> tuple[torch.Tensor, DecoderCache]:
-        """One more target token (B, 1) -> logits (B, V) of the token after it, computing only the new position.
-
-        `cache` (None at the first step) holds each decoder layer's self-attention keys and values at the earlier
-        positions (causal attention never revisits them) and its cross-attention keys and values of `memory`,
-        projected once per sentence instead of once per step. The same arithmetic as `decode`, spelled out with
-        the post-norm layer's own submodules."""
+    def decode_step(self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
+                    source_padding: torch.Tensor) -> tuple[torch.Tensor, DecoderCache]:
+        """One more target token (B, 1) -> logits (B, V) of the next, computing only the new position: `decode`'s
+        arithmetic with the layers' own submodules, keys and values of earlier positions and of `memory` cached."""
         if cache is None:
             cache = DecoderCache.start(self.decoder.layers, memory)
         position = cache.length
@@ -158,12 +137,8 @@ class TranslationModel(nn.Module):
                                ignore_index=self.config.pad_id, label_smoothing=label_smoothing)
 
 
-# --- incremental decoding -------------------------------------------------------------------------------------
-
-
 def _heads(attention: nn.MultiheadAttention, x: torch.Tensor, parts: slice = slice(0, 3)) -> torch.Tensor:
-    """nn.MultiheadAttention's packed input projection of `x` (B, T, D), for the chosen ones of query, key and
-    value: (parts, B, heads, T, D / heads)."""
+    """nn.MultiheadAttention's packed projection of `x` (B, T, D) to `parts` of q, k, v: (parts, B, heads, T, D/heads)."""
     d, heads = attention.embed_dim, attention.num_heads
     weight = attention.in_proj_weight[parts.start * d: parts.stop * d]
     bias = attention.in_proj_bias[parts.start * d: parts.stop * d] if attention.in_proj_bias is not None else None
@@ -180,8 +155,7 @@ def _merge(attention: nn.MultiheadAttention, heads_out: torch.Tensor) -> torch.T
 
 @dataclass
 class DecoderCache:
-    """What `decode_step` keeps between steps: per decoder layer, self-attention keys/values of the positions so
-    far (B, heads, T, D / heads) and cross-attention keys/values of the memory (computed at the first step)."""
+    """Per decoder layer: self-attention keys/values so far (B, heads, T, D / heads), cross-attention's of memory."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
@@ -196,27 +170,16 @@ class DecoderCache:
         return cls(keys=empty, values=list(empty), cross=cross)
 
     def select(self, rows: torch.Tensor) -> DecoderCache:
-        """The cache of the hypotheses `rows` (beam search keeps the best continuations). Beams only ever reorder
-        among the same sentence's rows, so the memory's keys and values stay as they are."""
+        """The cache of the beam hypotheses `rows`: they reorder within a sentence, so memory's keys stay."""
         return DecoderCache([k[rows] for k in self.keys], [v[rows] for v in self.values], self.cross, self.length)
-
-
-# --- parameter counts -----------------------------------------------------------------------------------------
-
-
-def _attention(d: int) -> int:
-    return 4 * (d * d + d)  # Q, K, V and output projections, each D x D + D
-
-
-def _feed_forward(d: int, f: int) -> int:
-    return 2 * d * f + f + d
 
 
 def parameter_breakdown(config: TranslationConfig) -> dict[str, int]:
     """Closed form per block: what `count_parameters` must find, block by block."""
     d, v = config.d_model, config.vocab_size
-    encoder_layer = _attention(d) + _feed_forward(d, config.d_ff) + 2 * 2 * d
-    decoder_layer = 2 * _attention(d) + _feed_forward(d, config.d_ff) + 3 * 2 * d
+    attention, feed_forward = 4 * (d * d + d), 2 * d * config.d_ff + config.d_ff + d  # Q, K, V, out: D x D + D each
+    encoder_layer = attention + feed_forward + 2 * 2 * d
+    decoder_layer = 2 * attention + feed_forward + 3 * 2 * d
     return {
         "embedding": v * d,
         "encoder_layer": encoder_layer,
@@ -233,9 +196,6 @@ def expected_translation_parameters(config: TranslationConfig) -> int:
     return blocks["embedding"] + blocks["encoder"] + blocks["decoder"] + blocks["output"]
 
 
-# --- warm start from the pretrained language model ------------------------------------------------------------
-
-
 @dataclass
 class WarmStart:
     """Which tensors came from the language model (name here -> name there) and which start fresh."""
@@ -244,22 +204,11 @@ class WarmStart:
     fresh: list[str] = field(default_factory=list)
 
 
-# LM encoder layer -> decoder layer: self-attention, feed-forward and the norms after them.
-# The decoder's norm2 follows cross-attention, which the LM never had: it starts fresh with it.
-_DECODER_FROM_LM_LAYER = {
-    "self_attn.in_proj_weight": "self_attn.in_proj_weight",
-    "self_attn.in_proj_bias": "self_attn.in_proj_bias",
-    "self_attn.out_proj.weight": "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias": "self_attn.out_proj.bias",
-    "linear1.weight": "linear1.weight",
-    "linear1.bias": "linear1.bias",
-    "linear2.weight": "linear2.weight",
-    "linear2.bias": "linear2.bias",
-    "norm1.weight": "norm1.weight",
-    "norm1.bias": "norm1.bias",
-    "norm3.weight": "norm2.weight",
-    "norm3.bias": "norm2.bias",
-}
+# LM layer -> decoder layer: self-attention, feed-forward and the norms after them (an encoder layer is exactly an
+# LM layer). The decoder's norm2 follows cross-attention, which the LM never had: it starts fresh with it.
+_LM_LAYER = [module + p for module in ("self_attn.in_proj_", "self_attn.out_proj.", "linear1.", "linear2.", "norm1.")
+             for p in ("weight", "bias")]
+_DECODER_FROM_LM_LAYER = {**{name: name for name in _LM_LAYER}, "norm3.weight": "norm2.weight", "norm3.bias": "norm2.bias"}
 
 
 def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, str]:
@@ -279,7 +228,7 @@ def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, 
         sources["output.bias"] = "head.bias"
     for i in range(lm.n_layers):
         lm_layer = f"base.layers.layers.{i}."
-        for key in _DECODER_FROM_LM_LAYER.values():  # an encoder layer is exactly an LM layer
+        for key in _DECODER_FROM_LM_LAYER.values():
             sources[f"encoder.layers.{i}.{key}"] = lm_layer + key
         for key, lm_key in _DECODER_FROM_LM_LAYER.items():
             sources[f"decoder.layers.{i}.{key}"] = lm_layer + lm_key
@@ -287,9 +236,8 @@ def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, 
 
 
 @torch.no_grad()
-def warm_start_from_language_model(
-    model: TranslationModel, lm_state: dict[str, torch.Tensor], lm_config: ModelConfig
-) -> WarmStart:
+def warm_start_from_language_model(model: TranslationModel, lm_state: dict[str, torch.Tensor],
+                                   lm_config: ModelConfig) -> WarmStart:
     """Copy the LM's tensors into `model` (a `LanguageModel` state dict; a masked LM's segment A is folded into
     the embedding as for the classifier). Cross-attention, its norm and any final norms keep their fresh init."""
     if "segment_embedding.weight" in lm_state:

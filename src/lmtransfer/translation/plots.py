@@ -1,4 +1,5 @@
-"""The translation figures: validation BLEU and loss per epoch, and the test scores of both variants."""
+"""The translation plot stage: validation BLEU and loss per epoch, pretraining curves, the test scores of both
+variants."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ from pathlib import Path
 
 from matplotlib.ticker import MaxNLocator
 
-from lmtransfer.core.paths import VARIANTS
-from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plt, save_figure
+from lmtransfer.core.io import read_json, require_file
+from lmtransfer.core.paths import EVALUATE_REPORT, PLOTS, VARIANTS
+from lmtransfer.harness.tracking import plot_stage_run
+from lmtransfer.reporting.finetuned import epoch_logs, run_names
+from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plot_pretraining_logs, plt, save_figure
 
 
 def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
-    """Translation fine-tuning per epoch: validation BLEU (greedy) and validation loss, mean over runs with their
-    range, pretrained vs scratch."""
+    """Validation BLEU (greedy) and loss per epoch, mean over runs with their range, pretrained vs scratch."""
     figure, (bleu, loss) = plt.subplots(1, 2, figsize=(10, 4))
     for variant, variant_runs in runs.items():
         mean_band(bleu, variant_runs, "val_bleu", COLORS[variant], variant)
@@ -28,8 +31,8 @@ def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -
 
 
 def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
-    """Test BLEU and chrF per variant: the mean over seeds with its 95% bootstrap interval, each seed as a dot, and
-    the copy-the-source baseline as a line; a second row for the short test sentences (clause pairs) if scored."""
+    """Test BLEU and chrF per variant (mean, 95% interval, each seed a dot, the copy baseline a line); a second row
+    for the short test sentences if scored."""
     rows = [("test verses", report)] + ([("short test sentences", report["clauses"])] if "clauses" in report else [])
     figure, grid = plt.subplots(len(rows), 2, figsize=(9, 4 * len(rows)), squeeze=False)
     for axes, (test_set, scores) in zip(grid, rows):
@@ -50,3 +53,14 @@ def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
             axis.grid(axis="y", alpha=0.3)
             axis.legend(fontsize=8)
     return save_figure(figure, path, dpi)
+
+
+def run_plot_stage(params) -> None:
+    dpi = params.plot.dpi
+    runs = epoch_logs(run_names(params.pretrain.seeds, params.finetune.seeds))
+    report = read_json(require_file(EVALUATE_REPORT, "evaluation results"))
+    plot_stage_run(params, lambda: [
+        plot_translation_curves(runs, PLOTS / "finetune_bleu.png", dpi),
+        plot_pretraining_logs(PLOTS / "pretrain.png", dpi, params.pretrain.seeds),
+        plot_translation_scores(report, PLOTS / "test_scores.png", dpi),
+    ])

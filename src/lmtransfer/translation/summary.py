@@ -1,9 +1,5 @@
-"""The encoder–decoder's parameter table: each block measured on real modules beside its closed form.
-
-`lmtransfer summary --translation` prints it; the paper's base model is the last
-line, so the 63,082,496 of our closed form sits next to the paper's "about 65M"
-(the paper's Table 3 rounds; its vocabulary is shared and tied to the output).
-"""
+"""`lmtransfer summary --translation`: each block measured on real modules beside its closed form, and the paper's
+base model last (our closed form's 63,082,496 beside the paper's rounded "about 65M")."""
 
 from __future__ import annotations
 

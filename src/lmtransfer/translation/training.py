@@ -1,33 +1,79 @@
-"""Fine-tuning the encoder–decoder on sentence pairs: one code path for the warm-started and the scratch model.
+"""Fine-tuning the encoder–decoder on sentence pairs, one loop for the warm-started and the scratch model, and the
+finetune_pretrained@<p>-<seed> / finetune_scratch@<p>-<seed> stage around it.
 
-One loop that reads top to bottom (`finetune_translation`). Per epoch: length-bucketed batches of pairs
-(`translation.batches.pair_batches`), one clipped AdamW step each on the label-smoothed cross-entropy of the next
-target token; then the validation loss (teacher forcing, every validation pair), the validation BLEU (greedy
-translations of the first `finetune.valid_sentences` pairs) and the example sentences translated, so a user sees
-the model learn. The epoch with the best validation BLEU is kept; with snapshots, one after each epoch.
+Per epoch: length-bucketed batches of pairs, one clipped AdamW step each on the label-smoothed cross-entropy of the
+next target token; then the validation loss (teacher forcing), the validation BLEU (greedy, the first
+`finetune.valid_sentences` pairs) and the example sentences translated. The epoch with the best validation BLEU is
+kept; with snapshots, one after each epoch. Each side of a pair is BOS + pieces + EOS: the decoder reads BOS +
+target and is scored on target + EOS.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
+from lmtransfer.core.paths import PREPARED, TOKENIZED, finetuned_checkpoint
 from lmtransfer.harness.progress import progress_bar
+from lmtransfer.harness.tracking import log_file, log_metrics, log_run, stage_run
+from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import ModelConfig, count_parameters
-from lmtransfer.modeling.runtime import autocast, to_device
-from lmtransfer.tokens.tokenizer import Tokenizer
+from lmtransfer.modeling.runtime import autocast, configure, environment_facts, to_device
+from lmtransfer.tokens.id_files import PairSplit, load_pair_split, read_tokenized_meta
+from lmtransfer.tokens.tokenizer import Tokenizer, load_tokenizer, tokenizer_fingerprint
+from lmtransfer.training.finetune_start import language_model_start, record_finetuned
 from lmtransfer.training.loop import RunOptions, cpu_copy, optimizer_step
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
-from lmtransfer.translation.batches import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
-from lmtransfer.translation.bleu import corpus_scores
-from lmtransfer.translation.config import TranslationFinetuneParams
-from lmtransfer.translation.decoding import evaluation_mode
+from lmtransfer.training.resume import Snapshots, fingerprint
+from lmtransfer.training.stage_args import FinetuneArgs
+from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
+from lmtransfer.translation.data.parallel import read_pairs
+from lmtransfer.translation.evaluate import corpus_scores
+from lmtransfer.translation.mlflow_model import log_translator
 from lmtransfer.translation.model import TranslationConfig, TranslationModel, WarmStart, warm_start_from_language_model
-from lmtransfer.translation.translator import DecodingOptions, translate_sources, translate_texts
+from lmtransfer.translation.translator import (
+    DecodingOptions,
+    evaluation_mode,
+    pad_rows,
+    translate_sources,
+    translate_texts,
+)
+
+
+def trainable_pairs(split: PairSplit, max_len: int) -> np.ndarray:
+    """Indices of the pairs whose two sides fit `max_len` tokens: longer ones are left out, never cut."""
+    return np.flatnonzero((split.source_lengths() <= max_len) & (split.target_lengths() <= max_len))
+
+
+def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id: int,
+                 generator: np.random.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(source, target_in, target_out) batches in random order: shuffled pairs sorted by length within windows of
+    50 batches (little padding, some randomness in who shares a batch), then the batches shuffled."""
+    order = generator.permutation(indices)
+    window = batch_size * 50
+    lengths = split.source_lengths() + split.target_lengths()
+    batches = []
+    for begin in range(0, len(order), window):
+        chunk = order[begin: begin + window]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size)]
+    for position in generator.permutation(len(batches)):
+        chosen = batches[position]
+        source = pad_rows([split.source(i) for i in chosen], pad_id)
+        target = pad_rows([split.target(i) for i in chosen], pad_id)
+        yield source, target[:, :-1], target[:, 1:]
+
+
+def steps_per_epoch(n_pairs: int, batch_size: int) -> int:
+    """What `pair_batches` yields: each window of 50 batches rounds its last batch up."""
+    window = batch_size * 50
+    full, rest = divmod(n_pairs, window)
+    return full * 50 + -(-rest // batch_size)
 
 
 @dataclass
@@ -45,8 +91,7 @@ class TranslationResult:
 
 def build_translation_model(lm_config: ModelConfig, params: TranslationFinetuneParams, seed: int,
                             lm_state: dict[str, torch.Tensor] | None) -> tuple[TranslationModel, WarmStart | None]:
-    """The encoder–decoder shaped after the pretrained LM (its layers on both sides), from the same seeded random
-    init in both variants; with `lm_state`, its tensors are then copied in (cross-attention stays fresh)."""
+    """The encoder–decoder shaped after the LM, from one seeded init in both variants; `lm_state` then copied in."""
     config = TranslationConfig.from_language_model(lm_config, tie_output=params.tie_output)
     torch.manual_seed(seed)
     model = TranslationModel(config)
@@ -58,10 +103,9 @@ def build_translation_model(lm_config: ModelConfig, params: TranslationFinetuneP
 def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, device: torch.device) -> float:
     """Mean cross-entropy per target token (no label smoothing) over every validation pair, teacher-forced."""
     total, tokens = 0.0, 0
-    indices = np.arange(len(split))
+    batches = pair_batches(split, np.arange(len(split)), batch_size, model.config.pad_id, np.random.default_rng(0))
     with evaluation_mode(model):
-        for source, target_in, target_out in pair_batches(split, indices, batch_size, model.config.pad_id,
-                                                          np.random.default_rng(0)):
+        for source, target_in, target_out in batches:
             source, target_in, target_out = to_device((source, target_in, target_out), device)
             with autocast(device):
                 logits = model(source, target_in).float()
@@ -74,8 +118,6 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
 
 @dataclass(frozen=True)
 class TranslationPairs:
-    """What a translation fine-tune reads: the pairs, the validation references as text, the tokenizer."""
-
     train: PairSplit
     valid: PairSplit
     valid_references: list[str]
@@ -84,9 +126,8 @@ class TranslationPairs:
 
 def finetune_translation(model: TranslationModel, pairs: TranslationPairs, params: TranslationFinetuneParams,
                          options: RunOptions = RunOptions(desc="finetune")) -> TranslationResult:
-    """Train `finetune.epochs` epochs (or `finetune.max_steps` steps); each epoch's row goes to
-    `options.log_metrics` (step = the epoch). With `options.snapshots`, save after each epoch and resume from the
-    last one saved."""
+    """`finetune.epochs` epochs (or `finetune.max_steps` steps), a row per epoch to `options.log_metrics`; with
+    `options.snapshots`, saved after each epoch and resumed from the last one."""
     device, pad, tokenizer = options.device, model.config.pad_id, pairs.tokenizer
     model.to(device)
     usable = trainable_pairs(pairs.train, params.max_len)
@@ -147,3 +188,52 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
                                    order=order.bit_generator.state)
     result.tokens_per_second = result.tokens / max(result.seconds, 1e-9)
     return result
+
+
+def run_finetune_stage(params: TranslationParams, args: FinetuneArgs) -> None:
+    meta = read_tokenized_meta(TOKENIZED)
+    tokenizer = load_tokenizer(TOKENIZED)
+    train, valid = load_pair_split(TOKENIZED, "train"), load_pair_split(TOKENIZED, "valid")
+    valid_references = list(read_pairs(PREPARED, "valid")["target"])
+    start = language_model_start(params, meta, args)
+    variant, seed, stage = start.variant, start.seed, start.stage
+    if params.train.nproc > 1:
+        print(f"{stage}: train.nproc={params.train.nproc} applies to pretraining; translation fine-tuning runs in "
+              "one process")
+    device = configure(params.train, seed=start.draws)
+    lm_state = start.payload["state_dict"] if start.payload else None
+    model, warm = build_translation_model(start.config, params.finetune, start.draws, lm_state)
+    inputs = [PREPARED, TOKENIZED] + ([start.pretrained] if start.pretrained else [])
+    snapshots = Snapshots(stage, fingerprint(stage, params.sections(*start.sections), inputs, device),
+                          params.train.resume_every)
+    with stage_run(f"finetune_{variant}", start.logged_params(params), upstream_run_id=start.upstream,
+                   run_name=stage):
+        log_run(tags={"variant": variant, "seed": seed, "pretrain_seed": start.pretrain_seed, "device": str(device),
+                      "n_parameters": count_parameters(model)},
+                params={"seed": seed, "pretrain_seed": start.pretrain_seed})
+        if warm:
+            print(f"{stage}: {len(warm.copied)} tensors from the pretrained language model, {len(warm.fresh)} fresh "
+                  "(cross-attention and the norm after it)")
+            log_file({"copied": warm.copied, "fresh": warm.fresh}, "warm_start.json")
+
+        pairs = TranslationPairs(train, valid, valid_references, tokenizer)
+        result = finetune_translation(model, pairs, params.finetune, RunOptions(device, start.draws, stage, snapshots,
+                                                                                  log_metrics))
+        for epoch, examples in enumerate(result.examples, 1):
+            lines = [f"{text}\t{translation}" for text, translation in zip(params.finetune.examples, examples)]
+            log_file("\n".join(lines) + "\n", f"examples/epoch{epoch}.txt")
+        model.load_state_dict(result.best_state)
+        checkpoint = finetuned_checkpoint(variant, start.run)
+        save_checkpoint(checkpoint, model, "translation", model.config, variant=variant, seed=seed,
+                        pretrain_seed=start.pretrain_seed,
+                        tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
+        summary = {"best_val_bleu": result.best_val_bleu, "best_epoch": result.best_epoch,
+                   "first_epoch_val_bleu": result.history[0]["val_bleu"],
+                   "final_val_loss": result.history[-1]["val_loss"], "pairs_left_out": result.left_out,
+                   **environment_facts()}
+        record_finetuned(start, checkpoint, result.history, summary,
+                         {"seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second)},
+                         log_model=lambda path: log_translator(path, TOKENIZED))
+    snapshots.clear()
+    print(f"{stage}: best validation BLEU {result.best_val_bleu:.2f} at epoch {result.best_epoch} -> {checkpoint} "
+          f"({result.tokens_per_second:,.0f} tokens/s)")

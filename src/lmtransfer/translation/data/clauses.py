@@ -1,20 +1,11 @@
 """Clause pairs: long training pairs also cut into the short sentence pairs a translator is mostly asked for.
 
-A Bible verse is usually two or three clauses: of bible-en-fr's 27,883 training
-pairs only 372 are 16 tokens or shorter a side, so a model trained on verses has
-hardly seen a short sentence ("God is love.") on its own. A training pair whose two
-sides split at clause punctuation (`.` `;` `:` `?` `!`, a closing quote allowed,
-then a space) into the same number of pieces is also added piece by piece, when
-every piece pair's length ratio (target characters / source characters) lies in
-`RATIO_RANGE`: the 1st to 99th percentile of whole bible-en-fr verses (0.67 to
-1.52), so a piece whose boundary fell elsewhere in the other language is rare.
-The whole pair stays too.
-
-Only training pairs are cut, and a piece that equals a validation or test text is
-left out (the split's leak-free rule). Validation and test stay whole verses, so
-scores compare with runs made without clause pairs; the evaluate stage scores the
-test verses' own clause pairs beside them (`short_test_pairs`), as a test of short
-sentences.
+Of bible-en-fr's 27,883 training pairs only 372 are 16 tokens or shorter a side. A training pair whose two sides
+split at clause punctuation (`.` `;` `:` `?` `!`, a closing quote allowed, then a space) into as many pieces is also
+added piece by piece (the whole pair stays), when every piece pair's length ratio (target / source characters) lies
+in `RATIO_RANGE`, the 1st to 99th percentile of whole verses. Only training pairs are cut, and a piece equal to a
+validation or test text is left out; the evaluate stage scores the test verses' own clause pairs (`short_test_pairs`)
+as a test of short sentences.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The user's own sentence pairs for translation: CSV, TSV, JSONL or Parquet files with a source and a target column.
+"""The user's own sentence pairs: CSV, TSV, JSONL or Parquet files with a source and a target column.
 
-Read by the classification files' machinery (`files.read_table`), so every problem is one message naming the
-file, the line (or row) and the params key. Prepared by classification's rules: whitespace normalised (a tab or
-newline inside a sentence would break the TSV files downstream), repeated train pairs dropped, given valid/test
-kept as given, missing ones carved from train (seeded, test first), and then every train pair and corpus line
-that shares a text with a valid or test pair dropped, so no held-out sentence is ever trained on.
+Read by the shared table reader, so every problem is one message naming the file, the line and the params key.
+Classification's rules: whitespace normalised, repeated train pairs dropped, given valid/test kept as given, missing
+ones carved from train (seeded, test first), then every train pair and corpus line sharing a text with a valid or
+test pair dropped, so no held-out sentence is ever trained on.
 """
 
 from __future__ import annotations
@@ -27,38 +26,31 @@ from lmtransfer.data.files import (
     table_format,
 )
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
+from lmtransfer.data.input_files import resolve_input
 from lmtransfer.data.normalize import normalize_text
 from lmtransfer.translation.config import TranslationDataParams
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 
-PAIR_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet")
 HELD_OUT = ("test", "valid")  # the order splits are carved in
-
-
-def pair_columns(source_column: str, target_column: str) -> Columns:
-    return {"source": Column(source_column, "data.source_column"),
-            "target": Column(target_column, "data.target_column")}
 
 
 def read_pairs(path: Path, key: str, fmt: str, source_column: str, target_column: str,
                encoding: str) -> pd.DataFrame:
     """A pair file as `source`, `target` (str, as written) and `where` (line or row, for later messages)."""
-    if fmt not in PAIR_FORMATS:
-        raise ConfigError(f"data.format={fmt!r}: sentence pairs are read from {', '.join(PAIR_FORMATS)}")
     if source_column == target_column:
         raise ConfigError(f"data.source_column and data.target_column are both {source_column!r}: "
                           "a pair needs two columns")
     with _naming(key):
-        table = read_table(path, table_format(path, fmt, key), pair_columns(source_column, target_column),
-                           encoding, key)
+        columns: Columns = {"source": Column(source_column, "data.source_column"),
+                            "target": Column(target_column, "data.target_column")}
+        table = read_table(path, table_format(path, fmt, key), columns, encoding, key)
         refuse_blank(table, path, key, "sentence pairs")
     return table
 
 
 @contextmanager
 def _naming(key: str) -> Iterator[None]:
-    """Some shared messages (bad quoting, not JSON, a missing column) leave out the key that named the file; a
-    translation run reads up to three files, so every pair-file message names it."""
+    """Every pair-file message names its key: some shared ones (bad quoting, not JSON, a missing column) do not."""
     try:
         yield
     except DataSourceError as exc:
@@ -68,21 +60,19 @@ def _naming(key: str) -> Iterator[None]:
 
 
 def load_pair_files(params: TranslationDataParams) -> ParallelData:
-    """Train/valid/test pairs and the monolingual corpus from the user's files, as `data.*` names them (module
-    docstring: the rules).
-
-    `removed` counts what left train (repeats, pairs sharing a text with valid/test) and the corpus."""
-    train, valid, test, corpus, seed = params.train, params.valid, params.test, params.corpus, params.seed
-    fmt, source_column, target_column, encoding = (params.format, params.source_column, params.target_column,
-                                                   params.encoding)
-    valid_fraction, test_fraction = params.valid_fraction, params.test_fraction
-    read = {name: _normalized(read_pairs(path, f"data.{name}", fmt, source_column, target_column, encoding))
-            for name, path in split_files({"train": train, "valid": valid, "test": test})}
+    """Train/valid/test pairs and the corpus from the user's files, as `data.*` names them; `removed` counts what
+    left train and the corpus."""
+    train = params.train
+    read = {name: read_pairs(path, f"data.{name}", params.format, params.source_column, params.target_column,
+                             params.encoding)
+            for name, path in split_files({"train": train, "valid": params.valid, "test": params.test})}
+    read = {name: pd.DataFrame({side: table[side].map(normalize_text) for side in ("source", "target")})
+            for name, table in read.items()}
     pool = read["train"].drop_duplicates(ignore_index=True)
     removed = {"duplicates_train": len(read["train"]) - len(pool)}
-    fractions = {"valid": valid_fraction, "test": test_fraction}
+    fractions = {"valid": params.valid_fraction, "test": params.test_fraction}
     carve = {name: fractions[name] for name in HELD_OUT if name not in read}
-    splits = {**{name: read[name] for name in HELD_OUT if name in read}, **carve_pairs(pool, carve, seed)}
+    splits = {**{name: read[name] for name in HELD_OUT if name in read}, **carve_pairs(pool, carve, params.seed)}
     for name, fraction in carve.items():
         if splits[name].empty:
             raise EmptySplitError(
@@ -100,17 +90,12 @@ def load_pair_files(params: TranslationDataParams) -> ParallelData:
             f"carved out as valid/test and {int(shared.sum())} share a text with valid/test; give more pairs or "
             "lower data.valid_fraction / data.test_fraction"
         )
-    lines = [normalize_text(line) for line in CorpusFiles(expand_corpus(corpus), encoding)]
+    lines = [normalize_text(line) for line in CorpusFiles(expand_corpus(params.corpus), params.encoding)]
     kept = [line for line in lines if line not in held_out]
     removed["corpus_lines_also_in_valid_or_test"] = len(lines) - len(kept)
     return ParallelData(splits={name: splits[name] for name in ("train", "valid", "test")},
                         corpus=list(splits["train"]["source"]) + list(splits["train"]["target"]) + kept,
-                        archive_sha256="", removed=removed)
-
-
-def _normalized(table: pd.DataFrame) -> pd.DataFrame:
-    """`source` and `target` on one line with single spaces, the same rule as classification's texts."""
-    return pd.DataFrame({side: table[side].map(normalize_text) for side in ("source", "target")})
+                        removed=removed)
 
 
 def carve_pairs(pool: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
@@ -124,3 +109,13 @@ def carve_pairs(pool: pd.DataFrame, fractions: dict[str, float], seed: int) -> d
             parts[name], start = order[start:start + count], start + count
     parts["train"] = order[start:]
     return {name: pool.iloc[np.sort(rows)].reset_index(drop=True) for name, rows in parts.items()}
+
+
+def read_lab_sentences(path: str) -> tuple[list[str], list[str]]:
+    """`evaluate.lab_sentences` (a TSV with `source` and `target`, relative to translation/) as (sources,
+    references); none for ''. Read by evaluate, checked by prepare first."""
+    if not path:
+        return [], []
+    pairs = read_pairs(resolve_input(path, "evaluate.lab_sentences"), "evaluate.lab_sentences", "tsv", "source",
+                       "target", "utf-8")
+    return list(pairs["source"]), list(pairs["target"])

@@ -1,21 +1,10 @@
-"""The translation task's `data/prepared/` folder (sentence pairs) and its corpus sibling, written and read here.
-
-    translation/data/prepared/          the pairs: what fine-tuning and evaluation read
-        train.tsv valid.tsv test.tsv    source<TAB>target, one pair per row
-        meta.json                       source, pair counts, what was removed
-    translation/data/prepared_corpus/   the pretraining text of both languages, as for classification
-        corpus_train.txt                both sides of the train pairs + extra monolingual text (train chapters)
-        corpus_valid.txt                both sides of the validation pairs: the LM's held-out text
-        meta.json
-
-The corpus folder has the classification layout, so the tokenizer is trained and the
-corpus encoded by the same code, and the same pretrain stage reads it.
-"""
+"""The translation task's `data/prepared/` (train/valid/test.tsv: source<TAB>target, meta.json) and its
+`data/prepared_corpus/` sibling (both languages' pretraining text, in the classification layout, so the same
+tokenize and pretrain code reads it), written and read here."""
 
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +12,16 @@ import pandas as pd
 
 from lmtransfer.core.io import atomic_directory, require_file, write_json
 from lmtransfer.data.prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
-from lmtransfer.translation.data.bible_en_fr import ParallelData, load_bible_en_fr
+from lmtransfer.translation.data.bible_en_fr import EXTRA_MONOLINGUAL, ParallelData, fetch_bible_database, load_bible_pairs
 from lmtransfer.translation.data.clauses import add_clause_pairs
 
 PAIR_COLUMNS = ["source", "target"]
-_SPACES = re.compile(r"\s+")
 
 
 def load_parallel(params) -> ParallelData:
     """`data.source` of translation/params.yaml: the built-in Bible pairs or the user's pair files."""
     if params.source == "bible-en-fr":
-        from lmtransfer.translation.data.bible_en_fr import EXTRA_MONOLINGUAL
-
-        data = load_bible_en_fr(params.valid_fraction, params.test_fraction, params.seed,
+        data = load_bible_pairs(fetch_bible_database(), params.valid_fraction, params.test_fraction, params.seed,
                                 EXTRA_MONOLINGUAL if params.extra_monolingual else ())
     else:
         from lmtransfer.translation.data.pairs import load_pair_files
@@ -43,11 +29,8 @@ def load_parallel(params) -> ParallelData:
         data = load_pair_files(params)
     if params.max_train_pairs and len(data.splits["train"]) > params.max_train_pairs:
         data.splits["train"] = data.splits["train"].iloc[: params.max_train_pairs].reset_index(drop=True)
-    for name, split in data.splits.items():  # one line per text: a tab or newline inside one would split a row
-        data.splits[name] = split.assign(**{c: split[c].str.replace(_SPACES, " ", regex=True).str.strip()
-                                            for c in PAIR_COLUMNS})
-    data.corpus = [_SPACES.sub(" ", line).strip() for line in data.corpus]
     if params.clause_pairs:  # after the corpus is read: the pieces' text is already in it, whole
+        # (both sources give one-line texts with single spaces: clean_verse, normalize_text)
         held_out = [text for name in ("valid", "test") for side in PAIR_COLUMNS for text in data.splits[name][side]]
         data.splits["train"], counts = add_clause_pairs(data.splits["train"], held_out)
         data.clause_pairs = counts.pop("clause_pairs_added")
