@@ -119,16 +119,16 @@ def broken_store(fault: str) -> Callable[[Path], Callable[[], None]]:
     return apply
 
 
-REFERENCE = "results/reference/AuthenticAMD.json"  # another vendor's: read beside this machine's by --reference
+AGAINST = "committed/headline.json"  # a committed run's headline, read by `lmtransfer results --against committed`
 
 
-def reference_file(content: bytes) -> Callable[[Path], Callable[[], None]]:
-    """A committed vendor reference (`lmtransfer results --reference` reads every one) holding `content`."""
+def against_file(content: bytes) -> Callable[[Path], Callable[[], None]]:
+    """The headline of the run `lmtransfer results --against` compares with, holding `content`."""
     def apply(root: Path) -> Callable[[], None]:
-        path = root / REFERENCE
+        path = root / AGAINST
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
-        return lambda: path.unlink()
+        return lambda: shutil.rmtree(path.parent)
     return apply
 
 
@@ -219,7 +219,7 @@ def issue_71_cases() -> list[Case]:
              ("params.yaml: parameter file not found",), moved_away("params.yaml")),
         Case("result files", "evaluate.json cut short", [*LMTRANSFER, "results"], ("metrics/evaluate.json",),
              cut_file("metrics/evaluate.json", 217)),
-        Case("result files", "headline cut short", [*LMTRANSFER, "results", "--reference"],
+        Case("result files", "headline cut short", [*LMTRANSFER, "results"],
              ("metrics/headline.json",), cut_file("metrics/headline.json", 40)),
         Case("command line", "course with an unknown --set key", [*LMTRANSFER, "course", "--set", "model.depth=3",
              "--url", "http://127.0.0.1:9/"], ("model.depth",), course_folder),
@@ -284,11 +284,11 @@ def cases() -> list[Case]:
     for fault in STORE_FAULTS:  # an empty file is an empty SQLite database: no run in it to lose, so it is built
         battery.append(Case("store", fault, REPRO, () if fault == "empty file" else ("mlflow.db",),
                             broken_store(fault)))
-    references = [("empty list", b"[]"), ("headline a number", b'{"headline": 3}'), ("headline empty",
-                  b'{"headline": {}}'), ("cut short", b'{"head'), ("binary", bytes(range(256)))]
-    for name, content in references:
-        battery.append(Case("reference files", name, [*LMTRANSFER, "results", "--reference"], ("AuthenticAMD.json",),
-                            reference_file(content)))
+    committed = [("empty list", b"[]"), ("headline a number", b'{"headline": 3}'), ("headline empty",
+                 b'{"headline": {}}'), ("cut short", b'{"head'), ("binary", bytes(range(256)))]
+    for name, content in committed:
+        battery.append(Case("committed run", name, [*LMTRANSFER, "results", "--against", "committed"], (AGAINST,),
+                            against_file(content)))
     battery += [
         Case("command line", "scaling spread file missing",
              [*LMTRANSFER, "scaling", "--pretraining-spread", "spread-absent.json"], ("spread-absent.json",)),

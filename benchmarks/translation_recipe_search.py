@@ -188,69 +188,14 @@ def write_runs_table(runs_file: Path, name: str, notes: str) -> None:
                  machine_facts=row["machine"], code=row["commit"], command=row["command"])
 
 
-STOPPED_COLUMNS = [
-    Column("candidate"), Column("changes to translation/params.yaml (--set ...)"),
-    Column("pretraining runs finished, pretrained / scratch", ""),
-    Column("pretrained, validation BLEU per epoch", ""), Column("scratch, validation BLEU per epoch", ""),
-    Column("pretrained, last epoch", ".2f"), Column("scratch, last epoch", ".2f"),
-]
-
-
-def stopped_curves(printout: str) -> dict[str, list[list[float]]]:
-    """The device's printout of candidates stopped by the time limit (`== /tmp/logs/NAME.log`, then each fine-tune's
-    `finetune epoch N: val loss L BLEU B` lines) -> per candidate, each fine-tune's BLEU per epoch, in run order
-    (pretrained then scratch, for each pretraining run)."""
-    curves: dict[str, list[list[float]]] = {}
-    for line in printout.splitlines():
-        if line.startswith("== "):
-            name = Path(line[3:]).stem
-            curves[name] = []
-        elif line.startswith("finetune epoch "):
-            epoch, bleu = int(line.split()[2].rstrip(":")), float(line.split("BLEU ")[1].split()[0])
-            if epoch == 1:
-                curves[name].append([])
-            curves[name][-1].append(bleu)
-    return curves
-
-
-def write_stopped_table(printout: Path, candidates: Path, name: str, notes: str) -> None:
-    """The docs' table of candidates stopped by the device's time limit: only their finished fine-tunes count."""
-    changes = dict(line.split("|", 1) for line in candidates.read_text().splitlines() if not line.startswith("#"))
-    rows = []
-    for candidate, runs in stopped_curves(printout.read_text()).items():
-        pretrained, scratch = runs[0::2], runs[1::2]
-        epochs = max(len(run) for run in runs)
-        finished = [[run for run in variant if len(run) == epochs] for variant in (pretrained, scratch)]
-
-        def per_epoch(variant: list[list[float]]) -> str:
-            return " / ".join(f"{statistics.fmean(run[e] for run in variant):.2f}" for e in range(epochs)) \
-                if variant else "-"
-
-        def last(variant: list[list[float]]) -> float | None:
-            return round(statistics.fmean(run[-1] for run in variant), 3) if variant else None
-
-        rows.append([candidate, changes[candidate].replace("--set ", "") or "none", f"{len(finished[0])} / "
-                     f"{len(finished[1])}", per_epoch(finished[0]), per_epoch(finished[1]), last(finished[0]),
-                     last(finished[1])])
-    write_result(name, STOPPED_COLUMNS, rows, seconds=0, notes=notes,
-                 command=f"python benchmarks/translation_recipe_search.py --stopped {printout.name} "
-                         f"{candidates.name} --table {name}",
-                 machine_facts={"gpu": "NVIDIA H100 80GB HBM3", "cpu": "Intel(R) Xeon(R) Processor", "cores": 16})
-
-
 def main() -> None:
     parser = recipe_search.candidate_parser(__doc__.splitlines()[0], "translation/params.yaml", DEFAULT_OUT,
                                             "also the test verses: a profile's one report")
-    parser.add_argument("--stopped", nargs=2, type=Path, metavar=("PRINTOUT", "CANDIDATES"),
-                        help="with --table: the table of candidates a device's time limit stopped, from its printout")
     parser.add_argument("--runs-table", action="store_true",
                         help="with --table: one candidate's table, run by run (a profile measured with --test)")
     args = parser.parse_args()
     if args.table and args.runs_table:
         write_runs_table(args.out, args.table, args.notes)
-        return
-    if args.table and args.stopped:
-        write_stopped_table(*args.stopped, args.table, args.notes)
         return
     if args.table:
         write_table(args.out, args.table, args.notes)
