@@ -1,17 +1,9 @@
-"""The translation recipe search: candidates of translation/params.yaml, each scored on the validation verses alone.
-
-Run from translation/ (its data/tokenized, as `dvc repro translation/dvc.yaml:tokenize` leaves it). One candidate is
-translation/params.yaml with `--set key=value` changes. For each pretraining seed it runs what the pipeline runs, in
-one process and without MLflow: the language model's pretraining, then the pretrained and the scratch fine-tune of
-the encoder-decoder with the stages' own seeds (`draw_seed`). It keeps the validation loss and greedy BLEU per epoch
-(the stage's `finetune.valid_sentences`), then translates every validation verse with the best epoch's weights
-(greedy) and scores BLEU, chrF and the share of outputs that repeat a word three times in a row. Test is never read
-unless `--test` (a profile's one report).
+"""The translation recipe search (benchmarks/recipe_search.py for translation/params.yaml), run from translation/
+after `dvc repro translation/dvc.yaml:tokenize`. Each fine-tune keeps its validation loss and greedy BLEU per
+epoch, then its best epoch translates every validation verse (greedy): BLEU, chrF, and the share of outputs that
+repeat a word three times in a row. `--table NAME` writes the docs' tables from `--out`.
 
     cd translation && python ../benchmarks/translation_recipe_search.py --name uniform --set model.embedding_init=uniform
-
-Rows land in `--out` (default benchmarks/results/translation_recipe_search.json, keyed by name) with the command,
-the machine and the commit; `--table NAME` writes the docs' "what we tried" table from it.
 """
 
 from __future__ import annotations
@@ -166,37 +158,10 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
                  code=first["commit"], command=first["command"].split(" --name")[0] + " --name NAME --set ...")
 
 
-RUN_COLUMNS = [Column("pretraining run"), Column("variant"), Column("validation BLEU", ".2f"),
-               Column("validation chrF", ".1f"), Column("test BLEU", ".2f"), Column("test chrF", ".1f"),
-               Column("test repeats", ".1%")]
-
-
-def write_runs_table(runs_file: Path, name: str, notes: str) -> None:
-    """The docs' table of one profile run with --test: each pretraining run's pretrained and scratch scores (greedy,
-    every validation and test verse), then the mean of the runs per variant."""
-    (candidate, row), = json.loads(runs_file.read_text()).items()
-    scores = {variant: [(run["pretrain_seed"], run[variant]) for run in row["runs"] if variant in run]
-              for variant in ("pretrained", "scratch")}
-    rows = [[str(seed), variant, s["valid"]["bleu"], s["valid"]["chrf"], s["test"]["bleu"], s["test"]["chrf"],
-             s["test"]["repeats"]] for variant, found in scores.items() for seed, s in sorted(found, key=lambda x: x[0])]
-    for variant, found in scores.items():
-        rows.append([f"mean of {len(found)}", variant] + [
-            round(statistics.fmean(s[split][metric] for _, s in found), 4)
-            for split, metric in (("valid", "bleu"), ("valid", "chrf"), ("test", "bleu"), ("test", "chrf"),
-                                  ("test", "repeats"))])
-    write_result(name, RUN_COLUMNS, rows, seconds=training_seconds(row["runs"]), notes=notes or row.get("notes", ""),
-                 machine_facts=row["machine"], code=row["commit"], command=row["command"])
-
-
 def main() -> None:
     parser = recipe_search.candidate_parser(__doc__.splitlines()[0], "translation/params.yaml", DEFAULT_OUT,
                                             "also the test verses: a profile's one report")
-    parser.add_argument("--runs-table", action="store_true",
-                        help="with --table: one candidate's table, run by run (a profile measured with --test)")
     args = parser.parse_args()
-    if args.table and args.runs_table:
-        write_runs_table(args.out, args.table, args.notes)
-        return
     if args.table:
         write_table(args.out, args.table, args.notes)
         return
