@@ -135,13 +135,12 @@ def ensure_data(folder: Path, size_mb: float) -> tuple[Path, Path]:
     """The corpus and the labeled file in `folder`; a corpus made earlier for the same size is reused."""
     folder.mkdir(parents=True, exist_ok=True)
     corpus, labeled, stamp = folder / "corpus.txt", folder / "train.csv", folder / "corpus.json"
-    wanted = {"size_mb": size_mb, "seed": 0, "vocabulary": VOCABULARY}
-    if not (corpus.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == {**wanted, "bytes": corpus.stat().st_size}):
+    wanted = json.dumps({"size_mb": size_mb, "seed": 0, "vocabulary": VOCABULARY})
+    if not (corpus.is_file() and stamp.is_file() and stamp.read_text() == wanted):
         print(f"generating a {size_mb:,g} MB corpus in {corpus}")
+        stamp.unlink(missing_ok=True)  # written once the corpus is whole
         write_corpus(corpus, int(size_mb * 2**20))
-        stamp.write_text(json.dumps({**wanted, "bytes": corpus.stat().st_size}))
-    else:
-        print(f"reusing {corpus} ({corpus.stat().st_size / 2**20:,.0f} MB)")
+        stamp.write_text(wanted)
     write_labeled(labeled)
     return corpus, labeled
 
