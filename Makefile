@@ -8,11 +8,11 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Python caches each module it compiles (__pycache__), as it does by default: with PYTHONDONTWRITEBYTECODE=1 (set
 # in many container images) every stage process would compile torch, MLflow and pandas anew, over half of a small
-# stage's time (benchmarks/stage_start.py)
+# stage's time
 unexport PYTHONDONTWRITEBYTECODE
 UI_PORT ?= 5000
 
-.PHONY: help venv run run-translation course gpu-profiles serve test test-fast lint ui docs summary scaling profile-large bench bench-corpus bench-parity
+.PHONY: help venv run run-translation course gpu-profiles serve test test-fast lint ui docs summary scaling profile-large bench bench-corpus
 .DEFAULT_GOAL := help
 
 ## every target with what it does (this list)
@@ -24,7 +24,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) (first time: a minute or two)"
 	@# --no-compile: Python compiles a module the first time it is imported, so only what runs is compiled
-	@# (compiling every installed file up front is over half of this step's time on 2 cores: benchmarks/venv_build.py)
+	@# (compiling every installed file up front is over half of this step's time on 2 cores)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -e .
 	@touch $(STAMP)
@@ -113,14 +113,10 @@ profile-large: venv
 	$(BIN)/lmtransfer profile large
 
 ## benchmarks: tokens/s for a few model sizes side by side; the cost of pinned (reproducible) CPU kernels;
-## the original course's training loop against ours (its time: docs/results/course-speed.md); several queued experiments at once;
-## one process against two (train.nproc=2) through the pipeline; a stage beside other programs (run it alone)
+## a stage beside programs that do not yield (run it alone)
 bench: venv
 	$(BIN)/python benchmarks/throughput.py
 	$(BIN)/python benchmarks/cpu_kernels.py
-	$(BIN)/python benchmarks/course_loop.py
-	$(BIN)/python benchmarks/parallel_experiments.py
-	$(BIN)/python benchmarks/two_processes.py
 	$(BIN)/python benchmarks/fair_share.py
 
 ## memory and speed of validate/prepare/tokenize/pretrain on a generated corpus of CORPUS_MB megabytes (its time and
@@ -128,7 +124,3 @@ bench: venv
 CORPUS_MB ?= 1024
 bench-corpus: venv
 	$(BIN)/python benchmarks/large_corpus.py --size-mb $(CORPUS_MB)
-
-## accuracy: the original course's fine-tuning loop against ours, same texts and splits, 3 seeds each (its time: docs/results/course.md)
-bench-parity: venv
-	$(BIN)/python benchmarks/course_parity.py

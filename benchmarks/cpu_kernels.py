@@ -1,17 +1,14 @@
-"""What pinning the CPU kernels to AVX2 costs: training tokens/s with pinned vs native kernels, side by side, and
-with MKL's vendor-neutral branch (MKL_CBWR=COMPATIBLE) beside the pins.
+"""What pinning the CPU kernels to AVX2 costs (docs/guide/reproducibility.md): training tokens/s pinned, native
+(LMTRANSFER_CPU_KERNELS=native), and pinned with MKL's vendor-neutral branch (MKL_CBWR=COMPATIBLE). Kernels are
+chosen when torch loads, so each setting runs in its own process; the settings alternate, the median is printed.
 
-lmtransfer pins PyTorch/MKL/oneDNN to AVX2 kernels so that results are the same on every
-AVX2 machine of a vendor (docs/guide/reproducibility.md, "Pinned CPU kernels"). MKL honours its AVX2 branch on
-Intel CPUs only; COMPATIBLE is the branch it documents for Intel and non-Intel CPUs alike ("Across CPU vendors").
-Kernels are chosen when torch loads, so each setting runs in its own process; the settings alternate over several
-rounds and the median is printed, with the ratios.
-
-    python benchmarks/cpu_kernels.py            # pretraining and fine-tuning steps, reference model
+    python benchmarks/cpu_kernels.py                         # pretraining and fine-tuning steps, reference model
+    python benchmarks/cpu_kernels.py --rounds 1 --steps 2    # does it run?
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -22,7 +19,7 @@ import time
 from results_file import Column, write_result
 
 MEASURE = r"""
-import json, time, torch
+import json, sys, time, torch
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.training.optim import make_optimizer
 torch.manual_seed(0)
@@ -41,7 +38,7 @@ for name, model, shape in (("pretrain (32 x 64, LM head over 4,000 ids)", Langua
         optimizer.zero_grad(); loss.backward(); optimizer.step()
     for _ in range(3):
         step()
-    start, steps = time.perf_counter(), 25
+    start, steps = time.perf_counter(), int(sys.argv[1])
     for _ in range(steps):
         step()
     tokens = steps * shape[0] * (shape[1] - 1 if isinstance(model, LanguageModel) else shape[1])
@@ -52,19 +49,23 @@ SETTINGS = {"pinned (AVX2, the default)": {}, "native (LMTRANSFER_CPU_KERNELS=na
             "pinned, MKL_CBWR=COMPATIBLE": {"MKL_CBWR": "COMPATIBLE"}}
 
 
-def run(extra_env: dict[str, str]) -> dict:
+def run(extra_env: dict[str, str], steps: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
     env.update(extra_env)
-    out = subprocess.run([sys.executable, "-c", MEASURE], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(steps)], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
-def main(rounds: int = 3) -> None:
-    start = time.perf_counter()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=25, help="timed steps per workload")
+    args = parser.parse_args()
+    rounds, start = args.rounds, time.perf_counter()
     samples: dict[str, list[dict]] = {name: [] for name in SETTINGS}
     for _ in range(rounds):
         for name, env in SETTINGS.items():
-            samples[name].append(run(env))
+            samples[name].append(run(env, args.steps))
     pinned, native, compatible = (samples[name] for name in SETTINGS)
     workloads = [k for k in pinned[0] if k not in ("capability", "threads")]
     print(f"kernels: pinned -> {pinned[0]['capability']}, native -> {native[0]['capability']}; "

@@ -1,24 +1,15 @@
-"""Faults a hostile-but-realistic user meets, tried on a tiny copy of the pipeline, each sorted by what came of it.
+"""Faults a hostile-but-realistic user meets, tried on the end-to-end tests' tiny pipelines (tests/pipeline_repo.py),
+each sorted by what came of it; benchmarks/results/fault_battery.json holds the table of docs/guide/errors.md.
 
-    python benchmarks/fault_battery.py   # both tiny pipelines in a temporary folder, then every case (15-20 min)
-    python benchmarks/fault_battery.py --only translation --only 'init_from'   # the cases named so
+    python benchmarks/fault_battery.py                                       # every case (15-20 min)
+    python benchmarks/fault_battery.py --only translation --only init_from   # the cases named so
 
-benchmarks/results/fault_battery.json keeps each case's outcome and the last line it printed; the table of
-docs/guide/errors.md is generated from it.
-
-Every case changes one thing (a parameter, a data file, an environment variable, the MLflow store, a reference
-file, a command's argument), runs what a user would run, then puts things back. Its outcome is one of:
-
-- ok: the run stopped in a few lines with the words the case expects (the key, the file, the variable), or a
-  case that should run did;
-- traceback: a Python traceback or DVC's "unexpected error" reached the user;
-- silent: a value that should be refused ran as if it were fine;
-- misleading: it stopped, but without naming what to fix;
-- lost: an output that existed before (data, models, metrics, plots) changed or went missing.
-
-The tiny pipeline is that of the end-to-end tests (tests/pipeline_repo.py): 180 labeled lines, a 400-line
-corpus, one layer of width 16. Nothing here is a test: the tests hold one case each; this runs them together, as
-an outside check would, and prints the counts.
+Every case changes one thing (a parameter, a data file, an environment variable, the MLflow store, a result file,
+a command's argument), runs what a user would run, then puts things back. Outcomes: ok (stopped in a few lines
+with the words the case expects, or a case that should run did); traceback (a Python traceback or DVC's
+"unexpected error" reached the user); silent (a value that should be refused ran); misleading (stopped without
+naming what to fix); lost (an output that existed before changed or went missing). The tests hold one case each;
+this runs them together, with other values, as an outside check would.
 """
 
 from __future__ import annotations
@@ -71,7 +62,22 @@ def fingerprint(root: Path, pipeline: str = "classification") -> dict[str, str]:
             for out in outputs for p in sorted((root / out).rglob("*")) if p.is_file()}
 
 
-def edit_params(old: str, new: str, params: str = "params.yaml") -> Callable[[Path], Callable[[], None]]:
+Apply = Callable[[Path], Callable[[], None]]  # makes the fault in the project at `root`; returns what undoes it
+
+
+def together(*applies: Apply) -> Apply:
+    """Several changes as one fault, undone in reverse order."""
+    def apply(root: Path) -> Callable[[], None]:
+        undos = [make(root) for make in applies]
+
+        def undo() -> None:
+            for each in reversed(undos):
+                each()
+        return undo
+    return apply
+
+
+def edit_params(old: str, new: str, params: str = "params.yaml") -> Apply:
     """A params.yaml whose one line `old` reads `new` (a regular expression on the file's text)."""
     def apply(root: Path) -> Callable[[], None]:
         path = root / params
@@ -84,70 +90,59 @@ def edit_params(old: str, new: str, params: str = "params.yaml") -> Callable[[Pa
     return apply
 
 
-def built_in_data(root: Path) -> Callable[[], None]:
-    """params.yaml asking for the built-in reviews (`data.source: movies-en`, the file keys emptied)."""
-    undos = [edit_params(old, new)(root) for old, new in (
-        (r"source: files", "source: movies-en"), (r"train: raw/labeled\.tsv", "train: ''"),
-        (r"corpus:( +#[^\n]*)?\n(\s*\n)*  - raw/corpus\*\.txt\n", "corpus: []\n"))]
-    return undos[0]  # the first undo writes back the file as it was before all three
+def rerun_evaluate(samples: int) -> Apply:
+    """A parameter that reruns evaluate, so the run meets the fault (a value of its own per case: DVC would
+    restore a run it has cached)."""
+    return edit_params(r"bootstrap_samples: \d+", f"bootstrap_samples: {samples}")
 
 
-def data_file(content: bytes, name: str = "raw/bad.tsv") -> Callable[[Path], Callable[[], None]]:
-    """`data.train` pointing at a file holding `content`."""
-    def apply(root: Path) -> Callable[[], None]:
-        (root / name).write_bytes(content)
-        undo_params = edit_params(r"train: raw/labeled\.tsv", f"train: {name}")(root)
-
-        def undo() -> None:
-            undo_params()
-            (root / name).unlink(missing_ok=True)
-        return undo
-    return apply
+BUILT_IN_DATA = together(  # the built-in reviews asked for: `data.source: movies-en`, the file keys emptied
+    edit_params(r"source: files", "source: movies-en"), edit_params(r"train: raw/labeled\.tsv", "train: ''"),
+    edit_params(r"corpus:( +#[^\n]*)?\n(\s*\n)*  - raw/corpus\*\.txt\n", "corpus: []\n"))
 
 
-def broken_store(fault: str) -> Callable[[Path], Callable[[], None]]:
-    """The MLflow store damaged as `fault` says (tests/pipeline_repo.py), and a parameter changed that reruns
-    evaluate."""
-    def apply(root: Path) -> Callable[[], None]:
-        undo_store = break_store(root, fault)
-        undo_params = edit_params(r"bootstrap_samples: \d+", "bootstrap_samples: 170")(root)
-
-        def undo() -> None:
-            undo_params()
-            undo_store()
-        return undo
-    return apply
-
-
-REFERENCE = "results/reference/AuthenticAMD.json"  # another vendor's: read beside this machine's by --reference
-
-
-def reference_file(content: bytes) -> Callable[[Path], Callable[[], None]]:
-    """A committed vendor reference (`lmtransfer results --reference` reads every one) holding `content`."""
-    def apply(root: Path) -> Callable[[], None]:
-        path = root / REFERENCE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
-        return lambda: path.unlink()
-    return apply
-
-
-def cut_file(name: str, size: int) -> Callable[[Path], Callable[[], None]]:
-    """A result file cut to its first `size` bytes."""
+def written(name: str, content: bytes) -> Apply:
+    """A file of the project holding `content` (put back as it was, or removed, after)."""
     def apply(root: Path) -> Callable[[], None]:
         path = root / name
-        original = path.read_bytes()
-        path.write_bytes(original[:size])
-        return lambda: path.write_bytes(original)
+        original = path.read_bytes() if path.is_file() else None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        return lambda: path.write_bytes(original) if original is not None else path.unlink()
     return apply
 
 
-def moved_away(name: str) -> Callable[[Path], Callable[[], None]]:
+def cut_file(name: str, size: int) -> Apply:
+    """A result file cut to its first `size` bytes."""
+    return lambda root: written(name, (root / name).read_bytes()[:size])(root)
+
+
+def moved_away(name: str) -> Apply:
     """A file of the project moved out of the way."""
     def apply(root: Path) -> Callable[[], None]:
         path, kept = root / name, root / f"{name}.kept"
         path.rename(kept)
         return lambda: kept.rename(path)
+    return apply
+
+
+def immutable(name: str, make: Callable[[Path], None] = lambda path: None) -> Apply:
+    """`name` (made by `make` first, removed after if it was) made immutable with `chattr +i`: the battery runs as
+    root, whom chmod would not stop."""
+    def apply(root: Path) -> Callable[[], None]:
+        path = root / name
+        existed = path.exists()
+        make(path)
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+            if not existed:
+                path.rmdir()
+            raise ChattrMissing(name)
+
+        def undo() -> None:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+            if not existed:
+                path.rmdir()
+        return undo
     return apply
 
 
@@ -160,33 +155,14 @@ def course_folder(root: Path) -> Callable[[], None]:
 
 def copied_store(root: Path) -> Callable[[], None]:
     """The store as a copied project has it: its experiments keep their artifacts in another checkout's
-    `mlartifacts/`; and a parameter changed that reruns evaluate."""
+    `mlartifacts/`."""
     store = root / "mlflow.db"
     kept = store.read_bytes()
-    db = sqlite3.connect(store)
-    with db:
+    with sqlite3.connect(store) as db:
         db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id != 0",
                    ((root.parent / "original" / "mlartifacts").as_uri(),))
     db.close()
-    undo_params = edit_params(r"bootstrap_samples: \d+", "bootstrap_samples: 180")(root)
-
-    def undo() -> None:
-        undo_params()
-        store.write_bytes(kept)
-    return undo
-
-
-def read_only_artifacts(root: Path) -> Callable[[], None]:
-    """`mlartifacts/` made immutable (`chattr +i`: the battery runs as root), and a parameter that reruns evaluate."""
-    folder = root / "mlartifacts"
-    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
-        raise ChattrMissing("read-only mlartifacts")
-    undo_params = edit_params(r"bootstrap_samples: \d+", "bootstrap_samples: 190")(root)
-
-    def undo() -> None:
-        undo_params()
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
-    return undo
+    return lambda: store.write_bytes(kept)
 
 
 TRANSLATION_PARAMS = "translation/params.yaml"
@@ -194,9 +170,7 @@ TRANSLATION_REPRO = ["dvc", "repro", "translation/dvc.yaml"]
 
 
 def issue_71_cases() -> list[Case]:
-    """The surfaces of issue 71, with other values than its report and the tests: translation's late refusals,
-    pretrain.init_from at the pipeline's own output, damaged result files, a missing params.yaml, course --set, the
-    copied or read-only artifact folder."""
+    """Issue 71's surfaces: translation's late refusals, init_from, result files, params.yaml, course, artifacts."""
     translation = [
         ("vocabulary below the characters", r"vocab_size: 45", "vocab_size: 20", ("tokenizer.vocab_size=20",)),
         ("lab sentences absent", r"lab_sentences: \.\./raw/lab\.tsv", "lab_sentences: ../raw/lab-gone.tsv",
@@ -211,24 +185,27 @@ def issue_71_cases() -> list[Case]:
                     pipeline="translation") for name, old, new, expect in translation]
     battery += [
         Case("params", "init_from a scratch fine-tune", REPRO, ("pretrain.init_from", "'finetune_scratch'"),
-             lambda root: [edit_params(PRETRAIN_SEEDS, "seeds: [0]\n")(root),
-                           edit_params(r"init_from: ''", "init_from: models/finetuned/scratch/seed0-0.pt")(root)][0]),
+             together(edit_params(PRETRAIN_SEEDS, "seeds: [0]\n"),
+                      edit_params(r"init_from: ''", "init_from: models/finetuned/scratch/seed0-0.pt"))),
         Case("missing files", "params.yaml missing", REPRO, ("params.yaml is missing",), moved_away("params.yaml")),
         Case("missing files", "params.yaml missing, checked first", [*LMTRANSFER, "params", "--check", "params.yaml"],
              ("params.yaml: parameter file not found",), moved_away("params.yaml")),
         Case("result files", "evaluate.json cut short", [*LMTRANSFER, "results"], ("metrics/evaluate.json",),
              cut_file("metrics/evaluate.json", 217)),
-        Case("result files", "headline cut short", [*LMTRANSFER, "results", "--reference"],
+        Case("result files", "headline cut short", [*LMTRANSFER, "results"],
              ("metrics/headline.json",), cut_file("metrics/headline.json", 40)),
         Case("command line", "course with an unknown --set key", [*LMTRANSFER, "course", "--set", "model.depth=3",
              "--url", "http://127.0.0.1:9/"], ("model.depth",), course_folder),
-        Case("artifacts", "a copied project's store", REPRO, ("kept its artifacts in", "copied"), copied_store, runs=True),
-        Case("artifacts", "read-only artifact folder", REPRO, ("mlartifacts cannot be written",), read_only_artifacts),
+        Case("artifacts", "a copied project's store", REPRO, ("kept its artifacts in", "copied"),
+             together(copied_store, rerun_evaluate(180)), runs=True),
+        Case("artifacts", "read-only artifact folder", REPRO, ("mlartifacts cannot be written",),
+             together(immutable("mlartifacts"), rerun_evaluate(190))),
     ]
     return battery
 
 
 REPRO = ["dvc", "repro"]
+AGAINST = "committed/headline.json"  # a committed run's headline, read by `lmtransfer results --against committed`
 PRETRAIN_SEEDS = r"seeds: +# one pretraining run[^\n]*\n\s*  - 0\n  - 1\n"
 FINETUNE_SEEDS = r"seeds: +# fine-tunes per[^\n]*\n  - 0\n"
 
@@ -267,7 +244,8 @@ def cases() -> list[Case]:
     ]
     for name, content, expect in data:
         apply = (edit_params(r"train: raw/labeled\.tsv", "train: raw/absent.tsv") if content is None
-                 else data_file(content))
+                 else together(written("raw/bad.tsv", content),
+                               edit_params(r"train: raw/labeled\.tsv", "train: raw/bad.tsv")))
         battery.append(Case("data files", name, REPRO, expect, apply))
     knobs = [
         ("LMTRANSFER_JOBS", "1.5"), ("LMTRANSFER_JOBS", "two"), ("LMTRANSFER_CPU_KERNELS", "avx512"),
@@ -277,17 +255,18 @@ def cases() -> list[Case]:
         for command in ([*LMTRANSFER, "results"], ["dvc", "repro", "validate"]):
             battery.append(Case("environment", f"{variable}={value} ({command[-1]})", command, (variable,),
                                 env={variable: value}))
-    for name, target in (("cache a file", "file"), ("cache unwritable", "immutable")):
+    for name, cache in (("cache a file", written("cache-dir", b"not a folder")),
+                        ("cache unwritable", immutable("cache-dir", Path.mkdir))):  # the built-in data needs it
         battery.append(Case("environment", f"LMTRANSFER_CACHE_DIR: {name}", REPRO, ("LMTRANSFER_CACHE_DIR",),
-                            _cache_fault(target), env={"LMTRANSFER_CACHE_DIR": "cache-dir"}))
+                            together(cache, BUILT_IN_DATA), env={"LMTRANSFER_CACHE_DIR": "cache-dir"}))
     for fault in STORE_FAULTS:  # an empty file is an empty SQLite database: no run in it to lose, so it is built
         battery.append(Case("store", fault, REPRO, () if fault == "empty file" else ("mlflow.db",),
-                            broken_store(fault)))
-    references = [("empty list", b"[]"), ("headline a number", b'{"headline": 3}'), ("headline empty",
-                  b'{"headline": {}}'), ("cut short", b'{"head'), ("binary", bytes(range(256)))]
-    for name, content in references:
-        battery.append(Case("reference files", name, [*LMTRANSFER, "results", "--reference"], ("AuthenticAMD.json",),
-                            reference_file(content)))
+                            together(lambda root, fault=fault: break_store(root, fault), rerun_evaluate(170))))
+    committed = [("empty list", b"[]"), ("headline a number", b'{"headline": 3}'), ("headline empty",
+                 b'{"headline": {}}'), ("cut short", b'{"head'), ("binary", bytes(range(256)))]
+    for name, content in committed:
+        battery.append(Case("committed run", name, [*LMTRANSFER, "results", "--against", "committed"], (AGAINST,),
+                            written(AGAINST, content)))
     battery += [
         Case("command line", "scaling spread file missing",
              [*LMTRANSFER, "scaling", "--pretraining-spread", "spread-absent.json"], ("spread-absent.json",)),
@@ -303,30 +282,6 @@ def cases() -> list[Case]:
         Case("runs", "an unchanged pipeline", REPRO, ()),
     ]
     return battery + issue_71_cases()
-
-
-def _cache_fault(kind: str) -> Callable[[Path], Callable[[], None]]:
-    """The built-in dataset asked for, with its cache folder a file, or a folder that cannot be written."""
-    def apply(root: Path) -> Callable[[], None]:
-        cache = root / "cache-dir"
-        if kind == "file":
-            cache.write_text("not a folder")
-        else:
-            cache.mkdir()
-            if subprocess.run(["chattr", "+i", str(cache)], capture_output=True).returncode:
-                cache.rmdir()
-                raise ChattrMissing("an unwritable cache")
-        undo_params = built_in_data(root)
-
-        def undo() -> None:
-            undo_params()
-            if kind != "file":
-                subprocess.run(["chattr", "-i", str(cache)], check=True)
-                cache.rmdir()
-            else:
-                cache.unlink()
-        return undo
-    return apply
 
 
 def telling_line(output: str, root: Path) -> str:
@@ -345,16 +300,14 @@ def telling_line(output: str, root: Path) -> str:
 
 def outcome(case: Case, result: subprocess.CompletedProcess, lost: list[str]) -> str:
     output = result.stdout + result.stderr
+    must_run, said = not case.expect or case.runs, all(word in output for word in case.expect)
     if lost and result.returncode != 0:  # a run that stopped must leave every output as it was
         return "lost"
     if "Traceback (most recent call last)" in output or "unexpected error" in output:
         return "traceback"
-    if not case.expect or case.runs:
-        said = all(word in output for word in case.expect)
-        return "ok" if result.returncode == 0 and said else "misleading" if result.returncode else "silent"
     if result.returncode == 0:
-        return "silent"
-    return "ok" if all(word in output for word in case.expect) else "misleading"
+        return "ok" if must_run and said else "silent"
+    return "misleading" if must_run or not said else "ok"
 
 
 def build(folder: Path, pipeline: str) -> tuple[Path, dict[str, str]]:
@@ -362,13 +315,13 @@ def build(folder: Path, pipeline: str) -> tuple[Path, dict[str, str]]:
     root = folder / pipeline
     root.mkdir()
     started = time.time()
+    print(f"fault battery: the tiny {pipeline} pipeline's first run in {root} ...", flush=True)
     if pipeline == "classification":
         env = make_repo(root, TINY_PARAMS, write_tiny_data)
     else:
         from test_pipeline_translation import TINY_TRANSLATION, write_pairs
 
         env = make_repo(root, TINY_TRANSLATION, write_pairs, params_file=TRANSLATION_PARAMS)
-    print(f"fault battery: the tiny {pipeline} pipeline's first run in {root} ...", flush=True)
     run(TRANSLATION_REPRO if pipeline == "translation" else REPRO, root, env)
     print(f"  done in {time.time() - started:.0f} s", flush=True)
     return root, env

@@ -1,13 +1,10 @@
 """Memory and speed of the corpus stages on a large generated corpus (default 1 GB).
 
-Generates a deterministic plain-text corpus (one document per line: Zipfian word frequencies over
-a made-up vocabulary of 40,000 words, varied line lengths, about 3% of lines repeating an earlier
-one, some of them in other case or spacing, and a few very long lines) plus a small labeled CSV,
-builds a throwaway copy of the pipeline around them (`data.source: files`, a small model, a few
-hundred pretraining steps), runs the real stages with `dvc repro pretrain@0`, and samples the
-resident memory of the process tree every 0.2 s. Prints, per stage: DVC's wall time (the stage
-plus DVC hashing and caching its outputs), the stage's own time, the peak resident memory of the
-stage's processes and of the whole tree (DVC included); then tokenize's encoding rate.
+Generates a deterministic corpus (Zipfian word frequencies over 40,000 made-up words, varied line lengths, about
+3% of lines repeating an earlier one, some in other case or spacing, a few very long lines) and a small labeled
+CSV, runs `dvc repro pretrain@0` on them in a throwaway copy of the pipeline (default data and tokenizer params,
+a small model), and samples the resident memory of the process tree every 0.2 s. Per stage: DVC's wall time, the
+stage's own time, the peak memory of the stage's processes and with DVC; then tokenize's encoding rate.
 
     python benchmarks/large_corpus.py                       # 1 GB in a temporary folder, removed after
     python benchmarks/large_corpus.py --size-mb 50          # a quick look
@@ -19,9 +16,9 @@ Needs free disk of about 5x the corpus size (the corpus, its prepared copy, DVC'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -52,9 +49,6 @@ SYLLABLES = [c + v for c in ("", "b", "d", "f", "g", "k", "l", "m", "n", "p", "r
              for v in ("a", "e", "i", "o", "u", "ai", "ea", "ou")]
 POSITIVE = ["wonderful", "great", "superb", "delightful", "moving", "brilliant", "charming", "excellent"]
 NEGATIVE = ["awful", "boring", "dreadful", "tedious", "clumsy", "dull", "terrible", "pointless"]
-
-
-# --- the data ------------------------------------------------------------------------------
 
 
 def make_vocabulary(rng: np.random.Generator, size: int) -> list[str]:
@@ -141,13 +135,12 @@ def ensure_data(folder: Path, size_mb: float) -> tuple[Path, Path]:
     """The corpus and the labeled file in `folder`; a corpus made earlier for the same size is reused."""
     folder.mkdir(parents=True, exist_ok=True)
     corpus, labeled, stamp = folder / "corpus.txt", folder / "train.csv", folder / "corpus.json"
-    wanted = {"size_mb": size_mb, "seed": 0, "vocabulary": VOCABULARY}
-    if not (corpus.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == {**wanted, "bytes": corpus.stat().st_size}):
+    wanted = json.dumps({"size_mb": size_mb, "seed": 0, "vocabulary": VOCABULARY})
+    if not (corpus.is_file() and stamp.is_file() and stamp.read_text() == wanted):
         print(f"generating a {size_mb:,g} MB corpus in {corpus}")
+        stamp.unlink(missing_ok=True)  # written once the corpus is whole
         write_corpus(corpus, int(size_mb * 2**20))
-        stamp.write_text(json.dumps({**wanted, "bytes": corpus.stat().st_size}))
-    else:
-        print(f"reusing {corpus} ({corpus.stat().st_size / 2**20:,.0f} MB)")
+        stamp.write_text(wanted)
     write_labeled(labeled)
     return corpus, labeled
 
@@ -164,37 +157,26 @@ def benchmark_params(corpus: Path, labeled: Path, threads: int) -> dict:
     }
 
 
-# --- measuring -----------------------------------------------------------------------------
-
-
 class TreeSampler(threading.Thread):
-    """Every SAMPLE_SECONDS: resident memory of a process and of its descendants, charged to the current stage."""
+    """Every SAMPLE_SECONDS: the peak resident memory of a process's descendants (`stage`) and with it (`tree`),
+    charged to the stage running."""
 
     def __init__(self, root: psutil.Process):
         super().__init__(daemon=True)
-        self.root, self.stage = root, None
+        self.root, self.stage, self.done = root, None, threading.Event()
         self.peaks: dict[str, dict[str, int]] = {}
-        self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(SAMPLE_SECONDS):
-            stage = self.stage
-            if stage is None:
+            if self.stage is None:
                 continue
-            try:
-                children = self.root.children(recursive=True)
-                own = self.root.memory_info().rss
-            except psutil.Error:
-                continue
-            below = 0
-            for child in children:
-                try:
-                    below += child.memory_info().rss
-                except psutil.Error:
-                    pass
-            peak = self.peaks.setdefault(stage, {"stage": 0, "tree": 0})
-            peak["stage"] = max(peak["stage"], below)
-            peak["tree"] = max(peak["tree"], own + below)
+            with contextlib.suppress(psutil.Error):
+                own, below = self.root.memory_info().rss, 0
+                for child in self.root.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        below += child.memory_info().rss
+                peak = self.peaks.setdefault(self.stage, {"stage": 0, "tree": 0})
+                peak["stage"], peak["tree"] = max(peak["stage"], below), max(peak["tree"], own + below)
 
 
 def run_pipeline(repo: Path, env: dict[str, str], log: Path) -> tuple[dict, dict, dict]:
@@ -246,7 +228,7 @@ def main() -> None:
         env = make_repo(repo, benchmark_params(corpus, labeled, args.threads), lambda root: None)
         print(f"pipeline copy in {repo}; running dvc repro pretrain@0")
         walls, own, peaks = run_pipeline(repo, env, folder / "dvc_repro.log")
-        report(repo, corpus, walls, own, peaks, args, time.perf_counter() - started)
+        report(repo, corpus, walls, own, peaks, time.perf_counter() - started)
     finally:
         if args.keep:
             print(f"kept {folder}")
@@ -254,28 +236,20 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def report(repo: Path, corpus: Path, walls: dict, own: dict, peaks: dict, args, total: float) -> None:
+def report(repo: Path, corpus: Path, walls: dict, own: dict, peaks: dict, total: float) -> None:
     mb = 2**20
-    print(f"\ncorpus {corpus.stat().st_size / mb:,.0f} MB; {psutil.cpu_count()} cores; "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; total {total:,.0f} s (generation included)")
-    print(f"{'stage':<10} {'wall s':>8} {'own s':>8} {'peak RSS stage MB':>18} {'peak RSS with dvc MB':>21}")
-    rows = []
-    for stage in CORPUS_STAGES:
-        peak = peaks.get(stage, {"stage": 0, "tree": 0})
-        print(f"{stage:<10} {walls.get(stage, float('nan')):>8.1f} {own.get(stage, float('nan')):>8.1f} "
-              f"{peak['stage'] / mb:>18,.0f} {peak['tree'] / mb:>21,.0f}")
-        rows.append([stage, walls.get(stage), own.get(stage), round(peak["stage"] / mb), round(peak["tree"] / mb)])
+    rows = [[stage, walls.get(stage), own.get(stage), round(peaks.get(stage, {}).get("stage", 0) / mb),
+             round(peaks.get(stage, {}).get("tree", 0) / mb)] for stage in CORPUS_STAGES]
     notes = f"a {corpus.stat().st_size / mb:,.0f} MB generated corpus; total {total:,.0f} s (generation included)"
     timings_path = repo / "timings" / "tokenize.json"
     if timings_path.is_file():
         timings = json.loads(timings_path.read_text())
-        print(f"tokenize: sentencepiece training {timings['train_seconds']:.1f} s; encoding the corpus "
-              f"{timings['corpus_bytes'] / mb:,.0f} MB, {timings['corpus_tokens']:,} tokens in "
-              f"{timings['encode_seconds']:.1f} s: {timings['corpus_bytes'] / mb / timings['encode_seconds']:.1f} MB/s, "
-              f"{timings['corpus_tokens'] / timings['encode_seconds']:,.0f} tokens/s")
         notes += (f"; tokenize encoded {timings['corpus_tokens']:,} tokens at "
                   f"{timings['corpus_bytes'] / mb / timings['encode_seconds']:.1f} MB/s, "
                   f"{timings['corpus_tokens'] / timings['encode_seconds']:,.0f} tokens/s")
+    print(f"\n{notes}; {psutil.cpu_count()} cores\nstage, wall s, own s, peak RSS stage MB, peak RSS with dvc MB")
+    for row in rows:
+        print(", ".join(str(cell) for cell in row))
     write_result("large_corpus", [Column("stage"), Column("wall s", ".1f"), Column("own s", ".1f"),
                                   Column("peak RSS, stage MB", ",.0f"), Column("peak RSS with dvc MB", ",.0f")],
                  rows, seconds=total, notes=notes)

@@ -4,20 +4,15 @@
 
     python benchmarks/pipeline_stages.py                 # make run's pipeline, from nothing
     python benchmarks/pipeline_stages.py --translation   # make run-translation's
-    python benchmarks/pipeline_stages.py --name pipeline-beside --note "beside ..."   # a run that shares the machine
-    python benchmarks/pipeline_stages.py --name pipeline-beside --against pipeline   # + each stage's fraction of
-                                                                                    # its time in pipeline.json
     python benchmarks/pipeline_stages.py --translation --from-log run.log --wall 1150 --note "make run-translation
         on a fresh clone, make venv 180 s before it"   # the stages of a run already made (its printout), no rerun
 
-It replaces this checkout's outputs, as `make run` would (same params, same results); run it alone on the
-machine, unless the neighbour is what you measure (then give --name, so the alone figures stay).
+It replaces this checkout's outputs, as `make run` would (same params, same results); run it alone on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -25,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from results_file import REPO, RESULTS, Column, write_result
+from results_file import REPO, Column, write_result
 
 DONE = re.compile(r"^(?P<stage>[\w@-]+): done in (?P<seconds>[\d.]+) s$")
 
@@ -53,10 +48,7 @@ def rerun(pipeline: list[str]) -> tuple[dict[str, float], float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--translation", action="store_true", help="the translation pipeline")
-    parser.add_argument("--name", help="the result file's name (default: pipeline[-translation])")
-    parser.add_argument("--note", default="", help="what else ran on the machine, for the result file")
-    parser.add_argument("--against", metavar="NAME", help="a result file of a run alone (benchmarks/results/NAME.json, "
-                        "same machine): each stage's time there and the fraction of that speed this run kept")
+    parser.add_argument("--note", default="", help="what else the result file should say (how the run was made)")
     parser.add_argument("--from-log", type=Path, metavar="LOG", help="no run: the stage times in the printout of a "
                         "run already made (make run-translation's, say), with --wall its wall time")
     parser.add_argument("--wall", type=float, help="with --from-log: that run's wall time, s")
@@ -70,13 +62,8 @@ def main() -> None:
     rows = [[stage, seconds] for stage, seconds in stages.items()]
     rows.append(["all stages", round(sum(stages.values()), 1)])
     rows.append(["make run-translation, wall" if args.from_log else "dvc repro, wall", round(wall, 1)])
-    name = args.name or ("pipeline-translation" if args.translation else "pipeline")
+    name = "pipeline-translation" if args.translation else "pipeline"
     columns = [Column("stage"), Column("wall time, s", ",.1f")]
-    if args.against:
-        alone = {row[0]: row[1] for row in json.loads((RESULTS / f"{args.against}.json").read_text())["rows"]}
-        columns += [Column(f"alone ({args.against}), s", ",.1f"), Column("fraction", ".2f")]
-        rows = [[*row, alone.get(row[0], ""), round(alone[row[0]] / row[1], 2) if row[0] in alone else ""]
-                for row in rows]
     how = "the stages of a run already made, from its printout" if args.from_log else \
         "every stage rerun (--force), the virtual environment already built"
     write_result(name, columns, rows, seconds=wall, notes="; ".join(filter(None, [how, args.note])))

@@ -1,16 +1,10 @@
-"""The recipe search: candidates of params.yaml, each scored on the validation split alone.
-
-One candidate is params.yaml with `--set key=value` changes. For each pretraining seed it runs what the pipeline
-runs, in one process and without MLflow: pretraining (corpus, then adaptation), then the pretrained and the scratch
-fine-tune with the stages' own seeds (`draw_seed`), and keeps the validation accuracy per epoch, the language
-model's validation perplexity and the seconds. Test is never read: choose here, report test once (`make run`).
+"""The recipe search: candidates of params.yaml (`--set key=value` changes, as `dvc exp run -S`), each scored on the
+validation split alone. Per pretraining seed it runs what the pipeline runs, in one process and without MLflow:
+pretraining, adaptation, the pretrained and the scratch fine-tune with the stages' seeds. Test is read only with
+`--test` (a profile's one report). Rows land in `--out`, keyed by name, with the command, machine and commit;
+`--table NAME` writes the docs' table from them. Needs the pipeline's tokenized data (`dvc repro tokenize`).
 
     python benchmarks/recipe_search.py --name uniform --set model.embedding_init=uniform
-    python benchmarks/recipe_search.py --name lr3e-3 --set model.embedding_init=uniform --set pretrain.lr=0.003
-
-Each candidate's row lands in `--out` (default benchmarks/results/recipe_search.json, appended by name), with the
-command that produced it, the machine and the commit. The tokenized data is the pipeline's (`dvc repro tokenize`):
-tokenizer changes need their own tokenize first.
 """
 
 from __future__ import annotations

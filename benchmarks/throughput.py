@@ -1,20 +1,13 @@
-"""Training throughput (tokens/s) of the language model for a few sizes, measured side by side.
+"""Training throughput (tokens/s) of the language model for a few sizes, side by side (compare rows of one run).
 
-Numbers, not pass/fail: machines are noisy, so compare rows of one run, e.g.
-
-    python benchmarks/throughput.py                 # default sizes on the auto-selected device
-    python benchmarks/throughput.py --device cpu --steps 20
+    python benchmarks/throughput.py                  # default sizes on the auto-selected device
     python benchmarks/throughput.py --compile        # the reference size eager and under train.compile
     python benchmarks/throughput.py --gpu            # on a CUDA GPU: fp32 (TF32) and bf16, eager and compiled
 
-With `--gpu`, the reference size runs at the pipeline's batch (32 x 64) and at a GPU-sized one (256 x 256), in
-full precision with TF32 matrix products (what `train.device: cuda` does without autocast) and in bf16 autocast
-(the pipeline's choice on a GPU that has it), eager and compiled; beside tokens/s it prints the model FLOP/s
-(6 x parameters + 12 x layers x D x T per token, as nanoGPT counts them, backward included) and the peak GPU memory.
-
-Denormals are flushed first, as the pipeline's stages do (`runtime.flush_denormals`). With `--compile`,
-inductor compiles into an empty cache of its own (unless TORCHINDUCTOR_CACHE_DIR is set), so the first
-steps' seconds include the whole compilation. The table goes to `benchmarks/results/throughput[-compile].json`.
+`--gpu` runs the reference size at the pipeline's batch (32 x 64) and at 256 x 256, with the model FLOP/s
+(6 x parameters + 12 x layers x D x T per token, as nanoGPT counts them) and the peak GPU memory. Denormals are
+flushed, as in the stages; with `--compile` or `--gpu` inductor starts from an empty cache of its own (unless
+TORCHINDUCTOR_CACHE_DIR is set), so the first steps' seconds include the compilation.
 """
 
 from __future__ import annotations
@@ -76,35 +69,6 @@ def flops_per_token(model: LanguageModel, seq_len: int) -> float:
     return 6 * count_parameters(model) + 12 * config.n_layers * config.d_model * seq_len
 
 
-def gpu_matrix(device, steps: int) -> tuple[list[Column], list[list]]:
-    """The reference size at two batch shapes, fp32 (TF32) and bf16, eager and compiled, one row each."""
-    torch.backends.cuda.matmul.allow_tf32 = True  # as `runtime.configure` sets for train.device: cuda
-    torch.backends.cudnn.allow_tf32 = True
-    label, *shape = SIZES[0]
-    vocab, d_model, n_layers, n_heads, d_ff = shape
-    rows, baseline = [], None
-    for batch_size, seq_len in ((32, 64), (256, 256)):
-        for bf16 in (False, True):
-            for compile_steps in (False, True):
-                torch.manual_seed(0)
-                torch.cuda.reset_peak_memory_stats(device)
-                model = LanguageModel(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)).to(device)
-                rate, first = tokens_per_second(model, device, batch_size, seq_len, steps, compile_steps, bf16)
-                baseline = baseline or rate
-                tflops = rate * flops_per_token(model, seq_len) / 1e12
-                memory = torch.cuda.max_memory_allocated(device) / 2**30
-                name = f"{batch_size} x {seq_len}, {'bf16' if bf16 else 'fp32 (TF32)'}, " + (
-                    "compiled" if compile_steps else "eager")
-                print(f"{name:<32} {rate:>12,.0f} tokens/s  x{rate / baseline:.2f}  {tflops:6.2f} TFLOP/s  "
-                      f"{memory:5.2f} GiB  (first 3 steps {first:.1f} s)", flush=True)
-                rows.append([name, rate, rate / baseline, tflops, memory, first])
-                torch._dynamo.reset()
-    columns = [Column("batch, precision, steps"), Column("tokens/s", ",.0f"), Column("vs first row", ".2f"),
-               Column("model TFLOP/s", ".2f"), Column("peak GPU memory, GiB", ".2f"),
-               Column("first 3 steps, s", ".1f")]
-    return columns, rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
@@ -122,33 +86,46 @@ def main() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
     flush_denormals()
     device = select_device("cuda" if args.gpu else args.device)
-    if args.gpu:
-        columns, rows = gpu_matrix(device, args.steps)
-        write_result("throughput-gpu", columns, rows, seconds=time.perf_counter() - start,
-                     notes=f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; the reference size "
-                           f"(D=200 N=4, V=4000), {args.steps} timed steps; an empty compile cache")
-        return
-    print(f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps")
-    if args.compile:
-        label, *shape = SIZES[0]
-        runs = [(f"{label}, eager", shape, False), (f"{label}, compiled", shape, True)]
+    label, *reference = SIZES[0]
+    if args.gpu:  # (name, shape, batch, length, compiled, bf16)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # as train.device: cuda
+        runs = [(f"{batch} x {length}, {'bf16' if bf16 else 'fp32 (TF32)'}, {'compiled' if compile_steps else 'eager'}",
+                 reference, batch, length, compile_steps, bf16)
+                for batch, length in ((32, 64), (256, 256)) for bf16 in (False, True) for compile_steps in (False, True)]
+    elif args.compile:
+        runs = [(f"{label}, {how}", reference, args.batch_size, args.seq_len, how == "compiled", True)
+                for how in ("eager", "compiled")]
     else:
-        runs = [(label, shape, False) for label, *shape in SIZES]
+        runs = [(label, shape, args.batch_size, args.seq_len, False, True) for label, *shape in SIZES]
+    print(f"device {device}, {args.steps} timed steps")
     baseline, rows = None, []
-    for label, (vocab, d_model, n_layers, n_heads, d_ff), compile_steps in runs:
+    for name, (vocab, d_model, n_layers, n_heads, d_ff), batch, length, compile_steps, bf16 in runs:
         torch.manual_seed(0)
+        if args.gpu:
+            torch.cuda.reset_peak_memory_stats(device)
         model = LanguageModel(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)).to(device)
-        rate, first = tokens_per_second(model, device, args.batch_size, args.seq_len, args.steps, compile_steps)
+        rate, first = tokens_per_second(model, device, batch, length, args.steps, compile_steps, bf16)
         baseline = baseline or rate
-        print(f"{label:<38} {count_parameters(model):>11,} params  {rate:>10,.0f} tokens/s  x{rate / baseline:.2f}"
-              f"  (first 3 steps {first:.1f} s)")
-        rows.append([label, count_parameters(model), rate, rate / baseline, first])
-    columns = [Column("model"), Column("parameters", ",.0f"), Column("tokens/s", ",.0f"),
-               Column("vs first row", ".2f"), Column("first 3 steps, s", ".1f")]
-    write_result("throughput" + ("-compile" if args.compile else ""), columns, rows,
-                 seconds=time.perf_counter() - start,
-                 notes=f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps"
-                       + ("; an empty compile cache" if own_cache else ""))
+        if args.gpu:
+            rows.append([name, rate, rate / baseline, rate * flops_per_token(model, length) / 1e12,
+                         torch.cuda.max_memory_allocated(device) / 2**30, first])
+            torch._dynamo.reset()
+        else:
+            rows.append([name, count_parameters(model), rate, rate / baseline, first])
+        print("  ".join(f"{cell:,.2f}" if isinstance(cell, float) else f"{cell}" for cell in rows[-1]), flush=True)
+    if args.gpu:
+        columns = [Column("batch, precision, steps"), Column("tokens/s", ",.0f"), Column("vs first row", ".2f"),
+                   Column("model TFLOP/s", ".2f"), Column("peak GPU memory, GiB", ".2f"),
+                   Column("first 3 steps, s", ".1f")]
+        notes = (f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; the reference size "
+                 f"(D=200 N=4, V=4000), {args.steps} timed steps")
+    else:
+        columns = [Column("model"), Column("parameters", ",.0f"), Column("tokens/s", ",.0f"),
+                   Column("vs first row", ".2f"), Column("first 3 steps, s", ".1f")]
+        notes = f"device {device}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps"
+    name = "throughput-gpu" if args.gpu else "throughput-compile" if args.compile else "throughput"
+    write_result(name, columns, rows, seconds=time.perf_counter() - start,
+                 notes=notes + ("; an empty compile cache" if own_cache else ""))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,9 @@
-"""The translation recipe search: candidates of translation/params.yaml, each scored on the validation verses alone.
-
-Run from translation/ (its data/tokenized, as `dvc repro translation/dvc.yaml:tokenize` leaves it). One candidate is
-translation/params.yaml with `--set key=value` changes. For each pretraining seed it runs what the pipeline runs, in
-one process and without MLflow: the language model's pretraining, then the pretrained and the scratch fine-tune of
-the encoder-decoder with the stages' own seeds (`draw_seed`). It keeps the validation loss and greedy BLEU per epoch
-(the stage's `finetune.valid_sentences`), then translates every validation verse with the best epoch's weights
-(greedy) and scores BLEU, chrF and the share of outputs that repeat a word three times in a row. Test is never read
-unless `--test` (a profile's one report).
+"""The translation recipe search (benchmarks/recipe_search.py for translation/params.yaml), run from translation/
+after `dvc repro translation/dvc.yaml:tokenize`. Each fine-tune keeps its validation loss and greedy BLEU per
+epoch, then its best epoch translates every validation verse (greedy): BLEU, chrF, and the share of outputs that
+repeat a word three times in a row. `--table NAME` writes the docs' tables from `--out`.
 
     cd translation && python ../benchmarks/translation_recipe_search.py --name uniform --set model.embedding_init=uniform
-
-Rows land in `--out` (default benchmarks/results/translation_recipe_search.json, keyed by name) with the command,
-the machine and the commit; `--table NAME` writes the docs' "what we tried" table from it.
 """
 
 from __future__ import annotations
@@ -165,92 +157,10 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
                  code=first["commit"], command=first["command"].split(" --name")[0] + " --name NAME --set ...")
 
 
-RUN_COLUMNS = [Column("pretraining run"), Column("variant"), Column("validation BLEU", ".2f"),
-               Column("validation chrF", ".1f"), Column("test BLEU", ".2f"), Column("test chrF", ".1f"),
-               Column("test repeats", ".1%")]
-
-
-def write_runs_table(runs_file: Path, name: str, notes: str) -> None:
-    """The docs' table of one profile run with --test: each pretraining run's pretrained and scratch scores (greedy,
-    every validation and test verse), then the mean of the runs per variant."""
-    (candidate, row), = json.loads(runs_file.read_text()).items()
-    scores = {variant: [(run["pretrain_seed"], run[variant]) for run in row["runs"] if variant in run]
-              for variant in ("pretrained", "scratch")}
-    rows = [[str(seed), variant, s["valid"]["bleu"], s["valid"]["chrf"], s["test"]["bleu"], s["test"]["chrf"],
-             s["test"]["repeats"]] for variant, found in scores.items() for seed, s in sorted(found, key=lambda x: x[0])]
-    for variant, found in scores.items():
-        rows.append([f"mean of {len(found)}", variant] + [
-            round(statistics.fmean(s[split][metric] for _, s in found), 4)
-            for split, metric in (("valid", "bleu"), ("valid", "chrf"), ("test", "bleu"), ("test", "chrf"),
-                                  ("test", "repeats"))])
-    write_result(name, RUN_COLUMNS, rows, seconds=training_seconds(row["runs"]), notes=notes or row.get("notes", ""),
-                 machine_facts=row["machine"], code=row["commit"], command=row["command"])
-
-
-STOPPED_COLUMNS = [
-    Column("candidate"), Column("changes to translation/params.yaml (--set ...)"),
-    Column("pretraining runs finished, pretrained / scratch", ""),
-    Column("pretrained, validation BLEU per epoch", ""), Column("scratch, validation BLEU per epoch", ""),
-    Column("pretrained, last epoch", ".2f"), Column("scratch, last epoch", ".2f"),
-]
-
-
-def stopped_curves(printout: str) -> dict[str, list[list[float]]]:
-    """The device's printout of candidates stopped by the time limit (`== /tmp/logs/NAME.log`, then each fine-tune's
-    `finetune epoch N: val loss L BLEU B` lines) -> per candidate, each fine-tune's BLEU per epoch, in run order
-    (pretrained then scratch, for each pretraining run)."""
-    curves: dict[str, list[list[float]]] = {}
-    for line in printout.splitlines():
-        if line.startswith("== "):
-            name = Path(line[3:]).stem
-            curves[name] = []
-        elif line.startswith("finetune epoch "):
-            epoch, bleu = int(line.split()[2].rstrip(":")), float(line.split("BLEU ")[1].split()[0])
-            if epoch == 1:
-                curves[name].append([])
-            curves[name][-1].append(bleu)
-    return curves
-
-
-def write_stopped_table(printout: Path, candidates: Path, name: str, notes: str) -> None:
-    """The docs' table of candidates stopped by the device's time limit: only their finished fine-tunes count."""
-    changes = dict(line.split("|", 1) for line in candidates.read_text().splitlines() if not line.startswith("#"))
-    rows = []
-    for candidate, runs in stopped_curves(printout.read_text()).items():
-        pretrained, scratch = runs[0::2], runs[1::2]
-        epochs = max(len(run) for run in runs)
-        finished = [[run for run in variant if len(run) == epochs] for variant in (pretrained, scratch)]
-
-        def per_epoch(variant: list[list[float]]) -> str:
-            return " / ".join(f"{statistics.fmean(run[e] for run in variant):.2f}" for e in range(epochs)) \
-                if variant else "-"
-
-        def last(variant: list[list[float]]) -> float | None:
-            return round(statistics.fmean(run[-1] for run in variant), 3) if variant else None
-
-        rows.append([candidate, changes[candidate].replace("--set ", "") or "none", f"{len(finished[0])} / "
-                     f"{len(finished[1])}", per_epoch(finished[0]), per_epoch(finished[1]), last(finished[0]),
-                     last(finished[1])])
-    write_result(name, STOPPED_COLUMNS, rows, seconds=0, notes=notes,
-                 command=f"python benchmarks/translation_recipe_search.py --stopped {printout.name} "
-                         f"{candidates.name} --table {name}",
-                 machine_facts={"gpu": "NVIDIA H100 80GB HBM3", "cpu": "Intel(R) Xeon(R) Processor", "cores": 16})
-
-
 def main() -> None:
     parser = recipe_search.candidate_parser(__doc__.splitlines()[0], "translation/params.yaml", DEFAULT_OUT,
                                             "also the test verses: a profile's one report")
-    parser.add_argument("--stopped", nargs=2, type=Path, metavar=("PRINTOUT", "CANDIDATES"),
-                        help="with --table: the table of candidates a device's time limit stopped, from its printout")
-    parser.add_argument("--runs-table", action="store_true",
-                        help="with --table: one candidate's table, run by run (a profile measured with --test)")
     args = parser.parse_args()
-    if args.table and args.runs_table:
-        write_runs_table(args.out, args.table, args.notes)
-        return
-    if args.table and args.stopped:
-        write_stopped_table(*args.stopped, args.table, args.notes)
-        return
     if args.table:
         write_table(args.out, args.table, args.notes)
         return

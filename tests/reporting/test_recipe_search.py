@@ -64,28 +64,6 @@ def test_the_table_names_each_candidates_changes_and_the_machine_that_measured_t
     assert written["rows"][1][4:] == [0.1, 0.02, 80.0, 10.0, "0.740 / 0.720"]  # the best epochs: what the pipeline keeps
 
 
-def test_the_translation_search_reads_a_stopped_devices_printout_keeping_only_finished_fine_tunes(
-        recipe_search, tmp_path):
-    """Pretrained and scratch alternate per pretraining run; a fine-tune cut short by the limit is left out."""
-    import translation_recipe_search as search
-
-    printout = tmp_path / "stopped.txt"
-    printout.write_text("== /tmp/logs/t-a.log\n"
-                        "finetune epoch 1: val loss 3.6 BLEU 2.00 (greedy, 200 pairs)\n"
-                        "finetune epoch 2: val loss 3.4 BLEU 5.00 (greedy, 200 pairs)\n"
-                        "finetune epoch 1: val loss 3.9 BLEU 1.00 (greedy, 200 pairs)\n"
-                        "finetune epoch 2: val loss 3.6 BLEU 3.00 (greedy, 200 pairs)\n"
-                        "finetune epoch 1: val loss 3.6 BLEU 4.00 (greedy, 200 pairs)\n"
-                        "finetune epoch 2: val loss 3.4 BLEU 7.00 (greedy, 200 pairs)\n"
-                        "finetune epoch 1: val loss 3.9 BLEU 9.00 (greedy, 200 pairs)\n")
-    assert search.stopped_curves(printout.read_text()) == {"t-a": [[2.0, 5.0], [1.0, 3.0], [4.0, 7.0], [9.0]]}
-    candidates = tmp_path / "candidates.txt"
-    candidates.write_text("# name|changes\nt-a|--set model.embedding_init=uniform\n")
-    search.write_stopped_table(printout, candidates, "stopped", "notes")
-    row = json.loads((tmp_path / "results/stopped.json").read_text())["rows"][0]
-    assert row == ["t-a", "model.embedding_init=uniform", "2 / 1", "3.00 / 6.00", "1.00 / 3.00", 6.0, 3.0]
-
-
 def test_the_pipeline_timer_reads_each_stages_own_line_from_a_printout(recipe_search):
     import pipeline_stages
 
