@@ -122,8 +122,7 @@ def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray,
         result = PretrainResult(steps=steps)
         step, epoch, batch, order, sums = 0, 0, 0, None, {}
         validate(0)
-    started = time.perf_counter() - result.seconds
-    window_started = time.perf_counter()
+    started, window_started = time.perf_counter() - result.seconds, time.perf_counter()
     draws = distributed.Draws(options.seed)  # several processes: the data's draws shared, dropout each rank's
     while step < steps:
         if batch == 0:
