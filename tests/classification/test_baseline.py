@@ -12,7 +12,7 @@ from lmtransfer.classification.baseline import run_baseline
 from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.core.config import ConfigError
 
-from conftest import shipped, shipped_raw
+from shipped import shipped, shipped_raw
 
 GOOD = ["great", "wonderful", "brilliant", "charming", "superb"]
 BAD = ["awful", "boring", "dull", "tedious", "dreadful"]

@@ -40,7 +40,7 @@ from lmtransfer.data.normalize import dedup_key, normalize_text
 from lmtransfer.data.pinned import verify_checksum
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 
-from conftest import shipped
+from shipped import shipped
 
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 

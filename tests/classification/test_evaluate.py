@@ -14,7 +14,7 @@ from lmtransfer.classification.evaluate import (
     transfer_report,
 )
 
-from conftest import shipped
+from shipped import shipped
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,8 +23,8 @@ from lmtransfer.cli.main import main
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import sha256_of
 
-from conftest import shipped
 from loopback import serving
+from shipped import shipped
 
 FOLDERS = {"train/pos": 6, "train/neg": 6, "train/unsup": 10, "test/pos": 5, "test/neg": 5}
 

@@ -33,7 +33,7 @@ from lmtransfer.pretraining.checkpoint_import import CheckpointImportError
 from lmtransfer.tokens.encode_splits import tokenize_prepared
 from lmtransfer.tokens.tokenizer import DictionaryTokenizer, read_fairseq_dictionary
 
-from conftest import shipped_raw
+from shipped import shipped_raw
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from lmtransfer.classification.label_curve import baseline_at_size, curve_rows
 from lmtransfer.classification.label_subsets import label_order, label_run, label_subset, repeats_for, train_subset
 from lmtransfer.tokens.id_files import LabeledSplit
 
-from conftest import shipped, shipped_params
+from shipped import shipped, shipped_params
 
 LABELS = np.array([0] * 600 + [1] * 300 + [2] * 100)[np.random.default_rng(5).permutation(1000)]
 

@@ -19,7 +19,7 @@ from lmtransfer.tokens.tokenizer import (
     train_sentencepiece,
 )
 
-from conftest import shipped, shipped_raw
+from shipped import shipped, shipped_raw
 
 
 @pytest.fixture(autouse=True)

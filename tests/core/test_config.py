@@ -15,7 +15,7 @@ from lmtransfer.classification.config import (
 )
 from lmtransfer.core.config import ConfigError
 
-from conftest import shipped_params, shipped_raw
+from shipped import shipped_params, shipped_raw
 
 REPO_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 

@@ -11,7 +11,7 @@ import pytest
 from lmtransfer.core.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
 from lmtransfer.harness.stage import stage_main
 
-from conftest import shipped_raw
+from shipped import shipped_raw
 
 
 def test_a_stage_named_by_its_arguments_says_which_one_finished(capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from lmtransfer.harness.tracking import PROCESS_TAG, UI_WORKFLOW, process_tag, ui_lines
 
-from conftest import shipped_params
+from shipped import shipped_params
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from lmtransfer.pretraining.objectives import MaskedWindows, Objective, Sentence
 from lmtransfer.pretraining.training import pretrain
 from lmtransfer.training.loop import RunOptions
 
-from conftest import shipped, shipped_raw
+from shipped import shipped, shipped_raw
 
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 50
 META = {"pad_id": PAD, "unk_id": UNK, "bos_id": BOS, "eos_id": EOS, "mask_id": MASK, "vocab_size": V}

@@ -13,7 +13,7 @@ from lmtransfer.reporting import scaling
 from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
 from lmtransfer.reporting.experiments import Experiment, list_experiments
 
-from conftest import shipped
+from shipped import shipped
 
 
 def _report(pretrained: float, scratch: float, tokens: int = 1000, ppl: float = 80.0) -> dict:

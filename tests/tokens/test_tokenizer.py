@@ -36,7 +36,7 @@ from lmtransfer.tokens.tokenizer import (
     training_sample_lines,
 )
 
-from conftest import shipped
+from shipped import shipped
 
 WORDS = (
     "the a an film movie was is good bad great story plot actor actress scene funny dull long short and but "

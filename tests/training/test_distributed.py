@@ -26,8 +26,8 @@ from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.training import distributed
 from lmtransfer.training.loop import RunOptions
 
-from conftest import shipped
 from loopback import free_port
+from shipped import shipped
 
 CPU = torch.device("cpu")
 PAD, UNK, BOS, EOS, MASK, V = 0, 1, 2, 3, 4, 40
@@ -146,7 +146,7 @@ def test_one_process_changes_nothing():
 FAILING_STAGE = """
 import sys
 sys.path[:0] = [{src!r}, {tests!r}]
-from conftest import shipped
+from shipped import shipped
 from lmtransfer.training import distributed
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.harness.stage import stage_main

@@ -24,7 +24,7 @@ from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
 
-from conftest import shipped
+from shipped import shipped
 
 CPU = torch.device("cpu")
 CONFIG = ModelConfig(vocab_size=24, d_model=16, n_heads=2, n_layers=1, d_ff=16, dropout=0.1)

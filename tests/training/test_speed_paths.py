@@ -25,7 +25,7 @@ from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer
 
-from conftest import shipped
+from shipped import shipped
 
 CPU = torch.device("cpu")
 

@@ -34,7 +34,7 @@ from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.optim import make_optimizer, warmup_constant, warmup_cosine
 
-from conftest import shipped
+from shipped import shipped
 
 CPU = torch.device("cpu")
 DEVICES = [pytest.param(CPU, id="cpu"),  # the CUDA path too (bf16 autocast, pinned copies) where a GPU is

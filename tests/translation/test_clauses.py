@@ -42,7 +42,7 @@ def test_added_pairs_follow_the_whole_pairs_and_never_hold_a_held_out_text():
 def test_prepare_adds_clause_pairs_to_train_only_and_counts_them(tmp_path):
     from lmtransfer.translation.data.parallel import load_parallel, read_pairs, write_parallel
 
-    from conftest import shipped
+    from shipped import shipped
 
     rows = [f"He went to town {i}. She stayed home {i}.\tIl alla en ville {i}. Elle resta chez elle {i}."
             for i in range(40)]

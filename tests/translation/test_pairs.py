@@ -17,7 +17,7 @@ from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.translation.data.bible_en_fr import ParallelData
 from lmtransfer.translation.data.pairs import carve_pairs, load_pair_files, read_pairs
 
-from conftest import shipped
+from shipped import shipped
 
 PAIRS = [("Hello, world.", "Bonjour, le monde."), ('He said "yes".', 'Il a dit "oui".'), ("Été", "Summer")]
 

@@ -21,7 +21,7 @@ from lmtransfer.translation.evaluate import (
 )
 from lmtransfer.translation.training import PairSplit, pair_batches, steps_per_epoch, trainable_pairs
 
-from conftest import shipped_raw
+from shipped import shipped_raw
 
 
 def _split(lengths: list[tuple[int, int]]) -> PairSplit:
