@@ -5,6 +5,7 @@ import torch
 
 from shipped import shipped
 
+
 @pytest.fixture(autouse=True)
 def single_thread():
     """Tiny models gain nothing from threads, and OpenMP spinning on a busy machine costs 100x."""
