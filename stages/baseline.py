@@ -2,7 +2,7 @@
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
-from lmtransfer.classification.baseline_stage import run_baseline_stage
+from lmtransfer.classification.baseline import run_baseline_stage
 from lmtransfer.classification.config import load_classification_params
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main

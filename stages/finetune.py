@@ -10,7 +10,7 @@ runs only that seed's two fine-tunes.
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_classification_params
-from lmtransfer.classification.finetune_stage import run_finetune_stage
+from lmtransfer.classification.finetune import run_finetune_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.training.stage_args import parse_finetune_args

@@ -3,7 +3,7 @@
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_classification_params
-from lmtransfer.classification.plot_stage import run_plot_stage
+from lmtransfer.classification.plots import run_plot_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 

@@ -4,7 +4,7 @@ ones carved) in data/prepared/ + the pretraining corpus in data/prepared_corpus/
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_classification_params
-from lmtransfer.classification.prepare_stage import run_prepare_stage
+from lmtransfer.classification.data.prepare import run_prepare_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 

@@ -7,7 +7,7 @@ input stops the pipeline here, with every earlier output still in place.
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 
 from lmtransfer.classification.config import load_classification_params
-from lmtransfer.classification.validate_stage import run_validate_stage
+from lmtransfer.classification.inputs import run_validate_stage
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 

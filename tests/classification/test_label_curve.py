@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmtransfer.classification.label_curve import baseline_at_size, curve_rows
-from lmtransfer.classification.label_subsets import label_order, label_run, label_subset, repeats_for, train_subset
+from lmtransfer.classification.evaluate import baseline_at_size, curve_rows
+from lmtransfer.classification.label_curve import label_order, label_run, label_subset, repeats_for, train_subset
 from lmtransfer.tokens.id_files import LabeledSplit
 
 from shipped import shipped, shipped_params

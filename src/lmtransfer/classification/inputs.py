@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lmtransfer.classification.config import ClassificationParams
+from lmtransfer.classification.config import ClassificationParams, shipped_classification_params
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import Corpus, load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
@@ -177,3 +177,23 @@ def design_cost(params: ClassificationParams, default: ClassificationParams) -> 
             f"{2 * runs * seeds} fine-tunes (pretrained and scratch), {runs / default_runs:.1f}x and "
             f"{runs * seeds / (default_runs * default_seeds):.1f}x the default design's ({default_runs} and "
             f"{2 * default_runs * default_seeds}): expect the training stages to take that much longer")
+
+
+def run_validate_stage(params: ClassificationParams) -> None:
+    from lmtransfer.core.io import write_json
+    from lmtransfer.core.paths import INPUTS
+    from lmtransfer.harness.tracking import check_store
+
+    manifests = check_inputs(params)
+    # a broken or read-only MLflow store stops here, before DVC removes any later stage's outputs
+    check_store()
+    shipped = shipped_classification_params(params)
+    for note in params.pretrain.ignored_settings(shipped.pretrain):
+        print(f"validate: note: {note}")
+    cost = design_cost(params, shipped)
+    if cost:
+        print(f"validate: note: {cost}")
+    for name, entries in manifests.items():
+        write_json(INPUTS / f"{name}.json", {"inputs": entries})
+    described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)
+    print(f"validate: inputs ok ({described}) -> {INPUTS}/")

@@ -1,4 +1,9 @@
-"""Where pretraining pays (ULMFiT's figure 3): test accuracy per number of labeled examples, evaluate's part."""
+"""Where pretraining pays (ULMFiT's figure 3): test accuracy per number of labeled examples (the rows: evaluate's
+`curve_rows`). The subsets of the train split are nested (one seeded order of the split, each class spread evenly along it, a size takes its head), so
+both variants and TF-IDF see the very same examples, every class from the first few. A subset is repeated to about
+the full split's size (`repeats_for`): as many steps as the full run, the same recipe (ULMFiT's few-label runs, too,
+train to convergence).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +11,40 @@ from pathlib import Path
 
 import numpy as np
 
-from lmtransfer.classification.config import BaselineParams
-from lmtransfer.classification.label_subsets import label_subset
+from lmtransfer.tokens.id_files import LabeledSplit
 
 LABEL_CURVE = Path("metrics/evaluate/label_curve.tsv")  # evaluate's: test accuracy per number of labeled examples
 
 
-def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray], size: int, seed: int,
-                     params: BaselineParams) -> dict:
-    """TF-IDF + logistic regression on the fine-tunes' subset of `size`, C chosen on the whole validation split."""
-    from lmtransfer.classification.baseline import run_baseline  # scikit-learn: a second the plot stage never uses
+def label_order(labels: np.ndarray, seed: int) -> np.ndarray:
+    """Every index in the order the subsets take them: each class shuffled, its i-th member at i / (its size)."""
+    rng = np.random.default_rng(seed)
+    keys = np.empty(len(labels))
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        keys[members] = np.arange(len(members)) / len(members)
+    ties = rng.random(len(labels))  # classes meeting at one key come in a seeded order
+    return np.lexsort((ties, keys))
 
-    keep = label_subset(labels["train"], size, seed)
-    result = run_baseline([texts["train"][i] for i in keep], labels["train"][keep], texts["valid"], labels["valid"],
-                          texts["test"], labels["test"], params)
-    return {"accuracy": result.accuracy, "macro_f1": result.macro_f1,
-            "valid_accuracy": result.valid_accuracy_by_c[result.best_c], "best_c": result.best_c}
+
+def label_subset(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    if not 0 < size <= len(labels):
+        raise ValueError(f"a subset of {size} examples of a split of {len(labels)}")
+    return np.sort(label_order(labels, seed)[:size])
 
 
-def curve_rows(reports: dict[str, dict]) -> list[dict]:
-    rows = []
-    for size, report in reports.items():
-        gap = report["gap"]
-        rows.append({"labels": size, "n_train": report["n_train"],
-                     "pretrained": report["pretrained"]["accuracy_mean"], "scratch": report["scratch"]["accuracy_mean"],
-                     "pretrained_std": report["pretrained"]["accuracy_std"], "scratch_std": report["scratch"]["accuracy_std"],
-                     "gap": gap["accuracy_mean"], "gap_low": gap["ci95_low"], "gap_high": gap["ci95_high"],
-                     "p_value": gap["p_value"], "baseline": report["baseline"]["accuracy"]})
-    return rows
+def repeats_for(full: int, size: int) -> int:
+    return max(1, round(full / size))
+
+
+def train_subset(train: LabeledSplit, size: int, seed: int, repeats: int = 1) -> LabeledSplit:
+    """The sequences a label-curve run of `size` trains on, each `repeats` times, as a split of their own."""
+    keep = np.tile(label_subset(train.labels, size, seed), repeats)
+    ids = np.concatenate([train.sequence(i) for i in keep])
+    offsets = np.concatenate([[0], np.cumsum(train.lengths()[keep])]).astype(train.offsets.dtype)
+    return LabeledSplit(ids, offsets, train.labels[keep])
+
+
+def label_run(run: str, size: int | None) -> str:
+    """`2-0-n300`: run `2-0` trained on 300 labeled examples; the full split's run keeps its plain name."""
+    return run if size is None else f"{run}-n{size}"

@@ -88,7 +88,7 @@ def cmd_register(args: argparse.Namespace) -> None:
     import mlflow
 
     from lmtransfer.classification.config import load_classification_params
-    from lmtransfer.classification.evaluate_stage import register_best_pretrained
+    from lmtransfer.classification.evaluate import register_best_pretrained
     from lmtransfer.harness.tracking import check_store
 
     mlflow.set_tracking_uri(check_store())

@@ -144,19 +144,11 @@ def _odd_names(digest: _FolderDigest) -> str:
     return f" (none named {missing}_*.txt)" if missing is not None else ""
 
 
-def _write_in_name_order(texts: Path, index: list[tuple[str, int, int]], target: Path) -> None:
-    with open(texts, "rb") as source, open(target, "wb") as out:
-        for _, offset, length in sorted(index, key=lambda entry: entry[0].encode()):
-            source.seek(offset)
-            out.write(source.read(length))
-
-
 def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
-    """Stream the archive once: each review of the pinned folders checked and appended as a line."""
+    """Stream the archive once: each review of the pinned folders checked, then kept as a line in file-name order."""
     wanted = {f"{TOP}/{pin.folder}/": pin for pin in release.folders}
     digests = {pin.folder: _FolderDigest(pin) for pin in release.folders}
-    index: dict[str, list[tuple[str, int, int]]] = {pin.folder: [] for pin in release.folders}
-    arrivals = {pin.folder: open(out / f".{pin.kept_as}.arrival", "wb") for pin in release.folders}
+    lines: dict[str, dict[str, bytes]] = {pin.folder: {} for pin in release.folders}  # folder -> file name -> line
     try:
         with tarfile.open(archive, "r|gz") as tar:
             for member in tar:
@@ -167,22 +159,15 @@ def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
                 handle = tar.extractfile(member)
                 raw = handle.read() if handle else b""
                 digests[pin.folder].add(name, raw)
-                line = (review_text(raw, f"{archive}:{member.name}") + "\n").encode("utf-8")
-                stream = arrivals[pin.folder]
-                index[pin.folder].append((name, stream.tell(), len(line)))
-                stream.write(line)
+                lines[pin.folder][name] = (review_text(raw, f"{archive}:{member.name}") + "\n").encode("utf-8")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise DataSourceError(f"{archive}: cannot be read as a gzipped tar archive ({exc})") from None
-    finally:
-        for stream in arrivals.values():
-            stream.close()
     for pin in release.folders:
         problem = digests[pin.folder].problem(str(archive))
         if problem:
             raise DataSourceError(problem)
-        arrival = out / f".{pin.kept_as}.arrival"
-        _write_in_name_order(arrival, index[pin.folder], out / pin.kept_as)
-        arrival.unlink()
+        kept = lines[pin.folder]
+        (out / pin.kept_as).write_bytes(b"".join(kept[name] for name in sorted(kept, key=str.encode)))
 
 
 def keep_from_folder(folder: Path, release: ImdbRelease, out: Path) -> None:

@@ -15,8 +15,10 @@ import pandas as pd
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.errors import EmptySplitError, SplitError
+from lmtransfer.core.paths import PREPARED, PREPARED_CORPUS
 from lmtransfer.data.normalize import dedup_key, normalize_text, pieces_to_text
-from lmtransfer.data.prepared import SPLITS, write_prepared_dir
+from lmtransfer.data.prepared import SPLITS, read_corpus_meta, write_prepared_dir
+from lmtransfer.harness.tracking import log_file, log_run, stage_run
 
 MAX_DOCUMENT_CHARS = 20_000  # a longer corpus line becomes several documents (see split_long_line)
 
@@ -335,3 +337,22 @@ def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str)
         labeled.removed, check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]),
         kept_as_given=labeled.kept_as_given,
     )
+
+
+def run_prepare_stage(params: DataParams, logged: dict) -> None:
+    """The source read (a bad file stops before any output is replaced), then splits and corpus written."""
+    from lmtransfer.classification.data.sources import load_source
+
+    raw = load_source(params)
+    with stage_run("prepare", logged):
+        meta = write_prepared(raw, params, PREPARED, params.source)
+        corpus_lines = read_corpus_meta(PREPARED)["corpus_lines"]
+        log_run(metrics={**{f"examples_{k}": v for k, v in meta["examples"].items()},
+                         **{f"corpus_lines_{k}": v for k, v in corpus_lines.items()},
+                         **{f"removed_{k}": v for k, v in meta["removed"].items()},
+                         "n_classes": len(meta["label_names"])})
+        log_file(meta, "prepared_meta.json")
+    for line in describe_removals(meta):
+        print(f"prepare: {line}")
+    print(f"prepare: {meta['examples']} labeled examples in {len(meta['label_names'])} classes -> {PREPARED}, "
+          f"{corpus_lines} corpus lines -> {PREPARED_CORPUS}")
