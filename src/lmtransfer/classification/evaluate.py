@@ -336,7 +336,7 @@ def _label_curve(sized: dict, cells: dict, test, params: ClassificationParams, d
 def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray], size: int, seed: int,
                      params: BaselineParams) -> dict:
     """TF-IDF + logistic regression on the fine-tunes' subset of `size`, C chosen on the whole validation split."""
-    from lmtransfer.classification.baseline import run_baseline  # scikit-learn: a second the plot stage never uses
+    from lmtransfer.classification.baseline import run_baseline  # scikit-learn: a second `lmtransfer` commands skip
 
     keep = label_subset(labels["train"], size, seed)
     result = run_baseline([texts["train"][i] for i in keep], labels["train"][keep], texts["valid"], labels["valid"],
