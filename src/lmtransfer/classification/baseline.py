@@ -28,20 +28,6 @@ class BaselineResult:
     macro_f1: float
 
 
-def tfidf_features(params: BaselineParams) -> FeatureUnion:
-    return FeatureUnion([
-        ("words", TfidfVectorizer(analyzer="word", ngram_range=tuple(params.word_ngrams), sublinear_tf=True,
-                                  min_df=params.min_df)),
-        ("chars", TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(params.char_ngrams), sublinear_tf=True,
-                                  min_df=params.min_df)),
-    ])
-
-
-def logistic_regression(params: BaselineParams, c: float) -> OneVsRestClassifier:
-    # liblinear (fast on sparse TF-IDF) is binary only: one-vs-rest serves any number of classes
-    return OneVsRestClassifier(LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear", random_state=0))
-
-
 def run_baseline(
     train_texts: list[str], train_labels: np.ndarray,
     valid_texts: list[str], valid_labels: np.ndarray,
@@ -49,12 +35,17 @@ def run_baseline(
     params: BaselineParams,
 ) -> BaselineResult:
     """Tune C on valid (ties: the smaller C), then score the chosen model on test; features are fitted once."""
-    features = tfidf_features(params)
+    features = FeatureUnion([
+        (name, TfidfVectorizer(analyzer=analyzer, ngram_range=tuple(ngrams), sublinear_tf=True, min_df=params.min_df))
+        for name, analyzer, ngrams in (("words", "word", params.word_ngrams), ("chars", "char_wb", params.char_ngrams))
+    ])
     train_features = features.fit_transform(train_texts)
     valid_features = features.transform(valid_texts)
     valid_accuracy, models = {}, {}
     for c in params.c_values:
-        model = logistic_regression(params, c).fit(train_features, train_labels)
+        # liblinear (fast on sparse TF-IDF) is binary only: one-vs-rest serves any number of classes
+        model = OneVsRestClassifier(LogisticRegression(C=c, max_iter=params.max_iter, solver="liblinear",
+                                                       random_state=0)).fit(train_features, train_labels)
         valid_accuracy[c] = float(accuracy_score(valid_labels, model.predict(valid_features)))
         models[c] = model
     best_c = max(params.c_values, key=lambda c: (valid_accuracy[c], -c))

@@ -112,16 +112,13 @@ def pooled_confusion(results: list[SeedResult]) -> dict:
             "rows_actual_columns_predicted": total.tolist()}
 
 
-CURVE_KEYS = ("val_accuracy", "train_loss", "val_loss", "train_accuracy")
-
-
 def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: float) -> list[dict[str, float]]:
     """Per epoch, each variant's mean over seeds: the table `dvc plots` draws."""
     n_epochs = min(len(r.epochs) for runs in results.values() for r in runs)
     rows = []
     for epoch in range(n_epochs):
         row: dict[str, float] = {"epoch": epoch + 1}
-        for key in CURVE_KEYS:
+        for key in ("val_accuracy", "train_loss", "val_loss", "train_accuracy"):
             for variant, runs in results.items():
                 row[f"{key}_{variant}"] = float(np.mean([r.epochs[epoch][key] for r in runs]))
         row["val_accuracy_baseline"] = baseline_valid_accuracy

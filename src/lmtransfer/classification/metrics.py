@@ -26,13 +26,10 @@ def per_class_f1(matrix: np.ndarray) -> np.ndarray:
     return np.divide(2 * precision * recall, denominator, out=np.zeros_like(true_positive), where=denominator > 0)
 
 
-def scored_classes(matrix: np.ndarray) -> np.ndarray:
-    """The classes a macro average counts: in the labels or predicted (scikit-learn's rule)."""
-    return np.flatnonzero((matrix.sum(axis=0) > 0) | (matrix.sum(axis=1) > 0))
-
-
 def macro_f1(matrix: np.ndarray) -> float:
-    return float(per_class_f1(matrix)[scored_classes(matrix)].mean())
+    """Over the classes in the labels or predicted (scikit-learn's rule)."""
+    scored = (matrix.sum(axis=0) > 0) | (matrix.sum(axis=1) > 0)
+    return float(per_class_f1(matrix)[scored].mean())
 
 
 def majority_share(labels) -> float:
