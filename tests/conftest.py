@@ -1,5 +1,7 @@
 """Shared test set-up."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -45,13 +47,31 @@ def tiny_tokenizer(tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory):
+    """A factory: `empty_store(folder)` puts a fresh, empty SQLite MLflow store at folder/mlflow.db and returns its
+    path. MLflow's schema migrations take seconds, so they run once a session and each store is a copy."""
+    import shutil
+
+    from mlflow import MlflowClient
+
+    template = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments(max_results=1)
+
+    def make(folder: Path) -> Path:
+        return Path(shutil.copyfile(template, folder / "mlflow.db"))
+
+    return make
+
+
 @pytest.fixture(scope="module")
-def mlflow_store(tmp_path_factory):
+def mlflow_store(tmp_path_factory, empty_store):
     """A fresh SQLite MLflow store for the module, MLFLOW_TRACKING_URI pointing at it (put back after); yields the id
     of an experiment whose artifacts stay in the store's folder."""
     import mlflow
 
     store = tmp_path_factory.mktemp("store")
+    empty_store(store)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
         mlflow.set_tracking_uri(None)  # the variable's store

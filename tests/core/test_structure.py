@@ -4,6 +4,7 @@ imports, and no module imports in a circle."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -26,7 +27,8 @@ def module_file(module: str) -> Path | None:
     return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
 
 
-def imported_modules(path: Path, module: str | None) -> set[str]:
+@functools.cache  # the walks below read each module many times
+def imported_modules(path: Path, module: str | None) -> frozenset[str]:
     """Project modules `path` imports anywhere (module level or inside functions), as dotted names."""
     package = (module if path.name == "__init__.py" else module.rpartition(".")[0]) if module else ""
     found: set[str] = set()
@@ -42,7 +44,7 @@ def imported_modules(path: Path, module: str | None) -> set[str]:
         else:
             continue
         found.update(name for name in names if name.split(".")[0] == "lmtransfer" and module_file(name))
-    return found
+    return frozenset(found)
 
 
 def imported_packages(script: Path) -> set[str]:

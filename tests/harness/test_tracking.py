@@ -28,7 +28,7 @@ def test_make_ui_opens_each_tasks_experiment_on_its_runs_table(tmp_path, monkeyp
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
+def store(tmp_path, monkeypatch, empty_store):
     """The project's own store under tmp_path, stages run from tmp_path (no params.yaml: classification); yields
     a client of that store."""
     import mlflow
@@ -39,7 +39,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "one-repro")
     monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
     monkeypatch.chdir(tmp_path)
-    yield MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    yield MlflowClient(tracking_uri=f"sqlite:///{empty_store(tmp_path)}")
     mlflow.set_tracking_uri(None)
 
 

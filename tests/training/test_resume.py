@@ -67,9 +67,16 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
-@pytest.fixture  # not module-scoped: it must run after conftest's single_thread, like the test itself
+@pytest.fixture(scope="module")
 def uninterrupted():
-    return _pretrain_both_phases(None)
+    """The reference run, shared by the module (tests only read it); one thread, as conftest's single_thread gives
+    the tests themselves (a module fixture is set up before it)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _pretrain_both_phases(None)
+    finally:
+        torch.set_num_threads(previous)
 
 
 @pytest.mark.parametrize("stop_at", [15, 27, 30, 43, 46])  # logged steps: both phases, before and after snapshots
