@@ -77,7 +77,7 @@ lint: venv
 
 ## unit tests only (skips the end-to-end pipeline test)
 test-fast: venv
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n 2 -m "not slow"
 
 ## MLflow UI on the project's store at http://127.0.0.1:5000 (UI_PORT=5001 make ui for another port)
 ui: venv
