@@ -521,8 +521,8 @@ def written_manifest_entries(workdir: Path) -> list[dict]:
 def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_untouched(tmp_path):
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
-    write("params.yaml", json.dumps({"data": {"source": "files", "train": "train.csv"},  # JSON is YAML
-                                     "tokenizer": {"vocab_size": 30}}))  # what sentencepiece can make of it
+    write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "train.csv"},  # JSON is YAML
+                                                 "tokenizer": {"vocab_size": 30}})))  # what sentencepiece can make
 
     good = run_validate_stage(tmp_path)
     assert good.returncode == 0, good.stderr
@@ -544,7 +544,7 @@ def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_unt
 @pytest.mark.slow
 def test_the_validate_stage_reports_a_missing_file_in_one_line(tmp_path):
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
-    write("params.yaml", json.dumps({"data": {"source": "files", "train": "gone.csv"}}))
+    write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "gone.csv"}})))
 
     result = run_validate_stage(tmp_path)
 
@@ -767,7 +767,8 @@ def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output
 
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
-    write("params.yaml", json.dumps({"data": {"source": "files", "train": "train.csv"}, "tokenizer": {"vocab_size": 30}}))
+    write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "train.csv"},
+                                                 "tokenizer": {"vocab_size": 30}})))
     assert run_validate_stage(tmp_path).returncode == 0
     store = tmp_path / "mlflow.db"
     assert store.is_file()  # validate built the store the later stages log to
