@@ -2,7 +2,7 @@
 (LMTRANSFER_CPU_KERNELS=native), and pinned with MKL's vendor-neutral branch (MKL_CBWR=COMPATIBLE). Kernels are
 chosen when torch loads, so each setting runs in its own process; the settings alternate, the median is printed.
 
-    python benchmarks/cpu_kernels.py                         # pretraining and fine-tuning steps, reference model
+    python benchmarks/cpu_kernels.py                         # pretraining and fine-tuning steps, params.yaml's model
     python benchmarks/cpu_kernels.py --rounds 1 --steps 2    # does it run?
 """
 
@@ -16,19 +16,22 @@ import subprocess
 import sys
 import time
 
-from results_file import Column, write_result
+from results_file import Column, pipeline_shape, write_result
 
 MEASURE = r"""
 import json, sys, time, torch
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.training.optim import make_optimizer
 torch.manual_seed(0)
-config = ModelConfig(vocab_size=4000, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
+shape = json.loads(sys.argv[2])  # params.yaml's model and pretraining batch
+config = ModelConfig(vocab_size=shape["vocab"], d_model=shape["d_model"], n_layers=shape["n_layers"],
+                     n_heads=shape["n_heads"], d_ff=shape["d_ff"], dropout=0.1)
+batch, length = shape["batch"], shape["length"]
 results = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
-for name, model, shape in (("pretrain (32 x 64, LM head over 4,000 ids)", LanguageModel(config), (32, 65)),
-                           ("fine-tune (32 x 40, classifier)", Classifier(config, 2), (32, 40))):
+for name, model, shape in ((f"pretrain ({batch} x {length}, LM head)", LanguageModel(config), (batch, length + 1)),
+                           (f"fine-tune ({batch} x 40, classifier)", Classifier(config, 2), (batch, 40))):
     optimizer = make_optimizer(model.parameters(), 1e-4, 0.0)
-    ids = torch.randint(5, 4000, shape)
+    ids = torch.randint(5, config.vocab_size, shape)
     labels = torch.randint(0, 2, (shape[0],))
     def step():
         if isinstance(model, LanguageModel):
@@ -52,7 +55,7 @@ SETTINGS = {"pinned (AVX2, the default)": {}, "native (LMTRANSFER_CPU_KERNELS=na
 def run(extra_env: dict[str, str], steps: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
     env.update(extra_env)
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(steps)], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(steps), json.dumps(pipeline_shape())], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 

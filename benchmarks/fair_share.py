@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from results_file import Column, write_result
+from results_file import Column, pipeline_shape, write_result
 
 TRAIN = """
 import json, os, sys, time
@@ -58,8 +58,9 @@ def train(args: argparse.Namespace, hogs: int = 0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in (("rounds", 3), ("steps", 40), ("batch", 32), ("length", 64), ("d-model", 200),
-                          ("layers", 4), ("vocab", 4000)):  # params.yaml's model, pretraining's batch and length
+    shape = pipeline_shape()
+    for name, default in (("rounds", 3), ("steps", 40), ("batch", shape["batch"]), ("length", shape["length"]),
+                          ("d-model", shape["d_model"]), ("layers", shape["n_layers"]), ("vocab", shape["vocab"])):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--no-record", action="store_true", help="print only: no benchmarks/results/fair_share.json")
     args = parser.parse_args()

@@ -20,6 +20,17 @@ CODE = ("src", "stages", "benchmarks", ":(exclude)benchmarks/results", "tests", 
         "requirements.txt")  # what a measurement depends on: other benchmarks' result files are not
 
 
+def pipeline_shape() -> dict:
+    """params.yaml's model and pretraining batch, the shape the benchmarks time by default."""
+    import yaml
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    model, pretrain = params["model"], params["pretrain"]
+    return {"d_model": model["d_model"], "n_layers": model["n_layers"], "n_heads": model["n_heads"],
+            "d_ff": model["d_ff"], "vocab": params["tokenizer"]["vocab_size"], "batch": pretrain["batch_size"],
+            "length": pretrain["seq_len"]}
+
+
 @dataclass(frozen=True)
 class Column:
     name: str

@@ -4,7 +4,7 @@
     python benchmarks/throughput.py --compile        # the reference size eager and under train.compile
     python benchmarks/throughput.py --gpu            # on a CUDA GPU: fp32 (TF32) and bf16, eager and compiled
 
-`--gpu` runs the reference size at the pipeline's batch (32 x 64) and at 256 x 256, with the model FLOP/s
+`--gpu` runs params.yaml's model at the pipeline's batch and at 256 x 256, with the model FLOP/s
 (6 x parameters + 12 x layers x D x T per token, as nanoGPT counts them) and the peak GPU memory. Denormals are
 flushed, as in the stages; with `--compile` or `--gpu` inductor starts from an empty cache of its own (unless
 TORCHINDUCTOR_CACHE_DIR is set), so the first steps' seconds include the compilation.
@@ -24,13 +24,15 @@ from lmtransfer.modeling.model import LanguageModel, ModelConfig, count_paramete
 from lmtransfer.modeling.runtime import autocast, compiled, flush_denormals, select_device
 from lmtransfer.training.optim import make_optimizer
 
-from results_file import Column, write_result
+from results_file import Column, pipeline_shape, write_result
 
-SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff)
-    ("reference D=200 N=4, V=4000", 4000, 200, 4, 2, 200),
-    ("same, V=8000", 8000, 200, 4, 2, 200),
-    ("narrow D=128 N=4, V=4000", 4000, 128, 4, 2, 128),
-    ("deep D=200 N=6, V=4000", 4000, 200, 6, 2, 200),
+_SHAPE = pipeline_shape()
+_V, _D, _N, _A, _F = (_SHAPE[k] for k in ("vocab", "d_model", "n_layers", "n_heads", "d_ff"))
+SIZES = [  # (label, vocab, d_model, n_layers, n_heads, d_ff): params.yaml's model first, the reference
+    (f"params.yaml's D={_D} N={_N}, V={_V}", _V, _D, _N, _A, _F),
+    (f"same, V={2 * _V}", 2 * _V, _D, _N, _A, _F),
+    (f"narrow D={_D // 2}", _V, _D // 2, _N, _A, _F // 2),
+    (f"deep N={_N + 2}", _V, _D, _N + 2, _A, _F),
 ]
 
 
@@ -72,8 +74,8 @@ def flops_per_token(model: LanguageModel, seq_len: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=_SHAPE["batch"])
+    parser.add_argument("--seq-len", type=int, default=_SHAPE["length"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--compile", action="store_true",
                         help="the reference size eager and through torch.compile (train.compile), side by side")
@@ -91,7 +93,8 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # as train.device: cuda
         runs = [(f"{batch} x {length}, {'bf16' if bf16 else 'fp32 (TF32)'}, {'compiled' if compile_steps else 'eager'}",
                  reference, batch, length, compile_steps, bf16)
-                for batch, length in ((32, 64), (256, 256)) for bf16 in (False, True) for compile_steps in (False, True)]
+                for batch, length in ((args.batch_size, args.seq_len), (256, 256))
+                for bf16 in (False, True) for compile_steps in (False, True)]
     elif args.compile:
         runs = [(f"{label}, {how}", reference, args.batch_size, args.seq_len, how == "compiled", True)
                 for how in ("eager", "compiled")]
@@ -117,8 +120,7 @@ def main() -> None:
         columns = [Column("batch, precision, steps"), Column("tokens/s", ",.0f"), Column("vs first row", ".2f"),
                    Column("model TFLOP/s", ".2f"), Column("peak GPU memory, GiB", ".2f"),
                    Column("first 3 steps, s", ".1f")]
-        notes = (f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; the reference size "
-                 f"(D=200 N=4, V=4000), {args.steps} timed steps")
+        notes = f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; {label}, {args.steps} timed steps"
     else:
         columns = [Column("model"), Column("parameters", ",.0f"), Column("tokens/s", ",.0f"),
                    Column("vs first row", ".2f"), Column("first 3 steps, s", ".1f")]
