@@ -1,7 +1,5 @@
-"""A file a parameter names as an input must not be an output of the pipeline (its dvc.yaml): with
-`pretrain.init_from: models/finetuned/pretrained/seed0-0.pt` every `dvc repro` pretrained again from the previous
-run's fine-tune. Paths compare relative to the pipeline's folder; a matrix output (`seed${item.seed}.pt`) matches
-any value of its items."""
+"""A file a parameter names as an input must not be an output of the pipeline (its dvc.yaml), or every `dvc repro`
+would start from the previous run's. A matrix output (`seed${item.seed}.pt`) matches any value of its items."""
 
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ def _output_names(stage: dict) -> list[str]:
 
 
 def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str] | None:
-    """(stage, folder) when a stage of `pipeline` writes `path` (folder: its output folder holding `path`, or '')."""
+    """(stage, folder) when a stage of `pipeline` writes `path` (folder: the output folder holding it, or '')."""
     if not pipeline.is_file():
         return None
     try:
@@ -48,7 +46,6 @@ def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str
 
 
 def refuse_pipeline_output(path: str, key: str, pipeline: Path = PIPELINE) -> None:
-    """Stop, naming the stage, when `key` names a file this pipeline writes."""
     if found := writing_stage(path, pipeline):
         stage, folder = found
         inside = f"inside {folder}/, " if folder else ""
