@@ -17,15 +17,11 @@ class Knob:
     takes: str  # for the messages and the docs
     unset: str
     meaning: str
-    parse: Callable[[str], Any]  # ValueError for a value outside `takes`
+    parse: Callable[[str], Any]  # ValueError or KeyError for a value outside `takes`
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text.lower() not in allowed:
-            raise ValueError
-        return text.lower()
-    return parse
+    return lambda text: {value: value for value in allowed}[text.lower()]
 
 
 def _whole_number(text: str) -> int:

@@ -16,11 +16,6 @@ PIPELINE = Path("dvc.yaml")  # the stages run in their pipeline's folder
 _ITEM = re.compile(r"\\\$\\\{[^}]*\\\}")  # a ${...} of an output path, once escaped for a pattern
 
 
-def _output_names(stage: dict) -> list[str]:
-    entries = [*stage.get("outs", []), *stage.get("metrics", []), *stage.get("plots", [])]
-    return [str(next(iter(e))) if isinstance(e, dict) else str(e) for e in entries]
-
-
 def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str] | None:
     """(stage, folder) when a stage of `pipeline` writes `path` (folder: the output folder holding it, or '')."""
     if not pipeline.is_file():
@@ -36,7 +31,8 @@ def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str
     except ValueError:
         return None  # outside the pipeline's folder: no stage of it writes there
     for name, stage in stages.items():
-        for output in _output_names(stage):
+        for entry in [*stage.get("outs", []), *stage.get("metrics", []), *stage.get("plots", [])]:
+            output = str(next(iter(entry))) if isinstance(entry, dict) else str(entry)
             pattern = _ITEM.sub("[^/]+", re.escape(output.rstrip("/")))
             if re.fullmatch(pattern, relative):
                 return name, ""

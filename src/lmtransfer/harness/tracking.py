@@ -20,13 +20,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from lmtransfer.core import knobs
+from lmtransfer.core.config import TASKS, read_params_file
 from lmtransfer.core.errors import TrackingStoreError
-from lmtransfer.core.io import sha256_of
+from lmtransfer.core.io import read_json, require_file, sha256_of
+from lmtransfer.core.paths import HEADLINE
 
 STORE, ARTIFACTS = "mlflow.db", "mlartifacts"
 KIND_TAG = "lmtransfer.kind"  # "stage" or "pipeline"
@@ -189,8 +190,6 @@ def experiment_name(task: str | None = None) -> str:
 
 
 def _params_yaml() -> dict[str, Any]:
-    from lmtransfer.core.config import read_params_file
-
     with contextlib.suppress(ValueError):
         raw = read_params_file("params.yaml")
         return raw if isinstance(raw, dict) else {}
@@ -209,28 +208,21 @@ def git_commit() -> str:
     return _git("rev-parse", "HEAD") or "unknown"
 
 
-@cache
-def launching_dvc():
-    """The `dvc` process this one runs under (a psutil.Process), or None."""
-    import psutil
-
-    with contextlib.suppress(psutil.Error):  # a process gone while looking
-        for process in psutil.Process().parents():
-            command = " ".join(process.cmdline()[:2])
-            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
-                return process
-    return None
-
-
 def pipeline_id() -> str:
     """What groups a pipeline execution's stage runs: LMTRANSFER_PIPELINE_ID, the DVC experiment, the launching
     `dvc` process, or this process alone."""
+    import psutil
+
     if chosen := knobs.read(knobs.PIPELINE_ID):
         return chosen
     if os.environ.get("DVC_EXP_NAME"):
         return f"exp-{os.environ['DVC_EXP_NAME']}"
-    dvc = launching_dvc()
-    return f"repro-{dvc.pid}-{int(dvc.create_time())}" if dvc else f"standalone-{uuid.uuid4().hex[:12]}"
+    with contextlib.suppress(psutil.Error):  # a process gone while looking
+        for process in psutil.Process().parents():
+            command = " ".join(process.cmdline()[:2])
+            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
+                return f"repro-{process.pid}-{int(process.create_time())}"
+    return f"standalone-{uuid.uuid4().hex[:12]}"
 
 
 def process_tag() -> str:
@@ -417,9 +409,6 @@ def log_to_pipeline(metrics: dict[str, float]) -> None:
 def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
     """The plot stage's run: `draw()`'s figures as artifacts, the headline on the pipeline run (as evaluate may
     be skipped)."""
-    from lmtransfer.core.io import read_json, require_file
-    from lmtransfer.core.paths import HEADLINE
-
     with stage_run("plot", params.sections("plot")):
         figures = draw()
         for figure in figures:
@@ -497,8 +486,6 @@ def register_champion(task: str, run_id: str, checkpoint: str | Path, tags: dict
 def ui_lines(base: str = "http://127.0.0.1:5000") -> list[str]:
     """What `make ui` prints: each task's runs table, or the command that makes some runs."""
     from mlflow import MlflowClient
-
-    from lmtransfer.core.config import TASKS
 
     store = os.environ.get("MLFLOW_TRACKING_URI") or (project_root() / STORE).is_file()  # never created here
     lines = []
