@@ -142,7 +142,6 @@ def split_files(given: dict[str, str]) -> Iterator[tuple[str, Path]]:
         yield name, resolved
 
 
-
 class Column(NamedTuple):
     """A column to read: its name in the file and the params key that sets it (for the messages)."""
 

@@ -231,7 +231,6 @@ def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 
     return model.getvalue()
 
 
-
 def existing_tokenizer(params: TokenizerParams) -> Tokenizer | None:
     """The tokenizer named by tokenizer.model_file / vocab_file, or None when one must be trained."""
     segmenter = None
@@ -310,7 +309,6 @@ def _why_another_tokenizer(directory: Path) -> str:
         return ("the tokenize stage ran again since it was trained; run the pipeline again so the model matches, or "
                 "pass the tokenizer it was trained with")
     return "pass the folder of the tokenizer it was trained with"
-
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
