@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmtransfer.core.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
+from lmtransfer.core.io import write_timings
 from lmtransfer.harness.stage import stage_main
 
 from shipped import shipped_raw
@@ -137,24 +138,16 @@ def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params
     assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]
 
 
-# --- stops and faults that must end in one line ----------------------------------------------------------------
-
-
-def _stage_script(body: str) -> str:
-    return ("import os, signal, sys, time\nfrom lmtransfer.harness.stage import stage_main\n"
-            f"@stage_main('pretrain')\ndef main():\n{body}\nmain()\n")
-
-
 def test_ctrl_c_ends_a_stage_in_one_line():
-    code = _stage_script("    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\n    raise AssertionError('went on')")
+    code = ("import os, signal, time\nfrom lmtransfer.harness.stage import stage_main\n@stage_main('pretrain')\n"
+            "def main():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\n    raise AssertionError('went on')\n"
+            "main()\n")
     stopped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert stopped.returncode == 130
     assert stopped.stderr.strip().splitlines() == ["pretrain: stopped; what earlier stages wrote is kept"]
 
 
 def test_a_timing_that_cannot_be_written_costs_a_line_not_the_stage(tmp_path, capsys):
-    from lmtransfer.core.io import write_timings
-
     (tmp_path / "timings").write_text("a file where the folder should be")
     write_timings(tmp_path / "timings" / "tokenize.json", {"seconds": 1.0})
     assert capsys.readouterr().err.startswith(f"could not write {tmp_path / 'timings' / 'tokenize.json'} (")
