@@ -190,7 +190,7 @@ def experiment_name(task: str | None = None) -> str:
 
 
 def _params_yaml() -> dict[str, Any]:
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(OSError, ValueError):  # validate names a broken params.yaml
         raw = read_params_file("params.yaml")
         return raw if isinstance(raw, dict) else {}
     return {}
