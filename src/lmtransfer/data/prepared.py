@@ -5,6 +5,7 @@ change reruns nothing that reads only the labels, `data/prepared_corpus/` (corpu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,13 @@ def write_prepared_dir(
 ) -> dict[str, Any]:
     """The (part, document) stream into `corpus_dir(out_dir)`, then the splits into `out_dir`, each folder all or
     nothing; `check_corpus(lines per part)` runs before anything is swapped in. Returns the labeled meta."""
-    with atomic_directory(corpus_dir(out_dir)) as tmp:
+    with atomic_directory(corpus_dir(out_dir)) as tmp, ExitStack() as files:
         lines = dict.fromkeys(CORPUS_PARTS, 0)
-        handles = {part: open(tmp / corpus_name(part), "w", encoding="utf-8") for part in CORPUS_PARTS}
-        try:
-            for part, document in progress_bar(iterable=corpus, desc="corpus", unit=" lines"):
-                handles[part].write(document + "\n")
-                lines[part] += 1
-        finally:
-            for handle in handles.values():
-                handle.close()
+        handles = {part: files.enter_context(open(tmp / corpus_name(part), "w", encoding="utf-8"))
+                   for part in CORPUS_PARTS}
+        for part, document in progress_bar(iterable=corpus, desc="corpus", unit=" lines"):
+            handles[part].write(document + "\n")
+            lines[part] += 1
         check_corpus(lines)
         write_json(tmp / META, {"source": description["source"], "corpus_format": description["corpus_format"],
                                 "corpus_lines": lines})
