@@ -45,9 +45,7 @@ class PackedBatches:
     def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Fixed, ordered windows: the same validation batches every time."""
         starts = torch.arange(self.windows(0)) * self.seq_len
-        for batch_index, begin in enumerate(range(0, len(starts), self.batch_size)):
-            if batch_index >= max_batches:
-                break
+        for begin in range(0, min(len(starts), max_batches * self.batch_size), self.batch_size):
             yield self._gather(starts[begin : begin + self.batch_size])
 
     def _gather(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
