@@ -1,8 +1,5 @@
 """Stage tokenize: train (or load) the tokenizer, encode the labeled splits (data/tokenized/) and the corpus
-(data/tokenized_corpus/) to id arrays.
-
-(Not named tokenize.py: that would shadow the standard library module of the same name.)
-"""
+(data/tokenized_corpus/). Not named tokenize.py, which would shadow the standard library's module."""
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 

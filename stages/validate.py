@@ -1,8 +1,5 @@
-"""Stage validate: check every input before any stage runs; write the manifest of external files.
-
-Runs on every `dvc repro` (always_changed) and takes a second or so; a broken
-input stops the pipeline here, with every earlier output still in place.
-"""
+"""Stage validate (every `dvc repro`, a second or so): check every input before any stage runs, every earlier
+output kept; write the manifest of external files."""
 
 import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (it pins the CPU kernels)
 

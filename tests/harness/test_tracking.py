@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from lmtransfer.harness.tracking import PROCESS_TAG, UI_WORKFLOW, process_tag, ui_lines
+from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, UI_WORKFLOW, process_tag, stage_run, ui_lines
 
 from shipped import shipped_params
 
@@ -49,8 +53,6 @@ def _pipeline_of(client, run):
 
 def test_the_pipeline_run_lasts_until_its_last_stage_ends(store):
     """Each stage makes it RUNNING again; the last one to end gives it its end time: it spans the pipeline."""
-    from lmtransfer.harness.tracking import stage_run
-
     with stage_run("prepare", {}) as first:
         assert _pipeline_of(store, first).info.status == "RUNNING"
     assert _pipeline_of(store, first).info.status == "FINISHED"  # between stages
@@ -67,8 +69,6 @@ def test_the_pipeline_run_lasts_until_its_last_stage_ends(store):
 
 def test_the_pipeline_run_ends_as_its_last_stage_did(store):
     """A stage that fails leaves the pipeline run FAILED; one stopped with Ctrl-C, KILLED (its own run too)."""
-    from lmtransfer.harness.tracking import stage_run
-
     with pytest.raises(ValueError):
         with stage_run("prepare", {}) as failed:
             raise ValueError("broken")
@@ -86,8 +86,6 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
 @pytest.mark.slow
 def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
     """Stages side by side under one LMTRANSFER_PIPELINE_ID: the first to end hands the pipeline run on."""
-    from lmtransfer.harness.tracking import stage_run
-
     with stage_run("prepare", {}) as first:
         parent = _pipeline_of(store, first)
         sibling = store.create_run(first.info.experiment_id, run_name="baseline", tags={
@@ -100,11 +98,9 @@ def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
 def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path, monkeypatch):
     """Its params leave `model.*` out (the checkpoint decides the shape): the run logs the checkpoint's, not
     params.yaml's, so it compares with its scratch twin. The tracking layer logs what the stage gives it."""
-
     from torch import nn
 
     from lmtransfer.core.paths import PretrainOutputs
-    from lmtransfer.harness.tracking import stage_run
     from lmtransfer.modeling.checkpoint import save_checkpoint
     from lmtransfer.modeling.model import ModelConfig
     from lmtransfer.training.finetune_start import language_model_start
@@ -128,8 +124,6 @@ def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(st
 
 @pytest.mark.slow
 def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
-    from lmtransfer.harness.tracking import stage_run
-
     (tmp_path / "params.yaml").write_text("task: translation\nmodel:\n  d_model: 16\n", encoding="utf-8")
     with stage_run("prepare", {}) as run:
         pass
@@ -139,10 +133,6 @@ def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
 def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code: str):
     """Run `code` in a child process that must die of SIGKILL, with the project's store under tmp_path;
     return a client of that store and its experiment."""
-    import os
-    import subprocess
-    import sys
-
     from mlflow import MlflowClient
 
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
@@ -158,10 +148,7 @@ def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code:
 @pytest.mark.slow
 def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
     """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
-
     import mlflow
-
-    from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, stage_run
 
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "kill-test",
@@ -191,10 +178,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 @pytest.mark.slow
 def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_killed(tmp_path, monkeypatch):
     """Killed between a stage closing its own run and closing the pipeline run: the next stage closes it."""
-
     import mlflow
-
-    from lmtransfer.harness.tracking import stage_run
 
     client, experiment = _store_after_a_killed_process(  # dies closing the pipeline run, after the stage's
         tmp_path, monkeypatch, "killed-between",
@@ -229,8 +213,6 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
     KILLED, and evaluate (which DVC starts only after every training stage completed) removes its snapshot."""
     import mlflow
 
-    from lmtransfer.harness.tracking import stage_run
-
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "killed-finetune",
         "import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n"
@@ -263,10 +245,6 @@ CI_VARIABLES = ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS", "CI", "CIRCLECI", "GITL
 
 
 def _python(code: str, **env: str):
-    import os
-    import subprocess
-    import sys
-
     clean = {k: v for k, v in os.environ.items() if k not in CI_VARIABLES and not k.startswith(("MLFLOW_", "DO_NOT"))}
     return subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
 

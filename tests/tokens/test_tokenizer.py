@@ -72,13 +72,14 @@ def sp(tokenizer):
     return tokenizer.sp
 
 
-def test_trained_tokenizer_has_the_fixed_special_ids(sp):
-    assert sp.get_piece_size() == VOCAB
+def test_trained_tokenizer_has_the_fixed_special_ids_and_keeps_sentencepiece_ids(tokenizer, sp):
+    assert tokenizer.vocab_size == sp.get_piece_size() == VOCAB  # nothing appended
     assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert tokenizer.special_ids() == {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
     mask_id = sp.piece_to_id(MASK_PIECE)
-    assert mask_id not in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
-    assert sp.id_to_piece(mask_id) == MASK_PIECE
+    assert mask_id not in (PAD_ID, UNK_ID, BOS_ID, EOS_ID) and sp.id_to_piece(mask_id) == MASK_PIECE
     assert sp.is_control(mask_id)
+    assert tokenizer.encode("the film was good") == sp.encode("the film was good")
 
 
 def test_training_is_reproducible(corpus_file):
@@ -97,12 +98,6 @@ def test_too_large_vocab_size_names_the_parameter(corpus_file):
         train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=5000))
 
 
-def test_our_tokenizer_keeps_sentencepiece_ids_and_adds_nothing(tokenizer, sp):
-    assert tokenizer.vocab_size == sp.get_piece_size() == VOCAB
-    assert tokenizer.special_ids() == {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
-    assert tokenizer.encode("the film was good") == sp.encode("the film was good")
-
-
 def test_pieces_map_to_ids_without_retokenizing(tokenizer, sp):
     pieces = sp.encode("the film was good", out_type=str)
     assert tokenizer.pieces_to_ids(" ".join(pieces)) == sp.encode("the film was good")
@@ -110,35 +105,25 @@ def test_pieces_map_to_ids_without_retokenizing(tokenizer, sp):
 
 
 def test_a_user_model_without_padding_gets_one_appended(corpus_file):
-    params = shipped("tokenizer", vocab_size=VOCAB)
     spm.SentencePieceTrainer.train(
         input=str(corpus_file), model_prefix=str(corpus_file.parent / "plain"), vocab_size=VOCAB, minloglevel=2
     )  # sentencepiece's defaults: unk 0, bos 1, eos 2, no padding
     plain = SentencePieceTokenizer((corpus_file.parent / "plain.model").read_bytes())
     assert (plain.unk_id, plain.bos_id, plain.eos_id) == (0, 1, 2)
     assert plain.pad_id == VOCAB and plain.vocab_size == VOCAB + 1
-    assert params.vocab_size == VOCAB
     assert plain.decode([plain.bos_id, *plain.encode("the film"), plain.pad_id]) == "the film"
 
 
 def test_encode_documents_frames_each_document_with_bos_and_eos(tokenizer, sp):
     texts = ["the film was good", "bad", "a very long and boring story about a hero", "", "sad music"]
     ids, offsets = encode_documents(tokenizer, texts)
-    assert ids.dtype == np.uint16 and ids.ndim == 1
-    assert offsets.dtype == np.int64
-    assert offsets.shape == (len(texts) + 1,)
-    assert offsets[0] == 0 and offsets[-1] == ids.size
-    assert np.all(np.diff(offsets) >= 2)
+    assert ids.dtype == np.uint16 and ids.ndim == 1 and offsets.dtype == np.int64
+    assert offsets.shape == (len(texts) + 1,) and offsets[0] == 0 and offsets[-1] == ids.size
     for index, text in enumerate(texts):
         document = ids[offsets[index] : offsets[index + 1]]
         assert document[0] == BOS_ID and document[-1] == EOS_ID
         assert not np.isin(document[1:-1], [PAD_ID, BOS_ID, EOS_ID]).any()
         assert sp.decode(document[1:-1].tolist()) == text
-
-
-def test_encode_documents_of_nothing_is_empty(tokenizer):
-    ids, offsets = encode_documents(tokenizer, [])
-    assert ids.size == 0 and offsets.tolist() == [0]
 
 
 @pytest.mark.parametrize("tail", [[], [EOS_ID]])
@@ -151,6 +136,7 @@ def test_frame_gives_the_ids_of_framing_each_text_one_id_at_a_time(tail, dtype):
     assert flat.dtype == dtype and np.array_equal(flat, one_at_a_time)
     assert lengths.tolist() == [len(ids) + 1 + len(tail) for ids in encoded]
     assert frame([], np.dtype(dtype), BOS_ID, tail)[0].size == 0
+    assert id_dtype(65_536) == np.uint16 and id_dtype(65_537) == np.int32
 
 
 def test_encode_documents_is_the_same_in_one_chunk_or_many(tokenizer):
@@ -159,6 +145,8 @@ def test_encode_documents_is_the_same_in_one_chunk_or_many(tokenizer):
     for size in (1, 3, 64):
         chunked = encode_documents(tokenizer, iter(texts), chunk_size=size)  # a stream, as the corpus is
         assert all(np.array_equal(a, b) for a, b in zip(whole, chunked))
+    ids, offsets = encode_documents(tokenizer, [])
+    assert ids.size == 0 and offsets.tolist() == [0]
 
 
 @pytest.mark.parametrize("sizes", [[5, 0, 17, 1], [], [0]])
@@ -226,11 +214,6 @@ def test_a_corpus_sampled_for_training_gives_the_same_model_in_every_process(tmp
         for _ in range(3)
     }
     assert len(models) == 1
-
-
-def test_id_dtype_switches_to_int32_beyond_uint16():
-    assert id_dtype(65_536) == np.uint16
-    assert id_dtype(65_537) == np.int32
 
 
 # --- the tokenize stage -------------------------------------------------------------------
@@ -302,8 +285,6 @@ def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
         assert len(split) == len(table) == meta["examples"][name]
         assert split.offsets.shape == (len(split) + 1,)
         assert split.offsets[-1] == split.ids.size == meta["tokens"][name]
-        assert np.array_equal(split.lengths(), np.diff(split.offsets))
-        assert split.lengths().sum() == split.ids.size
         assert np.array_equal(split.labels, table["label"].to_numpy())
         for index in range(len(split)):
             sequence = split.sequence(index)
@@ -313,14 +294,11 @@ def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
             assert sp.decode(sequence[1:].tolist()) == table["text"][index]
 
 
-def test_loading_an_empty_split_is_an_error(tmp_path):
+def test_loading_an_empty_or_missing_split_names_the_file(tmp_path):
     empty = np.zeros(0, dtype=np.uint16)
     np.savez(tmp_path / "valid.npz", ids=empty, offsets=np.zeros(1, dtype=np.int64), labels=np.zeros(0, dtype=np.int64))
-    with pytest.raises(ValueError, match="valid"):
+    with pytest.raises(ValueError, match="valid.npz: the 'valid' split is empty"):
         load_labeled_split(tmp_path, "valid")
-
-
-def test_loading_a_missing_split_names_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="test.npz"):
         load_labeled_split(tmp_path, "test")
 

@@ -1,8 +1,5 @@
-"""Typed, validated parameters: one pydantic model per `params.yaml` section.
-
-Validated before any stage does real work: a typo (`model.n_layer`) or an impossible value stops with one message
-naming the key. No field has a default (params.yaml is the one source); each `description` is the docs' table.
-"""
+"""Typed, validated parameters: one pydantic model per `params.yaml` section, no defaults (params.yaml is the one
+source). A typo or an impossible value stops with one message naming the key; each `description` is the docs'."""
 
 from __future__ import annotations
 
@@ -30,7 +27,6 @@ def path_list(value: Any) -> Any:
 
 
 def known_encoding(value: str) -> str:
-    """A text encoding Python knows, checked before any file is read with it."""
     try:
         codecs.lookup(value)
     except LookupError:
@@ -108,8 +104,7 @@ class PretrainParams(Section):
         return check_seeds(seeds, "pretrain.seeds")
 
     def ignored_settings(self, defaults: PretrainParams) -> list[str]:
-        """Keys changed from `defaults` (the committed params.yaml's) that the others make useless: the validate
-        stage names them before a sweep spends a run on one."""
+        """Keys changed from `defaults` (the committed params.yaml's) that the others make useless."""
         changed = {name for name in type(self).model_fields if getattr(self, name) != getattr(defaults, name)}
         notes = []
         if "epochs" in changed and self.max_steps:
@@ -161,8 +156,7 @@ class PlotParams(Section):
 
 
 class PipelineParams(Section):
-    """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`. Each task's
-    class declares its fields in the order of its params.yaml (and of its docs table)."""
+    """What every task's params share: a language model pretrained with `model`, `pretrain` and `train`."""
 
     @property
     def causal_attention(self) -> bool:
@@ -173,7 +167,6 @@ class PipelineParams(Section):
 
     @model_validator(mode="after")
     def _check_objective_fits_model(self) -> PipelineParams:
-        """Refuse combinations that would train something other than what the keys say."""
         objective, attention = self.pretrain.objective, self.model.attention
         if objective == "clm" and attention == "bidirectional":
             raise ValueError("model.attention: bidirectional lets every position see the token it must predict "
@@ -195,8 +188,7 @@ class PipelineParams(Section):
 
 
 def pooling_mismatch(pooling: str, causal: bool, objective: str) -> str | None:
-    """Why `finetune.pooling` cannot read the whole text with this attention (None when it can): asked of the params
-    and of the pretrained checkpoint a fine-tune starts from."""
+    """Why `finetune.pooling` cannot read the whole text with this attention (None when it can)."""
     if causal and pooling == "first":
         return (f"finetune.pooling: first reads position 0, which a causal model (pretrain.objective: {objective}) "
                 "lets see only itself; use last or mean")
@@ -252,8 +244,7 @@ def read_params_file(path: str | Path) -> Any:
 
 
 def committed_version(path: str | Path) -> Any:
-    """The params file's YAML at HEAD (None without one): what `ignored_settings` compares with, since
-    `dvc exp run -S` edits the file itself."""
+    """The params file's YAML at HEAD (None without one): `dvc exp run -S` edits the file itself."""
     try:
         text = subprocess.run(["git", "show", f"HEAD:./{Path(path).as_posix()}"], capture_output=True, text=True,
                               check=True).stdout

@@ -1,5 +1,4 @@
-"""Expected problems: a stage prints `<stage>: error: <message>` for these, no traceback; anything else is a bug
-and keeps its traceback. Every message names what to change (a params.yaml key, a file and line)."""
+"""Expected problems: a stage prints `<stage>: error: <message>`, no traceback (a bug keeps its traceback)."""
 
 
 class LmtransferError(Exception):

@@ -1,5 +1,5 @@
-"""Atomic file writes (a temporary sibling renamed into place), so a killed stage never leaves a half-written file
-that looks valid; and the readers of what they write."""
+"""Atomic file writes (a temporary sibling renamed into place: a killed stage leaves no half-written file), and
+their readers."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def write_timings(path: str | Path, data: Any) -> None:
 
 
 def write_tsv(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Rows of equal keys as a TSV with a header (what `dvc plots` reads); floats to 6 significant digits."""
+    """Rows of equal keys as a TSV with a header; floats to 6 significant digits."""
     if not rows:
         raise ValueError(f"{path}: no rows to write")
     lines = ["\t".join(rows[0])]
@@ -101,7 +101,7 @@ def read_tsv(path: str | Path) -> list[dict[str, str]]:
 
 
 def how_to_produce(path: str | Path) -> str:
-    """The command that makes a missing pipeline output: the translation pipeline's own for its files."""
+    """The command that makes a missing pipeline output (translation's for its files)."""
     if any(folder.name == "translation" and (folder / "dvc.yaml").is_file() for folder in Path(path).resolve().parents):
         return "`make run-translation`, or `dvc repro translation/dvc.yaml`"
     return "`make run`, or `dvc repro`"

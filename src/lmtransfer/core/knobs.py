@@ -1,9 +1,5 @@
-"""Every `LMTRANSFER_*` environment variable: defined, parsed and checked here, and nowhere else.
-
-The first import (`lmtransfer/__init__.py`, before torch loads) uses `read_at_import`, where a bad value counts as
-unset; every entry point then calls `check()`, which refuses it in one line. The table of
-docs/guide/environment.md is `markdown_table()`. No torch import here.
-"""
+"""Every `LMTRANSFER_*` environment variable, defined, parsed and checked here only. At the first import a bad value
+counts as unset (`read_at_import`); every entry point's `check()` then refuses it in one line."""
 
 from __future__ import annotations
 
@@ -21,15 +17,11 @@ class Knob:
     takes: str  # for the messages and the docs
     unset: str
     meaning: str
-    parse: Callable[[str], Any]  # ValueError for a value outside `takes`
+    parse: Callable[[str], Any]  # ValueError or KeyError for a value outside `takes`
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text.lower() not in allowed:
-            raise ValueError
-        return text.lower()
-    return parse
+    return lambda text: {value: value for value in allowed}[text.lower()]
 
 
 def _whole_number(text: str) -> int:
@@ -69,7 +61,6 @@ KNOBS: dict[str, Knob] = {knob.name: knob for knob in (
 
 
 def _parsed(name: str) -> tuple[Any, str | None]:
-    """`name`'s value parsed (None when unset), or the line that refuses it."""
     knob, text = KNOBS[name], os.environ.get(name, "")
     if not text.strip():
         return None, None
@@ -80,14 +71,13 @@ def _parsed(name: str) -> tuple[Any, str | None]:
 
 
 def check() -> None:
-    """Refuse every variable set to a value it does not take, in one message; called by every entry point."""
+    """Refuse every variable set to a value it does not take, in one message."""
     found = [line for name in KNOBS if (line := _parsed(name)[1])]
     if found:
         raise ConfigError("; ".join(found))
 
 
 def read(name: str) -> Any:
-    """The parsed value of `name`, or None when unset; a value it does not take is a ConfigError."""
     value, line = _parsed(name)
     if line:
         raise ConfigError(line)

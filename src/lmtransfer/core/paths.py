@@ -1,5 +1,4 @@
-"""Where each stage reads and writes, relative to the pipeline's folder (mirrors dvc.yaml). The inside of the
-data folders belongs to the modules that write them (`data.prepared`, `tokens`)."""
+"""Where each stage reads and writes, relative to the pipeline's folder (mirrors dvc.yaml)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +18,15 @@ EVALUATE_REPORT = METRICS / "evaluate.json"  # every detail of the test evaluati
 HEADLINE = METRICS / "headline.json"  # the answer in ten flat numbers: the one file dvc.yaml declares as metrics
 EVALUATE_DETAILS = METRICS / "evaluate"  # confusion.json, curves.tsv, predictions_<variant>.csv
 PLOTS = Path("plots")
-# Wall-clock figures (seconds, tokens/s): git-ignored and not DVC outputs, so results stay byte-identical.
-TIMINGS = Path("timings")
+TIMINGS = Path("timings")  # wall-clock figures: git-ignored, not DVC outputs, so results stay byte-identical
 VARIANTS = ("pretrained", "scratch")
 TRANSLATION_ROOT = Path("translation")  # the translation pipeline's folder: its own params, dvc.yaml and outputs
 
 
 @dataclass(frozen=True)
 class PretrainOutputs:
-    """What one pretraining run writes: classification runs one per pretraining seed (stage `pretrain@<seed>`,
-    `models/pretrained/seed<seed>.pt`, ...); translation runs one (`seed=None`: `models/pretrained.pt`)."""
+    """What one pretraining run writes: classification's per seed (`pretrain@<seed>`, `.../seed<seed>.pt`),
+    translation's once (`seed=None`: `models/pretrained.pt`)."""
 
     seed: int | None = None
 
@@ -43,9 +41,15 @@ class PretrainOutputs:
     samples = property(lambda self: self.folder / "samples.txt")
 
 
+def corpus_dir(directory: Path) -> Path:
+    """The corpus folder beside a data folder: `data/tokenized` -> `data/tokenized_corpus`."""
+    directory = Path(directory)
+    return directory.with_name(f"{directory.name}_corpus")
+
+
 def finetune_run(seed: int, pretrain_seed: int | None = None) -> str:
-    """A fine-tune's name among its variant's: `<pretrain seed>-<fine-tune seed>` (`2-0`: fine-tune seed 0 of
-    pretraining run 2; a scratch run's first number seeds its random start) or the seed alone (translation)."""
+    """A fine-tune's name in its variant: `<pretrain seed>-<fine-tune seed>` (a scratch run's first number seeds
+    its random start) or the seed alone (translation)."""
     return str(seed) if pretrain_seed is None else f"{pretrain_seed}-{seed}"
 
 

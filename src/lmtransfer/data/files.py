@@ -1,8 +1,5 @@
-"""The user's own files: labeled tables (CSV, TSV, JSONL, Parquet, pieces + labels) and corpora.
-
-Every problem is reported once, naming the file, the line (or row) and the params.yaml key to change.
-Corpora are streamed line by line, never loaded whole.
-"""
+"""The user's own files: labeled tables (CSV, TSV, JSONL, Parquet, pieces + labels) and corpora (streamed).
+Every problem is reported once, naming the file, the line (or row) and the params.yaml key to change."""
 
 from __future__ import annotations
 
@@ -48,13 +45,12 @@ def expand_corpus(patterns: list[str]) -> list[Path]:
 
 
 def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]:
-    """(line number, text without the newline), decoded incrementally so an error names its line (any encoding,
-    UTF-16's two-byte newline included). A byte-order mark and a trailing CR are not part of the text."""
+    """(line number, text without newline, BOM or trailing CR), decoded incrementally so an error names its line
+    (any encoding, UTF-16's two-byte newline included)."""
     decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     pending, number = "", 0
 
     def decode(raw: bytes, final: bool = False) -> str:
-        """One chunk decoded; a bad byte names its line, counted from the loop's `number` and `pending`."""
         try:
             return decoder.decode(raw, final=final)
         except UnicodeDecodeError as exc:
@@ -84,7 +80,7 @@ def iter_lines(path: Path, encoding: str, key: str) -> Iterator[tuple[int, str]]
 
 
 def wide_text_encoding(head: bytes) -> str | None:
-    """'utf-16-le' or 'utf-16-be' when the bytes are UTF-16 text (a NUL beside nearly every ASCII character)."""
+    """'utf-16-le' or 'utf-16-be' when the bytes look UTF-16 (a NUL beside nearly every ASCII character)."""
     pairs = len(head) // 2
     if pairs < 4:
         return None
@@ -109,7 +105,6 @@ def _refuse_non_text(path: Path, head: bytes, encoding: str, key: str) -> None:
 
 
 def refuse_nul(text: str, place: str, encoding: str, subject: str = "", after: str = "") -> None:
-    """A NUL byte is never text: binary data, or a file read in the wrong encoding (UTF-16 as UTF-8)."""
     if "\x00" in text:
         raise DataSourceError(f"{place}: {subject}holds a NUL byte: binary data, or a file in another encoding "
                               f"than data.encoding ({encoding})?{after}")
@@ -131,8 +126,7 @@ class CorpusFiles:
 
 
 def split_files(given: dict[str, str]) -> Iterator[tuple[str, Path]]:
-    """(split, path) for each split file named (`''` = not given), resolved one at a time; two keys naming one
-    file are refused: every text of one would be a text of the other."""
+    """(split, path) for each split file given, resolved; two keys naming one file are refused."""
     seen: dict[str, Path] = {}
     for name, path in given.items():
         if not path:
@@ -148,11 +142,8 @@ def split_files(given: dict[str, str]) -> Iterator[tuple[str, Path]]:
         yield name, resolved
 
 
-# --- tables: labeled files and sentence pairs ----------------------------------------
-
-
 class Column(NamedTuple):
-    """A column to read: its name in the file and the params key that sets it, both named by every message."""
+    """A column to read: its name in the file and the params key that sets it (for the messages)."""
 
     name: str
     key: str
@@ -163,7 +154,7 @@ Columns = dict[str, Column]  # output column -> the file's column it is read fro
 
 
 def table_format(path: Path, fmt: str, key: str, also: tuple[str, ...] = ()) -> str:
-    """`fmt`, or for `auto` the format the extension names; `also`: the caller's own formats, offered in the message."""
+    """`fmt`, or for `auto` the extension's; `also`: the caller's own formats, offered in the message."""
     if fmt != "auto":
         return fmt
     if path.suffix.lower() not in FORMAT_BY_SUFFIX:
@@ -201,7 +192,7 @@ def _rows(count: int) -> str:
 
 
 def refuse_blank(table: pd.DataFrame, path: Path, key: str, rows: str) -> None:
-    """A file without `rows`, or an empty value in any column, stops here: an empty text teaches nothing."""
+    """A file without `rows`, or an empty value in any column, stops here."""
     if table.empty:
         raise DataSourceError(f"{path}: no {rows} (set by {key})")
     for column in table.columns.drop("where"):
@@ -224,7 +215,7 @@ def refuse_missing_labels(table: pd.DataFrame, path: Path, label_column: str) ->
 
 def _select_columns(table: pd.DataFrame, path: Path, columns: Columns, encoding: str,
                     where: list[str]) -> pd.DataFrame:
-    """`columns` as clean strings, plus `where`; a value that would silently become a wrong text or class stops here."""
+    """`columns` as clean strings, plus `where`; a value that would become a wrong text or class stops here."""
     for column in columns.values():
         if column.name not in table.columns:
             found = ", ".join(repr(str(name)) for name in table.columns[:10])
@@ -246,7 +237,7 @@ def _not_texts(column: Column) -> str:
 
 
 def as_number(text: str) -> float | None:
-    """The number a text spells (`1`, `1.0`, `1e3`, `inf`), or None: how a number column is told apart."""
+    """The number a text spells (`1`, `1.0`, `1e3`, `inf`), or None."""
     try:
         return float(text)
     except ValueError:
@@ -258,7 +249,7 @@ def _is_missing(value) -> bool:
 
 
 def _as_text(value, place: str, column: Column, encoding: str) -> str:
-    """A text must be text: bytes are decoded (data.encoding), a list or object is refused, never stringified."""
+    """Bytes are decoded (data.encoding); a number, list or object is refused, never stringified."""
     if _is_missing(value):
         return ""
     what = f"{place}: the text ({column.key} {column.name!r}) is a"
@@ -277,8 +268,7 @@ def _as_text(value, place: str, column: Column, encoding: str) -> str:
 
 
 def _as_label(value, place: str, column: Column) -> str:
-    """A label as the text a CSV would hold: 1.0 as `1`, true as `true`; spellings of one class are then made
-    one by the labels' rule, for every format alike (`classification.data.labels`)."""
+    """A label as the text a CSV would hold (1.0 as `1`, true as `true`), for every format alike."""
     if _is_missing(value):
         return ""
     if isinstance(value, bool):
@@ -292,7 +282,7 @@ def _as_label(value, place: str, column: Column) -> str:
 
 
 def _read_delimited(path: Path, fmt: str, columns: Columns, encoding: str, key: str) -> pd.DataFrame:
-    """CSV (RFC 4180 quoting) or TSV (no quoting: a tab never occurs inside a field), with true line numbers."""
+    """CSV (RFC 4180 quoting) or TSV (no quoting), with true line numbers."""
     for _ in iter_lines(path, encoding, key):  # the csv module reports a bad byte without its line: find it first
         pass
     csv.field_size_limit(1 << 30)  # long documents are fine; the default stops at 128 KB

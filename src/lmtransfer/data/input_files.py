@@ -1,8 +1,5 @@
-"""Files that params.yaml names (data, tokenizer, checkpoint): where they are, and a record of their bytes.
-
-A relative path is looked up from the working directory, then from DVC_ROOT: `dvc exp run --temp` runs in a copy
-of the repository that lacks git-ignored files, and DVC_ROOT still points at the original.
-"""
+"""Files that params.yaml names: where they are (a relative path from the working directory, then from DVC_ROOT,
+as `dvc exp run --temp`'s copy lacks git-ignored files), and a record of their bytes."""
 
 from __future__ import annotations
 
@@ -38,7 +35,6 @@ def resolve_input(path: str, key: str) -> Path:
 
 
 def _dead_end(link: Path) -> str:
-    """Why a symbolic link leads to no file: a loop, or a target that does not exist."""
     try:
         os.stat(link)
     except OSError as exc:

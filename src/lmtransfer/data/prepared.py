@@ -1,22 +1,18 @@
-"""The `data/prepared/` folder and its sibling `data/prepared_corpus/`, written and read here only.
-
-    data/prepared/          what fine-tuning and the baseline read: train.tsv valid.tsv test.tsv (text<TAB>label
-                            class id) and meta.json (source, label names, format, counts, what was removed)
-    data/prepared_corpus/   the unlabeled pretraining corpus, read by tokenize alone: corpus_train.txt
-                            corpus_valid.txt (one document per line) and meta.json (format, line counts)
-
-Two folders, so a corpus change leaves the labeled folder byte-identical and reruns nothing that reads only it.
+"""Written and read here only: `data/prepared/` (<split>.tsv of text<TAB>class id, meta.json) and, apart so a corpus
+change reruns nothing that reads only the labels, `data/prepared_corpus/` (corpus_<part>.txt, a document a line).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from lmtransfer.core.io import atomic_directory, read_json, require_file, write_json
+from lmtransfer.core.paths import corpus_dir
 from lmtransfer.harness.progress import progress_bar
 
 SPLITS = ("train", "valid", "test")
@@ -26,12 +22,6 @@ META = "meta.json"
 
 def _split_file(directory: Path, name: str) -> Path:
     return Path(directory) / f"{name}.tsv"
-
-
-def corpus_dir(directory: Path) -> Path:
-    """The corpus folder beside the labeled folder `directory`: `data/prepared` -> `data/prepared_corpus`."""
-    directory = Path(directory)
-    return directory.with_name(f"{directory.name}_corpus")
 
 
 def corpus_name(part: str) -> str:
@@ -48,18 +38,15 @@ def write_prepared_dir(
     check_corpus: Callable[[dict[str, int]], None] = lambda lines: None,
     kept_as_given: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The (part, document) stream into `corpus_dir(out_dir)`, then the splits as TSV into `out_dir`, each folder
-    all or nothing; `check_corpus(lines per part)` runs before anything is swapped in. Returns the labeled meta."""
-    with atomic_directory(corpus_dir(out_dir)) as tmp:
+    """The (part, document) stream into `corpus_dir(out_dir)`, then the splits into `out_dir`, each folder all or
+    nothing; `check_corpus(lines per part)` runs before anything is swapped in. Returns the labeled meta."""
+    with atomic_directory(corpus_dir(out_dir)) as tmp, ExitStack() as files:
         lines = dict.fromkeys(CORPUS_PARTS, 0)
-        handles = {part: open(tmp / corpus_name(part), "w", encoding="utf-8") for part in CORPUS_PARTS}
-        try:
-            for part, document in progress_bar(iterable=corpus, desc="corpus", unit=" lines"):
-                handles[part].write(document + "\n")
-                lines[part] += 1
-        finally:
-            for handle in handles.values():
-                handle.close()
+        handles = {part: files.enter_context(open(tmp / corpus_name(part), "w", encoding="utf-8"))
+                   for part in CORPUS_PARTS}
+        for part, document in progress_bar(iterable=corpus, desc="corpus", unit=" lines"):
+            handles[part].write(document + "\n")
+            lines[part] += 1
         check_corpus(lines)
         write_json(tmp / META, {"source": description["source"], "corpus_format": description["corpus_format"],
                                 "corpus_lines": lines})
@@ -83,7 +70,6 @@ def read_prepared_meta(directory: Path) -> dict[str, Any]:
 
 
 def read_corpus_meta(directory: Path) -> dict[str, Any]:
-    """The corpus folder's meta (format, line counts) for the labeled folder `directory`."""
     return read_json(require_file(corpus_dir(directory) / META, "prepared corpus"))
 
 
@@ -94,12 +80,11 @@ def read_split(directory: Path, name: str) -> pd.DataFrame:
 
 
 def corpus_path(directory: Path, part: str) -> Path:
-    """One corpus part's file (`train` or `valid`), for tools that read a file (sentencepiece training)."""
+    """One corpus part's file (`train` or `valid`)."""
     return require_file(corpus_dir(directory) / corpus_name(part), "pretraining corpus")
 
 
 def read_corpus(directory: Path, part: str) -> Iterator[str]:
-    """The documents of one corpus part, streamed."""
     with open(corpus_path(directory, part), encoding="utf-8") as lines:
         for line in lines:
             if line.strip():

@@ -1,2 +1,1 @@
-"""What surrounds a stage and never changes what it writes: MLflow tracking, progress bars,
-error messages, the stage wrapper. No stage lists this folder as a DVC dependency."""
+"""What surrounds a stage and never changes what it writes (so no DVC dependency): tracking, progress, errors."""

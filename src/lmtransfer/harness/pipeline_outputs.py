@@ -1,7 +1,5 @@
-"""A file a parameter names as an input must not be an output of the pipeline (its dvc.yaml): with
-`pretrain.init_from: models/finetuned/pretrained/seed0-0.pt` every `dvc repro` pretrained again from the previous
-run's fine-tune. Paths compare relative to the pipeline's folder; a matrix output (`seed${item.seed}.pt`) matches
-any value of its items."""
+"""A file a parameter names as an input must not be an output of the pipeline (its dvc.yaml), or every `dvc repro`
+would start from the previous run's. A matrix output (`seed${item.seed}.pt`) matches any value of its items."""
 
 from __future__ import annotations
 
@@ -18,13 +16,8 @@ PIPELINE = Path("dvc.yaml")  # the stages run in their pipeline's folder
 _ITEM = re.compile(r"\\\$\\\{[^}]*\\\}")  # a ${...} of an output path, once escaped for a pattern
 
 
-def _output_names(stage: dict) -> list[str]:
-    entries = [*stage.get("outs", []), *stage.get("metrics", []), *stage.get("plots", [])]
-    return [str(next(iter(e))) if isinstance(e, dict) else str(e) for e in entries]
-
-
 def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str] | None:
-    """(stage, folder) when a stage of `pipeline` writes `path` (folder: its output folder holding `path`, or '')."""
+    """(stage, folder) when a stage of `pipeline` writes `path` (folder: the output folder holding it, or '')."""
     if not pipeline.is_file():
         return None
     try:
@@ -38,7 +31,8 @@ def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str
     except ValueError:
         return None  # outside the pipeline's folder: no stage of it writes there
     for name, stage in stages.items():
-        for output in _output_names(stage):
+        for entry in [*stage.get("outs", []), *stage.get("metrics", []), *stage.get("plots", [])]:
+            output = str(next(iter(entry))) if isinstance(entry, dict) else str(entry)
             pattern = _ITEM.sub("[^/]+", re.escape(output.rstrip("/")))
             if re.fullmatch(pattern, relative):
                 return name, ""
@@ -48,7 +42,6 @@ def writing_stage(path: str | Path, pipeline: Path = PIPELINE) -> tuple[str, str
 
 
 def refuse_pipeline_output(path: str, key: str, pipeline: Path = PIPELINE) -> None:
-    """Stop, naming the stage, when `key` names a file this pipeline writes."""
     if found := writing_stage(path, pipeline):
         stage, folder = found
         inside = f"inside {folder}/, " if folder else ""

@@ -9,7 +9,6 @@ from tqdm import tqdm
 
 
 def progress_bar(**kwargs) -> tqdm:
-    """tqdm with a refresh rate that suits where the output goes: no flood of lines in a log file."""
     interactive = sys.stderr.isatty()
     quiet = os.environ.get("RANK", "0") != "0"  # several processes (torchrun): rank 0 shows the progress
     disable = kwargs.pop("disable", False) or quiet

@@ -14,8 +14,7 @@ from lmtransfer.core.errors import LmtransferError
 
 def stage_main(name: str | Callable[[], str]) -> Callable[[Callable[[], None]], Callable[[], None]]:
     """Decorator for a stage's main(): prints `<stage>: done in N s`, or `<stage>: error: ...` and exits 1 for an
-    expected problem (LMTRANSFER_DEBUG=1 keeps its traceback); a bug keeps its traceback. `name` may be a function,
-    for a stage named by its arguments (`finetune_scratch@2`)."""
+    expected problem (LMTRANSFER_DEBUG=1 keeps its traceback). `name` may be a function (`finetune_scratch@2`)."""
 
     def decorate(main: Callable[[], None]) -> Callable[[], None]:
         @functools.wraps(main)

@@ -1,9 +1,8 @@
 """MLflow tracking: one run per executed stage under one parent run per pipeline execution.
 
-The store: `mlflow.db` and `mlartifacts/` at the repository root, found from DVC_ROOT (so `dvc exp run --temp` and
-queued runs log to the main store, not to DVC's temporary copy), else from git; MLFLOW_TRACKING_URI overrides it.
-Only rank 0 of a torchrun job logs. A run left RUNNING by a dead process is marked KILLED when the next stage
-starts, and the stage's new run names it (PREVIOUS_ATTEMPT_TAG).
+The store is `mlflow.db` and `mlartifacts/` at the repository root (DVC_ROOT first, so `dvc exp run --temp` logs to
+the main store), or MLFLOW_TRACKING_URI. Only rank 0 of a torchrun job logs. A run left RUNNING by a dead process is
+marked KILLED when the next stage starts.
 """
 
 from __future__ import annotations
@@ -21,13 +20,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from lmtransfer.core import knobs
+from lmtransfer.core.config import TASKS, read_params_file
 from lmtransfer.core.errors import TrackingStoreError
-from lmtransfer.core.io import sha256_of
+from lmtransfer.core.io import read_json, require_file, sha256_of
+from lmtransfer.core.paths import HEADLINE
 
 STORE, ARTIFACTS = "mlflow.db", "mlartifacts"
 KIND_TAG = "lmtransfer.kind"  # "stage" or "pipeline"
@@ -46,8 +46,6 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-# ---- where the store is, checked before any work ----
-
 def _git(*args: str) -> str:
     try:
         return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
@@ -64,8 +62,8 @@ def tracking_uri() -> str:
 
 
 def check_store() -> str:
-    """The tracking URI once the store is known usable (a SQLite store built if absent); else one line naming the
-    store and the fix (TrackingStoreError), not a traceback mid-stage or minutes of MLflow's retries."""
+    """The tracking URI once the store is known usable (a SQLite store built if absent), else a one-line
+    TrackingStoreError naming the store and the fix."""
     uri = tracking_uri()
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
@@ -82,8 +80,8 @@ def check_store() -> str:
 
 
 def _sqlite_problem(path: Path) -> str | None:
-    """What keeps the store at `path` from being used, with the fix; None if usable or absent. A rolled-back write
-    tells a read-only file or folder; a store locked by a stage running beside passes."""
+    """What keeps the store at `path` from being used, with the fix; None if usable or absent (or locked by a
+    stage beside). A rolled-back write tells a read-only file or folder."""
     if path.is_dir():
         return "is a directory, not an MLflow store (a file): move it away, and the next stage builds a new store there"
     if not path.exists():
@@ -113,8 +111,7 @@ def _sqlite_problem(path: Path) -> str | None:
 
 
 def _build(path: Path) -> None:
-    """MLflow's migrations run on a private file, linked into place complete: a kill never leaves a half-migrated
-    store under the real name."""
+    """Migrations run on a private file, linked into place complete: a kill never leaves a half-migrated store."""
     import psutil
     from mlflow import MlflowClient
 
@@ -134,8 +131,8 @@ def _build(path: Path) -> None:
 
 
 def _check_artifacts(store: Path, root: Path) -> None:
-    """`mlartifacts/` must be writable. The store keeps each experiment's artifact folder as an absolute path: in a
-    copied project they are pointed at this checkout's folder (the runs already made keep theirs)."""
+    """`mlartifacts/` must be writable; a copied project's experiments are pointed at this checkout's folder (the
+    store keeps absolute paths)."""
     folder = root / ARTIFACTS
     try:
         folder.mkdir(exist_ok=True)
@@ -160,7 +157,7 @@ def _check_artifacts(store: Path, root: Path) -> None:
 
 
 def _check_server(uri: str, timeout: float = 30.0) -> None:
-    """One request that reads the server's store, without MLflow's retries (minutes, then a traceback)."""
+    """One request that reads the server's store, without MLflow's minutes of retries."""
     import urllib.error
     import urllib.request
 
@@ -186,8 +183,6 @@ def _quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-# ---- the runs ----
-
 def experiment_name(task: str | None = None) -> str:
     """LMTRANSFER_EXPERIMENT, else `lmtransfer` (classification) or `lmtransfer-<task>` (params.yaml's `task`)."""
     task = task or _params_yaml().get("task", "classification")
@@ -195,10 +190,8 @@ def experiment_name(task: str | None = None) -> str:
 
 
 def _params_yaml() -> dict[str, Any]:
-    from ruamel.yaml import YAML
-
-    with contextlib.suppress(OSError, ValueError):
-        raw = YAML(typ="safe", pure=True).load(Path("params.yaml").read_text(encoding="utf-8"))
+    with contextlib.suppress(OSError, ValueError):  # validate names a broken params.yaml
+        raw = read_params_file("params.yaml")
         return raw if isinstance(raw, dict) else {}
     return {}
 
@@ -215,28 +208,21 @@ def git_commit() -> str:
     return _git("rev-parse", "HEAD") or "unknown"
 
 
-@cache
-def launching_dvc():
-    """The `dvc` process this one runs under (a psutil.Process), or None."""
+def pipeline_id() -> str:
+    """What groups a pipeline execution's stage runs: LMTRANSFER_PIPELINE_ID, the DVC experiment, the launching
+    `dvc` process, or this process alone."""
     import psutil
 
-    with contextlib.suppress(psutil.Error):  # a process gone while looking
-        for process in psutil.Process().parents():
-            command = " ".join(process.cmdline()[:2])
-            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
-                return process
-    return None
-
-
-def pipeline_id() -> str:
-    """What groups one pipeline execution's stage runs: LMTRANSFER_PIPELINE_ID, else the DVC experiment, else the
-    launching `dvc` process, else this process alone."""
     if chosen := knobs.read(knobs.PIPELINE_ID):
         return chosen
     if os.environ.get("DVC_EXP_NAME"):
         return f"exp-{os.environ['DVC_EXP_NAME']}"
-    dvc = launching_dvc()
-    return f"repro-{dvc.pid}-{int(dvc.create_time())}" if dvc else f"standalone-{uuid.uuid4().hex[:12]}"
+    with contextlib.suppress(psutil.Error):  # a process gone while looking
+        for process in psutil.Process().parents():
+            command = " ".join(process.cmdline()[:2])
+            if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
+                return f"repro-{process.pid}-{int(process.create_time())}"
+    return f"standalone-{uuid.uuid4().hex[:12]}"
 
 
 def process_tag() -> str:
@@ -260,9 +246,8 @@ def _alive(tag: str) -> bool:
 def stage_run(stage: str, params: dict[str, dict[str, Any]], upstream_run_id: str | None = None,
               run_name: str | None = None,
               clear_snapshots: Callable[[set[str]], list[str]] | None = None) -> Iterator[Any]:
-    """The run of one stage execution with the `params` it declared; yields it (None on other torchrun ranks). It
-    ends FINISHED, FAILED or KILLED (Ctrl-C), and its pipeline run with it unless another of its stages still runs.
-    `clear_snapshots` (evaluate) gets the stages still running and removes the others' resume snapshots."""
+    """The run of one stage with the `params` it declared (None on other ranks). It ends FINISHED, FAILED or KILLED
+    (Ctrl-C), its pipeline run too unless another of its stages runs. `clear_snapshots(running)`: evaluate's."""
     if not is_main_process():
         yield None
         return
@@ -335,9 +320,8 @@ def _pipeline_run(client, experiment_id: str, common: dict[str, str]) -> str:
 
 
 def _close_dead_runs(client, experiment_id: str, own_parent: str, name: str) -> tuple[list[str], set[str]]:
-    """Mark KILLED the stage runs whose process is gone and the pipeline runs with no live stage under them (a stage
-    DVC restores from its run-cache runs none of our code). Returns stage `name`'s closed earlier attempts and the
-    names of the stages still running."""
+    """Mark KILLED the stage runs whose process is gone and the pipeline runs with no live stage (a run-cache
+    restore runs none of our code). Returns stage `name`'s closed attempts and the stages still running."""
     running = client.search_runs([experiment_id], "attributes.status = 'RUNNING'")
     alive = [r for r in running if r.data.tags.get(KIND_TAG) == "stage" and _alive(r.data.tags.get(PROCESS_TAG, ""))]
     keep = {r.info.run_id for r in alive} | {r.data.tags.get(PARENT_TAG) for r in alive} | {own_parent}
@@ -346,8 +330,6 @@ def _close_dead_runs(client, experiment_id: str, own_parent: str, name: str) -> 
         client.set_terminated(run.info.run_id, "KILLED")
     return [r.info.run_id for r in dead if r.info.run_name == name], {r.info.run_name for r in alive}
 
-
-# ---- what a stage logs (nothing on the other ranks of a torchrun job) ----
 
 def _mlflow():
     """mlflow in the process that logs (rank 0, or a process on its own), else None."""
@@ -389,7 +371,7 @@ def log_file(content: dict | str | Path, name: str) -> None:
 
 
 def tag_checkpoint(path: str | Path) -> None:
-    """The checkpoint's sha256 on the stage's run: how a later stage finds the run that wrote it (lineage)."""
+    """The checkpoint's sha256 on the stage's run: how a later stage finds the run that wrote it."""
     if mlflow := _mlflow():
         mlflow.set_tag(CHECKPOINT_TAG, sha256_of(path))
 
@@ -425,11 +407,8 @@ def log_to_pipeline(metrics: dict[str, float]) -> None:
 
 
 def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
-    """The plot stage's run: `draw()`'s figures as artifacts, the headline on the pipeline run (evaluate is skipped
-    when the fine-tunes come out unchanged, as on a fresh clone)."""
-    from lmtransfer.core.io import read_json, require_file
-    from lmtransfer.core.paths import HEADLINE
-
+    """The plot stage's run: `draw()`'s figures as artifacts, the headline on the pipeline run (as evaluate may
+    be skipped)."""
     with stage_run("plot", params.sections("plot")):
         figures = draw()
         for figure in figures:
@@ -438,12 +417,10 @@ def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
     print("plot: " + ", ".join(str(f) for f in figures))
 
 
-# ---- models: each fine-tune logged as one, the best registered as @champion ----
-
 def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_dir: str | Path, example: Any,
               output: Any, params: dict | None = None) -> str:
-    """`python_model` (pyfunc) as the model `name` with the checkpoint, the tokenizer's files and this package's
-    code, so loading it needs neither the repository nor the network. Returns its id (also MODEL_ID_TAG)."""
+    """`python_model` (pyfunc) as the model `name`, with the checkpoint, the tokenizer and this package's code (no
+    repository or network needed to load it). Returns its id, also tagged MODEL_ID_TAG."""
     import shutil
     from importlib.metadata import version
 
@@ -482,8 +459,7 @@ def params_hash(params: dict[str, Any]) -> str:
 
 def register_champion(task: str, run_id: str, checkpoint: str | Path, tags: dict[str, Any]) -> str:
     """The model run `run_id` logged, as a version of `registered_name(task)` tagged with `tags` and the checkpoint's
-    sha256 (reused if one has both: a later commit of the same model is the same version); @champion points at it.
-    Returns the version ('' if none)."""
+    sha256 (an existing version with both is reused), made @champion. Returns the version ('' if none)."""
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -510,8 +486,6 @@ def register_champion(task: str, run_id: str, checkpoint: str | Path, tags: dict
 def ui_lines(base: str = "http://127.0.0.1:5000") -> list[str]:
     """What `make ui` prints: each task's runs table, or the command that makes some runs."""
     from mlflow import MlflowClient
-
-    from lmtransfer.core.config import TASKS
 
     store = os.environ.get("MLFLOW_TRACKING_URI") or (project_root() / STORE).is_file()  # never created here
     lines = []

@@ -1,5 +1,5 @@
-"""Training batches: packed language-model windows and padded classification batches. The data stays as stored
-(flat id arrays, possibly memory-mapped); only the batch being trained on becomes a tensor."""
+"""Training batches: packed language-model windows and padded classification batches; only the batch being
+trained on becomes a tensor (the ids stay as stored, possibly memory-mapped)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ class PackedBatches:
     padding). Each epoch starts the windows at a new random offset and visits them in a new random order."""
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, seed: int = 0, what: str = "corpus"):
-        """`what` names the token stream in messages (`the corpus's validation part`)."""
         if ids.size < seq_len + 1:
             raise ConfigError(
                 f"{what} has {ids.size:,} tokens, fewer than pretrain.seq_len + 1 = {seq_len + 1}; "
@@ -46,9 +45,7 @@ class PackedBatches:
     def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Fixed, ordered windows: the same validation batches every time."""
         starts = torch.arange(self.windows(0)) * self.seq_len
-        for batch_index, begin in enumerate(range(0, len(starts), self.batch_size)):
-            if batch_index >= max_batches:
-                break
+        for begin in range(0, min(len(starts), max_batches * self.batch_size), self.batch_size):
             yield self._gather(starts[begin : begin + self.batch_size])
 
     def _gather(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,9 +69,8 @@ def classification_batches(
     split: LabeledSplit, batch_size: int, max_len: int, pad_id: int, generator: np.random.Generator | None = None,
     bucketed: bool = True,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """In order without a generator (evaluation). With one, shuffled: `bucketed` batches of similar lengths
-    (little compute wasted on padding), else a random permutation cut into batches (each padded to its longest:
-    a batch mixes short and long texts, as the original course drew them)."""
+    """In order without a generator (evaluation); with one, shuffled: `bucketed` into batches of similar lengths
+    (little padding), else a random permutation cut into batches, as the original course drew them."""
     def cut(order: np.ndarray) -> list[np.ndarray]:
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 

@@ -1,7 +1,5 @@
-"""What both tokenize stages do: pick or train the tokenizer, then encode the corpus and the labeled splits.
-
-The corpus is encoded in chunks straight into `.npy` files (bounded by disk, not memory). The share of pieces
-outside the vocabulary is recorded: with a borrowed dictionary it is the first sign that it does not fit the data.
+"""What both tokenize stages do: pick or train the tokenizer, encode the corpus (streamed into `.npy` files) and
+the labeled splits, and record the share of unknown pieces (a borrowed dictionary that does not fit shows there).
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ def build_tokenizer(prepared_dir: Path, params: TokenizerParams, seed: int = 0) 
 
 
 def encode_corpus(prepared_dir: Path, out_dir: Path, tokenizer: Tokenizer, pieces: bool = False) -> tuple[dict, dict]:
-    """The corpus parts into `corpus_dir(out_dir)`, streamed, written whole or not at all; returns its meta (token
-    counts, unknown rates) and timings."""
+    """The corpus parts into `corpus_dir(out_dir)`, whole or not at all; returns its meta and timings."""
     meta = {"vocab_size": tokenizer.vocab_size, "tokens": {}, "unknown_rate": {}}
     timings = {"corpus_bytes": 0}
     started = time.perf_counter()
@@ -76,7 +73,7 @@ def encode_corpus(prepared_dir: Path, out_dir: Path, tokenizer: Tokenizer, piece
 
 
 def tokenizer_meta(tokenizer: Tokenizer) -> dict:
-    """What every reader of the tokenized folder needs of the tokenizer: its scheme, size and special ids."""
+    """The tokenizer's scheme, size and special ids, for the tokenized folder's meta."""
     mask_id = tokenizer.piece_id(MASK_PIECE) if tokenizer.scheme == "sentencepiece" else None
     return {"scheme": tokenizer.scheme, "vocab_size": tokenizer.vocab_size, **tokenizer.special_ids(), "mask_id": mask_id}
 
@@ -92,8 +89,7 @@ def tokenize_prepared(
     prepared_dir: Path, out_dir: Path, params: TokenizerParams, seed: int = 0, warn: Callable[[str], None] = print
 ) -> dict:
     """The labeled splits and the tokenizer into `out_dir`, the corpus into `corpus_dir(out_dir)`, each whole or
-    not at all; returns both metas merged, for the log. The labeled folder holds nothing about the corpus, so with a
-    given tokenizer a corpus change leaves it byte-identical and reruns no stage that reads only labeled data."""
+    not at all; returns both metas merged, for the log. `out_dir` holds nothing of the corpus."""
     prepared = read_prepared_meta(prepared_dir)
     corpus_pieces = read_corpus_meta(prepared_dir).get("corpus_format") == "pieces"
     labeled_pieces = prepared.get("labeled_format") == "pieces"

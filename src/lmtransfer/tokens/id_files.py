@@ -1,11 +1,6 @@
-"""The id arrays of `data/tokenized/` and its sibling `data/tokenized_corpus/`, written and read here only.
-
-    data/tokenized/          what fine-tuning, evaluation and plots read: train.npz valid.npz test.npz (flat ids,
-                             offsets n+1, labels), translation's <split>_pairs.npz, the tokenizer, meta.json
-    data/tokenized_corpus/   what pretraining alone reads: corpus_train.npy corpus_valid.npy (memory-mapped), meta.json
-
-A corpus change leaves `data/tokenized/` byte-identical, so the scratch fine-tune is not rerun. Nothing here
-needs torch, pandas or the tokenizer (a stage that only reads ids imports none of them).
+"""The id arrays, written and read here only: `data/tokenized/` (<split>.npz of flat ids, offsets n+1 and labels,
+translation's <split>_pairs.npz, the tokenizer, meta.json) and `data/tokenized_corpus/` (corpus_<part>.npy, read
+by pretraining alone, so a corpus change reruns no fine-tune). No torch, pandas or tokenizer import here.
 """
 
 from __future__ import annotations
@@ -20,14 +15,9 @@ import numpy as np
 
 from lmtransfer.core.errors import EmptySplitError
 from lmtransfer.core.io import read_json, require_file, write_json
+from lmtransfer.core.paths import corpus_dir
 
 META = "meta.json"
-
-
-def corpus_dir(directory: Path) -> Path:
-    """Where the corpus ids of the tokenized folder `directory` live: `data/tokenized` -> `data/tokenized_corpus`."""
-    directory = Path(directory)
-    return directory.with_name(f"{directory.name}_corpus")
 
 
 def _corpus_file(directory: Path, part: str) -> Path:
@@ -44,7 +34,7 @@ def _pair_file(directory: Path, name: str) -> Path:
 
 @dataclass
 class PairSplit:
-    """A split's sentence pairs: source and target sequences as views into flat arrays."""
+    """A split's sentence pairs, as views into flat arrays."""
 
     source_ids: np.ndarray
     source_offsets: np.ndarray
@@ -90,10 +80,8 @@ class LabeledSplit:
 
 
 def write_corpus_part(directory: Path, part: str, chunks: Iterable[np.ndarray], dtype: np.dtype) -> int:
-    """Stream id chunks into the .npy `np.save` would write, never holding them all; returns the token count.
-
-    The ids go to a headerless file first (the count is known only at the end), then header and bytes are copied
-    with plain reads and writes: memory-mapping would put every page in the stage's resident memory."""
+    """Stream id chunks into the .npy `np.save` would write; returns the token count. The count is known only at
+    the end: a headerless file first, then copied behind the header (not memory-mapped: resident memory)."""
     path = _corpus_file(directory, part)
     raw, total = path.with_suffix(".raw"), 0
     with open(raw, "wb") as handle:
@@ -126,7 +114,7 @@ def read_tokenized_meta(directory: Path) -> dict[str, Any]:
 
 
 def load_corpus(directory: Path, part: str) -> np.ndarray:
-    """One corpus part of the tokenized folder `directory` (from its `_corpus` sibling), memory-mapped."""
+    """One corpus part of the tokenized folder `directory`'s `_corpus` sibling, memory-mapped."""
     return np.load(require_file(_corpus_file(corpus_dir(directory), part), "tokenized corpus"), mmap_mode="r")
 
 

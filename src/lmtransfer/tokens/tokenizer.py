@@ -1,11 +1,8 @@
 """Tokenizers: text or ready-made pieces to ids and back, and the files that store one.
 
-Three id spaces behind one interface, `Tokenizer`:
-* a sentencepiece model trained on the corpus (the default): 0 pad, 1 unk, 2 bos, 3 eos, 4 `<mask>`;
-* an existing sentencepiece model (`tokenizer.model_file`): its own ids, missing specials appended;
-* a fairseq dictionary (`tokenizer.vocab_file`), the original course's: 0 `<sos>`, 1 `<pad>`, 2 `<eos>`,
-  3 `<oov>`, then its pieces in file order; `tokenizer.model_file` cuts raw text into those pieces.
-Encoded texts are flat numpy arrays (uint16 when the vocabulary allows) plus offsets.
+Three id spaces behind one interface: a sentencepiece model trained on the corpus (0 pad, 1 unk, 2 bos, 3 eos,
+4 `<mask>`); an existing one (`tokenizer.model_file`, missing specials appended); a fairseq dictionary
+(`tokenizer.vocab_file`: 0 `<sos>`, 1 `<pad>`, 2 `<eos>`, 3 `<oov>`, then its pieces), cut by `model_file`.
 """
 
 from __future__ import annotations
@@ -57,7 +54,7 @@ class Tokenizer:
         raise NotImplementedError
 
     def pieces_to_ids(self, line: str) -> list[int]:
-        """A line of space-separated pieces (already tokenized data), without re-tokenizing."""
+        """A line of space-separated pieces, not re-tokenized."""
         return [self.piece_id(piece) for piece in line.split()]
 
     def decode(self, ids: list[int]) -> str:
@@ -129,7 +126,7 @@ class DictionaryTokenizer(Tokenizer):
 
 
 def read_fairseq_dictionary(path: Path) -> list[str]:
-    """`<piece> <count>` per line (an optional `#fairseq:overwrite` flag allowed); pieces in file order."""
+    """`<piece> <count>` per line (optionally flagged `#fairseq:overwrite`); pieces in file order."""
     pieces: list[str] = []
     seen: dict[str, int | str] = dict.fromkeys(DICTIONARY_SPECIALS, "reserved")
     with open(path, "rb") as handle:
@@ -159,13 +156,11 @@ def read_fairseq_dictionary(path: Path) -> list[str]:
     return pieces
 
 
-# --- training one on the corpus ------------------------------------------------------------
-
 TRAINING_TEXT_BYTES = 64 << 20  # sentencepiece's trainer holds ~20 bytes per character it samples: ~1.4 GB
 
 
 def corpus_line_count(corpus_file: Path) -> int:
-    """Lines of a text file (the last one with or without its newline), read in 4 MB blocks."""
+    """Lines of a text file, the last one with or without its newline."""
     lines, last = 0, b"\n"
     with open(corpus_file, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
@@ -177,8 +172,8 @@ def corpus_line_count(corpus_file: Path) -> int:
 def training_sample_lines(
     corpus_file: Path, max_lines: int, budget: int = TRAINING_TEXT_BYTES, lines: int | None = None
 ) -> int:
-    """`max_lines`, or fewer when that many lines of average length would pass `budget` bytes: the trainer's
-    memory grows with the characters it reads. `lines`: the corpus's line count when known."""
+    """`max_lines`, or fewer when that many lines of average length would pass `budget` bytes (the trainer's
+    memory grows with the characters it reads)."""
     size = Path(corpus_file).stat().st_size
     if size <= budget:
         return max_lines
@@ -187,10 +182,8 @@ def training_sample_lines(
 
 
 def sampled_lines(corpus_file: Path, count: int, seed: int, lines: int | None = None) -> Iterator[str]:
-    """`count` lines drawn without replacement by `seed`, in corpus order, newlines stripped (all when fewer).
-
-    Not sentencepiece's own sampling: its wheel seeds that from the OS whatever `set_random_generator_seed`
-    says, so each process trained a different model."""
+    """`count` lines drawn by `seed`, in corpus order (all when fewer). Not sentencepiece's own sampling: its
+    wheel seeds that from the OS, so each process trained a different model."""
     lines = corpus_line_count(corpus_file) if lines is None else lines
     chosen = iter(sorted(random.Random(seed).sample(range(lines), count)) if count < lines else range(lines))
     following = next(chosen, None)
@@ -204,19 +197,14 @@ def sampled_lines(corpus_file: Path, count: int, seed: int, lines: int | None = 
 
 
 def train_sentencepiece(corpus_file: Path, params: TokenizerParams, seed: int = 0) -> bytes:
-    """The serialized model trained on the corpus, or on `sampled_lines` of it when it has more than
-    `training_sample_lines`: the same corpus, params and seed give the same model in every process."""
+    """The serialized model trained on the corpus, or on `sampled_lines` of a large one: the same corpus, params
+    and seed give the same model in every process. Errors in params' terms."""
     lines = corpus_line_count(corpus_file)
     sample_lines = training_sample_lines(corpus_file, params.max_training_lines, lines=lines)
     if lines <= sample_lines:  # sentencepiece's sampler keeps every line and draws nothing
         source = {"input": str(corpus_file), "input_sentence_size": sample_lines, "shuffle_input_sentence": True}
     else:
         source = {"sentence_iterator": sampled_lines(corpus_file, sample_lines, seed, lines), "input_sentence_size": 0}
-    return _trained_model(source, params, seed, corpus_file)
-
-
-def _trained_model(source: dict, params: TokenizerParams, seed: int, corpus_file: Path) -> bytes:
-    """One sentencepiece training over `source` (its trainer arguments), errors in params' terms."""
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -241,9 +229,6 @@ def _trained_model(source: dict, params: TokenizerParams, seed: int, corpus_file
                                  "lower tokenizer.vocab_size") from None
         raise TokenizerError(f"sentencepiece training on {corpus_file} failed: {message}") from None
     return model.getvalue()
-
-
-# --- the tokenizer's files beside the tokenized data ----------------------------------------
 
 
 def existing_tokenizer(params: TokenizerParams) -> Tokenizer | None:
@@ -289,8 +274,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
 
 
 def tokenizer_fingerprint(directory: str | Path) -> str:
-    """sha256 of the files that define the id space. Every checkpoint records it, so a model is never fed the
-    ids of a tokenizer it was not trained with."""
+    """sha256 of the files that define the id space: every checkpoint records it."""
     directory, digest = _folder(directory), hashlib.sha256()
     for name in (MODEL_FILE, DICTIONARY_FILE):
         if (directory / name).is_file():
@@ -299,8 +283,8 @@ def tokenizer_fingerprint(directory: str | Path) -> str:
 
 
 def check_trained_with(payload: dict, checkpoint: str | Path, tokenizer: Tokenizer, directory: str | Path) -> None:
-    """A checkpoint used with the tokenizer it was trained with, or one line saying it is not. One that records
-    no tokenizer (imported from elsewhere) must at least hold every id the tokenizer gives."""
+    """The checkpoint was trained with this tokenizer, or one line says not; one that records none (imported) must
+    at least hold every id the tokenizer gives."""
     recorded = payload.get("tokenizer_sha256")
     found = tokenizer_fingerprint(directory) if recorded is not None else None
     if recorded != found:
@@ -327,9 +311,6 @@ def _why_another_tokenizer(directory: Path) -> str:
     return "pass the folder of the tokenizer it was trained with"
 
 
-# --- flat id arrays ------------------------------------------------------------------------
-
-
 def id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
 
@@ -337,7 +318,7 @@ def id_dtype(vocab_size: int) -> np.dtype:
 def encode_stream(
     tokenizer: Tokenizer, lines: Iterable[str], pieces: bool = False, add_eos: bool = True, chunk_size: int = 4096
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(flat ids, lengths) per chunk of lines, each framed BOS + pieces [+ EOS]: a corpus of any size streams."""
+    """(flat ids, lengths) per chunk of lines, each framed BOS + pieces [+ EOS]."""
     dtype, tail = id_dtype(tokenizer.vocab_size), [tokenizer.eos_id] if add_eos else []
     lines = iter(lines)
     while batch := list(itertools.islice(lines, chunk_size)):
@@ -346,7 +327,7 @@ def encode_stream(
 
 
 def frame(encoded: list[list[int]], dtype: np.dtype, bos_id: int, tail: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(flat ids, lengths) of BOS + ids [+ tail] per text, built with numpy: the ids cross from Python once."""
+    """(flat ids, lengths) of BOS + ids [+ tail] per text, built with numpy."""
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) + 1 + len(tail)
     flat = np.empty(int(lengths.sum()), dtype=dtype)
     ends = np.cumsum(lengths)
@@ -373,14 +354,13 @@ def encode_documents(
 def encode_for_classification(
     tokenizer: Tokenizer, texts: Iterable[str], pieces: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """BOS + pieces, no EOS: the pooled last token must be the text's own last piece. In the packed pretraining
-    stream EOS is always followed by BOS, so the LM learns nothing about the text at EOS (measured: dropping EOS
-    gave the pretrained classifier +2-3 points)."""
+    """BOS + pieces, no EOS: the pooled last token must be the text's own last piece (in the packed corpus EOS
+    learns nothing of the text; dropping it gave +2-3 points)."""
     return encode_documents(tokenizer, texts, add_eos=False, pieces=pieces)
 
 
 def real_mask_id(mask_id: int | None, unk_id: int) -> int | None:
-    """`mask_id` when it names a real `<mask>` piece, else None (only the tokenizer the pipeline trains has one)."""
+    """`mask_id` when it names a real `<mask>` piece (only a tokenizer trained here has one), else None."""
     return None if mask_id is None or mask_id == unk_id else mask_id
 
 
