@@ -372,6 +372,14 @@ def test_classifier_from_pretrained_copies_the_base_adds_a_fresh_head_and_checks
         classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=21)
 
 
+def test_checkpoints_of_equal_weights_are_equal_bytes(tmp_path):
+    """dvc.lock records checkpoint hashes: a rerun with the same weights must not change them."""
+    model = LanguageModel(LM_CONFIG)
+    save_checkpoint(tmp_path / "a.pt", model, "language_model", LM_CONFIG)
+    save_checkpoint(tmp_path / "sub" / "b.pt", model, "language_model", LM_CONFIG)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "sub" / "b.pt").read_bytes()
+
+
 def test_load_checkpoint_names_the_wrong_kind_a_garbage_a_foreign_and_a_missing_file(tmp_path):
     path, garbage, foreign = tmp_path / "lm.pt", tmp_path / "garbage.pt", tmp_path / "foreign.pt"
     save_checkpoint(path, LanguageModel(LM_CONFIG), "language_model", LM_CONFIG)

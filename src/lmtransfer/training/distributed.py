@@ -148,7 +148,7 @@ def share(n: int, world: World) -> slice:
 
 
 def my_rows(batch: Sequence[torch.Tensor], world: World) -> tuple[list[torch.Tensor], float]:
-    """This rank's rows of a global batch and 1.0, or the first row with weight 0.0 (every rank joins the all-reduce)."""
+    """This rank's rows of a global batch and 1.0, or with none the first row and 0.0 (all join the all-reduce)."""
     rows = share(batch[0].size(0), world)
     if rows.start == rows.stop:
         return [tensor[:1] for tensor in batch], 0.0
