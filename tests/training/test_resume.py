@@ -125,25 +125,19 @@ def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_trainin
     assert _results(corpus, task) == _results(*uninterrupted[1:3])
 
 
-def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path):
-    off = Snapshots("pretrain", "x", every=0, root=tmp_path)
-    _pretrain_both_phases(off)
-    assert not (tmp_path / "pretrain").exists()
-    on = Snapshots("pretrain", "x", every=4, root=tmp_path)
-    _pretrain_both_phases(on)
-    assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
-    on.clear()
-    assert not (tmp_path / "pretrain").exists()
-
-
-def test_a_snapshot_of_finished_phases_returns_their_results_without_training(tmp_path, uninterrupted):
+def test_a_finished_run_s_snapshots_give_its_results_without_training_until_cleared(tmp_path, uninterrupted):
     """A kill after training but before the outputs are written: the rerun goes straight to the outputs."""
+    _pretrain_both_phases(Snapshots("pretrain", "same", every=0, root=tmp_path))
+    assert not (tmp_path / "pretrain").exists()  # train.resume_every: 0 takes none
     model, corpus, task, _ = uninterrupted
     snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
     _pretrain_both_phases(snapshots)
+    assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
     again_model, again_corpus, again_task, logged = _pretrain_both_phases(snapshots, model_seed=9)
     assert _same_weights(again_model, model) and _results(again_corpus, again_task) == _results(corpus, task)
     assert logged == []  # nothing trained, nothing measured again
+    snapshots.clear()
+    assert not (tmp_path / "pretrain").exists()
 
 
 def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
