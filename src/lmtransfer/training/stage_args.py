@@ -1,5 +1,5 @@
-"""The command lines of the pretrain (`--seed 2`) and fine-tune stages (`--init pretrained --pretrain-seed 2 --seed 0`),
-parsed by the stage script itself; nothing else under src/ reads `sys.argv` (torchrun's relaunch passes it on)."""
+"""The command lines of the pretrain (`--seed 2`) and fine-tune stages (`--init pretrained --pretrain-seed 2
+--seed 0`), parsed by the stage script itself; nothing under src/ reads `sys.argv` (torchrun's relaunch passes it)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ class PretrainArgs:
     seed: int
 
     @property
-    def outputs(self) -> PretrainOutputs:
-        return PretrainOutputs(self.seed)
+    def stage(self) -> str:
+        return PretrainOutputs(self.seed).stage  # `pretrain@2`
 
     @property
-    def stage(self) -> str:
-        return self.outputs.stage  # `pretrain@2`
+    def outputs(self) -> PretrainOutputs:
+        return PretrainOutputs(self.seed)
 
 
 @dataclass(frozen=True)
