@@ -84,7 +84,7 @@ def evaluate_imported(
     train_sets = objective.valid_batches(train_ids, params, 0, "the corpus's training part")
     valid_sets = objective.valid_batches(valid_ids, params, 0, "the corpus's validation part")
     train_loss = evaluate_lm(model, train_sets[0], params.eval_batches, device)["loss"]
-    return PretrainResult(0, [{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
+    return PretrainResult(steps=0, train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
                           valid_log=[{"step": 0, **validation_row(model, valid_sets, params.eval_batches, device)}])
 
 
