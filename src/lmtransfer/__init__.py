@@ -1,11 +1,9 @@
 """lmtransfer: pretrain a Transformer LM, fine-tune it, compare it with the same network from scratch.
 
-The package's first import sets what must be set before torch (and MLflow) load:
-* PyTorch, MKL and oneDNN kernels pinned to AVX2 (LMTRANSFER_CPU_KERNELS=native lets each pick its own): kernels
-  chosen per CPU round differently, so the same commit and params gave other numbers on another machine;
-* how OpenMP's idle threads wait (`choose_openmp_wait`), which libgomp reads when torch loads it;
-* MLflow's telemetry off (MLFLOW_DISABLE_TELEMETRY=false turns it on): no network use but the pinned download.
-A bad LMTRANSFER_* value counts as unset here, so importing never raises; every entry point refuses it next.
+The first import sets what must be set before torch (and MLflow) load: PyTorch, MKL and oneDNN kernels pinned to
+AVX2 (kernels chosen per CPU round differently; LMTRANSFER_CPU_KERNELS=native lets each pick), how OpenMP's idle
+threads wait (`choose_openmp_wait`), MLflow's telemetry off (MLFLOW_DISABLE_TELEMETRY=false turns it on). A bad
+LMTRANSFER_* value counts as unset here, so importing never raises; every entry point refuses it next.
 """
 
 from __future__ import annotations
@@ -59,10 +57,10 @@ def cores_busy_with_others(seconds: float = 0.1) -> float:
 def choose_openmp_wait(others_busy=cores_busy_with_others) -> dict[str, str]:
     """How OpenMP's idle threads wait, chosen once as the process starts; returns what was set.
 
-    libgomp spins an idle thread 300,000 rounds, so beside a program that does not yield (`yes > /dev/null`) a
-    stage kept 0.19-0.27 of its speed. Beside others busy on `BUSY_CORES` threads sleep at once (PASSIVE: a fair
-    share, 0.82-0.94 of the speed alone); else they spin a short while, as fast alone (benchmarks/fair_share.py).
-    The user's OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; once torch is loaded it is too late. Results never change."""
+    libgomp spins an idle thread 300,000 rounds: beside a program that does not yield (`yes > /dev/null`) a stage
+    kept 0.19-0.27 of its speed. Beside busy cores threads sleep at once (PASSIVE: 0.82-0.94 of the speed alone),
+    else they spin a short while (benchmarks/fair_share.py). The user's OMP_WAIT_POLICY or GOMP_SPINCOUNT wins;
+    after torch loads it is too late. Results never change."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules:
         return {}
     busy = others_busy() >= BUSY_CORES

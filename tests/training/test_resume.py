@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
-import textwrap
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from lmtransfer.classification.finetune import finetune
-from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig  # noqa: F401 - the killed run uses it as t.LanguageModel
+from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.objectives import Objective
 from lmtransfer.pretraining.training import adapt_to_task, pretrain
 from lmtransfer.tokens.id_files import LabeledSplit
@@ -131,25 +125,19 @@ def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_trainin
     assert _results(corpus, task) == _results(*uninterrupted[1:3])
 
 
-def test_no_snapshots_when_resume_every_is_zero_and_clear_removes_them(tmp_path):
-    off = Snapshots("pretrain", "x", every=0, root=tmp_path)
-    _pretrain_both_phases(off)
-    assert not (tmp_path / "pretrain").exists()
-    on = Snapshots("pretrain", "x", every=4, root=tmp_path)
-    _pretrain_both_phases(on)
-    assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
-    on.clear()
-    assert not (tmp_path / "pretrain").exists()
-
-
-def test_a_snapshot_of_finished_phases_returns_their_results_without_training(tmp_path, uninterrupted):
+def test_a_finished_run_s_snapshots_give_its_results_without_training_until_cleared(tmp_path, uninterrupted):
     """A kill after training but before the outputs are written: the rerun goes straight to the outputs."""
+    _pretrain_both_phases(Snapshots("pretrain", "same", every=0, root=tmp_path))
+    assert not (tmp_path / "pretrain").exists()  # train.resume_every: 0 takes none
     model, corpus, task, _ = uninterrupted
     snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
     _pretrain_both_phases(snapshots)
+    assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
     again_model, again_corpus, again_task, logged = _pretrain_both_phases(snapshots, model_seed=9)
     assert _same_weights(again_model, model) and _results(again_corpus, again_task) == _results(corpus, task)
     assert logged == []  # nothing trained, nothing measured again
+    snapshots.clear()
+    assert not (tmp_path / "pretrain").exists()
 
 
 def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
@@ -217,83 +205,24 @@ def test_finetuning_resumed_after_an_interrupted_epoch_ends_bit_for_bit_like_an_
     assert all(torch.equal(resumed.best_state[k], v) for k, v in result.best_state.items())
 
 
-KILLED_RUN = textwrap.dedent("""
-    import sys, time
-    from pathlib import Path
-    import torch
-    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]  # test_resume, and the conftest it imports
-    import test_resume as t
-    from lmtransfer.training.resume import Snapshots
-
-    def slow_log(metrics, step):
-        print(step, flush=True)
-        time.sleep(0.02)  # room for the kill to land anywhere
-
-    torch.manual_seed(0)
-    model = t.LanguageModel(t.CONFIG)
-    snapshots = Snapshots("pretrain", "same", every=3, root=Path({root!r}))
-    options = t.RunOptions(t.CPU, seed=3, log_metrics=slow_log, log_every=1, snapshots=snapshots)
-    corpus = t.pretrain(model, t.CORPUS, t.CORPUS[:400], t.PARAMS, options)
-    t.adapt_to_task(model, t.TASK, t.TASK[:200], t.PARAMS, options, first_step=corpus.steps)
-    torch.save(model.state_dict(), {out!r})
-""")
-
-
-@pytest.mark.slow
-def test_a_pretraining_process_killed_at_a_random_step_resumes_to_the_same_weights(tmp_path):
-    """kill -9 of a real process at a random logged step; the rerun loads its snapshot and ends identically."""
-    root, reference, resumed = tmp_path / "resume", tmp_path / "reference.pt", tmp_path / "resumed.pt"
-
-    def start(out: Path, snapshot_root: Path) -> subprocess.Popen:
-        code = KILLED_RUN.format(tests=str(Path(__file__).parent), root=str(snapshot_root), out=str(out))
-        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-    uninterrupted = start(reference, tmp_path / "unused")
-    uninterrupted.communicate()
-    kill_at = random.Random().randint(4, 47)  # both phases log 48 steps: the kill lands before the end
-    killed = start(resumed, root)
-    for line in killed.stdout:
-        if int(line) >= kill_at:
-            os.kill(killed.pid, signal.SIGKILL)
-            break
-    killed.wait()
-    assert killed.returncode == -signal.SIGKILL, f"finished before step {kill_at}"
-    assert not resumed.exists() and list(root.rglob("*.pt"))
-    rerun = start(resumed, root)
-    rerun.communicate()
-    assert rerun.returncode == 0
-    a, b = torch.load(reference, weights_only=True), torch.load(resumed, weights_only=True)
-    assert all(torch.equal(a[k], b[k]) for k in a), f"killed at step {kill_at}"
-
-
-def test_a_fractional_adaptation_runs_that_share_of_its_steps_and_whole_passes_stay_as_they_were():
-    """`pretrain.adapt_epochs: 0.5` (the scaling study's small budgets) stops halfway through the pass; an integer
-    count still runs whole passes, as the committed results were made."""
+def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says_so(capsys):
+    """`pretrain.adapt_epochs: 0.5` (the scaling study's small budgets) stops halfway through the pass, an integer
+    count runs whole passes (as the committed results were made); `pretrain.adapt_max_steps` bounds the phase."""
     from lmtransfer.pretraining.training import adaptation_steps
 
     assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
     assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
-    whole = PARAMS.model_copy(update={"adapt_epochs": 1})
-    torch.manual_seed(0)
-    one_pass = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, RunOptions(CPU, seed=3))
-    torch.manual_seed(0)
-    half = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_epochs": 0.5}),
-                         RunOptions(CPU, seed=3))
+
+    def adapt(**change):
+        torch.manual_seed(0)
+        params = PARAMS.model_copy(update={"adapt_epochs": 1, **change})
+        return adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], params, RunOptions(CPU, seed=3))
+
+    one_pass, half = adapt(), adapt(adapt_epochs=0.5)
     assert half.steps == round(one_pass.steps / 2) and half.tokens_seen < one_pass.tokens_seen
-
-
-def test_the_adaptation_phase_stops_at_its_step_cap_and_says_so(capsys):
-    """A large labeled set makes one pass many steps: `pretrain.adapt_max_steps` bounds the phase's cost."""
-    whole = PARAMS.model_copy(update={"adapt_epochs": 2})
-    torch.manual_seed(0)
-    full = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole, RunOptions(CPU, seed=3))
     assert "capped" not in capsys.readouterr().out
-    torch.manual_seed(0)
-    capped = adapt_to_task(LanguageModel(CONFIG), TASK, TASK[:200], whole.model_copy(update={"adapt_max_steps": 3}),
-                           RunOptions(CPU, seed=3))
-    assert capped.steps == 3 < full.steps
-    assert f"would be {full.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out
+    assert adapt(adapt_max_steps=3).steps == 3 < one_pass.steps
+    assert f"would be {one_pass.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out
 
 
 def test_the_fingerprint_covers_the_code_from_any_working_directory(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -95,36 +96,31 @@ PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
 
 
 def _pretrain(max_steps: int, model_seed: int = 0, data_seed: int = 0, dropout: float = 0.0, device=CPU,
-              **overrides):
+              log_every: int = 1, logged: list | None = None):
     torch.manual_seed(model_seed)
-    config = ModelConfig(**{**LM_CONFIG.to_dict(), "dropout": dropout})
-    model = LanguageModel(config)
+    model = LanguageModel(ModelConfig(**{**LM_CONFIG.to_dict(), "dropout": dropout}))
     params = shipped("pretrain", max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=5,
-                     eval_every=20, eval_batches=2, **overrides)
-    result = pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params,
-                      RunOptions(device, seed=data_seed, log_every=1))
-    return model, result
-
-
-def _tokens_in_first_batches(batches: PackedBatches, n_batches: int) -> int:
-    tokens = 0
-    while True:
-        for _, targets in batches.epoch():
-            tokens += targets.numel()
-            n_batches -= 1
-            if n_batches == 0:
-                return tokens
+                     eval_every=20, eval_batches=2)
+    logged = [] if logged is None else logged
+    options = RunOptions(device, seed=data_seed, log_every=log_every,
+                         log_metrics=lambda metrics, step: logged.append((step, metrics)))
+    return model, pretrain(model, np.tile(PATTERN, 200), np.tile(PATTERN, 30), params, options)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_pretraining_loss_drops_on_a_repetitive_corpus(device):
-    _, result = _pretrain(max_steps=80, device=device)
+def test_pretraining_loss_drops_on_a_repetitive_corpus_and_logs_through_the_callback(device):
+    logged = []
+    _, result = _pretrain(max_steps=80, device=device, log_every=4, logged=logged)
     initial = result.valid_log[0]["val_loss"]
     assert initial == pytest.approx(math.log(LM_CONFIG.vocab_size), rel=0.3)  # an untrained model is near uniform
     assert result.final_val_loss < 0.5 * initial
     assert [row["step"] for row in result.valid_log] == [0, 20, 40, 60, 80]
-    assert result.steps == 80 and len(result.train_log) == 80
-    assert result.tokens_seen == _tokens_in_first_batches(PackedBatches(np.tile(PATTERN, 200), 16, 8, seed=0), 80)
+    assert result.steps == 80 and [row["step"] for row in result.train_log] == list(range(4, 81, 4))
+    assert [step for step, metrics in logged if "train_loss" in metrics] == list(range(4, 81, 4))
+    assert [step for step, metrics in logged if "val_loss" in metrics] == [0, 20, 40, 60, 80]
+    batches = PackedBatches(np.tile(PATTERN, 200), 16, 8, seed=0)  # the same epochs' first 80 batches
+    epochs = itertools.chain.from_iterable(batches.epoch() for _ in itertools.count())
+    assert result.tokens_seen == sum(targets.numel() for _, targets in itertools.islice(epochs, 80))
     assert result.tokens_seen > 0.9 * 80 * 8 * 16  # only each epoch's last batch may be partial
     assert result.valid_log[-1]["val_perplexity"] == pytest.approx(math.exp(result.final_val_loss))
 
@@ -136,19 +132,6 @@ def test_pretraining_is_deterministic_for_a_seed():
     assert losses == [row["train_loss"] for row in again.train_log] and first.valid_log == again.valid_log
     assert all(torch.equal(a, b) for a, b in zip(model_a.state_dict().values(), model_b.state_dict().values()))
     assert losses != [row["train_loss"] for row in other.train_log]
-
-
-def test_pretraining_logs_metrics_through_the_callback():
-    logged = []
-    torch.manual_seed(0)
-    params = shipped("pretrain", max_steps=6, batch_size=4, seq_len=8, eval_every=3, eval_batches=1, warmup_steps=1)
-    ids = np.tile(PATTERN, 20)
-    pretrain(LanguageModel(LM_CONFIG), ids, ids, params,
-             RunOptions(CPU, log_every=2, log_metrics=lambda m, s: logged.append((s, m))))
-    train_steps = [step for step, metrics in logged if "train_loss" in metrics]
-    valid_steps = [step for step, metrics in logged if "val_loss" in metrics]
-    assert train_steps == [2, 4, 6]
-    assert valid_steps == [0, 3, 6]
 
 
 # --- fine-tuning --------------------------------------------------------------------------
@@ -374,15 +357,6 @@ def test_classifier_checkpoint_round_trip_gives_identical_outputs(tmp_path):
         assert torch.equal(model(ids), restored(ids))
 
 
-def test_load_checkpoint_rejects_the_wrong_kind(tmp_path):
-    path = tmp_path / "lm.pt"
-    save_checkpoint(path, LanguageModel(LM_CONFIG), "language_model", LM_CONFIG)
-    with pytest.raises(ValueError, match="language_model"):
-        load_checkpoint(path, expected_kind="classifier")
-    lm = build_language_model(load_checkpoint(path, expected_kind="language_model"))
-    assert isinstance(lm, LanguageModel)
-
-
 def test_classifier_from_pretrained_copies_the_base_adds_a_fresh_head_and_checks_the_vocabulary(tmp_path):
     torch.manual_seed(0)
     lm = LanguageModel(LM_CONFIG)
@@ -398,8 +372,20 @@ def test_classifier_from_pretrained_copies_the_base_adds_a_fresh_head_and_checks
         classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=21)
 
 
-def test_load_checkpoint_names_a_garbage_a_foreign_and_a_missing_file(tmp_path):
-    garbage, foreign = tmp_path / "garbage.pt", tmp_path / "foreign.pt"
+def test_checkpoints_of_equal_weights_are_equal_bytes(tmp_path):
+    """dvc.lock records checkpoint hashes: a rerun with the same weights must not change them."""
+    model = LanguageModel(LM_CONFIG)
+    save_checkpoint(tmp_path / "a.pt", model, "language_model", LM_CONFIG)
+    save_checkpoint(tmp_path / "sub" / "b.pt", model, "language_model", LM_CONFIG)
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "sub" / "b.pt").read_bytes()
+
+
+def test_load_checkpoint_names_the_wrong_kind_a_garbage_a_foreign_and_a_missing_file(tmp_path):
+    path, garbage, foreign = tmp_path / "lm.pt", tmp_path / "garbage.pt", tmp_path / "foreign.pt"
+    save_checkpoint(path, LanguageModel(LM_CONFIG), "language_model", LM_CONFIG)
+    with pytest.raises(ValueError, match="language_model"):
+        load_checkpoint(path, expected_kind="classifier")
+    assert isinstance(build_language_model(load_checkpoint(path, expected_kind="language_model")), LanguageModel)
     garbage.write_bytes(b"\x00not a torch file at all")
     torch.save({"weights": torch.zeros(2)}, foreign)
     with pytest.raises(ValueError, match=str(garbage)):
@@ -411,14 +397,6 @@ def test_load_checkpoint_names_a_garbage_a_foreign_and_a_missing_file(tmp_path):
 
 
 # --- atomic writes ------------------------------------------------------------------------
-
-
-def test_write_json_leaves_only_the_target_file(tmp_path):
-    path = tmp_path / "out" / "metrics.json"
-    lmio.write_json(path, {"accuracy": 0.5, "labels": ["a", "b"]})
-    lmio.write_json(path, {"accuracy": 0.75})
-    assert os.listdir(path.parent) == ["metrics.json"]
-    assert lmio.read_json(path) == {"accuracy": 0.75}
 
 
 def test_atomic_path_keeps_the_old_file_when_the_block_fails_else_replaces_it_with_a_normal_mode(tmp_path):
@@ -452,7 +430,11 @@ def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path)
     assert os.listdir(tmp_path) == ["prepared"]
 
 
-def test_tsv_round_trip(tmp_path):
+def test_json_and_tsv_round_trip_leaving_only_the_file(tmp_path):
+    json_file = tmp_path / "out" / "metrics.json"
+    lmio.write_json(json_file, {"accuracy": 0.5, "labels": ["a", "b"]})
+    lmio.write_json(json_file, {"accuracy": 0.75})
+    assert os.listdir(json_file.parent) == ["metrics.json"] and lmio.read_json(json_file) == {"accuracy": 0.75}
     path = tmp_path / "log.tsv"
     lmio.write_tsv(path, [{"step": 1, "loss": 0.123456789}, {"step": 2, "loss": 2.0}])
     assert lmio.read_tsv(path) == [{"step": "1", "loss": "0.123457"}, {"step": "2", "loss": "2"}]

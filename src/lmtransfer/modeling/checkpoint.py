@@ -15,14 +15,7 @@ from torch import nn
 from lmtransfer.core.config import pooling_mismatch
 from lmtransfer.core.errors import CheckpointError
 from lmtransfer.core.io import atomic_path, how_to_produce, require_file
-from lmtransfer.modeling.model import (
-    Classifier,
-    LanguageModel,
-    MaskedLanguageModel,
-    ModelConfig,
-    ModelParams,
-    fold_segment_a,
-)
+from lmtransfer.modeling.model import Classifier, LanguageModel, MaskedLanguageModel, ModelConfig, fold_segment_a
 
 BASE_PREFIX = "base."
 SEGMENT_EMBEDDING = "segment_embedding.weight"
@@ -94,11 +87,6 @@ def base_state(state_dict: dict[str, Any]) -> dict[str, Any]:
 
 def model_config_of(payload: dict[str, Any]) -> ModelConfig:
     return ModelConfig(**payload["model_config"])
-
-
-def model_params_of(config: ModelConfig) -> dict[str, Any]:
-    """The `model.*` keys of the network really built (`attention`: causal | bidirectional)."""
-    return {key: getattr(config, key) for key in ModelParams.model_fields}
 
 
 def objective_of(payload: dict[str, Any]) -> str:

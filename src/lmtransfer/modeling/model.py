@@ -1,11 +1,6 @@
-"""The Transformer of the experiment, readable in one file.
-
-A base (encoder) shared by two heads: a language-model head for pretraining, a classification head for fine-tuning;
-transfer = keep the base, swap the head. The base is causal for next-token prediction (`clm`), bidirectional for
-BERT's masked language modelling (`mlm`, optionally with next-sentence prediction).
-
-A new model knob: a `Field`-annotated field of `ModelConfig` and its value in params.yaml's `model` section.
-"""
+"""The Transformer of the experiment: a base shared by a language-model head (pretraining) and a classification
+head (fine-tuning); causal for next-token prediction, bidirectional for BERT's masked tokens. A new model knob: a
+`Field`-annotated field of `ModelConfig` and its value in params.yaml's `model` section."""
 
 from __future__ import annotations
 

@@ -52,8 +52,7 @@ def seed_everything(seed: int) -> None:
 
 
 def cpu_identity() -> dict[str, str]:
-    """The CPU's vendor and model from /proc/cpuinfo ("unknown" elsewhere): an Intel and an AMD CPU round a few
-    operations differently, so results say which one made them."""
+    """The CPU's vendor and model ("unknown" off Linux): an Intel and an AMD CPU round a few operations apart."""
     found: dict[str, str] = {}
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
         for line in info:
@@ -63,8 +62,7 @@ def cpu_identity() -> dict[str, str]:
 
 
 def environment_facts() -> dict[str, str | int]:
-    """What CPU results depend on besides code, params and data, stored beside them: the CPU, the kernels'
-    instruction set, the threads, the processes under torchrun."""
+    """What CPU results depend on besides code, params and data: the CPU, its kernels, the threads, the processes."""
     facts = {"cpu_model": cpu_identity()["cpu_model"], "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
              "threads": torch.get_num_threads()}
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -73,8 +71,7 @@ def environment_facts() -> dict[str, str | int]:
 
 
 def flush_denormals() -> bool:
-    """Subnormal floats count as zero on the CPU, as on GPUs (each product touching one costs some hundred cycles).
-    Per thread: call it before torch starts its worker threads, which copy the flag."""
+    """Subnormal floats count as zero, as on GPUs (each costs ~100 cycles); before torch's threads, which copy it."""
     return torch.set_flush_denormal(True)
 
 
@@ -87,8 +84,7 @@ def queue_workers() -> int:
 
 
 def parallel_jobs() -> int:
-    """How many training jobs share this machine: LMTRANSFER_JOBS, else inside a DVC stage the queue workers (at
-    least 1), else 1."""
+    """Training jobs sharing this machine: LMTRANSFER_JOBS, else inside a DVC stage the queue workers, else 1."""
     if jobs := knobs.read(knobs.JOBS):
         return jobs
     if "DVC_ROOT" not in os.environ and "DVC_EXP_NAME" not in os.environ:
@@ -116,8 +112,8 @@ def use_share_of_cores() -> int:
 def configure(params: TrainParams, seed: int = 0) -> torch.device:
     """Seed, set CPU threads, pick the device: once per training stage, before its parallel work."""
     seed_everything(seed)
-    flush_denormals()
     if params.num_threads:
+        flush_denormals()
         torch.set_num_threads(params.num_threads)
     else:
         use_share_of_cores()

@@ -1,11 +1,10 @@
 """Start pretraining from an existing checkpoint file (`pretrain.init_from`), wrapped or a bare state dict.
 
-Two layouts: ours (`base.token_embedding.weight`, `base.layers.layers.K.*`, `head.*`), and the original course
-experiment's (`model_state_dict` with `base.encoder.weight`, `base.pos_encoder.pe`,
-`base.transformer_encoder.layers.K.*`, `classifier.decoder.*`). Both build their layers from
-nn.TransformerEncoderLayer, so the mapping renames three prefixes. Nothing is guessed silently: a tensor the model
-has no place for, a missing one, another positional table or a size that does not match `params.yaml` stops with
-one message naming the file, the tensor (as the file names it) and the key to change. Read with weights_only.
+Two layouts: ours (`base.token_embedding.weight`, `base.layers.layers.K.*`, `head.*`) and the original course's
+(`model_state_dict` with `base.encoder.weight`, `base.pos_encoder.pe`, `base.transformer_encoder.layers.K.*`,
+`classifier.decoder.*`): both stack nn.TransformerEncoderLayers, so three prefixes are renamed. Nothing is guessed:
+a tensor without a place, a missing one, another positional table or a size params.yaml does not give stops with
+one message naming the file, the tensor (as the file names it) and the key to change.
 """
 
 from __future__ import annotations
@@ -100,10 +99,10 @@ def read_checkpoint_weights(path: str | Path) -> ImportedWeights:
                      "params.yaml is used and must equal the original run's")
     else:
         keys = [str(k) for k in (state or payload)]
+        more = f", ... ({len(keys)} in all)" if len(keys) > KEYS_SHOWN else ""
         raise _fail(origin, f"unknown checkpoint layout: no {OUR_EMBEDDING} (lmtransfer) and no {ORIGINAL_EMBEDDING} "
                             f"(original experiment) tensor; keys found: {', '.join(keys[:KEYS_SHOWN]) or '(none)'}"
-                            + (f", ... ({len(keys)} in all)" if len(keys) > KEYS_SHOWN else "")
-                            + f"; set {INIT_KEY} to a checkpoint of this model")
+                            f"{more}; set {INIT_KEY} to a checkpoint of this model")
     config = meta.get("model_config") if isinstance(meta.get("model_config"), Mapping) else {}
     weights = ImportedWeights({}, False, layout, 0, 0, 0, 0, notes, origin,
                               n_heads=config.get("n_heads") if isinstance(config.get("n_heads"), int) else None,
@@ -153,15 +152,14 @@ def _check_complete(weights: ImportedWeights, state: dict[str, Any], kind: Any) 
     """Infer V, D, N, F, then hold every base tensor against a LanguageModel of that shape (built without memory):
     a missing, misshapen or unexpected one stops; the head is kept only if it is an LM head."""
     origin, linear1_key = weights.origin, f"{OUR_LAYERS}0.linear1.weight"
-    embedding, linear1 = state.get(OUR_EMBEDDING), state.get(linear1_key)
-    for key, value in ((OUR_EMBEDDING, embedding), (linear1_key, linear1)):
-        if not isinstance(value, torch.Tensor) or value.dim() != 2:
+    for key in (OUR_EMBEDDING, linear1_key):
+        if not isinstance(state.get(key), torch.Tensor) or state[key].dim() != 2:
             raise _fail(origin, f"{weights.name(key)} is missing or not a matrix; set {INIT_KEY} to a complete "
                                 "checkpoint of this model")
     layers = re.compile(re.escape(OUR_LAYERS) + r"(\d+)\.")
-    weights.vocab_size, weights.d_model = embedding.shape
+    weights.vocab_size, weights.d_model = state[OUR_EMBEDDING].shape
     weights.n_layers = max(int(m.group(1)) for key in state if (m := layers.match(key))) + 1
-    weights.d_ff = linear1.size(0)
+    weights.d_ff = state[linear1_key].size(0)
     with torch.device("meta"):
         reference = LanguageModel(ModelConfig(vocab_size=weights.vocab_size, d_model=weights.d_model,
                                               n_layers=weights.n_layers, n_heads=1, d_ff=weights.d_ff, dropout=0.0))
@@ -208,27 +206,24 @@ def _usable_lm_head(weights: ImportedWeights, state: dict[str, Any], kind: Any) 
 
 def check_compatible(weights: ImportedWeights, config: ModelConfig, origin: str) -> None:
     """Compare with the model params.yaml builds; report every mismatch at once, naming its key."""
-    embedding, layers = weights.name(OUR_EMBEDDING), weights.name(OUR_LAYERS)
-    problems = []
-    if weights.vocab_size != config.vocab_size:
-        problems.append(f"{embedding} has {weights.vocab_size} token ids but the tokenizer gives {config.vocab_size}: "
-                        "the id space does not match; use the checkpoint's dictionary (tokenizer.vocab_file) or retrain")
-    if weights.d_model != config.d_model:
-        problems.append(f"{embedding} has width {weights.d_model} but model.d_model is {config.d_model}: "
-                        f"set model.d_model: {weights.d_model}")
-    if weights.n_layers != config.n_layers:
-        problems.append(f"{layers}* has {weights.n_layers} layers but model.n_layers is {config.n_layers}: "
-                        f"set model.n_layers: {weights.n_layers}")
-    if weights.d_ff != config.d_ff:
-        problems.append(f"{layers}0.linear1.weight has {weights.d_ff} feed-forward units but model.d_ff is "
-                        f"{config.d_ff}: set model.d_ff: {weights.d_ff}")
-    if weights.n_heads is not None and weights.n_heads != config.n_heads:
-        problems.append(f"model_config.n_heads is {weights.n_heads} but model.n_heads is {config.n_heads}: "
-                        f"set model.n_heads: {weights.n_heads}")
-    if weights.causal != config.causal:
-        problems.append(f"the checkpoint's attention is {'causal' if weights.causal else 'bidirectional'} (pretrained "
-                        f"with objective {weights.objective}) but pretrain.objective / model.attention give "
-                        f"{config.attention}: set pretrain.objective: {weights.objective}")
+    embedding, layers, w = weights.name(OUR_EMBEDDING), weights.name(OUR_LAYERS), weights
+    checks = [
+        (w.vocab_size, config.vocab_size, f"{embedding} has {w.vocab_size} token ids but the tokenizer gives "
+         f"{config.vocab_size}: the id space does not match; use the checkpoint's dictionary (tokenizer.vocab_file) "
+         "or retrain"),
+        (w.d_model, config.d_model, f"{embedding} has width {w.d_model} but model.d_model is {config.d_model}: "
+         f"set model.d_model: {w.d_model}"),
+        (w.n_layers, config.n_layers, f"{layers}* has {w.n_layers} layers but model.n_layers is {config.n_layers}: "
+         f"set model.n_layers: {w.n_layers}"),
+        (w.d_ff, config.d_ff, f"{layers}0.linear1.weight has {w.d_ff} feed-forward units but model.d_ff is "
+         f"{config.d_ff}: set model.d_ff: {w.d_ff}"),
+        (config.n_heads if w.n_heads is None else w.n_heads, config.n_heads,  # the original layout lacks it
+         f"model_config.n_heads is {w.n_heads} but model.n_heads is {config.n_heads}: set model.n_heads: {w.n_heads}"),
+        (w.causal, config.causal, f"the checkpoint's attention is {'causal' if w.causal else 'bidirectional'} "
+         f"(pretrained with objective {w.objective}) but pretrain.objective / model.attention give "
+         f"{config.attention}: set pretrain.objective: {w.objective}"),
+    ]
+    problems = [problem for found, wanted, problem in checks if found != wanted]
     if len(problems) == 1:
         raise _fail(origin, problems[0])
     if problems:

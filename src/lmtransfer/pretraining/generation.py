@@ -1,6 +1,5 @@
-"""Text from the language model, a cheap and visible check of pretraining: continuations of a prompt (causal LM),
-or the likeliest words for each `<mask>` of a prompt (masked LM). Used by the pretrain stage (its samples),
-`lmtransfer generate` and `lmtransfer fill`."""
+"""Text from the language model, a cheap and visible check of pretraining: continuations of a prompt (causal LM) or
+the likeliest words for each `<mask>` (masked LM), for the pretrain stage's samples, `generate` and `fill`."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ def mask_id_of(tokenizer) -> int:
 def fill_blanks(
     model: LanguageModel, tokenizer, prompt: str, mask_id: int, top_k: int = 5, device: torch.device | str = "cpu",
 ) -> list[list[tuple[str, float]]]:
-    """For each `<mask>` of the prompt (one is appended when it has none), the `top_k` likeliest words and their
-    probabilities; special ids are never proposed."""
+    """For each `<mask>` of the prompt (one appended if none), the `top_k` likeliest words (never a special id)."""
     if MASK_PIECE not in prompt:
         prompt = f"{prompt} {MASK_PIECE}"
     ids = [tokenizer.bos_id]  # each `<mask>` as the mask id (cut apart, sentencepiece would spell it out)
@@ -75,9 +73,8 @@ def continue_prompt(
 def pretraining_samples(
     model: LanguageModel, tokenizer, params, objective: str, mask_id: int | None, device: torch.device, seed: int,
 ) -> str:
-    """`metrics/pretrain/seed<p>/samples.txt`: each of `pretrain.prompts` continued greedily and sampled (seeded) by
-    a causal LM (`[greedy] the movie was -> ...`), or its blanks filled by a masked LM
-    (`[fill] the movie was <mask> -> good 0.210 | great 0.104 | ...`)."""
+    """samples.txt: each of `pretrain.prompts` continued greedily and sampled (`[greedy] the movie was -> ...`), or
+    its blanks filled by a masked LM (`[fill] the movie was <mask> -> good 0.210 | great 0.104 | ...`)."""
     lines = []
     if objective == "mlm":
         for prompt in params.prompts:

@@ -1,17 +1,12 @@
-"""Pretraining objectives: what the language model learns to predict, and from which batches.
-
-* `clm`: the next token at every position of packed windows (causal attention);
-* `mlm`: BERT's masked tokens, predicted from both sides (bidirectional attention), on packed windows that start
-  with the begin-of-text id as [CLS] (`MaskedWindows`); with next-sentence prediction, on sentence pairs instead
-  (`SentencePairs`). Per sequence, `mask_prob` of its ordinary tokens (never a special id) are chosen, at least
-  one; of the chosen, 80% become `<mask>`, 10% a random ordinary token and 10% stay as they are. Only the chosen
-  positions are scored.
-"""
+"""Pretraining objectives: `clm`, the next token at every position of packed windows (causal attention); `mlm`,
+BERT's masked tokens predicted from both sides, on packed windows that start with [CLS] (`MaskedWindows`), or with
+next-sentence prediction on sentence pairs (`SentencePairs`). Per sequence `mask_prob` of the ordinary tokens are
+chosen (at least one): 80% become `<mask>`, 10% a random ordinary token, 10% stay; only they are scored."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -42,8 +37,8 @@ class TokenMasker:
         return keep.nonzero().squeeze(1)
 
     def __call__(self, ids: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids (B, T) -> (corrupted inputs, targets: the original id where chosen, else IGNORE_INDEX). Draws from
-        `generator` (validation: the same masks every time), else torch's global one (saved by the snapshots)."""
+        """ids (B, T) -> (corrupted inputs, targets: the original id where chosen, else IGNORE_INDEX); draws from
+        `generator` (validation), else torch's global one (saved by the snapshots)."""
         eligible = torch.ones_like(ids, dtype=torch.bool)
         for special in {*self.special_ids, self.mask_id}:
             eligible &= ids.ne(special)
@@ -64,8 +59,7 @@ class TokenMasker:
 
 
 class MaskedWindows(PackedBatches):
-    """Packed windows, the first token replaced by the begin-of-text id (BERT's [CLS], where `first` pooling and
-    next-sentence prediction read), corrupted by `masker`: (inputs, targets)."""
+    """Packed windows, the first token replaced by the begin-of-text id (BERT's [CLS]), corrupted by `masker`."""
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, masker: TokenMasker, cls_id: int,
                  seed: int = 0, what: str = "corpus"):
@@ -94,10 +88,9 @@ def _positions(ids: np.ndarray, value: int, chunk: int = 1 << 24) -> np.ndarray:
 
 
 class SentencePairs:
-    """BERT's next-sentence prediction data: `[CLS] A [SEP] B [SEP]` (begin/end-of-text ids), A a run of consecutive
-    documents and B, half the time, the documents that follow A, else a run from a random document; segment 0 for
-    `[CLS] A [SEP]`, 1 for `B [SEP]`; masked like `MaskedWindows`. An epoch has as many batches as the packed
-    windows would (the same budget). Yields (inputs, targets, segments, is_next), right-padded per batch."""
+    """BERT's next-sentence prediction: `[CLS] A [SEP] B [SEP]` (begin/end-of-text ids), A consecutive documents and
+    B, half the time, those that follow A, else a run from a random document; segments 0 then 1; masked. An epoch
+    has as many batches as the packed windows (the same budget). Yields (inputs, targets, segments, is_next)."""
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, masker: TokenMasker, bos_id: int,
                  eos_id: int, pad_id: int, seed: int = 0, what: str = "corpus"):
@@ -123,8 +116,7 @@ class SentencePairs:
         """One epoch's pairs, all drawn up front from the generator, so a resumed epoch (`skip`) is the same."""
         yield from self._batches(self._draw(self.n_batches * self.batch_size, self.generator), skip)
 
-    def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, ...]]:
-        """The same validation pairs and masks every time."""
+    def sequential(self, max_batches: int) -> Iterator[tuple[torch.Tensor, ...]]:  # the same pairs and masks each time
         generator = torch.Generator().manual_seed(VALIDATION_MASK_SEED)
         plan = self._draw(min(max_batches, self.n_batches) * self.batch_size, generator)
         self.mask_generator = generator
@@ -213,18 +205,14 @@ class Objective:
         """What a pretrained checkpoint records, so fine-tuning, `fill` and `generate` rebuild the right model."""
         return {"objective": self.name, "next_sentence": self.next_sentence}
 
-    def without_next_sentence(self) -> Objective:
-        """The adaptation phase's: the task's texts are independent sentences, so no pairs, masked tokens only."""
-        return replace(self, next_sentence=False)
-
     def train_batches(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str):
         return self._pairs(ids, params, seed, what) if self.next_sentence else self._windows(ids, params, seed, what)
 
     def valid_batches(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str) -> tuple:
-        """(token batches, sentence pairs or None): masked-token scores come from the same windows with or
-        without next-sentence prediction, so the two are comparable; pairs add its accuracy."""
-        return self._windows(ids, params, seed, what), (self._pairs(ids, params, seed, what) if self.next_sentence
-                                                        else None)
+        """(windows, pairs or None): masked-token scores from the same windows with or without next-sentence
+        prediction, so the two compare; pairs add its accuracy."""
+        windows = self._windows(ids, params, seed, what)
+        return windows, (self._pairs(ids, params, seed, what) if self.next_sentence else None)
 
     def _windows(self, ids: np.ndarray, params: PretrainParams, seed: int, what: str) -> PackedBatches:
         if self.name == "clm":

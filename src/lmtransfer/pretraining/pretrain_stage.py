@@ -1,5 +1,5 @@
-"""The pretrain stage of either task (classification: once per `pretrain.seeds`; translation: once): train the
-language model (or load `pretrain.init_from`), write the checkpoint, the curves, the samples and the summary."""
+"""The pretrain stage of either task: train the language model (or load `pretrain.init_from`), then write the
+checkpoint, the curves, the samples and the summary."""
 
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ def run_pretrain_stage(params: PipelineParams, seed: int, outputs: PretrainOutpu
         weights = read_checkpoint_weights(resolve_input(params.pretrain.init_from, "pretrain.init_from"))
         weights.check_tokenizer(tokenizer_fingerprint(TOKENIZED))
         load_into_language_model(weights, model)
-    sections = params.sections("model", "pretrain", "train")
-    stage = outputs.stage
+    sections, stage = params.sections("model", "pretrain", "train"), outputs.stage
     snapshots = Snapshots(stage, fingerprint(stage, sections, [TOKENIZED, TOKENIZED_CORPUS], device),
                           params.train.resume_every)
     options = RunOptions(device, seed, stage, snapshots, log_metrics, params.train.log_every, params.train.compile)
@@ -84,8 +83,7 @@ def _train_phases(model, params: PipelineParams, meta: dict, options: RunOptions
 
 def _write_outputs(model, params: PipelineParams, phases: Phases, options: RunOptions, objective: Objective, weights,
                    outputs: PretrainOutputs, tokenizer, meta: dict) -> tuple[dict, dict, str]:
-    """The checkpoint, curves (each row tagged with its phase; a column one phase lacks left empty), samples,
-    summary (where the corpus phase ended, and the adaptation) and timings; the run's final metrics (rank 0)."""
+    """The checkpoint, curves (rows tagged with their phase), samples, summary and timings; the run's final metrics."""
     logs = []
     for which in ("train_log", "valid_log"):
         rows = [{**row, "phase": name} for name, phase in phases for row in getattr(phase, which)]

@@ -1,8 +1,6 @@
-"""Language-model pretraining (`objectives.Objective`), one loop that reads top to bottom (`pretrain`): batches in
-a new order each epoch, one clipped AdamW step each, a train-log row every `train.log_every` steps, a validation
-row at step 0, every `pretrain.eval_every` steps and at the end, a resume snapshot every `train.resume_every`.
-ULMFiT's adaptation to the task's texts (`adapt_to_task`) is the same loop with its own budget.
-"""
+"""Language-model pretraining, one loop (`pretrain`): batches in a new order each epoch, one clipped AdamW step each,
+a train-log row every `train.log_every` steps, validation every `pretrain.eval_every`, a resume snapshot every
+`train.resume_every`. ULMFiT's adaptation to the task's texts (`adapt_to_task`) is the same loop, its own budget."""
 
 from __future__ import annotations
 
@@ -86,19 +84,15 @@ def evaluate_imported(
     train_sets = objective.valid_batches(train_ids, params, 0, "the corpus's training part")
     valid_sets = objective.valid_batches(valid_ids, params, 0, "the corpus's validation part")
     train_loss = evaluate_lm(model, train_sets[0], params.eval_batches, device)["loss"]
-    return PretrainResult(
-        steps=0,
-        train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
-        valid_log=[{"step": 0, **validation_row(model, valid_sets, params.eval_batches, device)}],
-    )
+    return PretrainResult(steps=0, train_log=[{"step": 0, "epoch": 0, "train_loss": train_loss, "lr": 0.0}],
+                          valid_log=[{"step": 0, **validation_row(model, valid_sets, params.eval_batches, device)}])
 
 
 def pretrain(model: LanguageModel, train_ids: np.ndarray, valid_ids: np.ndarray, params: PretrainParams,
              options: RunOptions = RunOptions(), objective: Objective = Objective(), phase: str = "corpus",
              first: int = 0) -> PretrainResult:
-    """Train the language model on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes), scored
-    on `valid_ids`, logged from step `first` on; from the phase's snapshot if there is one (a finished phase's: its
-    result at once)."""
+    """Train on `train_ids` for `pretrain.max_steps` steps (or `pretrain.epochs` passes), scored on `valid_ids`,
+    logged from step `first` on; from the phase's snapshot if there is one (a finished phase's: its result)."""
     device, snapshots, (desc, data) = options.device, options.snapshots, PHASES[phase]
     batches = objective.train_batches(train_ids, params, options.seed, f"{data}'s training part")
     valid_sets = objective.valid_batches(valid_ids, params, options.seed, f"{data}'s validation part")
@@ -168,9 +162,8 @@ def _window_means(sums: dict[str, float], epoch: int, lr: float) -> dict[str, fl
 
 
 def _step_function(model: LanguageModel, objective: Objective, device: torch.device, compile_steps: bool):
-    """batch -> (the loss to backpropagate, the global batch's measurements). Each process computes its rows, its
-    losses weighted by its share of the scored tokens (next-sentence scores: of the pairs), so the all-reduced
-    gradient is the global batch's."""
+    """batch -> (the loss to backpropagate, the global batch's measurements). Each process weights its rows' losses
+    by its share of the scored tokens (next-sentence scores: of the pairs): the all-reduced gradient is the batch's."""
     world = distributed.world()
     idle_head = getattr(model, "next_sentence", False) and not objective.next_sentence  # the adaptation phase
     trainer = compiled(distributed.wrap(model, type(model).losses, device, unused_parameters=idle_head), compile_steps)
@@ -206,9 +199,8 @@ def adapt_to_task(
     model: LanguageModel, train_texts: np.ndarray, valid_texts: np.ndarray, params: PretrainParams,
     options: RunOptions = RunOptions(), objective: Objective = Objective(), first_step: int = 0,
 ) -> PretrainResult:
-    """ULMFiT's second step: keep training the LM on the task's train texts (labels unused), logged from
-    `first_step` on: `pretrain.adapt_epochs` passes at `pretrain.adapt_lr`, warm-up over 10% of its steps, masked
-    tokens without next-sentence prediction (the task's texts are independent sentences)."""
+    """ULMFiT's second step: the LM trained on the task's train texts (labels unused), `pretrain.adapt_epochs` passes
+    at `pretrain.adapt_lr`, warm-up over 10% of its steps, no next-sentence prediction (independent sentences)."""
     steps = adaptation_steps(params.adapt_epochs, PackedBatches(train_texts, params.seq_len, params.batch_size,
                                                                 what=TASK_TEXTS).steps_per_epoch())
     whole = float(params.adapt_epochs).is_integer()  # whole passes run as before; a fraction stops at its steps
@@ -219,5 +211,5 @@ def adapt_to_task(
     phase = params.model_copy(update={"epochs": math.ceil(params.adapt_epochs), "max_steps": 0 if whole else steps,
                                       "lr": params.adapt_lr, "warmup_steps": max(1, steps // 10)})
     return pretrain(model, train_texts, valid_texts, phase, replace(options, seed=options.seed + 1),
-                    objective.without_next_sentence(), "task", first_step)
+                    replace(objective, next_sentence=False), "task", first_step)
 

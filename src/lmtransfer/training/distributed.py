@@ -1,11 +1,7 @@
-"""Several processes, one training run: torchrun and DistributedDataParallel (`train.nproc`).
+"""`train.nproc: N`: the stage runs itself again as N processes under torchrun (gloo on CPU, NCCL on GPUs), with DDP.
 
-With `train.nproc: N` a stage runs itself again as N processes under torchrun (`launch`); gloo on CPU, NCCL on
-GPUs. Every rank draws the same global batches and trains on its contiguous share of their rows (`my_rows`), its
-loss weighted by its share of the global count, so the all-reduced gradient is one process's gradient of the
-whole batch (curves match within float rounding; dropout masks are each rank's own, `Draws`). Every rank
-validates on the same batches; rank 0 alone prints, logs and writes; resume snapshots are off.
-"""
+Every rank draws the same global batches and trains on its share of their rows, its loss weighted by that share, so
+the all-reduced gradient is the whole batch's (dropout is each rank's own). Rank 0 alone prints, logs and writes."""
 
 from __future__ import annotations
 
@@ -27,10 +23,6 @@ from lmtransfer.core.errors import ConfigError, LmtransferError
 from lmtransfer.modeling.runtime import parallel_jobs, thread_share
 
 
-class ProcessFailedError(LmtransferError, RuntimeError):
-    """A process of a torchrun job ended without the project's own error message (a crash, a signal)."""
-
-
 @dataclass(frozen=True)
 class World:
     rank: int = 0
@@ -49,8 +41,7 @@ def under_launcher() -> bool:
 
 
 def launch(nproc: int) -> None:
-    """nproc > 1 outside a launcher: run this very command as `nproc` processes under torchrun, each with an equal
-    share of this one's threads, then exit with its status."""
+    """nproc > 1 outside a launcher: this very command as `nproc` processes sharing its threads, then exit."""
     if nproc <= 1 or under_launcher():
         return
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -67,14 +58,14 @@ def launch(nproc: int) -> None:
         rank, failure = exc.get_first_failure()
         if failure.exitcode == 1:  # the rank printed the stage's one-line error itself
             sys.exit(1)
-        raise ProcessFailedError(f"process {rank} of {nproc} ended with exit code {failure.exitcode} "
-                                 f"({failure.signal_name()}); its output is above") from None
+        raise LmtransferError(f"process {rank} of {nproc} ended with exit code {failure.exitcode} "
+                              f"({failure.signal_name()}); its output is above") from None
     sys.exit(0)
 
 
 def start(params: TrainParams, device: torch.device) -> torch.device:
     """Under a launcher with several processes: join the group and return this rank's device (`train.num_threads`
-    shared by the processes of one machine). Otherwise `device` unchanged."""
+    shared by one machine's processes); else `device` unchanged."""
     if not under_launcher() or int(os.environ["WORLD_SIZE"]) == 1:
         return device
     if device.type not in ("cpu", "cuda"):
@@ -87,21 +78,15 @@ def start(params: TrainParams, device: torch.device) -> torch.device:
         per_machine = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
         torch.set_num_threads(max(1, params.num_threads // per_machine))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    atexit.register(finish)
+    atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
     if world().rank != 0:
         sys.stdout = open(os.devnull, "w")  # rank 0 reports; errors (stderr) still show from every rank
     return device
 
 
-def finish() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 class Draws:
-    """Under DDP torch's global generator serves the data's draws (masked-LM corruption: the same on every rank)
-    and dropout (each rank its own, seeded from the run's seed and the rank). One process: nothing changes.
-    `close` leaves the shared stream in place, as one process would continue."""
+    """Under DDP torch's global generator serves the data's draws (masked-LM corruption: the same on every rank) and
+    dropout (each rank its own, seeded from the seed and the rank); `close` leaves the shared stream in place."""
 
     def __init__(self, seed: int):
         self.world = world()
@@ -144,8 +129,8 @@ class _Compute(nn.Module):
 
 def wrap(model: nn.Module, compute: Callable[..., dict[str, torch.Tensor]], device: torch.device,
          unused_parameters: bool = False) -> nn.Module:
-    """`compute(model, *rows)` as a module, under DDP with several processes; `unused_parameters` when some take no
-    part (the next-sentence head during the adaptation phase). Buffers are the same everywhere: not synchronised."""
+    """`compute(model, *rows)` as a module, under DDP with several processes; `unused_parameters`: the next-sentence
+    head idles in the adaptation phase. Buffers are the same everywhere: not synchronised."""
     if world().size == 1:
         return _Compute(model, compute)
     ddp = nn.parallel.DistributedDataParallel
@@ -156,15 +141,14 @@ def wrap(model: nn.Module, compute: Callable[..., dict[str, torch.Tensor]], devi
 
 
 def share(n: int, world: World) -> slice:
-    """This rank's contiguous part of n rows: sizes differ by one at most, the first ranks take the extra rows."""
+    """This rank's contiguous part of n rows; the first ranks take the extra rows."""
     base, extra = divmod(n, world.size)
     begin = world.rank * base + min(world.rank, extra)
     return slice(begin, begin + base + (world.rank < extra))
 
 
 def my_rows(batch: Sequence[torch.Tensor], world: World) -> tuple[list[torch.Tensor], float]:
-    """This rank's rows of a global batch, and 1.0; a rank left without rows computes on the first row with
-    weight 0.0, as every rank must take part in the gradient all-reduce."""
+    """This rank's rows of a global batch and 1.0, or with none the first row and 0.0 (all join the all-reduce)."""
     rows = share(batch[0].size(0), world)
     if rows.start == rows.stop:
         return [tensor[:1] for tensor in batch], 0.0
@@ -172,7 +156,7 @@ def my_rows(batch: Sequence[torch.Tensor], world: World) -> tuple[list[torch.Ten
 
 
 def sum_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Each value summed over the ranks (one all-reduce): weighted shares become the global batch's value."""
+    """Each value summed over the ranks (one all-reduce): weighted shares become the global batch's."""
     if world().size == 1:
         return {key: value.detach() for key, value in values.items()}
     stacked = torch.stack([value.detach().float().reshape(()) for value in values.values()])

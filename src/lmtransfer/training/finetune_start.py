@@ -1,5 +1,4 @@
-"""Where a fine-tune stage of either task starts (the pretrained language model, or the network `model.*`
-describes with fresh weights) and what it leaves."""
+"""Where a fine-tune stage of either task starts (the pretrained LM, or `model.*` from scratch) and what it leaves."""
 
 from __future__ import annotations
 
@@ -13,14 +12,14 @@ import numpy as np
 from lmtransfer.core.io import write_json, write_timings, write_tsv
 from lmtransfer.core.paths import PretrainOutputs, finetune_epochs, finetune_run, finetune_summary, timings_file
 from lmtransfer.harness.tracking import log_checkpoint, log_run, run_that_wrote, tag_checkpoint
-from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of, model_params_of
-from lmtransfer.modeling.model import ModelConfig
+from lmtransfer.modeling.checkpoint import load_checkpoint, model_config_of
+from lmtransfer.modeling.model import ModelConfig, ModelParams
 from lmtransfer.training.stage_args import FinetuneArgs
 
 
 def draw_seed(seed: int, pretrain_seed: int | None) -> int:
-    """The seed of every random draw of one fine-tune: with a pretraining seed P, `SeedSequence([P, N])`, so the
-    scratch runs of different P start from different weights, as the pretrained runs do."""
+    """The seed of every draw of one fine-tune: with a pretraining seed P, `SeedSequence([P, N])`, so the scratch
+    runs of different P start from different weights, as the pretrained runs do."""
     if pretrain_seed is None:
         return seed
     return int(np.random.SeedSequence([pretrain_seed, seed]).generate_state(1)[0])
@@ -56,17 +55,16 @@ class LanguageModelStart:
         return draw_seed(self.seed, self.pretrain_seed)
 
     def logged_params(self, params: Any) -> dict[str, dict[str, Any]]:
-        """The sections it reads, and for a pretrained start its checkpoint's `model.*`, so MLflow's Compare view
-        lines it up with its scratch twin."""
+        """The sections it reads; a pretrained start adds its network's `model.*`, to line up with its scratch twin."""
         logged = params.sections(*self.sections)
         if self.payload is not None:
-            logged["model"] = model_params_of(self.config)
+            logged["model"] = {key: getattr(self.config, key) for key in ModelParams.model_fields}
         return logged
 
 
 def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> LanguageModelStart:
-    """`--init pretrained`: the pretraining run's checkpoint; `--init scratch`: the network `params.model` describes
-    over the tokenizer's ids (`meta`: data/tokenized's meta.json), fresh."""
+    """`--init pretrained`: the pretraining run's checkpoint; `--init scratch`: `params.model` over the tokenizer's
+    ids (`meta`: data/tokenized's meta.json), fresh."""
     if args.init == "pretrained":
         path = PretrainOutputs(args.pretrain_seed).checkpoint
         payload = load_checkpoint(path, expected_kind="language_model")
@@ -79,8 +77,8 @@ def language_model_start(params: Any, meta: dict, args: FinetuneArgs) -> Languag
 
 def record_finetuned(start: LanguageModelStart, checkpoint: Path, history: list[dict], summary: dict,
                      timings: dict, log_model: Callable[[Path], object] | None = None) -> None:
-    """Beside the checkpoint: the curve per epoch, the summary, the timings (apart from the results), and all of it
-    on the stage's run, with the checkpoint as a file or as the MLflow model `log_model` makes of it."""
+    """Beside the checkpoint: the curve per epoch, the summary, the timings, and all of it on the stage's run, with
+    the checkpoint as a file or as the MLflow model `log_model` makes of it."""
     write_tsv(finetune_epochs(start.variant, start.run), history)
     write_json(finetune_summary(start.variant, start.run), summary)
     write_timings(timings_file(start.stage), timings)

@@ -34,6 +34,5 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_ste
 
 
 def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int):
-    """Linear warm-up to the base lr, then the base lr unchanged (the original course's constant rate): a cosine
-    whose floor is the base lr (1.0 + 0.0 x cosine is exactly 1.0)."""
+    """Linear warm-up, then the base lr (the original course's): a cosine whose floor is 1.0 (1.0 + 0.0 x cos)."""
     return warmup_cosine(optimizer, warmup_steps, warmup_steps, floor=1.0)

@@ -1,10 +1,8 @@
 """Resume snapshots: `dvc repro` after a kill continues training where it stopped, with the same result.
 
-DVC deletes a stage's outputs before running it, so snapshots live apart, in `.resume/<stage>/<phase>.pt`
-(git-ignored). One holds all the rest of the run depends on: weights, optimizer, scheduler, the random generators
-(torch's, per device, numpy's, Python's), the position in the data and the results so far; written atomically.
-It is used only by a run with the same fingerprint (stage, params, input and code bytes, torch, device, threads);
-anything else deletes it. A finished stage deletes its snapshots; several processes take none.
+DVC deletes a stage's outputs before running it, so snapshots live apart, in `.resume/<stage>/<phase>.pt`: the
+weights, optimizer, scheduler, every random generator, the position in the data and the results so far. Only a run
+with the same fingerprint (stage, params, input and code bytes, torch, device, threads) resumes; else it is deleted.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.training import distributed
 
 RESUME_DIR = Path(".resume")
-CHECKOUT = Path(__file__).resolve().parents[3]  # found from this file: the translation and course stages run
-CODE = (CHECKOUT / "src" / "lmtransfer", CHECKOUT / "stages")  # in their own folders
+CHECKOUT = Path(__file__).resolve().parents[3]  # from this file: the translation and course stages run elsewhere
 
 
 def _files(path: Path, pattern: str) -> list[Path]:
@@ -39,7 +36,8 @@ def _files(path: Path, pattern: str) -> list[Path]:
 
 def code_files() -> dict[str, Path]:
     """Every Python file of the checkout's package and stage scripts, by its path in the checkout."""
-    return {str(p.relative_to(CHECKOUT)): p for folder in CODE for p in sorted(_files(folder, "*.py"))}
+    folders = (CHECKOUT / "src" / "lmtransfer", CHECKOUT / "stages")
+    return {str(p.relative_to(CHECKOUT)): p for folder in folders for p in sorted(_files(folder, "*.py"))}
 
 
 def fingerprint(stage: str, params: dict[str, dict[str, Any]], inputs: Iterable[Path], device: torch.device) -> str:
@@ -80,8 +78,7 @@ class Snapshots:
             tmp.write_bytes(buffer.getvalue())
 
     def load(self, phase: str, model, optimizer, scheduler) -> dict[str, Any] | None:
-        """The phase's snapshot put back in place, returning its `position`; None if there is none or it was saved
-        by a run that differs (then it is deleted)."""
+        """The phase's snapshot put back, returning its `position`; None if none, or another run's (then deleted)."""
         path = self.directory / f"{phase}.pt"
         if self.every <= 0 or not path.is_file():
             return None
@@ -107,14 +104,13 @@ class Snapshots:
             torch.cuda.set_rng_state_all(rng["cuda"])
         return state["position"]
 
-    def clear(self) -> None:
-        """Called when the stage has written its outputs: nothing is left to resume."""
+    def clear(self) -> None:  # the stage has written its outputs
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def clear_finished_snapshots(running: set[str], root: Path = RESUME_DIR) -> list[str]:
-    """The snapshots of every stage not running now, removed (by evaluate, which DVC starts only once each training
-    stage has completed, perhaps by a run-cache restore that ran none of our code). Returns the stages cleared."""
+    """Removes the snapshots of every stage not running now (evaluate: the training stages are done, perhaps by a
+    run-cache restore that ran none of our code). Returns the stages cleared."""
     if not root.is_dir():
         return []
     keep = {stage_file_name(stage) for stage in running}

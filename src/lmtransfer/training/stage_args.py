@@ -1,6 +1,5 @@
-"""The command lines of the pretrain (`pretrain@2`: `--seed 2`) and fine-tune stages (`finetune_pretrained@2-0`:
-`--init pretrained --pretrain-seed 2 --seed 0`), parsed by the stage script itself; nothing under src/ reads
-`sys.argv` (torchrun's relaunch passes it on unread)."""
+"""The command lines of the pretrain (`--seed 2`) and fine-tune stages (`--init pretrained --pretrain-seed 2
+--seed 0`), parsed by the stage script itself; nothing under src/ reads `sys.argv` (torchrun's relaunch passes it)."""
 
 from __future__ import annotations
 

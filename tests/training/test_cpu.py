@@ -1,16 +1,16 @@
-"""Faster ways to compute the same thing (torch.compile, fused AdamW, device copies), and
-several jobs sharing one machine's cores.
-
-Each must give what the plain path gives, up to the last bits of float rounding.
+"""On the CPU: the same numbers on any AVX2 machine (kernels pinned), faster paths that compute what the plain path
+does (torch.compile, fused AdamW, device copies) up to float rounding, and several jobs sharing one machine's cores.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +166,60 @@ def test_a_process_started_beside_busy_cores_sleeps_at_once_and_alone_spins():
     if lmtransfer.cores_busy_with_others(seconds=1.0) > 0.2:
         pytest.skip("other programs keep the cores busy: run it alone (pytest -m quiet)")
     assert _wait_chosen_by_a_fresh_process() == {"GOMP_SPINCOUNT": lmtransfer.SPIN_COUNT}
+
+
+# --- the same weights on any AVX2 machine: kernels chosen per CPU (AVX-512 here, AVX2 there) round apart --------
+# fresh processes train a small model; the weights are compared bit for bit
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+TRAIN_A_LITTLE = """
+import hashlib, json
+import lmtransfer  # pins the kernels before torch loads
+import torch
+from lmtransfer.modeling.model import LanguageModel, ModelConfig
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = LanguageModel(ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=2, d_ff=128, dropout=0.1))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+ids = torch.randint(4, 300, (8, 33), generator=torch.Generator().manual_seed(1))
+for _ in range(5):
+    loss = model.loss(ids[:, :-1], ids[:, 1:])
+    optimizer.zero_grad(); loss.backward(); optimizer.step()
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weights": digest}))
+"""
+AVX2 = lmtransfer._cpu_has_avx2()
+
+
+def _train(**env_overrides: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+                        lmtransfer.KERNELS_ENV)}
+    env.update(env_overrides, PYTHONPATH=str(SRC))
+    out = subprocess.run([sys.executable, "-c", TRAIN_A_LITTLE], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@functools.cache
+def _as_is() -> dict:
+    """One training in the environment as it is, which each test below compares with (a process each: seconds)."""
+    return _train()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
+def test_importing_lmtransfer_pins_the_kernels_to_avx2():
+    assert _as_is()["capability"] == "AVX2"
+    assert _train(**{lmtransfer.KERNELS_ENV: "native"})["capability"] in {"AVX2", "AVX512"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
+def test_a_cpu_without_avx512_gives_the_same_weights_bit_for_bit():
+    """MKL_ENABLE_INSTRUCTIONS=AVX2 makes MKL behave as on a CPU that stops at AVX2 (like the other machines)."""
+    assert _as_is()["weights"] == _train(MKL_ENABLE_INSTRUCTIONS="AVX2")["weights"]
+
+
+@pytest.mark.slow
+def test_training_twice_gives_the_same_weights():
+    assert _as_is()["weights"] == _train()["weights"]
