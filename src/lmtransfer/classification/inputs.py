@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import ClassificationParams, shipped_classification_params
+from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import Corpus, load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
@@ -50,9 +51,10 @@ def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], Labe
             if data.labeled_pieces:
                 labels = label_file_for(Path(origin))
                 entries.append(manifest_entry(key, str(labels), labels))
-    if isinstance(raw.corpus, Corpus):
+    if isinstance(raw.corpus, Corpus):  # the files by their bytes, a named corpus by its pinned release
         entries += [manifest_entry("data.corpus", str(path), path) for path in raw.corpus.paths]
-        entries += raw.corpus.manifest()
+        entries += [{"key": "data.corpus", "path": name, "bytes": 0, "sha256": ACL_IMDB_V1.digest}
+                    for name in raw.corpus.named]
     return entries, labeled, scan
 
 
