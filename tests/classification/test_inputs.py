@@ -234,8 +234,11 @@ def test_a_bad_input_file_stops_validate_in_one_line_naming_the_file_and_the_key
     ("▁Un 10\n▁petit 9\n▁livre 8\n▁Un 7\n", TokenizerError, r"dict\.txt, line 4: the piece '▁Un' repeats line 1"),
     ("▁Un 10\n<pad> 9\n▁livre 8\n", TokenizerError, r"dict\.txt, line 2.*<pad>"),
     (None, InputFileError, r"dict\.txt: file not found \(set by tokenizer\.vocab_file\)"),
+    ("".join(f"▁w{i} {100 - i}\n" for i in range(46)), TokenizerError,  # a dictionary made for other files
+     r"100% of the pieces of the first \d+ labeled train texts are not in tokenizer\.vocab_file=dict\.txt \(each "
+     r"would become the unknown id\)"),
 ])
-def test_a_bad_dictionary_stops_validate_naming_its_line(dictionary, error, message):
+def test_a_bad_or_foreign_dictionary_stops_validate_in_one_line(dictionary, error, message):
     write_pieces_data()
     if dictionary is not None:
         write("dict.txt", dictionary)
@@ -294,7 +297,7 @@ def test_jsonl_parquet_and_tsv_splits_are_read_and_train_loses_texts_of_test():
     assert labeled.splits["test"]["label"].tolist() == [0, 1, 0]
 
 
-def test_pieces_with_a_fairseq_dictionary_tokenize_to_the_dictionary_ids(tmp_path):
+def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dictionary_ids(tmp_path):
     write_pieces_data()
     write_dictionary("dict.txt")
     params = pieces_params()
@@ -424,20 +427,6 @@ def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the
 
 
 # === B. one test per broken input ============================================================
-
-
-def test_pieces_mostly_absent_from_the_dictionary_stop_validate_with_the_share_and_the_key():
-    write_pieces_data()
-    write_dictionary("dict.txt", [f"▁w{i}" for i in range(46)])  # a dictionary made for other files
-    with pytest.raises(TokenizerError, match=r"100% of the pieces of the first \d+ labeled train texts are not in "
-                                             r"tokenizer\.vocab_file=dict\.txt \(each would become the unknown id\)"):
-        check_inputs(pieces_params())
-
-
-def test_a_few_pieces_absent_from_the_dictionary_pass_validate():
-    write_pieces_data()  # one text in six holds a piece the dictionary lacks
-    write_dictionary("dict.txt")
-    assert entries_of(check_inputs(pieces_params()))[-1]["key"] == "tokenizer.vocab_file"
 
 
 def test_a_label_file_shorter_than_its_text_file_names_both_counts():

@@ -125,43 +125,27 @@ def transfer_report(
     correct_pretrained, correct_scratch = correctness_grid(pretrained), correctness_grid(scratch)
     uncertainty = gap_uncertainty(correct_pretrained, correct_scratch, params.bootstrap_samples, seed=params.seed)
     pretrained_report, scratch_report = variant_report(pretrained), variant_report(scratch)
-    gap = {
-        "accuracy_mean": pretrained_report["accuracy_mean"] - scratch_report["accuracy_mean"],
-        **{key: uncertainty[key] for key in ("ci95_low", "ci95_high", "p_value", "std", "spread", "share")},
-        "macro_f1_mean": pretrained_report["macro_f1_mean"] - scratch_report["macro_f1_mean"],
-        "first_epoch_val_accuracy_mean": (
-            pretrained_report["first_epoch_val_accuracy_mean"] - scratch_report["first_epoch_val_accuracy_mean"]
-        ),
-    }
-    return {
-        "gap": gap,
-        "pretrained": pretrained_report,
-        "scratch": scratch_report,
-        "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"],
-                     "valid_accuracy": baseline["valid_accuracy"]},
-        "n_seeds": len(pretrained),
-        "n_pretraining_runs": int(correct_pretrained.shape[0]),
-        "n_finetuning_seeds": int(correct_pretrained.shape[1]),
-        "n_test_examples": int(correct_pretrained.shape[2]),
-        "pretraining": pretraining,
-    }
+    difference = {key: pretrained_report[key] - scratch_report[key]
+                  for key in ("accuracy_mean", "macro_f1_mean", "first_epoch_val_accuracy_mean")}
+    gap = {"accuracy_mean": difference["accuracy_mean"],
+           **{key: uncertainty[key] for key in ("ci95_low", "ci95_high", "p_value", "std", "spread", "share")},
+           "macro_f1_mean": difference["macro_f1_mean"],
+           "first_epoch_val_accuracy_mean": difference["first_epoch_val_accuracy_mean"]}
+    runs, seeds, examples = (int(n) for n in correct_pretrained.shape)
+    return {"gap": gap, "pretrained": pretrained_report, "scratch": scratch_report,
+            "baseline": {key: baseline[key] for key in ("accuracy", "macro_f1", "valid_accuracy")},
+            "n_seeds": len(pretrained), "n_pretraining_runs": runs, "n_finetuning_seeds": seeds,
+            "n_test_examples": examples, "pretraining": pretraining}
 
 
 def headline_metrics(report: dict) -> dict:
-    """The answer in eight flat numbers (`metrics/headline.json`): short names, so `dvc metrics show` fits one
-    120-column row. Test accuracies (variants' means), the gap with its 95% interval and p-value, and `head_start`,
-    the gap in validation accuracy after one epoch."""
+    """The answer in eight flat numbers (`metrics/headline.json`), named short so `dvc metrics show` fits one
+    120-column row; `head_start` is the gap in validation accuracy after one epoch."""
     gap = report["gap"]
-    return {
-        "pretrained": report["pretrained"]["accuracy_mean"],
-        "scratch": report["scratch"]["accuracy_mean"],
-        "gap": gap["accuracy_mean"],
-        "gap_low": gap["ci95_low"],
-        "gap_high": gap["ci95_high"],
-        "p_value": gap["p_value"],
-        "head_start": gap["first_epoch_val_accuracy_mean"],
-        "baseline": report["baseline"]["accuracy"],
-    }
+    return {"pretrained": report["pretrained"]["accuracy_mean"], "scratch": report["scratch"]["accuracy_mean"],
+            "gap": gap["accuracy_mean"], "gap_low": gap["ci95_low"], "gap_high": gap["ci95_high"],
+            "p_value": gap["p_value"], "head_start": gap["first_epoch_val_accuracy_mean"],
+            "baseline": report["baseline"]["accuracy"]}
 
 
 def runs_described(report: dict) -> str:
@@ -315,12 +299,9 @@ def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
 
 
 def curve_rows(reports: dict[str, dict]) -> list[dict]:
-    rows = []
-    for size, report in reports.items():
-        gap = report["gap"]
-        rows.append({"labels": size, "n_train": report["n_train"],
-                     "pretrained": report["pretrained"]["accuracy_mean"], "scratch": report["scratch"]["accuracy_mean"],
-                     "pretrained_std": report["pretrained"]["accuracy_std"], "scratch_std": report["scratch"]["accuracy_std"],
-                     "gap": gap["accuracy_mean"], "gap_low": gap["ci95_low"], "gap_high": gap["ci95_high"],
-                     "p_value": gap["p_value"], "baseline": report["baseline"]["accuracy"]})
-    return rows
+    return [{"labels": size, "n_train": report["n_train"], "pretrained": report["pretrained"]["accuracy_mean"],
+             "scratch": report["scratch"]["accuracy_mean"], "pretrained_std": report["pretrained"]["accuracy_std"],
+             "scratch_std": report["scratch"]["accuracy_std"], "gap": report["gap"]["accuracy_mean"],
+             "gap_low": report["gap"]["ci95_low"], "gap_high": report["gap"]["ci95_high"],
+             "p_value": report["gap"]["p_value"], "baseline": report["baseline"]["accuracy"]}
+            for size, report in reports.items()]

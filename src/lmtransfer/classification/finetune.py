@@ -168,9 +168,8 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
     variant, stage = start.variant, start.stage
     device = distributed.start(params.train, configure(params.train, seed=start.draws))
     if start.payload:
-        model = classifier_from_pretrained(
-            start.payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
-        )
+        model = classifier_from_pretrained(start.payload, len(label_names), params.finetune.pooling,
+                                           meta["vocab_size"], meta["pad_id"])
     else:
         model = Classifier(start.config, len(label_names), params.finetune.pooling)
     inputs = [TOKENIZED] + ([start.pretrained] if start.pretrained else [])
@@ -190,20 +189,14 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
             return
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, start.run)
-        save_checkpoint(
-            checkpoint, model, "classifier", model.base.config,
-            n_classes=len(label_names), pooling=params.finetune.pooling, label_names=label_names,
-            max_len=params.finetune.max_len, variant=variant, seed=start.seed, pretrain_seed=start.pretrain_seed,
-            tokenizer_sha256=tokenizer_fingerprint(TOKENIZED),
-        )
-        summary = {
-            "best_val_accuracy": result.best_val_accuracy,
-            "best_epoch": result.best_epoch,
-            "first_epoch_val_accuracy": result.history[0]["val_accuracy"],
-            "final_val_accuracy": result.history[-1]["val_accuracy"],
-            "final_train_accuracy": result.history[-1]["train_accuracy"],
-            **environment_facts(),
-        }
+        save_checkpoint(checkpoint, model, "classifier", model.base.config, n_classes=len(label_names),
+                        pooling=params.finetune.pooling, label_names=label_names, max_len=params.finetune.max_len,
+                        variant=variant, seed=start.seed, pretrain_seed=start.pretrain_seed,
+                        tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
+        summary = {"best_val_accuracy": result.best_val_accuracy, "best_epoch": result.best_epoch,
+                   "first_epoch_val_accuracy": result.history[0]["val_accuracy"],
+                   "final_val_accuracy": result.history[-1]["val_accuracy"],
+                   "final_train_accuracy": result.history[-1]["train_accuracy"], **environment_facts()}
         record_finetuned(start, checkpoint, result.history, summary,
                          {"seconds": round(result.seconds, 2), "epoch_seconds": result.epoch_seconds},
                          log_model=lambda path: log_classifier(path, TOKENIZED, label_names))

@@ -326,11 +326,9 @@ def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str)
     labeled = prepare_labeled(raw, params)
     description = {"source": source, "labeled_format": "pieces" if raw.labeled_pieces else "text",
                    "corpus_format": "pieces" if raw.corpus_pieces else "text"}
-    return write_prepared_dir(
-        out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params), description,
-        labeled.removed, check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]),
-        kept_as_given=labeled.kept_as_given,
-    )
+    return write_prepared_dir(out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params),
+                              description, labeled.removed, kept_as_given=labeled.kept_as_given,
+                              check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]))
 
 
 def run_prepare_stage(params: DataParams, logged: dict) -> None:
