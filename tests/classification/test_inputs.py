@@ -190,12 +190,14 @@ FILE_FAULTS = [
     ({"train.parquet": NUMBER_TEXTS}, {"train": "train.parquet"}, DataSourceError,
      r"train\.parquet, row 1: the text \(data\.text_column 'text'\) is a number \(0\), not a string: is "
      r"data\.text_column the column"),
-    ({"train.tsv": "id\tlabel\n" + "".join(f"{i}\t{i % 2}\n" for i in range(10))}, {"train": "train.tsv", "text_column": "id"},
-     DataSourceError, r"train\.tsv, line 2: every text of data\.text_column 'id' is a number"),
+    ({"train.tsv": "id\tlabel\n" + "".join(f"{i}\t{i % 2}\n" for i in range(10))},
+     {"train": "train.tsv", "text_column": "id"}, DataSourceError, r"train\.tsv, line 2: every text of data\.text_column 'id' is a number"),
     ({"train.csv": R10, "test.csv": R10}, {"test": "test.csv"}, SplitError,
-     r"data\.train \(train\.csv\): all 20 of its texts are also in data\.test \(test\.csv\), so none is left to train on"),
+     r"data\.train \(train\.csv\): all 20 of its texts are also in data\.test \(test\.csv\), so none is left to "
+     r"train on"),
     ({"train.csv": csv_text(ONE_NEUTRAL)}, {}, SplitError,
-     r"^train\.csv, line 42: class 'neutral' has too few examples to be in every split .*the (test|valid) split has none"),
+     r"^train\.csv, line 42: class 'neutral' has too few examples to be in every split .*the (test|valid) split "
+     r"has none"),
     ({"train.csv": R6}, {"pretrain": {"init_from": "models/old.pt", "seeds": [0]}}, InputFileError,
      r"models/old\.pt: file not found \(set by pretrain\.init_from\)"),
     ({"train.csv": R6}, {"add_train_to_corpus": False}, EmptySplitError,

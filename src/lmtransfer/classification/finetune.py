@@ -1,5 +1,5 @@
 """Fine-tuning for classification, one loop for the pretrained and the scratch model: per epoch shuffled batches,
-a clipped AdamW step each, then validation; the best epoch is kept, and a snapshot per epoch lets a killed run resume."""
+a clipped AdamW step each, then validation; the best epoch is kept, a snapshot per epoch lets a killed run resume."""
 
 from __future__ import annotations
 

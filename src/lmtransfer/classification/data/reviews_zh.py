@@ -97,7 +97,8 @@ def load_reviews_zh_archive(archive: Path) -> tuple[pd.DataFrame, list[str]]:
     """All review lines as read (label "negative"/"positive") and the plain-text news corpus."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            raw = {member: _read_member(tar, archive, member) for member in (NEGATIVE_MEMBER, POSITIVE_MEMBER, NEWS_MEMBER)}
+            raw = {member: _read_member(tar, archive, member)
+                   for member in (NEGATIVE_MEMBER, POSITIVE_MEMBER, NEWS_MEMBER)}
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise DataSourceError(f"{archive}: cannot be read as a gzipped tar archive ({exc})") from None
     negative = read_review_lines(raw[NEGATIVE_MEMBER], f"{archive}:{NEGATIVE_MEMBER}")
