@@ -21,7 +21,6 @@ from lmtransfer.classification.data.movies_en import (
     read_movie_reviews,
 )
 from lmtransfer.classification.data.prepare import (
-    SeenKeys,
     corpus_documents,
     deduplicate_labeled,
     describe_removals,
@@ -57,11 +56,6 @@ def test_deduplicate_drops_case_and_whitespace_repeats_empty_texts_and_label_con
     assert result["text"].tolist() == ["Great film", "Bad one", "solo"]  # normalized, first spelling kept
     assert result["label"].tolist() == [1, 0, 1]
     assert result.index.tolist() == [0, 1, 2]
-
-
-def test_dedup_key_ignores_case_and_whitespace():
-    assert dedup_key("  The\tFilm\n was  GOOD ") == dedup_key("the film was good")
-    assert dedup_key("the film") != dedup_key("the films")
 
 
 # --- stratified split ---------------------------------------------------------------------
@@ -219,22 +213,6 @@ def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
     params = shipped("data", max_corpus_lines=10, add_train_to_corpus=False)
     documents = list(corpus_documents(capped, prepare_labeled(capped, params), params))
     assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
-
-
-def test_seen_keys_accepts_what_a_set_would_accept():
-    rng = np.random.default_rng(0)
-    seen_set: set[int] = set(range(0, 1000, 3))
-    store = SeenKeys(int(k).to_bytes(8, "little") for k in sorted(seen_set))
-    for _ in range(20):
-        batch = rng.integers(0, 2000, 50).astype(np.uint64)
-        expected = []
-        for key in batch.tolist():
-            expected.append(key not in seen_set)
-            seen_set.add(key)
-        mask = store.first_unseen(batch)
-        assert mask.tolist() == expected
-        store.add(batch[mask])
-        assert np.all(np.diff(store.sorted.astype(np.int64)) > 0) and len(store) == len(seen_set)
 
 
 def test_too_few_examples_raise_empty_split_error_naming_the_split():

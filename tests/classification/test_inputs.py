@@ -156,6 +156,8 @@ FILE_FAULTS = [
      DataSourceError, r"train\.jsonl, line 2: no field 'label' \(data\.label_column\)"),
     ({"train.csv": "text,label\ngood film,pos\nbad film,neg\n,pos\nfine film,pos\n"}, {}, DataSourceError,
      r"train\.csv, line 4: empty text .*data\.train"),
+    ({"train.csv": 'text,label\n"a review\nover two lines",pos\n\nbad film,neg\n,pos\n'}, {}, DataSourceError,
+     r"train\.csv, line 6: empty text"),  # its real line, after a quoted field of two
     ({"train.csv": R6, "test.csv": csv_text([("only positive one", "pos"), ("only positive two", "pos")])},
      {"test": "test.csv"}, SplitError, r"split 'test' has a single class \('pos', 2 examples; data\.test \(test\.csv\)\)"),
     ({"train.csv": csv_text(reviews(["pos"], 10))}, {}, SplitError,
@@ -472,12 +474,6 @@ def test_a_utf16_csv_is_read_when_data_encoding_says_so():
     write("train.csv", "text,label\n" + "".join(f"{t},{l}\n" for t, l in rows), encoding="utf-16")
     raw = load_source(files_params(train="train.csv", encoding="utf-16").data)
     assert len(raw.splits["train"]) == 12
-
-
-def test_an_empty_text_after_a_multiline_quoted_field_names_its_real_line():
-    write("train.csv", 'text,label\n"a review\nover two lines",pos\n\nbad film,neg\n,pos\n')
-    with pytest.raises(DataSourceError, match=r"train\.csv, line 6: empty text"):
-        load_source(files_params(train="train.csv").data)
 
 
 # === C. nothing already produced is overwritten ==============================================

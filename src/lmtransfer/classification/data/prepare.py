@@ -187,9 +187,6 @@ class SeenKeys:
     def __init__(self, keys: Iterable[bytes] = ()):
         self.sorted = np.unique(_as_key_array(list(keys)))
 
-    def __len__(self) -> int:
-        return len(self.sorted)
-
     def first_unseen(self, keys: np.ndarray) -> np.ndarray:
         """Mask over `keys`: unseen and the first of its value (what a set asked key by key would accept)."""
         position = np.searchsorted(self.sorted, keys)
