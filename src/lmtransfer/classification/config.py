@@ -1,5 +1,5 @@
-"""The classification task's params.yaml: its own sections (`data`, `finetune`, `evaluate`, `baseline`) beside the
-shared ones (`tokenizer`, `model`, `pretrain`, `train`, `plot`) of `core.config`."""
+"""The classification task's params.yaml: its sections `data`, `finetune`, `evaluate`, `baseline`, beside the shared
+ones of `core.config`."""
 
 from __future__ import annotations
 
@@ -27,10 +27,6 @@ from lmtransfer.core.config import (
 from lmtransfer.core.errors import ConfigError
 from lmtransfer.modeling.model import ModelParams
 
-LABELED_FORMATS = ("auto", "csv", "tsv", "jsonl", "parquet", "pieces")
-
-
-FILE_KEYS = ("train", "valid", "test", "corpus")
 NAMED_CORPORA = ("imdb-reviews",)  # data.corpus entries that name a pinned corpus, not a file (data/sources.py)
 
 
@@ -63,7 +59,7 @@ class DataParams(Section):
     )
     valid: str = Field(description="`files` only: labeled validation file; `''` = carved from train")
     test: str = Field(description="`files` only: labeled test file; `''` = carved from train")
-    format: Literal[LABELED_FORMATS] = Field(  # type: ignore[valid-type]
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet", "pieces"] = Field(
         description="of the labeled files: `auto` (from the extension), `csv`, `tsv`, `jsonl`, `parquet` "
         "or `pieces` (space-separated sentencepiece pieces)"
     )
@@ -106,7 +102,7 @@ class DataParams(Section):
             if not (self.text_column and self.label_column):
                 raise ValueError("data.text_column and data.label_column must not be empty")
         else:
-            used = [key for key in FILE_KEYS if getattr(self, key) and key != "corpus"]
+            used = [key for key in ("train", "valid", "test") if getattr(self, key)]
             files = [entry for entry in self.corpus if entry not in NAMED_CORPORA]
             if used or files:
                 key, value = (used[0], getattr(self, used[0])) if used else ("corpus", files[0])
@@ -115,9 +111,10 @@ class DataParams(Section):
                     f"data.{key} ({value!r}) is only read when data.source is 'files' (data.source is "
                     f"{self.source!r}){named}"
                 )
-        if self.corpus_format == "pieces" and len(self.corpus_files) < len(self.corpus):
+        named = [entry for entry in self.corpus if entry in NAMED_CORPORA]
+        if self.corpus_format == "pieces" and named:
             raise ValueError("data.corpus_format is 'pieces' but data.corpus names a corpus of plain text "
-                             f"({', '.join(e for e in self.corpus if e in NAMED_CORPORA)}); set data.corpus_format: text")
+                             f"({', '.join(named)}); set data.corpus_format: text")
         if self.imdb_from and not self.reads_imdb:
             raise ValueError("data.imdb_from is only read when data.source is 'imdb' or data.corpus names "
                              "'imdb-reviews'; leave it ''")
@@ -126,11 +123,6 @@ class DataParams(Section):
     @property
     def reads_imdb(self) -> bool:
         return self.source == "imdb" or "imdb-reviews" in self.corpus
-
-    @property
-    def corpus_files(self) -> list[str]:
-        """The entries of `data.corpus` that name files or globs (the others name a pinned corpus)."""
-        return [entry for entry in self.corpus if entry not in NAMED_CORPORA]
 
     @property
     def labeled_pieces(self) -> bool:
@@ -142,9 +134,6 @@ class DataParams(Section):
         if self.source != "files" or any(entry in NAMED_CORPORA for entry in self.corpus):
             return False
         return self.corpus_format == "pieces" if self.corpus else self.labeled_pieces
-
-
-ClassificationPretrainParams = PretrainParams  # the shared section, seeds included: its own name for the tables
 
 
 class FinetuneParams(Section):
@@ -258,7 +247,7 @@ class ClassificationParams(PipelineParams):
     data: DataParams
     tokenizer: TokenizerParams
     model: ModelParams
-    pretrain: ClassificationPretrainParams
+    pretrain: PretrainParams
     finetune: FinetuneParams
     train: TrainParams
     evaluate: EvaluateParams
@@ -266,23 +255,15 @@ class ClassificationParams(PipelineParams):
     plot: PlotParams
 
     @model_validator(mode="after")
-    def _check_one_loaded_model_is_one_run(self) -> ClassificationParams:
-        """A loaded checkpoint is the same model under every seed: several would be copies counted as replicates."""
+    def _check(self) -> ClassificationParams:
+        # a loaded checkpoint is the same model under every seed: several would be copies counted as replicates
         if self.pretrain.init_from and len(self.pretrain.seeds) > 1:
             raise ValueError(f"pretrain.seeds: {self.pretrain.seeds} asks for {len(self.pretrain.seeds)} pretraining "
                              f"runs, but pretrain.init_from loads one model (the same under every seed); set "
                              "pretrain.seeds: [0], and finetune.seeds for several fine-tunes of it")
-        return self
-
-    @model_validator(mode="after")
-    def _check_pooling_fits_attention(self) -> ClassificationParams:
         problem = pooling_mismatch(self.finetune.pooling, self.causal_attention, self.pretrain.objective)
         if problem:
             raise ValueError(problem)
-        return self
-
-    @model_validator(mode="after")
-    def _check_tokenizer_fits_data(self) -> ClassificationParams:
         pieces = self.data.labeled_pieces or self.data.corpus_pieces
         raw_text = not (self.data.labeled_pieces and self.data.corpus_pieces)
         if pieces and not (self.tokenizer.model_file or self.tokenizer.vocab_file):
@@ -308,7 +289,6 @@ def parse_classification_params(raw: Any, origin: str = "params") -> Classificat
 
 
 def load_classification_params(path: str | Path = "params.yaml") -> ClassificationParams:
-    """Read and validate the classification pipeline's params file."""
     return parse_classification_params(read_params_file(path), origin=str(path))
 
 

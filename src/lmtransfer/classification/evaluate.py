@@ -1,13 +1,11 @@
-"""Test-set evaluation: every fine-tuned run of both variants, their spread, and the transfer gap with a 95%
-interval and p-value resampling pretraining runs, fine-tuning seeds and test examples together (one run's gap can
-be noise), each source's share of the spread, beside the TF-IDF baseline."""
+"""Test-set evaluation: every fine-tuned run of both variants and the transfer gap with a 95% interval and p-value
+that resample pretraining runs, fine-tuning seeds and test examples together (one run's gap can be noise)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from lmtransfer.classification.config import BaselineParams, ClassificationParams, EvaluateParams
 from lmtransfer.classification.inference import predict
@@ -43,7 +41,7 @@ from lmtransfer.modeling.checkpoint import build_classifier, load_checkpoint
 from lmtransfer.modeling.runtime import select_device, use_share_of_cores
 from lmtransfer.reporting.finetuned import finetuned_checkpoints, run_grid
 from lmtransfer.reporting.statistics import gap_uncertainty, summarize
-from lmtransfer.tokens.id_files import LabeledSplit, load_labeled_split
+from lmtransfer.tokens.id_files import load_labeled_split
 from lmtransfer.training.resume import clear_finished_snapshots
 
 
@@ -61,39 +59,16 @@ class SeedResult:
     def run(self) -> str:
         return finetune_run(self.seed, self.pretrain_seed)
 
-    @property
-    def val_accuracy_per_epoch(self) -> list[float]:
-        return [row["val_accuracy"] for row in self.epochs]
-
-
-def evaluate_classifier(
-    payload: dict, test: LabeledSplit, batch_size: int, device: torch.device
-) -> tuple[dict, np.ndarray]:
-    model = build_classifier(payload)  # `predict` moves it to `device`
-    probabilities, loss = predict(model, test, batch_size, payload["max_len"], device)
-    predicted = probabilities.argmax(-1)
-    label_names = payload["label_names"]
-    matrix = confusion_matrix(test.labels, predicted, len(label_names))
-    metrics = {
-        "accuracy": accuracy(matrix),
-        "macro_f1": macro_f1(matrix),
-        "loss": loss,
-        "f1_per_class": dict(zip(label_names, map(float, per_class_f1(matrix)))),
-        "confusion_matrix": {"labels": label_names, "rows_actual_columns_predicted": matrix.tolist()},
-        "n_examples": len(test),
-    }
-    return metrics, predicted
-
 
 def variant_report(results: list[SeedResult]) -> dict:
     """Mean, std and per-seed values of the test scores and of validation accuracy per epoch."""
     report: dict = {}
+    curves = np.array([[row["val_accuracy"] for row in r.epochs] for r in results])
     values = {"accuracy": [r.metrics["accuracy"] for r in results], "macro_f1": [r.metrics["macro_f1"] for r in results],
-              "first_epoch_val_accuracy": [r.val_accuracy_per_epoch[0] for r in results]}
+              "first_epoch_val_accuracy": list(curves[:, 0])}
     for key, numbers in values.items():
         stats = summarize(numbers)
         report.update({f"{key}_mean": stats["mean"], f"{key}_std": stats["std"], f"{key}_per_seed": stats["per_seed"]})
-    curves = np.array([r.val_accuracy_per_epoch for r in results])
     report["val_accuracy_mean_per_epoch"] = [float(v) for v in curves.mean(axis=0)]
     report["val_accuracy_std_per_epoch"] = [float(v) for v in (curves.std(axis=0, ddof=1) if len(results) > 1
                                                                else np.zeros(curves.shape[1]))]
@@ -102,14 +77,6 @@ def variant_report(results: list[SeedResult]) -> dict:
     report["loss_mean"] = float(np.mean([r.metrics["loss"] for r in results]))
     report["runs"] = [r.run for r in results]
     return report
-
-
-def pooled_confusion(results: list[SeedResult]) -> dict:
-    """One variant's test confusion matrix summed over its seeds."""
-    matrices = [r.metrics["confusion_matrix"] for r in results]
-    total = np.sum([m["rows_actual_columns_predicted"] for m in matrices], axis=0)
-    return {"labels": matrices[0]["labels"], "runs": [r.run for r in results],
-            "rows_actual_columns_predicted": total.tolist()}
 
 
 def mean_curves(results: dict[str, list[SeedResult]], baseline_valid_accuracy: float) -> list[dict[str, float]]:
@@ -158,43 +125,27 @@ def transfer_report(
     correct_pretrained, correct_scratch = correctness_grid(pretrained), correctness_grid(scratch)
     uncertainty = gap_uncertainty(correct_pretrained, correct_scratch, params.bootstrap_samples, seed=params.seed)
     pretrained_report, scratch_report = variant_report(pretrained), variant_report(scratch)
-    gap = {
-        "accuracy_mean": pretrained_report["accuracy_mean"] - scratch_report["accuracy_mean"],
-        **{key: uncertainty[key] for key in ("ci95_low", "ci95_high", "p_value", "std", "spread", "share")},
-        "macro_f1_mean": pretrained_report["macro_f1_mean"] - scratch_report["macro_f1_mean"],
-        "first_epoch_val_accuracy_mean": (
-            pretrained_report["first_epoch_val_accuracy_mean"] - scratch_report["first_epoch_val_accuracy_mean"]
-        ),
-    }
-    return {
-        "gap": gap,
-        "pretrained": pretrained_report,
-        "scratch": scratch_report,
-        "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"],
-                     "valid_accuracy": baseline["valid_accuracy"]},
-        "n_seeds": len(pretrained),
-        "n_pretraining_runs": int(correct_pretrained.shape[0]),
-        "n_finetuning_seeds": int(correct_pretrained.shape[1]),
-        "n_test_examples": int(correct_pretrained.shape[2]),
-        "pretraining": pretraining,
-    }
+    difference = {key: pretrained_report[key] - scratch_report[key]
+                  for key in ("accuracy_mean", "macro_f1_mean", "first_epoch_val_accuracy_mean")}
+    gap = {"accuracy_mean": difference["accuracy_mean"],
+           **{key: uncertainty[key] for key in ("ci95_low", "ci95_high", "p_value", "std", "spread", "share")},
+           "macro_f1_mean": difference["macro_f1_mean"],
+           "first_epoch_val_accuracy_mean": difference["first_epoch_val_accuracy_mean"]}
+    runs, seeds, examples = (int(n) for n in correct_pretrained.shape)
+    return {"gap": gap, "pretrained": pretrained_report, "scratch": scratch_report,
+            "baseline": {key: baseline[key] for key in ("accuracy", "macro_f1", "valid_accuracy")},
+            "n_seeds": len(pretrained), "n_pretraining_runs": runs, "n_finetuning_seeds": seeds,
+            "n_test_examples": examples, "pretraining": pretraining}
 
 
 def headline_metrics(report: dict) -> dict:
-    """The answer in eight flat numbers (`metrics/headline.json`): short names, so `dvc metrics show` fits one
-    120-column row. Test accuracies (variants' means), the gap with its 95% interval and p-value, and `head_start`,
-    the gap in validation accuracy after one epoch."""
+    """The answer in eight flat numbers (`metrics/headline.json`), named short so `dvc metrics show` fits one
+    120-column row; `head_start` is the gap in validation accuracy after one epoch."""
     gap = report["gap"]
-    return {
-        "pretrained": report["pretrained"]["accuracy_mean"],
-        "scratch": report["scratch"]["accuracy_mean"],
-        "gap": gap["accuracy_mean"],
-        "gap_low": gap["ci95_low"],
-        "gap_high": gap["ci95_high"],
-        "p_value": gap["p_value"],
-        "head_start": gap["first_epoch_val_accuracy_mean"],
-        "baseline": report["baseline"]["accuracy"],
-    }
+    return {"pretrained": report["pretrained"]["accuracy_mean"], "scratch": report["scratch"]["accuracy_mean"],
+            "gap": gap["accuracy_mean"], "gap_low": gap["ci95_low"], "gap_high": gap["ci95_high"],
+            "p_value": gap["p_value"], "head_start": gap["first_epoch_val_accuracy_mean"],
+            "baseline": report["baseline"]["accuracy"]}
 
 
 def runs_described(report: dict) -> str:
@@ -248,7 +199,9 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
         log_run(params={"pretrain.seeds": params.pretrain.seeds, "finetune.seeds": params.finetune.seeds,
                         "finetune.label_sizes": params.finetune.label_sizes})
         results, prediction_rows = _score(checkpoints, cells, test, params, device, log_steps=True)
-        confusion = {variant: pooled_confusion(runs) for variant, runs in results.items()}
+        confusion = {v: {"labels": runs[0].metrics["labels"], "runs": [r.run for r in runs],
+                         "rows_actual_columns_predicted": np.sum([r.metrics["confusion"] for r in runs], 0).tolist()}
+                     for v, runs in results.items()}
         report = transfer_report(results["pretrained"], results["scratch"], baseline, params.evaluate, pretraining)
         headline = headline_metrics(report)
         write_json(EVALUATE_REPORT, report)
@@ -300,12 +253,15 @@ def _score(checkpoints: dict, cells: dict, test, params: ClassificationParams, d
     runs = list(cells)
     for step, ((variant, run), path) in enumerate(checkpoints.items()):
         payload = load_checkpoint(path, expected_kind="classifier")
-        metrics, predicted = evaluate_classifier(payload, test, params.evaluate.batch_size, device)
+        probabilities, loss = predict(build_classifier(payload), test, params.evaluate.batch_size, payload["max_len"],
+                                      device)
+        predicted, names = probabilities.argmax(-1), payload["label_names"]
+        matrix = confusion_matrix(test.labels, predicted, len(names))
+        metrics = {"accuracy": accuracy(matrix), "macro_f1": macro_f1(matrix), "loss": loss, "confusion": matrix,
+                   "labels": names, "f1_per_class": dict(zip(names, map(float, per_class_f1(matrix))))}
         epochs = read_tsv(require_file(finetune_epochs(variant, run), "fine-tuning metrics"))
         history = [{key: float(value) for key, value in row.items()} for row in epochs]
-        cell = cells[runs[step % len(runs)]]
-        results[variant].append(SeedResult(*cell, metrics, predicted == test.labels, history))
-        names = payload["label_names"]
+        results[variant].append(SeedResult(*cells[runs[step % len(runs)]], metrics, predicted == test.labels, history))
         prediction_rows[variant] += [f"{run},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
         if log_steps:
             log_run(metrics={f"{variant}_test_accuracy": metrics["accuracy"],
@@ -343,12 +299,9 @@ def baseline_at_size(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
 
 
 def curve_rows(reports: dict[str, dict]) -> list[dict]:
-    rows = []
-    for size, report in reports.items():
-        gap = report["gap"]
-        rows.append({"labels": size, "n_train": report["n_train"],
-                     "pretrained": report["pretrained"]["accuracy_mean"], "scratch": report["scratch"]["accuracy_mean"],
-                     "pretrained_std": report["pretrained"]["accuracy_std"], "scratch_std": report["scratch"]["accuracy_std"],
-                     "gap": gap["accuracy_mean"], "gap_low": gap["ci95_low"], "gap_high": gap["ci95_high"],
-                     "p_value": gap["p_value"], "baseline": report["baseline"]["accuracy"]})
-    return rows
+    return [{"labels": size, "n_train": report["n_train"], "pretrained": report["pretrained"]["accuracy_mean"],
+             "scratch": report["scratch"]["accuracy_mean"], "pretrained_std": report["pretrained"]["accuracy_std"],
+             "scratch_std": report["scratch"]["accuracy_std"], "gap": report["gap"]["accuracy_mean"],
+             "gap_low": report["gap"]["ci95_low"], "gap_high": report["gap"]["ci95_high"],
+             "p_value": report["gap"]["p_value"], "baseline": report["baseline"]["accuracy"]}
+            for size, report in reports.items()]

@@ -1,6 +1,5 @@
-"""Fine-tuning for classification: one loop for the pretrained and the scratch model. Per epoch: shuffled batches
-(length-bucketed or random), one clipped AdamW step each, then validation; the best epoch's weights are kept, and a
-snapshot after each epoch lets a killed run resume."""
+"""Fine-tuning for classification, one loop for the pretrained and the scratch model: per epoch shuffled batches,
+a clipped AdamW step each, then validation; the best epoch is kept, a snapshot per epoch lets a killed run resume."""
 
 from __future__ import annotations
 
@@ -126,8 +125,7 @@ def finetune(model: Classifier, train: LabeledSplit, valid: LabeledSplit, params
 
 
 def refuse_padding_ids_in_texts(pad_id: int, **splits: LabeledSplit) -> None:
-    """A text holding the padding id means a model built for another id space (a course dictionary puts
-    begin-of-text at 0): it would be masked as padding, silently."""
+    """A text holding the padding id (a model built for another id space) would be masked as padding, silently."""
     for name, split in splits.items():
         if np.any(split.ids == pad_id):
             raise TokenizerError(f"the {name} texts hold the model's padding id {pad_id}: the model was built for "
@@ -167,12 +165,11 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
     label_names = meta["label_names"]
     distributed.launch(params.train.nproc)  # train.nproc > 1: this command again, as N processes under torchrun
     start = language_model_start(params, meta, args)
-    variant, seed, stage = start.variant, start.draws, start.stage
-    device = distributed.start(params.train, configure(params.train, seed=seed))
+    variant, stage = start.variant, start.stage
+    device = distributed.start(params.train, configure(params.train, seed=start.draws))
     if start.payload:
-        model = classifier_from_pretrained(
-            start.payload, len(label_names), params.finetune.pooling, meta["vocab_size"], meta["pad_id"]
-        )
+        model = classifier_from_pretrained(start.payload, len(label_names), params.finetune.pooling,
+                                           meta["vocab_size"], meta["pad_id"])
     else:
         model = Classifier(start.config, len(label_names), params.finetune.pooling)
     inputs = [TOKENIZED] + ([start.pretrained] if start.pretrained else [])
@@ -186,26 +183,20 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
                       "n_trainable_parameters": trainable, **({"labels": args.labels} if args.labels else {})},
                 params={"seed": start.seed, "pretrain_seed": start.pretrain_seed, "n_train": len(train)})
         print(f"{stage}: {count_parameters(model):,} parameters on {device}, {len(train)} train / {len(valid)} valid")
-        options = RunOptions(device, seed, stage, snapshots, log_metrics, compile_steps=params.train.compile)
+        options = RunOptions(device, start.draws, stage, snapshots, log_metrics, compile_steps=params.train.compile)
         result = finetune(model, train, valid, params.finetune, options)
         if not run:  # None on ranks other than 0: they train, rank 0 reports
             return
         model.load_state_dict(result.best_state)
         checkpoint = finetuned_checkpoint(variant, start.run)
-        save_checkpoint(
-            checkpoint, model, "classifier", model.base.config,
-            n_classes=len(label_names), pooling=params.finetune.pooling, label_names=label_names,
-            max_len=params.finetune.max_len, variant=variant, seed=start.seed, pretrain_seed=start.pretrain_seed,
-            tokenizer_sha256=tokenizer_fingerprint(TOKENIZED),
-        )
-        summary = {
-            "best_val_accuracy": result.best_val_accuracy,
-            "best_epoch": result.best_epoch,
-            "first_epoch_val_accuracy": result.history[0]["val_accuracy"],
-            "final_val_accuracy": result.history[-1]["val_accuracy"],
-            "final_train_accuracy": result.history[-1]["train_accuracy"],
-            **environment_facts(),
-        }
+        save_checkpoint(checkpoint, model, "classifier", model.base.config, n_classes=len(label_names),
+                        pooling=params.finetune.pooling, label_names=label_names, max_len=params.finetune.max_len,
+                        variant=variant, seed=start.seed, pretrain_seed=start.pretrain_seed,
+                        tokenizer_sha256=tokenizer_fingerprint(TOKENIZED))
+        summary = {"best_val_accuracy": result.best_val_accuracy, "best_epoch": result.best_epoch,
+                   "first_epoch_val_accuracy": result.history[0]["val_accuracy"],
+                   "final_val_accuracy": result.history[-1]["val_accuracy"],
+                   "final_train_accuracy": result.history[-1]["train_accuracy"], **environment_facts()}
         record_finetuned(start, checkpoint, result.history, summary,
                          {"seconds": round(result.seconds, 2), "epoch_seconds": result.epoch_seconds},
                          log_model=lambda path: log_classifier(path, TOKENIZED, label_names))

@@ -1,9 +1,6 @@
-"""What the validate stage checks: every input the pipeline will read, before any stage touches its outputs (DVC
-deletes a stage's outputs before running it, so a stage failing on a bad input would lose them).
-
-It also writes one manifest (path, size, sha256) of the external files per reader: `data/inputs/data.json`
-(prepare), `tokenizer.json` (tokenize), `checkpoint.json` (pretrain). It always runs, so editing a file that
-params.yaml names reruns exactly the stage that reads it.
+"""The validate stage: every input the pipeline will read is checked before any stage runs (DVC deletes a stage's
+outputs before running it). It writes a manifest (path, size, sha256) of the external files per reading stage
+(`data/inputs/data.json`, `tokenizer.json`, `checkpoint.json`), so editing a file reruns the stage that reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lmtransfer.classification.config import ClassificationParams, shipped_classification_params
+from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1
 from lmtransfer.classification.data.prepare import CorpusScan, LabeledData, prepare_labeled, scan_corpus
 from lmtransfer.classification.data.sources import Corpus, load_source
 from lmtransfer.core.errors import ConfigError, TokenizerError
@@ -40,7 +38,7 @@ def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], Labe
     raw = load_source(data)
     labeled = prepare_labeled(raw, data)
     scan = scan_corpus(raw, labeled, data, keep_chars=TOKENIZER_TRIAL_CHARS)
-    entries = []
+    entries: list[dict[str, Any]] = []
     if data.source != "files":
         entries.append({"key": "data.source", "path": data.source, "bytes": 0, "sha256": raw.archive_sha256})
     else:
@@ -50,17 +48,16 @@ def check_data(params: ClassificationParams) -> tuple[list[dict[str, Any]], Labe
             if data.labeled_pieces:
                 labels = label_file_for(Path(origin))
                 entries.append(manifest_entry(key, str(labels), labels))
-    if isinstance(raw.corpus, Corpus):
+    if isinstance(raw.corpus, Corpus):  # the files by their bytes, a named corpus by its pinned release
         entries += [manifest_entry("data.corpus", str(path), path) for path in raw.corpus.paths]
-        entries += raw.corpus.manifest()
+        entries += [{"key": "data.corpus", "path": name, "bytes": 0, "sha256": ACL_IMDB_V1.digest}
+                    for name in raw.corpus.named]
     return entries, labeled, scan
 
 
 def check_stream_lengths(params: ClassificationParams, labeled: LabeledData, scan: CorpusScan) -> None:
-    """Every token stream pretraining cuts into `pretrain.seq_len` windows must hold one, at the most tokens its
-    characters can give."""
-    streams = {f"the corpus's {part} part": (scan.chars[part], scan.lines[part])
-               for part in ("train", "valid")}
+    """Every token stream pretraining cuts into `pretrain.seq_len` windows holds one, at the most tokens it can give."""
+    streams = {f"the corpus's {part} part": (scan.chars[part], scan.lines[part]) for part in ("train", "valid")}
     if params.pretrain.adapt_epochs and not params.pretrain.init_from:
         for name in ("train", "valid"):
             texts = labeled.splits[name]["text"]
@@ -75,8 +72,7 @@ def check_stream_lengths(params: ClassificationParams, labeled: LabeledData, sca
 
 
 def check_tokenizer(params: ClassificationParams, scan: CorpusScan) -> tuple[Tokenizer | None, list[dict[str, Any]]]:
-    """Load the named tokenizer files; with none and a small corpus, train one as a trial (a `vocab_size` too large
-    stops here)."""
+    """Load the named tokenizer files; with none and a small corpus, train one as a trial (a bad `vocab_size` stops)."""
     entries = []
     for key in ("model_file", "vocab_file"):
         if getattr(params.tokenizer, key):
@@ -92,7 +88,7 @@ def check_tokenizer(params: ClassificationParams, scan: CorpusScan) -> tuple[Tok
 
 
 def check_unknown_share(params: ClassificationParams, labeled: LabeledData, tokenizer: Tokenizer | None) -> None:
-    """A given tokenizer that maps most labeled texts to the unknown id (a dictionary made for other files)."""
+    """A given tokenizer that maps most labeled texts to the unknown id was made for other files."""
     if tokenizer is None:
         return
     texts = list(labeled.splits["train"]["text"][:UNKNOWN_SAMPLE])
@@ -135,9 +131,8 @@ def check_objective(params: ClassificationParams, tokenizer: Tokenizer | None) -
         if mask_id_of(tokenizer) is None:
             raise ConfigError(
                 f"pretrain.objective: mlm needs a <mask> token, and the tokenizer {given_tokenizer_key(params)} names "
-                "has none; use the "
-                "tokenizer the pipeline trains (tokenizer.model_file and tokenizer.vocab_file '') or "
-                "pretrain.objective: clm"
+                "has none; use the tokenizer the pipeline trains (tokenizer.model_file and tokenizer.vocab_file '') "
+                "or pretrain.objective: clm"
             )
 
 
@@ -185,14 +180,11 @@ def run_validate_stage(params: ClassificationParams) -> None:
     from lmtransfer.harness.tracking import check_store
 
     manifests = check_inputs(params)
-    # a broken or read-only MLflow store stops here, before DVC removes any later stage's outputs
-    check_store()
+    check_store()  # a broken or read-only MLflow store stops here, before DVC removes any later stage's outputs
     shipped = shipped_classification_params(params)
-    for note in params.pretrain.ignored_settings(shipped.pretrain):
-        print(f"validate: note: {note}")
-    cost = design_cost(params, shipped)
-    if cost:
-        print(f"validate: note: {cost}")
+    for note in params.pretrain.ignored_settings(shipped.pretrain) + [design_cost(params, shipped)]:
+        if note:
+            print(f"validate: note: {note}")
     for name, entries in manifests.items():
         write_json(INPUTS / f"{name}.json", {"inputs": entries})
     described = ", ".join(f"{e['key']}={e['path']}" for entries in manifests.values() for e in entries)

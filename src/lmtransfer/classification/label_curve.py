@@ -1,9 +1,6 @@
-"""Where pretraining pays (ULMFiT's figure 3): test accuracy per number of labeled examples (the rows: evaluate's
-`curve_rows`). The subsets of the train split are nested (one seeded order of the split, each class spread evenly along it, a size takes its head), so
-both variants and TF-IDF see the very same examples, every class from the first few. A subset is repeated to about
-the full split's size (`repeats_for`): as many steps as the full run, the same recipe (ULMFiT's few-label runs, too,
-train to convergence).
-"""
+"""Where pretraining pays (ULMFiT's figure 3): test accuracy per number of labeled examples. The subsets are nested
+heads of one seeded, class-balanced order of the train split, the same for both variants and TF-IDF; each is
+repeated to about the full split's size, so it trains as many steps as the full run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Classification metrics, computed from a confusion matrix (no extra dependency needed)."""
+"""Classification metrics from a confusion matrix."""
 
 from __future__ import annotations
 
@@ -30,9 +30,3 @@ def macro_f1(matrix: np.ndarray) -> float:
     """Over the classes in the labels or predicted (scikit-learn's rule)."""
     scored = (matrix.sum(axis=0) > 0) | (matrix.sum(axis=1) > 0)
     return float(per_class_f1(matrix)[scored].mean())
-
-
-def majority_share(labels) -> float:
-    """Accuracy of always answering the most frequent class."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64))
-    return float(counts.max() / max(counts.sum(), 1))

@@ -1,12 +1,12 @@
-"""A fine-tune as an MLflow model: a column of texts in, the label and each class's probability out. Its artifacts
-are the checkpoint in models/ and its tokenizer; `predict`, `mlflow models serve` and `lmtransfer predict` all call
-`inference.classify_texts`, so the same texts give the same probabilities."""
+"""A fine-tune as an MLflow model (the checkpoint and its tokenizer): texts in, the label and each class's
+probability out, from `inference.classify_texts` as `lmtransfer predict` gives them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import mlflow.pyfunc
+import numpy as np
 import pandas as pd
 
 from lmtransfer.harness.tracking import log_model
@@ -39,16 +39,10 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
 def texts_of(model_input) -> list[str]:
     """The texts of a request: a DataFrame's `text` column (or its only column), a list or a single string."""
     if isinstance(model_input, pd.DataFrame):
-        if TEXT_COLUMN in model_input.columns:
-            column = model_input[TEXT_COLUMN]
-        elif len(model_input.columns) == 1:
-            column = model_input.iloc[:, 0]
-        else:
+        if TEXT_COLUMN not in model_input.columns and len(model_input.columns) != 1:
             raise ValueError(f"the model reads one column, {TEXT_COLUMN!r}; got columns {list(model_input.columns)}")
-        return [str(text) for text in column]
-    if isinstance(model_input, str):
-        return [model_input]
-    return [str(text) for text in model_input]
+        model_input = model_input.get(TEXT_COLUMN, model_input.iloc[:, 0])
+    return [model_input] if isinstance(model_input, str) else [str(text) for text in model_input]
 
 
 def prediction_frame(probabilities, label_names: list[str]) -> pd.DataFrame:
@@ -63,8 +57,6 @@ def prediction_frame(probabilities, label_names: list[str]) -> pd.DataFrame:
 
 def log_classifier(checkpoint: str | Path, tokenizer_dir: str | Path, label_names: list[str]) -> str:
     """Log the checkpoint a fine-tune wrote as an MLflow model on the active run; returns the model's id."""
-    import numpy as np
-
     example = pd.DataFrame({TEXT_COLUMN: EXAMPLE_TEXTS})
     output = prediction_frame(np.full((len(EXAMPLE_TEXTS), len(label_names)), 1.0 / len(label_names)), label_names)
     return log_model(MODEL_NAME, TextClassifier(), checkpoint, tokenizer_dir, example, output)

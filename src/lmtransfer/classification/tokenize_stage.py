@@ -18,10 +18,9 @@ def run_tokenize_stage(params: TokenizerParams, logged: dict) -> None:
         log_run(tags={"tokenizer_scheme": meta["scheme"]})
         for artifact in sorted(TOKENIZED.glob("*.txt")) + sorted(TOKENIZED.glob("*.model")):
             log_file(artifact, "")
-        timings = meta["timings"]
-        timings["encode_tokens_per_second"] = round(timings["corpus_tokens"] / max(timings["encode_seconds"], 1e-9))
-        timings["encode_megabytes_per_second"] = round(
-            timings["corpus_bytes"] / 2**20 / max(timings["encode_seconds"], 1e-9), 2)
+        timings, seconds = meta["timings"], max(meta["timings"]["encode_seconds"], 1e-9)
+        timings["encode_tokens_per_second"] = round(timings["corpus_tokens"] / seconds)
+        timings["encode_megabytes_per_second"] = round(timings["corpus_bytes"] / 2**20 / seconds, 2)
         write_timings(timings_file("tokenize"), timings)
         log_run(metrics={f"final_{k}": v for k, v in timings.items()})
     print(f"tokenize: {meta['scheme']} vocabulary of {meta['vocab_size']:,}, tokens {meta['tokens']} -> {TOKENIZED} "

@@ -1,9 +1,7 @@
 """The Large Movie Review Dataset (Maas et al., ACL 2011): 100,000 IMDB reviews, pinned, checked, kept once as text.
 
-Stanford's `aclImdb_v1.tar.gz` is fetched once into the dataset cache, or taken from a local copy: the archive
-(size and sha256 checked first) or its unpacked `aclImdb/` folder (each folder's file count, bytes and listing
-sha256 checked). Kept: one file per folder (`train-pos.txt`, ...), one review a line in file-name order, `<br />`
-as a space; a `checked.json` of their sha256 names a cache damaged later. Nothing is placed in the cache otherwise.
+`aclImdb_v1.tar.gz` (downloaded, or a local copy) or its unpacked `aclImdb/` is checked against the pins, then kept
+as one file per folder, a review a line in file-name order; `checked.json` names a cache damaged later.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ from lmtransfer.data.pinned import cache_dir
 
 @dataclass(frozen=True)
 class FolderPin:
-    """One folder of reviews as the release has it; `sha256`: `find aclImdb/<folder> -type f | LC_ALL=C sort |
-    xargs sha256sum | sha256sum`."""
+    """`sha256`: `find aclImdb/<folder> -type f | LC_ALL=C sort | xargs sha256sum | sha256sum`."""
 
     folder: str
     files: int
@@ -56,8 +53,7 @@ class ImdbRelease:
         return next(pin for pin in self.folders if pin.folder == name)
 
     @property
-    def digest(self) -> str:
-        """One id for the release's reviews: the sha256 of its folders' digests, in order."""
+    def digest(self) -> str:  # one id for the release's reviews
         return hashlib.sha256("".join(pin.sha256 for pin in self.folders).encode()).hexdigest()
 
 
@@ -94,9 +90,7 @@ class _FolderDigest:
     """A folder's files, bytes and listing sha256, computed on the way, against its pin."""
 
     def __init__(self, pin: FolderPin):
-        self.pin = pin
-        self.listing: list[tuple[str, str]] = []  # (file name, sha256)
-        self.bytes = 0
+        self.pin, self.listing, self.bytes = pin, [], 0  # listing: (file name, sha256)
 
     def add(self, name: str, raw: bytes) -> None:
         self.listing.append((name, hashlib.sha256(raw).hexdigest()))
@@ -110,8 +104,7 @@ class _FolderDigest:
 
     def problem(self, where: str) -> str | None:
         """Why this is not the pinned folder (None when it is): count first, then bytes, then content."""
-        pin, found = self.pin, len(self.listing)
-        label = f"{where}/{pin.folder}"
+        pin, found, label = self.pin, len(self.listing), f"{where}/{self.pin.folder}"
         if found != pin.files:
             return f"{label}: {found:,} review files where the pinned release has {pin.files:,}{_odd_names(self)}"
         if self.bytes != pin.bytes:
@@ -123,8 +116,7 @@ class _FolderDigest:
         return None
 
 
-def measure_folder(root: Path, folder: str) -> FolderPin:
-    """The pin of `root/folder` as it is (a test's miniature release)."""
+def measure_folder(root: Path, folder: str) -> FolderPin:  # a test's miniature release
     digest = _FolderDigest(FolderPin(folder, 0, 0, ""))
     for entry in os.scandir(root / folder):
         if entry.is_file():
@@ -133,7 +125,7 @@ def measure_folder(root: Path, folder: str) -> FolderPin:
 
 
 def _odd_names(digest: _FolderDigest) -> str:
-    """The first id missing from 0..n-1 (the release names its files `<id>_<rating>.txt`), or a name out of place."""
+    """The first id missing from 0..n-1 (the files are `<id>_<rating>.txt`), or a name out of place."""
     ids = set()
     for name, _ in digest.listing:
         match = _REVIEW_NAME.fullmatch(name)
@@ -145,9 +137,8 @@ def _odd_names(digest: _FolderDigest) -> str:
 
 
 def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
-    """Stream the archive once: each review of the pinned folders checked, then kept as a line in file-name order."""
+    """Stream the archive (checked by `check_archive`) once: each review kept as a line in file-name order."""
     wanted = {f"{TOP}/{pin.folder}/": pin for pin in release.folders}
-    digests = {pin.folder: _FolderDigest(pin) for pin in release.folders}
     lines: dict[str, dict[str, bytes]] = {pin.folder: {} for pin in release.folders}  # folder -> file name -> line
     try:
         with tarfile.open(archive, "r|gz") as tar:
@@ -158,14 +149,10 @@ def keep_from_archive(archive: Path, release: ImdbRelease, out: Path) -> None:
                     continue
                 handle = tar.extractfile(member)
                 raw = handle.read() if handle else b""
-                digests[pin.folder].add(name, raw)
                 lines[pin.folder][name] = (review_text(raw, f"{archive}:{member.name}") + "\n").encode("utf-8")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise DataSourceError(f"{archive}: cannot be read as a gzipped tar archive ({exc})") from None
     for pin in release.folders:
-        problem = digests[pin.folder].problem(str(archive))
-        if problem:
-            raise DataSourceError(problem)
         kept = lines[pin.folder]
         (out / pin.kept_as).write_bytes(b"".join(kept[name] for name in sorted(kept, key=str.encode)))
 
@@ -239,22 +226,18 @@ def _stamp(kept: Path) -> dict:
         return {}
 
 
-def _check_kept(kept: Path, release: ImdbRelease) -> None:
-    recorded = _stamp(kept).get("files", {})
-    for pin in release.folders:
-        path = kept / pin.kept_as
-        if not path.is_file() or sha256_of(path) != recorded.get(pin.kept_as):
-            raise DataSourceError(f"{path}: not the reviews that were checked and kept there (changed or missing "
-                                  f"since); delete the folder {kept} and run again")
-
-
 def imdb_reviews(source: str = "", release: ImdbRelease = ACL_IMDB_V1, directory: Path | None = None) -> Path:
     """The folder of kept review files: made once from `source` (an archive or an unpacked folder; '' = the cache's
     archive, downloaded when absent), then reused while its files are those that were checked."""
     directory = directory or cache_dir()
     kept = directory / f"imdb-reviews-{release.version}"
-    if _stamp(kept).get("release") == release.digest:
-        _check_kept(kept, release)
+    stamp = _stamp(kept)
+    if stamp.get("release") == release.digest:
+        for pin in release.folders:
+            path = kept / pin.kept_as
+            if not path.is_file() or sha256_of(path) != stamp.get("files", {}).get(pin.kept_as):
+                raise DataSourceError(f"{path}: not the reviews that were checked and kept there (changed or missing "
+                                      f"since); delete the folder {kept} and run again")
         return kept
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,7 @@ from lmtransfer.harness.tracking import log_file, log_run, stage_run
 MAX_DOCUMENT_CHARS = 20_000  # a longer corpus line becomes several documents (see split_long_line)
 
 
-def hashed_key(text: str) -> bytes:
-    """8 bytes per corpus line instead of the line itself: dedup of a huge corpus stays small."""
+def hashed_key(text: str) -> bytes:  # 8 bytes per corpus line: dedup of a huge corpus stays small
     return hashlib.blake2b(dedup_key(text).encode("utf-8"), digest_size=8).digest()
 
 
@@ -83,9 +82,8 @@ def prepare_labeled(raw: RawData, params: DataParams) -> LabeledData:
     given = {name: keep_as_given(raw.splits[name]) for name in ("valid", "test") if name in raw.splits}
     train = deduplicate_labeled(raw.splits["train"])
     removed = {"duplicates_train": len(raw.splits["train"]) - len(train)}
-    kept_as_given: dict[str, dict[str, int]] = {}
-    for name, table in given.items():
-        kept_as_given[name] = {"rows": len(table), "repeated_rows": int(table["text"].map(dedup_key).duplicated().sum())}
+    kept_as_given = {name: {"rows": len(table), "repeated_rows": int(table["text"].map(dedup_key).duplicated().sum())}
+                     for name, table in given.items()}
     if "valid" in given and "test" in given:
         kept_as_given["valid"]["rows_also_in_test"] = int(_shared(given["valid"]["text"], given["test"]["text"]).sum())
     leaked = pd.Series(False, index=train.index)
@@ -183,14 +181,11 @@ def _check_every_class_in_every_split(splits: dict[str, pd.DataFrame], label_nam
 
 
 class SeenKeys:
-    """The dedup keys met so far, 8 bytes each in one sorted array, looked up and added a batch at a time: a Python
-    set costs ~100 bytes a key (1 GB for the ~8 million lines of a 1 GB corpus), this 64 MB."""
+    """The dedup keys met so far, 8 bytes each in one sorted array, looked up and added a batch at a time (a Python
+    set costs ~100 bytes a key: 1 GB for a 1 GB corpus's ~8 million lines)."""
 
     def __init__(self, keys: Iterable[bytes] = ()):
         self.sorted = np.unique(_as_key_array(list(keys)))
-
-    def __len__(self) -> int:
-        return len(self.sorted)
 
     def first_unseen(self, keys: np.ndarray) -> np.ndarray:
         """Mask over `keys`: unseen and the first of its value (what a set asked key by key would accept)."""
@@ -215,11 +210,9 @@ DEDUP_BATCH_LINES = 65_536  # corpus lines hashed and looked up together
 
 
 def corpus_documents(raw: RawData, labeled: LabeledData, params: DataParams) -> Iterator[tuple[str, str]]:
-    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed, 8 bytes kept per document.
-
-    Every round(1/corpus_valid_fraction)-th kept line (the first included) goes to the validation part: evenly
-    spread, one pass. Lines go in batches; with `data.max_corpus_lines`, no line past the last one used is read.
-    """
+    """Stream ('train' | 'valid', document): deduplicated, held-out texts removed. Every round(1/corpus_valid_fraction)
+    -th kept line (the first included) goes to validation; with `data.max_corpus_lines`, no line past the last used
+    is read."""
     convert_held_out = pieces_to_text if raw.labeled_pieces and not raw.corpus_pieces else (lambda t: t)
     comparable = raw.labeled_pieces == raw.corpus_pieces or raw.labeled_pieces
     seen = SeenKeys()
@@ -278,8 +271,7 @@ def _is_validation_line(index: int, fraction: float) -> bool:
 
 
 @dataclass
-class PreparedData:
-    """Everything `prepare` produces, in memory (tests; the stage streams instead)."""
+class PreparedData:  # everything `prepare` produces, in memory (tests; the stage streams instead)
 
     splits: dict[str, pd.DataFrame]
     corpus_train: list[str]
@@ -297,8 +289,7 @@ def prepare(raw: RawData, params: DataParams) -> PreparedData:
 
 
 @dataclass
-class CorpusScan:
-    """Lines and characters per corpus part, and the training part itself when small (for a tokenizer trial)."""
+class CorpusScan:  # lines and characters per corpus part, and the training part when small (a tokenizer trial)
 
     lines: dict[str, int]
     chars: dict[str, int]
@@ -332,11 +323,9 @@ def write_prepared(raw: RawData, params: DataParams, out_dir: Path, source: str)
     labeled = prepare_labeled(raw, params)
     description = {"source": source, "labeled_format": "pieces" if raw.labeled_pieces else "text",
                    "corpus_format": "pieces" if raw.corpus_pieces else "text"}
-    return write_prepared_dir(
-        out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params), description,
-        labeled.removed, check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]),
-        kept_as_given=labeled.kept_as_given,
-    )
+    return write_prepared_dir(out_dir, labeled.splits, labeled.label_names, corpus_documents(raw, labeled, params),
+                              description, labeled.removed, kept_as_given=labeled.kept_as_given,
+                              check_corpus=lambda lines: _check_corpus(lines["train"], lines["valid"]))
 
 
 def run_prepare_stage(params: DataParams, logged: dict) -> None:

