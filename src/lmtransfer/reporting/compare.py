@@ -52,10 +52,6 @@ def compare_rows(experiments: list[Experiment], by: str | None = None) -> tuple[
     return [Row.of(e) for e in done], shown
 
 
-def _sortable(value: Any) -> tuple:
-    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value))
-
-
 def format_table(rows: list[Row], shown: list[str]) -> str:
     """One line per experiment, within 120 columns for two or three changed params."""
     names = _short_names(shown)
@@ -63,7 +59,7 @@ def format_table(rows: list[Row], shown: list[str]) -> str:
     header = ["experiment", *names.values(), "pretrained", "scratch", "gap [95% CI]", "p", "head start"]
     lines = [[row.name, *(_cell(row.params.get(key)) for key in shown), _spread(row.pretrained),
               _spread(row.scratch), f"{row.gap[0]:+.3f} [{row.gap[1]:+.3f}, {row.gap[2]:+.3f}]",
-              _p_value(row.p_value), f"{row.head_start:+.3f}"] for row in rows]
+              "<0.001" if row.p_value < 0.001 else f"{row.p_value:.3f}", f"{row.head_start:+.3f}"] for row in rows]
     if len(baselines) > 1:
         header.append("baseline")
         for line, row in zip(lines, rows):
@@ -75,12 +71,16 @@ def format_table(rows: list[Row], shown: list[str]) -> str:
     baseline = ("baseline = TF-IDF + logistic regression" if len(baselines) > 1 else
                 f"baseline (TF-IDF + logistic regression) {baselines[0]:.3f} in every experiment")
     note = [f"test accuracy, mean ± std over {seeds} runs (pretraining runs x fine-tuning seeds); gap = pretrained "
-            "- scratch with the 95% interval and p of a bootstrap over runs, seeds and test sentences; head start = the gap in validation accuracy after epoch 1; "
-            f"{baseline}"]
+            "- scratch with the 95% interval and p of a bootstrap over runs, seeds and test sentences; head start = "
+            f"the gap in validation accuracy after epoch 1; {baseline}"]
     renamed = [f"{short} = {key}" for key, short in names.items() if short != key]
     if renamed:
         note.append("params: " + ", ".join(renamed))
     return "\n".join([*text, "", *(textwrap.fill(line, width=100) for line in note)])
+
+
+def _sortable(value: Any) -> tuple:
+    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value))
 
 
 def _short_names(keys: list[str]) -> dict[str, str]:
@@ -91,10 +91,6 @@ def _short_names(keys: list[str]) -> dict[str, str]:
 
 def _spread(mean_std: tuple[float, float]) -> str:
     return f"{mean_std[0]:.3f} ± {mean_std[1]:.3f}"
-
-
-def _p_value(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _cell(value: Any) -> str:

@@ -1,5 +1,4 @@
-"""The experiments DVC knows (the workspace, its commit, each `dvc exp run` from it) with their params and evaluate
-reports, read through `dvc exp show --json` and `dvc.api.read`."""
+"""The experiments DVC knows (the workspace, its commit, each `dvc exp run` from it) with their params and reports."""
 
 from __future__ import annotations
 
@@ -67,8 +66,8 @@ def _entries(shown: list[dict]):
 
 
 def list_experiments(root: Path = Path("."), prefix: str = "", rev: str | None = None) -> list[Experiment]:
-    """Every experiment of the current commit (or `rev`), the workspace first unless it holds nothing new, names
-    starting with `prefix`."""
+    """Every experiment of the current commit (or `rev`) named `prefix`*, the workspace first unless it holds nothing
+    new."""
     shown = json.loads(dvc_output(root, "exp", "show", "--json", *(["--rev", rev] if rev else [])))
     found = [Experiment(name, rev, _params_of(entry), _report_at(root, rev)) for name, rev, entry in _entries(shown)]
     if len(found) > 1 and found[0].rev == "workspace" and (found[0].params, found[0].report) == (
