@@ -252,7 +252,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                               "several (its metrics/evaluate.json)")
     scaling.add_argument("--root", **root)
     scaling.set_defaults(func=cmd_scaling)
+    add_data_commands(commands, root, changes)
 
+
+def add_data_commands(commands: argparse._SubParsersAction, root: dict, changes: dict) -> None:
+    """`imdb` and `course`: the data the profiles read, fetched and checked once."""
     imdb = command(commands, "imdb", "get the Large Movie Review Dataset (100,000 IMDB reviews) once: fetched, "
                    "checked, kept", "Downloads aclImdb_v1.tar.gz into the dataset cache (or takes a local copy), "
                    "checks it against the pinned release and keeps its reviews as text, as the pipeline does on its "
