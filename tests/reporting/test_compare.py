@@ -10,8 +10,7 @@ import pytest
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.reporting import experiments as experiments_module
 from lmtransfer.reporting import scaling
-from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
-from lmtransfer.reporting.experiments import Experiment, list_experiments
+from lmtransfer.reporting.experiments import Experiment, compare_rows, format_table, list_experiments, plot_by
 
 from shipped import shipped
 

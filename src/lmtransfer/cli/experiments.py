@@ -112,8 +112,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
-    from lmtransfer.reporting.experiments import list_experiments
+    from lmtransfer.reporting.experiments import compare_rows, format_table, list_experiments, plot_by
 
     experiments = list_experiments(args.root, args.prefix, args.rev)
     rows, shown = compare_rows(experiments, args.by)

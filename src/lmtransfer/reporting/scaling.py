@@ -13,8 +13,7 @@ from scipy import stats
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.core.io import write_json
-from lmtransfer.reporting.compare import Row, transfer_figure
-from lmtransfer.reporting.experiments import Experiment, dvc_env, dvc_output, list_experiments
+from lmtransfer.reporting.experiments import Experiment, Row, dvc_env, dvc_output, list_experiments, transfer_figure
 from lmtransfer.reporting.plots import COLORS, save_figure
 
 BUDGETS = (0.125, 0.25, 0.5, 1, 2, 4, 8)
