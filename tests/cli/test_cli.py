@@ -213,30 +213,19 @@ class Terminal(io.StringIO):
     readline = readlines = __iter__ = __next__ = read
 
 
-def test_predict_without_texts_on_a_terminal_stops_at_once_saying_how_to_pass_texts(monkeypatch):
-    monkeypatch.setattr(sys, "stdin", Terminal())
-    with pytest.raises(SystemExit) as exit_:
-        main(["predict", "--checkpoint", "nothing.pt"])
-    message = str(exit_.value.code)
-    assert message.startswith("error: no texts to classify")
-    assert "lmtransfer predict \"" in message and "standard input" in message
-
-
-@pytest.mark.parametrize("texts, problem", [
-    ([""], "the text is empty"),
-    (["   "], "the text is empty"),
-    (["a fine film", "\t "], "text 2 of 2 is empty"),
-])
-def test_predict_rejects_empty_texts_instead_of_labelling_them(texts, problem, capsys):
+@pytest.mark.parametrize("argv, stdin, problem", [
+    (["predict"], Terminal(), r'^error: no texts to classify: pass them as arguments \(lmtransfer predict ".*stand'),
+    (["predict"], io.StringIO("\n   \n\n"), "standard input held no text"),
+    (["predict", ""], None, "the text is empty"),
+    (["predict", "   "], None, "the text is empty"),
+    (["predict", "a fine film", "\t "], None, "text 2 of 2 is empty"),
+    (["translate", "  "], None, "nothing to translate"),
+], ids=["terminal", "blank-lines", "empty", "spaces", "second-empty", "translate"])
+def test_no_text_or_an_empty_one_is_refused_before_loading_a_model(argv, stdin, problem, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", stdin or Terminal())
     with pytest.raises(SystemExit, match=problem):
-        main(["predict", *texts, "--checkpoint", "nothing.pt"])
+        main([*argv, "--checkpoint", "nothing.pt"])
     assert capsys.readouterr().out == ""
-
-
-def test_predict_with_only_blank_lines_on_standard_input_says_so(monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("\n   \n\n"))
-    with pytest.raises(SystemExit, match="standard input held no text"):
-        main(["predict", "--checkpoint", "nothing.pt"])
 
 
 def _bytes_on_stdin(monkeypatch, data: bytes) -> None:
@@ -284,23 +273,17 @@ def _predictions(out: str) -> list[tuple[str, float, str]]:
     return [(label, float(probability), text) for label, probability, text in rows]
 
 
-def test_predict_reads_piped_utf8_bytes_with_a_byte_order_mark(classifier_files, monkeypatch, capsys):
-    main(["predict", "a good film", "--checkpoint", str(classifier_files)])
-    expected = capsys.readouterr().out
-    _bytes_on_stdin(monkeypatch, b"\xef\xbb\xbfa good film\r\n")
-    main(["predict", "--checkpoint", str(classifier_files)])
-    assert capsys.readouterr().out == expected
-
-
 def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, monkeypatch, capsys):
     main(["predict", "a good film", "dull and long", "--checkpoint", str(classifier_files)])
     from_arguments = _predictions(capsys.readouterr().out)
     assert [text for _, _, text in from_arguments] == ["a good film", "dull and long"]
     assert all(label in ("neg", "pos") and 0.5 <= probability <= 1 for label, probability, _ in from_arguments)
-
     monkeypatch.setattr(sys, "stdin", io.StringIO("a good film\n\n   \ndull and long\r\n"))
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments  # blank lines skipped, line ends dropped
+    _bytes_on_stdin(monkeypatch, b"\xef\xbb\xbfa good film\r\n")  # UTF-8 bytes with a byte order mark
+    main(["predict", "--checkpoint", str(classifier_files)])
+    assert _predictions(capsys.readouterr().out) == from_arguments[:1]
 
 
 def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifier_files, in_empty_dir):
@@ -315,11 +298,6 @@ def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifi
     torch.save(payload, classifier_files)
     with pytest.raises(SystemExit, match=r"knows 40 ids but the tokenizer in data/tokenized gives 42"):
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
-
-
-def test_translate_refuses_an_empty_sentence_before_loading_any_model(tmp_path):
-    with pytest.raises(SystemExit, match="nothing to translate"):
-        main(["translate", "  ", "--checkpoint", str(tmp_path / "missing.pt")])
 
 
 def test_summary_translation_describes_the_translation_pipelines_own_params(in_empty_dir, capsys):

@@ -10,8 +10,7 @@ import pytest
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.reporting import experiments as experiments_module
 from lmtransfer.reporting import scaling
-from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
-from lmtransfer.reporting.experiments import Experiment, list_experiments
+from lmtransfer.reporting.experiments import Experiment, compare_rows, format_table, list_experiments, plot_by
 
 from shipped import shipped
 
@@ -134,26 +133,6 @@ def test_a_line_that_does_not_climb_never_reaches_the_baseline():
     reach = scaling.tokens_to_reach(fit, 0.8)
     assert reach["tokens"] is None and reach["tokens_at_shallowest_slope"] is None
     assert reach["tokens_at_steepest_slope"] == pytest.approx(10 ** (6 + 0.1 / 0.03))  # through the centre
-
-
-def test_the_docs_tables_of_the_scaling_study_come_from_its_summary(tmp_path):
-    from lmtransfer.core.io import write_json
-    from lmtransfer.reporting.pages import generate
-
-    base = shipped("pretrain", max_steps=500, adapt_epochs=5)
-    found = []
-    for budget in (1, 2, 4):
-        experiment = _experiment(scaling.experiment_name(budget), 0.001, 0.6)
-        experiment.params.update({"pretrain.max_steps": 500 * budget, "pretrain.adapt_epochs": 5 * budget})
-        experiment.report = _report(0.6 + 0.01 * budget, 0.6, tokens=1_000_000 * budget)
-        found.append(experiment)
-    write_json(tmp_path / "results/scaling/summary.json", scaling.summarize(found, base))
-    table = generate("scaling@results/scaling", tmp_path).splitlines()
-    assert len(table) == 2 + 3 and table[2].startswith("| 1x | 1.10M | 80.0 | 0.6100 ± 0.0100 | 0.6000 ± 0.0200 |")
-    trend = generate("scaling-trend@results/scaling", tmp_path)
-    rows = trend.splitlines()
-    assert rows[2].startswith("| gap (pretrained − scratch) | +0.0498 [-0.0720, +0.1717] |")  # 3 points: wide
-    assert rows[4].startswith("| tokens at which the pretrained line reaches the baseline (0.8000) | ")
 
 
 def _budget(tokens: float, gap: float, half_width: float) -> dict:

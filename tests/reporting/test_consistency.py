@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from lmtransfer.cli.main import main as lmtransfer
-from lmtransfer.reporting.consistency import committed_headline, consistency_lines, difference_test
+from lmtransfer.reporting.result_files import committed_headline, consistency_lines, difference_test
 
 
 def test_the_difference_of_two_gaps_is_tested_with_both_intervals():

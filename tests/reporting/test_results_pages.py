@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lmtransfer.cli.main import main as lmtransfer
+from lmtransfer.core.io import write_json
 from lmtransfer.reporting.pages import MetricsError, check_pages, generate, pages, write_pages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,11 +27,6 @@ def _evaluate(gap=0.1, runs=2):
             "n_seeds": 2, "n_pretraining_runs": runs, "n_finetuning_seeds": 1, "n_test_examples": 1234}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data), encoding="utf-8")
-
-
 PAGE = ("# Results\n\n<!-- report:test@metrics:start -->\n| old | table |\n<!-- report:test@metrics:end -->\n\n"
         "Some prose.\n\n<!-- report:epochs@metrics:start -->\n<!-- report:epochs@metrics:end -->\n")
 
@@ -38,7 +34,7 @@ PAGE = ("# Results\n\n<!-- report:test@metrics:start -->\n| old | table |\n<!-- 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A tiny repository: classification metrics, a README without markers, a docs page with two marked tables."""
-    _write_json(tmp_path / "metrics/evaluate.json", _evaluate())
+    write_json(tmp_path / "metrics/evaluate.json", _evaluate())
     (tmp_path / "README.md").write_text("# fake\n\nno tables here\n", encoding="utf-8")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs/results.md").write_text(PAGE, encoding="utf-8")
@@ -65,7 +61,7 @@ def test_a_number_changed_in_a_result_file_or_by_hand_in_a_page_makes_the_check_
     write_pages(repo)
     page = repo / "docs/results.md"
     page.write_text(page.read_text(encoding="utf-8").replace("| +0.0100 |", "| +0.0110 |"), encoding="utf-8")
-    _write_json(repo / "metrics/evaluate.json", _evaluate(gap=0.1001))
+    write_json(repo / "metrics/evaluate.json", _evaluate(gap=0.1001))
     assert _tables(repo) == [f"docs/results.md:{line}: table '{name}@metrics' differs from what its files give; "
                              "run `lmtransfer report`" for line, name in ((3, "test"), (17, "epochs"))]
     with pytest.raises(SystemExit, match="differ from the committed result files"):
@@ -103,7 +99,7 @@ def test_an_unreadable_result_is_named_with_file_and_key(repo, damage, reason):
 
 
 def test_one_pretraining_run_gets_no_share_of_the_gaps_variance(repo):
-    _write_json(repo / "metrics/evaluate.json", _evaluate(runs=1))
+    write_json(repo / "metrics/evaluate.json", _evaluate(runs=1))
     assert "| the gap's variance, each source resampled alone | test texts 60% |" in generate("test@metrics", repo)
 
 
@@ -122,10 +118,10 @@ def test_a_benchmarks_table_names_its_command_and_machine_and_refuses_nan(tmp_pa
     result = {"command": "python benchmarks/demo.py", "machine": {"cpu": "a CPU", "cores": 2}, "seconds": 1300.2,
               "notes": "alone", "columns": [{"name": "stage"}, {"name": "wall s", "format": ",.1f"}],
               "rows": [["pretrain", 1234.56], ["plot", None]]}
-    _write_json(tmp_path / "benchmarks/results/demo.json", result)
+    write_json(tmp_path / "benchmarks/results/demo.json", result)
     assert generate("bench@demo", tmp_path) == ("`python benchmarks/demo.py` on a CPU, 2 cores: 1,300 s; alone.\n\n"
                                                 "| stage | wall s |\n| --- | --- |\n| pretrain | 1,234.6 |\n| plot |  |\n")
-    _write_json(tmp_path / "benchmarks/results/demo.json", {**result, "rows": [["pretrain", float("nan")]]})
+    write_json(tmp_path / "benchmarks/results/demo.json", {**result, "rows": [["pretrain", float("nan")]]})
     with pytest.raises(MetricsError, match=r"demo.json: rows\[0\] 'wall s' is nan"):
         generate("bench@demo", tmp_path)
 

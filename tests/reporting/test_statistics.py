@@ -28,23 +28,15 @@ def test_a_real_gap_has_an_interval_above_zero_and_a_small_p_value():
     assert result["p_value"] == pytest.approx(2 / 2001)  # no resample at or below zero: the smallest p it can give
 
 
-def test_no_gap_gives_an_interval_around_zero_and_a_large_p_value():
-    a, b = _correct(0.75, 3, 2, 2000, 3), _correct(0.75, 3, 2, 2000, 4)
-    result = gap_uncertainty(a, b, 2000, seed=0)
-    assert result["ci95_low"] < 0 < result["ci95_high"]
-    assert result["p_value"] > 0.05
-
-
-@pytest.mark.slow
-def test_the_p_value_says_what_the_interval_says():
+@pytest.mark.parametrize("shift", [0.0, 0.01, 0.02, 0.03, 0.05])
+def test_the_p_value_says_what_the_interval_says(shift):
     """p < 0.05 exactly when the 95% interval leaves out zero: both read the same resamples."""
     rng = np.random.default_rng(9)
-    for shift in (0.0, 0.01, 0.02, 0.03, 0.05):
-        a = rng.random((3, 1, 1500)) < 0.70 + shift
-        b = rng.random((3, 1, 1500)) < 0.70
-        result = gap_uncertainty(a, b, 2000, seed=1)
-        excludes_zero = result["ci95_low"] > 0 or result["ci95_high"] < 0
-        assert (result["p_value"] < 0.05) == excludes_zero, shift
+    a, b = rng.random((3, 2, 1500)) < 0.70 + shift, rng.random((3, 2, 1500)) < 0.70
+    result = gap_uncertainty(a, b, 1000, seed=1)
+    assert (result["p_value"] < 0.05) == (result["ci95_low"] > 0 or result["ci95_high"] < 0)
+    if shift == 0:
+        assert result["ci95_low"] < 0 < result["ci95_high"] and result["p_value"] > 0.05
 
 
 def test_identical_systems_have_p_value_one_and_a_zero_interval():

@@ -1,5 +1,5 @@
 """`python -m lmtransfer.cli`: the same as the `lmtransfer` command."""
 
-from lmtransfer.cli.main import program
+from lmtransfer.cli.main import main
 
-program()
+main()

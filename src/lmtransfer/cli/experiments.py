@@ -1,6 +1,5 @@
-"""Commands that run or read several experiments: `profile` (a variant as a named DVC experiment), `compare` (a
-sweep side by side), `scaling` (the pretraining-budget study, queued), `course` (lab 2 of the ALTEGRAD course on
-its own files) and `imdb` (the Large Movie Review Dataset, fetched once)."""
+"""Commands over several experiments: `profile` (a variant as a named DVC experiment), `compare`, `scaling` (the
+pretraining-budget study), `course` (lab 2 of the ALTEGRAD course) and `imdb` (the Large Movie Review Dataset)."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from lmtransfer.core import paths
 from lmtransfer.core.errors import LmtransferError
 
 PROFILES = Path("profiles")  # one YAML file per variant: only the params.yaml keys it changes
+BACK = f"back to the committed run: git checkout {paths.PARAMS} dvc.lock metrics && dvc checkout"
 
 
 def profile_changes(path: Path) -> list[str]:
@@ -29,7 +29,8 @@ def profile_changes(path: Path) -> list[str]:
     raw = read_params_file(path)
     if not isinstance(raw, dict) or not all(isinstance(values, dict) for values in raw.values()):
         raise LmtransferError(f"{path}: not params.yaml sections of `key: value`s")
-    return [f"{section}.{key}={_override_value(value)}" for section, values in raw.items() for key, value in values.items()]
+    return [f"{section}.{key}={_override_value(value)}" for section, values in raw.items()
+            for key, value in values.items()]
 
 
 def _override_value(value) -> str:
@@ -68,7 +69,8 @@ def overlaid_params(root: Path, changes: list[str]):
             raise LmtransferError(f"{change}: not `section.key=value`")
         if not isinstance(raw.get(section), dict) or key not in raw[section]:
             raise LmtransferError(f"{change}: {name} is not a key of {paths.PARAMS}")
-    return parse_classification_params(overlay(root / paths.PARAMS, changes), f"{paths.PARAMS} with " + " ".join(changes))
+    return parse_classification_params(overlay(root / paths.PARAMS, changes),
+                                       f"{paths.PARAMS} with " + " ".join(changes))
 
 
 def profile_command(name: str, changes: list[str], queue: bool = False) -> list[str]:
@@ -106,12 +108,11 @@ def cmd_profile(args: argparse.Namespace) -> None:
         print(f"profile: {args.name} queued; run the queue with `dvc exp run --run-all`, then `lmtransfer compare`")
     else:
         print(f"profile: experiment {args.name} is in the workspace (`lmtransfer results`, plots/) and saved "
-              f"(`dvc exp show`); back to the committed run: git checkout {paths.PARAMS} dvc.lock metrics && dvc checkout")
+              f"(`dvc exp show`); {BACK}")
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from lmtransfer.reporting.compare import compare_rows, format_table, plot_by
-    from lmtransfer.reporting.experiments import list_experiments
+    from lmtransfer.reporting.experiments import compare_rows, format_table, list_experiments, plot_by
 
     experiments = list_experiments(args.root, args.prefix, args.rev)
     rows, shown = compare_rows(experiments, args.by)
@@ -121,7 +122,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
               "workspace yet: make one with `dvc exp run -S finetune.lr=0.001` (any params.yaml key), then compare "
               "again")
     if args.by:
-        figure = plot_by(rows, args.by, args.root / (args.plot or paths.PLOTS / f"compare-{args.by}.png"))
+        figure = plot_by(rows, args.by, args.root / paths.PLOTS / f"compare-{args.by}.png")
         print(f"\nfigure: {figure}")
 
 
@@ -141,14 +142,13 @@ def cmd_scaling(args: argparse.Namespace) -> None:
                                                  read_json(args.pretraining_spread))
         write_json(path, summary)
         low, high = summary["gap_fit"]["slope_ci95_with_pretraining_spread"]
-        print(f"scaling: one pretraining run moves the gap by {summary['pretraining_spread']['sd']:.4f} (sd); the gap's "
-              f"slope per 10x tokens, that spread counted: 95% CI {low:+.4f} to {high:+.4f} -> {path}")
+        print(f"scaling: one pretraining run moves the gap by {summary['pretraining_spread']['sd']:.4f} (sd); the "
+              f"gap's slope per 10x tokens, that spread counted: 95% CI {low:+.4f} to {high:+.4f} -> {path}")
         return
     base = load_classification_params(args.root / paths.PARAMS).pretrain
     start = time.perf_counter()
     if not args.summary_only:
-        scaling.queue_budgets(args.budgets, base, args.root)
-        scaling.run_queue(args.root, args.jobs)
+        scaling.run_budgets(args.budgets, base, args.root, args.jobs)
         print(f"scaling: the queue ran in {time.perf_counter() - start:,.0f} s")
     summary = scaling.write_study(args.root, base, rev=args.rev)
     reach = summary["baseline_reached"]
@@ -185,7 +185,8 @@ def cmd_course(args: argparse.Namespace) -> None:
         return
     params = overlaid_params(root, profile + plan.changes)  # a bad one stops here, before any work
     require_committed_params(root, profile + plan.changes)
-    train_tokens = sum(len(line.split()) + 1 for line in (raw / "cls-books" / "train.review.spm").open(encoding="utf-8"))
+    with (raw / "cls-books" / "train.review.spm").open(encoding="utf-8") as lines:
+        train_tokens = sum(len(line.split()) + 1 for line in lines)
     print(f"course: the pretrained variant: {plan.pretrained}; about "
           f"{course.estimate_minutes(params, train_tokens):.0f} min on 2 CPU cores (a GPU: minutes); each stage "
           "shows its progress")
@@ -195,7 +196,7 @@ def cmd_course(args: argparse.Namespace) -> None:
     with reading(path, "the course's evaluation metrics"):
         print("\n" + "\n".join(lab_lines(report)))
     print(f"\ncourse: {seconds / 60:.1f} min; the workspace holds the experiment `course` (plots/, `lmtransfer "
-          "results`); back to the committed run: git checkout params.yaml dvc.lock metrics && dvc checkout")
+          f"results`); {BACK}")
 
 
 def cmd_imdb(args: argparse.Namespace) -> None:
@@ -211,43 +212,34 @@ def cmd_imdb(args: argparse.Namespace) -> None:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    profile = command(
-        commands, "profile", "a variant of the pipeline (profiles/NAME.yaml) run as the named DVC experiment NAME",
-        "Runs `dvc exp run -n NAME -S key=value ...` with each key of profiles/NAME.yaml (only what it changes "
-        "from params.yaml: course, reviews, imdb, large), in the workspace, over the committed params.yaml. The "
-        "overlaid params are checked first: a key params.yaml lacks or a bad value stops it, naming the key.",
-    )
-    profile.add_argument("name", help="a profile: the name of a file in profiles/ without .yaml")
-    profile.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
-                         help="one more change for this run, as `dvc exp run -S` (repeatable; it wins)")
-    profile.add_argument("--queue", action="store_true", help="queue it (DVC runs it in a folder of its own: files "
-                         "it reads must be committed or outside the repository, as the IMDb reviews' cache)")
-    profile.add_argument("--root", type=Path, default=Path("."), help="the repository root")
-    profile.set_defaults(func=cmd_profile)
-
-    compare = command(
-        commands, "compare", "the experiments side by side: accuracies, the gap with its interval, the baseline",
-        "One row per experiment of the current commit (`dvc exp run`s and the workspace, read through "
-        "`dvc exp show --json` and each one's metrics/evaluate.json): the params that differ between them, "
-        "pretrained and scratch test accuracy (mean ± std over seeds), the gap with its 95% interval and "
-        "p-value, the epoch-1 head start and the TF-IDF baseline.",
-    )
-    compare.add_argument("--by", metavar="PARAM", help="order the rows by this params.yaml key (e.g. finetune.lr) "
-                         "and draw accuracies and gap against it")
-    compare.add_argument("--plot", type=Path, help="where --by writes its figure (default: plots/compare-PARAM.png)")
-    compare.add_argument("--prefix", default="", help="only experiments whose name starts with this")
-    compare.add_argument("--rev", help="the experiments of this commit (default: the current one, HEAD)")
-    compare.add_argument("--root", type=Path, default=Path("."), help="the repository root")
-    compare.set_defaults(func=cmd_compare)
-
     from lmtransfer.reporting.scaling import BUDGETS
 
-    scaling = command(
-        commands, "scaling", "the pretraining scaling study: the pipeline at several budgets through DVC's queue",
-        "Queue one DVC experiment per pretraining budget (a multiple of params.yaml's pretrain.max_steps and "
-        "pretrain.adapt_epochs, scaled alike), run the queue, then write results/scaling/summary.json and "
-        "scaling.png. Budgets already run are kept. The 8x budget alone takes about 30 minutes on 2 CPU cores.",
-    )
+    root = {"type": Path, "default": Path("."), "help": "the repository root"}
+    changes = {"dest": "changes", "action": "append", "default": [], "metavar": "KEY=VALUE"}
+    profile = command(commands, "profile", "a variant of the pipeline (profiles/NAME.yaml) run as the named DVC "
+                      "experiment NAME", "Runs `dvc exp run -n NAME -S key=value ...` with each key of "
+                      "profiles/NAME.yaml, over the committed params.yaml; the overlaid params are checked first.")
+    profile.add_argument("name", help="a profile: the name of a file in profiles/ without .yaml")
+    profile.add_argument("--set", **changes, help="one more change, as `dvc exp run -S` (repeatable; it wins)")
+    profile.add_argument("--queue", action="store_true", help="queue it (DVC runs it in a folder of its own: files "
+                         "it reads must be committed or outside the repository)")
+    profile.add_argument("--root", **root)
+    profile.set_defaults(func=cmd_profile)
+
+    compare = command(commands, "compare", "the experiments side by side: accuracies, the gap with its interval, "
+                      "the baseline", "One row per experiment of the current commit (`dvc exp show --json`): the "
+                      "params that differ, both variants' test accuracy, the gap with its 95% interval and p, the "
+                      "epoch-1 head start and the TF-IDF baseline.")
+    compare.add_argument("--by", metavar="PARAM", help="order the rows by this params.yaml key (e.g. finetune.lr) "
+                         "and draw accuracies and gap against it in plots/compare-PARAM.png")
+    compare.add_argument("--prefix", default="", help="only experiments whose name starts with this")
+    compare.add_argument("--rev", help="the experiments of this commit (default: the current one, HEAD)")
+    compare.add_argument("--root", **root)
+    compare.set_defaults(func=cmd_compare)
+
+    scaling = command(commands, "scaling", "the pretraining scaling study: the pipeline at several budgets through "
+                      "DVC's queue", "Queue one DVC experiment per pretraining budget (pretrain.max_steps and "
+                      "adapt_epochs scaled alike), run the queue, write results/scaling/summary.json and scaling.png.")
     scaling.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS),
                          help="multiples of today's pretraining")
     scaling.add_argument("--jobs", type=int, default=1, help="experiments run at once by the queue")
@@ -255,48 +247,37 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help="queue and run nothing: summarize the scaling experiments that exist")
     scaling.add_argument("--rev", help="with --summary-only: the experiments of this commit (default: HEAD)")
     scaling.add_argument("--pretraining-spread", type=Path, metavar="EVALUATE_JSON",
-                         help="only add to results/scaling/summary.json how far one pretraining run moves the gap, "
-                              "from a run with several (its metrics/evaluate.json), and the gap slope's interval "
-                              "that counts it")
-    scaling.add_argument("--root", type=Path, default=Path("."), help="the repository root")
+                         help="only add to the summary how far one pretraining run moves the gap, from a run with "
+                              "several (its metrics/evaluate.json)")
+    scaling.add_argument("--root", **root)
     scaling.set_defaults(func=cmd_scaling)
-    add_data_commands(commands)
+    add_data_commands(commands, root, changes)
 
 
-def add_data_commands(commands: argparse._SubParsersAction) -> None:
+def add_data_commands(commands: argparse._SubParsersAction, root: dict, changes: dict) -> None:
     """`imdb` and `course`: the data the profiles read, fetched and checked once."""
-    imdb = command(
-        commands, "imdb", "get the Large Movie Review Dataset (100,000 IMDB reviews) once: fetched, checked, kept",
-        "Downloads Stanford's aclImdb_v1.tar.gz into the dataset cache (84 MB, once), or takes a local copy of it "
-        "or of its unpacked aclImdb/ folder, checks it against the pinned release (the archive's size and sha256; "
-        "a folder's files, bytes and content folder by folder) and keeps its reviews as text, one a line. A missing, "
-        "cut or changed file is named in one line and nothing is kept. The pipeline does the same on its first run "
-        "with data.source: imdb or data.corpus: [imdb-reviews]; this gets it ahead, e.g. before going offline.",
-    )
+    imdb = command(commands, "imdb", "get the Large Movie Review Dataset (100,000 IMDB reviews) once: fetched, "
+                   "checked, kept", "Downloads aclImdb_v1.tar.gz into the dataset cache (or takes a local copy), "
+                   "checks it against the pinned release and keeps its reviews as text, as the pipeline does on its "
+                   "first run with data.source: imdb.")
     imdb.add_argument("--from", dest="source", metavar="PATH",
                       help="a local aclImdb_v1.tar.gz, or its unpacked aclImdb/ folder (as data.imdb_from)")
     imdb.add_argument("--url", help="download from this address instead (a mirror; checked all the same)")
     imdb.set_defaults(func=cmd_imdb)
 
-    course = command(
-        commands, "course", "lab 2 of the ALTEGRAD course on its own files: fetched and checked, pretrained against scratch",
-        "Gets the course's files (github.com/moussaKam/transfer_learning_transformers at a pinned commit, or "
-        "--from a folder or clone), checks each by its git blob id and sha256, puts them in data/course/, "
-        "runs the pipeline as the DVC experiment `course` (profiles/course.yaml: the course's network and "
-        "fine-tuning schedule) and prints the lab's comparison. With the course's language model among the files it is "
-        "loaded; without it a French model is pretrained here, 3 runs. A missing, cut or changed file is named "
-        "and nothing is changed.",
-    )
+    course = command(commands, "course", "lab 2 of the ALTEGRAD course on its own files: fetched and checked, "
+                     "pretrained against scratch", "Gets the course's files at a pinned commit (or --from a folder), "
+                     "checks each, runs the pipeline as the DVC experiment `course` (profiles/course.yaml) and "
+                     "prints the lab's comparison.")
     course.add_argument("--from", dest="source", type=Path, metavar="FOLDER",
                         help="take the files from this folder or clone instead of downloading them (offline)")
     course.add_argument("--url", help="download from this address instead (the files under their repository "
                         "paths; default: the repository's raw files at the pinned commit)")
     course.add_argument("--manifest", type=Path, help="check against this JSON instead of the pinned commit's "
-                        "files (another commit or a fork): {\"repository\", \"commit\", \"files\": [{\"path\", "
-                        "\"git_blob\" and/or \"sha256\", \"size\", \"required\"}]}")
-    course.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
-                        help="one more change for this run, as `dvc exp run -S` (repeatable), "
-                        "e.g. --set 'finetune.seeds=[3,4,5]'")
+                        "files: {\"repository\", \"commit\", \"files\": [{\"path\", \"git_blob\" and/or "
+                        "\"sha256\", \"size\", \"required\"}]}")
+    course.add_argument("--set", **changes, help="one more change, as `dvc exp run -S` (repeatable), e.g. --set "
+                        "'finetune.seeds=[3,4,5]'")
     course.add_argument("--fetch-only", action="store_true", help="get and check the files, run nothing")
-    course.add_argument("--root", type=Path, default=Path("."), help="the repository root")
+    course.add_argument("--root", **root)
     course.set_defaults(func=cmd_course)

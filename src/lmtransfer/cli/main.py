@@ -1,25 +1,13 @@
-"""`lmtransfer` command line: look inside the model, talk to the language model, classify or translate new text,
-compare experiments.
+"""`lmtransfer`: look inside the model, talk to it, classify or translate new text, compare experiments.
 
-    lmtransfer results                           # test scores and curves of the last `make run`
-    lmtransfer results --against results/reviews-cpu/metrics   # ... its gap against another committed run's
-    lmtransfer results --translation             # the same for the last `make run-translation`
-    lmtransfer summary                           # the model params.yaml configures, block by block
-    lmtransfer summary --vocab-size 100 --d-model 200 --n-layers 4 --n-heads 2 --d-ff 200 --n-classes 2
-    lmtransfer summary --vocab-file dict.txt     # V from a fairseq dictionary (+4 special ids)
-    lmtransfer summary --translation             # the encoder-decoder for English->French, block by block
-    lmtransfer params                            # every parameter: default and meaning
-    lmtransfer params --translation              # the same for translation/params.yaml
-    lmtransfer params --check params.yaml        # every key valid? (before `dvc repro` reads the stage grid)
+    lmtransfer results [--translation] [--against results/reviews-cpu/metrics]   # the last run's answer
+    lmtransfer summary [--translation]           # the model params.yaml configures, block by block
+    lmtransfer params [--check params.yaml]      # every parameter: value and meaning (or: is every key valid?)
     lmtransfer generate "the movie was" --tokens 30 --temperature 0.8
-    lmtransfer fill "the movie was <mask> good"  # a masked-LM checkpoint (pretrain.objective: mlm)
     lmtransfer predict "a wonderful, moving film" "dull and far too long"
-    lmtransfer translate "the cat sleeps" "I am hungry"
     lmtransfer profile reviews                   # a variant (profiles/reviews.yaml) as the DVC experiment `reviews`
     lmtransfer compare --by finetune.lr          # the `dvc exp run`s of this commit side by side
-    lmtransfer scaling --budgets 0.5 1 2         # the pretraining scaling study through DVC's queue
     lmtransfer report --check                    # are README.md's and docs/'s tables those of the results?
-    lmtransfer -V
 """
 
 from __future__ import annotations
@@ -73,7 +61,7 @@ def load_any_task_params(path: Path):
 
     raw = read_params_file(path)
     task, _ = split_task(raw, str(path))
-    return parse_translation_params(raw, str(path)) if task == "translation" else parse_classification_params(raw, str(path))
+    return (parse_translation_params if task == "translation" else parse_classification_params)(raw, str(path))
 
 
 def _existing(path: Path, named_by: str) -> Path:
@@ -103,10 +91,8 @@ def vocab_size_from_tokenizer_params(tokenizer, root: Path) -> tuple[int, str]:
 
 
 def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
-    """V, C, D, N, A, F of the model the project is configured to build, and one line saying where each came from
-    (plus a note when the tokenized data no longer matches the tokenizer params). A flag wins; else D, N, A, F from
-    the params file, V and C from the tokenized data once the tokenize stage has run, else V from the tokenizer
-    params and C = 2. A missing default params file is no params (the flags then describe the model)."""
+    """V, C, D, N, A, F of the model the project would build, and where each came from: a flag wins; else D, N, A, F
+    from the params file, V and C from the tokenized data once tokenize ran, else V from the tokenizer params, C = 2."""
     from lmtransfer.modeling.model import check_shape
     from lmtransfer.reporting.result_files import read_result_json
 
@@ -149,13 +135,16 @@ def configured_model(args: argparse.Namespace) -> tuple[dict[str, int], str]:
         chosen[letter] = (flags[key], f"from {flag}") if key in flags else (getattr(params.model, key),
                                                                            f"from {params_file}")
     sizes = {letter: size for letter, (size, _) in chosen.items()}
-    origins = {letter: origin for letter, (_, origin) in chosen.items()}
+    grouped: dict[str, list[str]] = {}  # `V, C from ...; D, N, A, F from ...`
+    for letter, (_, origin) in chosen.items():
+        grouped.setdefault(origin, []).append(letter)
     try:
         check_shape(sizes["D"], sizes["A"])
     except ValueError as exc:
-        raise SystemExit(f"error: {exc} (D {origins['D']}, A {origins['A']})") from None
-    lines = [origins_line(origins), attention_line(params, sizes["D"])]
-    if params is not None and origins["V"] == f"from {meta_file}":
+        raise SystemExit(f"error: {exc} (D {chosen['D'][1]}, A {chosen['A'][1]})") from None
+    lines = ["; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items()),
+             attention_line(params, sizes["D"])]
+    if params is not None and chosen["V"][1] == f"from {meta_file}":
         lines += stale_vocabulary_note(sizes["V"], params.tokenizer, params_file)
     return sizes, "\n".join(lines)
 
@@ -172,14 +161,6 @@ def stale_vocabulary_note(vocab_size: int, tokenizer, params_file: Path) -> list
             "(`dvc repro tokenize` updates it; --vocab-size shows the other size)"]
 
 
-def origins_line(origins: dict[str, str]) -> str:
-    """`V, C from ...; D, N, A, F from ...`."""
-    grouped: dict[str, list[str]] = {}
-    for letter in ("V", "C", "D", "N", "A", "F"):
-        grouped.setdefault(origins[letter], []).append(letter)
-    return "; ".join(f"{', '.join(letters)} {origin}" for origin, letters in grouped.items())
-
-
 def attention_line(params, d_model: int) -> str:
     """How the base attends; next-sentence prediction's extra parameters, which only pretraining has."""
     from lmtransfer.modeling.model import MaskedLanguageModel, ModelConfig, count_parameters
@@ -190,8 +171,8 @@ def attention_line(params, d_model: int) -> str:
     line = (f"attention {'causal' if params.causal_attention else 'bidirectional'} "
             f"(model.attention {params.model.attention}, pretrain.objective {objective})")
     if params.pretrain.nsp:
-        tiny = MaskedLanguageModel(ModelConfig(vocab_size=1, d_model=d_model, n_layers=1, n_heads=1, d_ff=1, dropout=0.0,
-                                               causal=False), next_sentence=True)
+        tiny = MaskedLanguageModel(ModelConfig(vocab_size=1, d_model=d_model, n_layers=1, n_heads=1, d_ff=1,
+                                               dropout=0.0, causal=False), next_sentence=True)
         extra = count_parameters(tiny.segment_embedding) + count_parameters(tiny.next_sentence_head)
         line += (f"; next-sentence prediction adds {extra:,} parameters while pretraining (segment embeddings "
                  "2 x D, head D x 2 + 2), folded away for the classifier")
@@ -214,7 +195,7 @@ def cmd_params(args: argparse.Namespace) -> None:
     from lmtransfer.cli.params_tables import params_table, update_readme
 
     if args.check is not None:
-        if not Path(args.check).is_file():  # before DVC's "Could not find 'pretrain.seeds'" (`make run` runs this first)
+        if not Path(args.check).is_file():  # before DVC's "Could not find 'pretrain.seeds'" (`make run` runs this)
             raise SystemExit(f"error: {args.check}: parameter file not found; the pipeline reads its parameters there: "
                              f"restore it (git checkout -- {args.check}) or write one")
         load_any_task_params(args.check)  # a bad key: ConfigError naming the file and the key
@@ -228,8 +209,7 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 def cmd_results(args: argparse.Namespace) -> None:
-    from lmtransfer.reporting.consistency import committed_headline, consistency_lines
-    from lmtransfer.reporting.result_files import read_result_json, reading
+    from lmtransfer.reporting.result_files import committed_headline, consistency_lines, read_result_json, reading
 
     metrics = TRANSLATION / paths.METRICS if args.translation and args.metrics == paths.METRICS else args.metrics
     path = metrics / paths.EVALUATE_REPORT.name
@@ -254,8 +234,7 @@ def cmd_results(args: argparse.Namespace) -> None:
 
 
 def results_report(report: dict) -> str:
-    """The experiment's answer in a few lines: test scores over the runs, the gap with its interval and where its
-    spread comes from, the baseline, and mean validation accuracy per epoch."""
+    """The answer in a few lines: test scores, the gap with its interval, the baseline, validation per epoch."""
     from lmtransfer.classification.evaluate import runs_described, spread_line
     from lmtransfer.reporting.result_files import read_result_json
 
@@ -311,71 +290,57 @@ def cmd_report(args: argparse.Namespace) -> None:
 def add_summary_command(commands: argparse._SubParsersAction) -> None:
     summary = command(
         commands, "summary", "parameter table per block, with the closed-form totals",
-        "Parameter counts per block of the model the project is configured to build, with the closed-form "
-        "totals. D, N, A, F come from --params (model.*); V and C from data/tokenized/meta.json once the "
-        "tokenize stage has run, else V from the tokenizer params and C = 2 (stated as an assumption). "
-        "Each flag below overrides one value.",
+        "Parameter counts per block of the model the project is configured to build, with the closed-form totals: "
+        "D, N, A, F from --params, V and C from data/tokenized/meta.json once tokenize ran, else V from the "
+        "tokenizer params and C = 2 (said so). Each flag below overrides one value.",
     )
     summary.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
                          help="the params file whose model to describe (default: params.yaml, with --translation "
-                              "translation/params.yaml; without that file: the model defaults)")
-    from_data = "default: from data/tokenized/meta.json, else the tokenizer params of --params"
+                              "translation/params.yaml)")
     vocabulary = summary.add_mutually_exclusive_group()  # the size flags stay absent unless given (SUPPRESS)
     vocabulary.add_argument("--vocab-size", type=POSITIVE, default=argparse.SUPPRESS, metavar="V",
-                            help=f"token ids ({from_data})")
+                            help="token ids (default: from data/tokenized/meta.json, else the tokenizer params)")
     vocabulary.add_argument("--vocab-file", type=Path, default=argparse.SUPPRESS, metavar="DICT",
-                            help="V = the entries of this fairseq dictionary + 4 special ids (default: as --vocab-size)")
-    summary.add_argument("--d-model", type=POSITIVE, default=argparse.SUPPRESS, metavar="D",
-                         help="model width (default: model.d_model of --params)")
-    summary.add_argument("--n-layers", type=POSITIVE, default=argparse.SUPPRESS, metavar="N",
-                         help="Transformer layers (default: model.n_layers of --params)")
-    summary.add_argument("--n-heads", type=POSITIVE, default=argparse.SUPPRESS, metavar="A",
-                         help="attention heads (default: model.n_heads of --params)")
-    summary.add_argument("--d-ff", type=POSITIVE, default=argparse.SUPPRESS, metavar="F",
-                         help="feed-forward units per layer (default: model.d_ff of --params)")
+                            help="V = this fairseq dictionary's entries + 4 special ids (default: as --vocab-size)")
+    for flag, letter, what in (("--d-model", "D", "model width"), ("--n-layers", "N", "Transformer layers"),
+                               ("--n-heads", "A", "attention heads"), ("--d-ff", "F", "feed-forward units per layer")):
+        summary.add_argument(flag, type=POSITIVE, default=argparse.SUPPRESS, metavar=letter,
+                             help=f"{what} (default: model.{flag[2:].replace('-', '_')} of --params)")
     summary.add_argument("--n-classes", type=POSITIVE, default=argparse.SUPPRESS, metavar="C",
-                         help="classes of the classification head (default: the labels in "
-                              "data/tokenized/meta.json, else 2)")
+                         help="classes of the classification head (default: data/tokenized/meta.json's, else 2)")
     summary.add_argument("--translation", action="store_true",
-                         help="the encoder-decoder for translation instead (N layers on each side, warm-startable "
-                              "from the language model), with the paper's base model for reference")
+                         help="the encoder-decoder for translation instead (N layers on each side)")
     summary.set_defaults(func=cmd_summary)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """`params`, `results` and `report`."""
-    params = command(
-        commands, "params", "every parameter of params.yaml: its default and meaning (Markdown)",
-        "Every key of params.yaml (or, with --translation, translation/params.yaml) with its default and meaning, "
-        "grouped by section with the stages that read it, as the Markdown tables of docs/guide/parameters.md.",
-    )
-    params.add_argument("--translation", action="store_true",
-                        help="the translation pipeline's parameters (translation/params.yaml) instead")
+    params = command(commands, "params", "every parameter of params.yaml: its value and meaning (Markdown)",
+                     "Every key of params.yaml (or translation/params.yaml) with its value, meaning and the stages "
+                     "that read it, as the Markdown tables of docs/guide/parameters.md.")
+    params.add_argument("--translation", action="store_true", help="translation/params.yaml's parameters instead")
     params.add_argument("--readme", type=Path, default=argparse.SUPPRESS, metavar="FILE",
-                        help="instead of printing, replace the tables between the params-table markers of FILE "
-                             "(e.g. docs/guide/parameters.md: both tasks' tables); default: print one")
+                        help="instead of printing, rewrite the tables between the params-table markers of FILE "
+                             "(default: print one)")
     params.add_argument("--check", type=Path, default=None, metavar="FILE",
-                        help="instead, check every key of the params file FILE (either task's) and name the first bad "
-                             "one: what `make run` does before `dvc repro`, whose own reading of pretrain.seeds and "
-                             "finetune.seeds (the stage grid) cannot name the file or key")
+                        help="instead, check every key of the params file FILE and name the first bad one (what "
+                             "`make run` does before `dvc repro`, whose reading of the stage grid names no key)")
     params.set_defaults(func=cmd_params)
 
-    results = command(commands, "results", "test scores and validation curves of the last pipeline run, and whether its gap "
-                      "is consistent with the committed run's")
+    results = command(commands, "results", "test scores and validation curves of the last pipeline run, and whether "
+                      "its gap is consistent with the committed run's")
     results.add_argument("--metrics", type=Path, default=paths.METRICS,
                          help="the metrics directory the pipeline wrote (with --translation: translation/metrics)")
-    results.add_argument("--translation", action="store_true",
-                         help="the translation pipeline's results: test BLEU and chrF, the gap, the baseline")
+    results.add_argument("--translation", action="store_true", help="the translation pipeline's results instead")
     results.add_argument("--against", type=Path, default=None, metavar="DIR",
-                         help="compare the gap with DIR/headline.json (a committed run, e.g. results/imdb-cpu/metrics) "
-                         "instead of the --metrics folder as the checked-out commit holds it")
+                         help="compare the gap with DIR/headline.json (e.g. results/imdb-cpu/metrics) instead of "
+                              "the committed one")
     results.set_defaults(func=cmd_results)
 
     report = command(commands, "report", "regenerate the results tables and figures of README.md and docs/",
-                     "Rewrite every table between `<!-- report:KIND@FOLDER:start -->` and `<!-- report:KIND@FOLDER:end "
-                     "-->` markers of README.md and docs/**/*.md from the result files in FOLDER, and copy each "
-                     "docs figure from its pipeline's plot (`make docs`). With --check, change nothing: exit 1 naming "
-                     "each stale table by page and line.")
+                     "Rewrite every table between `<!-- report:KIND@FOLDER:start/end -->` markers of README.md and "
+                     "docs/**/*.md from the result files in FOLDER, and copy each docs figure from its pipeline's "
+                     "plot. With --check, change nothing: exit 1 naming each stale table by page and line.")
     report.add_argument("--check", action="store_true", help="only check that every table and figure is up to date")
     report.add_argument("--root", type=Path, default=Path("."), help="the repository root")
     report.set_defaults(func=cmd_report)
@@ -411,5 +376,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
 
 
-def program() -> None:
-    main()
+program = main  # the `lmtransfer` entry point (pyproject.toml)

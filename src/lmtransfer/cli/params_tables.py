@@ -16,13 +16,10 @@ MARKERS = {task: (f"<!-- {prefix}params-table:start -->", f"<!-- {prefix}params-
 
 
 def _model(task: str):
-    if task == "translation":
-        from lmtransfer.translation.config import TranslationParams
-
-        return TranslationParams
     from lmtransfer.classification.config import ClassificationParams
+    from lmtransfer.translation.config import TranslationParams
 
-    return ClassificationParams
+    return TranslationParams if task == "translation" else ClassificationParams
 
 
 def format_value(value: Any) -> str:
@@ -42,8 +39,8 @@ def readers(dvc_yaml: dict, section: str, keys: list[str]) -> str:
     for name, stage in dvc_yaml["stages"].items():
         entries = [e for entry in stage.get("params", [])  # a key, or {params.yaml: [keys]} (a YAML anchor's list)
                    for e in ([entry] if isinstance(entry, str) else [k for listed in entry.values() for k in listed])]
-        read = [key for entry in entries for key in
-                (keys if entry == section else [entry.removeprefix(f"{section}.")] if entry.startswith(f"{section}.") else [])]
+        read = [key for entry in entries for key in (keys if entry == section else [entry.removeprefix(f"{section}.")]
+                                                     if entry.startswith(f"{section}.") else [])]
         if not read:
             continue
         shown = f"`{name}@…`" if "matrix" in stage or "foreach" in stage else f"`{name}`"

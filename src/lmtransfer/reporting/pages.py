@@ -1,8 +1,5 @@
-"""The results tables of README.md and docs/**/*.md, generated from the committed result files so they cannot go
-stale. A table sits between `<!-- report:KIND@FOLDER:start -->` and `<!-- report:KIND@FOLDER:end -->` lines (not
-in fenced code): KIND says which table, FOLDER (or file name) what it reads. `lmtransfer report` rewrites them and
-copies the figures; `--check` changes nothing and names page and line of each stale table.
-"""
+"""The results tables of README.md and docs/**/*.md, generated from the committed result files: each between
+`<!-- report:KIND@FOLDER:start -->` and `<!-- report:KIND@FOLDER:end -->` lines (not in fenced code)."""
 
 from __future__ import annotations
 
@@ -19,10 +16,10 @@ from ruamel.yaml import YAML
 
 from lmtransfer.core import knobs
 from lmtransfer.core.io import read_tsv
+from lmtransfer.core.paths import VARIANTS
 
 MARKER = re.compile(r"^\s*<!--\s*report:(?P<name>\S+?):(?P<kind>start|end)\s*-->\s*$")
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
-VARIANTS = ("pretrained", "scratch")
 LABELS = ("pretrained, then fine-tuned", "same network from scratch")
 # docs figure -> (the pipeline's folder, its plot): a byte copy of the plot its dvc.lock records
 FIGURES = {
@@ -34,11 +31,10 @@ FIGURES = {
 
 
 class MetricsError(ValueError):
-    """A result file missing or without the value a table needs; the message names the file and the key."""
+    """A result file missing or without the value a table needs (the message names the file and the key)."""
 
 
 def finite(value: Any, where: str) -> float:
-    """A number a cell can show: NaN, a string or a bool in a result file is a broken run."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise MetricsError(f"{where} is {value!r}, not a finite number")
     return value
@@ -93,34 +89,34 @@ def _mean_std(r: Result, at: str, digits: int = 4) -> str:
     return f"{r(f'{at}_mean'):.{digits}f} ± {r(f'{at}_std'):.{digits}f}"
 
 
-def _design(r: Result) -> str:
-    runs, seeds = int(r("n_pretraining_runs")), int(r("n_finetuning_seeds"))
-    return f"{runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning seed{'s' * (seeds != 1)}"
-
-
 def classification_test(root: Path, folder: str) -> str:
     """Test accuracy and macro-F1 per variant, the gap, each source's share of its variance, the baseline."""
     r = Result(root, f"{folder}/evaluate.json")
     best = max(r(f"{v}.accuracy_mean") for v in VARIANTS)
-    rows = [[label, _mean_std(r, f"{v}.accuracy").join(["**"] * 2 if r(f"{v}.accuracy_mean") == best else ["", ""]), ", ".join(f"{x:.4f}" for x in r.list(f"{v}.accuracy_per_seed")),
-             _mean_std(r, f"{v}.macro_f1")] for v, label in zip(VARIANTS, LABELS)]
+    bold = {v: "**" if r(f"{v}.accuracy_mean") == best else "" for v in VARIANTS}
+    rows = [[label, f"{bold[v]}{_mean_std(r, f'{v}.accuracy')}{bold[v]}",
+             ", ".join(f"{x:.4f}" for x in r.list(f"{v}.accuracy_per_seed")), _mean_std(r, f"{v}.macro_f1")]
+            for v, label in zip(VARIANTS, LABELS)]
     sources = [("pretraining runs", "pretraining_runs")] * (r("n_pretraining_runs") > 1)
-    sources += [("fine-tuning seeds", "finetuning_seeds")] * (r("n_finetuning_seeds") > 1) + [("test texts", "test_examples")]
+    sources += [("fine-tuning seeds", "finetuning_seeds")] * (r("n_finetuning_seeds") > 1)
+    sources += [("test texts", "test_examples")]
     shares = ", ".join(f"{label} {r(f'gap.share.{key}'):.0%}" for label, key in sources)
     rows += [["**gap** (pretrained − scratch)", f"**{_gap(r, 'gap')}**", "", f"{r('gap.macro_f1_mean'):+.4f}"],
              ["the gap's variance, each source resampled alone", shares, "", ""],
              ["TF-IDF + logistic regression (baseline stage)", f"{r('baseline.accuracy'):.4f}", "(deterministic)",
               f"{r('baseline.macro_f1'):.4f}"]]
-    return _table([f"test set, {int(r('n_test_examples')):,} texts", f"accuracy (mean ± std, {_design(r)})",
-                   "per run", "macro-F1"], rows)
+    runs, seeds = int(r("n_pretraining_runs")), int(r("n_finetuning_seeds"))
+    design = f"{runs} pretraining run{'s' * (runs != 1)} × {seeds} fine-tuning seed{'s' * (seeds != 1)}"
+    return _table([f"test set, {int(r('n_test_examples')):,} texts", f"accuracy (mean ± std, {design})", "per run",
+                   "macro-F1"], rows)
 
 
 def classification_epochs(root: Path, folder: str) -> str:
     """Validation accuracy per epoch (mean of the runs), the first epoch's per run: the head start."""
     r = Result(root, f"{folder}/evaluate.json")
     curves = {v: r.list(f"{v}.val_accuracy_mean_per_epoch") for v in VARIANTS}
-    rows = [[v, f"{curves[v][0]:.4f} ({', '.join(f'{x:.4f}' for x in r.list(f'{v}.first_epoch_val_accuracy_per_seed'))})",
-             *(f"{x:.4f}" for x in curves[v][1:])] for v in VARIANTS]
+    first = {v: ", ".join(f"{x:.4f}" for x in r.list(f"{v}.first_epoch_val_accuracy_per_seed")) for v in VARIANTS}
+    rows = [[v, f"{curves[v][0]:.4f} ({first[v]})", *(f"{x:.4f}" for x in curves[v][1:])] for v in VARIANTS]
     rows.append(["gap", *(f"{p - s:+.4f}" for p, s in zip(*curves.values()))])
     rows.append(["TF-IDF baseline", f"{r('baseline.valid_accuracy'):.4f}", *[""] * (len(curves["scratch"]) - 1)])
     return _table([f"validation accuracy (mean of {int(r('n_seeds'))} runs)",
@@ -197,7 +193,8 @@ def translation_lab(root: Path, folder: str) -> str:
     """The lab's sentences as the first run's models translate them, each with its chrF."""
     r = Result(root, f"{folder}/evaluate.json")
     run = r.get("runs")[0]
-    rows = [[row["source"], row["reference"], *(c for v in VARIANTS for c in (row[f"{v}_{run}"], f"{row[f'{v}_{run}_chrf']:.1f}"))]
+    rows = [[row["source"], row["reference"],
+             *(c for v in VARIANTS for c in (row[f"{v}_{run}"], f"{row[f'{v}_{run}_chrf']:.1f}"))]
             for row in r.get("lab.sentences")]
     rows.append([f"**all {int(r('lab.n_sentences'))}, chrF (mean of the runs)**", "",
                  *(c for v in VARIANTS for c in ("", f"**{r(f'lab.{v}_chrf_mean'):.1f}**"))])
@@ -211,11 +208,12 @@ def _tokens(n: float) -> str:
 def scaling(root: Path, folder: str) -> str:
     """The scaling study per budget (FOLDER/summary.json)."""
     r = Result(root, f"{folder}/summary.json")
-    rows = [[f"{r(f'budgets.{i}.budget'):g}x", _tokens(r(f"budgets.{i}.pretraining_tokens")),
-             f"{r(f'budgets.{i}.lm_val_perplexity'):.1f}", *(_mean_std(r, f"budgets.{i}.{v}_accuracy") for v in VARIANTS),
-             f"{r(f'budgets.{i}.gap'):+.4f} [{r(f'budgets.{i}.gap_ci95_low'):+.4f}, {r(f'budgets.{i}.gap_ci95_high'):+.4f}]",
-             f"{r(f'budgets.{i}.head_start'):+.4f}", f"{r(f'budgets.{i}.baseline_accuracy'):.4f}"]
-            for i in range(len(r.get("budgets")))]
+    rows = []
+    for b in (f"budgets.{i}" for i in range(len(r.get("budgets")))):
+        rows.append([f"{r(f'{b}.budget'):g}x", _tokens(r(f"{b}.pretraining_tokens")),
+                     f"{r(f'{b}.lm_val_perplexity'):.1f}", *(_mean_std(r, f"{b}.{v}_accuracy") for v in VARIANTS),
+                     f"{r(f'{b}.gap'):+.4f} [{r(f'{b}.gap_ci95_low'):+.4f}, {r(f'{b}.gap_ci95_high'):+.4f}]",
+                     f"{r(f'{b}.head_start'):+.4f}", f"{r(f'{b}.baseline_accuracy'):.4f}"])
     return _table(["pretraining budget", "tokens (corpus + adaptation)", "LM val. perplexity", "pretrained",
                    "from scratch", "gap [95% CI]", "head start (epoch 1)", "TF-IDF baseline"], rows)
 
@@ -234,8 +232,8 @@ def scaling_trend(root: Path, folder: str) -> str:
     reach = (f"{tokens('tokens')} [{tokens('tokens_at_steepest_slope')}, {tokens('tokens_at_shallowest_slope')}]")
     return _table(["fitted against log10(pretraining tokens)", "slope per 10x tokens [95% CI]", "R²"],
                   [fit("gap_fit", "gap (pretrained − scratch)"), fit("pretrained_accuracy_fit", "pretrained accuracy"),
-                   [f"tokens at which the pretrained line reaches the baseline ({r('baseline_reached.target_accuracy'):.4f})",
-                    reach, ""]])
+                   [f"tokens at which the pretrained line reaches the baseline "
+                    f"({r('baseline_reached.target_accuracy'):.4f})", reach, ""]])
 
 
 def benchmark(root: Path, name: str) -> str:
@@ -319,24 +317,19 @@ def _md5(path: Path) -> str:
 def locked_md5(root: Path, folder: str, plot: str) -> str | None:
     lock = root / folder / "dvc.lock"
     stages = (YAML(typ="safe").load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}) if lock.is_file() else {}
-    return next((out.get("md5") for stage in stages.values() for out in stage.get("outs", []) if out.get("path") == plot),
-                None)
-
-
-def check_figures(root: Path) -> list[str]:
-    """Each docs figure that is not the plot its pipeline's dvc.lock records."""
-    problems = []
-    for figure, (folder, plot) in FIGURES.items():
-        expected = locked_md5(root, folder, plot)
-        if not (root / figure).is_file() or _md5(root / figure) != expected:
-            problems.append(f"{figure}: not the {folder}/{plot} that {folder}/dvc.lock records; copy it with "
-                            "`lmtransfer report` after the pipeline")
-    return problems
+    outs = [out for stage in stages.values() for out in stage.get("outs", [])]
+    return next((out.get("md5") for out in outs if out.get("path") == plot), None)
 
 
 def check_pages(root: Path) -> list[str]:
+    """Each stale or broken table, and each docs figure that is not the plot its pipeline's dvc.lock records."""
     root = Path(root)
-    return [problem for path in pages(root) for problem in sum(refresh(path, root)[1:], [])] + check_figures(root)
+    problems = [problem for path in pages(root) for problem in sum(refresh(path, root)[1:], [])]
+    for figure, (folder, plot) in FIGURES.items():
+        if not (root / figure).is_file() or _md5(root / figure) != locked_md5(root, folder, plot):
+            problems.append(f"{figure}: not the {folder}/{plot} that {folder}/dvc.lock records; copy it with "
+                            "`lmtransfer report` after the pipeline")
+    return problems
 
 
 def write_pages(root: Path) -> list[str]:

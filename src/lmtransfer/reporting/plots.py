@@ -39,18 +39,23 @@ def mean_band(axis, runs: list[Rows], key: str, color: str, label: str, style: s
         axis.fill_between(epochs, values.min(axis=0), values.max(axis=0), color=color, alpha=0.18, linewidth=0)
 
 
-def plot_pretraining(runs: list[tuple[Rows, Rows]], path: Path, dpi: int) -> Path:
-    """Loss and perplexity per step of each pretraining run; the adaptation phase (validated on the task's texts)
-    drawn apart."""
+def plot_pretraining_logs(path: Path, dpi: int, seeds: list[int] | None = None) -> Path:
+    """Loss and perplexity per step of each pretraining run (one per seed, or translation's one); the adaptation
+    phase (validated on the task's texts) drawn apart."""
+    from lmtransfer.core.io import read_tsv, require_file
+    from lmtransfer.core.paths import PretrainOutputs
+
+    runs = [PretrainOutputs(seed) for seed in seeds] if seeds is not None else [PretrainOutputs()]
+    runs = [(read_tsv(require_file(run.train_log, "pretraining metrics")),
+             read_tsv(require_file(run.valid_log, "pretraining metrics"))) for run in runs]
     figure, (loss_axis, ppl_axis) = plt.subplots(1, 2, figsize=(10, 4))
-    phase_style = {"corpus": ("tab:red", "corpus"), "task": ("tab:purple", "task texts")}
     several = f" ({len(runs)} runs)" if len(runs) > 1 else ""
     alpha = 1.0 if len(runs) == 1 else 0.6
     for index, (train_rows, valid_rows) in enumerate(runs):
         first = index == 0
         loss_axis.plot(column(train_rows, "step"), column(train_rows, "train_loss"), color="tab:green",
                        alpha=alpha, label=f"train{several}" if first else None)
-        for phase, (color, name) in phase_style.items():
+        for phase, color, name in (("corpus", "tab:red", "corpus"), ("task", "tab:purple", "task texts")):
             rows = [row for row in valid_rows if row.get("phase", "corpus") == phase]
             if not rows:
                 continue
@@ -68,14 +73,3 @@ def plot_pretraining(runs: list[tuple[Rows, Rows]], path: Path, dpi: int) -> Pat
     loss_axis.legend(fontsize=8)
     ppl_axis.legend(fontsize=8)
     return save_figure(figure, path, dpi)
-
-
-def plot_pretraining_logs(path: Path, dpi: int, seeds: list[int] | None = None) -> Path:
-    """`plot_pretraining` of the pretrain stages' logs (one run per seed, or translation's one)."""
-    from lmtransfer.core.io import read_tsv, require_file
-    from lmtransfer.core.paths import PretrainOutputs
-
-    runs = [PretrainOutputs(seed) for seed in seeds] if seeds is not None else [PretrainOutputs()]
-    return plot_pretraining([(read_tsv(require_file(run.train_log, "pretraining metrics")),
-                              read_tsv(require_file(run.valid_log, "pretraining metrics"))) for run in runs],
-                            path, dpi)

@@ -1,7 +1,5 @@
-"""`lmtransfer scaling`: the default pipeline at several pretraining budgets (`pretrain.max_steps` and
-`pretrain.adapt_epochs` scaled alike), one queued DVC experiment each; the summary fits the gap and the pretrained
-accuracy against log10(tokens) and says where that line would reach the baseline.
-"""
+"""`lmtransfer scaling`: the pipeline at several pretraining budgets, one queued DVC experiment each; the summary
+fits the gap and the pretrained accuracy against log10(tokens) and says where that line would reach the baseline."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from scipy import stats
 from lmtransfer.core.config import PretrainParams
 from lmtransfer.core.errors import LmtransferError
 from lmtransfer.core.io import write_json
-from lmtransfer.reporting.compare import Row, transfer_figure
-from lmtransfer.reporting.experiments import Experiment, dvc_env, dvc_output, list_experiments
+from lmtransfer.reporting.experiments import Experiment, Row, dvc_env, dvc_output, list_experiments, transfer_figure
 from lmtransfer.reporting.plots import COLORS, save_figure
 
 BUDGETS = (0.125, 0.25, 0.5, 1, 2, 4, 8)
@@ -41,22 +38,16 @@ def budget_overrides(budget: float, base: PretrainParams) -> list[str]:
             "-S", f"pretrain.adapt_epochs={adapt}"]
 
 
-def queue_budgets(budgets: list[float], base: PretrainParams, root: Path = Path(".")) -> list[str]:
-    """Queue one experiment per budget that has none yet."""
+def run_budgets(budgets: list[float], base: PretrainParams, root: Path, jobs: int) -> None:
+    """Queue one experiment per budget that has none yet, then run the queue."""
     done = {e.name for e in list_experiments(root, PREFIX)}
-    queued = []
     for budget in budgets:
         name = experiment_name(budget)
         if name in done:
             print(f"scaling: {name} already ran: kept (`dvc exp remove {name}` to run it again)")
             continue
         dvc_output(root, "exp", "run", "--queue", "--name", name, *budget_overrides(budget, base))
-        queued.append(name)
         print(f"scaling: queued {name}")
-    return queued
-
-
-def run_queue(root: Path = Path("."), jobs: int = 1) -> None:
     subprocess.run(["dvc", "exp", "run", "--run-all", "--jobs", str(jobs)], cwd=root, env=dvc_env(), check=True)
 
 
@@ -98,8 +89,8 @@ def line_fit(tokens: list[float], values: list[float]) -> dict:
 
 
 def pretraining_spread(report: dict) -> dict:
-    """How far one pretraining run moves the gap, from a run with several: the sd of the per-run paired gaps
-    (which hold the fine-tuning seed's noise too, so it errs wide)."""
+    """How far one pretraining run moves the gap: the sd of a run's per-run paired gaps (fine-tuning noise too, so
+    it errs wide)."""
     gaps = [p - s for p, s in zip(report["pretrained"]["accuracy_per_seed"], report["scratch"]["accuracy_per_seed"])]
     if len(gaps) < 2:
         raise LmtransferError("the spread of pretraining runs needs a run with 2 or more of them (pretrain.seeds)")
@@ -109,8 +100,7 @@ def pretraining_spread(report: dict) -> dict:
 
 
 def slope_interval_with_spread(budgets: list[dict], sd: float, level: float = 0.95) -> list[float]:
-    """The gap's slope interval with each point as uncertain as its own interval plus one pretraining run's
-    spread `sd` (normal)."""
+    """The gap's slope interval, each point as uncertain as its own interval plus a pretraining run's spread `sd`."""
     x = np.log10([budget["pretraining_tokens"] for budget in budgets])
     weights = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     z = stats.norm.ppf(0.5 + level / 2)
@@ -129,7 +119,7 @@ def add_pretraining_spread(summary: dict, report: dict) -> dict:
 
 def tokens_to_reach(fit: dict, target: float) -> dict:
     """Where the pretrained-accuracy line meets the baseline, at the fitted slope and both ends of its interval
-    (lines through the points' centre); None where it never does."""
+    (through the points' centre); None where it never does."""
     def reach(slope: float) -> float | None:
         if slope <= 0:
             return None

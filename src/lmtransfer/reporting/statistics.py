@@ -1,12 +1,8 @@
-"""How sure the pretrained-minus-scratch gap is. The correctness of every model on the test examples forms two
-(pretraining runs x fine-tuning seeds x examples) 0/1 arrays, paired cell by cell. A nested paired bootstrap draws
-runs, seeds within each drawn run, and examples (Davison & Hinkley's two-stage bootstrap, plus the examples); the
-p-value reads the same resamples, so p < 0.05 exactly when the 95% interval leaves out zero.
-"""
+"""How sure the pretrained-minus-scratch gap is: a nested paired bootstrap over the (pretraining runs x fine-tuning
+seeds x test examples) 0/1 correctness arrays (Davison & Hinkley's two-stage bootstrap, plus the examples); the
+p-value reads the same resamples, so p < 0.05 exactly when the 95% interval leaves out zero."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -16,29 +12,20 @@ SOURCES = ("pretraining_runs", "finetuning_seeds", "test_examples")
 def summarize(values: list[float]) -> dict[str, float | list[float]]:
     """Mean, sample standard deviation (0 for a single seed) and the values."""
     array = np.asarray(values, dtype=float)
-    return {
-        "mean": float(array.mean()),
-        "std": float(array.std(ddof=1)) if array.size > 1 else 0.0,
-        "per_seed": [float(v) for v in array],
-    }
+    return {"mean": float(array.mean()), "std": float(array.std(ddof=1)) if array.size > 1 else 0.0,
+            "per_seed": [float(v) for v in array]}
 
 
-def _chunks(n_resamples: int, n_examples: int) -> Iterator[tuple[int, int]]:
-    """(begin, size) blocks of about 2M example weights at a time."""
-    chunk = max(1, 2_000_000 // max(n_examples, 1))
-    for begin in range(0, n_resamples, chunk):
-        yield begin, min(chunk, n_resamples - begin)
-
-
-def nested_bootstrap(
-    difference: np.ndarray, n_resamples: int = 10_000, seed: int = 0, resample: tuple[str, ...] = SOURCES
-) -> np.ndarray:
+def nested_bootstrap(difference: np.ndarray, n_resamples: int = 10_000, seed: int = 0,
+                     resample: tuple[str, ...] = SOURCES) -> np.ndarray:
     """Resampled means of `difference` (runs, seeds, examples), drawing the sources in `resample`."""
     difference = np.asarray(difference, dtype=float)
     n_runs, n_seeds, n_examples = difference.shape
     rng = np.random.default_rng(seed)
     gaps = np.empty(n_resamples)
-    for begin, size in _chunks(n_resamples, n_examples):
+    chunk = max(1, 2_000_000 // max(n_examples, 1))  # about 2M example weights at a time
+    for begin in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - begin)
         runs = (rng.integers(n_runs, size=(size, n_runs)) if "pretraining_runs" in resample
                 else np.broadcast_to(np.arange(n_runs), (size, n_runs)))
         seeds = (rng.integers(n_seeds, size=(size, n_runs, n_seeds)) if "finetuning_seeds" in resample
@@ -71,12 +58,6 @@ def gap_uncertainty(correct_a: np.ndarray, correct_b: np.ndarray, n_resamples: i
     spread = {source: float(nested_bootstrap(difference, n_resamples, seed, (source,)).std()) if size > 1 else 0.0
               for source, size in zip(SOURCES, difference.shape)}  # one of a kind: nothing to draw
     total = sum(value**2 for value in spread.values())
-    return {
-        "mean": float(difference.mean()),
-        "ci95_low": low,
-        "ci95_high": high,
-        "p_value": bootstrap_p_value(gaps),
-        "std": float(gaps.std()),
-        "spread": spread,
-        "share": {source: (value**2 / total if total else 0.0) for source, value in spread.items()},
-    }
+    return {"mean": float(difference.mean()), "ci95_low": low, "ci95_high": high, "p_value": bootstrap_p_value(gaps),
+            "std": float(gaps.std()), "spread": spread,
+            "share": {source: (value**2 / total if total else 0.0) for source, value in spread.items()}}
