@@ -14,6 +14,7 @@ from lmtransfer.modeling.model import (
     PositionalEncoding,
     TransformerBase,
     count_parameters,
+    dropout,
     expected_base_parameters,
     pool_last_token,
     pool_mean,
@@ -60,6 +61,41 @@ def test_classifier_hidden_states_ignore_later_tokens_with_a_padding_mask():
         after = model.base(changed, padding_mask=mask)
     assert torch.allclose(before[:, :4], after[:, :4], atol=1e-6, rtol=0)
     assert (before[:, 4] - after[:, 4]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("training", [False, True], ids=["eval-sdpa", "train-explicit-attention"])
+def test_the_layers_draw_and_compute_what_nn_transformer_encoder_layers_do(causal, training, monkeypatch):
+    """Same initial weights from a seed, same function (padding and causal masks) as PyTorch's layer stack; in
+    training with the dropout masks taken out, the CPU's explicit attention too."""
+    monkeypatch.setattr("lmtransfer.modeling.model.dropout", lambda x, p, training: x)
+    config = ModelConfig(**{**TINY.to_dict(), "causal": causal})
+    ours = _tiny(TransformerBase, config=config).train(training)
+    torch.manual_seed(0)
+    torch.nn.Embedding(config.vocab_size, config.d_model)  # drawn first in TransformerBase
+    layer = torch.nn.TransformerEncoderLayer(config.d_model, config.n_heads, config.d_ff, config.dropout,
+                                             batch_first=True)
+    theirs = torch.nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False).eval()
+    assert ours.layers.state_dict().keys() == theirs.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(ours.layers.state_dict().values(), theirs.state_dict().values()))
+    x = torch.randn(3, 7, config.d_model)
+    padding = torch.tensor([[False] * 7, [False] * 4 + [True] * 3, [False] * 6 + [True]])
+    mask = torch.ones(7, 7, dtype=torch.bool).triu(1) if causal else None
+    expected = theirs(x, mask=mask, src_key_padding_mask=padding, is_causal=causal)
+    got = ours.layers(x, padding)
+    keep = ~padding
+    assert torch.allclose(got[keep], expected[keep], atol=1e-5)
+
+
+def test_cpu_dropout_keeps_one_minus_p_of_the_elements_scaled_and_follows_torchs_seed():
+    x = torch.ones(200_000)
+    torch.manual_seed(3)
+    once = dropout(x, 0.1, training=True)
+    torch.manual_seed(3)
+    assert torch.equal(once, dropout(x, 0.1, training=True))
+    assert abs(once.ne(0).float().mean().item() - 0.9) < 0.005
+    assert torch.allclose(once[once.ne(0)], torch.tensor(1 / 0.9))
+    assert dropout(x, 0.1, training=False) is x
 
 
 # --- positional encoding ----------------------------------------------------------------

@@ -4,10 +4,12 @@ head (fine-tuning); causal for next-token prediction, bidirectional for BERT's m
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal, get_origin, get_type_hints
 
+import numpy as np
 import torch
 from pydantic import Field, create_model, model_validator
 from torch import nn
@@ -109,8 +111,96 @@ def causal_mask(seq_len: int, device: torch.device | None = None) -> torch.Tenso
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu(diagonal=1)
 
 
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """F.dropout's distribution. On a CPU (eager) the mask's 32 random bits per element come from NumPy's PCG64,
+    seeded from torch's generator (so seeds, resume snapshots and ranks still go through torch): torch's CPU
+    Bernoulli sampler, one Mersenne Twister behind a lock, made a fine-tuning step 1.8x slower
+    (benchmarks/model_speed.py)."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
+        return F.dropout(x, p, training=True)
+    bits = np.random.PCG64(int(torch.randint(0, 2**62, ()))).random_raw((x.numel() + 1) // 2).view(np.int32)
+    keep = torch.from_numpy(bits)[: x.numel()].view(x.shape) >= round(p * 2**32) - 2**31
+    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
+
+
+class Dropout(nn.Dropout):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention, batch first, with nn.MultiheadAttention's parameters (`in_proj_weight` (3D, D),
+    `in_proj_bias`, `out_proj`) and initialisation, so the course's checkpoints load as they are."""
+
+    def __init__(self, d_model: int, n_heads: int, p: float):
+        super().__init__()
+        self.n_heads, self.p = n_heads, p
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model))
+        self.out_proj = nn.Linear(d_model, d_model)
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """x (B, T, D); `allowed` (B, 1, T, T) True where a query may see a key; None: every (earlier) key."""
+        batch, length, d_model = x.shape
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        q, k, v = qkv.view(batch, length, 3, self.n_heads, d_model // self.n_heads).permute(2, 0, 3, 1, 4)
+        if self.training and self.p > 0 and x.device.type == "cpu" and not torch.compiler.is_compiling():
+            # SDPA's own arithmetic, with the attention weights dropped by `dropout` instead of its Bernoulli
+            scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))
+            blocked = ~allowed if allowed is not None else causal_mask(length, x.device) if causal else None
+            if blocked is not None:
+                scores = scores.masked_fill_(blocked, float("-inf"))
+            weights = torch.softmax(scores, -1)
+            if allowed is not None:  # a query with no key to see gets zeros, as in SDPA
+                weights = weights.masked_fill(blocked, 0.0)
+            heads = dropout(weights, self.p, True) @ v
+        else:
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=self.p if self.training
+                                                   else 0.0, is_causal=causal and allowed is None)
+        return self.out_proj(heads.transpose(1, 2).reshape(batch, length, d_model))
+
+
+class EncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer's post-norm ReLU layer, its parameter names and initialisation order:
+    x = norm1(x + dropout(attention(x))); x = norm2(x + dropout(linear2(dropout(relu(linear1(x))))))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, p: float):
+        super().__init__()
+        self.self_attn = SelfAttention(d_model, n_heads, p)
+        self.linear1, self.dropout, self.linear2 = nn.Linear(d_model, d_ff), Dropout(p), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = Dropout(p), Dropout(p)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        x = self.norm1(x + self.dropout1(self.self_attn(x, allowed, causal)))
+        return self.norm2(x + self.dropout2(self.linear2(self.dropout(F.relu(self.linear1(x))))))
+
+
+class Encoder(nn.Module):
+    """N copies of one initialised layer (as nn.TransformerEncoder makes them) under one mask built once."""
+
+    def __init__(self, layer: EncoderLayer, n_layers: int, causal: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(n_layers))
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        allowed = None
+        if padding_mask is not None:
+            allowed = ~padding_mask[:, None, None, :]
+            if self.causal:
+                allowed = allowed & ~causal_mask(x.size(1), x.device)
+        for layer in self.layers:
+            x = layer(x, allowed, self.causal)
+        return x
+
+
 class TransformerBase(nn.Module):
-    """Embedding x sqrt(D) + positions, dropout, N post-norm nn.TransformerEncoderLayers (ReLU, F = d_ff)."""
+    """Embedding x sqrt(D) + positions, dropout, N post-norm encoder layers (ReLU, F = d_ff)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -119,10 +209,9 @@ class TransformerBase(nn.Module):
         if config.embedding_init == "uniform":
             nn.init.uniform_(self.token_embedding.weight, -EMBEDDING_UNIFORM, EMBEDDING_UNIFORM)
         self.positions = PositionalEncoding(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
-        layer = nn.TransformerEncoderLayer(config.d_model, config.n_heads, config.d_ff, config.dropout,
-                                           activation="relu", batch_first=True, norm_first=False)
-        self.layers = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
+        self.dropout = Dropout(config.dropout)
+        layer = EncoderLayer(config.d_model, config.n_heads, config.d_ff, config.dropout)
+        self.layers = Encoder(layer, config.n_layers, config.causal)
 
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) -> hidden states (B, T, D); padding_mask (B, T) is True at padding, which no one attends to."""
@@ -132,10 +221,7 @@ class TransformerBase(nn.Module):
         return self.token_embedding(ids) * math.sqrt(self.config.d_model)
 
     def encode(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        causal = self.config.causal
-        mask = causal_mask(x.size(1), x.device) if causal else None
-        return self.layers(self.dropout(self.positions(x)), mask=mask, src_key_padding_mask=padding_mask,
-                           is_causal=causal)
+        return self.layers(self.dropout(self.positions(x)), padding_mask)
 
 
 class LanguageModel(nn.Module):
