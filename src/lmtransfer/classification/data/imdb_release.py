@@ -16,9 +16,9 @@ import tempfile
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from lmtransfer.core.errors import DataSourceError
 from lmtransfer.core.io import atomic_directory, sha256_of

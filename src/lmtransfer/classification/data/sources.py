@@ -7,9 +7,9 @@ import itertools
 import math
 import unicodedata
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 

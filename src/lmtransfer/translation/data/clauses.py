@@ -11,7 +11,7 @@ as a test of short sentences.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 import pandas as pd
 

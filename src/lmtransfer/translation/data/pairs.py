@@ -8,13 +8,14 @@ test pair dropped, so no held-out sentence is ever trained on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
+from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.data.files import (
     Column,
     Columns,
@@ -25,7 +26,6 @@ from lmtransfer.data.files import (
     split_files,
     table_format,
 )
-from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.data.input_files import resolve_input
 from lmtransfer.data.normalize import normalize_text
 from lmtransfer.translation.config import TranslationDataParams

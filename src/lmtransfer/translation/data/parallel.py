@@ -12,7 +12,12 @@ import pandas as pd
 
 from lmtransfer.core.io import atomic_directory, require_file, write_json
 from lmtransfer.data.prepared import CORPUS_PARTS, META, SPLITS, corpus_dir, corpus_name
-from lmtransfer.translation.data.bible_en_fr import EXTRA_MONOLINGUAL, ParallelData, fetch_bible_database, load_bible_pairs
+from lmtransfer.translation.data.bible_en_fr import (
+    EXTRA_MONOLINGUAL,
+    ParallelData,
+    fetch_bible_database,
+    load_bible_pairs,
+)
 from lmtransfer.translation.data.clauses import add_clause_pairs
 
 PAIR_COLUMNS = ["source", "target"]
