@@ -61,7 +61,8 @@ def main() -> None:
         stages, wall = rerun(["translation/dvc.yaml"] if args.translation else [])
     rows = [[stage, seconds] for stage, seconds in stages.items()]
     rows.append(["all stages", round(sum(stages.values()), 1)])
-    rows.append(["make run-translation, wall" if args.from_log else "dvc repro, wall", round(wall, 1)])
+    made = "make run-translation" if args.translation else "make run"
+    rows.append([f"{made}, wall" if args.from_log else "dvc repro, wall", round(wall, 1)])
     name = "pipeline-translation" if args.translation else "pipeline"
     columns = [Column("stage"), Column("wall time, s", ",.1f")]
     how = "the stages of a run already made, from its printout" if args.from_log else \
