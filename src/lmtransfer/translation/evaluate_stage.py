@@ -26,8 +26,8 @@ from lmtransfer.training.resume import clear_finished_snapshots
 from lmtransfer.translation.config import TranslationParams
 from lmtransfer.translation.data.clauses import short_test_pairs
 from lmtransfer.translation.data.pairs import read_lab_sentences
-from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import lab_report, report_lines, translation_headline, translation_report
+from lmtransfer.translation.prepare_stage import read_pairs
 from lmtransfer.translation.translator import (
     DecodingOptions,
     load_translation_model,

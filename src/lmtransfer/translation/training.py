@@ -26,10 +26,10 @@ from lmtransfer.training.optim import make_optimizer, warmup_cosine
 from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.training.stage_args import FinetuneArgs
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
-from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import corpus_scores
 from lmtransfer.translation.mlflow_model import log_translator
 from lmtransfer.translation.model import TranslationConfig, TranslationModel, WarmStart, warm_start_from_language_model
+from lmtransfer.translation.prepare_stage import read_pairs
 from lmtransfer.translation.translator import (
     DecodingOptions,
     evaluation_mode,
