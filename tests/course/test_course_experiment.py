@@ -8,8 +8,14 @@ import pytest
 from ruamel.yaml import YAML
 
 from lmtransfer.cli.experiments import PROFILES, overlaid_params, profile_changes, profile_command
-from lmtransfer.course.comparison import PUBLISHED, lab_lines
-from lmtransfer.course.experiment import PRETRAIN_TOKENS_PER_S, estimate_minutes, plan_for, text_format
+from lmtransfer.course.experiment import (
+    PRETRAIN_TOKENS_PER_S,
+    PUBLISHED,
+    estimate_minutes,
+    lab_lines,
+    plan_for,
+    text_format,
+)
 from lmtransfer.course.files import LANGUAGE_MODEL, PINNED, PRETRAINING_TEXT
 
 REPO = Path(__file__).resolve().parents[2]

@@ -32,12 +32,7 @@ from lmtransfer.tokens.tokenizer import (
     train_sentencepiece,
 )
 from lmtransfer.translation.config import TranslationParams
-from lmtransfer.translation.data.bible_en_fr import (
-    EXTRA_MONOLINGUAL,
-    ParallelData,
-    fetch_bible_database,
-    load_bible_pairs,
-)
+from lmtransfer.translation.data import bible_en_fr
 from lmtransfer.translation.data.clauses import add_clause_pairs
 from lmtransfer.translation.data.pairs import load_pair_files, read_lab_sentences
 
@@ -45,11 +40,12 @@ PAIR_COLUMNS = ["source", "target"]
 TOKENIZER_TRIAL_CHARS = 2_000_000  # a corpus this small is tokenized once here, as tokenize will (about a second)
 
 
-def load_parallel(params) -> ParallelData:
+def load_parallel(params) -> bible_en_fr.ParallelData:
     """`data.source`: the built-in Bible pairs or the user's pair files."""
     if params.source == "bible-en-fr":
-        data = load_bible_pairs(fetch_bible_database(), params.valid_fraction, params.test_fraction, params.seed,
-                                EXTRA_MONOLINGUAL if params.extra_monolingual else ())
+        data = bible_en_fr.load_bible_pairs(bible_en_fr.fetch_bible_database(), params.valid_fraction,
+                                            params.test_fraction, params.seed,
+                                            bible_en_fr.EXTRA_MONOLINGUAL if params.extra_monolingual else ())
     else:
         data = load_pair_files(params)
     if params.max_train_pairs and len(data.splits["train"]) > params.max_train_pairs:
@@ -62,7 +58,7 @@ def load_parallel(params) -> ParallelData:
     return data
 
 
-def write_parallel(data: ParallelData, out_dir: Path, description: dict[str, Any]) -> dict[str, Any]:
+def write_parallel(data: bible_en_fr.ParallelData, out_dir: Path, description: dict[str, Any]) -> dict[str, Any]:
     """The corpus, then the pairs, each folder swapped in whole or not at all; returns the pairs' meta."""
     valid = data.splits["valid"]
     parts = {"train": data.corpus, "valid": list(valid["source"]) + list(valid["target"])}
@@ -113,7 +109,7 @@ def trial_tokenizer(params: TranslationParams, corpus: list[str]) -> Tokenizer |
     return SentencePieceTokenizer(model, "trained sentencepiece model") if whole else None
 
 
-def check_inputs(params: TranslationParams, data: ParallelData) -> None:
+def check_inputs(params: TranslationParams, data: bible_en_fr.ParallelData) -> None:
     """Every check of a later stage that the read pairs and params allow, before prepare writes anything."""
     examples = params.finetune.examples
     for number, text in enumerate(examples, start=1):  # `lmtransfer translate ''` refuses the same text
