@@ -42,11 +42,6 @@ def corpus_score(metric: str, summed: np.ndarray) -> float:
     return float(METRICS[metric]()._compute_score_from_stats(summed.tolist()).score)
 
 
-def signatures(hypotheses: list[str], references: list[str]) -> dict[str, str]:
-    scores = corpus_scores(hypotheses, references)
-    return {metric: scores[f"{metric}_signature"] for metric in METRICS}
-
-
 def repeated_share(hypotheses: list[str], times: int = 3) -> float:
     """Share of translations repeating one word `times`+ times in a row ("suis suis suis"), which BLEU hides."""
     def repeats(words: list[str]) -> bool:
@@ -71,8 +66,9 @@ def translation_report(translations: dict[str, dict[str, list[str]]], references
     rng = np.random.default_rng(seed)
     n = len(references)
     resamples = [(rng.integers(0, len(runs), len(runs)), rng.integers(0, n, n)) for _ in range(n_resamples)]
+    scores = corpus_scores(translations["pretrained"][runs[0]], references)
     report: dict = {"n_seeds": len(runs), "runs": runs, "n_test_sentences": n,
-                    "signatures": signatures(translations["pretrained"][runs[0]], references), "gap": {},
+                    "signatures": {metric: scores[f"{metric}_signature"] for metric in METRICS}, "gap": {},
                     "baseline": {}}
     boot: dict[str, dict[str, np.ndarray]] = {}
     for metric in METRICS:

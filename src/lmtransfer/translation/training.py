@@ -99,8 +99,8 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
     total, tokens = 0.0, 0
     batches = pair_batches(split, np.arange(len(split)), batch_size, model.config.pad_id, np.random.default_rng(0))
     with evaluation_mode(model):
-        for source, target_in, target_out in batches:
-            source, target_in, target_out = to_device((source, target_in, target_out), device)
+        for batch in batches:
+            source, target_in, target_out = to_device(batch, device)
             with autocast(device):
                 logits = model(source, target_in).float()
             count = int(target_out.ne(model.config.pad_id).sum())
