@@ -19,7 +19,6 @@ from lmtransfer.modeling.model import (
     ModelConfig,
     TransformerBase,
     count_parameters,
-    sinusoidal_positions,
 )
 from lmtransfer.translation.data import bible_en_fr
 from lmtransfer.translation.data.bible_en_fr import clean_verse, load_bible_pairs, split_chapters
@@ -85,23 +84,6 @@ def test_a_batch_gives_each_sentence_what_it_gets_alone():
         for row, (source, target) in enumerate(zip(sources, targets)):
             alone = model(_ids(source), _ids(target))
             assert torch.allclose(together[row, : len(target)], alone[0], atol=1e-5, rtol=0)
-
-
-@pytest.mark.parametrize("k", [1, 5, 37])
-def test_a_shift_of_k_positions_is_one_fixed_rotation_per_frequency(k):
-    """PE(pos + k) = M_k · PE(pos), M_k block-diagonal with 2x2 rotations by k·ω_i, the same for every pos:
-    why attention can read relative positions off the sinusoidal code."""
-    d_model = 16
-    table = sinusoidal_positions(200, d_model).double()
-    omega = torch.tensor([1.0 / 10000 ** (2 * i / d_model) for i in range(d_model // 2)], dtype=torch.float64)
-    rotation = torch.zeros(d_model, d_model, dtype=torch.float64)
-    for i, w in enumerate(omega.tolist()):  # (sin, cos)(a + kw) from (sin, cos)(a)
-        c, s = math.cos(k * w), math.sin(k * w)
-        rotation[2 * i: 2 * i + 2, 2 * i: 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
-    positions = torch.arange(0, 200 - k)
-    shifted = table[positions] @ rotation.T
-    assert torch.allclose(shifted, table[positions + k], atol=1e-4, rtol=0)
-    assert torch.allclose(rotation @ rotation.T, torch.eye(d_model, dtype=torch.float64), atol=1e-12)
 
 
 @pytest.mark.parametrize("options", [
