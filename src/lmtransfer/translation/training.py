@@ -25,18 +25,12 @@ from lmtransfer.training.loop import RunOptions, cpu_copy, optimizer_step
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
 from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.training.stage_args import FinetuneArgs
+from lmtransfer.translation import translator
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
 from lmtransfer.translation.evaluate import corpus_scores
 from lmtransfer.translation.mlflow_model import log_translator
 from lmtransfer.translation.model import TranslationConfig, TranslationModel, WarmStart, warm_start_from_language_model
 from lmtransfer.translation.prepare_stage import read_pairs
-from lmtransfer.translation.translator import (
-    DecodingOptions,
-    evaluation_mode,
-    pad_rows,
-    translate_sources,
-    translate_texts,
-)
 
 
 def trainable_pairs(split: PairSplit, max_len: int) -> np.ndarray:
@@ -58,8 +52,8 @@ def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id:
         batches += [chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size)]
     for position in generator.permutation(len(batches)):
         chosen = batches[position]
-        source = pad_rows([split.source(i) for i in chosen], pad_id)
-        target = pad_rows([split.target(i) for i in chosen], pad_id)
+        source = translator.pad_rows([split.source(i) for i in chosen], pad_id)
+        target = translator.pad_rows([split.target(i) for i in chosen], pad_id)
         yield source, target[:, :-1], target[:, 1:]
 
 
@@ -98,7 +92,7 @@ def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, 
     """Mean cross-entropy per target token (no label smoothing), teacher-forced."""
     total, tokens = 0.0, 0
     batches = pair_batches(split, np.arange(len(split)), batch_size, model.config.pad_id, np.random.default_rng(0))
-    with evaluation_mode(model):
+    with translator.evaluation_mode(model):
         for batch in batches:
             source, target_in, target_out = to_device(batch, device)
             with autocast(device):
@@ -130,7 +124,7 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     order = np.random.default_rng(options.seed)  # draws each epoch's batches
     torch.manual_seed(options.seed)  # dropout
-    greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
+    greedy = translator.DecodingOptions(beam_size=1, batch_size=params.batch_size)
     n_valid = min(params.valid_sentences, len(pairs.valid))
     valid_sources = [pairs.valid.source(i) for i in range(n_valid)]
     result = TranslationResult(left_out=len(pairs.train) - len(usable))
@@ -161,11 +155,12 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
             bar.update()
             bar.set_postfix(loss=f"{loss_sum / seen:.3f}", refresh=False)
         bar.close()
-        hypotheses = translate_sources(model, valid_sources, tokenizer, greedy, device)
+        hypotheses = translator.translate_sources(model, valid_sources, tokenizer, greedy, device)
         row = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1),
                "val_loss": validation_loss(model, pairs.valid, params.batch_size, device),
                "val_bleu": float(corpus_scores(hypotheses, pairs.valid_references[:n_valid])["bleu"])}
-        examples = translate_texts(model, params.examples, tokenizer, greedy, device) if params.examples else []
+        examples = (translator.translate_texts(model, params.examples, tokenizer, greedy, device)
+                    if params.examples else [])
         result.history.append(row)
         result.examples.append(examples)
         if row["val_bleu"] > result.best_val_bleu:
