@@ -87,7 +87,8 @@ def run_evaluate_stage(params: TranslationParams) -> None:
         write_translations(LAB_TRANSLATIONS, lab_sources, lab_references, lab_translations)  # even with none
         log_run(metrics={**{f"gap_{k}": v for k, v in report["gap"].items()},
                          **{f"{v}_{k}": report[v][k] for v in VARIANTS for k in ("bleu_mean", "chrf_mean")}})
-        for artifact, name in ((report, "evaluate.json"), (TRANSLATIONS, ""), (CLAUSE_TRANSLATIONS, "")):
-            log_file(artifact, name)
+        log_file(report, "evaluate.json")
+        log_file(TRANSLATIONS, "")
+        log_file(CLAUSE_TRANSLATIONS, "")
         log_to_pipeline(headline)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))

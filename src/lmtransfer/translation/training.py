@@ -54,7 +54,7 @@ def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id:
         chosen = batches[position]
         source = translator.pad_rows([split.source(i) for i in chosen], pad_id)
         target = translator.pad_rows([split.target(i) for i in chosen], pad_id)
-        yield source, target[:, :-1], target[:, 1:]
+        yield source, target[:, :-1], target[:, 1:]  # the decoder reads BOS + target, is scored on target + EOS
 
 
 def steps_per_epoch(n_pairs: int, batch_size: int) -> int:
