@@ -89,10 +89,9 @@ def problem(path: Path, pinned: CourseFile, manifest: Manifest) -> str | None:
     if pinned.size is not None and size != pinned.size:
         cut = " (cut short: an interrupted download?)" if size < pinned.size else ""
         return f"{pinned.path}: {size:,} bytes where the file of {where} has {pinned.size:,}{cut}"
-    if pinned.sha256 and sha256_of(path) != pinned.sha256:
-        return f"{pinned.path}: its sha256 is not the pinned {pinned.sha256[:12]}…: not the file of {where}"
-    if pinned.git_blob and git_blob_id(path) != pinned.git_blob:
-        return f"{pinned.path}: its git blob id is not the pinned {pinned.git_blob[:12]}…: not the file of {where}"
+    for name, expected, digest in (("sha256", pinned.sha256, sha256_of), ("git blob id", pinned.git_blob, git_blob_id)):
+        if expected and digest(path) != expected:
+            return f"{pinned.path}: its {name} is not the pinned {expected[:12]}…: not the file of {where}"
     return None
 
 
