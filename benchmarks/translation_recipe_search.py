@@ -28,8 +28,8 @@ from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.finetune_start import draw_seed
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.translation.config import parse_translation_params
-from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import corpus_scores, repeated_share
+from lmtransfer.translation.prepare_stage import read_pairs
 from lmtransfer.translation.training import TranslationPairs, build_translation_model, finetune_translation
 from lmtransfer.translation.translator import DecodingOptions, translate_sources
 

@@ -6,7 +6,7 @@ import _checkout  # noqa: F401 - first: this checkout's src/, then lmtransfer (i
 from lmtransfer.core.paths import PARAMS
 from lmtransfer.harness.stage import stage_main
 from lmtransfer.translation.config import load_translation_params
-from lmtransfer.translation.tokenize_stage import run_tokenize_stage
+from lmtransfer.translation.prepare_stage import run_tokenize_stage
 
 
 @stage_main("tokenize")

@@ -8,8 +8,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from lmtransfer.cli.experiments import PROFILES, overlaid_params, profile_changes, profile_command
-from lmtransfer.course.comparison import PUBLISHED, lab_lines
-from lmtransfer.course.experiment import PRETRAIN_TOKENS_PER_S, estimate_minutes, plan_for, text_format
+from lmtransfer.course import experiment as course
 from lmtransfer.course.files import LANGUAGE_MODEL, PINNED, PRETRAINING_TEXT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +30,7 @@ def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
 
 
 def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_are_the_replicates():
-    plan = plan_for({LANGUAGE_MODEL: Path("x.pt"), PRETRAINING_TEXT: Path("y.txt")}, [])
+    plan = course.plan_for({LANGUAGE_MODEL: Path("x.pt"), PRETRAINING_TEXT: Path("y.txt")}, [])
     assert f"pretrain.init_from=data/course/{LANGUAGE_MODEL}" in plan.changes
     assert "pretrain.seeds=[0]" in plan.changes and "finetune.seeds=[0,1,2]" in plan.changes
     assert not plan.write_bible
@@ -43,27 +42,27 @@ def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_ar
 def test_without_the_model_the_courses_text_is_the_corpus_else_the_pinned_bibles(tmp_path):
     text = tmp_path / PRETRAINING_TEXT
     text.write_text("▁Le ▁livre ▁est ▁bon\n▁Un ▁roman\n", encoding="utf-8")
-    plan = plan_for({PRETRAINING_TEXT: text}, [])
+    plan = course.plan_for({PRETRAINING_TEXT: text}, [])
     assert plan.changes == [f"data.corpus=[data/course/{PRETRAINING_TEXT}]", "data.corpus_format=pieces"]
     assert overlaid_params(REPO, PROFILE + plan.changes).data.corpus == [f"data/course/{PRETRAINING_TEXT}"]
     text.write_text("Le livre est bon.\nUn roman.\n", encoding="utf-8")
-    assert text_format(text) == "text"
-    bible = plan_for({}, [])
+    assert course.text_format(text) == "text"
+    bible = course.plan_for({}, [])
     assert bible.write_bible and bible.changes == []
-    mine = plan_for({}, ["finetune.seeds=[3,4,5]"])
+    mine = course.plan_for({}, ["finetune.seeds=[3,4,5]"])
     assert profile_command("course", PROFILE + mine.changes)[-2:] == ["-S", "finetune.seeds=[3,4,5]"]
 
 
 def test_the_estimate_counts_pretraining_only_when_it_runs():
     params = overlaid_params(REPO, PROFILE)
-    here = estimate_minutes(params, train_tokens=205_615)
-    loaded = overlaid_params(REPO, PROFILE + plan_for({LANGUAGE_MODEL: Path("x.pt")}, []).changes)
+    here = course.estimate_minutes(params, train_tokens=205_615)
+    loaded = overlaid_params(REPO, PROFILE + course.plan_for({LANGUAGE_MODEL: Path("x.pt")}, []).changes)
     assert loaded.pretrain.init_from == f"data/course/{LANGUAGE_MODEL}" and loaded.finetune.seeds == [0, 1, 2]
     assert 20 < here < 240  # "about an hour" on 2 cores
     pretrain = params.pretrain  # each run: its corpus steps, then its adaptation epochs over the train texts
     per_run = pretrain.max_steps * pretrain.batch_size * pretrain.seq_len + pretrain.adapt_epochs * 205_615
-    pretraining = len(pretrain.seeds) * per_run / PRETRAIN_TOKENS_PER_S / 60
-    assert abs(here - estimate_minutes(loaded, 205_615) - pretraining) < 0.01  # the same 6 fine-tunes either way
+    pretraining = len(pretrain.seeds) * per_run / course.PRETRAIN_TOKENS_PER_S / 60
+    assert abs(here - course.estimate_minutes(loaded, 205_615) - pretraining) < 0.01  # the same 6 fine-tunes either way
 
 
 def _report() -> dict:
@@ -77,12 +76,12 @@ def _report() -> dict:
 
 
 def test_the_lab_table_has_each_epoch_the_test_gap_the_baseline_and_the_courses_numbers():
-    lines = lab_lines(_report())
+    lines = course.lab_lines(_report())
     text = "\n".join(lines)
     assert "      1    0.750 ± 0.010    0.500 ± 0.010      +0.250" in lines
     assert "      2    0.830 ± 0.020    0.780 ± 0.020      +0.050" in lines
     assert "gap         +0.0500, 95% interval [+0.0200, +0.0800], p = 0.001" in text
-    assert "0.8370" in text and PUBLISHED["scratch_test"] in text and PUBLISHED["first_epoch"] in text
+    assert "0.8370" in text and course.PUBLISHED["scratch_test"] in text and course.PUBLISHED["first_epoch"] in text
 
 
 def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_batches():
@@ -102,11 +101,7 @@ def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_b
     assert "8 epochs and bucketed batches" in " ".join(page.split())
 
 
-def test_a_bad_change_is_refused_naming_the_key_before_any_work():
-    from lmtransfer.core.errors import LmtransferError
-
-    with pytest.raises(LmtransferError, match="finetune.nokey is not a key of params.yaml"):
-        overlaid_params(REPO, PROFILE + ["finetune.nokey=1"])
+def test_a_bad_value_is_refused_naming_the_key_before_any_work():  # a bad key: tests/cli's course test
     with pytest.raises(ValueError, match="finetune.epochs"):
         overlaid_params(REPO, PROFILE + ["finetune.epochs=-1"])
 

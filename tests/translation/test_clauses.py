@@ -40,7 +40,7 @@ def test_added_pairs_follow_the_whole_pairs_and_never_hold_a_held_out_text():
 
 
 def test_prepare_adds_clause_pairs_to_train_only_and_counts_them(tmp_path):
-    from lmtransfer.translation.data.parallel import load_parallel, read_pairs, write_parallel
+    from lmtransfer.translation.prepare_stage import load_parallel, read_pairs, write_parallel
 
     from shipped import shipped
 

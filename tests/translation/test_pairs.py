@@ -49,7 +49,6 @@ def texts(table: pd.DataFrame) -> list[tuple[str, str]]:
     return list(zip(table["source"], table["target"]))
 
 
-
 def test_every_format_reads_the_same_pairs(tmp_path):
     tsv = "source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in PAIRS)
     csv = 'source,target\n"Hello, world.","Bonjour, le monde."\n"He said ""yes"".","Il a dit ""oui""."\nÉté,Summer\n'
@@ -131,7 +130,6 @@ def test_one_column_for_both_sides_is_a_config_error(tmp_path):
     path = write(tmp_path, "train.tsv", "source\ttarget\na\tb\n")
     with pytest.raises(ConfigError, match=r"data\.source_column and data\.target_column are both 'source'"):
         read(path, target="source")
-
 
 
 def numbered_pairs(count: int) -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from shipped import shipped_raw
 
 
 def _split(lengths: list[tuple[int, int]]) -> PairSplit:
-    """Pairs whose ids encode (pair index, position): source 1000*i + j, target 2000*i + j... kept < 65536."""
+    """Pairs whose ids encode (pair index, position): 10 * i + j + 1."""
     sources = [np.array([10 * i + j + 1 for j in range(s)]) for i, (s, _) in enumerate(lengths)]
     targets = [np.array([10 * i + j + 1 for j in range(t)]) for i, (_, t) in enumerate(lengths)]
     offsets = lambda rows: np.concatenate([[0], np.cumsum([len(r) for r in rows])])  # noqa: E731

@@ -165,8 +165,7 @@ def _tokens(value: float | None) -> str:
 
 def cmd_course(args: argparse.Namespace) -> None:
     from lmtransfer.course import experiment as course
-    from lmtransfer.course.comparison import lab_lines
-    from lmtransfer.course.corpus import write_french_corpus
+    from lmtransfer.course.experiment import lab_lines, write_french_corpus
     from lmtransfer.course.files import DEFAULT_URL, Manifest, gather, read_manifest
     from lmtransfer.reporting.experiments import dvc_env
     from lmtransfer.reporting.result_files import read_result_json, reading

@@ -1,6 +1,5 @@
 """The course's files (lab 2 of ALTEGRAD, github.com/moussaKam/transfer_learning_transformers) at a pinned commit,
-each checked whole by its git blob id (and sha256 and size where a copy was at hand) before anything is placed: a
-missing, cut or changed file is named, and the files already in place stay as they were."""
+each checked by its git blob id (and sha256 and size where known) before any is placed: a bad file is named."""
 
 from __future__ import annotations
 
@@ -57,7 +56,6 @@ PINNED = (
 @dataclass(frozen=True)
 class Manifest:
     """What to fetch and how to check it: the pinned commit's files, or a fork's."""
-
     files: tuple[CourseFile, ...] = PINNED
     commit: str = COMMIT
     repository: str = REPOSITORY
@@ -76,7 +74,7 @@ def read_manifest(path: Path) -> Manifest:
 
 
 def git_blob_id(path: Path) -> str:
-    """git's id of a file's content (`git hash-object`)."""
+    """`git hash-object`."""
     digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -85,24 +83,20 @@ def git_blob_id(path: Path) -> str:
 
 
 def problem(path: Path, pinned: CourseFile, manifest: Manifest) -> str | None:
-    """Why `path` is not the pinned file (None when it is): its size first, so a cut download says so."""
+    """Why `path` is not the pinned file, or None: its size first, so a cut download says so."""
     where = f"{manifest.repository} at {manifest.commit[:7]}"
     size = path.stat().st_size
     if pinned.size is not None and size != pinned.size:
         cut = " (cut short: an interrupted download?)" if size < pinned.size else ""
         return f"{pinned.path}: {size:,} bytes where the file of {where} has {pinned.size:,}{cut}"
-    if pinned.sha256 and sha256_of(path) != pinned.sha256:
-        return f"{pinned.path}: its sha256 is not the pinned {pinned.sha256[:12]}…: not the file of {where}"
-    if pinned.git_blob and git_blob_id(path) != pinned.git_blob:
-        return f"{pinned.path}: its git blob id is not the pinned {pinned.git_blob[:12]}…: not the file of {where}"
+    for name, expected, digest in (("sha256", pinned.sha256, sha256_of), ("git blob id", pinned.git_blob, git_blob_id)):
+        if expected and digest(path) != expected:
+            return f"{pinned.path}: its {name} is not the pinned {expected[:12]}…: not the file of {where}"
     return None
 
 
 def _in_folder(folder: Path, pinned: CourseFile) -> Path | None:
-    for candidate in (folder / pinned.path, folder / Path(pinned.path).name):
-        if candidate.is_file():
-            return candidate
-    return None
+    return next((c for c in (folder / pinned.path, folder / Path(pinned.path).name) if c.is_file()), None)
 
 
 def _download(url: str, target: Path) -> bool:
@@ -123,12 +117,9 @@ def _download(url: str, target: Path) -> bool:
 def gather(destination: Path, manifest: Manifest = Manifest(), source: Path | None = None,
            url: str = DEFAULT_URL) -> dict[str, Path]:
     """Every file of `manifest` checked and in `destination`; returns those present. The missing or wrong ones come
-    from `source` (a folder or clone) or `url` into a temporary folder, moved into place only when every required file
-    checks out. A missing optional file (the large LM, the pretraining text) is left out."""
+    from `source` (a folder or clone) or `url`, moved into place only when every required file checks out."""
     destination.mkdir(parents=True, exist_ok=True)
-    present: dict[str, Path] = {}
-    fetched: dict[str, Path] = {}
-    problems: list[str] = []
+    present, fetched, problems = {}, {}, []
     with tempfile.TemporaryDirectory(dir=destination, prefix=".fetch-") as tmp:
         for pinned in manifest.files:
             placed = destination / pinned.path
@@ -163,11 +154,8 @@ def gather(destination: Path, manifest: Manifest = Manifest(), source: Path | No
 
 def _fetch_one(pinned: CourseFile, tmp: Path, source: Path | None, url: str) -> Path | None:
     target = tmp / pinned.path.replace("/", "__")
-    if source is not None:
-        found = _in_folder(source, pinned)
-        if found is None:
-            return None
-        shutil.copyfile(found, target)
-        return target
-    print(f"course: downloading {pinned.path}", flush=True)
-    return target if _download(f"{url}/{pinned.path}", target) else None
+    if source is None:
+        print(f"course: downloading {pinned.path}", flush=True)
+        return target if _download(f"{url}/{pinned.path}", target) else None
+    found = _in_folder(source, pinned)
+    return None if found is None else shutil.copyfile(found, target)

@@ -1,10 +1,6 @@
-"""Translation quality with sacreBLEU: BLEU and chrF with their signatures, per run and with intervals.
-
-BLEU and chrF are corpus-level (n-gram matches pooled before the ratio), so as sacreBLEU's paired bootstrap does,
-each sentence's match statistics are extracted once and a resample sums them. The resample is paired: the same
-sentences (and runs) for every variant, so the gap's interval reflects the difference. Baseline: the source copied
-as its own "translation", the score a model must beat to have learned anything.
-"""
+"""BLEU and chrF with sacreBLEU, per run and with paired bootstrap intervals: as sacreBLEU's own bootstrap, each
+sentence's match statistics are extracted once and a resample (the same sentences and runs for every variant) sums
+them. Baseline: the source copied as its own "translation"."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ METRICS = {"bleu": BLEU, "chrf": CHRF}
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
-    """BLEU and chrF of a whole test set (one reference per sentence), and their signatures (scores compare with
-    other sacreBLEU numbers only where these match)."""
+    """BLEU and chrF of a whole test set (one reference per sentence), with their signatures."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     if not references:
@@ -38,18 +33,13 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
 
 
 def sentence_statistics(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:
-    """(sentences, statistics) match counts, what sacreBLEU sums into a corpus score (as its paired bootstrap)."""
+    """(sentences, statistics) match counts, what sacreBLEU sums into a corpus score."""
     scorer = METRICS[metric]()
     return np.asarray(scorer._extract_corpus_statistics(hypotheses, [references]), dtype=np.int64)
 
 
 def corpus_score(metric: str, summed: np.ndarray) -> float:
     return float(METRICS[metric]()._compute_score_from_stats(summed.tolist()).score)
-
-
-def signatures(hypotheses: list[str], references: list[str]) -> dict[str, str]:
-    scores = corpus_scores(hypotheses, references)
-    return {metric: scores[f"{metric}_signature"] for metric in METRICS}
 
 
 def repeated_share(hypotheses: list[str], times: int = 3) -> float:
@@ -67,18 +57,18 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
 
 def translation_report(translations: dict[str, dict[str, list[str]]], references: list[str], sources: list[str],
                        n_resamples: int, seed: int, first_epoch_bleu: dict[str, list[float]] | None = None) -> dict:
-    """`translations[variant][run]` (a scratch run is its pretrained namesake's twin): per variant the per-run
-    scores, mean, std and 95% interval; the gap with its interval and one-sided bootstrap p-value; repeats; the
-    copy-the-source baseline; with `first_epoch_bleu`, the head start after one epoch. Each resample draws runs (twins
-    together) and test sentences with replacement: the interval covers the pretraining draw and the sentences."""
+    """`translations[variant][run]` (a scratch run is its pretrained namesake's twin): per variant the scores, mean,
+    std and 95% interval; the gap with its interval and bootstrap p-value. Each resample draws runs (twins together)
+    and sentences with replacement, so the interval covers the pretraining draw too."""
     runs = sorted(translations["pretrained"])
     if sorted(translations["scratch"]) != runs:
         raise ValueError("pretrained and scratch must be evaluated on the same runs")
     rng = np.random.default_rng(seed)
     n = len(references)
     resamples = [(rng.integers(0, len(runs), len(runs)), rng.integers(0, n, n)) for _ in range(n_resamples)]
+    scores = corpus_scores(translations["pretrained"][runs[0]], references)
     report: dict = {"n_seeds": len(runs), "runs": runs, "n_test_sentences": n,
-                    "signatures": signatures(translations["pretrained"][runs[0]], references), "gap": {},
+                    "signatures": {metric: scores[f"{metric}_signature"] for metric in METRICS}, "gap": {},
                     "baseline": {}}
     boot: dict[str, dict[str, np.ndarray]] = {}
     for metric in METRICS:
@@ -111,8 +101,7 @@ def translation_report(translations: dict[str, dict[str, list[str]]], references
 
 
 def lab_report(translations: dict[str, dict[str, list[str]]], sources: list[str], references: list[str]) -> dict:
-    """The lab's sentences: each model's translation and sentence chrF, each variant's corpus chrF (mean over runs);
-    too few sentences for an interval: they show what the models do, the test set measures it."""
+    """The lab's sentences: each model's translation and sentence chrF, each variant's corpus chrF (mean over runs)."""
     chrf = CHRF()
     rows = [{"source": source, "reference": reference,
              **{f"{v}_{r}": translations[v][r][i] for v in VARIANTS for r in sorted(translations[v])},
@@ -126,7 +115,7 @@ def lab_report(translations: dict[str, dict[str, list[str]]], sources: list[str]
 
 
 def translation_headline(report: dict, pretraining: dict) -> dict:
-    """The answer in flat numbers (`metrics/headline.json`); the short test sentences' scores as `clauses_*`."""
+    """The answer in flat numbers (`metrics/headline.json`), the short test sentences' as `clauses_*`."""
     gap = report["gap"]
     return {
         "bleu_pretrained": report["pretrained"]["bleu_mean"],
@@ -151,7 +140,7 @@ def translation_headline(report: dict, pretraining: dict) -> dict:
 
 
 def report_lines(report: dict) -> list[str]:
-    """The answer in a few lines (the evaluate stage prints them, `lmtransfer results --translation` too)."""
+    """The answer in a few lines (evaluate and `lmtransfer results --translation` print them)."""
     lines = [f"{v:>10}: test BLEU {report[v]['bleu_mean']:.2f} ± {report[v]['bleu_std']:.2f} "
              f"[{report[v]['bleu_ci95_low']:.2f}, {report[v]['bleu_ci95_high']:.2f}], chrF {report[v]['chrf_mean']:.2f} "
              f"± {report[v]['chrf_std']:.2f} over {report['n_seeds']} runs"

@@ -9,6 +9,10 @@ import mlflow.pyfunc
 import pandas as pd
 
 from lmtransfer.harness.tracking import log_model
+from lmtransfer.modeling.checkpoint import load_checkpoint
+from lmtransfer.modeling.runtime import select_device
+from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
+from lmtransfer.translation.translator import DecodingOptions, translate_texts, translation_model
 
 MODEL_NAME = "translator"  # the logged model's name in its run
 TEXT_COLUMN = "text"  # the one input column: English sentences
@@ -20,11 +24,6 @@ class SentenceTranslator(mlflow.pyfunc.PythonModel):
     """The pyfunc flavour's model: loads the checkpoint and its tokenizer once, then translates DataFrames."""
 
     def load_context(self, context) -> None:
-        from lmtransfer.modeling.checkpoint import load_checkpoint
-        from lmtransfer.modeling.runtime import select_device
-        from lmtransfer.tokens.tokenizer import check_trained_with, load_tokenizer
-        from lmtransfer.translation.translator import translation_model
-
         checkpoint, tokenizer = context.artifacts["checkpoint"], context.artifacts["tokenizer"]
         payload = load_checkpoint(checkpoint, expected_kind="translation")
         self.tokenizer = load_tokenizer(tokenizer)
@@ -33,8 +32,6 @@ class SentenceTranslator(mlflow.pyfunc.PythonModel):
         self.model = translation_model(payload, self.device)
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
-        from lmtransfer.translation.translator import DecodingOptions, translate_texts
-
         chosen = {**DEFAULT_PARAMS, **(params or {})}
         options = DecodingOptions(beam_size=int(chosen["beam_size"]), length_penalty=float(chosen["length_penalty"]))
         texts = [str(text) for text in model_input[TEXT_COLUMN]]

@@ -1,14 +1,11 @@
-"""The encoder–decoder Transformer of "Attention is all you need", post-norm like the paper and `model.py`.
-
-Source and target share one embedding (one sentencepiece model covers both languages), which the output projection
-may reuse (`tie_output`). Transfer: `warm_start_from_language_model` fills encoder and decoder from the pretrained
-LM's layers and leaves cross-attention fresh (Rothe et al., 2020): "pretrained vs scratch" is one network, two starts.
-"""
+"""The encoder–decoder Transformer of "Attention is all you need", post-norm like the paper, one embedding shared by
+both languages. Transfer: encoder and decoder warm-started from the pretrained LM's layers, cross-attention fresh
+(Rothe et al., 2020): "pretrained vs scratch" is one network, two starts."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
@@ -36,14 +33,12 @@ class TranslationConfig:
         return asdict(self)
 
     @classmethod
-    def paper_base(cls, vocab_size: int = 37_000) -> TranslationConfig:
-        """The paper's base model: 63,082,496 parameters with its shared 37,000-piece vocabulary."""
-        return cls(vocab_size=vocab_size, d_model=512, n_encoder_layers=6, n_decoder_layers=6, n_heads=8,
-                   d_ff=2048, dropout=0.1, tie_output=True, output_bias=False, final_norms=False)
+    def paper_base(cls) -> TranslationConfig:  # 63,082,496 parameters with its 37,000-piece vocabulary
+        return cls(vocab_size=37_000, d_model=512, n_encoder_layers=6, n_decoder_layers=6, n_heads=8, d_ff=2048,
+                   dropout=0.1, tie_output=True, output_bias=False)
 
     @classmethod
     def from_language_model(cls, lm: ModelConfig, **overrides: object) -> TranslationConfig:
-        """The encoder–decoder a pretrained LM can warm-start: its shape, its layer count on both sides."""
         shape = dict(vocab_size=lm.vocab_size, d_model=lm.d_model, n_encoder_layers=lm.n_layers,
                      n_decoder_layers=lm.n_layers, n_heads=lm.n_heads, d_ff=lm.d_ff, dropout=lm.dropout,
                      pad_id=lm.pad_id, embedding_init=lm.embedding_init)
@@ -51,8 +46,6 @@ class TranslationConfig:
 
 
 class TranslationModel(nn.Module):
-    """Shared embedding x sqrt(D) + positions -> encoder; target prefix -> decoder -> Linear(D, V)."""
-
     def __init__(self, config: TranslationConfig):
         super().__init__()
         self.config = config
@@ -74,23 +67,20 @@ class TranslationModel(nn.Module):
             self.output.weight = self.token_embedding.weight
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Embedding x sqrt(D) + sinusoidal positions, dropout: the same recipe as the LM's base."""
         return self.dropout(self.positions(self.token_embedding(ids) * math.sqrt(self.config.d_model)))
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor:
-        """True at padding: keys nobody attends to."""
         return ids.eq(self.config.pad_id)
 
     def encode(self, source: torch.Tensor, source_padding: torch.Tensor | None = None) -> torch.Tensor:
-        """Source ids (B, S) -> memory (B, S, D). Bidirectional: every position sees the whole source."""
+        """Source ids (B, S) -> memory (B, S, D), bidirectional."""
         if source_padding is None:
             source_padding = self.padding_mask(source)
         return self.encoder(self.embed(source), src_key_padding_mask=source_padding)
 
     def decode(self, target: torch.Tensor, memory: torch.Tensor, source_padding: torch.Tensor,
                target_padding: torch.Tensor | None = None) -> torch.Tensor:
-        """Target prefix ids (B, T) + memory -> logits (B, T, V). Position i sees target positions <= i and
-        every non-padding source position."""
+        """Target prefix ids (B, T) + memory -> logits (B, T, V), causal over the target."""
         mask = causal_mask(target.size(1), target.device)
         hidden = self.decoder(self.embed(target), memory, tgt_mask=mask, tgt_is_causal=True,
                               tgt_key_padding_mask=target_padding, memory_key_padding_mask=source_padding)
@@ -98,8 +88,8 @@ class TranslationModel(nn.Module):
 
     def decode_step(self, next_ids: torch.Tensor, cache: DecoderCache | None, memory: torch.Tensor,
                     source_padding: torch.Tensor) -> tuple[torch.Tensor, DecoderCache]:
-        """One more target token (B, 1) -> logits (B, V) of the next, computing only the new position: `decode`'s
-        arithmetic with the layers' own submodules, keys and values of earlier positions and of `memory` cached."""
+        """One more target token (B, 1) -> logits (B, V) of the next: `decode`'s arithmetic for the new position
+        only, the keys and values of earlier positions and of `memory` cached."""
         if cache is None:
             cache = DecoderCache.start(self.decoder.layers, memory)
         position = cache.length
@@ -124,21 +114,19 @@ class TranslationModel(nn.Module):
         return self.output(x[:, -1]), cache
 
     def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: logits for every target position (target = BOS + the sentence, right-padded)."""
         source_padding = self.padding_mask(source)
         memory = self.encode(source, source_padding)
         return self.decode(target, memory, source_padding, self.padding_mask(target))
 
     def loss(self, source: torch.Tensor, target_in: torch.Tensor, target_out: torch.Tensor,
              label_smoothing: float = 0.0) -> torch.Tensor:
-        """Cross-entropy of the next target token; padding in `target_out` is not scored."""
         logits = self(source, target_in)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target_out.reshape(-1),
                                ignore_index=self.config.pad_id, label_smoothing=label_smoothing)
 
 
 def _heads(attention: nn.MultiheadAttention, x: torch.Tensor, parts: slice = slice(0, 3)) -> torch.Tensor:
-    """nn.MultiheadAttention's packed projection of `x` (B, T, D) to `parts` of q, k, v: (parts, B, heads, T, D/heads)."""
+    """nn.MultiheadAttention's packed projection of `x` (B, T, D) to `parts` of q, k, v: (parts, B, heads, T, D/A)."""
     d, heads = attention.embed_dim, attention.num_heads
     weight = attention.in_proj_weight[parts.start * d: parts.stop * d]
     bias = attention.in_proj_bias[parts.start * d: parts.stop * d] if attention.in_proj_bias is not None else None
@@ -148,7 +136,6 @@ def _heads(attention: nn.MultiheadAttention, x: torch.Tensor, parts: slice = sli
 
 
 def _merge(attention: nn.MultiheadAttention, heads_out: torch.Tensor) -> torch.Tensor:
-    """(B, heads, T, D / heads) -> the output projection of the concatenated heads, (B, T, D)."""
     batch, _, length, _ = heads_out.shape
     return attention.out_proj(heads_out.transpose(1, 2).reshape(batch, length, attention.embed_dim))
 
@@ -156,7 +143,6 @@ def _merge(attention: nn.MultiheadAttention, heads_out: torch.Tensor) -> torch.T
 @dataclass
 class DecoderCache:
     """Per decoder layer: self-attention keys/values so far (B, heads, T, D / heads), cross-attention's of memory."""
-
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     cross: list[tuple[torch.Tensor, torch.Tensor]]
@@ -170,12 +156,12 @@ class DecoderCache:
         return cls(keys=empty, values=list(empty), cross=cross)
 
     def select(self, rows: torch.Tensor) -> DecoderCache:
-        """The cache of the beam hypotheses `rows`: they reorder within a sentence, so memory's keys stay."""
+        """The beam hypotheses `rows` (reordered within a sentence, so memory's keys stay)."""
         return DecoderCache([k[rows] for k in self.keys], [v[rows] for v in self.values], self.cross, self.length)
 
 
 def parameter_breakdown(config: TranslationConfig) -> dict[str, int]:
-    """Closed form per block: what `count_parameters` must find, block by block."""
+    """The closed form, block by block (`count_parameters` must find the same)."""
     d, v = config.d_model, config.vocab_size
     attention, feed_forward = 4 * (d * d + d), 2 * d * config.d_ff + config.d_ff + d  # Q, K, V, out: D x D + D each
     encoder_layer = attention + feed_forward + 2 * 2 * d
@@ -198,10 +184,8 @@ def expected_translation_parameters(config: TranslationConfig) -> int:
 
 @dataclass
 class WarmStart:
-    """Which tensors came from the language model (name here -> name there) and which start fresh."""
-
-    copied: dict[str, str] = field(default_factory=dict)
-    fresh: list[str] = field(default_factory=list)
+    copied: dict[str, str]  # name here -> name in the LM's state dict
+    fresh: list[str]
 
 
 # LM layer -> decoder layer: self-attention, feed-forward and the norms after them (an encoder layer is exactly an
@@ -212,7 +196,7 @@ _DECODER_FROM_LM_LAYER = {**{name: name for name in _LM_LAYER}, "norm3.weight": 
 
 
 def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, str]:
-    """Translation-model tensor name -> LanguageModel state-dict name, for every tensor the LM can supply."""
+    """Translation-model tensor name -> LanguageModel state-dict name, for every tensor the LM supplies."""
     for name in ("vocab_size", "d_model", "n_heads", "d_ff", "pad_id"):
         if getattr(config, name) != getattr(lm, name):
             raise ValueError(f"cannot warm-start: {name} is {getattr(config, name)} here but "
@@ -238,18 +222,16 @@ def warm_start_sources(config: TranslationConfig, lm: ModelConfig) -> dict[str, 
 @torch.no_grad()
 def warm_start_from_language_model(model: TranslationModel, lm_state: dict[str, torch.Tensor],
                                    lm_config: ModelConfig) -> WarmStart:
-    """Copy the LM's tensors into `model` (a `LanguageModel` state dict; a masked LM's segment A is folded into
-    the embedding as for the classifier). Cross-attention, its norm and any final norms keep their fresh init."""
+    """Copy the LM's tensors into `model` (a masked LM's segment A folded into the embedding, as for the classifier);
+    cross-attention, its norm and any final norms keep their fresh init."""
     if "segment_embedding.weight" in lm_state:
         base = {k.removeprefix("base."): t for k, t in lm_state.items() if k.startswith("base.")}
         folded = fold_segment_a(base, lm_state["segment_embedding.weight"])
         lm_state = {**lm_state, "base.token_embedding.weight": folded["token_embedding.weight"]}
     sources = warm_start_sources(model.config, lm_config)
     own = model.state_dict()
-    report = WarmStart()
     for name, source in sources.items():
         own[name].copy_(lm_state[source])  # state_dict tensors share storage with the parameters
-        report.copied[name] = source
     tied = {"output.weight"} if model.config.tie_output else set()
-    report.fresh = [name for name, _ in model.named_parameters() if name not in sources and name not in tied]
-    return report
+    fresh = [name for name, _ in model.named_parameters() if name not in sources and name not in tied]
+    return WarmStart(sources, fresh)

@@ -1,5 +1,4 @@
-"""The translation plot stage: validation BLEU and loss per epoch, pretraining curves, the test scores of both
-variants."""
+"""The translation plot stage: validation BLEU and loss per epoch, pretraining curves, both variants' test scores."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from lmtransfer.reporting.plots import COLORS, Rows, mean_band, plot_pretraining
 
 
 def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -> Path:
-    """Validation BLEU (greedy) and loss per epoch, mean over runs with their range, pretrained vs scratch."""
+    """Validation BLEU (greedy) and loss per epoch, mean over runs with their range."""
     figure, (bleu, loss) = plt.subplots(1, 2, figsize=(10, 4))
     for variant, variant_runs in runs.items():
         mean_band(bleu, variant_runs, "val_bleu", COLORS[variant], variant)
@@ -31,8 +30,8 @@ def plot_translation_curves(runs: dict[str, list[Rows]], path: Path, dpi: int) -
 
 
 def plot_translation_scores(report: dict, path: Path, dpi: int) -> Path:
-    """Test BLEU and chrF per variant (mean, 95% interval, each seed a dot, the copy baseline a line); a second row
-    for the short test sentences if scored."""
+    """Test BLEU and chrF per variant (mean, 95% interval, each seed a dot, the copy baseline a line), a second row
+    for the short test sentences."""
     rows = [("test verses", report)] + ([("short test sentences", report["clauses"])] if "clauses" in report else [])
     figure, grid = plt.subplots(len(rows), 2, figsize=(9, 4 * len(rows)), squeeze=False)
     for axes, (test_set, scores) in zip(grid, rows):

@@ -13,7 +13,6 @@ from lmtransfer.translation.model import (
 
 
 def translation_parameter_table(config: TranslationConfig, origin: str = "") -> str:
-    """Per-block counts of the encoder–decoder `config` describes, with the closed-form formula per block."""
     model = TranslationModel(config)
     blocks = parameter_breakdown(config)
     d, f, v = config.d_model, config.d_ff, config.vocab_size
@@ -38,18 +37,13 @@ def translation_parameter_table(config: TranslationConfig, origin: str = "") -> 
          "on" if config.final_norms else "off: post-norm layers end normalised"),
         ("output projection", output_params, output_note),
         ("positional encoding (fixed)", 0, "sinusoidal buffer"),
+        ("", None, ""),
+        ("translation model total", count_parameters(model), f"formula {expected_translation_parameters(config):,}"),
+        ("paper base (Vaswani et al.)", expected_translation_parameters(TranslationConfig.paper_base()),
+         "V=37000 D=512 6+6 layers A=8 F=2048, tied, no output bias, no final norms (the paper: ~65M)"),
     ]
-    width = max(len(r[0]) for r in rows)
-    paper = TranslationConfig.paper_base()
-    lines = [f"encoder-decoder V={v} D={d} N_enc={config.n_encoder_layers} N_dec={config.n_decoder_layers} "
-             f"A={config.n_heads} F={f}"]
-    lines += [origin, ""] if origin else [""]
-    lines += [f"{name:<{width}}  {count:>12,}  {note}" for name, count, note in rows]
-    lines += [
-        "",
-        f"{'translation model total':<{width}}  {count_parameters(model):>12,}  "
-        f"formula {expected_translation_parameters(config):,}",
-        f"{'paper base (Vaswani et al.)':<{width}}  {expected_translation_parameters(paper):>12,}  "
-        "V=37000 D=512 6+6 layers A=8 F=2048, tied, no output bias, no final norms (the paper: ~65M)",
-    ]
-    return "\n".join(lines)
+    width = max(len(r[0]) for r in rows[:-3])
+    head = [f"encoder-decoder V={v} D={d} N_enc={config.n_encoder_layers} N_dec={config.n_decoder_layers} "
+            f"A={config.n_heads} F={f}", *([origin] if origin else []), ""]
+    return "\n".join(head + [f"{name:<{width}}  {count:>12,}  {note}" if count is not None else ""
+                             for name, count, note in rows])

@@ -1,12 +1,6 @@
-"""Fine-tuning the encoder–decoder on sentence pairs, one loop for the warm-started and the scratch model, and the
-finetune_pretrained@<p>-<seed> / finetune_scratch@<p>-<seed> stage around it.
-
-Per epoch: length-bucketed batches of pairs, one clipped AdamW step each on the label-smoothed cross-entropy of the
-next target token; then the validation loss (teacher forcing), the validation BLEU (greedy, the first
-`finetune.valid_sentences` pairs) and the example sentences translated. The epoch with the best validation BLEU is
-kept; with snapshots, one after each epoch. Each side of a pair is BOS + pieces + EOS: the decoder reads BOS +
-target and is scored on target + EOS.
-"""
+"""The finetune_pretrained / finetune_scratch stages: one loop for the warm-started and the scratch encoder–decoder.
+Per epoch: length-bucketed batches, a clipped AdamW step each on the label-smoothed next-token loss, then validation
+loss, validation BLEU (greedy) and the examples translated; the epoch with the best validation BLEU is kept."""
 
 from __future__ import annotations
 
@@ -31,29 +25,23 @@ from lmtransfer.training.loop import RunOptions, cpu_copy, optimizer_step
 from lmtransfer.training.optim import make_optimizer, warmup_cosine
 from lmtransfer.training.resume import Snapshots, fingerprint
 from lmtransfer.training.stage_args import FinetuneArgs
+from lmtransfer.translation import translator
 from lmtransfer.translation.config import TranslationFinetuneParams, TranslationParams
-from lmtransfer.translation.data.parallel import read_pairs
 from lmtransfer.translation.evaluate import corpus_scores
 from lmtransfer.translation.mlflow_model import log_translator
 from lmtransfer.translation.model import TranslationConfig, TranslationModel, WarmStart, warm_start_from_language_model
-from lmtransfer.translation.translator import (
-    DecodingOptions,
-    evaluation_mode,
-    pad_rows,
-    translate_sources,
-    translate_texts,
-)
+from lmtransfer.translation.prepare_stage import read_pairs
 
 
 def trainable_pairs(split: PairSplit, max_len: int) -> np.ndarray:
-    """Indices of the pairs whose two sides fit `max_len` tokens: longer ones are left out, never cut."""
+    """The pairs whose two sides fit `max_len` tokens: longer ones are left out, never cut."""
     return np.flatnonzero((split.source_lengths() <= max_len) & (split.target_lengths() <= max_len))
 
 
 def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id: int,
                  generator: np.random.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(source, target_in, target_out) batches in random order: shuffled pairs sorted by length within windows of
-    50 batches (little padding, some randomness in who shares a batch), then the batches shuffled."""
+    """(source, target_in, target_out) batches: shuffled pairs sorted by length within windows of 50 batches (little
+    padding), then the batches shuffled."""
     order = generator.permutation(indices)
     window = batch_size * 50
     lengths = split.source_lengths() + split.target_lengths()
@@ -64,13 +52,13 @@ def pair_batches(split: PairSplit, indices: np.ndarray, batch_size: int, pad_id:
         batches += [chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size)]
     for position in generator.permutation(len(batches)):
         chosen = batches[position]
-        source = pad_rows([split.source(i) for i in chosen], pad_id)
-        target = pad_rows([split.target(i) for i in chosen], pad_id)
-        yield source, target[:, :-1], target[:, 1:]
+        source = translator.pad_rows([split.source(i) for i in chosen], pad_id)
+        target = translator.pad_rows([split.target(i) for i in chosen], pad_id)
+        yield source, target[:, :-1], target[:, 1:]  # the decoder reads BOS + target, is scored on target + EOS
 
 
 def steps_per_epoch(n_pairs: int, batch_size: int) -> int:
-    """What `pair_batches` yields: each window of 50 batches rounds its last batch up."""
+    """What `pair_batches` yields (each window rounds its last batch up)."""
     window = batch_size * 50
     full, rest = divmod(n_pairs, window)
     return full * 50 + -(-rest // batch_size)
@@ -91,7 +79,7 @@ class TranslationResult:
 
 def build_translation_model(lm_config: ModelConfig, params: TranslationFinetuneParams, seed: int,
                             lm_state: dict[str, torch.Tensor] | None) -> tuple[TranslationModel, WarmStart | None]:
-    """The encoder–decoder shaped after the LM, from one seeded init in both variants; `lm_state` then copied in."""
+    """The encoder–decoder shaped after the LM, one seeded init for both variants, then `lm_state` copied in."""
     config = TranslationConfig.from_language_model(lm_config, tie_output=params.tie_output)
     torch.manual_seed(seed)
     model = TranslationModel(config)
@@ -101,12 +89,12 @@ def build_translation_model(lm_config: ModelConfig, params: TranslationFinetuneP
 
 @torch.no_grad()
 def validation_loss(model: TranslationModel, split: PairSplit, batch_size: int, device: torch.device) -> float:
-    """Mean cross-entropy per target token (no label smoothing) over every validation pair, teacher-forced."""
+    """Mean cross-entropy per target token (no label smoothing), teacher-forced."""
     total, tokens = 0.0, 0
     batches = pair_batches(split, np.arange(len(split)), batch_size, model.config.pad_id, np.random.default_rng(0))
-    with evaluation_mode(model):
-        for source, target_in, target_out in batches:
-            source, target_in, target_out = to_device((source, target_in, target_out), device)
+    with translator.evaluation_mode(model):
+        for batch in batches:
+            source, target_in, target_out = to_device(batch, device)
             with autocast(device):
                 logits = model(source, target_in).float()
             count = int(target_out.ne(model.config.pad_id).sum())
@@ -126,8 +114,7 @@ class TranslationPairs:
 
 def finetune_translation(model: TranslationModel, pairs: TranslationPairs, params: TranslationFinetuneParams,
                          options: RunOptions = RunOptions(desc="finetune")) -> TranslationResult:
-    """`finetune.epochs` epochs (or `finetune.max_steps` steps), a row per epoch to `options.log_metrics`; with
-    `options.snapshots`, saved after each epoch and resumed from the last one."""
+    """`finetune.epochs` epochs (or `finetune.max_steps` steps); with snapshots, saved and resumed per epoch."""
     device, pad, tokenizer = options.device, model.config.pad_id, pairs.tokenizer
     model.to(device)
     usable = trainable_pairs(pairs.train, params.max_len)
@@ -137,7 +124,7 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
     scheduler = warmup_cosine(optimizer, params.warmup_steps, steps)
     order = np.random.default_rng(options.seed)  # draws each epoch's batches
     torch.manual_seed(options.seed)  # dropout
-    greedy = DecodingOptions(beam_size=1, batch_size=params.batch_size)
+    greedy = translator.DecodingOptions(beam_size=1, batch_size=params.batch_size)
     n_valid = min(params.valid_sentences, len(pairs.valid))
     valid_sources = [pairs.valid.source(i) for i in range(n_valid)]
     result = TranslationResult(left_out=len(pairs.train) - len(usable))
@@ -168,11 +155,12 @@ def finetune_translation(model: TranslationModel, pairs: TranslationPairs, param
             bar.update()
             bar.set_postfix(loss=f"{loss_sum / seen:.3f}", refresh=False)
         bar.close()
-        hypotheses = translate_sources(model, valid_sources, tokenizer, greedy, device)
+        hypotheses = translator.translate_sources(model, valid_sources, tokenizer, greedy, device)
         row = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1),
                "val_loss": validation_loss(model, pairs.valid, params.batch_size, device),
                "val_bleu": float(corpus_scores(hypotheses, pairs.valid_references[:n_valid])["bleu"])}
-        examples = translate_texts(model, params.examples, tokenizer, greedy, device) if params.examples else []
+        examples = (translator.translate_texts(model, params.examples, tokenizer, greedy, device)
+                    if params.examples else [])
         result.history.append(row)
         result.examples.append(examples)
         if row["val_bleu"] > result.best_val_bleu:

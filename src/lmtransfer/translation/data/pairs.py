@@ -1,15 +1,9 @@
-"""The user's own sentence pairs: CSV, TSV, JSONL or Parquet files with a source and a target column.
-
-Read by the shared table reader, so every problem is one message naming the file, the line and the params key.
-Classification's rules: whitespace normalised, repeated train pairs dropped, given valid/test kept as given, missing
-ones carved from train (seeded, test first), then every train pair and corpus line sharing a text with a valid or
-test pair dropped, so no held-out sentence is ever trained on.
-"""
+"""The user's own sentence pairs (CSV, TSV, JSONL, Parquet), read by the shared table reader (one message naming the
+file, the line and the key), split by classification's rules: whitespace normalised, repeated train pairs dropped,
+missing valid/test carved from train (test first), every train text shared with valid or test dropped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +12,6 @@ import pandas as pd
 from lmtransfer.core.errors import ConfigError, DataSourceError, EmptySplitError
 from lmtransfer.data.files import (
     Column,
-    Columns,
     CorpusFiles,
     expand_corpus,
     read_table,
@@ -40,23 +33,16 @@ def read_pairs(path: Path, key: str, fmt: str, source_column: str, target_column
     if source_column == target_column:
         raise ConfigError(f"data.source_column and data.target_column are both {source_column!r}: "
                           "a pair needs two columns")
-    with _naming(key):
-        columns: Columns = {"source": Column(source_column, "data.source_column"),
-                            "target": Column(target_column, "data.target_column")}
+    columns = {"source": Column(source_column, "data.source_column"),
+               "target": Column(target_column, "data.target_column")}
+    try:
         table = read_table(path, table_format(path, fmt, key), columns, encoding, key)
         refuse_blank(table, path, key, "sentence pairs")
-    return table
-
-
-@contextmanager
-def _naming(key: str) -> Iterator[None]:
-    """Every pair-file message names its key: some shared ones (bad quoting, not JSON, a missing column) do not."""
-    try:
-        yield
-    except DataSourceError as exc:
+    except DataSourceError as exc:  # some shared messages (bad quoting, not JSON, a missing column) name no key
         if f" {key})" in str(exc):  # "(set by data.train)", "(read because of data.train)"
             raise
         raise DataSourceError(f"{exc} (set by {key})") from None
+    return table
 
 
 def load_pair_files(params: TranslationDataParams) -> ParallelData:
