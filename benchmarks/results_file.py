@@ -43,12 +43,22 @@ def machine() -> dict:
 
     from lmtransfer.modeling.runtime import cpu_identity
 
-    facts = {"cpu": cpu_identity()["cpu_model"], "cores": os.cpu_count(), "python": platform.python_version(),
+    facts = {"cpu": cpu_identity()["cpu_model"], "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
+             "python": platform.python_version(),
              "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
              "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if torch.cuda.is_available():
         facts["gpu"] = torch.cuda.get_device_name(0)
     return facts
+
+
+def cpu_flags() -> str:
+    """The CPU's flags that decide its fp32 and bf16 kernels, as /proc/cpuinfo names them."""
+    try:
+        found = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return "unknown"
+    return " ".join(flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in found) or "none"
 
 
 def code_version() -> str:
@@ -71,7 +81,10 @@ def write_result(name: str, columns: list[Column], rows: list[list], *, seconds:
         raise ValueError(f"{name}: every row needs {len(columns)} cells")
     if command is None:
         command = " ".join(["python", Path(sys.argv[0]).resolve().relative_to(REPO).as_posix(), *sys.argv[1:]])
-    payload = {"benchmark": name, "command": command, "machine": machine_facts or machine(),
+    facts = machine_facts or machine()
+    if facts.get("cpu_flags"):  # the table's caption names the CPU and its notes
+        notes = "; ".join(filter(None, [f"CPU flags: {facts['cpu_flags']}", notes]))
+    payload = {"benchmark": name, "command": command, "machine": facts,
                "code": code or code_version(), "seconds": round(seconds, 1), "notes": notes,
                "columns": [asdict(column) for column in columns], "rows": rows}
     path = RESULTS / f"{name}.json"
