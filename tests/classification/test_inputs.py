@@ -32,8 +32,6 @@ from shipped import shipped_raw
 
 REPO = Path(__file__).resolve().parents[2]
 
-# --- helpers ------------------------------------------------------------------------------
-
 
 def write(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     path = Path(path)
@@ -42,10 +40,12 @@ def write(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     return path
 
 
-def write_csv(path: str | Path, rows: list[tuple[str, str]], header: tuple[str, str] = ("text", "label"),
-              sep: str = ",") -> Path:
-    lines = [sep.join(header)] + [sep.join(row) for row in rows]
-    return write(path, "\n".join(lines) + "\n")
+def csv_text(rows: list[tuple[str, str]], header: str = "text,label", sep: str = ",") -> str:
+    return header + "\n" + "".join(f"{text}{sep}{label}\n" for text, label in rows)
+
+
+def write_csv(path: str | Path, rows: list[tuple[str, str]], **kwargs) -> Path:
+    return write(path, csv_text(rows, **kwargs))
 
 
 def reviews(labels: list[str], per_class: int, prefix: str = "review") -> list[tuple[str, str]]:
@@ -75,8 +75,8 @@ DICTIONARY_PIECES = ["▁Un", "▁petit", "▁livre", "▁très", "▁bon", "▁
 UNKNOWN_PIECE = "▁inconnu"
 
 
-def write_dictionary(path: str | Path, pieces: list[str] = DICTIONARY_PIECES) -> Path:
-    return write(path, "".join(f"{piece} {100 - i}\n" for i, piece in enumerate(pieces)))
+def dictionary(pieces: list[str] = DICTIONARY_PIECES) -> str:
+    return "".join(f"{piece} {100 - i}\n" for i, piece in enumerate(pieces))
 
 
 def write_pieces_data(stem: str = "train", n_per_class: int = 10) -> tuple[Path, Path]:
@@ -101,13 +101,6 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DVC_ROOT", raising=False)
     return tmp_path
-
-
-# === A. happy paths ==========================================================================
-
-
-def csv_text(rows: list[tuple[str, str]], header: str = "text,label") -> str:
-    return header + "\n" + "".join(f"{text},{label}\n" for text, label in rows)
 
 
 def relabeled(labels: list[str], changes: dict[int, str]) -> str:
@@ -231,32 +224,34 @@ def test_a_bad_input_file_stops_validate_in_one_line_naming_the_file_and_the_key
         check_inputs(files_params(**{"train": "train.csv", **data}))
 
 
-@pytest.mark.parametrize("dictionary, error, message", [
-    ("▁Un 10\n▁petit 9\n▁livre\n▁bon 7\n", TokenizerError,
+@pytest.mark.parametrize("dict_text, labels, error, message", [
+    ("▁Un 10\n▁petit 9\n▁livre\n▁bon 7\n", None, TokenizerError,
      r"dict\.txt, line 3: expected '<piece> <count>'.*tokenizer\.vocab_file"),
-    ("▁Un 10\n▁petit many\n", TokenizerError, r"dict\.txt, line 2: expected '<piece> <count>'"),
-    ("▁Un 10\n▁petit 9\n▁livre 8\n▁Un 7\n", TokenizerError, r"dict\.txt, line 4: the piece '▁Un' repeats line 1"),
-    ("▁Un 10\n<pad> 9\n▁livre 8\n", TokenizerError, r"dict\.txt, line 2.*<pad>"),
-    (None, InputFileError, r"dict\.txt: file not found \(set by tokenizer\.vocab_file\)"),
-    ("".join(f"▁w{i} {100 - i}\n" for i in range(46)), TokenizerError,  # a dictionary made for other files
+    ("▁Un 10\n▁petit many\n", None, TokenizerError, r"dict\.txt, line 2: expected '<piece> <count>'"),
+    ("▁Un 10\n▁petit 9\n▁livre 8\n▁Un 7\n", None, TokenizerError, r"dict\.txt, line 4: the piece '▁Un' repeats line 1"),
+    ("▁Un 10\n<pad> 9\n▁livre 8\n", None, TokenizerError, r"dict\.txt, line 2.*<pad>"),
+    (None, None, InputFileError, r"dict\.txt: file not found \(set by tokenizer\.vocab_file\)"),
+    (dictionary([f"▁w{i}" for i in range(46)]), None, TokenizerError,  # a dictionary made for other files
      r"100% of the pieces of the first \d+ labeled train texts are not in tokenizer\.vocab_file=dict\.txt \(each "
      r"would become the unknown id\)"),
+    (dictionary(), "1\n0\n1\n0\n", DataSourceError, r"train\.label: 4 labels but train\.spm has 20 lines"),
 ])
-def test_a_bad_or_foreign_dictionary_stops_validate_in_one_line(dictionary, error, message):
+def test_a_bad_or_foreign_dictionary_or_a_short_label_file_stops_validate_in_one_line(dict_text, labels, error,
+                                                                                       message):
     write_pieces_data()
-    if dictionary is not None:
-        write("dict.txt", dictionary)
+    if dict_text is not None:
+        write("dict.txt", dict_text)
+    if labels is not None:
+        write("train.label", labels)
     with pytest.raises(error, match=message):
         check_inputs(pieces_params())
 
 
 def test_csv_with_custom_columns_and_three_string_classes_is_carved_stratified(tmp_path):
     rows = reviews(["pos", "neg", "neutral"], per_class=10)
-    write_csv("reviews.csv", rows, header=("review", "stars"))
+    write_csv("reviews.csv", rows, header="review,stars")
     params = files_params(train="reviews.csv", text_column="review", label_column="stars")
-
     prepared = prepare(load_source(params.data), params.data)
-
     assert prepared.label_names == ["neg", "neutral", "pos"]
     sizes = {name: split["label"].value_counts().sort_index().tolist() for name, split in prepared.splits.items()}
     # per class: round(10 * 0.2) = 2 test, round(10 * 0.1) = 1 valid, the other 7 train
@@ -266,16 +261,12 @@ def test_csv_with_custom_columns_and_three_string_classes_is_carved_stratified(t
     for split in prepared.splits.values():  # the label ids still match the text's class
         for text, label in zip(split["text"], split["label"]):
             assert text.split()[1] == prepared.label_names[label]
-
     meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
     on_disk = json.loads((tmp_path / "prepared" / "meta.json").read_text(encoding="utf-8"))
     assert on_disk == meta
     assert on_disk["label_names"] == ["neg", "neutral", "pos"]
-    assert on_disk["examples_per_class"] == {
-        "train": {"neg": 7, "neutral": 7, "pos": 7},
-        "valid": {"neg": 1, "neutral": 1, "pos": 1},
-        "test": {"neg": 2, "neutral": 2, "pos": 2},
-    }
+    assert on_disk["examples_per_class"] == {name: {"neg": n, "neutral": n, "pos": n} for name, n in
+                                             (("train", 7), ("valid", 1), ("test", 2))}
     assert on_disk["examples"] == {"train": 21, "valid": 3, "test": 6}
     assert read_split(tmp_path / "prepared", "test")["label"].tolist() == prepared.splits["test"]["label"].tolist()
 
@@ -285,17 +276,15 @@ def test_jsonl_parquet_and_tsv_splits_are_read_and_train_loses_texts_of_test():
     train.append({"text": "Shared   TEXT in two splits", "label": 2})  # also in test (case/space differ)
     write("train.jsonl", "".join(json.dumps(row) + "\n" for row in train))
     pd.DataFrame({"text": [f"valid text {i}" for i in range(4)], "label": [2, 10, 2, 10]}).to_parquet("valid.parquet")
-    write_csv("test.tsv", [("test text 0", "2"), ("test text 1", "10"), ("shared text in two splits", "2")], sep="\t")
+    write_csv("test.tsv", [("test text 0", "2"), ("test text 1", "10"), ("shared text in two splits", "2")],
+              header="text\tlabel", sep="\t")
     params = files_params(train="train.jsonl", valid="valid.parquet", test="test.tsv")
-
     raw = load_source(params.data)
     assert {name: len(table) for name, table in raw.splits.items()} == {"train": 9, "valid": 4, "test": 3}
     assert raw.splits["valid"]["label"].tolist() == ["2", "10", "2", "10"]  # Parquet ints read as class names
-
     labeled = prepare_labeled(raw, params.data)
     assert labeled.label_names == ["2", "10"]  # numeric order, not "10" < "2"
-    assert labeled.removed["train_texts_also_in_valid_or_test"] == 1
-    assert labeled.removed["duplicates_train"] == 0
+    assert (labeled.removed["train_texts_also_in_valid_or_test"], labeled.removed["duplicates_train"]) == (1, 0)
     assert {name: len(split) for name, split in labeled.splits.items()} == {"train": 8, "valid": 4, "test": 3}
     assert "Shared TEXT in two splits" not in set(labeled.splits["train"]["text"])
     assert labeled.splits["test"]["label"].tolist() == [0, 1, 0]
@@ -303,19 +292,15 @@ def test_jsonl_parquet_and_tsv_splits_are_read_and_train_loses_texts_of_test():
 
 def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dictionary_ids(tmp_path):
     write_pieces_data()
-    write_dictionary("dict.txt")
+    write("dict.txt", dictionary())
     params = pieces_params()
-
     manifest = check_inputs(params)
     assert [(e["key"], Path(e["path"]).name) for e in entries_of(manifest)] == [
         ("data.train", "train.spm"), ("data.train", "train.label"), ("tokenizer.vocab_file", "dict.txt")]
-
     prepared_meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
     assert prepared_meta["labeled_format"] == "pieces"
     assert read_corpus_meta(tmp_path / "prepared")["corpus_format"] == "pieces"
-    warnings: list[str] = []
-    meta = tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=warnings.append)
-
+    meta = tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=lambda line: None)
     assert meta["scheme"] == "dictionary"
     assert meta["vocab_size"] == len(DICTIONARY_PIECES) + 4
     assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
@@ -325,7 +310,6 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dict
     corpus_meta = json.loads((tmp_path / "tokenized_corpus" / "meta.json").read_text(encoding="utf-8"))
     assert set(corpus_meta["unknown_rate"]) == {"corpus_train", "corpus_valid"}
     assert set(meta["unknown_rate"]) == {"corpus_train", "corpus_valid", "train", "valid", "test"}  # the log's view
-
     expected_id = {piece: 4 + index for index, piece in enumerate(DICTIONARY_PIECES)}
     for name in ("train", "valid", "test"):
         texts = read_split(tmp_path / "prepared", name)
@@ -347,7 +331,7 @@ def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_dat
     """What DVC compares: a corpus edit must not change data/prepared or data/tokenized, or every stage reading
     them (finetune_scratch, baseline) reruns for bit-identical results."""
     write_pieces_data()
-    write_dictionary("dict.txt")
+    write("dict.txt", dictionary())
     outputs = {}
     for corpus in ("▁Un ▁petit ▁film\n▁Un ▁livre\n▁très ▁bon\n", "▁mauvais ▁film\n▁Un ▁bon ▁livre\n. ▁Un\n"):
         Path("corpus.spm").write_text(corpus, encoding="utf-8")
@@ -366,14 +350,12 @@ def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_dat
 def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(tmp_path, capsys):
     path = write("dict.txt", "".join(f"p{i} {50000 - i}\n" for i in range(49_997)))
     assert DictionaryTokenizer(read_fairseq_dictionary(path)).vocab_size == 50_001
-
     from lmtransfer.cli.main import main
 
-    main(["summary", "--vocab-file", str(path), "--d-model", "200", "--n-layers", "4", "--d-ff", "200", "--n-heads", "2"])
+    main(["summary", "--vocab-file", str(path), "--d-model", "200", "--n-layers", "4", "--d-ff", "200",
+          "--n-heads", "2"])
     out = capsys.readouterr().out
-    assert "V=50001" in out
-    assert "10,968,602" in out  # classifier total
-    assert "21,018,401" in out  # language model total
+    assert "V=50001" in out and "10,968,602" in out and "21,018,401" in out  # classifier, language model totals
 
 
 def test_a_corpus_glob_streams_every_file_and_held_out_texts_stay_out_of_the_corpus():
@@ -383,9 +365,7 @@ def test_a_corpus_glob_streams_every_file_and_held_out_texts_stay_out_of_the_cor
     write("corpus/b.txt", "third document\nA TEST review we must never   pretrain on\nfourth document\n")
     params = files_params(train="train.csv", test="test.csv", corpus="corpus/*.txt", add_train_to_corpus=False,
                           tokenizer={"vocab_size": 21})  # what sentencepiece can make of four short lines
-
     prepared = prepare(load_source(params.data), params.data)
-
     assert prepared.corpus_valid == ["first document"]  # line 0 always goes to the validation part
     assert prepared.corpus_train == ["second document", "third document", "fourth document"]
     manifest = check_inputs(params)
@@ -398,7 +378,6 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
     write_csv("valid.csv", [("valid one", "pos"), ("valid two", "neg")])
     write("corpus.txt", "some document\nanother document\n")
     params = files_params(train="train.csv", valid="valid.csv", corpus="corpus.txt", tokenizer={"vocab_size": 34})
-
     first = entries_of(check_inputs(params))
     assert [(e["key"], e["path"]) for e in first] == [
         ("data.train", "train.csv"), ("data.valid", "valid.csv"), ("data.corpus", "corpus.txt")]
@@ -408,7 +387,6 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
         assert entry["bytes"] == len(content)
     assert check_inputs(params) == check_inputs(params)  # deterministic
     assert entries_of(check_inputs(params)) == first
-
     write("corpus.txt", "some document\nan edited document\n")
     changed = entries_of(check_inputs(params))
     assert changed[:2] == first[:2]
@@ -416,29 +394,21 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
     assert changed[2]["sha256"] != first[2]["sha256"]
 
 
-def test_a_checkpoint_whose_id_space_matches_the_dictionary_passes_and_is_in_the_manifest():
+def test_a_checkpoint_with_another_id_space_is_named_and_one_with_the_dictionarys_is_in_the_manifest():
     write_pieces_data()
-    write_dictionary("dict.txt", DICTIONARY_PIECES + [f"▁w{i}" for i in range(38)])  # 46 + 4 = 50 ids
+    write("dict.txt", dictionary())  # 8 pieces -> 12 ids
     config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1, pad_id=1)
     save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
     params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
-                          pretrain={"init_from": "lm.pt", "seeds": [0]}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
-
+                          pretrain={"init_from": "lm.pt", "seeds": [0]},
+                          model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
+    with pytest.raises(CheckpointImportError,
+                       match=r"lm\.pt: .*has 50 token ids but the tokenizer gives 12: the id space does not match"):
+        check_inputs(params)
+    write("dict.txt", dictionary(DICTIONARY_PIECES + [f"▁w{i}" for i in range(38)]))  # 46 + 4 = 50 ids
     entries = entries_of(check_inputs(params))
-
     assert entries[-1]["key"] == "pretrain.init_from" and entries[-1]["path"] == "lm.pt"
     assert entries[-1]["sha256"] == hashlib.sha256(Path("lm.pt").read_bytes()).hexdigest()
-
-
-# === B. one test per broken input ============================================================
-
-
-def test_a_label_file_shorter_than_its_text_file_names_both_counts():
-    write_pieces_data(n_per_class=3)  # 6 lines
-    write("train.label", "1\n0\n1\n0\n")
-    write_dictionary("dict.txt")
-    with pytest.raises(DataSourceError, match=r"train\.label: 4 labels but train\.spm has 6 lines"):
-        check_inputs(pieces_params())
 
 
 @pytest.mark.parametrize("data, message", [
@@ -458,25 +428,10 @@ def test_a_duplicate_piece_with_the_fairseq_overwrite_flag_is_accepted():
     assert tokenizer.vocab_size == 7 and tokenizer.piece_id("▁Un") == 6  # fairseq: the later line wins
 
 
-def test_a_checkpoint_with_another_id_space_names_the_file_and_both_sizes():
-    write_pieces_data()
-    write_dictionary("dict.txt")  # 8 pieces -> 12 ids
-    config = ModelConfig(vocab_size=50, d_model=8, n_layers=1, n_heads=2, d_ff=16, dropout=0.1)
-    save_checkpoint("lm.pt", LanguageModel(config), "language_model", config)
-    params = files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"},
-                          pretrain={"init_from": "lm.pt", "seeds": [0]}, model={"n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16})
-    with pytest.raises(CheckpointImportError, match=r"lm\.pt: .*has 50 token ids but the tokenizer gives 12: the id space does not match"):
-        check_inputs(params)
-
-
 def test_a_utf16_csv_is_read_when_data_encoding_says_so():
-    rows = reviews(["pos", "neg"], per_class=6)
-    write("train.csv", "text,label\n" + "".join(f"{t},{l}\n" for t, l in rows), encoding="utf-16")
+    write("train.csv", R6, encoding="utf-16")
     raw = load_source(files_params(train="train.csv", encoding="utf-16").data)
     assert len(raw.splits["train"]) == 12
-
-
-# === C. nothing already produced is overwritten ==============================================
 
 
 @pytest.mark.parametrize("rows, data, error, message", [
@@ -493,12 +448,10 @@ def test_write_prepared_that_fails_leaves_the_previous_output_byte_identical(tmp
     assert set(before) == {"prepared/train.tsv", "prepared/valid.tsv", "prepared/test.tsv", "prepared/meta.json",
                            "prepared_corpus/corpus_train.txt", "prepared_corpus/corpus_valid.txt",
                            "prepared_corpus/meta.json"}
-
     write_csv("train.csv", rows)
     failing = files_params(train="train.csv", **data)
     with pytest.raises(error, match=message):
         write_prepared(load_source(failing.data), failing.data, out, "files")
-
     assert snapshot(out.parent) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
 
@@ -525,7 +478,6 @@ def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_unt
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
     write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "train.csv"},  # JSON is YAML
                                                  "tokenizer": {"vocab_size": 30}})))  # what sentencepiece can make
-
     good = run_validate_stage(tmp_path)
     assert good.returncode == 0, good.stderr
     assert written_manifest_entries(tmp_path) == [{
@@ -533,23 +485,16 @@ def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_unt
         "sha256": hashlib.sha256(Path("train.csv").read_bytes()).hexdigest()}]
     assert "validate: inputs ok (data.train=train.csv)" in good.stdout
     before = snapshot(tmp_path / "data")
-
     write_csv("train.csv", reviews(["pos"], per_class=10))
     broken = run_validate_stage(tmp_path)
-    assert broken.returncode == 1
-    assert broken.stderr.startswith("validate: error:")
-    assert "train.csv" in broken.stderr and "single class" in broken.stderr
-    assert "Traceback" not in broken.stderr
+    assert broken.returncode == 1 and broken.stderr.startswith("validate: error:")
+    assert "train.csv" in broken.stderr and "single class" in broken.stderr and "Traceback" not in broken.stderr
     assert snapshot(tmp_path / "data") == before  # the first run's manifest, byte for byte
-
     write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "gone.csv"}})))
     missing = run_validate_stage(tmp_path)
     assert missing.returncode == 1
     assert missing.stderr.strip() == "validate: error: gone.csv: file not found (set by data.train)"
     assert snapshot(tmp_path / "data") == before
-
-
-# === D. values that used to become silent wrong results, and misleading messages ===============
 
 
 def test_a_parquet_text_stored_as_bytes_is_decoded_not_stringified():
@@ -582,7 +527,8 @@ def test_a_seq_len_longer_than_the_task_texts_stops_validate_when_adaptation_rea
     adapting = files_params(train="train.csv", valid="valid.csv", corpus=["corpus.txt"],
                             pretrain={"seq_len": 32, "adapt_epochs": 1}, tokenizer={"vocab_size": 60})
     with pytest.raises(ConfigError, match=r"^the labeled valid texts \(pretrain\.adapt_epochs\) has 2 lines of 7 "
-                                          r"characters in all, at most 25 tokens: fewer than pretrain\.seq_len \+ 1 = 33"):
+                                          r"characters in all, at most 25 tokens: fewer than pretrain\.seq_len "
+                                          r"\+ 1 = 33"):
         check_inputs(adapting)
     check_inputs(files_params(train="train.csv", valid="valid.csv", corpus=["corpus.txt"],
                               pretrain={"seq_len": 32, "adapt_epochs": 0}, tokenizer={"vocab_size": 60}))
@@ -594,10 +540,9 @@ def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_re
     words = [f"word{i % 997}" for i in range(200_000)]  # about 1.6 million characters on one line
     write_csv("train.csv", reviews(["pos", "neg"], 10))
     write("corpus.txt", " ".join(words) + "\n" + "".join(f"short line {i}\n" for i in range(300)))
-    prepared = prepare(load_source(files_params(train="train.csv", corpus=["corpus.txt"]).data),
-                       files_params(train="train.csv", corpus=["corpus.txt"]).data)
-    valid_chars = sum(map(len, prepared.corpus_valid))
-    train_chars = sum(map(len, prepared.corpus_train))
+    data = files_params(train="train.csv", corpus=["corpus.txt"]).data
+    prepared = prepare(load_source(data), data)
+    valid_chars, train_chars = sum(map(len, prepared.corpus_valid)), sum(map(len, prepared.corpus_train))
     assert 0.005 < valid_chars / (valid_chars + train_chars) < 0.05  # about corpus_valid_fraction (0.02), not ~100%
     assert max(map(len, prepared.corpus_valid + prepared.corpus_train)) <= MAX_DOCUMENT_CHARS
     kept = [w for d in split_long_line(" ".join(words)) for w in d.split()]
@@ -605,9 +550,6 @@ def test_one_enormous_corpus_line_is_cut_into_documents_so_the_hold_out_stays_re
     assert split_long_line("x" * 25) == ["x" * 25]
     assert split_long_line("ab cd ef", limit=5) == ["ab cd", "ef"]
     assert split_long_line("abcdefgh ij", limit=3) == ["abc", "def", "gh", "ij"]  # no space: cut at the limit
-
-
-# === E. labels spelled more than one way, and texts that are not texts ============================
 
 
 @pytest.mark.parametrize("files, data, classes", [
@@ -673,9 +615,8 @@ def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output
         data[4096:len(data) - 4096] = os.urandom(len(data) - 8192)
         store.write_bytes(bytes(data))
     broken = run_validate_stage(tmp_path)
-    assert broken.returncode == 1
+    assert broken.returncode == 1 and "Traceback" not in broken.stderr
     assert broken.stderr.startswith("validate: error:") and "mlflow.db" in broken.stderr, broken.stderr
-    assert "Traceback" not in broken.stderr
     assert snapshot(tmp_path / "data") == before
 
 

