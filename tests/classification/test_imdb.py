@@ -10,13 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lmtransfer.classification.data.imdb_release import (
-    ACL_IMDB_V1,
-    ImdbRelease,
-    ReviewLines,
-    imdb_reviews,
-    measure_folder,
-)
+from lmtransfer.classification.data.imdb_release import ACL_IMDB_V1, ReviewLines, imdb_reviews, measure_folder
 from lmtransfer.classification.data.prepare import prepare
 from lmtransfer.classification.data.sources import load_source
 from lmtransfer.cli.main import main
@@ -54,18 +48,14 @@ def write_archive(top: Path, archive: Path) -> Path:
     return archive
 
 
-def release_of(top: Path, archive: Path) -> ImdbRelease:
-    return dataclasses.replace(
-        ACL_IMDB_V1, archive_bytes=archive.stat().st_size, archive_sha256=sha256_of(archive), url="unused",
-        folders=tuple(measure_folder(top, folder) for folder in FOLDERS), version="mini",
-    )
-
-
 @pytest.fixture
 def mini(tmp_path):
+    """The folder, its archive, and the release pinned to them."""
     top = write_release(tmp_path / "unpacked")
     archive = write_archive(top, tmp_path / "aclImdb_v1.tar.gz")
-    return top, archive, release_of(top, archive)
+    return top, archive, dataclasses.replace(
+        ACL_IMDB_V1, archive_bytes=archive.stat().st_size, archive_sha256=sha256_of(archive), url="unused",
+        folders=tuple(measure_folder(top, folder) for folder in FOLDERS), version="mini")
 
 
 @pytest.fixture
@@ -85,21 +75,26 @@ def test_the_archive_is_downloaded_checked_and_kept_one_review_a_line_in_file_na
     assert (cache / "aclImdb_v1.tar.gz").read_bytes() == mini[1].read_bytes()
     lines = _kept_lines(kept, "train/pos")
     names = sorted(f"{n}_8.txt" for n in range(6))  # 0_8, 1_8, ... : bytewise order of the names
-    assert lines == [f"A train pos review number {name.split('_')[0]}. Its second line, in two parts." for name in names]
+    assert lines == [f"A train pos review number {name.split('_')[0]}. Its second line, in two parts."
+                     for name in names]
     assert len(_kept_lines(kept, "train/unsup")) == 10
     # a second call reuses what was kept: no server needed
     assert imdb_reviews("", dataclasses.replace(mini[2], url="http://127.0.0.1:9/nothing-here"), cache) == kept
 
 
-def test_a_local_archive_and_the_unpacked_folder_give_the_same_reviews(mini, tmp_path):
+def test_a_local_archive_and_the_unpacked_folder_give_the_same_reviews_checked_again_before_use(mini, tmp_path):
     top, archive, release = mini
     from_archive = imdb_reviews(str(archive), release, tmp_path / "a")
     from_folder = imdb_reviews(str(top.parent), release, tmp_path / "b")  # the folder above aclImdb/ also does
     for folder in FOLDERS:
         assert _kept_lines(from_archive, folder) == _kept_lines(from_folder, folder)
+    with open(from_folder / "train-unsup.txt", "a", encoding="utf-8") as handle:  # kept reviews changed since
+        handle.write("an added line\n")
+    with pytest.raises(DataSourceError, match="train-unsup.txt: not the reviews that were checked"):
+        imdb_reviews(str(top.parent), release, tmp_path / "b")
 
 
-def _refusal(source: str, release: ImdbRelease, cache: Path) -> str:
+def _refusal(source: str, release, cache: Path) -> str:
     with pytest.raises(DataSourceError) as error:
         imdb_reviews(source, release, cache)
     message = str(error.value)
@@ -142,13 +137,13 @@ def test_a_missing_cut_or_changed_file_of_the_folder_is_named_in_one_line(mini, 
     assert expected in _refusal(str(top), release, tmp_path / "cache")
 
 
-def test_the_imdb_command_refuses_an_archive_that_is_not_the_pinned_release_in_one_line(mini, tmp_path, monkeypatch,
-                                                                                       capsys):
+def test_the_imdb_command_refuses_an_archive_that_is_not_the_pinned_release_in_one_line(mini, tmp_path, monkeypatch):
     monkeypatch.setenv("LMTRANSFER_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(SystemExit) as stop:
         main(["imdb", "--from", str(mini[1])])
-    assert str(stop.value).startswith(f"error: {mini[1]}: ") and "where aclImdb_v1.tar.gz has 84,125,825" in str(
-        stop.value) and "\n" not in str(stop.value)
+    message = str(stop.value)
+    assert message.startswith(f"error: {mini[1]}: ") and "where aclImdb_v1.tar.gz has 84,125,825" in message
+    assert "\n" not in message
     assert not (tmp_path / "cache" / "imdb-reviews-v1").exists()
 
 
@@ -161,22 +156,14 @@ def test_a_relative_local_copy_is_found_under_the_repository_root_from_a_tempora
     assert len(_kept_lines(kept, "train/unsup")) == 10
 
 
-def test_kept_reviews_changed_since_are_named_before_use(mini, tmp_path):
-    top, _, release = mini
-    kept = imdb_reviews(str(top), release, tmp_path / "cache")
-    with open(kept / "train-unsup.txt", "a", encoding="utf-8") as handle:
-        handle.write("an added line\n")
-    with pytest.raises(DataSourceError, match="train-unsup.txt: not the reviews that were checked"):
-        imdb_reviews(str(top), release, tmp_path / "cache")
-
-
 @pytest.fixture
 def kept_mini(mini, tmp_path, monkeypatch):
     """The miniature release kept in a cache of its own, in place of the pinned release's."""
     top, _, release = mini
     monkeypatch.setenv("LMTRANSFER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr("lmtransfer.classification.data.sources.ACL_IMDB_V1", release)
-    monkeypatch.setattr("lmtransfer.classification.data.sources.imdb_reviews", functools.partial(imdb_reviews, release=release))
+    monkeypatch.setattr("lmtransfer.classification.data.sources.imdb_reviews",
+                        functools.partial(imdb_reviews, release=release))
     return top
 
 
@@ -193,7 +180,8 @@ def test_imdb_keeps_its_published_test_split_and_carves_validation_from_train(ke
 
 
 def test_the_imdb_reviews_corpus_is_read_beside_any_source_and_never_holds_a_test_review(kept_mini):
-    params = shipped("data", source="imdb", corpus=["imdb-reviews"], add_train_to_corpus=False, imdb_from=str(kept_mini))
+    params = shipped("data", source="imdb", corpus=["imdb-reviews"], add_train_to_corpus=False,
+                     imdb_from=str(kept_mini))
     raw = load_source(params)
     texts = list(raw.corpus)
     assert len(texts) == 10 + 6 + 6

