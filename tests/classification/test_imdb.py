@@ -1,5 +1,4 @@
-"""The Large Movie Review Dataset on a generated miniature release: fetched from a loopback server or taken from a
-local archive or folder, checked before anything is kept, read back in the release's order."""
+"""The IMDb release, miniature: from a loopback server, an archive or a folder; checked before kept; read in order."""
 
 from __future__ import annotations
 

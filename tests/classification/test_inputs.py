@@ -1,5 +1,4 @@
-"""Bring-your-own data: reading the user's files, the validate stage, and what a broken input does: each stops with
-one line naming the file, the line and the params.yaml key. Every test works on tiny files in tmp_path."""
+"""Bring-your-own data, the validate stage, and broken inputs: one line naming file, line and key (tiny files)."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from lmtransfer.classification.data.sources import load_source
 from lmtransfer.classification.inputs import check_inputs, design_cost
 from lmtransfer.core.config import ConfigError
 from lmtransfer.core.errors import DataSourceError, EmptySplitError, InputFileError, SplitError, TokenizerError
+from lmtransfer.core.paths import INPUTS
 from lmtransfer.data.prepared import read_corpus_meta, read_split
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
@@ -79,21 +79,18 @@ def dictionary(pieces: list[str] = DICTIONARY_PIECES) -> str:
     return "".join(f"{piece} {100 - i}\n" for i, piece in enumerate(pieces))
 
 
-def write_pieces_data(stem: str = "train", n_per_class: int = 10) -> tuple[Path, Path]:
-    """`<stem>.spm` (space-separated pieces) and the parallel `<stem>.label` (0 / 1 per line)."""
-    texts, labels = [], []
-    for i in range(n_per_class):
-        repeat = " ".join(["▁très"] * (i + 1))
-        texts.append(f"▁Un ▁petit ▁livre {repeat} ▁bon .")
-        labels.append("1")
-        unknown = f" {UNKNOWN_PIECE}" if i % 3 == 0 else ""
-        texts.append(f"▁Un {repeat} ▁mauvais ▁film{unknown} .")
-        labels.append("0")
-    return write(f"{stem}.spm", "\n".join(texts) + "\n"), write(f"{stem}.label", "\n".join(labels) + "\n")
+def write_pieces_data() -> None:
+    """train.spm (space-separated pieces, 20 lines) and the parallel train.label (1 / 0 per line)."""
+    texts = []
+    for i in range(10):
+        repeat, unknown = " ".join(["▁très"] * (i + 1)), f" {UNKNOWN_PIECE}" if i % 3 == 0 else ""
+        texts += [f"▁Un ▁petit ▁livre {repeat} ▁bon .", f"▁Un {repeat} ▁mauvais ▁film{unknown} ."]
+    write("train.spm", "\n".join(texts) + "\n")
+    write("train.label", "1\n0\n" * 10)
 
 
-def pieces_params(**tokenizer):
-    return files_params(train="train.spm", format="pieces", tokenizer=tokenizer or {"vocab_file": "dict.txt"})
+def pieces_params():
+    return files_params(train="train.spm", format="pieces", tokenizer={"vocab_file": "dict.txt"})
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +149,8 @@ FILE_FAULTS = [
     ({"train.csv": 'text,label\n"a review\nover two lines",pos\n\nbad film,neg\n,pos\n'}, {}, DataSourceError,
      r"train\.csv, line 6: empty text"),  # its real line, after a quoted field of two
     ({"train.csv": R6, "test.csv": csv_text([("only positive one", "pos"), ("only positive two", "pos")])},
-     {"test": "test.csv"}, SplitError, r"split 'test' has a single class \('pos', 2 examples; data\.test \(test\.csv\)\)"),
+     {"test": "test.csv"}, SplitError,
+     r"split 'test' has a single class \('pos', 2 examples; data\.test \(test\.csv\)\)"),
     ({"train.csv": csv_text(reviews(["pos"], 10))}, {}, SplitError,
      r"split 'train' has a single class \('pos'.*data\.train \(train\.csv\)"),
     ({"train.txt": "text,label\na,pos\nb,neg\n"}, {"train": "train.txt"}, DataSourceError,
@@ -161,7 +159,8 @@ FILE_FAULTS = [
      {"test": "test.csv"}, SplitError, r"split 'test' \(test\.csv\) has label\(s\) \['maybe'\]"),
     ({"train.jsonl": '{"text": "a", "label": 1}\n{"text": "b", "label": 0\n'}, {"train": "train.jsonl"},
      DataSourceError, r"train\.jsonl, line 2: not valid JSON"),
-    ({"train.csv": csv_text(NAN_ROWS)}, {}, DataSourceError, r"train\.csv, line 5: missing label 'NaN' \(2 rows like this"),
+    ({"train.csv": csv_text(NAN_ROWS)}, {}, DataSourceError,
+     r"train\.csv, line 5: missing label 'NaN' \(2 rows like this"),
     ({"train.jsonl": "\n".join(LIST_TEXT) + "\n"}, {"train": "train.jsonl"}, DataSourceError,
      r"train\.jsonl, line 3: the text \(data\.text_column 'text'\) is a list, not a string"),
     ({"train.csv": R10, "corpus.txt": "a line\nanother line\nbroken \x00 line\n"}, {"corpus": ["corpus.txt"]},
@@ -186,7 +185,8 @@ FILE_FAULTS = [
      r"train\.parquet, row 1: the text \(data\.text_column 'text'\) is a number \(0\), not a string: is "
      r"data\.text_column the column"),
     ({"train.tsv": "id\tlabel\n" + "".join(f"{i}\t{i % 2}\n" for i in range(10))},
-     {"train": "train.tsv", "text_column": "id"}, DataSourceError, r"train\.tsv, line 2: every text of data\.text_column 'id' is a number"),
+     {"train": "train.tsv", "text_column": "id"}, DataSourceError,
+     r"train\.tsv, line 2: every text of data\.text_column 'id' is a number"),
     ({"train.csv": R10, "test.csv": R10}, {"test": "test.csv"}, SplitError,
      r"data\.train \(train\.csv\): all 20 of its texts are also in data\.test \(test\.csv\), so none is left to "
      r"train on"),
@@ -298,11 +298,9 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dict
     assert [(e["key"], Path(e["path"]).name) for e in entries_of(manifest)] == [
         ("data.train", "train.spm"), ("data.train", "train.label"), ("tokenizer.vocab_file", "dict.txt")]
     prepared_meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
-    assert prepared_meta["labeled_format"] == "pieces"
-    assert read_corpus_meta(tmp_path / "prepared")["corpus_format"] == "pieces"
+    assert prepared_meta["labeled_format"] == read_corpus_meta(tmp_path / "prepared")["corpus_format"] == "pieces"
     meta = tokenize_prepared(tmp_path / "prepared", tmp_path / "tokenized", params.tokenizer, warn=lambda line: None)
-    assert meta["scheme"] == "dictionary"
-    assert meta["vocab_size"] == len(DICTIONARY_PIECES) + 4
+    assert (meta["scheme"], meta["vocab_size"]) == ("dictionary", len(DICTIONARY_PIECES) + 4)
     assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
     on_disk = json.loads((tmp_path / "tokenized" / "meta.json").read_text(encoding="utf-8"))
     assert on_disk["pad_id"] == 1
@@ -318,9 +316,8 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dict
         assert labels.tolist() == texts["label"].tolist()
         pieces = [p for text in texts["text"] for p in text.split()]
         for index, text in enumerate(texts["text"]):
-            sequence = ids[offsets[index] : offsets[index + 1]].tolist()
-            assert sequence[0] == 0  # <sos>
-            assert sequence[1:] == [expected_id.get(p, 3) for p in text.split()]  # unknown -> 3 (<oov>)
+            sequence = ids[offsets[index] : offsets[index + 1]].tolist()  # <sos>, then unknown -> 3 (<oov>)
+            assert sequence == [0] + [expected_id.get(p, 3) for p in text.split()]
         unknown = sum(p == UNKNOWN_PIECE for p in pieces)
         assert on_disk["unknown_rate"][name] == round(unknown / len(pieces), 6)
     assert on_disk["unknown_rate"]["train"] > 0
@@ -328,8 +325,7 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dict
 
 
 def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_data_byte_identical(tmp_path):
-    """What DVC compares: a corpus edit must not change data/prepared or data/tokenized, or every stage reading
-    them (finetune_scratch, baseline) reruns for bit-identical results."""
+    """What DVC compares: a corpus edit must not rerun the stages reading data/prepared or data/tokenized."""
     write_pieces_data()
     write("dict.txt", dictionary())
     outputs = {}
@@ -383,8 +379,7 @@ def test_the_manifest_hashes_every_file_is_deterministic_and_follows_content_cha
         ("data.train", "train.csv"), ("data.valid", "valid.csv"), ("data.corpus", "corpus.txt")]
     for entry in first:
         content = Path(entry["path"]).read_bytes()
-        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
-        assert entry["bytes"] == len(content)
+        assert (entry["sha256"], entry["bytes"]) == (hashlib.sha256(content).hexdigest(), len(content))
     assert check_inputs(params) == check_inputs(params)  # deterministic
     assert entries_of(check_inputs(params)) == first
     write("corpus.txt", "some document\nan edited document\n")
@@ -464,12 +459,9 @@ def run_validate_stage(workdir: Path) -> subprocess.CompletedProcess:
 
 
 def written_manifest_entries(workdir: Path) -> list[dict]:
-    """What the stage wrote at paths.INPUTS: one manifest file, or a folder of one per reading stage."""
-    from lmtransfer.core.paths import INPUTS
-
-    target = workdir / INPUTS
-    files = sorted(target.glob("*.json")) if target.is_dir() else [target]
-    return [entry for path in files for entry in json.loads(path.read_text(encoding="utf-8"))["inputs"]]
+    """What the stage wrote under paths.INPUTS, one manifest per reading stage."""
+    manifests = sorted((workdir / INPUTS).glob("*.json"))
+    return [entry for path in manifests for entry in json.loads(path.read_text(encoding="utf-8"))["inputs"]]
 
 
 @pytest.mark.slow
@@ -593,8 +585,7 @@ def test_labels_with_spaces_around_them_are_folded_with_a_line_like_every_other_
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["damaged", "a directory"])
 def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output(tmp_path, fault):
-    """validate runs first on every `dvc repro`: a store it refuses stops the pipeline before DVC removes the
-    outputs of a stage that would meet the store later (evaluate's metrics were lost that way)."""
+    """validate runs first: a store it refuses stops `dvc repro` before DVC removes a later stage's outputs."""
     from mlflow import MlflowClient
 
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)

