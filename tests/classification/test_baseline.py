@@ -55,8 +55,7 @@ def test_the_baseline_never_sees_test_labels():
 
 
 @pytest.mark.parametrize("section, message", [
-    ({"c_values": [1.0, -2.0]}, "baseline.c_values"),
-    ({"char_ngrams": [5, 2]}, "baseline.char_ngrams"),
+    ({"c_values": [1.0, -2.0]}, "baseline.c_values"), ({"char_ngrams": [5, 2]}, "baseline.char_ngrams"),
     ({"word_ngrams": [1]}, "baseline.word_ngrams"),
 ])
 def test_bad_baseline_params_name_the_key(section, message):

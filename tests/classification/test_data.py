@@ -48,18 +48,19 @@ def test_stratified_split_is_a_seeded_partition_keeping_class_proportions():
     assert not np.array_equal(parts["test"], other["test"])
 
 
-def _raw(n_labeled: int = 300, n_corpus: int = 500, n_echo: int = 80, seed: int = 0) -> RawData:
-    """Labeled texts with repeats and label conflicts; a corpus that echoes some labeled texts."""
-    rng = random.Random(seed)
-    texts = [f"{' '.join(rng.sample(WORDS, 4))} review {i}" for i in range(n_labeled)]
-    labels = [("neg", "pos")[i % 2] for i in range(n_labeled)]
+@pytest.fixture(scope="module")
+def raw() -> RawData:
+    """300 labeled texts with repeats and label conflicts; a corpus of 500 lines that echoes 80 labeled texts."""
+    rng = random.Random(0)
+    texts = [f"{' '.join(rng.sample(WORDS, 4))} review {i}" for i in range(300)]
+    labels = [("neg", "pos")[i % 2] for i in range(300)]
     rows = list(zip(texts, labels))
     rows += [(texts[i].upper() + "  ", labels[i]) for i in range(0, 40, 2)]  # repeats, same label
     rows += [("conflicting text", "neg"), ("Conflicting  text", "pos"), ("", "pos")]
     rng.shuffle(rows)
     labeled = pd.DataFrame(rows, columns=["text", "label"])
-    corpus = [f"{' '.join(rng.sample(WORDS, 5))} line {j}" for j in range(n_corpus)]
-    corpus += [texts[i].title() for i in rng.sample(range(n_labeled), n_echo)]  # labeled texts, other casing
+    corpus = [f"{' '.join(rng.sample(WORDS, 5))} line {j}" for j in range(500)]
+    corpus += [texts[i].title() for i in rng.sample(range(300), 80)]  # labeled texts, other casing
     corpus += ["conflicting TEXT", "  ", corpus[0].upper()]
     rng.shuffle(corpus)
     return RawData(splits={"train": labeled}, corpus=corpus, label_names=["neg", "pos"])
@@ -67,11 +68,6 @@ def _raw(n_labeled: int = 300, n_corpus: int = 500, n_echo: int = 80, seed: int 
 
 def _keys(texts) -> set[str]:
     return {dedup_key(text) for text in texts}
-
-
-@pytest.fixture(scope="module")
-def raw() -> RawData:
-    return _raw()
 
 
 def test_prepared_splits_share_no_text_and_held_out_texts_never_reach_the_pretraining_corpus(raw):
@@ -174,15 +170,14 @@ def test_batched_dedup_reads_no_line_past_the_cap(raw, monkeypatch):
     assert [d for _, d in documents] == [f"line {i}" for i in range(10)]
 
 
-def test_too_few_examples_or_too_small_a_corpus_raise_empty_split_error_naming_the_split():
-    raw = RawData(splits={"train": pd.DataFrame({"text": ["a b", "c d", "e f"], "label": ["neg", "pos", "neg"]})},
+def test_too_few_examples_or_too_small_a_corpus_raise_empty_split_error_naming_the_split(raw):
+    few = RawData(splits={"train": pd.DataFrame({"text": ["a b", "c d", "e f"], "label": ["neg", "pos", "neg"]})},
                   corpus=[f"line {i}" for i in range(50)], label_names=["neg", "pos"])
     with pytest.raises(EmptySplitError, match=r"split '(train|valid|test)' is empty"):
-        prepare(raw, shipped("data"))
-    raw = _raw()
-    raw.corpus = ["just one line", "JUST  ONE LINE", ""]
+        prepare(few, shipped("data"))
+    small = RawData(splits=raw.splits, corpus=["just one line", "JUST  ONE LINE", ""], label_names=raw.label_names)
     with pytest.raises(EmptySplitError, match="corpus"):
-        prepare(raw, shipped("data", add_train_to_corpus=False))
+        prepare(small, shipped("data", add_train_to_corpus=False))
 
 
 REVIEWS = ("id\tsentiment\ttext\n1\t2.266667\tA charming, funny film.\n2\t-1.5\tDull \"and\" slow\n"
@@ -302,10 +297,8 @@ def test_given_valid_and_test_are_kept_row_for_row_and_only_train_loses_repeats_
     assert meta["removed"] == labeled.removed and meta["kept_as_given"] == labeled.kept_as_given
     assert prepare_module.describe_removals(meta) == [
         "train: 1 repeated or label-conflicting texts removed, 3 texts also in valid or test removed (2 in valid, "
-        "2 in test)",
-        "valid: kept as given, 5 rows (1 repeat an earlier row, 2 also in test); none removed",
-        "test: kept as given, 6 rows (2 repeat an earlier row); none removed",
-    ]
+        "2 in test)", "valid: kept as given, 5 rows (1 repeat an earlier row, 2 also in test); none removed",
+        "test: kept as given, 6 rows (2 repeat an earlier row); none removed"]
 
 
 def test_a_given_test_split_alone_keeps_its_rows_and_valid_is_carved_from_deduplicated_train():

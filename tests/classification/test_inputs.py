@@ -97,7 +97,6 @@ def pieces_params():
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DVC_ROOT", raising=False)
-    return tmp_path
 
 
 def relabeled(labels: list[str], changes: dict[int, str]) -> str:
@@ -343,7 +342,10 @@ def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_dat
     assert first["tokenized_corpus"]["corpus_train.npy"] != second["tokenized_corpus"]["corpus_train.npy"]
 
 
-def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(tmp_path, capsys):
+def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals_and_fairseqs_overwrite_flag_is_kept(capsys):
+    write("dup.txt", "▁Un 10\n▁petit 9\n▁Un 7 #fairseq:overwrite\n")
+    tokenizer = DictionaryTokenizer(read_fairseq_dictionary(Path("dup.txt")))
+    assert tokenizer.vocab_size == 7 and tokenizer.piece_id("▁Un") == 6  # fairseq: the later line wins
     path = write("dict.txt", "".join(f"p{i} {50000 - i}\n" for i in range(49_997)))
     assert DictionaryTokenizer(read_fairseq_dictionary(path)).vocab_size == 50_001
     from lmtransfer.cli.main import main
@@ -417,12 +419,6 @@ def test_params_that_cannot_fit_the_data_are_a_config_error_naming_the_keys(data
         files_params(**data)
 
 
-def test_a_duplicate_piece_with_the_fairseq_overwrite_flag_is_accepted():
-    write("dict.txt", "▁Un 10\n▁petit 9\n▁Un 7 #fairseq:overwrite\n")
-    tokenizer = DictionaryTokenizer(read_fairseq_dictionary(Path("dict.txt")))
-    assert tokenizer.vocab_size == 7 and tokenizer.piece_id("▁Un") == 6  # fairseq: the later line wins
-
-
 def test_a_utf16_csv_is_read_when_data_encoding_says_so():
     write("train.csv", R6, encoding="utf-16")
     raw = load_source(files_params(train="train.csv", encoding="utf-16").data)
@@ -464,8 +460,20 @@ def written_manifest_entries(workdir: Path) -> list[dict]:
     return [entry for path in manifests for entry in json.loads(path.read_text(encoding="utf-8"))["inputs"]]
 
 
+def refused(workdir: Path, before: dict[str, bytes], *words: str) -> str:
+    """The validate stage run again: it stops in one line holding `words`, every output of `before` unchanged."""
+    broken = run_validate_stage(workdir)
+    assert broken.returncode == 1 and broken.stderr.startswith("validate: error:") and "Traceback" not in broken.stderr
+    assert all(word in broken.stderr for word in words), broken.stderr
+    assert snapshot(workdir / "data") == before  # the first run's manifest, byte for byte
+    return broken.stderr
+
+
 @pytest.mark.slow
-def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_untouched(tmp_path):
+def test_the_validate_stage_writes_the_manifest_and_a_broken_input_or_tracking_store_leaves_every_output(tmp_path):
+    """validate runs first: what it refuses stops `dvc repro` before DVC removes a later stage's outputs."""
+    from mlflow import MlflowClient
+
     (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
     write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
     write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "train.csv"},  # JSON is YAML
@@ -476,17 +484,23 @@ def test_the_validate_stage_writes_the_manifest_and_a_broken_input_leaves_it_unt
         "key": "data.train", "path": "train.csv", "bytes": Path("train.csv").stat().st_size,
         "sha256": hashlib.sha256(Path("train.csv").read_bytes()).hexdigest()}]
     assert "validate: inputs ok (data.train=train.csv)" in good.stdout
-    before = snapshot(tmp_path / "data")
+    before, store, kept = snapshot(tmp_path / "data"), tmp_path / "mlflow.db", tmp_path / "kept.db"
+    assert store.is_file()  # validate built the store the later stages log to
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    client.create_run(client.create_experiment("lmtransfer"))  # a store with a run is never set aside
+    store.rename(kept)
+    store.mkdir()  # a directory where the store was
+    refused(tmp_path, before, "mlflow.db")
+    store.rmdir()
+    damaged = bytearray(kept.read_bytes())
+    damaged[4096:len(damaged) - 4096] = os.urandom(len(damaged) - 8192)
+    store.write_bytes(bytes(damaged))
+    refused(tmp_path, before, "mlflow.db")
+    kept.replace(store)
     write_csv("train.csv", reviews(["pos"], per_class=10))
-    broken = run_validate_stage(tmp_path)
-    assert broken.returncode == 1 and broken.stderr.startswith("validate: error:")
-    assert "train.csv" in broken.stderr and "single class" in broken.stderr and "Traceback" not in broken.stderr
-    assert snapshot(tmp_path / "data") == before  # the first run's manifest, byte for byte
+    refused(tmp_path, before, "train.csv", "single class")
     write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "gone.csv"}})))
-    missing = run_validate_stage(tmp_path)
-    assert missing.returncode == 1
-    assert missing.stderr.strip() == "validate: error: gone.csv: file not found (set by data.train)"
-    assert snapshot(tmp_path / "data") == before
+    assert refused(tmp_path, before).strip() == "validate: error: gone.csv: file not found (set by data.train)"
 
 
 def test_a_parquet_text_stored_as_bytes_is_decoded_not_stringified():
@@ -580,35 +594,6 @@ def test_labels_with_spaces_around_them_are_folded_with_a_line_like_every_other_
     assert set(load_source(files_params(train="train.csv").data).splits["train"]["label"]) == {"neg", "pos"}
     printed = capsys.readouterr().out
     assert "data: label ' pos' is the class 'pos'" in printed and "data: label 'neg ' is the class 'neg'" in printed
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fault", ["damaged", "a directory"])
-def test_a_broken_tracking_store_stops_validate_before_any_stage_loses_an_output(tmp_path, fault):
-    """validate runs first: a store it refuses stops `dvc repro` before DVC removes a later stage's outputs."""
-    from mlflow import MlflowClient
-
-    (tmp_path / "stages").symlink_to(REPO / "stages", target_is_directory=True)
-    write_csv("train.csv", reviews(["pos", "neg"], per_class=6))
-    write("params.yaml", json.dumps(shipped_raw({"data": {"source": "files", "train": "train.csv"},
-                                                 "tokenizer": {"vocab_size": 30}})))
-    assert run_validate_stage(tmp_path).returncode == 0
-    store = tmp_path / "mlflow.db"
-    assert store.is_file()  # validate built the store the later stages log to
-    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
-    client.create_run(client.create_experiment("lmtransfer"))  # a store with a run is never set aside
-    before = snapshot(tmp_path / "data")
-    if fault == "a directory":
-        store.rename(tmp_path / "moved.db")
-        store.mkdir()
-    else:
-        data = bytearray(store.read_bytes())
-        data[4096:len(data) - 4096] = os.urandom(len(data) - 8192)
-        store.write_bytes(bytes(data))
-    broken = run_validate_stage(tmp_path)
-    assert broken.returncode == 1 and "Traceback" not in broken.stderr
-    assert broken.stderr.startswith("validate: error:") and "mlflow.db" in broken.stderr, broken.stderr
-    assert snapshot(tmp_path / "data") == before
 
 
 def test_a_design_larger_than_the_default_is_priced_before_it_starts():

@@ -18,15 +18,12 @@ from shipped import shipped, shipped_params
 LABELS = np.array([0] * 600 + [1] * 300 + [2] * 100)[np.random.default_rng(5).permutation(1000)]
 
 
-def test_a_subset_keeps_each_class_share_and_holds_every_class_from_the_first_examples():
+def test_a_subset_keeps_each_class_share_holds_every_class_first_is_nested_and_drawn_again_with_another_seed():
     for size in (3, 10, 100, 500):
         counts = np.bincount(LABELS[label_subset(LABELS, size, seed=0)], minlength=3)
         assert counts.sum() == size and (counts >= 1).all()
         assert np.abs(counts - size * np.array([0.6, 0.3, 0.1])).max() <= 1.5
     assert sorted(LABELS[label_order(LABELS, 0)[:3]]) == [0, 1, 2]
-
-
-def test_subsets_are_nested_and_drawn_again_with_another_seed():
     small, large = set(label_subset(LABELS, 100, 0)), set(label_subset(LABELS, 300, 0))
     assert small < large
     assert set(label_subset(LABELS, 100, 1)) != small
@@ -76,14 +73,11 @@ def test_the_curve_has_a_row_per_size_then_the_full_split():
     assert rows[0]["gap"] == pytest.approx(0.1) and rows[0]["scratch_std"] == 0.02
 
 
-def test_label_sizes_are_distinct_and_at_least_two():
+def test_label_sizes_are_distinct_at_least_two_and_validate_refuses_one_not_a_true_subset_holding_every_class():
     assert shipped("finetune", label_sizes=[100, 300]).label_sizes == [100, 300]
     for bad in ([100, 100], [1]):
         with pytest.raises(ValueError, match="finetune.label_sizes must be distinct"):
             shipped("finetune", label_sizes=bad)
-
-
-def test_validate_refuses_a_size_that_is_not_a_true_subset_of_the_train_split_holding_every_class():
     labeled = LabeledData({"train": pd.DataFrame({"text": list("abcdef"), "label": [0, 1, 2] * 2})},
                           ["neg", "neutral", "pos"], {})
 

