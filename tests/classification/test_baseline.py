@@ -23,14 +23,12 @@ FILLER = ["the", "film", "movie", "plot", "was", "is", "a", "story", "actors", "
 def _texts(n: int, seed: int, n_classes: int = 2) -> tuple[list[str], np.ndarray]:
     """Filler words and one word of the class's evidence."""
     rng = random.Random(seed)
-    texts, labels = [], []
-    for index in range(n):
-        label = index % n_classes
+    labels, texts = np.arange(n) % n_classes, []
+    for label in labels:
         words = rng.sample(FILLER, 5) + [rng.choice([BAD, GOOD, NEUTRAL][label])]
         rng.shuffle(words)
         texts.append(" ".join(words))
-        labels.append(label)
-    return texts, np.array(labels)
+    return texts, labels
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])

@@ -30,8 +30,7 @@ def test_deduplicate_drops_case_and_whitespace_repeats_empty_texts_and_label_con
                                    "ok ok", "Ok ok", "OK  OK", "solo"], "label": [1, 1, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1]})
     result = prepare_module.deduplicate_labeled(table)
     assert result["text"].tolist() == ["Great film", "Bad one", "solo"]  # normalized, first spelling kept
-    assert result["label"].tolist() == [1, 0, 1]
-    assert result.index.tolist() == [0, 1, 2]
+    assert result["label"].tolist() == [1, 0, 1] and result.index.tolist() == [0, 1, 2]
 
 
 def test_stratified_split_is_a_seeded_partition_keeping_class_proportions():

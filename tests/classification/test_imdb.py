@@ -166,7 +166,7 @@ def kept_mini(mini, tmp_path, monkeypatch):
     return top
 
 
-def test_imdb_keeps_its_published_test_split_and_carves_validation_from_train(kept_mini):
+def test_imdb_keeps_its_published_test_split_and_its_reviews_corpus_beside_any_source_has_no_test_review(kept_mini):
     params = shipped("data", source="imdb", imdb_from=str(kept_mini), valid_fraction=0.34)
     prepared = prepare(load_source(params), params)
     assert len(prepared.splits["test"]) == 10  # as published, row for row
@@ -176,15 +176,11 @@ def test_imdb_keeps_its_published_test_split_and_carves_validation_from_train(ke
     assert not held_out & set(corpus)
     assert sum("unsup review" in line for line in corpus) == 10  # the unlabeled reviews, then the train ones
     assert set(prepared.splits["train"]["text"]) <= set(corpus)
-
-
-def test_the_imdb_reviews_corpus_is_read_beside_any_source_and_never_holds_a_test_review(kept_mini):
     params = shipped("data", source="imdb", corpus=["imdb-reviews"], add_train_to_corpus=False,
                      imdb_from=str(kept_mini))
     raw = load_source(params)
     texts = list(raw.corpus)
-    assert len(texts) == 10 + 6 + 6
-    assert not any(" test " in text for text in texts)
+    assert len(texts) == 10 + 6 + 6 and not any(" test " in text for text in texts)
     assert texts == list(raw.corpus)  # re-iterable: validate and prepare each stream it
 
 

@@ -56,9 +56,7 @@ def reviews(labels: list[str], per_class: int, prefix: str = "review") -> list[t
 def files_params(tokenizer: dict | None = None, pretrain: dict | None = None, model: dict | None = None, **data):
     """ClassificationParams for files written by a test: a handful of lines, so short windows and a tiny vocabulary."""
     raw = {"data": {"source": "files", **data}, "tokenizer": {"vocab_size": 30, **(tokenizer or {})},
-           "pretrain": {"seq_len": 4, **(pretrain or {})}}
-    if model:
-        raw["model"] = model
+           "pretrain": {"seq_len": 4, **(pretrain or {})}, "model": model or {}}
     return parse_classification_params(shipped_raw(raw))
 
 
@@ -101,10 +99,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 def relabeled(labels: list[str], changes: dict[int, str]) -> str:
     """A CSV of `reviews(labels, 6)` with the labels of some rows spelled otherwise."""
-    rows = reviews(labels, 6)
-    for index, label in changes.items():
-        rows[index] = (rows[index][0], label)
-    return csv_text(rows)
+    return csv_text([(text, changes.get(i, label)) for i, (text, label) in enumerate(reviews(labels, 6))])
 
 
 def jsonl(labels: list) -> str:
@@ -112,8 +107,6 @@ def jsonl(labels: list) -> str:
 
 
 R6, R10 = csv_text(reviews(["pos", "neg"], 6)), csv_text(reviews(["pos", "neg"], 10))
-NAN_ROWS = reviews(["pos", "neg"], 6)
-NAN_ROWS[3], NAN_ROWS[7] = (NAN_ROWS[3][0], "NaN"), (NAN_ROWS[7][0], "null")
 LIST_TEXT = [json.dumps({"text": f"film {i}", "label": i % 2}) for i in range(6)]
 LIST_TEXT[2] = json.dumps({"text": ["quite", "ending"], "label": 0})
 STRAY_QUOTE = [f"review {i} of the film,{i % 2}" for i in range(2000)]
@@ -158,7 +151,7 @@ FILE_FAULTS = [
      {"test": "test.csv"}, SplitError, r"split 'test' \(test\.csv\) has label\(s\) \['maybe'\]"),
     ({"train.jsonl": '{"text": "a", "label": 1}\n{"text": "b", "label": 0\n'}, {"train": "train.jsonl"},
      DataSourceError, r"train\.jsonl, line 2: not valid JSON"),
-    ({"train.csv": csv_text(NAN_ROWS)}, {}, DataSourceError,
+    ({"train.csv": relabeled(["pos", "neg"], {3: "NaN", 7: "null"})}, {}, DataSourceError,
      r"train\.csv, line 5: missing label 'NaN' \(2 rows like this"),
     ({"train.jsonl": "\n".join(LIST_TEXT) + "\n"}, {"train": "train.jsonl"}, DataSourceError,
      r"train\.jsonl, line 3: the text \(data\.text_column 'text'\) is a list, not a string"),
@@ -262,8 +255,7 @@ def test_csv_with_custom_columns_and_three_string_classes_is_carved_stratified(t
             assert text.split()[1] == prepared.label_names[label]
     meta = write_prepared(load_source(params.data), params.data, tmp_path / "prepared", "files")
     on_disk = json.loads((tmp_path / "prepared" / "meta.json").read_text(encoding="utf-8"))
-    assert on_disk == meta
-    assert on_disk["label_names"] == ["neg", "neutral", "pos"]
+    assert on_disk == meta and on_disk["label_names"] == ["neg", "neutral", "pos"]
     assert on_disk["examples_per_class"] == {name: {"neg": n, "neutral": n, "pos": n} for name, n in
                                              (("train", 7), ("valid", 1), ("test", 2))}
     assert on_disk["examples"] == {"train": 21, "valid": 3, "test": 6}
@@ -289,7 +281,7 @@ def test_jsonl_parquet_and_tsv_splits_are_read_and_train_loses_texts_of_test():
     assert labeled.splits["test"]["label"].tolist() == [0, 1, 0]
 
 
-def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dictionary_ids(tmp_path):
+def test_pieces_with_a_fairseq_dictionary_pass_validate_tokenize_to_its_ids_and_ignore_a_corpus_change(tmp_path):
     write_pieces_data()
     write("dict.txt", dictionary())
     params = pieces_params()
@@ -302,8 +294,7 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dict
     assert (meta["scheme"], meta["vocab_size"]) == ("dictionary", len(DICTIONARY_PIECES) + 4)
     assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
     on_disk = json.loads((tmp_path / "tokenized" / "meta.json").read_text(encoding="utf-8"))
-    assert on_disk["pad_id"] == 1
-    assert set(on_disk["unknown_rate"]) == {"train", "valid", "test"}  # the corpus's are in tokenized_corpus/
+    assert on_disk["pad_id"] == 1 and set(on_disk["unknown_rate"]) == {"train", "valid", "test"}  # the corpus's: apart
     corpus_meta = json.loads((tmp_path / "tokenized_corpus" / "meta.json").read_text(encoding="utf-8"))
     assert set(corpus_meta["unknown_rate"]) == {"corpus_train", "corpus_valid"}
     assert set(meta["unknown_rate"]) == {"corpus_train", "corpus_valid", "train", "valid", "test"}  # the log's view
@@ -317,17 +308,10 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_and_tokenize_to_the_dict
         for index, text in enumerate(texts["text"]):
             sequence = ids[offsets[index] : offsets[index + 1]].tolist()  # <sos>, then unknown -> 3 (<oov>)
             assert sequence == [0] + [expected_id.get(p, 3) for p in text.split()]
-        unknown = sum(p == UNKNOWN_PIECE for p in pieces)
-        assert on_disk["unknown_rate"][name] == round(unknown / len(pieces), 6)
+        assert on_disk["unknown_rate"][name] == round(sum(p == UNKNOWN_PIECE for p in pieces) / len(pieces), 6)
     assert on_disk["unknown_rate"]["train"] > 0
     assert np.load(tmp_path / "tokenized_corpus" / "corpus_train.npy")[0] == 0
-
-
-def test_with_a_given_tokenizer_a_corpus_change_leaves_the_tokenized_labeled_data_byte_identical(tmp_path):
-    """What DVC compares: a corpus edit must not rerun the stages reading data/prepared or data/tokenized."""
-    write_pieces_data()
-    write("dict.txt", dictionary())
-    outputs = {}
+    outputs = {}  # what DVC compares: a corpus edit must not rerun the stages reading the labeled data
     for corpus in ("▁Un ▁petit ▁film\n▁Un ▁livre\n▁très ▁bon\n", "▁mauvais ▁film\n▁Un ▁bon ▁livre\n. ▁Un\n"):
         Path("corpus.spm").write_text(corpus, encoding="utf-8")
         params = files_params(train="train.spm", format="pieces", corpus=["corpus.spm"], corpus_format="pieces",
@@ -366,8 +350,7 @@ def test_a_corpus_glob_streams_every_file_and_held_out_texts_stay_out_of_the_cor
     prepared = prepare(load_source(params.data), params.data)
     assert prepared.corpus_valid == ["first document"]  # line 0 always goes to the validation part
     assert prepared.corpus_train == ["second document", "third document", "fourth document"]
-    manifest = check_inputs(params)
-    corpus = [Path(e["path"]).as_posix() for e in entries_of(manifest) if e["key"] == "data.corpus"]
+    corpus = [Path(e["path"]).as_posix() for e in entries_of(check_inputs(params)) if e["key"] == "data.corpus"]
     assert corpus == ["corpus/a.txt", "corpus/b.txt"]
 
 
@@ -417,12 +400,6 @@ def test_a_checkpoint_with_another_id_space_is_named_and_one_with_the_dictionary
 def test_params_that_cannot_fit_the_data_are_a_config_error_naming_the_keys(data, message):
     with pytest.raises(ConfigError, match=message):
         files_params(**data)
-
-
-def test_a_utf16_csv_is_read_when_data_encoding_says_so():
-    write("train.csv", R6, encoding="utf-16")
-    raw = load_source(files_params(train="train.csv", encoding="utf-16").data)
-    assert len(raw.splits["train"]) == 12
 
 
 @pytest.mark.parametrize("rows, data, error, message", [
@@ -503,18 +480,13 @@ def test_the_validate_stage_writes_the_manifest_and_a_broken_input_or_tracking_s
     assert refused(tmp_path, before).strip() == "validate: error: gone.csv: file not found (set by data.train)"
 
 
-def test_a_parquet_text_stored_as_bytes_is_decoded_not_stringified():
+def test_a_utf16_csv_is_read_when_data_encoding_says_so_and_parquet_bytes_are_decoded_not_stringified():
+    write("train.csv", R6, encoding="utf-16")
+    assert len(load_source(files_params(train="train.csv", encoding="utf-16").data).splits["train"]) == 12
     table = pd.DataFrame({"text": [f"quite ending {i}".encode() for i in range(10)], "label": [0, 1] * 5})
     table.to_parquet("train.parquet")
     texts = load_source(files_params(train="train.parquet").data).splits["train"]["text"]
     assert texts[0] == "quite ending 0" and not any(t.startswith("b'") for t in texts)
-
-
-def test_a_fifo_as_input_is_not_called_a_missing_file():
-    os.mkfifo("corpus.fifo")
-    write_csv("train.csv", reviews(["pos", "neg"], 10))
-    with pytest.raises(InputFileError, match=r"corpus\.fifo: is not a regular file \(a pipe, socket or device\)"):
-        check_inputs(files_params(train="train.csv", corpus=["corpus.fifo"]))
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
@@ -578,7 +550,11 @@ def test_spellings_of_one_label_are_one_class_numbers_as_numbers_booleans_as_boo
     assert {name: sorted(set(table["label"])) for name, table in raw.splits.items()} == classes
 
 
-def test_a_symlink_loop_and_a_broken_link_are_not_called_missing_files():
+def test_a_fifo_a_symlink_loop_and_a_broken_link_are_not_called_missing_files():
+    os.mkfifo("corpus.fifo")
+    write_csv("train.csv", reviews(["pos", "neg"], 10))
+    with pytest.raises(InputFileError, match=r"corpus\.fifo: is not a regular file \(a pipe, socket or device\)"):
+        check_inputs(files_params(train="train.csv", corpus=["corpus.fifo"]))
     os.symlink("loop_b.csv", "loop_a.csv")
     os.symlink("loop_a.csv", "loop_b.csv")
     with pytest.raises(InputFileError, match=r"loop_a\.csv: is a symbolic link to loop_b\.csv, which leads back to "

@@ -30,7 +30,7 @@ def test_a_subset_keeps_each_class_share_holds_every_class_first_is_nested_and_d
     assert (label_subset(LABELS, 100, 0) == label_subset(LABELS.copy(), 100, 0)).all()  # a function of labels, seed
 
 
-def test_the_train_subset_holds_the_chosen_sequences_with_their_labels():
+def test_the_train_subset_holds_the_chosen_sequences_with_their_labels_repeated_to_the_full_splits_length():
     lengths = np.arange(1, 11)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     ids = np.concatenate([np.full(n, i) for i, n in enumerate(lengths)])
@@ -41,9 +41,7 @@ def test_the_train_subset_holds_the_chosen_sequences_with_their_labels():
     for position, index in enumerate(chosen):
         assert (subset.sequence(position) == index).all() and len(subset.sequence(position)) == lengths[index]
     assert label_run("2-0", 300) == "2-0-n300" and label_run("2-0", None) == "2-0"
-
-
-def test_a_subset_is_repeated_to_the_full_splits_length_so_its_runs_take_as_many_steps():
+    # repeated so that its runs take as many steps as the full split's
     assert repeats_for(7397, 100) == 74 and repeats_for(7397, 3000) == 2 and repeats_for(10, 10) == 1
     assert repeats_for(100, 300) == 1  # never fewer than once
     split = LabeledSplit(np.arange(10), np.arange(11), np.array([0, 1] * 5))

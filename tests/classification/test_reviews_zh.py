@@ -17,11 +17,9 @@ from lmtransfer.core.errors import DataSourceError
 
 POSITIVE = "质量很好，推荐购买\n\n  物流很快  \n质量很好，推荐购买\n一般般吧\n"
 NEGATIVE = "太失望了\n一般般吧\n包装破损\n"
-NEWS = (
-    "19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n\n"
-    "19980101-01-001-002/m  [中央/n  人民/n  广播/vn  电台/n]nt  播出/v  Windows/nx  98/m  ，/w  １/２/m  。/w\n"
-    "１２月/t  ３１日/t  ，/w  江/nr  泽民/nr  发表/v  讲话/n\n"
-)
+NEWS = ("19980101-01-001-001/m  迈向/v  充满/v  希望/n  的/u  新/a  世纪/n\n\n"
+        "19980101-01-001-002/m  [中央/n  人民/n  广播/vn  电台/n]nt  播出/v  Windows/nx  98/m  ，/w  １/２/m  。/w\n"
+        "１２月/t  ３１日/t  ，/w  江/nr  泽民/nr  发表/v  讲话/n\n")
 
 
 def build_archive(path: Path, members: dict[str, bytes]) -> Path:
