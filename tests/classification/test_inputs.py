@@ -294,7 +294,7 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_tokenize_to_its_ids_and_
     assert (meta["scheme"], meta["vocab_size"]) == ("dictionary", len(DICTIONARY_PIECES) + 4)
     assert (meta["bos_id"], meta["pad_id"], meta["eos_id"], meta["unk_id"]) == (0, 1, 2, 3)
     on_disk = json.loads((tmp_path / "tokenized" / "meta.json").read_text(encoding="utf-8"))
-    assert on_disk["pad_id"] == 1 and set(on_disk["unknown_rate"]) == {"train", "valid", "test"}  # the corpus's: apart
+    assert on_disk["pad_id"] == 1 and set(on_disk["unknown_rate"]) == {"train", "valid", "test"}
     corpus_meta = json.loads((tmp_path / "tokenized_corpus" / "meta.json").read_text(encoding="utf-8"))
     assert set(corpus_meta["unknown_rate"]) == {"corpus_train", "corpus_valid"}
     assert set(meta["unknown_rate"]) == {"corpus_train", "corpus_valid", "train", "valid", "test"}  # the log's view
@@ -326,7 +326,7 @@ def test_pieces_with_a_fairseq_dictionary_pass_validate_tokenize_to_its_ids_and_
     assert first["tokenized_corpus"]["corpus_train.npy"] != second["tokenized_corpus"]["corpus_train.npy"]
 
 
-def test_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals_and_fairseqs_overwrite_flag_is_kept(capsys):
+def test_a_fairseq_overwrite_flag_is_kept_and_a_49997_line_dictionary_gives_vocab_50001_and_the_summary_totals(capsys):
     write("dup.txt", "▁Un 10\n▁petit 9\n▁Un 7 #fairseq:overwrite\n")
     tokenizer = DictionaryTokenizer(read_fairseq_dictionary(Path("dup.txt")))
     assert tokenizer.vocab_size == 7 and tokenizer.piece_id("▁Un") == 6  # fairseq: the later line wins
