@@ -47,10 +47,6 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _tokenized_meta(root: Path, vocab_size: int, label_names: list[str]) -> None:
-    _write(root / "data/tokenized/meta.json", json.dumps({"vocab_size": vocab_size, "label_names": label_names}))
-
-
 def _totals(V, D, N, F, C) -> tuple[str, str]:
     base = expected_base_parameters(V, D, N, F)
     return f"{base + D * C + C:,}", f"{base + D * V + V:,}"
@@ -86,7 +82,7 @@ def test_every_command_and_option_has_clean_help_stating_each_default_once(capsy
                 shown = {f"(default: {action.default})", f"(default: {action.default!r})"}
                 assert any(s in text for s in shown), f"{where}: its default is not in `lmtransfer {name} --help`"
     generate = " ".join(commands["generate"].format_help().split())
-    assert "(default: 0.8)" in generate and "(default: 40)" in generate and "(default: models/pretrained/seed0.pt)" in generate
+    assert all(f"(default: {value})" in generate for value in ("0.8", "40", "models/pretrained/seed0.pt"))
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
@@ -123,7 +119,7 @@ def test_summary_takes_each_size_from_a_flag_the_tokenized_data_or_params_yaml_a
     if params:
         _params(in_empty_dir / "params.yaml", params)
     if meta:
-        _tokenized_meta(in_empty_dir, *meta)
+        _write(in_empty_dir / "data/tokenized/meta.json", json.dumps({"vocab_size": meta[0], "label_names": meta[1]}))
     main(["summary", *argv])
     out = capsys.readouterr().out
     assert out.splitlines()[0] == first and all(text in out for text in expected), out
@@ -171,25 +167,27 @@ def test_summary_refuses_in_one_line_naming_what_is_missing_or_wrong_and_where_i
         main(["summary", *argv])
 
 
-def test_summary_takes_a_vocabulary_size_or_a_dictionary_not_both(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["summary", "--vocab-size", "100", "--vocab-file", "dict.txt"])
-    assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
+# --- usage errors -------------------------------------------------------------------------
+
+BAD_GENERATE = [("--temperature", "-1"), ("--temperature", "-0.1"), ("--tokens", "0"), ("--top-k", "-1"),
+                ("--samples", "0"), ("--tokens", "many")]
+NOT_UTF8 = [["predict", "caf\udce9 good"], ["generate", "caf\udce9"], ["fill", "caf\udce9 <mask>"],
+            ["translate", "caf\udce9"]]  # Python hands undecodable argument bytes over as lone surrogates
 
 
-# --- generate -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("option, value", [
-    ("--temperature", "-1"), ("--temperature", "-0.1"), ("--tokens", "0"), ("--top-k", "-1"), ("--samples", "0"),
-    ("--tokens", "many"),
+@pytest.mark.parametrize("argv, said", [
+    *(([*command, "--checkpoint", "nothing.pt"], ["is not UTF-8 (byte 0xe9 at character 4): convert it to UTF-8"])
+      for command in NOT_UTF8),
+    *((["generate", "hello", option, value, "--checkpoint", "nothing.pt"], [f"argument {option}", value])
+      for option, value in BAD_GENERATE),
+    (["summary", "--vocab-size", "100", "--vocab-file", "dict.txt"], ["not allowed with"]),
 ])
-def test_generate_rejects_impossible_settings_before_loading_anything(option, value, capsys):
+def test_impossible_settings_are_usage_errors_before_loading_anything(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["generate", "hello", option, value, "--checkpoint", "nothing.pt"])
+        main(argv)
     assert exit_.value.code == 2  # argparse's usage error, not the missing checkpoint
     err = capsys.readouterr().err
-    assert f"argument {option}" in err and value in err
+    assert all(text in err for text in said), err
 
 
 def test_generate_accepts_the_boundaries():
@@ -213,6 +211,10 @@ class Terminal(io.StringIO):
     readline = readlines = __iter__ = __next__ = read
 
 
+def _piped(data: bytes) -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+
 @pytest.mark.parametrize("argv, stdin, problem", [
     (["predict"], Terminal(), r'^error: no texts to classify: pass them as arguments \(lmtransfer predict ".*stand'),
     (["predict"], io.StringIO("\n   \n\n"), "standard input held no text"),
@@ -220,32 +222,13 @@ class Terminal(io.StringIO):
     (["predict", "   "], None, "the text is empty"),
     (["predict", "a fine film", "\t "], None, "text 2 of 2 is empty"),
     (["translate", "  "], None, "nothing to translate"),
-], ids=["terminal", "blank-lines", "empty", "spaces", "second-empty", "translate"])
+    (["predict"], _piped(b"nice film\ncaf\xe9 good\n"), r"line 2 of standard input is not UTF-8 \(byte 0xe9 at byte 4"),
+], ids=["terminal", "blank-lines", "empty", "spaces", "second-empty", "translate", "not-utf8"])
 def test_no_text_or_an_empty_one_is_refused_before_loading_a_model(argv, stdin, problem, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", stdin or Terminal())
     with pytest.raises(SystemExit, match=problem):
         main([*argv, "--checkpoint", "nothing.pt"])
     assert capsys.readouterr().out == ""
-
-
-def _bytes_on_stdin(monkeypatch, data: bytes) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape"))
-
-
-def test_a_piped_line_that_is_not_utf8_stops_predict_naming_the_line_and_byte(monkeypatch, capsys):
-    _bytes_on_stdin(monkeypatch, b"nice film\ncaf\xe9 good\n")
-    with pytest.raises(SystemExit, match=r"line 2 of standard input is not UTF-8 \(byte 0xe9 at byte 4\): convert"):
-        main(["predict", "--checkpoint", "nothing.pt"])  # before any model loads
-    assert capsys.readouterr().out == ""
-
-
-@pytest.mark.parametrize("argv", [["predict", "caf\udce9 good"], ["generate", "caf\udce9"], ["fill", "caf\udce9 <mask>"],
-                                  ["translate", "caf\udce9"]])
-def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_the_byte(argv, capsys):
-    with pytest.raises(SystemExit) as exit_:  # Python hands undecodable argument bytes over as lone surrogates
-        main([*argv, "--checkpoint", "nothing.pt"])
-    assert exit_.value.code == 2
-    assert "is not UTF-8 (byte 0xe9 at character 4): convert it to UTF-8" in capsys.readouterr().err
 
 
 WORDS = "the a film movie was is good bad great dull moving long short story actor plot".split()
@@ -281,13 +264,14 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
     monkeypatch.setattr(sys, "stdin", io.StringIO("a good film\n\n   \ndull and long\r\n"))
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments  # blank lines skipped, line ends dropped
-    _bytes_on_stdin(monkeypatch, b"\xef\xbb\xbfa good film\r\n")  # UTF-8 bytes with a byte order mark
+    monkeypatch.setattr(sys, "stdin", _piped(b"\xef\xbb\xbfa good film\r\n"))  # UTF-8 with a byte order mark
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments[:1]
 
 
 def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifier_files, in_empty_dir):
-    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", shipped("tokenizer", vocab_size=42)))
+    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt",
+                                                           shipped("tokenizer", vocab_size=42)))
     save_tokenizer(retrained, in_empty_dir / "data/tokenized")  # tokenize ran again with another vocab_size
     with pytest.raises(SystemExit) as exit_:
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
@@ -323,11 +307,12 @@ def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command,
     _write(in_empty_dir / "translation/dvc.yaml", "stages: {}\n")
     with pytest.raises(SystemExit) as exit_:
         main(command)
-    assert str(exit_.value).startswith("error: ") and str(exit_.value).endswith(f"(run the stage that produces it: {hint})")
+    message = str(exit_.value)
+    assert message.startswith("error: ") and message.endswith(f"(run the stage that produces it: {hint})")
 
 
 def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(tmp_path):
-    with pytest.raises(SystemExit, match=r"--pretraining-spread .*missing\.json: no such file; give the evaluate\.json"):
+    with pytest.raises(SystemExit, match=r"--pretraining-spread .*missing\.json: no such file; give the evaluate"):
         main(["scaling", "--pretraining-spread", str(tmp_path / "missing.json"), "--root", str(tmp_path)])
 
 
@@ -337,8 +322,7 @@ def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(
     (b"\xff\xfe{}", "cannot be read"),  # not UTF-8
 ])
 def test_results_names_a_damaged_result_file(content, problem):
-    """`metrics/evaluate.json` cut to 300 bytes gave `error: Expecting ',' delimiter: line 11 column 38 (char 300)`,
-    naming no file (issue 71)."""
+    """`metrics/evaluate.json` cut short gave `error: Expecting ',' delimiter: ...`, naming no file (issue 71)."""
     path = Path("metrics/evaluate.json")
     path.parent.mkdir()
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
