@@ -1,7 +1,5 @@
 """Reading the files params.yaml names: encodings told apart before a wrong one becomes a wrong row."""
 
-from __future__ import annotations
-
 import codecs
 
 import pytest

@@ -1,7 +1,5 @@
 """The pinned-file cache: an unwritable cache is refused in one line naming LMTRANSFER_CACHE_DIR."""
 
-from __future__ import annotations
-
 import os
 
 import pytest

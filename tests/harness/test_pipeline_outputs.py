@@ -1,8 +1,6 @@
 """A file a parameter names as an input is refused when a stage of the same pipeline writes it (issue 71:
 `pretrain.init_from` at a fine-tune's checkpoint made every `dvc repro` pretrain again)."""
 
-from __future__ import annotations
-
 import os
 
 import pytest

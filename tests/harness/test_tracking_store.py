@@ -1,8 +1,4 @@
-"""The tracking store is checked before any work: a local store that is damaged, not a file, or cannot be written,
-an artifact folder that cannot be written, a tracking server down: one line naming it and the fix, and the store
-left as it is. A kill while the store is built never leaves a half-built one."""
-
-from __future__ import annotations
+"""The tracking store is checked before any work: any problem is one line naming it and the fix, the store kept."""
 
 import os
 import random
@@ -47,17 +43,15 @@ def _refused(root: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["random bytes", "cut to half", "not sqlite"])
-def test_a_damaged_store_is_named_in_one_line_and_never_written(project, fault):
+@pytest.mark.parametrize("damage", [
+    lambda data, half: data[:half] + random.Random(0).randbytes(32768) + data[half + 32768:],
+    lambda data, half: data[:half],
+    lambda data, half: b"not a database " * 400,
+], ids=["random bytes", "cut to half", "not sqlite"])
+def test_a_damaged_store_is_named_in_one_line_and_never_written(project, damage):
     store = _store_with_runs(project)
-    data = bytearray(store.read_bytes())
-    if fault == "random bytes":
-        data[len(data) // 2: len(data) // 2 + 32768] = random.Random(0).randbytes(32768)
-    elif fault == "cut to half":
-        data = data[: len(data) // 2]
-    else:
-        data = bytearray(b"not a database " * 400)
-    store.write_bytes(bytes(data))
+    data = store.read_bytes()
+    store.write_bytes(damage(data, len(data) // 2))
     digest = sha256_of(store)
     message = _refused(project)
     assert message.startswith(f"{store} is damaged (SQLite: ") and ".recover" in message and "move it away" in message
@@ -89,8 +83,8 @@ def test_a_half_migrated_store_is_named_with_the_upgrade_that_finishes_it(projec
     store = _store_with_runs(project, runs=1)
     with sqlite3.connect(store) as db:
         db.execute("CREATE TABLE _alembic_tmp_params (key TEXT)")
-    assert f"is half-migrated (an interrupted schema migration): back it up and run `mlflow db upgrade sqlite:///{store}`" \
-        in _refused(project)
+    assert ("is half-migrated (an interrupted schema migration): back it up and run "
+            f"`mlflow db upgrade sqlite:///{store}`") in _refused(project)
 
 
 def test_a_store_whose_writer_was_killed_mid_write_is_recovered_not_called_damaged(project):
@@ -170,8 +164,7 @@ def test_a_tracking_server_that_does_not_answer_is_one_line_naming_the_variable(
 ])
 def test_a_server_that_answers_but_cannot_read_its_store_is_one_line_before_any_work(status, body, stops,
                                                                                       monkeypatch):
-    """A server whose database is down answers /health but fails every store read with HTTP 5xx: the check asks
-    once, without MLflow's minutes of retries, and names the server and what it said."""
+    """A server whose database is down fails every store read with HTTP 5xx: asked once, without MLflow's retries."""
     import http.server
     import threading
 

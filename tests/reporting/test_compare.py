@@ -1,7 +1,5 @@
 """lmtransfer compare and lmtransfer scaling on made-up experiments: what they read, order, fit and refuse."""
 
-from __future__ import annotations
-
 import json
 import math
 

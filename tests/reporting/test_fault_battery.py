@@ -1,8 +1,6 @@
 """The fault battery's bookkeeping (benchmarks/fault_battery.py): how an outcome is sorted, and that every case
 that edits params.yaml finds its line in the tiny pipeline (a case that edits nothing would test nothing)."""
 
-from __future__ import annotations
-
 import subprocess
 import sys
 from pathlib import Path

@@ -1,8 +1,6 @@
 """The recipe search's bookkeeping: a change to params.yaml as dvc exp run -S reads it, and the docs' table of
 candidates (validation means per variant, the head start, the machine where the runs were measured)."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path
