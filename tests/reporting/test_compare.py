@@ -74,15 +74,13 @@ def test_compare_refuses_a_param_that_is_not_in_params_yaml_naming_it():
 
 
 def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monkeypatch, tmp_path):
-    shown = [
-        {"rev": "workspace", "name": None, "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
-         "experiments": None},
-        {"rev": "abc1234def", "name": "main", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
-         "experiments": [{"name": "exp-1", "revs": [
-             {"rev": "f00", "name": "exp-1", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 2}}}}},
-              "experiments": None}]},
-             {"name": "exp-2", "executor": {"state": "running"}, "revs": [{"rev": "ba5", "name": "exp-2", "data": {}}]}]},
-    ]
+    def rev(sha, name, lr, experiments=None):
+        params = {"params.yaml": {"data": {"finetune": {"lr": lr}}}}
+        return {"rev": sha, "name": name, "data": {"params": params}, "experiments": experiments}
+
+    running = {"name": "exp-2", "executor": {"state": "running"}, "revs": [{"rev": "ba5", "name": "exp-2", "data": {}}]}
+    shown = [rev("workspace", None, 1), rev("abc1234def", "main", 1, [{"name": "exp-1", "revs": [
+        rev("f00", "exp-1", 2)]}, running])]
     monkeypatch.setattr(experiments_module, "dvc_output", lambda root, *args: json.dumps(shown))
     reports = {"workspace": {"r": 1}, "abc1234def": {"r": 1}, "f00": {"r": 2}}
     monkeypatch.setattr(experiments_module, "_report_at", lambda root, rev: reports[rev])
@@ -133,17 +131,13 @@ def test_a_line_that_does_not_climb_never_reaches_the_baseline():
     assert reach["tokens_at_steepest_slope"] == pytest.approx(10 ** (6 + 0.1 / 0.03))  # through the centre
 
 
-def _budget(tokens: float, gap: float, half_width: float) -> dict:
-    return {"pretraining_tokens": tokens, "gap": gap, "gap_ci95_low": gap - half_width, "gap_ci95_high": gap + half_width}
-
-
 def test_the_gap_slope_counts_the_measured_spread_of_pretraining_runs():
-    """The study pretrains once per budget: each point carries one pretraining run's spread, measured where the
-    pipeline pretrained several times; the slope's interval widens with it, and equals the points' own without it."""
-    budgets = [_budget(10**k, 0.02 * k, 0.02) for k in range(5, 9)]
+    """Each budget pretrains once: its point carries one pretraining run's spread, which widens the slope's interval."""
+    budgets = [{"pretraining_tokens": 10**k, "gap": 0.02 * k, "gap_ci95_low": 0.02 * k - 0.02,
+                "gap_ci95_high": 0.02 * k + 0.02} for k in range(5, 9)]
     report = {"n_pretraining_runs": 3, "pretrained": {"accuracy_per_seed": [0.68, 0.70, 0.69]},
-              "scratch": {"accuracy_per_seed": [0.62, 0.63, 0.64]}, "gap": {"accuracy_mean": 0.06, "ci95_low": 0.03,
-                                                                           "ci95_high": 0.09}}
+              "scratch": {"accuracy_per_seed": [0.62, 0.63, 0.64]},
+              "gap": {"accuracy_mean": 0.06, "ci95_low": 0.03, "ci95_high": 0.09}}
     summary = scaling.add_pretraining_spread({"gap_fit": {"slope_per_decade": 0.02}, "budgets": budgets}, report)
     spread = summary["pretraining_spread"]
     assert spread["per_run_gap"] == pytest.approx([0.06, 0.07, 0.05]) and spread["sd"] == pytest.approx(0.01)

@@ -22,6 +22,20 @@ def _done(code: int, output: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([], code, stdout="", stderr=output)
 
 
+def _each_changes_a_line_and_undoes_it(cases, root: Path, params: Path) -> None:
+    from pipeline_repo import ChattrMissing
+
+    original = params.read_text()
+    for case in cases:
+        try:
+            undo = case.apply(root)
+        except ChattrMissing:  # no immutable files on this machine: the battery says so too
+            continue
+        assert params.read_text() != original, case.name
+        undo()
+        assert params.read_text() == original, case.name
+
+
 def test_an_outcome_is_sorted_by_what_the_user_saw_and_what_was_left(battery):
     case = battery.Case("params", "x", ["dvc", "repro"], ("model.d_model",))
     assert battery.outcome(case, _done(1, "validate: error: model.d_model: must be > 0"), []) == "ok"
@@ -52,14 +66,9 @@ def test_every_translation_case_changes_one_line_of_the_translation_params(batte
     yaml = YAML()
     with open(params, "w") as handle:
         yaml.dump(merge(yaml.load((REPO / "translation/params.yaml").read_text()), TINY_TRANSLATION), handle)
-    original = params.read_text()
     translation = [case for case in battery.cases() if case.pipeline == "translation"]
     assert translation and all(case.command[-1] == "translation/dvc.yaml" for case in translation)
-    for case in translation:
-        undo = case.apply(tmp_path)
-        assert params.read_text() != original, case.name
-        undo()
-        assert params.read_text() == original, case.name
+    _each_changes_a_line_and_undoes_it(translation, tmp_path, params)
 
 
 def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(battery, tmp_path):
@@ -72,20 +81,12 @@ def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(b
 
 
 def test_every_params_case_changes_one_line_of_the_tiny_pipeline(battery, tmp_path):
-    sys.path.insert(0, str(REPO / "tests"))
-    from pipeline_repo import TINY_PARAMS, ChattrMissing, make_repo, write_tiny_data
+    from pipeline_repo import TINY_PARAMS, make_repo, write_tiny_data
 
     make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
     store = tmp_path / "mlflow.db"
     store.write_bytes(bytes(range(256)) * 800)  # what the store faults damage
-    original = (tmp_path / "params.yaml").read_text()
-    for case in battery.cases():
-        if case.group in ("params", "data files", "store") or case.name.startswith("LMTRANSFER_CACHE_DIR"):
-            try:
-                undo = case.apply(tmp_path)
-            except ChattrMissing:  # no immutable files on this machine: the battery says so too
-                continue
-            assert (tmp_path / "params.yaml").read_text() != original, case.name
-            undo()
-            assert (tmp_path / "params.yaml").read_text() == original, case.name
+    edits = [case for case in battery.cases()
+             if case.group in ("params", "data files", "store") or case.name.startswith("LMTRANSFER_CACHE_DIR")]
+    _each_changes_a_line_and_undoes_it(edits, tmp_path, tmp_path / "params.yaml")
     assert not (tmp_path / "mlflow.db.kept").exists() and store.read_bytes() == bytes(range(256)) * 800
