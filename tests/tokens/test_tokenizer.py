@@ -65,12 +65,8 @@ def tokenizer(corpus_file):
     return SentencePieceTokenizer(train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=VOCAB)))
 
 
-@pytest.fixture(scope="module")
-def sp(tokenizer):
-    return tokenizer.sp
-
-
-def test_trained_tokenizer_has_the_fixed_special_ids_and_keeps_sentencepiece_ids(tokenizer, sp):
+def test_trained_tokenizer_has_the_fixed_special_ids_and_keeps_sentencepiece_ids_and_pieces(tokenizer):
+    sp = tokenizer.sp
     assert tokenizer.vocab_size == sp.get_piece_size() == VOCAB  # nothing appended
     assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
     assert tokenizer.special_ids() == {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
@@ -78,6 +74,9 @@ def test_trained_tokenizer_has_the_fixed_special_ids_and_keeps_sentencepiece_ids
     assert mask_id not in (PAD_ID, UNK_ID, BOS_ID, EOS_ID) and sp.id_to_piece(mask_id) == MASK_PIECE
     assert sp.is_control(mask_id)
     assert tokenizer.encode("the film was good") == sp.encode("the film was good")
+    pieces = sp.encode("the film was good", out_type=str)  # pieces map to ids without retokenizing
+    assert tokenizer.pieces_to_ids(" ".join(pieces)) == sp.encode("the film was good")
+    assert tokenizer.pieces_to_ids("\u2581zzzqqq") == [UNK_ID]
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
@@ -94,12 +93,6 @@ def test_too_large_vocab_size_names_the_parameter(corpus_file):
         train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=5000))
 
 
-def test_pieces_map_to_ids_without_retokenizing(tokenizer, sp):
-    pieces = sp.encode("the film was good", out_type=str)
-    assert tokenizer.pieces_to_ids(" ".join(pieces)) == sp.encode("the film was good")
-    assert tokenizer.pieces_to_ids("\u2581zzzqqq") == [UNK_ID]
-
-
 def test_a_user_model_without_padding_gets_one_appended(corpus_file):
     spm.SentencePieceTrainer.train(
         input=str(corpus_file), model_prefix=str(corpus_file.parent / "plain"), vocab_size=VOCAB, minloglevel=2
@@ -110,7 +103,7 @@ def test_a_user_model_without_padding_gets_one_appended(corpus_file):
     assert plain.decode([plain.bos_id, *plain.encode("the film"), plain.pad_id]) == "the film"
 
 
-def test_encode_documents_frames_each_document_with_bos_and_eos(tokenizer, sp):
+def test_encode_documents_frames_each_document_with_bos_and_eos_in_one_chunk_or_many(tokenizer):
     texts = ["the film was good", "bad", "a very long and boring story about a hero", "", "sad music"]
     ids, offsets = encode_documents(tokenizer, texts)
     assert ids.dtype == np.uint16 and ids.ndim == 1 and offsets.dtype == np.int64
@@ -119,7 +112,13 @@ def test_encode_documents_frames_each_document_with_bos_and_eos(tokenizer, sp):
         document = ids[offsets[index] : offsets[index + 1]]
         assert document[0] == BOS_ID and document[-1] == EOS_ID
         assert not np.isin(document[1:-1], [PAD_ID, BOS_ID, EOS_ID]).any()
-        assert sp.decode(document[1:-1].tolist()) == text
+        assert tokenizer.sp.decode(document[1:-1].tolist()) == text
+    texts = _lines(300, seed=7) + ["", "   "]
+    whole = encode_documents(tokenizer, texts, chunk_size=10_000)
+    for size in (1, 3, 64):
+        chunked = encode_documents(tokenizer, iter(texts), chunk_size=size)  # a stream, as the corpus is
+        assert all(np.array_equal(a, b) for a, b in zip(whole, chunked))
+    assert [part.tolist() for part in encode_documents(tokenizer, [])] == [[], [0]]
 
 
 @pytest.mark.parametrize("tail", [[], [EOS_ID]])
@@ -135,15 +134,6 @@ def test_frame_gives_the_ids_of_framing_each_text_one_id_at_a_time(tail, dtype):
     assert id_dtype(65_536) == np.uint16 and id_dtype(65_537) == np.int32
 
 
-def test_encode_documents_is_the_same_in_one_chunk_or_many(tokenizer):
-    texts = _lines(300, seed=7) + ["", "   "]
-    whole = encode_documents(tokenizer, texts, chunk_size=10_000)
-    for size in (1, 3, 64):
-        chunked = encode_documents(tokenizer, iter(texts), chunk_size=size)  # a stream, as the corpus is
-        assert all(np.array_equal(a, b) for a, b in zip(whole, chunked))
-    assert [part.tolist() for part in encode_documents(tokenizer, [])] == [[], [0]]
-
-
 @pytest.mark.parametrize("sizes", [[5, 0, 17, 1], [], [0]])
 def test_write_corpus_part_streams_chunks_into_the_npy_np_save_writes(tmp_path, sizes):
     rng = np.random.default_rng(0)
@@ -153,13 +143,12 @@ def test_write_corpus_part_streams_chunks_into_the_npy_np_save_writes(tmp_path, 
     total = write_corpus_part(out, "train", iter(chunks), np.dtype(np.uint16))
     whole = np.concatenate(chunks) if chunks else np.zeros(0, np.uint16)
     np.save(tmp_path / "saved.npy", whole)
-    assert total == whole.size
-    assert (out / "corpus_train.npy").read_bytes() == (tmp_path / "saved.npy").read_bytes()
+    assert total == whole.size and (out / "corpus_train.npy").read_bytes() == (tmp_path / "saved.npy").read_bytes()
     assert sorted(p.name for p in out.iterdir()) == ["corpus_train.npy"]
     assert np.array_equal(np.load(out / "corpus_train.npy", mmap_mode="r"), whole)
 
 
-def test_training_sample_is_capped_by_bytes_as_well_as_lines(tmp_path):
+def test_the_training_sample_is_capped_by_bytes_as_well_as_lines_and_drawn_by_the_seed(tmp_path):
     """sentencepiece's memory follows the characters it samples: long lines mean fewer of them."""
     short, long = tmp_path / "short.txt", tmp_path / "long.txt"
     short.write_text("ab cd\n" * 1000)  # 6,000 bytes
@@ -168,10 +157,7 @@ def test_training_sample_is_capped_by_bytes_as_well_as_lines(tmp_path):
     assert training_sample_lines(long, 500, budget=10_000) == 100  # 10,000 bytes / 100 per line
     assert training_sample_lines(long, 50, budget=10_000) == 50
     assert training_sample_lines(long, 500, budget=10) == 1
-
-
-def test_sampled_lines_are_drawn_by_the_seed_in_the_corpus_order(tmp_path):
-    corpus = tmp_path / "corpus.txt"
+    corpus = tmp_path / "corpus.txt"  # the sample: drawn by the seed, kept in the corpus order
     corpus.write_bytes(b"".join(b"line %d\n" % n for n in range(99)) + b"carriage\rreturn")  # last line: no newline
     sample = list(sampled_lines(corpus, 10, seed=0))
     numbers = [int(line.split()[1]) for line in sample if line.startswith("line")]
@@ -199,14 +185,8 @@ def test_a_corpus_sampled_for_training_gives_the_same_model_in_every_process(tmp
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(" ".join(rng.choices(words, k=8)) + "\n" for _ in range(3000)), encoding="utf-8")
     params = shipped("tokenizer", vocab_size=300, max_training_lines=1000)
-    models = {
-        subprocess.run(
-            [sys.executable, "-c", SAMPLED_TRAINING, str(corpus), params.model_dump_json()],
-            capture_output=True, text=True, check=True,
-        ).stdout
-        for _ in range(3)
-    }
-    assert len(models) == 1
+    command = [sys.executable, "-c", SAMPLED_TRAINING, str(corpus), params.model_dump_json()]
+    assert len({subprocess.run(command, capture_output=True, text=True, check=True).stdout for _ in range(3)}) == 1
 
 
 # --- the tokenize stage -------------------------------------------------------------------
