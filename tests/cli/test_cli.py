@@ -19,7 +19,7 @@ from lmtransfer.tokens.tokenizer import (
     train_sentencepiece,
 )
 
-from shipped import shipped, shipped_raw
+from shipped import REPO, shipped, shipped_raw
 
 
 @pytest.fixture(autouse=True)
@@ -291,23 +291,25 @@ def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifi
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
 
 
-@pytest.mark.parametrize("command, hint", [
-    (["translate", "the cat sleeps"], "`make run-translation`, or `dvc repro translation/dvc.yaml`"),
-    (["predict", "a fine film"], "`make run`, or `dvc repro`"),
-    (["generate", "hello"], "`make run`, or `dvc repro`"),
+MADE_BY = "(run the stage that produces it: `make run`, or `dvc repro`)"
+
+
+@pytest.mark.parametrize("command, said", [
+    (["translate", "the cat sleeps"], "(run the stage that produces it: `make run-translation`, or `dvc repro "
+                                      "translation/dvc.yaml`)"),
+    (["predict", "a fine film"], MADE_BY),
+    (["generate", "hello"], MADE_BY),
+    (["scaling", "--pretraining-spread", "missing.json", "--root", "."], "--pretraining-spread missing.json: no such "
+                                                                         "file; give the evaluate"),  # as given
+    (["params", "--check", "params.yaml"], "params.yaml: parameter file not found; the pipeline reads its parameters "
+                                           "there: restore it (git checkout -- params.yaml) or write one"),
 ])
-def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command, hint):
+def test_a_missing_file_is_named_with_what_makes_or_restores_it(in_empty_dir, command, said):
     _write(in_empty_dir / "dvc.yaml", "stages: {}\n")
     _write(in_empty_dir / "translation/dvc.yaml", "stages: {}\n")
     with pytest.raises(SystemExit) as exit_:
         main(command)
-    message = str(exit_.value)
-    assert message.startswith("error: ") and message.endswith(f"(run the stage that produces it: {hint})")
-
-
-def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(tmp_path):
-    with pytest.raises(SystemExit, match=r"--pretraining-spread .*missing\.json: no such file; give the evaluate"):
-        main(["scaling", "--pretraining-spread", str(tmp_path / "missing.json"), "--root", str(tmp_path)])
+    assert str(exit_.value).startswith("error: ") and said in str(exit_.value), exit_.value
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -327,25 +329,15 @@ def test_results_names_a_damaged_result_file(content, problem):
     assert "git checkout -- metrics/evaluate.json" in message and "\n" not in message
 
 
-def test_params_check_names_a_missing_params_file_and_how_to_restore_it():
-    with pytest.raises(SystemExit) as stopped:
-        main(["params", "--check", "params.yaml"])
-    assert str(stopped.value) == ("error: params.yaml: parameter file not found; the pipeline reads its parameters "
-                                  "there: restore it (git checkout -- params.yaml) or write one")
-
-
 @pytest.mark.parametrize("change, problem", [("nokey=1", "nokey=1: not `section.key=value`"),
                                              ("finetune.nokey=1", "finetune.nokey is not a key of params.yaml")])
 def test_course_checks_its_set_changes_before_fetching_any_file(change, problem, monkeypatch):
     """Without the course's files, a bad key failed on the download, not on the key (issue 71)."""
     from lmtransfer.course import files
 
-    def no_download(*args, **kwargs):
-        raise AssertionError("the files were fetched before --set was checked")
-
-    monkeypatch.setattr(files, "gather", no_download)
+    monkeypatch.setattr(files, "gather", lambda *args, **kwargs: pytest.fail("fetched the files before checking --set"))
     for name in ("params.yaml", "profiles/course.yaml"):
-        _write(Path(name), (Path(__file__).resolve().parents[2] / name).read_text(encoding="utf-8"))
+        _write(Path(name), (REPO / name).read_text(encoding="utf-8"))
     with pytest.raises(SystemExit) as stopped:
         main(["course", "--set", change])
     assert problem in str(stopped.value)
