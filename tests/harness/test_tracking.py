@@ -137,13 +137,16 @@ def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
     assert _pipeline_of(store, run).data.params == {"task": "translation", "model.d_model": "16"}
 
 
-def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code: str):
-    """Run `code` in a child that must die of SIGKILL, logging under tmp_path; return the store's client, experiment."""
+def _store_after_a_killed_process(tmp_path, monkeypatch, code: str):
+    """Run `code` in a child that must die of SIGKILL, logging under tmp_path; return the store's client, experiment;
+    the next stages run as the next `dvc repro`."""
     from mlflow import MlflowClient
 
-    _own_store(monkeypatch, tmp_path, pipeline_id)
+    _own_store(monkeypatch, tmp_path, "killed-repro")
+    code = f"import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n{code}"
     killed = subprocess.run([sys.executable, "-c", code], env={**os.environ}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     return client, client.get_experiment_by_name("lmtransfer")
 
@@ -152,10 +155,7 @@ def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code:
 def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
     """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
     client, experiment = _store_after_a_killed_process(
-        tmp_path, monkeypatch, "kill-test",
-        "import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n"
-        "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
-    )
+        tmp_path, monkeypatch, "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), 9)\n")
     (orphan,) = client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'pretrain'")
     assert orphan.info.status == "RUNNING"
     killed_pipeline = orphan.data.tags["mlflow.parentRunId"]
@@ -163,7 +163,6 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
     # a run whose process is alive (this one) is left alone
     alive = client.create_run(experiment.experiment_id, run_name="pretrain",
                               tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     with stage_run("pretrain", {"pretrain": {"lr": 0.1}}) as run:
         new_id = run.info.run_id
     assert client.get_run(orphan.info.run_id).info.status == "KILLED"
@@ -177,10 +176,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_killed(tmp_path, monkeypatch):
     """Killed between a stage closing its own run and closing the pipeline run: the next stage closes it."""
     client, experiment = _store_after_a_killed_process(  # dies closing the pipeline run, after the stage's
-        tmp_path, monkeypatch, "killed-between",
-        "import os, signal\nfrom mlflow import MlflowClient\n"
-        "from lmtransfer.harness.tracking import stage_run\n"
-        "close = MlflowClient.set_terminated\n"
+        tmp_path, monkeypatch, "from mlflow import MlflowClient\nclose = MlflowClient.set_terminated\n"
         "def die_on_pipeline(self, run_id, status=None, **k):\n"
         "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline' and status != 'RUNNING':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -191,7 +187,6 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
     (pipeline,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'pipeline'")
     (stage,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
     assert (pipeline.info.status, stage.info.status) == ("RUNNING", "FINISHED")
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     with stage_run("tokenize", {}):
         pass
     assert client.get_run(pipeline.info.run_id).info.status == "KILLED"
@@ -205,17 +200,14 @@ def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evalua
     from lmtransfer.training.resume import clear_finished_snapshots
 
     client, experiment = _store_after_a_killed_process(
-        tmp_path, monkeypatch, "killed-finetune",
-        "import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n"
-        "with stage_run('finetune_scratch', {}, run_name='finetune_scratch@0'):\n    os.kill(os.getpid(), 9)\n",
-    )
+        tmp_path, monkeypatch, "with stage_run('finetune_scratch', {}, run_name='finetune_scratch@0'):\n"
+                               "    os.kill(os.getpid(), signal.SIGKILL)\n")
     monkeypatch.chdir(tmp_path)  # stages run from the pipeline's root, where .resume/ lies
     for stage in ("finetune_scratch_seed0", "finetune_scratch_seed1"):
         (tmp_path / ".resume" / stage).mkdir(parents=True)
         (tmp_path / ".resume" / stage / "task.pt").write_bytes(b"snapshot")
     client.create_run(experiment.experiment_id, run_name="finetune_scratch@1",  # alive: running beside
                       tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     with stage_run("baseline", {}):
         pass
     (orphan,) = client.search_runs([experiment.experiment_id], "attributes.run_name = 'finetune_scratch@0'")
