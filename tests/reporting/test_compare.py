@@ -20,15 +20,20 @@ def _report(pretrained: float, scratch: float, tokens: int = 1000, ppl: float = 
                 "first_epoch_val_accuracy_mean": 0.05},
         "pretrained": {"accuracy_mean": pretrained, "accuracy_std": 0.01, "accuracy_per_seed": [pretrained] * 3},
         "scratch": {"accuracy_mean": scratch, "accuracy_std": 0.02, "accuracy_per_seed": [scratch] * 3},
-        "baseline": {"accuracy": 0.8},
-        "n_seeds": 3,
+        "baseline": {"accuracy": 0.8}, "n_seeds": 3,
         "pretraining": {"tokens_seen": tokens, "adapt_tokens_seen": tokens // 10, "val_perplexity": ppl},
     }
 
 
-def _experiment(name: str, lr: float, pretrained: float, report: bool = True) -> Experiment:
-    params = {"finetune.lr": lr, "finetune.epochs": 2, "model.n_layers": 4}
+def _experiment(name: str, lr: float, pretrained: float, report: bool = True, **params) -> Experiment:
+    params = {"finetune.lr": lr, "finetune.epochs": 2, "model.n_layers": 4, **params}
     return Experiment(name, f"{name}-rev", params, _report(pretrained, 0.6) if report else None)
+
+
+def _budget(name: str, pretrained: float, steps: float, adapt: float, tokens: int = 1000) -> Experiment:
+    experiment = _experiment(name, 0.001, pretrained, **{"pretrain.max_steps": steps, "pretrain.adapt_epochs": adapt})
+    experiment.report = _report(pretrained, 0.6, tokens=tokens)
+    return experiment
 
 
 def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experiments_without_results(tmp_path):
@@ -46,11 +51,7 @@ def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experime
 
 
 def test_the_table_fits_120_columns_with_two_swept_params_and_shows_differing_baselines():
-    found = []
-    for steps, adapt, name in ((62, 0.625, "scaling-0_125x"), (1000, 10, "scaling-2x")):
-        experiment = _experiment(name, 0.001, 0.65)
-        experiment.params.update({"pretrain.max_steps": steps, "pretrain.adapt_epochs": adapt})
-        found.append(experiment)
+    found = [_budget("scaling-0_125x", 0.65, 62, 0.625), _budget("scaling-2x", 0.65, 1000, 10)]
     rows, shown = compare_rows(found, by="pretrain.max_steps")
     table = format_table(rows, shown).splitlines()
     assert shown == ["pretrain.max_steps", "pretrain.adapt_epochs"] and table[0].split()[1:3] == [
@@ -59,9 +60,8 @@ def test_the_table_fits_120_columns_with_two_swept_params_and_shows_differing_ba
     rows[1].baseline = 0.75
     lines = format_table(rows, shown).splitlines()
     assert lines[0].split()[-1] == "baseline" and lines[2].split()[-1] == "0.750"
-    clash = [_experiment("x", 0.001, 0.6), _experiment("y", 0.002, 0.6)]
-    clash[1].params.update({"pretrain.lr": 0.1, "model.n_layers": 6})
-    clash[0].params["pretrain.lr"] = 0.2
+    clash = [_experiment("x", 0.001, 0.6, **{"pretrain.lr": 0.2}),
+             _experiment("y", 0.002, 0.6, **{"pretrain.lr": 0.1, "model.n_layers": 6})]
     assert format_table(*compare_rows(clash)).splitlines()[0].split()[1:4] == [
         "finetune.lr", "n_layers", "pretrain.lr"]
 
@@ -104,12 +104,8 @@ def test_a_budget_scales_corpus_steps_and_adaptation_alike_and_refuses_zero():
 
 def test_the_scaling_summary_fits_the_trend_and_says_where_it_would_reach_the_baseline(tmp_path):
     base = shipped("pretrain", max_steps=500, adapt_epochs=5)
-    found = []
-    for budget in (0.5, 1, 2, 4):  # the pretrained accuracy climbs 0.05 per doubling of tokens
-        experiment = _experiment(scaling.experiment_name(budget), 0.001, 0.65 + 0.05 * math.log2(budget))
-        experiment.params.update({"pretrain.max_steps": int(500 * budget), "pretrain.adapt_epochs": 5 * budget})
-        experiment.report = _report(0.65 + 0.05 * math.log2(budget), 0.6, tokens=int(1000 * budget))
-        found.append(experiment)
+    found = [_budget(scaling.experiment_name(b), 0.65 + 0.05 * math.log2(b), int(500 * b), 5 * b, int(1000 * b))
+             for b in (0.5, 1, 2, 4)]  # the pretrained accuracy climbs 0.05 per doubling of tokens
     summary = scaling.summarize(found[::-1], base)
     assert [row["budget"] for row in summary["budgets"]] == [0.5, 1, 2, 4]
     assert summary["budgets"][1]["pretraining_tokens"] == 1100 and summary["budgets"][1]["lm_val_perplexity"] == 80
