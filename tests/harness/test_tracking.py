@@ -138,8 +138,7 @@ def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
 
 
 def _store_after_a_killed_process(tmp_path, monkeypatch, code: str):
-    """Run `code` in a child that must die of SIGKILL, logging under tmp_path; return the store's client, experiment;
-    the next stages run as the next `dvc repro`."""
+    """Run `code` in a child that must die of SIGKILL; then stages run as the next repro. Returns client, experiment."""
     from mlflow import MlflowClient
 
     _own_store(monkeypatch, tmp_path, "killed-repro")

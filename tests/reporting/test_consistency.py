@@ -39,10 +39,8 @@ def test_results_compares_the_run_with_the_committed_file_or_another_run(tmp_pat
         folder.mkdir()
         (folder / "headline.json").write_text(json.dumps({**headline, "gap": gap, "gap_low": gap - 0.05,
                                                           "gap_high": gap + 0.05}))
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
-    subprocess.run([*git, "commit", "-qm", "run"], cwd=tmp_path, check=True)
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "run"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=tmp_path, check=True)
     monkeypatch.chdir(tmp_path)
     assert committed_headline(Path("metrics/headline.json"))["gap"] == 0.1
 

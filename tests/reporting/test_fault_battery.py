@@ -1,5 +1,4 @@
-"""The fault battery's bookkeeping (benchmarks/fault_battery.py): how an outcome is sorted, and that every case
-that edits params.yaml finds its line in the tiny pipeline (a case that edits nothing would test nothing)."""
+"""benchmarks/fault_battery.py's bookkeeping: how an outcome is sorted; each edit finds its line of params.yaml."""
 
 import subprocess
 import sys

@@ -1,5 +1,4 @@
-"""The recipe search's bookkeeping: a change to params.yaml as dvc exp run -S reads it, and the docs' table of
-candidates (validation means per variant, the head start, the machine where the runs were measured)."""
+"""The recipe search's bookkeeping: a change read as `dvc exp run -S` does, the candidates' table and its machine."""
 
 import json
 import sys

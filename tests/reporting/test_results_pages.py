@@ -1,5 +1,4 @@
-"""The docs' results tables: generated from the result files between markers, and `lmtransfer report --check`
-fails when a page and its files disagree (a number changed in either)."""
+"""The docs' results tables come from the result files; `lmtransfer report --check` fails when the two disagree."""
 
 import json
 from pathlib import Path

@@ -46,8 +46,7 @@ def test_identical_systems_have_p_value_one_and_a_zero_interval():
 
 @pytest.mark.slow
 def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_share():
-    """The blind spot the pretraining replicates close: the same mean gap is less sure when the pretraining runs
-    disagree, and the spread says so."""
+    """The same mean gap is less sure when the pretraining runs disagree, and the spread says so."""
     rng = np.random.default_rng(6)
     base = rng.random((1, 1, 3000)) < 0.7
     steady = np.repeat(base, 3, axis=0)

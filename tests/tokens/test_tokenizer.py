@@ -24,6 +24,7 @@ from lmtransfer.tokens.tokenizer import (
     MODEL_FILE,
     PAD_ID,
     UNK_ID,
+    DictionaryTokenizer,
     SentencePieceTokenizer,
     encode_documents,
     frame,
@@ -197,27 +198,21 @@ def tokenized(tmp_path_factory):
     root = tmp_path_factory.mktemp("tokenize")
     rng = random.Random(1)
     sizes = {"train": 40, "valid": 8, "test": 12}
-    splits = {
-        name: pd.DataFrame({"text": [_sentence(rng) + f" {i}" for i in range(n)], "label": ["neg", "pos"] * (n // 2)})
-        for name, n in sizes.items()
-    }
-    raw = RawData(splits=splits, corpus=_lines(320, seed=2))
-    prepared = root / "prepared"
-    write_prepared(raw, shipped("data", corpus_valid_fraction=0.05), prepared, source="files")
-    out = root / "tokenized"
-    meta = tokenize_prepared(prepared, out, shipped("tokenizer", vocab_size=VOCAB), seed=0)
-    return prepared, out, meta, sizes
+    splits = {name: pd.DataFrame({"text": [_sentence(rng) + f" {i}" for i in range(n)],
+                                  "label": ["neg", "pos"] * (n // 2)}) for name, n in sizes.items()}
+    prepared, out = root / "prepared", root / "tokenized"
+    write_prepared(RawData(splits=splits, corpus=_lines(320, seed=2)), shipped("data", corpus_valid_fraction=0.05),
+                   prepared, source="files")
+    return prepared, out, tokenize_prepared(prepared, out, shipped("tokenizer", vocab_size=VOCAB), seed=0), sizes
 
 
 def test_tokenize_prepared_writes_the_files_and_a_meta_of_the_vocabulary_and_counts(tokenized):
     prepared, out, meta, sizes = tokenized
-    prepared_corpus = prepared.with_name(prepared.name + "_corpus")
-    names = {p.name for p in out.iterdir()}
-    expected = {MODEL_FILE, "vocab.txt", "meta.json"}
-    assert expected | {f"{name}.npz" for name in SPLITS} == names  # the corpus is not here: a fine-tune never reads it
-    assert {p.name for p in out.with_name("tokenized_corpus").iterdir()} == {"corpus_train.npy", "corpus_valid.npy",
-                                                                            "meta.json"}
-    on_disk, corpus_meta = read_json(out / "meta.json"), read_json(out.with_name("tokenized_corpus") / "meta.json")
+    prepared_corpus, corpus = prepared.with_name("prepared_corpus"), out.with_name("tokenized_corpus")
+    names = {MODEL_FILE, "vocab.txt", "meta.json"} | {f"{name}.npz" for name in SPLITS}
+    assert {p.name for p in out.iterdir()} == names  # the corpus is not here: a fine-tune never reads it
+    assert {p.name for p in corpus.iterdir()} == {"corpus_train.npy", "corpus_valid.npy", "meta.json"}
+    on_disk, corpus_meta = read_json(out / "meta.json"), read_json(corpus / "meta.json")
     assert set(on_disk["tokens"]) == set(SPLITS) and set(corpus_meta["tokens"]) == {"corpus_train", "corpus_valid"}
     for key in ("tokens", "unknown_rate"):  # the stage's log shows both
         assert meta[key] == {**corpus_meta[key], **on_disk[key]}
@@ -233,15 +228,12 @@ def test_tokenize_prepared_writes_the_files_and_a_meta_of_the_vocabulary_and_cou
     assert meta["vocab_size"] == VOCAB and meta["scheme"] == "sentencepiece"
     assert (meta["pad_id"], meta["unk_id"], meta["bos_id"], meta["eos_id"]) == (0, 1, 2, 3)
     sp = spm.SentencePieceProcessor(model_file=str(out / MODEL_FILE))
-    assert meta["mask_id"] == sp.piece_to_id(MASK_PIECE)
-    assert meta["label_names"] == ["neg", "pos"]
+    assert meta["mask_id"] == sp.piece_to_id(MASK_PIECE) and meta["label_names"] == ["neg", "pos"]
     for name in ("corpus_train", "corpus_valid"):
-        ids = np.load(out.with_name("tokenized_corpus") / f"{name}.npy")
-        assert ids.dtype == np.uint16
-        assert meta["tokens"][name] == ids.size
-        lines = (prepared.with_name("prepared_corpus") / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+        ids = np.load(corpus / f"{name}.npy")
+        assert ids.dtype == np.uint16 and meta["tokens"][name] == ids.size and meta["unknown_rate"][name] == 0.0
+        lines = (prepared_corpus / f"{name}.txt").read_text(encoding="utf-8").splitlines()
         assert int((ids == BOS_ID).sum()) == int((ids == EOS_ID).sum()) == len(lines) > 0
-        assert meta["unknown_rate"][name] == 0.0
     assert meta["examples"] == sizes
 
 
@@ -251,8 +243,7 @@ def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
     for name in SPLITS:
         split = load_labeled_split(out, name)
         table = read_split(prepared, name)
-        assert len(split) == len(table) == meta["examples"][name]
-        assert split.offsets.shape == (len(split) + 1,)
+        assert len(split) == len(table) == meta["examples"][name] and split.offsets.shape == (len(split) + 1,)
         assert split.offsets[-1] == split.ids.size == meta["tokens"][name]
         assert np.array_equal(split.labels, table["label"].to_numpy())
         for index in range(len(split)):
@@ -273,8 +264,6 @@ def test_loading_an_empty_or_missing_split_names_the_file(tmp_path):
 
 
 def test_prompts_are_read_as_pieces_when_only_a_dictionary_is_given():
-    from lmtransfer.tokens.tokenizer import DictionaryTokenizer
-
     dictionary = DictionaryTokenizer(["\u2581Ce", "\u2581livre", "\u2581est"])
     with pytest.raises(TokenizerError, match="tokenizer.model_file"):
         dictionary.encode("Ce livre")
