@@ -3,11 +3,14 @@
 import argparse
 import io
 import json
+import re
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 import torch
+from ruamel.yaml import YAML
 
 from lmtransfer.cli.main import build_parser, main
 from lmtransfer.modeling.checkpoint import save_checkpoint
@@ -31,8 +34,6 @@ def in_empty_dir(tmp_path, monkeypatch):
 
 def _params(path: Path, text: str) -> Path:
     """A params file: the repository's (translation's, under translation/) with the sections of `text` merged in."""
-    from ruamel.yaml import YAML
-
     changes = YAML(typ="safe").load(text) or {}
     raw = shipped_raw(changes, "translation" if path.parent.name == "translation" else "classification")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,8 +62,6 @@ def _meta(vocab_size: int, *labels: str) -> str:
 
 def test_every_command_and_option_has_clean_help_stating_each_default_once(capsys):
     """No `%%` left unformatted, no `(default: ...)` twice or empty, no internal module names."""
-    import re
-
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert set(commands) == {"summary", "params", "generate", "fill", "results", "report", "predict", "translate",
@@ -91,8 +90,6 @@ def test_every_command_and_option_has_clean_help_stating_each_default_once(capsy
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
 def test_version_prints_the_installed_version(flag, capsys):
-    from importlib.metadata import version
-
     with pytest.raises(SystemExit) as exit_:
         main([flag])
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"lmtransfer {version('lmtransfer')}"

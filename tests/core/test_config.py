@@ -1,6 +1,7 @@
 """Parameter validation: the repository's params.yaml (the one place values live) and errors that name the key."""
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from lmtransfer.classification.config import (
     parse_classification_params,
 )
 from lmtransfer.core.config import ConfigError
+from lmtransfer.modeling.model import ModelConfig, ModelParams
 
 from shipped import shipped_raw
 
@@ -45,10 +47,6 @@ def test_no_key_has_a_default_of_its_own_so_a_missing_one_is_named():
 
 def test_a_model_knob_is_a_field_of_the_model_config_and_a_key_of_params_yaml():
     """ModelParams is derived from ModelConfig: its keys are the config's annotated fields plus `attention`."""
-    import dataclasses
-
-    from lmtransfer.modeling.model import ModelConfig, ModelParams
-
     tokenizer_side = {"vocab_size", "pad_id", "causal"}
     assert set(ModelParams.model_fields) == {f.name for f in dataclasses.fields(ModelConfig)} - tokenizer_side | {
         "attention"}

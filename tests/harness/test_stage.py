@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
+import lmtransfer.core.errors as errors
+from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.core.errors import ConfigError, DeviceError, LmtransferError, MissingOutputError
 from lmtransfer.core.io import write_timings
 from lmtransfer.harness.stage import stage_main
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import LanguageModel
+from lmtransfer.training import finetune_start
+from lmtransfer.training.stage_args import parse_finetune_args, parse_pretrain_args
 
 from shipped import shipped_raw
 
@@ -51,8 +57,6 @@ def test_a_bug_keeps_its_traceback():
 
 
 def test_every_expected_error_shares_one_base():
-    import lmtransfer.core.errors as errors
-
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     assert all(issubclass(c, LmtransferError) for c in classes)
 
@@ -72,8 +76,6 @@ def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path
 
 def test_the_stage_command_lines_name_their_stage_and_refuse_a_missing_argument(capsys):
     """The stage's name, which labels its log lines and its MLflow run, is the one dvc.yaml gives it."""
-    from lmtransfer.training.stage_args import parse_finetune_args, parse_pretrain_args
-
     scratch = parse_finetune_args(["--init", "scratch", "--pretrain-seed", "1", "--seed", "2"])
     assert scratch.stage == "finetune_scratch@1-2"
     assert parse_finetune_args(["--init", "pretrained", "--seed", "2"]).stage == "finetune_pretrained@2"  # translation
@@ -88,25 +90,18 @@ def test_the_stage_command_lines_name_their_stage_and_refuse_a_missing_argument(
 
 
 def test_each_run_of_the_grid_draws_from_its_own_seed_and_both_variants_of_a_run_from_the_same():
-    from lmtransfer.training.finetune_start import draw_seed
-
-    draws = {(p, s): draw_seed(s, p) for p in range(3) for s in range(3)}
-    assert len(set(draws.values())) == 9 and draws == {(p, s): draw_seed(s, p) for p in range(3) for s in range(3)}
-    assert draw_seed(4, None) == 4  # one pretraining run (translation): the seed itself
+    draw = finetune_start.draw_seed
+    draws = {(p, s): draw(s, p) for p in range(3) for s in range(3)}
+    assert len(set(draws.values())) == 9 and draws == {(p, s): draw(s, p) for p in range(3) for s in range(3)}
+    assert draw(4, None) == 4  # one pretraining run (translation): the seed itself
 
 
 def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params_describe(monkeypatch, tmp_path):
     """Scratch: `model.*` over the tokenizer's ids (a dependency); pretrained: the checkpoint's own network."""
-    from lmtransfer.classification.config import parse_classification_params
-    from lmtransfer.modeling.checkpoint import save_checkpoint
-    from lmtransfer.modeling.model import LanguageModel
-    from lmtransfer.training import finetune_start as module
-    from lmtransfer.training.stage_args import parse_finetune_args
-
     params = parse_classification_params(shipped_raw({"model": {"d_model": 16, "n_heads": 2, "n_layers": 1,
                                                                 "d_ff": 8}}))
     scratch = parse_finetune_args(["--init", "scratch", "--pretrain-seed", "2", "--seed", "3"])
-    start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, scratch)
+    start = finetune_start.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, scratch)
     assert (start.stage, start.payload, start.upstream) == ("finetune_scratch@2-3", None, None)
     assert start.sections == ("model", "finetune", "train")
     assert (start.config.vocab_size, start.config.pad_id, start.config.d_model, start.config.n_layers) == (50, 1, 16, 1)
@@ -115,9 +110,9 @@ def test_a_fine_tune_starts_from_the_pretrained_checkpoint_or_the_network_params
     monkeypatch.chdir(tmp_path)
     checkpoint = tmp_path / "models/pretrained/seed2.pt"
     save_checkpoint(checkpoint, LanguageModel(pretrained), "language_model", pretrained)
-    monkeypatch.setattr(module, "run_that_wrote", lambda path: "run-of-" + path.name)
+    monkeypatch.setattr(finetune_start, "run_that_wrote", lambda path: "run-of-" + path.name)
     pretrained_args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "2", "--seed", "0"])
-    start = module.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, pretrained_args)
+    start = finetune_start.language_model_start(params, {"vocab_size": 50, "pad_id": 1}, pretrained_args)
     assert start.stage == "finetune_pretrained@2-0" and start.upstream == "run-of-seed2.pt"
     assert start.pretrained.resolve() == checkpoint
     assert start.sections == ("finetune", "train") and start.config.d_model == 8 and start.payload["state_dict"]

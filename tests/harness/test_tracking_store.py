@@ -1,11 +1,13 @@
 """The tracking store is checked before any work: any problem is one line naming it and the fix, the store kept."""
 
+import http.server
 import os
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +16,8 @@ import pytest
 from lmtransfer.core.errors import TrackingStoreError
 from lmtransfer.core.io import sha256_of
 from lmtransfer.harness.tracking import check_store
+
+from loopback import free_port
 
 
 @pytest.fixture
@@ -147,8 +151,6 @@ def test_an_artifact_folder_that_cannot_be_written_stops_before_any_work(project
 
 
 def test_a_tracking_server_that_does_not_answer_is_one_line_naming_the_variable(monkeypatch):
-    from loopback import free_port
-
     uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     with pytest.raises(TrackingStoreError, match=f"^MLFLOW_TRACKING_URI={uri}: no tracking server answers .*unset "
@@ -165,9 +167,6 @@ def test_a_tracking_server_that_does_not_answer_is_one_line_naming_the_variable(
 def test_a_server_that_answers_but_cannot_read_its_store_is_one_line_before_any_work(status, body, stops,
                                                                                       monkeypatch):
     """A server whose database is down fails every store read with HTTP 5xx: asked once, without MLflow's retries."""
-    import http.server
-    import threading
-
     asked = []
 
     class Server(http.server.BaseHTTPRequestHandler):

@@ -43,11 +43,8 @@ def test_results_compares_the_run_with_the_committed_file_or_another_run(tmp_pat
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=tmp_path, check=True)
     monkeypatch.chdir(tmp_path)
     assert committed_headline(Path("metrics/headline.json"))["gap"] == 0.1
-
-    import lmtransfer.cli.main as cli
-
     (metrics / "evaluate.json").write_text("{}")
-    monkeypatch.setattr(cli, "results_report", lambda report: "scores")
+    monkeypatch.setattr("lmtransfer.cli.main.results_report", lambda report: "scores")
     lmtransfer(["results", "--metrics", "metrics"])
     assert capsys.readouterr().out.splitlines()[-1].endswith(": consistent with the committed run")
     lmtransfer(["results", "--metrics", "metrics", "--against", "other"])

@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
+
+from pipeline_repo import TINY_PARAMS, ChattrMissing, make_repo, merge, write_tiny_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,8 +25,6 @@ def _done(code: int, output: str) -> subprocess.CompletedProcess:
 
 
 def _each_changes_a_line_and_undoes_it(cases, root: Path, params: Path) -> None:
-    from pipeline_repo import ChattrMissing
-
     original = params.read_text()
     for case in cases:
         try:
@@ -57,10 +58,7 @@ def test_every_translation_case_changes_one_line_of_the_translation_params(batte
     params = tmp_path / "translation" / "params.yaml"
     params.parent.mkdir()
     sys.path.insert(0, str(REPO / "tests" / "pipeline"))
-    from ruamel.yaml import YAML
     from test_pipeline_translation import TINY_TRANSLATION
-
-    from pipeline_repo import merge
 
     yaml = YAML()
     with open(params, "w") as handle:
@@ -80,8 +78,6 @@ def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(b
 
 
 def test_every_params_case_changes_one_line_of_the_tiny_pipeline(battery, tmp_path):
-    from pipeline_repo import TINY_PARAMS, make_repo, write_tiny_data
-
     make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
     store = tmp_path / "mlflow.db"
     store.write_bytes(bytes(range(256)) * 800)  # what the store faults damage
