@@ -21,12 +21,12 @@ from shipped import shipped_raw
 REPO_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 
 
+PIECES = {"source": "files", "train": "train.spm", "format": "pieces"}
+DICTIONARY = {"vocab_file": "dict.txt"}
+
+
 def _parse(changes: dict):
     return parse_classification_params(shipped_raw(changes))
-
-
-def _error_for(changes: dict) -> str:
-    return _raw_error(shipped_raw(changes))
 
 
 def _raw_error(raw) -> str:
@@ -89,27 +89,21 @@ def test_the_repository_params_file_is_valid_and_a_section_overrides_only_its_ow
     ({"finetune": {"seeds": [0, 0]}}, ["finetune.seeds", "repeated seed"]),
     ({"finetune": {"seeds": []}}, ["finetune.seeds", "at least 1"]),
     ({"finetune": {"seeds": [-1]}}, ["finetune.seeds", "non-negative"]),
+    ({"data": PIECES}, ["tokenizer.vocab_file"]),  # pieces need an existing tokenizer
+    ({"data": {"source": "files", "train": "t.csv"}, "tokenizer": DICTIONARY}, ["tokenizer.model_file"]),  # text: a
+    ({"data": {**PIECES, "corpus": ["fr.txt"]}, "tokenizer": DICTIONARY}, ["tokenizer.model_file"]),  # segmenter
 ])
 def test_a_bad_value_is_refused_naming_its_key(changes, keys):
-    message = _error_for(changes)
+    message = _raw_error(shipped_raw(changes))
     assert all(key in message for key in keys), message
 
 
-def test_files_source_requires_a_train_file_and_nothing_else_and_a_single_corpus_path_becomes_a_list():
+def test_files_source_requires_a_train_file_and_nothing_else_and_pieces_need_a_dictionary_raw_text_a_segmenter():
     params = _parse({"data": {"source": "files", "train": "a.csv"}})
     assert (params.data.valid, params.data.test, params.data.corpus) == ("", "", [])
     assert _parse({"data": {"source": "files", "train": "a.csv", "corpus": "big/*.txt"}}).data.corpus == ["big/*.txt"]
-
-
-def test_pieces_need_an_existing_tokenizer_and_a_dictionary_needs_a_segmenter_for_text():
-    pieces = {"source": "files", "train": "train.spm", "format": "pieces"}
-    assert "tokenizer.vocab_file" in _error_for({"data": pieces})
-    assert _parse({"data": pieces, "tokenizer": {"vocab_file": "dict.txt"}}).data.corpus_pieces
-    text = {"source": "files", "train": "train.csv"}
-    assert "tokenizer.model_file" in _error_for({"data": text, "tokenizer": {"vocab_file": "dict.txt"}})
-    mixed = {**pieces, "corpus": ["fr.txt"]}  # pieces labeled, raw-text corpus: the corpus needs cutting
-    assert "tokenizer.model_file" in _error_for({"data": mixed, "tokenizer": {"vocab_file": "dict.txt"}})
-    _parse({"data": mixed, "tokenizer": {"vocab_file": "dict.txt", "model_file": "spm.model"}})
+    assert _parse({"data": PIECES, "tokenizer": DICTIONARY}).data.corpus_pieces
+    _parse({"data": {**PIECES, "corpus": ["fr.txt"]}, "tokenizer": {**DICTIONARY, "model_file": "spm.model"}})
 
 
 def test_yaml_12_exponent_without_dot_loads_as_a_float(tmp_path):

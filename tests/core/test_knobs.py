@@ -16,12 +16,15 @@ BAD = [(knobs.JOBS, "0"), (knobs.JOBS, "-1"), (knobs.JOBS, "abc"), (knobs.CPU_KE
 
 
 @pytest.mark.parametrize(("name", "value"), BAD)
-def test_a_value_a_variable_does_not_take_is_refused_naming_it_and_what_it_takes(monkeypatch, name, value):
+def test_a_value_a_variable_does_not_take_is_refused_naming_what_it_takes_and_is_unset_at_import(monkeypatch, name,
+                                                                                                   value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as error:
         knobs.check()
     assert str(error.value).startswith(f"{name}={value!r}: expected {knobs.KNOBS[name].takes}")
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(error.value) and knobs.read_at_import(name) is None
+    with pytest.raises(ConfigError):
+        knobs.read(name)
 
 
 @pytest.mark.parametrize(("name", "value"), [(knobs.JOBS, "2"), (knobs.CPU_KERNELS, "NATIVE"),
@@ -38,13 +41,6 @@ def test_two_bad_variables_are_both_named(monkeypatch):
     monkeypatch.setenv(knobs.DEBUG, "y")
     with pytest.raises(ConfigError, match=r"LMTRANSFER_JOBS='x'.*; LMTRANSFER_DEBUG='y'"):
         knobs.check()
-
-
-def test_at_import_a_bad_value_counts_as_unset(monkeypatch):
-    monkeypatch.setenv(knobs.JOBS, "abc")
-    assert knobs.read_at_import(knobs.JOBS) is None
-    with pytest.raises(ConfigError):
-        knobs.read(knobs.JOBS)
 
 
 @pytest.mark.slow

@@ -1,12 +1,21 @@
 """MLflow tracking helpers that need no pipeline run."""
 
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from torch import nn
 
+from lmtransfer.core.paths import PretrainOutputs
 from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, UI_WORKFLOW, process_tag, stage_run, ui_lines
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import ModelConfig
+from lmtransfer.training.finetune_start import language_model_start
+from lmtransfer.training.resume import clear_finished_snapshots
+from lmtransfer.training.stage_args import parse_finetune_args
 
 from shipped import shipped_params
 
@@ -105,14 +114,6 @@ def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
 @pytest.mark.slow
 def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path, monkeypatch):
     """Its params leave `model.*` out: the run logs the checkpoint's shape, not params.yaml's, like its scratch twin."""
-    from torch import nn
-
-    from lmtransfer.core.paths import PretrainOutputs
-    from lmtransfer.modeling.checkpoint import save_checkpoint
-    from lmtransfer.modeling.model import ModelConfig
-    from lmtransfer.training.finetune_start import language_model_start
-    from lmtransfer.training.stage_args import parse_finetune_args
-
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
     save_checkpoint(PretrainOutputs(0).checkpoint, nn.Linear(1, 1), "language_model", config)
     args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
@@ -196,8 +197,6 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
 def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evaluate_clears_its_snapshot(
         tmp_path, monkeypatch):
     """kill -9 of a fine-tune, then a run-cache restore: the next stage marks its run KILLED; evaluate clears it."""
-    from lmtransfer.training.resume import clear_finished_snapshots
-
     client, experiment = _store_after_a_killed_process(
         tmp_path, monkeypatch, "with stage_run('finetune_scratch', {}, run_name='finetune_scratch@0'):\n"
                                "    os.kill(os.getpid(), signal.SIGKILL)\n")
@@ -248,9 +247,6 @@ def test_a_user_can_turn_mlflow_telemetry_back_on():
 
 def test_every_stage_imports_lmtransfer_before_mlflow_and_torch():
     """lmtransfer pins the kernels and turns telemetry off: every stage imports `_checkout` (which loads it) first."""
-    import ast
-    from pathlib import Path
-
     for script in sorted(Path(__file__).resolve().parents[2].joinpath("stages").glob("*.py")):
         imports = [n for n in ast.parse(script.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         if script.name == "_checkout.py":
