@@ -57,9 +57,6 @@ def _meta(vocab_size: int, *labels: str) -> str:
     return json.dumps({"vocab_size": vocab_size, "label_names": list(labels)})
 
 
-# --- help ---------------------------------------------------------------------------------
-
-
 def test_every_command_and_option_has_clean_help_stating_each_default_once(capsys):
     """No `%%` left unformatted, no `(default: ...)` twice or empty, no internal module names."""
     parser = build_parser()
@@ -94,8 +91,6 @@ def test_version_prints_the_installed_version(flag, capsys):
         main([flag])
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"lmtransfer {version('lmtransfer')}"
 
-
-# --- summary ------------------------------------------------------------------------------
 
 MODEL_64 = "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n"
 FLAGS = ["--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"]
@@ -171,8 +166,6 @@ def test_summary_refuses_in_one_line_naming_what_is_missing_or_wrong_and_where_i
         main(["summary", *argv])
 
 
-# --- usage errors -------------------------------------------------------------------------
-
 BAD_GENERATE = [("--temperature", "-1"), ("--temperature", "-0.1"), ("--tokens", "0"), ("--top-k", "-1"),
                 ("--samples", "0"), ("--tokens", "many")]
 NOT_UTF8 = [["predict", "caf\udce9 good"], ["generate", "caf\udce9"], ["fill", "caf\udce9 <mask>"],
@@ -200,19 +193,11 @@ def test_generate_accepts_the_boundaries():
     assert (args.temperature, args.top_k, args.tokens, args.samples) == (0.0, 0, 1, 1)
 
 
-# --- predict ------------------------------------------------------------------------------
-
-
 class Terminal(io.StringIO):
     """Standard input attached to a terminal: reading it would wait for the user."""
 
-    def isatty(self) -> bool:
-        return True
-
-    def read(self, *args):
-        raise AssertionError("predict read from the terminal instead of stopping")
-
-    readline = readlines = __iter__ = __next__ = read
+    isatty = lambda self: True  # noqa: E731
+    read = readline = readlines = __iter__ = __next__ = lambda self, *args: pytest.fail("read the terminal")
 
 
 def _piped(data: bytes) -> io.TextIOWrapper:

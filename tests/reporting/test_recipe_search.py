@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+RUNS = [{"pretrained": [0.70, 0.74], "scratch": [0.60, 0.72], "val_perplexity": 80.0, "pretrain_seconds": 10.0,
+         "pretrained_seconds": 3.0, "scratch_seconds": 3.0},
+        {"pretrained": [0.72, 0.76], "scratch": [0.64, 0.74], "val_perplexity": 90.0, "pretrain_seconds": 12.0}]
 
 
 @pytest.fixture
@@ -33,17 +36,14 @@ def test_a_change_is_read_as_yaml_and_an_unknown_key_is_refused(recipe_search):
 
 
 def test_the_summary_is_the_mean_over_pretraining_runs_with_head_start_and_gap(recipe_search):
-    runs = [{"pretrained": [0.70, 0.74], "scratch": [0.60, 0.72], "val_perplexity": 80.0, "pretrain_seconds": 10.0},
-            {"pretrained": [0.72, 0.76], "scratch": [0.64, 0.74], "val_perplexity": 90.0, "pretrain_seconds": 12.0}]
-    summary = recipe_search.summarize(runs, ["pretrained", "scratch"], test=False)
+    summary = recipe_search.summarize(RUNS, ["pretrained", "scratch"], test=False)
     assert summary["pretrained"] == [0.71, 0.75] and summary["scratch"] == [0.62, 0.73]
     assert (summary["head_start"], summary["gap_last"]) == (0.09, 0.02)
     assert (summary["val_perplexity"], summary["pretrain_seconds"]) == (85.0, 11.0)
 
 
 def test_the_table_names_each_candidates_changes_and_the_machine_that_measured_them(recipe_search, tmp_path):
-    runs = [{"pretrained": [0.70, 0.74], "scratch": [0.60, 0.72], "val_perplexity": 80.0, "pretrain_seconds": 10.0,
-             "pretrained_seconds": 3.0, "scratch_seconds": 3.0}]
+    runs = RUNS[:1]
     gpu = {"cpu": "some CPU", "cores": 16, "gpu": "some GPU"}
     table = {name: {"summary": recipe_search.summarize(runs, ["pretrained", "scratch"], False), "runs": runs,
                     "changes": changes, "machine": gpu, "commit": "abc1234",

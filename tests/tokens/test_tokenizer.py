@@ -190,9 +190,6 @@ def test_a_corpus_sampled_for_training_gives_the_same_model_in_every_process(tmp
     assert len({subprocess.run(command, capture_output=True, text=True, check=True).stdout for _ in range(3)}) == 1
 
 
-# --- the tokenize stage -------------------------------------------------------------------
-
-
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory):
     root = tmp_path_factory.mktemp("tokenize")
