@@ -28,17 +28,10 @@ def _prose(text: str, spans: bool = False) -> str:
 
 def _anchors(page: Path) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
-    found: dict[str, int] = {}
-    anchors = set()
-    for line in _prose(page.read_text(encoding="utf-8"), spans=True).split("\n"):
-        heading = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if not heading:
-            continue
-        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
-        count = found.get(slug, 0)
-        found[slug] = count + 1
-        anchors.add(slug if not count else f"{slug}-{count}")
-    return anchors
+    headings = [re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+                for line in _prose(page.read_text(encoding="utf-8"), spans=True).split("\n")]
+    slugs = [re.sub(r"[^\w\- ]", "", h.group(1).strip().lower()).replace(" ", "-") for h in headings if h]
+    return {f"{slug}-{slugs[:i].count(slug)}" if slug in slugs[:i] else slug for i, slug in enumerate(slugs)}
 
 
 def _links(page: Path) -> list[str]:
