@@ -9,19 +9,13 @@ from lmtransfer.core.io import sha256_of
 from lmtransfer.data.pinned import cache_dir, fetch_pinned
 
 
-def _writer(content: bytes):
-    def download(destination):
-        destination.write_bytes(content)
-    return download
-
-
 def test_a_file_is_fetched_once_into_the_cache_and_checked(tmp_path):
     source = tmp_path / "source.bin"
     source.write_bytes(b"pinned bytes")
     digest = sha256_of(source)
-    path = fetch_pinned("file.bin", digest, "a file", _writer(b"pinned bytes"), tmp_path / "cache")
+    path = fetch_pinned("file.bin", digest, "a file", lambda to: to.write_bytes(b"pinned bytes"), tmp_path / "cache")
     assert path.read_bytes() == b"pinned bytes"
-    assert fetch_pinned("file.bin", digest, "a file", _writer(b"never used"), tmp_path / "cache") == path
+    assert path == fetch_pinned("file.bin", digest, "a file", lambda to: pytest.fail("again"), tmp_path / "cache")
 
 
 @pytest.mark.parametrize("kind", ["a file", pytest.param("read-only", marks=pytest.mark.skipif(
@@ -34,7 +28,7 @@ def test_a_cache_that_cannot_hold_the_file_names_the_variable_to_set(tmp_path, k
         cache.mkdir(mode=0o555)
     try:
         with pytest.raises(DataSourceError) as info:
-            fetch_pinned("file.bin", "0" * 64, "a file", _writer(b"x"), cache)
+            fetch_pinned("file.bin", "0" * 64, "a file", lambda to: to.write_bytes(b"x"), cache)
     finally:
         cache.chmod(0o755)
     assert "LMTRANSFER_CACHE_DIR" in str(info.value)
