@@ -23,9 +23,7 @@ from shipped import shipped_params
 @pytest.mark.slow
 def test_make_ui_opens_each_tasks_experiment_on_its_runs_table(tmp_path, monkeypatch):
     """`make ui` prints one link per task: classification and translation runs live in separate experiments."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    _own_store(monkeypatch, tmp_path, "ui")
     assert all("runs in this store yet" in line for line in ui_lines("http://h:1"))
     assert not (tmp_path / "mlflow.db").exists()  # asking for the links never creates a store
     from mlflow import MlflowClient
@@ -78,8 +76,7 @@ def test_the_pipeline_run_lasts_until_its_last_stage_ends(store):
     first, second = store.get_run(first.info.run_id), store.get_run(second.info.run_id)
     after = _pipeline_of(store, second)
     assert during.info.run_id == after.info.run_id == _pipeline_of(store, first).info.run_id
-    assert during.info.status == "RUNNING"
-    assert after.info.status == "FINISHED"
+    assert (during.info.status, after.info.status) == ("RUNNING", "FINISHED")
     assert after.info.start_time <= first.info.start_time
     assert after.info.end_time >= second.info.end_time >= second.info.start_time >= first.info.end_time
 
@@ -93,8 +90,7 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
     with pytest.raises(KeyboardInterrupt):
         with stage_run("tokenize", {}) as stopped:
             raise KeyboardInterrupt
-    assert store.get_run(stopped.info.run_id).info.status == "KILLED"
-    assert _pipeline_of(store, stopped).info.status == "KILLED"
+    assert store.get_run(stopped.info.run_id).info.status == _pipeline_of(store, stopped).info.status == "KILLED"
     with stage_run("tokenize", {}) as again:  # the same pipeline, run on: it ends as its latest stage did
         pass
     assert _pipeline_of(store, again).info.status == "FINISHED"

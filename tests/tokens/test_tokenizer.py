@@ -45,13 +45,9 @@ WORDS = (
 VOCAB = 72
 
 
-def _sentence(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10)))
-
-
 def _lines(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    return [_sentence(rng) for _ in range(n)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10))) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -193,9 +189,8 @@ def test_a_corpus_sampled_for_training_gives_the_same_model_in_every_process(tmp
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory):
     root = tmp_path_factory.mktemp("tokenize")
-    rng = random.Random(1)
     sizes = {"train": 40, "valid": 8, "test": 12}
-    splits = {name: pd.DataFrame({"text": [_sentence(rng) + f" {i}" for i in range(n)],
+    splits = {name: pd.DataFrame({"text": [f"{line} {i}" for i, line in enumerate(_lines(n, seed=n))],
                                   "label": ["neg", "pos"] * (n // 2)}) for name, n in sizes.items()}
     prepared, out = root / "prepared", root / "tokenized"
     write_prepared(RawData(splits=splits, corpus=_lines(320, seed=2)), shipped("data", corpus_valid_fraction=0.05),
