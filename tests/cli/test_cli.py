@@ -63,9 +63,7 @@ def test_every_command_and_option_has_clean_help_stating_each_default_once(capsy
         assert sub.description and "%%" not in text and "%(" not in text and "cli." not in text, name
         assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), name
         assert "(default: )" not in text and "(default: None)" not in text, name
-        for action in sub._actions if sub is not parser else []:
-            if isinstance(action, argparse._HelpAction):
-                continue
+        for action in [a for a in sub._actions if not isinstance(a, argparse._HelpAction)] if sub is not parser else []:
             where = f"{name} {'/'.join(action.option_strings) or action.dest}"
             assert action.help and len(action.help) > 10, f"{where} has no help text"
             if action.default is argparse.SUPPRESS or "default" in action.help:  # said in words, once
@@ -235,8 +233,7 @@ def classifier_files(in_empty_dir):
 
 
 def _predictions(out: str) -> list[tuple[str, float, str]]:
-    rows = [line.split("\t") for line in out.splitlines()]
-    return [(label, float(probability), text) for label, probability, text in rows]
+    return [(label, float(probability), text) for label, probability, text in (row.split("\t") for row in out.splitlines())]
 
 
 def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, monkeypatch, capsys):

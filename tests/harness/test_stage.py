@@ -77,12 +77,11 @@ def test_the_stage_command_lines_name_their_stage_and_refuse_a_missing_argument(
     assert parse_finetune_args(["--init", "pretrained", "--seed", "2"]).stage == "finetune_pretrained@2"  # translation
     pretrain = parse_pretrain_args(["--seed", "3"])
     assert pretrain.stage == "pretrain@3" and pretrain.outputs.checkpoint.name == "seed3.pt"
-    with pytest.raises(SystemExit):
-        parse_finetune_args(["--init", "warm", "--seed", "0"])
-    assert "invalid choice: 'warm'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parse_pretrain_args([])
-    assert "--seed" in capsys.readouterr().err
+    for parse, argv, said in ((parse_finetune_args, ["--init", "warm", "--seed", "0"], "invalid choice: 'warm'"),
+                              (parse_pretrain_args, [], "--seed")):
+        with pytest.raises(SystemExit):
+            parse(argv)
+        assert said in capsys.readouterr().err
 
 
 def test_each_run_of_the_grid_draws_from_its_own_seed_and_both_variants_of_a_run_from_the_same():
