@@ -233,7 +233,7 @@ def classifier_files(in_empty_dir):
 
 
 def _predictions(out: str) -> list[tuple[str, float, str]]:
-    return [(label, float(probability), text) for label, probability, text in (row.split("\t") for row in out.splitlines())]
+    return [(label, float(p), text) for label, p, text in (row.split("\t") for row in out.splitlines())]
 
 
 def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, monkeypatch, capsys):
