@@ -231,8 +231,7 @@ def test_mlflow_telemetry_is_off_once_lmtransfer_is_imported():
         "assert not _IS_IN_CI_ENV_OR_TESTING, 'the check needs an environment where MLflow would report'\n"
         "print(get_telemetry_client() is None)\n"
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "True"
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
 
 
 def test_a_user_can_turn_mlflow_telemetry_back_on():

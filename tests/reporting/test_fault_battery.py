@@ -60,9 +60,7 @@ def test_every_translation_case_changes_one_line_of_the_translation_params(batte
     sys.path.insert(0, str(REPO / "tests" / "pipeline"))
     from test_pipeline_translation import TINY_TRANSLATION
 
-    yaml = YAML()
-    with open(params, "w") as handle:
-        yaml.dump(merge(yaml.load((REPO / "translation/params.yaml").read_text()), TINY_TRANSLATION), handle)
+    YAML().dump(merge(YAML().load((REPO / "translation/params.yaml").read_text()), TINY_TRANSLATION), params)
     translation = [case for case in battery.cases() if case.pipeline == "translation"]
     assert translation and all(case.command[-1] == "translation/dvc.yaml" for case in translation)
     _each_changes_a_line_and_undoes_it(translation, tmp_path, params)

@@ -91,9 +91,8 @@ def test_too_large_vocab_size_names_the_parameter(corpus_file):
 
 
 def test_a_user_model_without_padding_gets_one_appended(corpus_file):
-    spm.SentencePieceTrainer.train(
-        input=str(corpus_file), model_prefix=str(corpus_file.parent / "plain"), vocab_size=VOCAB, minloglevel=2
-    )  # sentencepiece's defaults: unk 0, bos 1, eos 2, no padding
+    spm.SentencePieceTrainer.train(input=str(corpus_file), model_prefix=str(corpus_file.parent / "plain"),
+                                   vocab_size=VOCAB, minloglevel=2)  # sentencepiece's defaults: unk 0, bos 1, eos 2
     plain = SentencePieceTokenizer((corpus_file.parent / "plain.model").read_bytes())
     assert (plain.unk_id, plain.bos_id, plain.eos_id) == (0, 1, 2)
     assert plain.pad_id == VOCAB and plain.vocab_size == VOCAB + 1
@@ -247,8 +246,8 @@ def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
 
 
 def test_loading_an_empty_or_missing_split_names_the_file(tmp_path):
-    empty = np.zeros(0, dtype=np.uint16)
-    np.savez(tmp_path / "valid.npz", ids=empty, offsets=np.zeros(1, dtype=np.int64), labels=np.zeros(0, dtype=np.int64))
+    np.savez(tmp_path / "valid.npz", ids=np.zeros(0, dtype=np.uint16), offsets=np.zeros(1, dtype=np.int64),
+             labels=np.zeros(0, dtype=np.int64))
     with pytest.raises(ValueError, match="valid.npz: the 'valid' split is empty"):
         load_labeled_split(tmp_path, "valid")
     with pytest.raises(FileNotFoundError, match="test.npz"):
