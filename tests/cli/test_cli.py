@@ -129,14 +129,12 @@ def test_summary_takes_each_size_from_a_flag_the_tokenized_data_or_params_yaml_a
     assert ("assumed" in out) == any("assumed" in text for text in expected), out  # only where no data gives C
 
 
-def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(in_empty_dir, capsys):
-    corpus = _write(in_empty_dir / "corpus.txt", "\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))))
-    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 4000\n  model_file: spm.model\n")
-    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
-    main(["summary"])
+def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(classifier_files, capsys):
+    _params(Path("params.yaml"), "tokenizer:\n  vocab_size: 4000\n  model_file: data/tokenized/spm.model\n")
+    main(["summary"])  # no data/tokenized/meta.json: V from the model's pieces, not tokenizer.vocab_size
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("V=40 ")  # the model's pieces, not tokenizer.vocab_size
-    assert "V from tokenizer.model_file (spm.model) in params.yaml" in out
+    assert out.splitlines()[0].startswith("V=40 ")
+    assert "V from tokenizer.model_file (data/tokenized/spm.model) in params.yaml" in out
 
 
 @pytest.mark.parametrize("params, argv, message", [

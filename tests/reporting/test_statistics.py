@@ -48,8 +48,7 @@ def test_identical_systems_have_p_value_one_and_a_zero_interval():
 def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_share():
     """The same mean gap is less sure when the pretraining runs disagree, and the spread says so."""
     rng = np.random.default_rng(6)
-    base = rng.random((1, 1, 3000)) < 0.7
-    steady = np.repeat(base, 3, axis=0)
+    steady = np.repeat(rng.random((1, 1, 3000)) < 0.7, 3, axis=0)
     shifted = steady.copy()
     shifted[0, 0, :300] = True   # pretraining run 0 much better, run 2 much worse: same mean, more spread
     shifted[2, 0, :300] = False
@@ -58,15 +57,13 @@ def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_s
     assert wide["ci95_high"] - wide["ci95_low"] > narrow["ci95_high"] - narrow["ci95_low"]
     assert narrow["share"]["pretraining_runs"] == pytest.approx(0, abs=1e-12)  # identical runs: nothing to draw
     assert narrow["spread"]["finetuning_seeds"] == 0.0  # one seed per run
-    assert wide["share"]["pretraining_runs"] > 0.5
-    assert sum(wide["share"].values()) == pytest.approx(1.0)
+    assert wide["share"]["pretraining_runs"] > 0.5 and sum(wide["share"].values()) == pytest.approx(1.0)
 
 
 def test_fine_tuning_seeds_are_resampled_within_each_pretraining_run():
     """Seeds that disagree inside every run move the seeds' share, not the runs': the runs' means agree."""
     rng = np.random.default_rng(2)
-    base = rng.random((1, 1, 2000)) < 0.7
-    a = np.repeat(np.repeat(base, 2, axis=1), 3, axis=0).copy()
+    a = np.repeat(np.repeat(rng.random((1, 1, 2000)) < 0.7, 2, axis=1), 3, axis=0)
     a[:, 0, :200] = True
     a[:, 1, :200] = False
     b = np.repeat(np.repeat(rng.random((1, 1, 2000)) < 0.65, 2, axis=1), 3, axis=0)
