@@ -16,8 +16,7 @@ def test_the_difference_of_two_gaps_is_tested_with_both_intervals():
     # each interval +-z95 se: se = 0.01 and 0.02, so the difference 0.05 is 0.05 / sqrt(0.0005) standard errors
     difference, p = difference_test((0.08, 0.08 - 0.01 * z95, 0.08 + 0.01 * z95),
                                     (0.03, 0.03 - 0.02 * z95, 0.03 + 0.02 * z95))
-    assert difference == pytest.approx(0.05)
-    assert p == pytest.approx(2 * stats.norm.sf(0.05 / 0.0005**0.5))
+    assert difference == pytest.approx(0.05) and p == pytest.approx(2 * stats.norm.sf(0.05 / 0.0005**0.5))
     assert difference_test((0.0, -0.01, 0.01), (0.0, -0.01, 0.01)) == (0.0, 1.0)
 
 

@@ -69,8 +69,7 @@ def test_trained_tokenizer_has_the_fixed_special_ids_and_keeps_sentencepiece_ids
     assert tokenizer.special_ids() == {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
     mask_id = sp.piece_to_id(MASK_PIECE)
     assert mask_id not in (PAD_ID, UNK_ID, BOS_ID, EOS_ID) and sp.id_to_piece(mask_id) == MASK_PIECE
-    assert sp.is_control(mask_id)
-    assert tokenizer.encode("the film was good") == sp.encode("the film was good")
+    assert sp.is_control(mask_id) and tokenizer.encode("the film was good") == sp.encode("the film was good")
     pieces = sp.encode("the film was good", out_type=str)  # pieces map to ids without retokenizing
     assert tokenizer.pieces_to_ids(" ".join(pieces)) == sp.encode("the film was good")
     assert tokenizer.pieces_to_ids("\u2581zzzqqq") == [UNK_ID]
@@ -151,8 +150,7 @@ def test_the_training_sample_is_capped_by_bytes_as_well_as_lines_and_drawn_by_th
     long.write_text(("x" * 99 + "\n") * 1000)  # 100,000 bytes, 100 per line
     assert training_sample_lines(short, 500, budget=10_000) == 500  # within the budget: the line cap alone
     assert training_sample_lines(long, 500, budget=10_000) == 100  # 10,000 bytes / 100 per line
-    assert training_sample_lines(long, 50, budget=10_000) == 50
-    assert training_sample_lines(long, 500, budget=10) == 1
+    assert training_sample_lines(long, 50, budget=10_000) == 50 and training_sample_lines(long, 500, budget=10) == 1
     corpus = tmp_path / "corpus.txt"  # the sample: drawn by the seed, kept in the corpus order
     corpus.write_bytes(b"".join(b"line %d\n" % n for n in range(99)) + b"carriage\rreturn")  # last line: no newline
     sample = list(sampled_lines(corpus, 10, seed=0))
