@@ -1,18 +1,16 @@
 """The pinned-file cache: an unwritable cache is refused in one line naming LMTRANSFER_CACHE_DIR."""
 
+import hashlib
 import os
 
 import pytest
 
 from lmtransfer.core.errors import DataSourceError
-from lmtransfer.core.io import sha256_of
 from lmtransfer.data.pinned import cache_dir, fetch_pinned
 
 
 def test_a_file_is_fetched_once_into_the_cache_and_checked(tmp_path):
-    source = tmp_path / "source.bin"
-    source.write_bytes(b"pinned bytes")
-    digest = sha256_of(source)
+    digest = hashlib.sha256(b"pinned bytes").hexdigest()
     path = fetch_pinned("file.bin", digest, "a file", lambda to: to.write_bytes(b"pinned bytes"), tmp_path / "cache")
     assert path.read_bytes() == b"pinned bytes"
     assert path == fetch_pinned("file.bin", digest, "a file", lambda to: pytest.fail("again"), tmp_path / "cache")

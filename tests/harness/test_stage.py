@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ from lmtransfer.modeling.model import LanguageModel
 from lmtransfer.training import finetune_start
 from lmtransfer.training.stage_args import parse_finetune_args, parse_pretrain_args
 
-from shipped import shipped_raw
+from shipped import REPO, shipped_raw
 
 
 def test_a_stage_named_by_its_arguments_says_which_one_finished(capsys):
@@ -59,9 +58,8 @@ def test_every_expected_error_shares_one_base():
 
 def test_a_stage_run_in_a_copy_of_the_repository_imports_the_copys_code(tmp_path):
     """`dvc exp run --temp/--queue` runs the stages in a copy; the editable install points at the main checkout."""
-    repo = Path(__file__).resolve().parents[2]
     (tmp_path / "stages").mkdir()
-    shutil.copy(repo / "stages" / "_checkout.py", tmp_path / "stages")
+    shutil.copy(REPO / "stages" / "_checkout.py", tmp_path / "stages")
     (tmp_path / "src" / "lmtransfer").mkdir(parents=True)
     (tmp_path / "src" / "lmtransfer" / "__init__.py").write_text("WHERE = 'the copy'\n")
     (tmp_path / "stages" / "probe.py").write_text("import _checkout\nimport lmtransfer\nprint(lmtransfer.WHERE)\n")

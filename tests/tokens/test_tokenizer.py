@@ -76,17 +76,14 @@ def test_trained_tokenizer_has_the_fixed_special_ids_and_keeps_sentencepiece_ids
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
-def test_training_either_model_type_is_reproducible(corpus_file, model_type):
+def test_training_either_model_type_is_reproducible_and_a_too_large_vocab_size_names_the_key(corpus_file, model_type):
     params = shipped("tokenizer", vocab_size=VOCAB, model_type=model_type)
     model = train_sentencepiece(corpus_file, params, seed=1)
     assert model == train_sentencepiece(corpus_file, params, seed=1)
     trained = spm.SentencePieceProcessor(model_proto=model)
     assert trained.get_piece_size() == VOCAB and trained.bos_id() == BOS_ID
-
-
-def test_too_large_vocab_size_names_the_parameter(corpus_file):
     with pytest.raises(TokenizerError, match=r"tokenizer\.vocab_size"):
-        train_sentencepiece(corpus_file, shipped("tokenizer", vocab_size=5000))
+        train_sentencepiece(corpus_file, params.model_copy(update={"vocab_size": 5000}))
 
 
 def test_a_user_model_without_padding_gets_one_appended(corpus_file):
