@@ -46,8 +46,7 @@ def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experime
     assert first.split()[:3] == ["a", "0.001", "0.660"] and "+0.060 [+0.040, +0.080]" in first
     words = " ".join(table.split())
     assert "0.600 ± 0.020" in first and "over 3 runs" in words and "0.800 in every experiment" in words
-    figure = plot_by(rows, "finetune.lr", tmp_path / "compare.png")
-    assert figure.read_bytes()[:4] == b"\x89PNG"
+    assert plot_by(rows, "finetune.lr", tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_table_fits_120_columns_with_two_swept_params_and_shows_differing_baselines():
@@ -84,8 +83,8 @@ def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monke
     monkeypatch.setattr(experiments_module, "dvc_output", lambda root, *args: json.dumps(shown))
     reports = {"workspace": {"r": 1}, "abc1234def": {"r": 1}, "f00": {"r": 2}}
     monkeypatch.setattr(experiments_module, "_report_at", lambda root, rev: reports[rev])
-    found = list_experiments(tmp_path)
-    assert [(e.name, e.params) for e in found] == [("main", {"finetune.lr": 1}), ("exp-1", {"finetune.lr": 2})]
+    assert [(e.name, e.params) for e in list_experiments(tmp_path)] == [("main", {"finetune.lr": 1}),
+                                                                       ("exp-1", {"finetune.lr": 2})]
     assert [e.name for e in list_experiments(tmp_path, "exp-")] == ["exp-1"]  # the unchanged workspace left out
     reports["workspace"] = {"r": 3}
     assert [e.name for e in list_experiments(tmp_path)] == ["workspace", "main", "exp-1"]
