@@ -25,19 +25,18 @@ def test_a_stage_named_by_its_arguments_says_which_one_finished(capsys):
     assert capsys.readouterr().out.startswith("finetune_scratch@2: done in ")
 
 
-def _raise(error: Exception):
-    def main() -> None:
-        raise error
-    return main
-
-
 @pytest.mark.parametrize("error", [ConfigError("model.d_model: bad"), MissingOutputError("x: not found"),
                                    DeviceError("train.device='cuda' but no CUDA device is available"),
                                    KeyError("a bug, not a user problem")])
 def test_expected_problems_are_one_line_and_exit_status_1_and_a_bug_keeps_its_traceback(capsys, monkeypatch, error):
     monkeypatch.delenv("LMTRANSFER_DEBUG", raising=False)
+
+    @stage_main("pretrain")
+    def main() -> None:
+        raise error
+
     with pytest.raises(SystemExit if isinstance(error, LmtransferError) else KeyError) as raised:
-        stage_main("pretrain")(_raise(error))()
+        main()
     if isinstance(error, LmtransferError):
         assert raised.value.code == 1 and capsys.readouterr().err == f"pretrain: error: {error}\n"
 

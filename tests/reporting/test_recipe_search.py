@@ -56,8 +56,8 @@ def test_the_table_names_each_candidates_changes_and_the_machine_that_measured_t
     assert written["machine"] == gpu and written["code"] == "abc1234"
     assert written["command"].startswith("python benchmarks/recipe_search.py --fp32 --name NAME")
     assert written["rows"][0][:4] == ["as-is", "none (params.yaml at abc1234)", "0.700 / 0.740", "0.600 / 0.720"]
-    assert written["rows"][1][1] == "model.embedding_init=uniform"  # and the best epochs, as the pipeline keeps them:
-    assert written["rows"][1][4:] == [0.1, 0.02, 80.0, 10.0, "0.740 / 0.720"]
+    assert written["rows"][1][1] == "model.embedding_init=uniform"
+    assert written["rows"][1][4:] == [0.1, 0.02, 80.0, 10.0, "0.740 / 0.720"]  # the best epochs: the pipeline keeps
 
 
 def test_the_pipeline_timer_reads_each_stages_own_line_from_a_printout(recipe_search):
