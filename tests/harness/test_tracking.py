@@ -156,8 +156,7 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
     assert orphan.info.status == "RUNNING"
     killed_pipeline = orphan.data.tags["mlflow.parentRunId"]
     assert client.get_run(killed_pipeline).info.status == "RUNNING"
-    # a run whose process is alive (this one) is left alone
-    alive = client.create_run(experiment.experiment_id, run_name="pretrain",
+    alive = client.create_run(experiment.experiment_id, run_name="pretrain",  # its process (this one) lives: kept
                               tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
     with stage_run("pretrain", {"pretrain": {"lr": 0.1}}) as run:
         new_id = run.info.run_id

@@ -235,8 +235,7 @@ def test_tokenized_splits_load_and_match_the_prepared_texts(tokenized):
         for index in range(len(split)):
             sequence = split.sequence(index)
             assert len(sequence) == split.lengths()[index]
-            # labeled texts carry no EOS: the pooled last token is the text's own last piece
-            assert sequence[0] == BOS_ID and EOS_ID not in sequence
+            assert sequence[0] == BOS_ID and EOS_ID not in sequence  # no EOS: the pooled last token is the text's
             assert sp.decode(sequence[1:].tolist()) == table["text"][index]
 
 
