@@ -3,15 +3,18 @@
 import argparse
 import io
 import json
+import re
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 import torch
+from ruamel.yaml import YAML
 
 from lmtransfer.cli.main import build_parser, main
 from lmtransfer.modeling.checkpoint import save_checkpoint
-from lmtransfer.modeling.model import Classifier, ModelConfig, expected_base_parameters
+from lmtransfer.modeling.model import Classifier, ModelConfig
 from lmtransfer.tokens.tokenizer import (
     SentencePieceTokenizer,
     save_tokenizer,
@@ -19,7 +22,7 @@ from lmtransfer.tokens.tokenizer import (
     train_sentencepiece,
 )
 
-from shipped import shipped, shipped_raw
+from shipped import REPO, shipped, shipped_raw
 
 
 @pytest.fixture(autouse=True)
@@ -29,16 +32,13 @@ def in_empty_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _params(path: Path, text: str) -> Path:
+def _params(path: Path, text: str) -> None:
     """A params file: the repository's (translation's, under translation/) with the sections of `text` merged in."""
-    from ruamel.yaml import YAML
-
     changes = YAML(typ="safe").load(text) or {}
     raw = shipped_raw(changes, "translation" if path.parent.name == "translation" else "classification")
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out:
         YAML(typ="safe").dump(raw, out)
-    return path
 
 
 def _write(path: Path, text: str) -> Path:
@@ -47,22 +47,12 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _tokenized_meta(root: Path, vocab_size: int, label_names: list[str]) -> None:
-    _write(root / "data/tokenized/meta.json", json.dumps({"vocab_size": vocab_size, "label_names": label_names}))
-
-
-def _totals(V, D, N, F, C) -> tuple[str, str]:
-    base = expected_base_parameters(V, D, N, F)
-    return f"{base + D * C + C:,}", f"{base + D * V + V:,}"
-
-
-# --- help ---------------------------------------------------------------------------------
+def _meta(vocab_size: int, *labels: str) -> str:
+    return json.dumps({"vocab_size": vocab_size, "label_names": list(labels)})
 
 
 def test_every_command_and_option_has_clean_help_stating_each_default_once(capsys):
     """No `%%` left unformatted, no `(default: ...)` twice or empty, no internal module names."""
-    import re
-
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert set(commands) == {"summary", "params", "generate", "fill", "results", "report", "predict", "translate",
@@ -73,9 +63,7 @@ def test_every_command_and_option_has_clean_help_stating_each_default_once(capsy
         assert sub.description and "%%" not in text and "%(" not in text and "cli." not in text, name
         assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), name
         assert "(default: )" not in text and "(default: None)" not in text, name
-        for action in sub._actions if sub is not parser else []:
-            if isinstance(action, argparse._HelpAction):
-                continue
+        for action in [a for a in sub._actions if not isinstance(a, argparse._HelpAction)] if sub is not parser else []:
             where = f"{name} {'/'.join(action.option_strings) or action.dest}"
             assert action.help and len(action.help) > 10, f"{where} has no help text"
             if action.default is argparse.SUPPRESS or "default" in action.help:  # said in words, once
@@ -86,70 +74,67 @@ def test_every_command_and_option_has_clean_help_stating_each_default_once(capsy
                 shown = {f"(default: {action.default})", f"(default: {action.default!r})"}
                 assert any(s in text for s in shown), f"{where}: its default is not in `lmtransfer {name} --help`"
     generate = " ".join(commands["generate"].format_help().split())
-    assert "(default: 0.8)" in generate and "(default: 40)" in generate and "(default: models/pretrained/seed0.pt)" in generate
+    assert all(f"(default: {value})" in generate for value in ("0.8", "40", "models/pretrained/seed0.pt"))
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
 def test_version_prints_the_installed_version(flag, capsys):
-    from importlib.metadata import version
-
     with pytest.raises(SystemExit) as exit_:
         main([flag])
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"lmtransfer {version('lmtransfer')}"
 
 
-# --- summary ------------------------------------------------------------------------------
-
 MODEL_64 = "model:\n  n_layers: 2\n  d_model: 64\n  n_heads: 4\n  d_ff: 128\n"
 FLAGS = ["--vocab-size", "100", "--d-model", "200", "--n-layers", "4", "--n-heads", "2", "--d-ff", "200"]
+META = "data/tokenized/meta.json"
+DICTIONARY = {"project/data/raw/dict.txt": "".join(f"p{i} 1\n" for i in range(10)),  # + <sos> <pad> <eos> <oov>
+              "project/params.yaml": "data: {source: files, train: data/raw/train.spm, format: pieces}\n"
+                                     "tokenizer: {vocab_file: data/raw/dict.txt}\n"}  # relative to params.yaml
+TRANSLATION = {"params.yaml": "model:\n  n_layers: 4\n  d_model: 200\n  n_heads: 2\n  d_ff: 200\n",  # not read
+               "translation/params.yaml": "task: translation\n"
+                                          "model: {n_layers: 2, d_model: 128, n_heads: 4, d_ff: 512, dropout: 0.0}",
+               f"translation/{META}": json.dumps({"vocab_size": 4000})}
 
 
-@pytest.mark.parametrize("params, meta, argv, first, expected", [
-    ("", None, [*FLAGS, "--n-classes", "2"], "V=100 D=200 N=4 A=2 F=200 C=2",
+@pytest.mark.parametrize("files, argv, first, expected", [
+    ({}, [*FLAGS, "--n-classes", "2"], "V=100 D=200 N=4 A=2 F=200 C=2",
      ["V from --vocab-size; C from --n-classes; D from --d-model", "= base", "988,000", "988,402", "1,008,100"]),
-    ("", None, ["--vocab-size", "50001", *FLAGS[2:]], "V=50001 D=200 N=4 A=2 F=200 C=2", ["10,968,602", "21,018,401"]),
-    (MODEL_64, (300, ["high", "low", "normal"]), [], "V=300 D=64 N=2 A=4 F=128 C=3",
-     ["V, C from data/tokenized/meta.json; D, N, A, F from params.yaml\n", *_totals(300, 64, 2, 128, 3)]),
-    ("tokenizer:\n  vocab_size: 1000\n", None, [], "V=1000 D=256 N=2 A=2 F=256 C=2",
+    ({}, ["--vocab-size", "50001", *FLAGS[2:]], "V=50001 D=200 N=4 A=2 F=200 C=2",
+     ["10,968,602", "21,018,401", "C = 2, assumed"]),
+    ({"params.yaml": MODEL_64, META: _meta(300, "high", "low", "normal")}, [], "V=300 D=64 N=2 A=4 F=128 C=3",
+     ["V, C from data/tokenized/meta.json; D, N, A, F from params.yaml\n", "86,339", "105,644"]),
+    ({"params.yaml": "tokenizer:\n  vocab_size: 1000\n"}, [], "V=1000 D=256 N=2 A=2 F=256 C=2",
      ["V from tokenizer.vocab_size in params.yaml", "C = 2, assumed (no data/tokenized/meta.json yet",
-      _totals(1000, 256, 2, 256, 2)[0]]),
-    (MODEL_64, (300, ["neg", "pos"]), ["--n-layers", "6", "--n-classes", "5"], "V=300 D=64 N=6 A=4 F=128 C=5",
+      "1,048,066"]),
+    ({"params.yaml": MODEL_64, META: _meta(300, "neg", "pos")}, ["--n-layers", "6", "--n-classes", "5"],
+     "V=300 D=64 N=6 A=4 F=128 C=5",
      ["\nV from data/tokenized/meta.json; C from --n-classes; D, A, F from params.yaml; N from --n-layers\n"]),
-    ("tokenizer:\n  vocab_size: 8000\n", (4000, ["neg", "pos"]), [], "V=4000 D=256 N=2 A=2 F=256 C=2",
+    ({"params.yaml": "tokenizer:\n  vocab_size: 8000\n", META: _meta(4000, "neg", "pos")},
+     [], "V=4000 D=256 N=2 A=2 F=256 C=2",
      ["note: tokenizer.vocab_size in params.yaml now gives V = 8000", "dvc repro tokenize"]),
-], ids=["flags", "french-vocabulary", "params-and-meta", "before-tokenize", "flags-override", "stale-meta"])
+    (DICTIONARY, ["--params", "{root}/project/params.yaml"], "V=14 D=256 N=2 A=2 F=256 C=2",
+     ["V from tokenizer.vocab_file ({root}/project/data/raw/dict.txt) in {root}/project/params.yaml", "assumed"]),
+    (TRANSLATION, ["--translation"], "encoder-decoder V=4000 D=128 N_enc=2 N_dec=2 A=4 F=512",
+     ["from translation/params.yaml", "1,953,696"]),  # translation/params.yaml, not the params.yaml beside it
+], ids=["flags", "french-vocabulary", "params-and-meta", "before-tokenize", "flags-override", "stale-meta",
+        "dictionary", "translation"])
 def test_summary_takes_each_size_from_a_flag_the_tokenized_data_or_params_yaml_and_says_which(
-        in_empty_dir, capsys, params, meta, argv, first, expected):
-    if params:
-        _params(in_empty_dir / "params.yaml", params)
-    if meta:
-        _tokenized_meta(in_empty_dir, *meta)
-    main(["summary", *argv])
+        in_empty_dir, capsys, files, argv, first, expected):
+    for name, text in files.items():
+        (_params if name.endswith("params.yaml") else _write)(in_empty_dir / name, text)
+    main(["summary", *(arg.format(root=in_empty_dir) for arg in argv)])
     out = capsys.readouterr().out
+    expected = [text.format(root=in_empty_dir) for text in expected]
     assert out.splitlines()[0] == first and all(text in out for text in expected), out
+    assert ("assumed" in out) == any("assumed" in text for text in expected), out  # only where no data gives C
 
 
-def test_summary_takes_V_from_the_dictionary_params_yaml_names_relative_to_that_file(in_empty_dir, capsys):
-    project = in_empty_dir / "project"
-    _write(project / "data/raw/dict.txt", "".join(f"p{i} 1\n" for i in range(10)))
-    _params(project / "params.yaml", (
-        "data: {source: files, train: data/raw/train.spm, format: pieces}\n"
-        "tokenizer: {vocab_file: data/raw/dict.txt}\n"
-    ))
-    main(["summary", "--params", str(project / "params.yaml")])
+def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(classifier_files, capsys):
+    _params(Path("params.yaml"), "tokenizer:\n  vocab_size: 4000\n  model_file: data/tokenized/spm.model\n")
+    main(["summary"])  # no data/tokenized/meta.json: V from the model's pieces, not tokenizer.vocab_size
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("V=14 ")  # 10 entries + <sos> <pad> <eos> <oov>
-    assert f"V from tokenizer.vocab_file ({project / 'data/raw/dict.txt'}) in {project / 'params.yaml'}" in out
-
-
-def test_summary_takes_V_from_an_existing_sentencepiece_model_params_yaml_names(in_empty_dir, capsys):
-    corpus = _write(in_empty_dir / "corpus.txt", "\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))))
-    _params(in_empty_dir / "params.yaml", "tokenizer:\n  vocab_size: 4000\n  model_file: spm.model\n")
-    (in_empty_dir / "spm.model").write_bytes(train_sentencepiece(corpus, shipped("tokenizer", vocab_size=40)))
-    main(["summary"])
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("V=40 ")  # the model's pieces, not tokenizer.vocab_size
-    assert "V from tokenizer.model_file (spm.model) in params.yaml" in out
+    assert out.splitlines()[0].startswith("V=40 ")
+    assert "V from tokenizer.model_file (data/tokenized/spm.model) in params.yaml" in out
 
 
 @pytest.mark.parametrize("params, argv, message", [
@@ -171,25 +156,25 @@ def test_summary_refuses_in_one_line_naming_what_is_missing_or_wrong_and_where_i
         main(["summary", *argv])
 
 
-def test_summary_takes_a_vocabulary_size_or_a_dictionary_not_both(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["summary", "--vocab-size", "100", "--vocab-file", "dict.txt"])
-    assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
+BAD_GENERATE = [("--temperature", "-1"), ("--temperature", "-0.1"), ("--tokens", "0"), ("--top-k", "-1"),
+                ("--samples", "0"), ("--tokens", "many")]
+NOT_UTF8 = [["predict", "caf\udce9 good"], ["generate", "caf\udce9"], ["fill", "caf\udce9 <mask>"],
+            ["translate", "caf\udce9"]]  # Python hands undecodable argument bytes over as lone surrogates
 
 
-# --- generate -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("option, value", [
-    ("--temperature", "-1"), ("--temperature", "-0.1"), ("--tokens", "0"), ("--top-k", "-1"), ("--samples", "0"),
-    ("--tokens", "many"),
+@pytest.mark.parametrize("argv, said", [
+    *(([*command, "--checkpoint", "nothing.pt"], ["is not UTF-8 (byte 0xe9 at character 4): convert it to UTF-8"])
+      for command in NOT_UTF8),
+    *((["generate", "hello", option, value, "--checkpoint", "nothing.pt"], [f"argument {option}", value])
+      for option, value in BAD_GENERATE),
+    (["summary", "--vocab-size", "100", "--vocab-file", "dict.txt"], ["not allowed with"]),
 ])
-def test_generate_rejects_impossible_settings_before_loading_anything(option, value, capsys):
+def test_impossible_settings_are_usage_errors_before_loading_anything(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["generate", "hello", option, value, "--checkpoint", "nothing.pt"])
+        main(argv)
     assert exit_.value.code == 2  # argparse's usage error, not the missing checkpoint
     err = capsys.readouterr().err
-    assert f"argument {option}" in err and value in err
+    assert all(text in err for text in said), err
 
 
 def test_generate_accepts_the_boundaries():
@@ -198,19 +183,15 @@ def test_generate_accepts_the_boundaries():
     assert (args.temperature, args.top_k, args.tokens, args.samples) == (0.0, 0, 1, 1)
 
 
-# --- predict ------------------------------------------------------------------------------
-
-
 class Terminal(io.StringIO):
     """Standard input attached to a terminal: reading it would wait for the user."""
 
-    def isatty(self) -> bool:
-        return True
+    isatty = lambda self: True  # noqa: E731
+    read = readline = readlines = __iter__ = __next__ = lambda self, *args: pytest.fail("read the terminal")
 
-    def read(self, *args):
-        raise AssertionError("predict read from the terminal instead of stopping")
 
-    readline = readlines = __iter__ = __next__ = read
+def _piped(data: bytes) -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
 
 
 @pytest.mark.parametrize("argv, stdin, problem", [
@@ -220,32 +201,13 @@ class Terminal(io.StringIO):
     (["predict", "   "], None, "the text is empty"),
     (["predict", "a fine film", "\t "], None, "text 2 of 2 is empty"),
     (["translate", "  "], None, "nothing to translate"),
-], ids=["terminal", "blank-lines", "empty", "spaces", "second-empty", "translate"])
+    (["predict"], _piped(b"nice film\ncaf\xe9 good\n"), r"line 2 of standard input is not UTF-8 \(byte 0xe9 at byte 4"),
+], ids=["terminal", "blank-lines", "empty", "spaces", "second-empty", "translate", "not-utf8"])
 def test_no_text_or_an_empty_one_is_refused_before_loading_a_model(argv, stdin, problem, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", stdin or Terminal())
     with pytest.raises(SystemExit, match=problem):
         main([*argv, "--checkpoint", "nothing.pt"])
     assert capsys.readouterr().out == ""
-
-
-def _bytes_on_stdin(monkeypatch, data: bytes) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape"))
-
-
-def test_a_piped_line_that_is_not_utf8_stops_predict_naming_the_line_and_byte(monkeypatch, capsys):
-    _bytes_on_stdin(monkeypatch, b"nice film\ncaf\xe9 good\n")
-    with pytest.raises(SystemExit, match=r"line 2 of standard input is not UTF-8 \(byte 0xe9 at byte 4\): convert"):
-        main(["predict", "--checkpoint", "nothing.pt"])  # before any model loads
-    assert capsys.readouterr().out == ""
-
-
-@pytest.mark.parametrize("argv", [["predict", "caf\udce9 good"], ["generate", "caf\udce9"], ["fill", "caf\udce9 <mask>"],
-                                  ["translate", "caf\udce9"]])
-def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_the_byte(argv, capsys):
-    with pytest.raises(SystemExit) as exit_:  # Python hands undecodable argument bytes over as lone surrogates
-        main([*argv, "--checkpoint", "nothing.pt"])
-    assert exit_.value.code == 2
-    assert "is not UTF-8 (byte 0xe9 at character 4): convert it to UTF-8" in capsys.readouterr().err
 
 
 WORDS = "the a film movie was is good bad great dull moving long short story actor plot".split()
@@ -269,8 +231,7 @@ def classifier_files(in_empty_dir):
 
 
 def _predictions(out: str) -> list[tuple[str, float, str]]:
-    rows = [line.split("\t") for line in out.splitlines()]
-    return [(label, float(probability), text) for label, probability, text in rows]
+    return [(label, float(p), text) for label, p, text in (row.split("\t") for row in out.splitlines())]
 
 
 def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, monkeypatch, capsys):
@@ -281,13 +242,14 @@ def test_predict_labels_argument_texts_and_piped_lines_alike(classifier_files, m
     monkeypatch.setattr(sys, "stdin", io.StringIO("a good film\n\n   \ndull and long\r\n"))
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments  # blank lines skipped, line ends dropped
-    _bytes_on_stdin(monkeypatch, b"\xef\xbb\xbfa good film\r\n")  # UTF-8 bytes with a byte order mark
+    monkeypatch.setattr(sys, "stdin", _piped(b"\xef\xbb\xbfa good film\r\n"))  # UTF-8 with a byte order mark
     main(["predict", "--checkpoint", str(classifier_files)])
     assert _predictions(capsys.readouterr().out) == from_arguments[:1]
 
 
 def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifier_files, in_empty_dir):
-    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt", shipped("tokenizer", vocab_size=42)))
+    retrained = SentencePieceTokenizer(train_sentencepiece(in_empty_dir / "corpus.txt",
+                                                           shipped("tokenizer", vocab_size=42)))
     save_tokenizer(retrained, in_empty_dir / "data/tokenized")  # tokenize ran again with another vocab_size
     with pytest.raises(SystemExit) as exit_:
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
@@ -300,35 +262,22 @@ def test_a_model_is_never_used_with_a_tokenizer_it_was_not_trained_with(classifi
         main(["predict", "awful boring film", "--checkpoint", str(classifier_files)])
 
 
-def test_summary_translation_describes_the_translation_pipelines_own_params(in_empty_dir, capsys):
-    """`--translation` reads translation/params.yaml by default, not the classification params.yaml beside it."""
-    _params(in_empty_dir / "params.yaml", "model:\n  n_layers: 4\n  d_model: 200\n  n_heads: 2\n  d_ff: 200\n")
-    _params(in_empty_dir / "translation/params.yaml",
-           "task: translation\nmodel:\n  n_layers: 2\n  d_model: 128\n  n_heads: 4\n  d_ff: 512\n  dropout: 0.0\n")
-    _write(in_empty_dir / "translation/data/tokenized/meta.json", json.dumps({"vocab_size": 4000}))
-    main(["summary", "--translation"])
-    out = capsys.readouterr().out
-    assert out.splitlines()[0] == "encoder-decoder V=4000 D=128 N_enc=2 N_dec=2 A=4 F=512"
-    assert "from translation/params.yaml" in out and "assumed" not in out
-    assert "1,953,696" in out
-
-
-@pytest.mark.parametrize("command, hint", [
-    (["translate", "the cat sleeps"], "`make run-translation`, or `dvc repro translation/dvc.yaml`"),
-    (["predict", "a fine film"], "`make run`, or `dvc repro`"),
-    (["generate", "hello"], "`make run`, or `dvc repro`"),
+@pytest.mark.parametrize("command, said", [
+    (["translate", "the cat sleeps"], "(run the stage that produces it: `make run-translation`, or `dvc repro "
+                                      "translation/dvc.yaml`)"),
+    (["predict", "a fine film"], "(run the stage that produces it: `make run`, or `dvc repro`)"),
+    (["generate", "hello"], "(run the stage that produces it: `make run`, or `dvc repro`)"),
+    (["scaling", "--pretraining-spread", "missing.json", "--root", "."], "--pretraining-spread missing.json: no such "
+                                                                         "file; give the evaluate"),  # as given
+    (["params", "--check", "params.yaml"], "params.yaml: parameter file not found; the pipeline reads its parameters "
+                                           "there: restore it (git checkout -- params.yaml) or write one"),
 ])
-def test_a_missing_model_names_the_pipeline_that_makes_it(in_empty_dir, command, hint):
+def test_a_missing_file_is_named_with_what_makes_or_restores_it(in_empty_dir, command, said):
     _write(in_empty_dir / "dvc.yaml", "stages: {}\n")
     _write(in_empty_dir / "translation/dvc.yaml", "stages: {}\n")
     with pytest.raises(SystemExit) as exit_:
         main(command)
-    assert str(exit_.value).startswith("error: ") and str(exit_.value).endswith(f"(run the stage that produces it: {hint})")
-
-
-def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(tmp_path):
-    with pytest.raises(SystemExit, match=r"--pretraining-spread .*missing\.json: no such file; give the evaluate\.json"):
-        main(["scaling", "--pretraining-spread", str(tmp_path / "missing.json"), "--root", str(tmp_path)])
+    assert str(exit_.value).startswith("error: ") and said in str(exit_.value), exit_.value
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -337,8 +286,7 @@ def test_a_missing_pretraining_spread_file_is_named_as_the_option_the_user_gave(
     (b"\xff\xfe{}", "cannot be read"),  # not UTF-8
 ])
 def test_results_names_a_damaged_result_file(content, problem):
-    """`metrics/evaluate.json` cut to 300 bytes gave `error: Expecting ',' delimiter: line 11 column 38 (char 300)`,
-    naming no file (issue 71)."""
+    """`metrics/evaluate.json` cut short gave `error: Expecting ',' delimiter: ...`, naming no file (issue 71)."""
     path = Path("metrics/evaluate.json")
     path.parent.mkdir()
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -349,25 +297,15 @@ def test_results_names_a_damaged_result_file(content, problem):
     assert "git checkout -- metrics/evaluate.json" in message and "\n" not in message
 
 
-def test_params_check_names_a_missing_params_file_and_how_to_restore_it():
-    with pytest.raises(SystemExit) as stopped:
-        main(["params", "--check", "params.yaml"])
-    assert str(stopped.value) == ("error: params.yaml: parameter file not found; the pipeline reads its parameters "
-                                  "there: restore it (git checkout -- params.yaml) or write one")
-
-
 @pytest.mark.parametrize("change, problem", [("nokey=1", "nokey=1: not `section.key=value`"),
                                              ("finetune.nokey=1", "finetune.nokey is not a key of params.yaml")])
 def test_course_checks_its_set_changes_before_fetching_any_file(change, problem, monkeypatch):
     """Without the course's files, a bad key failed on the download, not on the key (issue 71)."""
     from lmtransfer.course import files
 
-    def no_download(*args, **kwargs):
-        raise AssertionError("the files were fetched before --set was checked")
-
-    monkeypatch.setattr(files, "gather", no_download)
+    monkeypatch.setattr(files, "gather", lambda *args, **kwargs: pytest.fail("fetched the files before checking --set"))
     for name in ("params.yaml", "profiles/course.yaml"):
-        _write(Path(name), (Path(__file__).resolve().parents[2] / name).read_text(encoding="utf-8"))
+        _write(Path(name), (REPO / name).read_text(encoding="utf-8"))
     with pytest.raises(SystemExit) as stopped:
         main(["course", "--set", change])
     assert problem in str(stopped.value)

@@ -1,5 +1,4 @@
-"""The parameter tables of docs/guide/parameters.md: each key's value read from the task's params file, its meaning
-from the parameter model, its readers from the task's dvc.yaml; the page holds what the files give."""
+"""docs/guide/parameters.md's tables: values from the params file, meanings from the model, readers from dvc.yaml."""
 
 from pathlib import Path
 

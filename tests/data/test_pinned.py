@@ -1,50 +1,34 @@
 """The pinned-file cache: an unwritable cache is refused in one line naming LMTRANSFER_CACHE_DIR."""
 
-from __future__ import annotations
-
+import hashlib
 import os
 
 import pytest
 
 from lmtransfer.core.errors import DataSourceError
-from lmtransfer.core.io import sha256_of
 from lmtransfer.data.pinned import cache_dir, fetch_pinned
 
 
-def _writer(content: bytes):
-    def download(destination):
-        destination.write_bytes(content)
-    return download
-
-
 def test_a_file_is_fetched_once_into_the_cache_and_checked(tmp_path):
-    source = tmp_path / "source.bin"
-    source.write_bytes(b"pinned bytes")
-    digest = sha256_of(source)
-    path = fetch_pinned("file.bin", digest, "a file", _writer(b"pinned bytes"), tmp_path / "cache")
+    digest = hashlib.sha256(b"pinned bytes").hexdigest()
+    path = fetch_pinned("file.bin", digest, "a file", lambda to: to.write_bytes(b"pinned bytes"), tmp_path / "cache")
     assert path.read_bytes() == b"pinned bytes"
-    assert fetch_pinned("file.bin", digest, "a file", _writer(b"never used"), tmp_path / "cache") == path
+    assert path == fetch_pinned("file.bin", digest, "a file", lambda to: pytest.fail("again"), tmp_path / "cache")
 
 
-def test_a_cache_that_is_a_file_names_the_variable_to_set(tmp_path):
-    blocker = tmp_path / "cache"
-    blocker.write_text("not a folder")
-    with pytest.raises(DataSourceError) as info:
-        fetch_pinned("file.bin", "0" * 64, "a file", _writer(b"x"), blocker)
-    assert str(info.value).startswith(f"the dataset cache {blocker} cannot hold file.bin")
-    assert "LMTRANSFER_CACHE_DIR" in str(info.value)
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_a_read_only_cache_names_the_variable_to_set(tmp_path):
-    folder = tmp_path / "cache"
-    folder.mkdir()
-    folder.chmod(0o555)
+@pytest.mark.parametrize("block", [lambda cache: cache.write_text("not a folder"), pytest.param(
+    lambda cache: cache.mkdir(mode=0o555), marks=pytest.mark.skipif(os.geteuid() == 0, reason="root writes anyway"))],
+    ids=["a file", "read-only"])
+def test_a_cache_that_cannot_hold_the_file_names_the_variable_to_set(tmp_path, block):
+    cache = tmp_path / "cache"
+    block(cache)
     try:
-        with pytest.raises(DataSourceError, match="LMTRANSFER_CACHE_DIR"):
-            fetch_pinned("file.bin", "0" * 64, "a file", _writer(b"x"), folder)
+        with pytest.raises(DataSourceError) as info:
+            fetch_pinned("file.bin", "0" * 64, "a file", lambda to: to.write_bytes(b"x"), cache)
     finally:
-        folder.chmod(0o755)
+        cache.chmod(0o755)
+    assert "LMTRANSFER_CACHE_DIR" in str(info.value)
+    assert not cache.is_file() or str(info.value).startswith(f"the dataset cache {cache} cannot hold file.bin")
 
 
 def test_the_cache_folder_follows_the_variable(monkeypatch, tmp_path):

@@ -1,7 +1,4 @@
-"""A file a parameter names as an input is refused when a stage of the same pipeline writes it (issue 71:
-`pretrain.init_from` at a fine-tune's checkpoint made every `dvc repro` pretrain again)."""
-
-from __future__ import annotations
+"""An input a parameter names is refused when a stage of the same pipeline writes it (it would never settle)."""
 
 import os
 

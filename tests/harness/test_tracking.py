@@ -1,14 +1,21 @@
 """MLflow tracking helpers that need no pipeline run."""
 
-from __future__ import annotations
-
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from torch import nn
 
+from lmtransfer.core.paths import PretrainOutputs
 from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, UI_WORKFLOW, process_tag, stage_run, ui_lines
+from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.modeling.model import ModelConfig
+from lmtransfer.training.finetune_start import language_model_start
+from lmtransfer.training.resume import clear_finished_snapshots
+from lmtransfer.training.stage_args import parse_finetune_args
 
 from shipped import shipped_params
 
@@ -16,9 +23,7 @@ from shipped import shipped_params
 @pytest.mark.slow
 def test_make_ui_opens_each_tasks_experiment_on_its_runs_table(tmp_path, monkeypatch):
     """`make ui` prints one link per task: classification and translation runs live in separate experiments."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    _own_store(monkeypatch, tmp_path, "ui")
     assert all("runs in this store yet" in line for line in ui_lines("http://h:1"))
     assert not (tmp_path / "mlflow.db").exists()  # asking for the links never creates a store
     from mlflow import MlflowClient
@@ -31,20 +36,30 @@ def test_make_ui_opens_each_tasks_experiment_on_its_runs_table(tmp_path, monkeyp
         f"http://h:1/#/experiments?{UI_WORKFLOW})"]
 
 
+@pytest.fixture(autouse=True)
+def unset_tracking_uri():
+    """A stage run points MLflow at its store for the whole process: put that back after each test."""
+    yield
+    if "mlflow" in sys.modules:
+        sys.modules["mlflow"].set_tracking_uri(None)
+
+
+def _own_store(monkeypatch, root, pipeline_id: str) -> None:
+    """Stages log to the project's own store under `root`, as one pipeline execution."""
+    monkeypatch.setenv("DVC_ROOT", str(root))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", pipeline_id)
+    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+
+
 @pytest.fixture
 def store(tmp_path, monkeypatch, empty_store):
-    """The project's own store under tmp_path, stages run from tmp_path (no params.yaml: classification); yields
-    a client of that store."""
-    import mlflow
+    """A client of the project's own (empty) store under tmp_path; stages run from tmp_path (no params.yaml)."""
     from mlflow import MlflowClient
 
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "one-repro")
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    _own_store(monkeypatch, tmp_path, "one-repro")
     monkeypatch.chdir(tmp_path)
-    yield MlflowClient(tracking_uri=f"sqlite:///{empty_store(tmp_path)}")
-    mlflow.set_tracking_uri(None)
+    return MlflowClient(tracking_uri=f"sqlite:///{empty_store(tmp_path)}")
 
 
 def _pipeline_of(client, run):
@@ -61,8 +76,7 @@ def test_the_pipeline_run_lasts_until_its_last_stage_ends(store):
     first, second = store.get_run(first.info.run_id), store.get_run(second.info.run_id)
     after = _pipeline_of(store, second)
     assert during.info.run_id == after.info.run_id == _pipeline_of(store, first).info.run_id
-    assert during.info.status == "RUNNING"
-    assert after.info.status == "FINISHED"
+    assert (during.info.status, after.info.status) == ("RUNNING", "FINISHED")
     assert after.info.start_time <= first.info.start_time
     assert after.info.end_time >= second.info.end_time >= second.info.start_time >= first.info.end_time
 
@@ -76,8 +90,7 @@ def test_the_pipeline_run_ends_as_its_last_stage_did(store):
     with pytest.raises(KeyboardInterrupt):
         with stage_run("tokenize", {}) as stopped:
             raise KeyboardInterrupt
-    assert store.get_run(stopped.info.run_id).info.status == "KILLED"
-    assert _pipeline_of(store, stopped).info.status == "KILLED"
+    assert store.get_run(stopped.info.run_id).info.status == _pipeline_of(store, stopped).info.status == "KILLED"
     with stage_run("tokenize", {}) as again:  # the same pipeline, run on: it ends as its latest stage did
         pass
     assert _pipeline_of(store, again).info.status == "FINISHED"
@@ -96,16 +109,7 @@ def test_the_pipeline_run_stays_running_while_another_of_its_stages_runs(store):
 
 @pytest.mark.slow
 def test_a_fine_tune_of_the_pretrained_model_logs_the_shape_of_its_checkpoint(store, tmp_path, monkeypatch):
-    """Its params leave `model.*` out (the checkpoint decides the shape): the run logs the checkpoint's, not
-    params.yaml's, so it compares with its scratch twin. The tracking layer logs what the stage gives it."""
-    from torch import nn
-
-    from lmtransfer.core.paths import PretrainOutputs
-    from lmtransfer.modeling.checkpoint import save_checkpoint
-    from lmtransfer.modeling.model import ModelConfig
-    from lmtransfer.training.finetune_start import language_model_start
-    from lmtransfer.training.stage_args import parse_finetune_args
-
+    """Its params leave `model.*` out: the run logs the checkpoint's shape, not params.yaml's, like its scratch twin."""
     config = ModelConfig(vocab_size=12, d_model=8, n_layers=3, n_heads=2, d_ff=16, dropout=0.0, causal=False)
     save_checkpoint(PretrainOutputs(0).checkpoint, nn.Linear(1, 1), "language_model", config)
     args = parse_finetune_args(["--init", "pretrained", "--pretrain-seed", "0", "--seed", "0"])
@@ -130,17 +134,15 @@ def test_the_pipeline_run_carries_every_key_of_params_yaml(store, tmp_path):
     assert _pipeline_of(store, run).data.params == {"task": "translation", "model.d_model": "16"}
 
 
-def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code: str):
-    """Run `code` in a child process that must die of SIGKILL, with the project's store under tmp_path;
-    return a client of that store and its experiment."""
+def _store_after_a_killed_process(tmp_path, monkeypatch, code: str):
+    """Run `code` in a child that must die of SIGKILL; then stages run as the next repro. Returns client, experiment."""
     from mlflow import MlflowClient
 
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # the project's own store, under DVC_ROOT
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", pipeline_id)
-    monkeypatch.delenv("LMTRANSFER_EXPERIMENT", raising=False)
+    _own_store(monkeypatch, tmp_path, "killed-repro")
+    code = f"import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n{code}"
     killed = subprocess.run([sys.executable, "-c", code], env={**os.environ}, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
+    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     return client, client.get_experiment_by_name("lmtransfer")
 
@@ -148,26 +150,16 @@ def _store_after_a_killed_process(tmp_path, monkeypatch, pipeline_id: str, code:
 @pytest.mark.slow
 def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path, monkeypatch):
     """kill -9 leaves its run RUNNING; the next run of the stage closes it and links to it."""
-    import mlflow
-
     client, experiment = _store_after_a_killed_process(
-        tmp_path, monkeypatch, "kill-test",
-        "import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n"
-        "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
-    )
+        tmp_path, monkeypatch, "with stage_run('pretrain', {'pretrain': {'lr': 0.1}}):\n    os.kill(os.getpid(), 9)\n")
     (orphan,) = client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'pretrain'")
     assert orphan.info.status == "RUNNING"
     killed_pipeline = orphan.data.tags["mlflow.parentRunId"]
     assert client.get_run(killed_pipeline).info.status == "RUNNING"
-    # a run whose process is alive (this one) is left alone
-    alive = client.create_run(experiment.experiment_id, run_name="pretrain",
+    alive = client.create_run(experiment.experiment_id, run_name="pretrain",  # its process (this one) lives: kept
                               tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
-    try:
-        with stage_run("pretrain", {"pretrain": {"lr": 0.1}}) as run:
-            new_id = run.info.run_id
-    finally:
-        mlflow.set_tracking_uri(None)
+    with stage_run("pretrain", {"pretrain": {"lr": 0.1}}) as run:
+        new_id = run.info.run_id
     assert client.get_run(orphan.info.run_id).info.status == "KILLED"
     assert client.get_run(killed_pipeline).info.status == "KILLED"
     assert client.get_run(alive.info.run_id).info.status == "RUNNING"
@@ -178,13 +170,8 @@ def test_a_killed_stage_run_is_marked_killed_when_the_stage_runs_again(tmp_path,
 @pytest.mark.slow
 def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_killed(tmp_path, monkeypatch):
     """Killed between a stage closing its own run and closing the pipeline run: the next stage closes it."""
-    import mlflow
-
     client, experiment = _store_after_a_killed_process(  # dies closing the pipeline run, after the stage's
-        tmp_path, monkeypatch, "killed-between",
-        "import os, signal\nfrom mlflow import MlflowClient\n"
-        "from lmtransfer.harness.tracking import stage_run\n"
-        "close = MlflowClient.set_terminated\n"
+        tmp_path, monkeypatch, "from mlflow import MlflowClient\nclose = MlflowClient.set_terminated\n"
         "def die_on_pipeline(self, run_id, status=None, **k):\n"
         "    if self.get_run(run_id).data.tags.get('lmtransfer.kind') == 'pipeline' and status != 'RUNNING':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -195,47 +182,31 @@ def test_a_pipeline_run_left_running_by_a_kill_after_its_stage_closed_is_marked_
     (pipeline,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'pipeline'")
     (stage,) = client.search_runs([experiment.experiment_id], filter_string="tags.`lmtransfer.kind` = 'stage'")
     assert (pipeline.info.status, stage.info.status) == ("RUNNING", "FINISHED")
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
-    try:
-        with stage_run("tokenize", {}):
-            pass
-    finally:
-        mlflow.set_tracking_uri(None)
+    with stage_run("tokenize", {}):
+        pass
     assert client.get_run(pipeline.info.run_id).info.status == "KILLED"
-    running = client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'RUNNING'")
-    assert running == []
+    assert client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'RUNNING'") == []
 
 
 @pytest.mark.slow
 def test_a_killed_stage_that_dvc_restores_is_closed_by_the_next_stage_and_evaluate_clears_its_snapshot(
         tmp_path, monkeypatch):
-    """kill -9 of a fine-tune, then a run-cache restore (none of our code runs): the next stage marks the run
-    KILLED, and evaluate (which DVC starts only after every training stage completed) removes its snapshot."""
-    import mlflow
-
+    """kill -9 of a fine-tune, then a run-cache restore: the next stage marks its run KILLED; evaluate clears it."""
     client, experiment = _store_after_a_killed_process(
-        tmp_path, monkeypatch, "killed-finetune",
-        "import os, signal\nfrom lmtransfer.harness.tracking import stage_run\n"
-        "with stage_run('finetune_scratch', {}, run_name='finetune_scratch@0'):\n    os.kill(os.getpid(), 9)\n",
-    )
+        tmp_path, monkeypatch, "with stage_run('finetune_scratch', {}, run_name='finetune_scratch@0'):\n"
+                               "    os.kill(os.getpid(), signal.SIGKILL)\n")
     monkeypatch.chdir(tmp_path)  # stages run from the pipeline's root, where .resume/ lies
     for stage in ("finetune_scratch_seed0", "finetune_scratch_seed1"):
         (tmp_path / ".resume" / stage).mkdir(parents=True)
         (tmp_path / ".resume" / stage / "task.pt").write_bytes(b"snapshot")
     client.create_run(experiment.experiment_id, run_name="finetune_scratch@1",  # alive: running beside
                       tags={PROCESS_TAG: process_tag(), "lmtransfer.kind": "stage"})
-    monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
-    try:
-        with stage_run("baseline", {}):
-            pass
-        (orphan,) = client.search_runs([experiment.experiment_id], "attributes.run_name = 'finetune_scratch@0'")
-        assert orphan.info.status == "KILLED" and (tmp_path / ".resume/finetune_scratch_seed0").is_dir()
-        from lmtransfer.training.resume import clear_finished_snapshots
-
-        with stage_run("evaluate", {}, clear_snapshots=clear_finished_snapshots):
-            pass
-    finally:
-        mlflow.set_tracking_uri(None)
+    with stage_run("baseline", {}):
+        pass
+    (orphan,) = client.search_runs([experiment.experiment_id], "attributes.run_name = 'finetune_scratch@0'")
+    assert orphan.info.status == "KILLED" and (tmp_path / ".resume/finetune_scratch_seed0").is_dir()
+    with stage_run("evaluate", {}, clear_snapshots=clear_finished_snapshots):  # DVC runs it after every training
+        pass
     assert sorted(p.name for p in (tmp_path / ".resume").iterdir()) == ["finetune_scratch_seed1"]
 
 
@@ -259,8 +230,7 @@ def test_mlflow_telemetry_is_off_once_lmtransfer_is_imported():
         "assert not _IS_IN_CI_ENV_OR_TESTING, 'the check needs an environment where MLflow would report'\n"
         "print(get_telemetry_client() is None)\n"
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "True"
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
 
 
 def test_a_user_can_turn_mlflow_telemetry_back_on():
@@ -270,19 +240,12 @@ def test_a_user_can_turn_mlflow_telemetry_back_on():
 
 
 def test_every_stage_imports_lmtransfer_before_mlflow_and_torch():
-    """The kernels are pinned and telemetry turned off when lmtransfer loads: it must load first. Every stage script
-    imports `_checkout` before anything else, and `_checkout` imports lmtransfer once it has set the path."""
-    import ast
-    from pathlib import Path
-
-    stages = Path(__file__).resolve().parents[2].joinpath("stages")
-    checkout = [node for node in ast.parse((stages / "_checkout.py").read_text()).body
-                if isinstance(node, (ast.Import, ast.ImportFrom))]
-    assert [n.names[0].name for n in checkout if isinstance(n, ast.Import)] == ["sys", "lmtransfer"]
-    for script in sorted(stages.glob("*.py")):
+    """lmtransfer pins the kernels and turns telemetry off: every stage imports `_checkout` (which loads it) first."""
+    for script in sorted(Path(__file__).resolve().parents[2].joinpath("stages").glob("*.py")):
+        imports = [n for n in ast.parse(script.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         if script.name == "_checkout.py":
-            continue
-        imports = [node for node in ast.parse(script.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
-        first = imports[0]
-        assert isinstance(first, ast.Import) and first.names[0].name == "_checkout", (
-            f"{script.name} imports {ast.unparse(first)} before _checkout")
+            assert [n.names[0].name for n in imports if isinstance(n, ast.Import)] == ["sys", "lmtransfer"]
+        else:
+            first = imports[0]
+            assert isinstance(first, ast.Import) and first.names[0].name == "_checkout", (
+                f"{script.name} imports {ast.unparse(first)} before _checkout")

@@ -1,7 +1,5 @@
 """lmtransfer compare and lmtransfer scaling on made-up experiments: what they read, order, fit and refuse."""
 
-from __future__ import annotations
-
 import json
 import math
 
@@ -22,15 +20,20 @@ def _report(pretrained: float, scratch: float, tokens: int = 1000, ppl: float = 
                 "first_epoch_val_accuracy_mean": 0.05},
         "pretrained": {"accuracy_mean": pretrained, "accuracy_std": 0.01, "accuracy_per_seed": [pretrained] * 3},
         "scratch": {"accuracy_mean": scratch, "accuracy_std": 0.02, "accuracy_per_seed": [scratch] * 3},
-        "baseline": {"accuracy": 0.8},
-        "n_seeds": 3,
+        "baseline": {"accuracy": 0.8}, "n_seeds": 3,
         "pretraining": {"tokens_seen": tokens, "adapt_tokens_seen": tokens // 10, "val_perplexity": ppl},
     }
 
 
-def _experiment(name: str, lr: float, pretrained: float, report: bool = True) -> Experiment:
-    params = {"finetune.lr": lr, "finetune.epochs": 2, "model.n_layers": 4}
+def _experiment(name: str, lr: float, pretrained: float, report: bool = True, **params) -> Experiment:
+    params = {"finetune.lr": lr, "finetune.epochs": 2, "model.n_layers": 4, **params}
     return Experiment(name, f"{name}-rev", params, _report(pretrained, 0.6) if report else None)
+
+
+def _budget(name: str, pretrained: float, steps: float, adapt: float, tokens: int = 1000) -> Experiment:
+    experiment = _experiment(name, 0.001, pretrained, **{"pretrain.max_steps": steps, "pretrain.adapt_epochs": adapt})
+    experiment.report = _report(pretrained, 0.6, tokens=tokens)
+    return experiment
 
 
 def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experiments_without_results(tmp_path):
@@ -43,16 +46,11 @@ def test_compare_orders_by_the_swept_param_shows_what_changed_and_skips_experime
     assert first.split()[:3] == ["a", "0.001", "0.660"] and "+0.060 [+0.040, +0.080]" in first
     words = " ".join(table.split())
     assert "0.600 ± 0.020" in first and "over 3 runs" in words and "0.800 in every experiment" in words
-    figure = plot_by(rows, "finetune.lr", tmp_path / "compare.png")
-    assert figure.read_bytes()[:4] == b"\x89PNG"
+    assert plot_by(rows, "finetune.lr", tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_table_fits_120_columns_with_two_swept_params_and_shows_differing_baselines():
-    found = []
-    for steps, adapt, name in ((62, 0.625, "scaling-0_125x"), (1000, 10, "scaling-2x")):
-        experiment = _experiment(name, 0.001, 0.65)
-        experiment.params.update({"pretrain.max_steps": steps, "pretrain.adapt_epochs": adapt})
-        found.append(experiment)
+    found = [_budget("scaling-0_125x", 0.65, 62, 0.625), _budget("scaling-2x", 0.65, 1000, 10)]
     rows, shown = compare_rows(found, by="pretrain.max_steps")
     table = format_table(rows, shown).splitlines()
     assert shown == ["pretrain.max_steps", "pretrain.adapt_epochs"] and table[0].split()[1:3] == [
@@ -61,9 +59,8 @@ def test_the_table_fits_120_columns_with_two_swept_params_and_shows_differing_ba
     rows[1].baseline = 0.75
     lines = format_table(rows, shown).splitlines()
     assert lines[0].split()[-1] == "baseline" and lines[2].split()[-1] == "0.750"
-    clash = [_experiment("x", 0.001, 0.6), _experiment("y", 0.002, 0.6)]
-    clash[1].params.update({"pretrain.lr": 0.1, "model.n_layers": 6})
-    clash[0].params["pretrain.lr"] = 0.2
+    clash = [_experiment("x", 0.001, 0.6, **{"pretrain.lr": 0.2}),
+             _experiment("y", 0.002, 0.6, **{"pretrain.lr": 0.1, "model.n_layers": 6})]
     assert format_table(*compare_rows(clash)).splitlines()[0].split()[1:4] == [
         "finetune.lr", "n_layers", "pretrain.lr"]
 
@@ -76,20 +73,18 @@ def test_compare_refuses_a_param_that_is_not_in_params_yaml_naming_it():
 
 
 def test_experiments_are_read_from_dvc_exp_show_json_with_each_ones_report(monkeypatch, tmp_path):
-    shown = [
-        {"rev": "workspace", "name": None, "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
-         "experiments": None},
-        {"rev": "abc1234def", "name": "main", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 1}}}}},
-         "experiments": [{"name": "exp-1", "revs": [
-             {"rev": "f00", "name": "exp-1", "data": {"params": {"params.yaml": {"data": {"finetune": {"lr": 2}}}}},
-              "experiments": None}]},
-             {"name": "exp-2", "executor": {"state": "running"}, "revs": [{"rev": "ba5", "name": "exp-2", "data": {}}]}]},
-    ]
+    def rev(sha, name, lr, experiments=None):
+        params = {"params.yaml": {"data": {"finetune": {"lr": lr}}}}
+        return {"rev": sha, "name": name, "data": {"params": params}, "experiments": experiments}
+
+    running = {"name": "exp-2", "executor": {"state": "running"}, "revs": [{"rev": "ba5", "name": "exp-2", "data": {}}]}
+    shown = [rev("workspace", None, 1), rev("abc1234def", "main", 1, [{"name": "exp-1", "revs": [
+        rev("f00", "exp-1", 2)]}, running])]
     monkeypatch.setattr(experiments_module, "dvc_output", lambda root, *args: json.dumps(shown))
     reports = {"workspace": {"r": 1}, "abc1234def": {"r": 1}, "f00": {"r": 2}}
     monkeypatch.setattr(experiments_module, "_report_at", lambda root, rev: reports[rev])
-    found = list_experiments(tmp_path)
-    assert [(e.name, e.params) for e in found] == [("main", {"finetune.lr": 1}), ("exp-1", {"finetune.lr": 2})]
+    assert [(e.name, e.params) for e in list_experiments(tmp_path)] == [("main", {"finetune.lr": 1}),
+                                                                       ("exp-1", {"finetune.lr": 2})]
     assert [e.name for e in list_experiments(tmp_path, "exp-")] == ["exp-1"]  # the unchanged workspace left out
     reports["workspace"] = {"r": 3}
     assert [e.name for e in list_experiments(tmp_path)] == ["workspace", "main", "exp-1"]
@@ -108,12 +103,8 @@ def test_a_budget_scales_corpus_steps_and_adaptation_alike_and_refuses_zero():
 
 def test_the_scaling_summary_fits_the_trend_and_says_where_it_would_reach_the_baseline(tmp_path):
     base = shipped("pretrain", max_steps=500, adapt_epochs=5)
-    found = []
-    for budget in (0.5, 1, 2, 4):  # the pretrained accuracy climbs 0.05 per doubling of tokens
-        experiment = _experiment(scaling.experiment_name(budget), 0.001, 0.65 + 0.05 * math.log2(budget))
-        experiment.params.update({"pretrain.max_steps": int(500 * budget), "pretrain.adapt_epochs": 5 * budget})
-        experiment.report = _report(0.65 + 0.05 * math.log2(budget), 0.6, tokens=int(1000 * budget))
-        found.append(experiment)
+    found = [_budget(scaling.experiment_name(b), 0.65 + 0.05 * math.log2(b), int(500 * b), 5 * b, int(1000 * b))
+             for b in (0.5, 1, 2, 4)]  # the pretrained accuracy climbs 0.05 per doubling of tokens
     summary = scaling.summarize(found[::-1], base)
     assert [row["budget"] for row in summary["budgets"]] == [0.5, 1, 2, 4]
     assert summary["budgets"][1]["pretraining_tokens"] == 1100 and summary["budgets"][1]["lm_val_perplexity"] == 80
@@ -135,17 +126,13 @@ def test_a_line_that_does_not_climb_never_reaches_the_baseline():
     assert reach["tokens_at_steepest_slope"] == pytest.approx(10 ** (6 + 0.1 / 0.03))  # through the centre
 
 
-def _budget(tokens: float, gap: float, half_width: float) -> dict:
-    return {"pretraining_tokens": tokens, "gap": gap, "gap_ci95_low": gap - half_width, "gap_ci95_high": gap + half_width}
-
-
 def test_the_gap_slope_counts_the_measured_spread_of_pretraining_runs():
-    """The study pretrains once per budget: each point carries one pretraining run's spread, measured where the
-    pipeline pretrained several times; the slope's interval widens with it, and equals the points' own without it."""
-    budgets = [_budget(10**k, 0.02 * k, 0.02) for k in range(5, 9)]
+    """Each budget pretrains once: its point carries one pretraining run's spread, which widens the slope's interval."""
+    budgets = [{"pretraining_tokens": 10**k, "gap": 0.02 * k, "gap_ci95_low": 0.02 * k - 0.02,
+                "gap_ci95_high": 0.02 * k + 0.02} for k in range(5, 9)]
     report = {"n_pretraining_runs": 3, "pretrained": {"accuracy_per_seed": [0.68, 0.70, 0.69]},
-              "scratch": {"accuracy_per_seed": [0.62, 0.63, 0.64]}, "gap": {"accuracy_mean": 0.06, "ci95_low": 0.03,
-                                                                           "ci95_high": 0.09}}
+              "scratch": {"accuracy_per_seed": [0.62, 0.63, 0.64]},
+              "gap": {"accuracy_mean": 0.06, "ci95_low": 0.03, "ci95_high": 0.09}}
     summary = scaling.add_pretraining_spread({"gap_fit": {"slope_per_decade": 0.02}, "budgets": budgets}, report)
     spread = summary["pretraining_spread"]
     assert spread["per_run_gap"] == pytest.approx([0.06, 0.07, 0.05]) and spread["sd"] == pytest.approx(0.01)

@@ -14,9 +14,9 @@ from lmtransfer.reporting.result_files import committed_headline, consistency_li
 def test_the_difference_of_two_gaps_is_tested_with_both_intervals():
     z95 = stats.norm.ppf(0.975)
     # each interval +-z95 se: se = 0.01 and 0.02, so the difference 0.05 is 0.05 / sqrt(0.0005) standard errors
-    difference, p = difference_test((0.08, 0.08 - 0.01 * z95, 0.08 + 0.01 * z95), (0.03, 0.03 - 0.02 * z95, 0.03 + 0.02 * z95))
-    assert difference == pytest.approx(0.05)
-    assert p == pytest.approx(2 * stats.norm.sf(0.05 / 0.0005**0.5))
+    difference, p = difference_test((0.08, 0.08 - 0.01 * z95, 0.08 + 0.01 * z95),
+                                    (0.03, 0.03 - 0.02 * z95, 0.03 + 0.02 * z95))
+    assert difference == pytest.approx(0.05) and p == pytest.approx(2 * stats.norm.sf(0.05 / 0.0005**0.5))
     assert difference_test((0.0, -0.01, 0.01), (0.0, -0.01, 0.01)) == (0.0, 1.0)
 
 
@@ -38,17 +38,12 @@ def test_results_compares_the_run_with_the_committed_file_or_another_run(tmp_pat
         folder.mkdir()
         (folder / "headline.json").write_text(json.dumps({**headline, "gap": gap, "gap_low": gap - 0.05,
                                                           "gap_high": gap + 0.05}))
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
-    subprocess.run([*git, "commit", "-qm", "run"], cwd=tmp_path, check=True)
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "run"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=tmp_path, check=True)
     monkeypatch.chdir(tmp_path)
     assert committed_headline(Path("metrics/headline.json"))["gap"] == 0.1
-
-    import lmtransfer.cli.main as cli
-
     (metrics / "evaluate.json").write_text("{}")
-    monkeypatch.setattr(cli, "results_report", lambda report: "scores")
+    monkeypatch.setattr("lmtransfer.cli.main.results_report", lambda report: "scores")
     lmtransfer(["results", "--metrics", "metrics"])
     assert capsys.readouterr().out.splitlines()[-1].endswith(": consistent with the committed run")
     lmtransfer(["results", "--metrics", "metrics", "--against", "other"])

@@ -1,5 +1,4 @@
-"""Every relative link and image of README.md and docs/ leads somewhere, anchors included, and docs/README.md lists
-every page: a page split or renamed cannot leave a reader at a dead end."""
+"""Every relative link and image of README.md and docs/ leads somewhere, anchors included; docs/README.md lists all."""
 
 import re
 from pathlib import Path
@@ -29,17 +28,10 @@ def _prose(text: str, spans: bool = False) -> str:
 
 def _anchors(page: Path) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
-    found: dict[str, int] = {}
-    anchors = set()
-    for line in _prose(page.read_text(encoding="utf-8"), spans=True).split("\n"):
-        heading = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if not heading:
-            continue
-        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
-        count = found.get(slug, 0)
-        found[slug] = count + 1
-        anchors.add(slug if not count else f"{slug}-{count}")
-    return anchors
+    headings = [re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+                for line in _prose(page.read_text(encoding="utf-8"), spans=True).split("\n")]
+    slugs = [re.sub(r"[^\w\- ]", "", h.group(1).strip().lower()).replace(" ", "-") for h in headings if h]
+    return {f"{slug}-{slugs[:i].count(slug)}" if slug in slugs[:i] else slug for i, slug in enumerate(slugs)}
 
 
 def _links(page: Path) -> list[str]:
@@ -47,8 +39,13 @@ def _links(page: Path) -> list[str]:
             if not re.match(r"[a-z][a-z0-9+.-]*:", match["target"])]  # http:, https:, mailto: leave the repository
 
 
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|root|home|tmp|Users)/[\w.-]")  # /mnt/nas/... in an example: no one's
+REGISTRY_HOST = re.compile(r"pypi\.org|pythonhosted\.org|download\.pytorch\.org", re.I)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPO).as_posix())
-def test_every_relative_link_and_anchor_resolves(page):
+def test_every_relative_link_and_anchor_resolves_and_no_machines_path_or_registry_host_is_named(page):
+    """The manual speaks of the project: its own paths, not one machine's folders; installing goes through pip."""
     broken = []
     for target in _links(page):
         path, _, anchor = unquote(target).partition("#")
@@ -57,6 +54,9 @@ def test_every_relative_link_and_anchor_resolves(page):
             broken.append(f"{target}: no such file")
         elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
             broken.append(f"{target}: no heading #{anchor} in {file.relative_to(REPO).as_posix()}")
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+        if MACHINE_PATH.search(line) or REGISTRY_HOST.search(line):
+            broken.append(f"line {number}: a machine's path or a registry's host: {line.strip()}")
     assert broken == []
 
 
@@ -65,16 +65,3 @@ def test_the_docs_index_lists_every_page():
     listed = {(index.parent / target.partition("#")[0]).resolve() for target in _links(index)}
     pages = {page.resolve() for page in (REPO / "docs").rglob("*.md") if page != index}
     assert sorted(page.relative_to(REPO).as_posix() for page in pages - listed) == []
-
-
-MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|root|home|tmp|Users)/[\w.-]")  # /mnt/nas/... in an example: no one's
-REGISTRY_HOST = re.compile(r"pypi\.org|pythonhosted\.org|download\.pytorch\.org", re.I)
-
-
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
-def test_a_page_names_no_machines_path_and_no_package_registrys_host(page):
-    """The manual speaks of the project: a measurement's command names the repository's paths, not the folder
-    one machine kept its files in; installing goes through pip, whatever index it is configured with."""
-    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
-        assert not MACHINE_PATH.search(line), f"{page.relative_to(REPO)}:{number}: a machine's path: {line.strip()}"
-        assert not REGISTRY_HOST.search(line), f"{page.relative_to(REPO)}:{number}: a registry's host: {line.strip()}"

@@ -1,13 +1,13 @@
-"""The fault battery's bookkeeping (benchmarks/fault_battery.py): how an outcome is sorted, and that every case
-that edits params.yaml finds its line in the tiny pipeline (a case that edits nothing would test nothing)."""
-
-from __future__ import annotations
+"""benchmarks/fault_battery.py's bookkeeping: how an outcome is sorted; each edit finds its line of params.yaml."""
 
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
+
+from pipeline_repo import TINY_PARAMS, ChattrMissing, make_repo, merge, write_tiny_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,6 +22,18 @@ def battery(monkeypatch):
 
 def _done(code: int, output: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([], code, stdout="", stderr=output)
+
+
+def _each_changes_a_line_and_undoes_it(cases, root: Path, params: Path) -> None:
+    original = params.read_text()
+    for case in cases:
+        try:
+            undo = case.apply(root)
+        except ChattrMissing:  # no immutable files on this machine: the battery says so too
+            continue
+        assert params.read_text() != original, case.name
+        undo()
+        assert params.read_text() == original, case.name
 
 
 def test_an_outcome_is_sorted_by_what_the_user_saw_and_what_was_left(battery):
@@ -46,22 +58,12 @@ def test_every_translation_case_changes_one_line_of_the_translation_params(batte
     params = tmp_path / "translation" / "params.yaml"
     params.parent.mkdir()
     sys.path.insert(0, str(REPO / "tests" / "pipeline"))
-    from ruamel.yaml import YAML
     from test_pipeline_translation import TINY_TRANSLATION
 
-    from pipeline_repo import merge
-
-    yaml = YAML()
-    with open(params, "w") as handle:
-        yaml.dump(merge(yaml.load((REPO / "translation/params.yaml").read_text()), TINY_TRANSLATION), handle)
-    original = params.read_text()
+    YAML().dump(merge(YAML().load((REPO / "translation/params.yaml").read_text()), TINY_TRANSLATION), params)
     translation = [case for case in battery.cases() if case.pipeline == "translation"]
     assert translation and all(case.command[-1] == "translation/dvc.yaml" for case in translation)
-    for case in translation:
-        undo = case.apply(tmp_path)
-        assert params.read_text() != original, case.name
-        undo()
-        assert params.read_text() == original, case.name
+    _each_changes_a_line_and_undoes_it(translation, tmp_path, params)
 
 
 def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(battery, tmp_path):
@@ -74,20 +76,10 @@ def test_the_line_shown_is_ours_not_dvcs_summary_and_names_no_temporary_folder(b
 
 
 def test_every_params_case_changes_one_line_of_the_tiny_pipeline(battery, tmp_path):
-    sys.path.insert(0, str(REPO / "tests"))
-    from pipeline_repo import TINY_PARAMS, ChattrMissing, make_repo, write_tiny_data
-
     make_repo(tmp_path, TINY_PARAMS, write_tiny_data)
     store = tmp_path / "mlflow.db"
     store.write_bytes(bytes(range(256)) * 800)  # what the store faults damage
-    original = (tmp_path / "params.yaml").read_text()
-    for case in battery.cases():
-        if case.group in ("params", "data files", "store") or case.name.startswith("LMTRANSFER_CACHE_DIR"):
-            try:
-                undo = case.apply(tmp_path)
-            except ChattrMissing:  # no immutable files on this machine: the battery says so too
-                continue
-            assert (tmp_path / "params.yaml").read_text() != original, case.name
-            undo()
-            assert (tmp_path / "params.yaml").read_text() == original, case.name
+    edits = [case for case in battery.cases()
+             if case.group in ("params", "data files", "store") or case.name.startswith("LMTRANSFER_CACHE_DIR")]
+    _each_changes_a_line_and_undoes_it(edits, tmp_path, tmp_path / "params.yaml")
     assert not (tmp_path / "mlflow.db.kept").exists() and store.read_bytes() == bytes(range(256)) * 800

@@ -1,5 +1,4 @@
-"""The uncertainty of the transfer gap: a nested paired bootstrap over pretraining runs, fine-tuning seeds and test
-examples, its p-value, and each source's share of the spread."""
+"""The transfer gap's uncertainty: a nested paired bootstrap (pretraining runs, seeds, test texts), p-value, shares."""
 
 import numpy as np
 import pytest
@@ -9,10 +8,8 @@ from lmtransfer.reporting.statistics import bootstrap_p_value, gap_uncertainty, 
 
 def test_summarize_gives_mean_sample_std_and_the_values():
     stats = summarize([0.70, 0.72, 0.74])
-    assert stats["mean"] == pytest.approx(0.72)
-    assert stats["std"] == pytest.approx(0.02)  # sample std (ddof=1)
-    assert stats["per_seed"] == [0.70, 0.72, 0.74]
-    assert summarize([0.5])["std"] == 0.0
+    assert (stats["mean"], stats["std"]) == pytest.approx((0.72, 0.02))  # sample std (ddof=1)
+    assert stats["per_seed"] == [0.70, 0.72, 0.74] and summarize([0.5])["std"] == 0.0
 
 
 def _correct(rate: float, runs: int, seeds: int, n_examples: int, seed: int) -> np.ndarray:
@@ -48,11 +45,9 @@ def test_identical_systems_have_p_value_one_and_a_zero_interval():
 
 @pytest.mark.slow
 def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_share():
-    """The blind spot the pretraining replicates close: the same mean gap is less sure when the pretraining runs
-    disagree, and the spread says so."""
+    """The same mean gap is less sure when the pretraining runs disagree, and the spread says so."""
     rng = np.random.default_rng(6)
-    base = rng.random((1, 1, 3000)) < 0.7
-    steady = np.repeat(base, 3, axis=0)
+    steady = np.repeat(rng.random((1, 1, 3000)) < 0.7, 3, axis=0)
     shifted = steady.copy()
     shifted[0, 0, :300] = True   # pretraining run 0 much better, run 2 much worse: same mean, more spread
     shifted[2, 0, :300] = False
@@ -61,15 +56,13 @@ def test_pretraining_runs_that_disagree_widen_the_interval_and_take_the_larger_s
     assert wide["ci95_high"] - wide["ci95_low"] > narrow["ci95_high"] - narrow["ci95_low"]
     assert narrow["share"]["pretraining_runs"] == pytest.approx(0, abs=1e-12)  # identical runs: nothing to draw
     assert narrow["spread"]["finetuning_seeds"] == 0.0  # one seed per run
-    assert wide["share"]["pretraining_runs"] > 0.5
-    assert sum(wide["share"].values()) == pytest.approx(1.0)
+    assert wide["share"]["pretraining_runs"] > 0.5 and sum(wide["share"].values()) == pytest.approx(1.0)
 
 
 def test_fine_tuning_seeds_are_resampled_within_each_pretraining_run():
     """Seeds that disagree inside every run move the seeds' share, not the runs': the runs' means agree."""
     rng = np.random.default_rng(2)
-    base = rng.random((1, 1, 2000)) < 0.7
-    a = np.repeat(np.repeat(base, 2, axis=1), 3, axis=0).copy()
+    a = np.repeat(np.repeat(rng.random((1, 1, 2000)) < 0.7, 2, axis=1), 3, axis=0)
     a[:, 0, :200] = True
     a[:, 1, :200] = False
     b = np.repeat(np.repeat(rng.random((1, 1, 2000)) < 0.65, 2, axis=1), 3, axis=0)
