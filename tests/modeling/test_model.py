@@ -32,35 +32,24 @@ def _tiny(cls, *args, seed: int = 0, config: ModelConfig = TINY, **kwargs):
 # --- causality ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [TransformerBase, LanguageModel])
+@pytest.mark.parametrize("cls, masked", [(TransformerBase, False), (TransformerBase, True), (LanguageModel, False)],
+                         ids=["base", "base-with-padding-mask", "language-model"])
 @pytest.mark.parametrize("k", [0, 3, 7, 11])
-def test_changing_a_future_token_leaves_earlier_outputs_unchanged(cls, k):
+def test_changing_a_future_token_leaves_earlier_outputs_unchanged(cls, masked, k):
     model = _tiny(cls)
     torch.manual_seed(1)
     ids = torch.randint(4, TINY.vocab_size, (3, 12))
     changed = ids.clone()
     changed[:, k] = 4 + (changed[:, k] - 4 + 7) % (TINY.vocab_size - 4)  # a different non-special token
     assert not torch.equal(ids[:, k], changed[:, k])
+    mask = {"padding_mask": torch.zeros_like(ids, dtype=torch.bool)} if masked else {}  # no padding: all False
     with torch.no_grad():
-        before, after = model(ids), model(changed)
+        before, after = model(ids, **mask), model(changed, **mask)
     assert torch.allclose(before[:, :k], after[:, :k], atol=1e-6, rtol=0)
     # position k itself sees the new token, and so do later positions
     assert (before[:, k] - after[:, k]).abs().amax(dim=-1).min() > 1e-4
     if k + 1 < ids.size(1):
         assert (before[:, k + 1 :] - after[:, k + 1 :]).abs().max() > 1e-4
-
-
-def test_classifier_hidden_states_ignore_later_tokens_with_a_padding_mask():
-    model = _tiny(Classifier, 2)
-    ids = torch.tensor([[2, 7, 8, 9, 10, 3]])
-    changed = ids.clone()
-    changed[0, 4] = 20
-    mask = torch.zeros_like(ids, dtype=torch.bool)
-    with torch.no_grad():
-        before = model.base(ids, padding_mask=mask)
-        after = model.base(changed, padding_mask=mask)
-    assert torch.allclose(before[:, :4], after[:, :4], atol=1e-6, rtol=0)
-    assert (before[:, 4] - after[:, 4]).abs().max() > 1e-4
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -118,37 +107,30 @@ def test_sinusoidal_positions_follow_the_sin_cos_formula(d_model):
 
 
 def test_positional_encoding_grows_beyond_its_initial_positions():
-    d_model = 16
-    encoding = PositionalEncoding(d_model)
+    encoding = PositionalEncoding(16)
     assert encoding.pe.size(0) == 512
-    x = torch.zeros(2, 600, d_model)
-    out = encoding(x)
-    assert out.shape == (2, 600, d_model)
-    assert encoding.pe.size(0) >= 600
+    out = encoding(torch.zeros(2, 600, 16))
+    assert out.shape == (2, 600, 16) and encoding.pe.size(0) >= 600
     for pos in (0, 511, 512, 599):
         for dim in (0, 1, 6, 15):
-            expected = _reference_position(pos, dim, d_model)
-            assert out[1, pos, dim].item() == pytest.approx(expected, abs=1e-4), (pos, dim)
+            assert out[1, pos, dim].item() == pytest.approx(_reference_position(pos, dim, 16), abs=1e-4), (pos, dim)
     # the grown table keeps giving the same answer for short inputs
-    short = encoding(torch.zeros(1, 10, d_model))
-    assert torch.allclose(short[0], sinusoidal_positions(10, d_model))
+    assert torch.allclose(encoding(torch.zeros(1, 10, 16))[0], sinusoidal_positions(10, 16))
 
 
 # --- embedding scale ----------------------------------------------------------------------
 
 
 def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
-    config = ModelConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)
-    torch.manual_seed(0)
-    base = TransformerBase(config).eval()
+    base = _tiny(TransformerBase, config=ModelConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=16,
+                                                     dropout=0.0))
     seen = []
     base.layers.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     ids = torch.tensor([[2, 5, 9, 13, 3], [2, 40, 41, 3, 0]])
     with torch.no_grad():
         base(ids)
         expected = base.token_embedding(ids) * 4.0 + sinusoidal_positions(5, 16)
-    assert len(seen) == 1
-    assert torch.allclose(seen[0], expected, atol=1e-6)
+    assert len(seen) == 1 and torch.allclose(seen[0], expected, atol=1e-6)
 
 
 # --- parameter counts -------------------------------------------------------------------
@@ -212,7 +194,7 @@ def test_classifier_gives_one_row_of_logits_per_sequence_and_rejects_an_unknown_
 # --- generation ---------------------------------------------------------------------------
 
 
-def test_greedy_generation_extends_the_prompt_by_the_argmax_as_sampling_from_the_top_one_does():
+def test_generation_greedy_is_the_argmax_as_top_one_sampling_stops_after_eos_and_seeded_sampling_repeats():
     model = _tiny(LanguageModel)
     prompt = torch.tensor([[2, 10, 11, 12]])
     greedy = model.generate(prompt, max_new_tokens=6)
@@ -221,25 +203,12 @@ def test_greedy_generation_extends_the_prompt_by_the_argmax_as_sampling_from_the
         assert all(greedy[0, t].item() == model(greedy[:, :t])[0, -1].argmax().item() for t in range(4, 10))
     sampled = model.generate(prompt, 6, temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(0))
     assert torch.equal(greedy, sampled)
-
-
-def test_generation_stops_right_after_the_eos_token():
-    model = _tiny(LanguageModel)
-    prompt = torch.tensor([[2, 10, 11, 12]])
     free = model.generate(prompt, max_new_tokens=8)[0, 4:].tolist()
-    # use as "eos" the latest new token that did not occur before it
-    k = max(i for i, token in enumerate(free) if token not in free[:i])
-    stopped = model.generate(prompt, max_new_tokens=8, eos_id=free[k])
-    assert stopped[0, 4:].tolist() == free[: k + 1]
-
-
-def test_sampling_is_reproducible_with_a_seeded_generator():
-    model = _tiny(LanguageModel)
-    prompt = torch.tensor([[2, 10, 11]])
-    runs = [model.generate(prompt, 12, temperature=1.5, generator=torch.Generator().manual_seed(seed))
+    k = max(i for i, token in enumerate(free) if token not in free[:i])  # as "eos": the latest token new there
+    assert model.generate(prompt, max_new_tokens=8, eos_id=free[k])[0, 4:].tolist() == free[: k + 1]
+    runs = [model.generate(prompt[:, :3], 12, temperature=1.5, generator=torch.Generator().manual_seed(seed))
             for seed in (3, 3, 4)]
-    assert torch.equal(runs[0], runs[1])
-    assert not torch.equal(runs[0], runs[2])
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
 
 
 def test_the_embedding_init_is_nn_embeddings_normal_by_default_or_uniform_within_a_tenth():

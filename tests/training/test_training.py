@@ -253,26 +253,17 @@ def test_pad_batch_right_pads_with_the_padding_id_and_keeps_the_first_max_len_to
 # --- metrics ------------------------------------------------------------------------------
 
 
-def test_confusion_matrix_accuracy_and_macro_f1_match_hand_computed_values():
-    actual = np.array([0, 0, 1, 1, 2, 2, 2])
-    predicted = np.array([0, 1, 1, 1, 2, 0, 2])
-    matrix = confusion_matrix(actual, predicted, 3)
-    assert matrix.tolist() == [[1, 1, 0], [0, 2, 0], [1, 0, 2]]  # rows actual, columns predicted
-    assert accuracy(matrix) == pytest.approx(5 / 7)
-    # class 0: p=1/2 r=1/2 -> 0.5; class 1: p=2/3 r=1 -> 0.8; class 2: p=1 r=2/3 -> 0.8
-    assert per_class_f1(matrix) == pytest.approx([0.5, 0.8, 0.8])
-    assert macro_f1(matrix) == pytest.approx(0.7)
-
-
-def test_metrics_handle_classes_that_never_occur_and_perfect_predictions_score_one():
-    matrix = confusion_matrix(np.array([0, 0, 1]), np.array([0, 0, 0]), 3)
-    assert matrix.tolist() == [[2, 0, 0], [1, 0, 0], [0, 0, 0]]
-    assert accuracy(matrix) == pytest.approx(2 / 3)
-    assert per_class_f1(matrix) == pytest.approx([0.8, 0.0, 0.0])  # class 0: p=2/3 r=1
+@pytest.mark.parametrize("actual, predicted, matrix, acc, f1s, macro", [
+    ([0, 0, 1, 1, 2, 2, 2], [0, 1, 1, 1, 2, 0, 2], [[1, 1, 0], [0, 2, 0], [1, 0, 2]], 5 / 7, [0.5, 0.8, 0.8], 0.7),
+    ([0, 0, 1], [0, 0, 0], [[2, 0, 0], [1, 0, 0], [0, 0, 0]], 2 / 3, [0.8, 0.0, 0.0], 0.4),  # class 2 never occurs
+    ([1, 0, 1, 1, 0], [1, 0, 1, 1, 0], [[2, 0], [0, 3]], 1.0, [1.0, 1.0], 1.0),  # perfect predictions score one
+])
+def test_confusion_matrix_accuracy_and_f1_match_hand_computed_values(actual, predicted, matrix, acc, f1s, macro):
+    """Rows actual, columns predicted. First row: class 0 p=1/2 r=1/2 -> 0.5, 1 p=2/3 r=1 -> 0.8, 2 p=1 r=2/3."""
+    counted = confusion_matrix(np.array(actual), np.array(predicted), len(matrix))
+    assert counted.tolist() == matrix and accuracy(counted) == pytest.approx(acc)
+    assert per_class_f1(counted) == pytest.approx(f1s) and macro_f1(counted) == pytest.approx(macro)
     assert accuracy(np.zeros((2, 2), dtype=np.int64)) == 0.0
-    labels = np.array([1, 0, 1, 1, 0])
-    perfect = confusion_matrix(labels, labels, 2)
-    assert accuracy(perfect) == 1.0 and macro_f1(perfect) == 1.0
 
 
 # --- learning-rate schedule ----------------------------------------------------------------
@@ -298,21 +289,15 @@ def test_constant_schedule_keeps_the_base_rate_after_its_warm_up_in_every_group(
 
 
 def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate(monkeypatch):
-    model = Classifier(CLS_CONFIG, n_classes=2, pooling="last")
     seen: list[float] = []
-    original_step = torch.optim.AdamW.step
-
-    def recording_step(self, *args, **kwargs):
-        seen.append(self.param_groups[0]["lr"])
-        return original_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
-
+    step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step",
+                        lambda opt, *args, **kw: seen.append(opt.param_groups[0]["lr"]) or step(opt, *args, **kw))
     ids = np.arange(4, 4 + 16 * 6) % 20 + 4
     split = LabeledSplit(ids.astype(np.int64), np.arange(0, 16 * 6 + 1, 6), np.arange(16) % 2)
     params = shipped("finetune", epochs=2, batch_size=4, lr=3e-4, schedule="constant", warmup_steps=0,
-                            head_lr_multiplier=1.0, weight_decay=0.0, max_len=8)
-    finetune(model, split, split, params, RunOptions(seed=0))
+                     head_lr_multiplier=1.0, weight_decay=0.0, max_len=8)
+    finetune(Classifier(CLS_CONFIG, n_classes=2, pooling="last"), split, split, params, RunOptions(seed=0))
     assert len(seen) == 8 and set(seen) == {3e-4}
 
 
@@ -372,17 +357,12 @@ def test_classifier_from_pretrained_copies_the_base_adds_a_fresh_head_and_checks
         classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=21)
 
 
-def test_checkpoints_of_equal_weights_are_equal_bytes(tmp_path):
-    """dvc.lock records checkpoint hashes: a rerun with the same weights must not change them."""
-    model = LanguageModel(LM_CONFIG)
-    save_checkpoint(tmp_path / "a.pt", model, "language_model", LM_CONFIG)
-    save_checkpoint(tmp_path / "sub" / "b.pt", model, "language_model", LM_CONFIG)
-    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "sub" / "b.pt").read_bytes()
-
-
 def test_load_checkpoint_names_the_wrong_kind_a_garbage_a_foreign_and_a_missing_file(tmp_path):
     path, garbage, foreign = tmp_path / "lm.pt", tmp_path / "garbage.pt", tmp_path / "foreign.pt"
-    save_checkpoint(path, LanguageModel(LM_CONFIG), "language_model", LM_CONFIG)
+    model = LanguageModel(LM_CONFIG)
+    save_checkpoint(path, model, "language_model", LM_CONFIG)
+    save_checkpoint(tmp_path / "sub" / "again.pt", model, "language_model", LM_CONFIG)
+    assert path.read_bytes() == (tmp_path / "sub" / "again.pt").read_bytes()  # dvc.lock records checkpoint hashes
     with pytest.raises(ValueError, match="language_model"):
         load_checkpoint(path, expected_kind="classifier")
     assert isinstance(build_language_model(load_checkpoint(path, expected_kind="language_model")), LanguageModel)
