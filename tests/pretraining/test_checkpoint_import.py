@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import pickle
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from lmtransfer.modeling.checkpoint import save_checkpoint
+from lmtransfer.core.errors import CheckpointError, TokenizerError
+from lmtransfer.modeling.checkpoint import read_torch_file, save_checkpoint
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.checkpoint_import import (
     CheckpointImportError,
@@ -17,6 +21,7 @@ from lmtransfer.pretraining.checkpoint_import import (
     load_into_language_model,
     read_checkpoint_weights,
 )
+from lmtransfer.tokens.tokenizer import DictionaryTokenizer, check_trained_with
 
 V, D, N, F, A = 50, 16, 2, 24, 2
 CONFIG = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dropout=0.1)
@@ -78,11 +83,9 @@ def _original(outputs: int = V, **base_kwargs) -> OriginalModel:
     return model.eval()
 
 
-def _save_original(tmp_path, model: nn.Module, name: str = "original.pt", wrap: bool = True, **edits):
-    state = dict(model.state_dict())
-    for key, value in edits.items():
-        state[key.replace("__", ".")] = value
-    path = tmp_path / name
+def _save_original(tmp_path, model: nn.Module, wrap: bool = True):
+    path = tmp_path / "original.pt"
+    state = model.state_dict()
     torch.save({"model_state_dict": state, "epoch": 3, "optimizer_state_dict": {}} if wrap else state, path)
     return path
 
@@ -138,59 +141,43 @@ def test_own_language_model_checkpoint_or_bare_state_dict_round_trips(tmp_path, 
         assert torch.equal(target(_ids()), source(_ids()))
 
 
-def test_own_classifier_checkpoint_gives_only_the_base(tmp_path):
-    torch.manual_seed(3)
-    classifier = Classifier(CONFIG, 2).eval()
-    path = tmp_path / "clf.pt"
-    save_checkpoint(path, classifier, "classifier", CONFIG, n_classes=2, pooling="last")
+@pytest.mark.parametrize("layout", ["lmtransfer", "original"])
+def test_a_classifier_checkpoint_gives_only_the_base_and_leaves_the_lm_head_as_it_was(tmp_path, layout):
+    if layout == "lmtransfer":
+        torch.manual_seed(3)
+        source = Classifier(CONFIG, 2).eval()
+        path, notes, atol = tmp_path / "clf.pt", ["classifier checkpoint"], 0.0
+        save_checkpoint(path, source, "classifier", CONFIG, n_classes=2, pooling="last")
+        hidden = source.base
+    else:  # the course's classifier: a decoder of 2 outputs, sequence-first
+        source = _original(outputs=2)
+        path, notes, atol = _save_original(tmp_path, source), ["2 outputs", "classification head"], 1e-5
+        hidden = lambda ids: source.base(ids.t()).transpose(0, 1)
     weights = read_checkpoint_weights(path)
-    assert not weights.has_lm_head
-    assert not any(key.startswith("head.") for key in weights.state_dict)
-    assert any("classifier checkpoint" in note for note in weights.notes)
-
+    assert not weights.has_lm_head and not any(key.startswith("head.") for key in weights.state_dict)
+    assert any(all(fragment in note for fragment in notes) for note in weights.notes)
     target = _fresh()
     head_before = target.head.weight.clone()
     load_into_language_model(weights, target)
     assert torch.equal(target.head.weight, head_before)
     with torch.no_grad():
-        assert torch.equal(target.base(_ids()), classifier.base(_ids()))
-
-
-def test_original_classification_head_is_not_used_but_the_base_loads(tmp_path):
-    original = _original(outputs=2)
-    weights = read_checkpoint_weights(_save_original(tmp_path, original))
-    assert not weights.has_lm_head
-    assert "head.weight" not in weights.state_dict
-    assert any("2 outputs" in note and "classification head" in note for note in weights.notes)
-
-    target = _fresh()
-    load_into_language_model(weights, target)
-    ids = _ids()
-    with torch.no_grad():
-        torch.testing.assert_close(target.base(ids), original.base(ids.t()).transpose(0, 1), atol=1e-5, rtol=0)
+        torch.testing.assert_close(target.base(_ids()), hidden(_ids()), atol=atol, rtol=0)
 
 
 # --- mismatches with params.yaml -------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        ({"vocab_size": 40}, ["base.encoder.weight has 50 token ids but the tokenizer gives 40", "tokenizer.vocab_file"]),
-        ({"d_model": 32}, ["base.encoder.weight", "model.d_model: 16"]),
-        ({"d_ff": 64}, ["base.transformer_encoder.layers.0.linear1.weight", "model.d_ff: 24"]),
-        ({"n_layers": 3}, ["base.transformer_encoder.layers.*", "model.n_layers: 2"]),
-    ],
-)
+@pytest.mark.parametrize("change, expected", [
+    ({"vocab_size": 40}, ["base.encoder.weight has 50 token ids but the tokenizer gives 40", "tokenizer.vocab_file"]),
+    ({"d_model": 32}, ["base.encoder.weight", "model.d_model: 16"]),
+    ({"d_ff": 64}, ["base.transformer_encoder.layers.0.linear1.weight", "model.d_ff: 24"]),
+    ({"n_layers": 3}, ["base.transformer_encoder.layers.*", "model.n_layers: 2"]),
+])
 def test_each_mismatch_names_the_tensor_and_the_params_key(tmp_path, change, expected):
     path = _save_original(tmp_path, _original())
-    weights = read_checkpoint_weights(path)
     with pytest.raises(CheckpointImportError) as error:
-        load_into_language_model(weights, _fresh(dataclasses.replace(CONFIG, **change)))
-    message = str(error.value)
-    assert message.startswith(str(path))
-    for fragment in expected:
-        assert fragment in message
+        load_into_language_model(read_checkpoint_weights(path), _fresh(dataclasses.replace(CONFIG, **change)))
+    assert str(error.value).startswith(str(path)) and all(fragment in str(error.value) for fragment in expected)
 
 
 def test_all_mismatches_are_reported_together(tmp_path):
@@ -201,11 +188,10 @@ def test_all_mismatches_are_reported_together(tmp_path):
     with pytest.raises(CheckpointImportError) as error:
         check_compatible(weights, wrong, str(path))
     lines = str(error.value).splitlines()
-    assert "5 mismatches" in lines[0] and str(path) in lines[0]
+    assert "5 mismatches" in lines[0] and str(path) in lines[0] and len(lines) == 6
     body = "\n".join(lines[1:])
-    assert len(lines) == 6
-    for key in ("tokenizer.vocab_file", "model.d_model: 16", "model.n_layers: 2", "model.d_ff: 24", "model.n_heads: 2"):
-        assert key in body
+    keys = ("tokenizer.vocab_file", "model.d_model: 16", "model.n_layers: 2", "model.d_ff: 24", "model.n_heads: 2")
+    assert all(key in body for key in keys)
     assert "base.token_embedding.weight" in body  # our own naming for our own file
 
 
@@ -214,8 +200,8 @@ def test_our_checkpoint_trained_with_another_tokenizer_is_refused_as_init_from(t
     save_checkpoint(path, _fresh(), "language_model", CONFIG, tokenizer_sha256="a" * 64)
     weights = read_checkpoint_weights(path)
     weights.check_tokenizer("a" * 64)  # the same tokenizer: fine
-    with pytest.raises(CheckpointImportError, match=r"lm\.pt: trained with another tokenizer than this pipeline's "
-                                                    r"\(sha256 aaaaaaaaaaaa against bbbbbbbbbbbb\).*pretrain\.init_from"):
+    with pytest.raises(CheckpointImportError, match=r"lm\.pt: trained with another tokenizer than this pipeline's \("
+                                                    r"sha256 aaaaaaaaaaaa against bbbbbbbbbbbb\).*pretrain\.init_from"):
         weights.check_tokenizer("b" * 64)
 
 
@@ -231,8 +217,6 @@ class RunsACommand:
         self.marker = marker
 
     def __reduce__(self):
-        import os
-
         return os.system, (f"touch {self.marker}",)
 
 
@@ -245,6 +229,8 @@ def _without(original, key):
     return {"model_state_dict": {k: v for k, v in original.state_dict().items() if k != key}}
 
 
+FINAL_NORM = {"base.transformer_encoder.norm.weight": torch.ones(D), "base.transformer_encoder.norm.bias":
+              torch.zeros(D)}  # a final norm the course's encoder does not have
 UNUSABLE = {  # file -> what its message says
     "garbage": (lambda tmp, o: b"this is not a checkpoint \x00\x01\x02", ["not a readable PyTorch checkpoint"]),
     "truncated": (lambda tmp, o: _save_original(tmp, o).read_bytes()[:500], ["not a readable PyTorch checkpoint"]),
@@ -259,9 +245,7 @@ UNUSABLE = {  # file -> what its message says
                 ["base.pos_encoder.pe", "positional encoding differs"]),
     "wide": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), "base.pos_encoder.pe": torch.zeros(40, 1, D + 2)}},
              [f"base.pos_encoder.pe has width {D + 2} but base.encoder.weight has width {D}"]),
-    "normed": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), "base.transformer_encoder.norm.weight":
-                                                    torch.ones(D), "base.transformer_encoder.norm.bias": torch.zeros(D)}},
-               ["base.transformer_encoder.norm.weight", "base.transformer_encoder.norm.bias"]),
+    "normed": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), **FINAL_NORM}}, list(FINAL_NORM)),
     "incomplete": (lambda tmp, o: _without(o, "base.transformer_encoder.layers.1.norm2.bias"),
                    ["base.transformer_encoder.layers.1.norm2.bias is missing"]),
 }
@@ -293,12 +277,6 @@ def test_a_checkpoint_that_would_run_a_command_is_refused_as_such_without_advice
 
 
 def test_a_raw_pickle_is_one_line_without_torchs_warning_before_it(tmp_path):
-    import pickle
-    import warnings
-
-    from lmtransfer.core.errors import CheckpointError
-    from lmtransfer.modeling.checkpoint import read_torch_file
-
     path = tmp_path / "raw.pt"
     path.write_bytes(pickle.dumps({"weights": [1, 2]}, protocol=4))
     with warnings.catch_warnings(record=True) as seen:
@@ -309,9 +287,6 @@ def test_a_raw_pickle_is_one_line_without_torchs_warning_before_it(tmp_path):
 
 
 def test_a_tokenizer_mismatch_says_what_made_the_tokenizers_differ(tmp_path, monkeypatch):
-    from lmtransfer.core.errors import TokenizerError
-    from lmtransfer.tokens.tokenizer import DictionaryTokenizer, check_trained_with
-
     monkeypatch.chdir(tmp_path)
     payload = {"tokenizer_sha256": "0" * 64, "model_config": {"vocab_size": 10}}
     tokenizer = DictionaryTokenizer(["a", "b"])
