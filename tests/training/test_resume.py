@@ -12,9 +12,10 @@ import torch
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import adapt_to_task, pretrain
+from lmtransfer.pretraining.training import adapt_to_task, adaptation_steps, pretrain
 from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training import resume
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
 
@@ -63,8 +64,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 @pytest.fixture(scope="module")
 def uninterrupted():
-    """The reference run, shared by the module (tests only read it); one thread, as conftest's single_thread gives
-    the tests themselves (a module fixture is set up before it)."""
+    """The module's reference run, on one thread as conftest's single_thread (set up after a module fixture) gives."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -158,15 +158,16 @@ def test_the_fingerprint_follows_params_the_stage_and_every_input_file_but_not_r
     data.write_bytes(b"abc")
     folder.mkdir()
     (folder / "train.npy").write_bytes(b"ids")
-    base = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU)
-    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 3}}, [data, folder], CPU) == base
-    assert fingerprint("pretrain", {"train": {"seed": 1, "resume_every": 10}}, [data, folder], CPU) != base
-    assert fingerprint("finetune_scratch@0", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU) != base
+
+    def of(stage="pretrain", seed=0, every=10):
+        return fingerprint(stage, {"train": {"seed": seed, "resume_every": every}}, [data, folder], CPU)
+
+    base = of()
+    assert of(every=3) == base and of(seed=1) != base and of("finetune_scratch@0") != base
     for changed in (data, folder / "train.npy"):
         changed.write_bytes(b"other bytes")
-        now = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU)
-        assert now != base
-        base = now
+        assert of() != base
+        base = of()
 
 
 def _split(n: int, seed: int) -> LabeledSplit:
@@ -206,12 +207,10 @@ def test_finetuning_resumed_after_an_interrupted_epoch_ends_bit_for_bit_like_an_
 
 
 def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says_so(capsys):
-    """`pretrain.adapt_epochs: 0.5` (the scaling study's small budgets) stops halfway through the pass, an integer
-    count runs whole passes (as the committed results were made); `pretrain.adapt_max_steps` bounds the phase."""
-    from lmtransfer.pretraining.training import adaptation_steps
-
+    """`pretrain.adapt_epochs: 0.5` stops halfway through the pass, an integer runs whole passes (as the committed
+    results were made); `pretrain.adapt_max_steps` bounds the phase."""
     assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
-    assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
+    assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it, not 5.0
 
     def adapt(**change):
         torch.manual_seed(0)
@@ -228,8 +227,6 @@ def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says
 def test_the_fingerprint_covers_the_code_from_any_working_directory(tmp_path, monkeypatch):
     """The translation and course stages run in their own folders: the code they run still counts, so a snapshot
     written by other code (another format) is started over, not resumed."""
-    from lmtransfer.training import resume
-
     files = resume.code_files()
     assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
     at_root = fingerprint("pretrain", {}, [], CPU)
