@@ -30,42 +30,31 @@ CONFIG = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dro
 # --- the original experiment, rebuilt here independently of our model ------------------
 
 
-class OriginalPositionalEncoding(nn.Module):
-    """The course's table: (max_len, 1, D), sequence-first, written out from the formula."""
-
-    def __init__(self, d_model: int, max_len: int = 40):
-        super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(position * div_term)
-        pe[:, 1::2] = torch.cos(position * div_term)
-        self.dropout = nn.Dropout(0.1)
-        self.register_buffer("pe", pe.unsqueeze(0).transpose(0, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(x + self.pe[: x.size(0)])
-
-
 class OriginalBase(nn.Module):
-    def __init__(self, n_layers: int = N, d_ff: int = F):
+    def __init__(self):
         super().__init__()
         self.encoder = nn.Embedding(V, D)
-        self.pos_encoder = OriginalPositionalEncoding(D)
-        layer = nn.TransformerEncoderLayer(D, A, d_ff, dropout=0.1, batch_first=False)
-        self.transformer_encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
+        self.pos_encoder = nn.Module()  # the course's table: (max_len, 1, D), sequence-first, from the formula
+        position = torch.arange(40, dtype=torch.float32).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, D, 2).float() * (-math.log(10000.0) / D))
+        pe = torch.zeros(40, D)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.pos_encoder.register_buffer("pe", pe.unsqueeze(1))  # and a dropout: none in eval mode
+        layer = nn.TransformerEncoderLayer(D, A, F, dropout=0.1, batch_first=False)
+        self.transformer_encoder = nn.TransformerEncoder(layer, N, enable_nested_tensor=False)
 
     def forward(self, src: torch.Tensor) -> torch.Tensor:
         """src (T, B) -> hidden (T, B, D), causal."""
-        x = self.pos_encoder(self.encoder(src) * math.sqrt(D))
+        x = self.encoder(src) * math.sqrt(D) + self.pos_encoder.pe[: src.size(0)]
         mask = nn.Transformer.generate_square_subsequent_mask(src.size(0))
         return self.transformer_encoder(x, mask)
 
 
 class OriginalModel(nn.Module):
-    def __init__(self, outputs: int = V, **base_kwargs):
+    def __init__(self, outputs: int = V):
         super().__init__()
-        self.base = OriginalBase(**base_kwargs)
+        self.base = OriginalBase()
         self.classifier = nn.Module()  # the course's head: classifier.decoder
         self.classifier.decoder = nn.Linear(D, outputs)
 
@@ -73,10 +62,10 @@ class OriginalModel(nn.Module):
         return self.classifier.decoder(self.base(src))
 
 
-def _original(outputs: int = V, **base_kwargs) -> OriginalModel:
+def _original(outputs: int = V) -> OriginalModel:
     """Random weights everywhere, so biases and norms (zero/one at init) also test the mapping."""
     torch.manual_seed(0)
-    model = OriginalModel(outputs, **base_kwargs)
+    model = OriginalModel(outputs)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
@@ -105,11 +94,9 @@ def _ids() -> torch.Tensor:
 @pytest.mark.parametrize("wrap", [True, False], ids=["model_state_dict", "bare"])
 def test_original_checkpoint_gives_the_original_logits_and_says_it_records_no_head_count(tmp_path, wrap):
     original = _original()
-    path = _save_original(tmp_path, original, wrap=wrap)
-    weights = read_checkpoint_weights(path)
+    weights = read_checkpoint_weights(_save_original(tmp_path, original, wrap=wrap))
     assert (weights.layout, weights.has_lm_head) == ("original", True)
     assert (weights.vocab_size, weights.d_model, weights.n_layers, weights.d_ff) == (V, D, N, F)
-
     ours = _fresh()
     ids = _ids()
     with torch.no_grad():

@@ -48,25 +48,18 @@ CLS_CONFIG = ModelConfig(vocab_size=24, d_model=32, n_layers=1, n_heads=2, d_ff=
 # --- packed language-model batches --------------------------------------------------------
 
 
-def test_packed_targets_are_inputs_shifted_by_one_in_full_batches_but_the_last():
-    batches = PackedBatches(np.arange(203, dtype=np.uint16), seq_len=10, batch_size=4, seed=0)
-    sizes = []
-    for inputs, targets in batches.epoch():
-        assert inputs.dtype == torch.int64 and inputs.shape == targets.shape and inputs.size(1) == 10
-        assert torch.equal(targets, inputs + 1)  # the ids are 0, 1, 2, ...: the next token is +1
-        sizes.append(inputs.size(0))
-    assert sum(sizes) >= 19 and all(size == 4 for size in sizes[:-1]) and 1 <= sizes[-1] <= 4
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_an_epoch_covers_non_overlapping_windows(seed):
+def test_an_epoch_covers_non_overlapping_windows_in_full_batches_but_the_last_and_targets_are_the_next_tokens(seed):
     n_tokens, seq_len = 257, 10
-    batches = PackedBatches(np.arange(n_tokens), seq_len=seq_len, batch_size=3, seed=seed)
+    batches = PackedBatches(np.arange(n_tokens, dtype=np.uint16), seq_len=seq_len, batch_size=3, seed=seed)
     for _ in range(3):  # each epoch draws a new offset
-        inputs = torch.cat([x for x, _ in batches.epoch()])
+        pairs = list(batches.epoch())
+        assert all(x.dtype == torch.int64 and x.shape == y.shape and x.size(1) == seq_len for x, y in pairs)
+        assert all(torch.equal(y, x + 1) for x, y in pairs)  # the ids are 0, 1, 2, ...: the next token is +1
+        assert all(x.size(0) == 3 for x, _ in pairs[:-1]) and 1 <= pairs[-1][0].size(0) <= 3
+        inputs = torch.cat([x for x, _ in pairs])
         starts = inputs[:, 0].sort().values
-        gaps = starts.diff()
-        assert torch.all(gaps == seq_len)  # windows tile the range: no overlap, no hole
+        assert torch.all(starts.diff() == seq_len)  # windows tile the range: no overlap, no hole
         flat = inputs.flatten()
         assert flat.unique().numel() == flat.numel()
         offset, last_end = int(starts[0]), int(starts[-1]) + seq_len
