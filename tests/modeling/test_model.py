@@ -136,23 +136,20 @@ def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
 # --- parameter counts -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("vocab, classifier, language_model", [(100, 988_402, 1_008_100),
-                                                            (50_001, 10_968_602, 21_018_401)])
-def test_the_labs_parameter_counts(vocab, classifier, language_model):
-    config = ModelConfig(vocab_size=vocab, d_model=200, n_layers=4, n_heads=2, d_ff=200, dropout=0.1)
-    assert count_parameters(Classifier(config, 2)) == classifier
-    assert count_parameters(LanguageModel(config)) == language_model
-    assert count_parameters(TransformerBase(config)) == expected_base_parameters(vocab, 200, 4, 200)
-    assert expected_base_parameters(100, 200, 4, 200) == 988_000
-
-
-@pytest.mark.parametrize("vocab,d_model,n_layers,n_heads,d_ff", [(37, 24, 3, 4, 24), (60, 16, 2, 2, 48),
-                                                                  (11, 30, 1, 3, 7)])
-def test_closed_form_base_parameter_count_matches_the_module(vocab, d_model, n_layers, n_heads, d_ff):
-    base = TransformerBase(ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1))
+@pytest.mark.parametrize("vocab, d_model, n_layers, n_heads, d_ff, lab", [
+    (100, 200, 4, 2, 200, (988_000, 988_402, 1_008_100)),  # the lab's (base, classifier, language model)
+    (50_001, 200, 4, 2, 200, (10_968_200, 10_968_602, 21_018_401)),  # ... with the original French vocabulary
+    (37, 24, 3, 4, 24, None), (60, 16, 2, 2, 48, None), (11, 30, 1, 3, 7, None),
+])
+def test_the_labs_parameter_counts_and_the_closed_form_base_count(vocab, d_model, n_layers, n_heads, d_ff, lab):
+    config = ModelConfig(vocab, d_model, n_layers, n_heads, d_ff, dropout=0.1)
+    base = TransformerBase(config)
     assert count_parameters(base) == expected_base_parameters(vocab, d_model, n_layers, d_ff)
     if d_ff == d_model:  # the reference shape: 6D^2 + 10D per layer
         assert count_parameters(base.layers.layers[0]) == 6 * d_model**2 + 10 * d_model
+    if lab:
+        assert (expected_base_parameters(vocab, d_model, n_layers, d_ff), count_parameters(Classifier(config, 2)),
+                count_parameters(LanguageModel(config))) == lab
 
 
 # --- pooling ------------------------------------------------------------------------------
@@ -170,7 +167,7 @@ def test_pooling_reads_only_the_non_padding_positions_of_each_row(pool, position
 
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train-no-dropout"])
-def test_classifier_output_is_the_same_alone_or_right_padded_in_a_batch(pooling, training):
+def test_classifier_output_is_the_same_alone_or_right_padded_and_an_unknown_pooling_is_refused(pooling, training):
     config = ModelConfig(**{**TINY.to_dict(), "dropout": 0.0}) if training else TINY
     model = _tiny(Classifier, 3, pooling=pooling, config=config).train(training)
     short = torch.tensor([[2, 7, 8, 9, 3]])
@@ -181,12 +178,8 @@ def test_classifier_output_is_the_same_alone_or_right_padded_in_a_batch(pooling,
         # what a naive pooling (last position, or mean over everything) would have read
         hidden = model.base(batch, padding_mask=batch.eq(0))
         naive = model.head(hidden[:, -1] if pooling == "last" else hidden.mean(dim=1))
-    assert torch.allclose(alone[0], padded[0], atol=1e-6)
+    assert padded.shape == (2, 3) and torch.allclose(alone[0], padded[0], atol=1e-6)  # a row of logits per text
     assert not torch.allclose(alone[0], naive[0], atol=1e-3)  # the check above can tell the difference
-
-
-def test_classifier_gives_one_row_of_logits_per_sequence_and_rejects_an_unknown_pooling():
-    assert _tiny(Classifier, 5)(torch.tensor([[2, 9, 3, 0], [2, 9, 9, 3]])).shape == (2, 5)
     with pytest.raises(ValueError, match="max"):
         Classifier(TINY, 2, pooling="max")
 

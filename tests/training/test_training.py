@@ -271,14 +271,20 @@ def _rates(scheduler, optimizer, steps: int) -> list:
     return rates
 
 
-def test_constant_schedule_keeps_the_base_rate_after_its_warm_up_in_every_group():
-    """The course's schedule: no decay (its lr is 3e-4 on the last step as on the first)."""
+COSINE = [0.1 + 0.45 * (1 + math.cos(math.pi * min(1, k / 8))) for k in range(10)]  # 8 steps to the floor 0.1
+
+
+@pytest.mark.parametrize("schedule, expected", [
+    (lambda opt: warmup_constant(opt, warmup_steps=0), [1.0] * 50),  # the course's: no decay, 3e-4 to the last step
+    (lambda opt: warmup_constant(opt, warmup_steps=4), [0.25, 0.5, 0.75] + [1.0] * 5),
+    (lambda opt: warmup_cosine(opt, warmup_steps=4, total_steps=12, floor=0.1), [0.25, 0.5, 0.75, 1.0] + COSINE),
+], ids=["constant", "constant-warm-up", "cosine"])
+def test_schedules_warm_up_then_keep_the_base_rate_or_decay_to_the_floor_in_every_group(schedule, expected):
     parameters = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
-    optimizer = torch.optim.SGD([{"params": [parameters[0]], "lr": 3e-4}, {"params": [parameters[1]], "lr": 9e-3}])
-    assert all(rate == [3e-4, 9e-3] for rate in _rates(warmup_constant(optimizer, warmup_steps=0), optimizer, 50))
-    optimizer = torch.optim.SGD([parameters[0]], lr=1.0)
-    rates = _rates(warmup_constant(optimizer, warmup_steps=4), optimizer, 8)
-    assert [rate[0] for rate in rates] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0])
+    optimizer = torch.optim.SGD([{"params": [parameters[0]], "lr": 1.0}, {"params": [parameters[1]], "lr": 3e-4}])
+    rates = _rates(schedule(optimizer), optimizer, len(expected))
+    assert [rate[0] for rate in rates] == pytest.approx(expected)
+    assert [rate[1] for rate in rates] == pytest.approx([3e-4 * factor for factor in expected])
 
 
 def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate(monkeypatch):
@@ -306,15 +312,19 @@ def test_the_frozen_backbone_log_line_counts_the_trainable_parameters_in_both_va
     assert "frozen in both variants" in line and "scratch model trains a head on random features" in line
 
 
-def test_warmup_then_cosine_decay_to_the_floor():
-    parameter = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([parameter], lr=1.0)
-    rates = [rate[0] for rate in _rates(warmup_cosine(optimizer, warmup_steps=4, total_steps=12, floor=0.1),
-                                        optimizer, 14)]
-    assert rates[:5] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
-    assert rates[8] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
-    assert rates[12] == pytest.approx(0.1) and rates[13] == pytest.approx(0.1)
-    assert all(a >= b for a, b in zip(rates[3:], rates[4:]))
+def test_discriminative_learning_rates_go_down_from_the_head_to_the_embedding_and_each_group_is_scheduled():
+    model = Classifier(CLS_CONFIG, 2)
+    groups = discriminative_param_groups(model, lr=1e-3, head_lr_multiplier=10, layer_lr_decay=0.5)
+    n_layers = CLS_CONFIG.n_layers
+    assert [g["lr"] for g in groups] == pytest.approx([1e-2] + [1e-3 * 0.5**d for d in range(n_layers)]
+                                                      + [1e-3 * 0.5**n_layers])
+    assert groups[0]["params"] == list(model.head.parameters())
+    assert groups[-1]["params"] == [model.base.token_embedding.weight]
+    every = [id(p) for g in groups for p in g["params"]]
+    assert sorted(every) == sorted(id(p) for p in model.parameters())  # each parameter exactly once
+    optimizer = make_optimizer(discriminative_param_groups(model, 1e-3, 4.0, 0.5), 1e-3, 0.0)
+    rates = _rates(warmup_cosine(optimizer, warmup_steps=4, total_steps=20), optimizer, 5)
+    assert rates[0][:2] == pytest.approx([4e-3 / 4, 1e-3 / 4]) and rates[4][:2] == pytest.approx([4e-3, 1e-3])
 
 
 # --- checkpoints --------------------------------------------------------------------------
@@ -372,35 +382,27 @@ def test_load_checkpoint_names_the_wrong_kind_a_garbage_a_foreign_and_a_missing_
 # --- atomic writes ------------------------------------------------------------------------
 
 
-def test_atomic_path_keeps_the_old_file_when_the_block_fails_else_replaces_it_with_a_normal_mode(tmp_path):
-    path = tmp_path / "state.txt"
-    path.write_text("old", encoding="utf-8")
+@pytest.mark.parametrize("folder", [False, True], ids=["atomic_path", "atomic_directory"])
+def test_an_atomic_write_keeps_the_old_one_when_the_block_fails_else_replaces_it_with_a_normal_mode(tmp_path, folder):
+    path, atomic, mode = ((tmp_path / "prepared", lmio.atomic_directory, 0o777) if folder
+                          else (tmp_path / "state.txt", lmio.atomic_path, 0o666))
+    file = (lambda root: root / "meta.json") if folder else (lambda root: root)
+    if folder:
+        path.mkdir()
+    file(path).write_text("old", encoding="utf-8")
     with pytest.raises(RuntimeError, match="killed"):
-        with lmio.atomic_path(path) as tmp:
+        with atomic(path) as tmp:
             assert tmp != path and tmp.parent == path.parent
-            tmp.write_text("half-written", encoding="utf-8")
+            file(tmp).write_text("half-written", encoding="utf-8")
             raise RuntimeError("killed")
-    assert path.read_text(encoding="utf-8") == "old" and os.listdir(tmp_path) == ["state.txt"]
-    with lmio.atomic_path(path) as tmp:
-        tmp.write_text("new", encoding="utf-8")
-        assert path.read_text(encoding="utf-8") == "old"  # nothing visible until the block ends
-    assert path.read_text(encoding="utf-8") == "new"
-    assert os.listdir(tmp_path) == ["state.txt"]
+    assert file(path).read_text(encoding="utf-8") == "old" and os.listdir(tmp_path) == [path.name]
+    with atomic(path) as tmp:
+        file(tmp).write_text("new", encoding="utf-8")
+        assert file(path).read_text(encoding="utf-8") == "old"  # nothing visible until the block ends
+    assert file(path).read_text(encoding="utf-8") == "new" and os.listdir(tmp_path) == [path.name]
     umask = os.umask(0)
     os.umask(umask)
-    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
-
-
-def test_atomic_directory_keeps_the_old_directory_when_the_block_fails(tmp_path):
-    out = tmp_path / "prepared"
-    out.mkdir()
-    (out / "meta.json").write_text("{}", encoding="utf-8")
-    with pytest.raises(RuntimeError):
-        with lmio.atomic_directory(out) as tmp:
-            (tmp / "meta.json").write_text('{"new": 1}', encoding="utf-8")
-            raise RuntimeError("killed")
-    assert (out / "meta.json").read_text(encoding="utf-8") == "{}"
-    assert os.listdir(tmp_path) == ["prepared"]
+    assert path.stat().st_mode & 0o777 == mode & ~umask
 
 
 def test_json_and_tsv_round_trip_leaving_only_the_file(tmp_path):
@@ -413,18 +415,3 @@ def test_json_and_tsv_round_trip_leaving_only_the_file(tmp_path):
     assert lmio.read_tsv(path) == [{"step": "1", "loss": "0.123457"}, {"step": "2", "loss": "2"}]
     with pytest.raises(ValueError, match="no rows"):
         lmio.write_tsv(tmp_path / "empty.tsv", [])
-
-
-def test_discriminative_learning_rates_go_down_from_the_head_to_the_embedding_and_each_group_is_scheduled():
-    model = Classifier(CLS_CONFIG, 2)
-    groups = discriminative_param_groups(model, lr=1e-3, head_lr_multiplier=10, layer_lr_decay=0.5)
-    n_layers = CLS_CONFIG.n_layers
-    assert [g["lr"] for g in groups] == pytest.approx([1e-2] + [1e-3 * 0.5**d for d in range(n_layers)]
-                                                      + [1e-3 * 0.5**n_layers])
-    assert groups[0]["params"] == list(model.head.parameters())
-    assert groups[-1]["params"] == [model.base.token_embedding.weight]
-    every = [id(p) for g in groups for p in g["params"]]
-    assert sorted(every) == sorted(id(p) for p in model.parameters())  # each parameter exactly once
-    optimizer = make_optimizer(discriminative_param_groups(model, 1e-3, 4.0, 0.5), 1e-3, 0.0)
-    rates = _rates(warmup_cosine(optimizer, warmup_steps=4, total_steps=20), optimizer, 5)
-    assert rates[0][:2] == pytest.approx([4e-3 / 4, 1e-3 / 4]) and rates[4][:2] == pytest.approx([4e-3, 1e-3])
