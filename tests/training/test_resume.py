@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import replace
 
@@ -62,48 +63,36 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
-@pytest.fixture(scope="module")
-def uninterrupted():
-    """The module's reference run, on one thread as conftest's single_thread (set up after a module fixture) gives."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _pretrain_both_phases(None)
-    finally:
-        torch.set_num_threads(previous)
+def _objective(nsp: bool | None) -> Objective:
+    """None: next-token prediction; else masked tokens, with or without next-sentence prediction."""
+    update = {"objective": "mlm", "nsp": nsp}
+    return Objective() if nsp is None else Objective.from_params(PARAMS.model_copy(update=update), MASKED)
 
 
-@pytest.mark.parametrize("stop_at", [15, 27, 30, 43, 46])  # logged steps: both phases, before and after snapshots
-def test_pretraining_resumed_after_an_interruption_ends_bit_for_bit_like_an_uninterrupted_run(
-    tmp_path, uninterrupted, stop_at
-):
-    model, corpus, task, logged = uninterrupted
+@functools.cache
+def _uninterrupted(nsp: bool | None = None):
+    """The reference run of an objective, made once (in a test: one thread) and only read."""
+    return _pretrain_both_phases(None, objective=_objective(nsp))
+
+
+@pytest.mark.parametrize("nsp, stops", [(None, [15]), (None, [27]), (None, [30]), (None, [43]), (None, [46]),
+                                        (False, [15, 43]), (True, [15, 43])])
+def test_pretraining_resumed_after_interruptions_ends_bit_for_bit_like_an_uninterrupted_run(tmp_path, nsp, stops):
+    """Logged steps of both phases, before and after snapshots; masks come from torch's generator, which is saved."""
+    objective = _objective(nsp)
+    model, corpus, task, logged = _uninterrupted(nsp)
     snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
-    with pytest.raises(Interrupted):
-        _pretrain_both_phases(snapshots, stop_at=stop_at)
+    for stop_at in stops:
+        with pytest.raises(Interrupted):
+            _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
     # a different initialisation proves the weights come from the snapshot
-    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9)
-    assert _same_weights(resumed_model, model)
+    resumed, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9, objective=objective)
+    assert _same_weights(resumed, model)
     assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
     # the new run (an MLflow run tagged with the killed one) logs the rows from the snapshot on, as they were
     assert relogged and set(map(repr, relogged)) <= set(map(repr, logged)) and relogged[-1] == logged[-1]
     assert len(resumed_corpus.throughput) == len(corpus.throughput)
-
-
-@pytest.mark.parametrize("nsp", [False, True])
-def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tmp_path, nsp):
-    """Masks are drawn from torch's global generator, which the snapshots save: the same tokens are masked."""
-    objective = Objective.from_params(PARAMS.model_copy(update={"objective": "mlm", "nsp": nsp}), MASKED)
-    model, corpus, task, logged = _pretrain_both_phases(None, objective=objective)
-    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
-    for stop_at in (15, 43):  # during the corpus phase, then during the adaptation
-        with pytest.raises(Interrupted):
-            _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
-    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9,
-                                                                                  objective=objective)
-    assert _same_weights(resumed_model, model)
-    assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
-    assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == nsp
+    assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == bool(nsp)
 
 
 @pytest.mark.parametrize("fault, said", [
@@ -111,7 +100,7 @@ def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tm
     ("truncated", "corpus.pt is unreadable (truncated or damaged); starting over"),  # a write cut short: disk full
 ])
 def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_training_starts_over(
-        tmp_path, uninterrupted, capsys, fault, said):
+        tmp_path, capsys, fault, said):
     with pytest.raises(Interrupted):
         _pretrain_both_phases(Snapshots("pretrain", "old params", every=4, root=tmp_path), stop_at=15)
     path = tmp_path / "pretrain" / "corpus.pt"
@@ -121,15 +110,15 @@ def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_trainin
     model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", fingerprint, every=4, root=tmp_path))
     out = capsys.readouterr().out
     assert said in out and out.count("starting over") == 1
-    assert _same_weights(model, uninterrupted[0])  # trained from the start
-    assert _results(corpus, task) == _results(*uninterrupted[1:3])
+    assert _same_weights(model, _uninterrupted()[0])  # trained from the start
+    assert _results(corpus, task) == _results(*_uninterrupted()[1:3])
 
 
-def test_a_finished_run_s_snapshots_give_its_results_without_training_until_cleared(tmp_path, uninterrupted):
+def test_a_finished_run_s_snapshots_give_its_results_without_training_until_cleared(tmp_path):
     """A kill after training but before the outputs are written: the rerun goes straight to the outputs."""
     _pretrain_both_phases(Snapshots("pretrain", "same", every=0, root=tmp_path))
     assert not (tmp_path / "pretrain").exists()  # train.resume_every: 0 takes none
-    model, corpus, task, _ = uninterrupted
+    model, corpus, task, _ = _uninterrupted()
     snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
     _pretrain_both_phases(snapshots)
     assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
