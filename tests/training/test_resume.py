@@ -86,7 +86,7 @@ def test_pretraining_resumed_after_interruptions_ends_bit_for_bit_like_an_uninte
         with pytest.raises(Interrupted):
             _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
     # a different initialisation proves the weights come from the snapshot
-    resumed, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9, objective=objective)
+    resumed, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, None, 9, objective)
     assert _same_weights(resumed, model)
     assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
     # the new run (an MLflow run tagged with the killed one) logs the rows from the snapshot on, as they were
