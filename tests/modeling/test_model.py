@@ -30,8 +30,6 @@ def _tiny(cls, *args, seed: int = 0, config: ModelConfig = TINY, **kwargs):
 
 
 # --- causality ------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("cls, masked", [(TransformerBase, False), (TransformerBase, True), (LanguageModel, False)],
                          ids=["base", "base-with-padding-mask", "language-model"])
 @pytest.mark.parametrize("k", [0, 3, 7, 11])
@@ -88,8 +86,6 @@ def test_cpu_dropout_keeps_one_minus_p_of_the_elements_scaled_and_follows_torchs
 
 
 # --- positional encoding ----------------------------------------------------------------
-
-
 def _reference_position(pos: int, dim: int, d_model: int) -> float:
     i = dim // 2
     angle = pos / 10000 ** (2 * i / d_model)
@@ -119,8 +115,6 @@ def test_positional_encoding_grows_beyond_its_initial_positions():
 
 
 # --- embedding scale ----------------------------------------------------------------------
-
-
 def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
     base = _tiny(TransformerBase, config=ModelConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_ff=16,
                                                      dropout=0.0))
@@ -134,8 +128,6 @@ def test_encoder_input_is_embedding_scaled_by_sqrt_d_model_plus_positions():
 
 
 # --- parameter counts -------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("vocab, d_model, n_layers, n_heads, d_ff, lab", [
     (100, 200, 4, 2, 200, (988_000, 988_402, 1_008_100)),  # the lab's (base, classifier, language model)
     (50_001, 200, 4, 2, 200, (10_968_200, 10_968_602, 21_018_401)),  # ... with the original French vocabulary
@@ -153,8 +145,6 @@ def test_the_labs_parameter_counts_and_the_closed_form_base_count(vocab, d_model
 
 
 # --- pooling ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("pool, position", [(pool_last_token, lambda n: n - 1), (pool_mean, lambda n: (n - 1) / 2)])
 def test_pooling_reads_only_the_non_padding_positions_of_each_row(pool, position):
     """hidden[b, t] = (t, 100 b, 1): each vector tells its position and row; the mask is True at padding."""
@@ -185,8 +175,6 @@ def test_classifier_output_is_the_same_alone_or_right_padded_and_an_unknown_pool
 
 
 # --- generation ---------------------------------------------------------------------------
-
-
 def test_generation_greedy_is_the_argmax_as_top_one_sampling_stops_after_eos_and_seeded_sampling_repeats():
     model = _tiny(LanguageModel)
     prompt = torch.tensor([[2, 10, 11, 12]])

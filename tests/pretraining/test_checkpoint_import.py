@@ -28,8 +28,6 @@ CONFIG = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dro
 
 
 # --- the original experiment, rebuilt here independently of our model ------------------
-
-
 class OriginalBase(nn.Module):
     def __init__(self):
         super().__init__()
@@ -89,8 +87,6 @@ def _ids() -> torch.Tensor:
 
 
 # --- the mapping ----------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("wrap", [True, False], ids=["model_state_dict", "bare"])
 def test_original_checkpoint_gives_the_original_logits_and_says_it_records_no_head_count(tmp_path, wrap):
     original = _original()
@@ -152,8 +148,6 @@ def test_a_classifier_checkpoint_gives_only_the_base_and_leaves_the_lm_head_as_i
 
 
 # --- mismatches with params.yaml -------------------------------------------------------
-
-
 @pytest.mark.parametrize("change, expected", [
     ({"vocab_size": 40}, ["base.encoder.weight has 50 token ids but the tokenizer gives 40", "tokenizer.vocab_file"]),
     ({"d_model": 32}, ["base.encoder.weight", "model.d_model: 16"]),
@@ -193,8 +187,6 @@ def test_our_checkpoint_trained_with_another_tokenizer_is_refused_as_init_from(t
 
 
 # --- files that cannot be used ---------------------------------------------------------
-
-
 class Custom:
     pass
 

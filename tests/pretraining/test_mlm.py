@@ -40,8 +40,6 @@ def corpus(n_docs: int = 300, seed: int = 0) -> np.ndarray:
 
 
 # --- masking -------------------------------------------------------------------------------
-
-
 def test_masking_chooses_the_share_of_ordinary_tokens_and_splits_them_80_10_10():
     torch.manual_seed(0)
     ids = torch.randint(5, V, (400, 100))
@@ -80,8 +78,6 @@ def test_the_loss_is_scored_on_the_chosen_positions_only():
 
 
 # --- attention and pooling ------------------------------------------------------------------
-
-
 def test_bidirectional_attention_lets_an_earlier_position_see_a_later_token():
     """The exact opposite of the causal test: changing a future token changes an earlier position's output."""
     torch.manual_seed(0)
@@ -105,8 +101,6 @@ def test_first_and_mean_pooling_ignore_right_padding_in_a_bidirectional_classifi
 
 
 # --- params that must agree -------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("raw, message", [
     ({"model": {"attention": "bidirectional"}},
      "model.attention: bidirectional lets every position see the token it must predict under pretrain.objective: "
@@ -144,8 +138,6 @@ def test_mlm_needs_a_mask_token(mask_id):
 
 
 # --- next-sentence prediction -------------------------------------------------------------------
-
-
 def test_sentence_pairs_are_half_true_successors_with_segments_and_fit_the_length():
     """Document i is the token 5 + i, three times: A's last token and B's first tell which documents they hold."""
     n_docs = 400
@@ -193,8 +185,6 @@ def test_segment_a_folded_into_the_token_embedding_gives_the_same_hidden_states(
 
 
 # --- checkpoints ----------------------------------------------------------------------------------
-
-
 def test_a_masked_lm_checkpoint_is_refused_as_a_causal_model_and_the_reverse(tmp_path):
     torch.manual_seed(0)
     mlm = MaskedLanguageModel(bidirectional())
@@ -213,8 +203,6 @@ def test_a_masked_lm_checkpoint_is_refused_as_a_causal_model_and_the_reverse(tmp
 
 
 # --- the pretraining loop ---------------------------------------------------------------------------
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("nsp", [False, True])
 def test_mlm_pretraining_learns_and_logs_its_scores(nsp):

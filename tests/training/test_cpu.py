@@ -46,13 +46,14 @@ def test_compiled_pretraining_follows_the_same_curve():
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
 
 
-def fused_and_default_adamw_after(steps: int) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
-    """The same start and gradients through make_optimizer's fused AdamW (twice) and torch's default loop."""
+def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
+    """The same bits run to run on any CPU; the default loop's bits on an Intel CPU (where the committed results were
+    made); within 1e-6 of them elsewhere (an AMD EPYC rounds one multiply-add apart: 3.7e-9 after 6 steps)."""
     torch.manual_seed(0)
     start = [torch.randn(40, 30), torch.randn(30)]
-    grads = [[torch.randn_like(p) for p in start] for _ in range(steps)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(6)]
     finals = []
-    for fused in (True, True, False):
+    for fused in (True, True, False):  # the same start and gradients through make_optimizer (twice) and torch's loop
         params = [p.clone().requires_grad_() for p in start]
         optimizer = make_optimizer(params, 1e-3, 0.01) if fused else torch.optim.AdamW(params, 1e-3, weight_decay=0.01)
         for step in grads:
@@ -60,13 +61,7 @@ def fused_and_default_adamw_after(steps: int) -> tuple[list[list[torch.Tensor]],
                 p.grad = g.clone()
             optimizer.step()
         finals.append(params)
-    return finals[:2], finals[2]
-
-
-def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
-    """The same bits run to run on any CPU; the default loop's bits on an Intel CPU (where the committed results were
-    made); within 1e-6 of them elsewhere (an AMD EPYC rounds one multiply-add apart: 3.7e-9 after 6 steps)."""
-    (fused, fused_again), default = fused_and_default_adamw_after(6)
+    fused, fused_again, default = finals
     assert make_optimizer([torch.zeros(2, requires_grad=True)], 1e-3, 0.0).defaults["fused"]
     assert all(torch.equal(a, b) for a, b in zip(fused, fused_again))
     for a, b in zip(fused, default):
@@ -76,8 +71,6 @@ def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
 
 
 # --- several jobs on one machine, and programs beside ---------------------------------------------------------
-
-
 def test_each_job_takes_its_share_of_the_cores_set_by_lmtransfer_jobs_unless_a_thread_count_is_given(monkeypatch):
     assert (thread_share(1, cores=8), thread_share(3, cores=8)) == (8, 2)
     assert thread_share(3, cores=2) == 1  # more jobs than cores: one thread each, never zero

@@ -15,7 +15,6 @@ from lmtransfer.classification.finetune import (
     describe_trainable,
     discriminative_param_groups,
     finetune,
-    set_backbone_frozen,
 )
 from lmtransfer.classification.inference import predict
 from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
@@ -46,8 +45,6 @@ CLS_CONFIG = ModelConfig(vocab_size=24, d_model=32, n_layers=1, n_heads=2, d_ff=
 
 
 # --- packed language-model batches --------------------------------------------------------
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_an_epoch_covers_non_overlapping_windows_in_full_batches_but_the_last_and_targets_are_the_next_tokens(seed):
     n_tokens, seq_len = 257, 10
@@ -84,7 +81,6 @@ def test_too_short_a_stream_names_pretrain_seq_len_and_the_stream():
 
 
 # --- pretraining --------------------------------------------------------------------------
-
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
 
 
@@ -128,8 +124,6 @@ def test_pretraining_is_deterministic_for_a_seed():
 
 
 # --- fine-tuning --------------------------------------------------------------------------
-
-
 def _separable_split(n: int, seed: int) -> LabeledSplit:
     """Class 0 texts contain token 5, class 1 texts token 6, among filler tokens 7..23."""
     rng = np.random.default_rng(seed)
@@ -185,15 +179,21 @@ def test_finetuning_learns_a_separable_task(pooling, device):
     assert all(torch.equal(snapshot[k], v) for k, v in result.best_state.items())
 
 
-def test_a_frozen_backbone_stays_unchanged_while_the_head_learns():
+def test_a_frozen_backbone_stays_unchanged_while_the_head_learns_and_the_log_line_counts_what_trains():
     train, valid = _separable_split(64, seed=0), _separable_split(16, seed=1)
     torch.manual_seed(0)
     model = Classifier(ModelConfig(**{**CLS_CONFIG.to_dict(), "dropout": 0.1}), 2)
+    total, head = (sum(p.numel() for p in part.parameters()) for part in (model, model.head))
+    assert describe_trainable(model, False, "finetune_scratch@0") == (
+        f"finetune_scratch@0: {total:,} trainable of {total:,} parameters")
     base_before = {k: v.clone() for k, v in model.base.state_dict().items()}
     head_before = {k: v.clone() for k, v in model.head.state_dict().items()}
     finetune(model, train, valid, _finetune_params(epochs=1, freeze_backbone=True), RunOptions(CPU))
     assert all(torch.equal(base_before[k], v) for k, v in model.base.state_dict().items())
     assert not all(torch.equal(head_before[k], v) for k, v in model.head.state_dict().items())
+    line = describe_trainable(model, True, "finetune_scratch@0")  # finetune left the base frozen
+    assert line.startswith(f"finetune_scratch@0: {head:,} trainable of {total:,} parameters (")
+    assert "frozen in both variants" in line and "scratch model trains a head on random features" in line
 
 
 def test_predict_returns_probabilities_in_split_order():
@@ -233,8 +233,6 @@ def test_random_batches_are_the_permutation_cut_in_order_and_bucketed_ones_group
 
 
 # --- padding ------------------------------------------------------------------------------
-
-
 def test_pad_batch_right_pads_with_the_padding_id_and_keeps_the_first_max_len_tokens():
     batch = pad_batch([np.array([2, 5, 3]), np.array([2, 5, 6, 7, 3]), np.array([2, 3])], max_len=10, pad_id=PAD_ID)
     assert batch.dtype == torch.long and PAD_ID == 0
@@ -244,8 +242,6 @@ def test_pad_batch_right_pads_with_the_padding_id_and_keeps_the_first_max_len_to
 
 
 # --- metrics ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("actual, predicted, matrix, acc, f1s, macro", [
     ([0, 0, 1, 1, 2, 2, 2], [0, 1, 1, 1, 2, 0, 2], [[1, 1, 0], [0, 2, 0], [1, 0, 2]], 5 / 7, [0.5, 0.8, 0.8], 0.7),
     ([0, 0, 1], [0, 0, 0], [[2, 0, 0], [1, 0, 0], [0, 0, 0]], 2 / 3, [0.8, 0.0, 0.0], 0.4),  # class 2 never occurs
@@ -260,8 +256,6 @@ def test_confusion_matrix_accuracy_and_f1_match_hand_computed_values(actual, pre
 
 
 # --- learning-rate schedule ----------------------------------------------------------------
-
-
 def _rates(scheduler, optimizer, steps: int) -> list:
     rates = []
     for _ in range(steps):
@@ -300,18 +294,6 @@ def test_fine_tuning_with_the_constant_schedule_never_changes_the_rate(monkeypat
     assert len(seen) == 8 and set(seen) == {3e-4}
 
 
-def test_the_frozen_backbone_log_line_counts_the_trainable_parameters_in_both_variants():
-    model = Classifier(CLS_CONFIG, n_classes=2, pooling="last")
-    total = sum(p.numel() for p in model.parameters())
-    assert describe_trainable(model, False, "finetune_scratch@0") == (
-        f"finetune_scratch@0: {total:,} trainable of {total:,} parameters")
-    set_backbone_frozen(model, True)
-    head = sum(p.numel() for p in model.head.parameters())
-    line = describe_trainable(model, True, "finetune_scratch@0")
-    assert line.startswith(f"finetune_scratch@0: {head:,} trainable of {total:,} parameters (")
-    assert "frozen in both variants" in line and "scratch model trains a head on random features" in line
-
-
 def test_discriminative_learning_rates_go_down_from_the_head_to_the_embedding_and_each_group_is_scheduled():
     model = Classifier(CLS_CONFIG, 2)
     groups = discriminative_param_groups(model, lr=1e-3, head_lr_multiplier=10, layer_lr_decay=0.5)
@@ -328,8 +310,6 @@ def test_discriminative_learning_rates_go_down_from_the_head_to_the_embedding_an
 
 
 # --- checkpoints --------------------------------------------------------------------------
-
-
 def test_classifier_checkpoint_round_trip_gives_identical_outputs(tmp_path):
     torch.manual_seed(0)
     model = Classifier(CLS_CONFIG, 3, pooling="mean").eval()
@@ -380,8 +360,6 @@ def test_load_checkpoint_names_the_wrong_kind_a_garbage_a_foreign_and_a_missing_
 
 
 # --- atomic writes ------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("folder", [False, True], ids=["atomic_path", "atomic_directory"])
 def test_an_atomic_write_keeps_the_old_one_when_the_block_fails_else_replaces_it_with_a_normal_mode(tmp_path, folder):
     path, atomic, mode = ((tmp_path / "prepared", lmio.atomic_directory, 0o777) if folder
