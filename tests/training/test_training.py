@@ -11,11 +11,7 @@ import pytest
 import torch
 
 from lmtransfer.classification.config import FinetuneParams
-from lmtransfer.classification.finetune import (
-    describe_trainable,
-    discriminative_param_groups,
-    finetune,
-)
+from lmtransfer.classification.finetune import describe_trainable, discriminative_param_groups, finetune
 from lmtransfer.classification.inference import predict
 from lmtransfer.classification.metrics import accuracy, confusion_matrix, macro_f1, per_class_f1
 from lmtransfer.core import io as lmio
