@@ -1,7 +1,9 @@
-"""Masked language modelling (pretrain.objective: mlm) and next-sentence prediction: masking, attention,
-pooling, the params that must agree, checkpoints, the pretraining loop and the CLI."""
+"""Masked language modelling (pretrain.objective: mlm) and next-sentence prediction: masking, attention, pooling,
+the params that must agree, checkpoints and the pretraining loop."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,14 +26,11 @@ META = {"pad_id": PAD, "unk_id": UNK, "bos_id": BOS, "eos_id": EOS, "mask_id": M
 MASKER = TokenMasker(MASK, V, (PAD, UNK, BOS, EOS), 0.15)
 
 
-def bidirectional(vocab_size: int = V, **shape) -> ModelConfig:
-    return ModelConfig(vocab_size, **{"d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 16, "dropout": 0.1, **shape},
-                       causal=False)
+BIDIRECTIONAL = ModelConfig(V, d_model=16, n_layers=2, n_heads=2, d_ff=16, dropout=0.1, causal=False)
 
 
 def corpus(n_docs: int = 300, seed: int = 0) -> np.ndarray:
-    """Documents framed BOS ... EOS, as the tokenize stage stores the corpus; each repeats one token, so a
-    masked token is plain from its neighbours on either side."""
+    """BOS ... EOS documents, as the tokenize stage stores them; each repeats one token (plain from its neighbours)."""
     rng = np.random.default_rng(seed)
     stream = []
     for _ in range(n_docs):
@@ -68,7 +67,7 @@ def test_masking_chooses_at_least_one_token_and_is_repeatable_with_a_generator()
 
 def test_the_loss_is_scored_on_the_chosen_positions_only():
     torch.manual_seed(0)
-    model = MaskedLanguageModel(bidirectional()).eval()
+    model = MaskedLanguageModel(BIDIRECTIONAL).eval()
     ids = torch.randint(5, V, (4, 12))
     inputs, targets = MASKER(ids)
     logits = model(inputs)
@@ -81,7 +80,7 @@ def test_the_loss_is_scored_on_the_chosen_positions_only():
 def test_bidirectional_attention_lets_an_earlier_position_see_a_later_token():
     """The exact opposite of the causal test: changing a future token changes an earlier position's output."""
     torch.manual_seed(0)
-    base = TransformerBase(bidirectional()).eval()
+    base = TransformerBase(BIDIRECTIONAL).eval()
     ids = torch.randint(5, V, (1, 10))
     changed = ids.clone()
     changed[0, 8] = (ids[0, 8] + 1 - 5) % (V - 5) + 5
@@ -91,7 +90,7 @@ def test_bidirectional_attention_lets_an_earlier_position_see_a_later_token():
 @pytest.mark.parametrize("pooling", ["first", "mean"])
 def test_first_and_mean_pooling_ignore_right_padding_in_a_bidirectional_classifier(pooling):
     torch.manual_seed(0)
-    model = Classifier(bidirectional(), n_classes=3, pooling=pooling).eval()
+    model = Classifier(BIDIRECTIONAL, n_classes=3, pooling=pooling).eval()
     text = torch.tensor([[BOS, 11, 12, 13]])
     padded = torch.tensor([[BOS, 11, 12, 13, PAD, PAD, PAD], [BOS, 20, 21, PAD, PAD, PAD, PAD]])
     assert torch.allclose(model(text)[0], model(padded)[0], atol=1e-5)
@@ -175,7 +174,7 @@ def test_sentence_pairs_replay_an_epoch_from_its_generator_state():
 
 def test_segment_a_folded_into_the_token_embedding_gives_the_same_hidden_states():
     torch.manual_seed(0)
-    model = MaskedLanguageModel(bidirectional(), next_sentence=True).eval()
+    model = MaskedLanguageModel(BIDIRECTIONAL, next_sentence=True).eval()
     torch.nn.init.normal_(model.segment_embedding.weight)
     ids = torch.tensor([[BOS, 7, 8, 9, PAD], [BOS, 10, 11, PAD, PAD]])
     payload = {"kind": "language_model", "model_config": model.base.config.to_dict(), "objective": "mlm",
@@ -187,15 +186,14 @@ def test_segment_a_folded_into_the_token_embedding_gives_the_same_hidden_states(
 # --- checkpoints ----------------------------------------------------------------------------------
 def test_a_masked_lm_checkpoint_is_refused_as_a_causal_model_and_the_reverse(tmp_path):
     torch.manual_seed(0)
-    mlm = MaskedLanguageModel(bidirectional())
+    mlm = MaskedLanguageModel(BIDIRECTIONAL)
     path = tmp_path / "mlm.pt"
     save_checkpoint(path, mlm, "language_model", mlm.base.config, objective="mlm", next_sentence=False)
-    causal_config = ModelConfig(V, 16, 2, 2, 16, 0.1)
     with pytest.raises(CheckpointError, match="the checkpoint's attention is bidirectional .pretrained with objective "
                                               "mlm. but pretrain.objective / model.attention give causal: set "
                                               "pretrain.objective: mlm"):
-        check_compatible(read_checkpoint_weights(path), causal_config, str(path))
-    check_compatible(read_checkpoint_weights(path), bidirectional(), str(path))  # the matching model loads
+        check_compatible(read_checkpoint_weights(path), replace(BIDIRECTIONAL, causal=True), str(path))
+    check_compatible(read_checkpoint_weights(path), BIDIRECTIONAL, str(path))  # the matching model loads
     payload = torch.load(path, weights_only=True)
     with pytest.raises(CheckpointError, match="finetune.pooling: last suits a causal model"):
         classifier_from_pretrained(payload, 2, "last", V, PAD)
@@ -209,10 +207,10 @@ def test_mlm_pretraining_learns_and_logs_its_scores(nsp):
     torch.manual_seed(0)
     stream = corpus(600)
     params = shipped("pretrain", objective="mlm", nsp=nsp, max_steps=200, batch_size=16, seq_len=24, eval_every=100,
-                            eval_batches=4, warmup_steps=10, lr=3e-3)
+                     eval_batches=4, warmup_steps=10, lr=3e-3)
     objective = Objective.from_params(params, META)
-    model = objective.build_model(bidirectional())
-    result = pretrain(model, stream[:5000], stream[5000:], params, RunOptions(log_every=20), objective)
+    result = pretrain(objective.build_model(BIDIRECTIONAL), stream[:5000], stream[5000:], params,
+                      RunOptions(log_every=20), objective)
     first, last = result.valid_log[0], result.valid_log[-1]
     assert last["val_loss"] < first["val_loss"] - 0.5 and last["val_masked_accuracy"] > first["val_masked_accuracy"]
     assert {"val_masked_accuracy", "val_perplexity"} <= set(last)
