@@ -141,8 +141,9 @@ def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
     assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
 
 
-def test_the_fingerprint_follows_params_the_stage_and_every_input_file_but_not_resume_every(tmp_path):
-    """The tokenized folders hold .npy/.json, not code: every file of an input folder counts."""
+def test_the_fingerprint_follows_params_the_stage_the_inputs_and_the_code_but_not_resume_every(tmp_path, monkeypatch):
+    """Every file of an input folder counts (the tokenized folders hold .npy/.json); so does the code, from any
+    working directory (the translation and course stages run in their own): a snapshot of other code starts over."""
     data, folder = tmp_path / "data.bin", tmp_path / "tokenized_corpus"
     data.write_bytes(b"abc")
     folder.mkdir()
@@ -157,6 +158,14 @@ def test_the_fingerprint_follows_params_the_stage_and_every_input_file_but_not_r
         changed.write_bytes(b"other bytes")
         assert of() != base
         base = of()
+    files = resume.code_files()
+    assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
+    monkeypatch.chdir(tmp_path)
+    assert resume.code_files() == files and of() == base
+    changed = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
+    (tmp_path / "other.py").write_text("# other code\n")
+    monkeypatch.setattr(resume, "code_files", lambda: changed)
+    assert of() != base
 
 
 def _split(n: int, seed: int) -> LabeledSplit:
@@ -211,17 +220,3 @@ def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says
     assert "capped" not in capsys.readouterr().out
     assert adapt(adapt_max_steps=3).steps == 3 < one_pass.steps
     assert f"would be {one_pass.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out
-
-
-def test_the_fingerprint_covers_the_code_from_any_working_directory(tmp_path, monkeypatch):
-    """The translation and course stages run in their own folders: the code they run still counts, so a snapshot
-    written by other code (another format) is started over, not resumed."""
-    files = resume.code_files()
-    assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
-    at_root = fingerprint("pretrain", {}, [], CPU)
-    monkeypatch.chdir(tmp_path)
-    assert resume.code_files() == files and fingerprint("pretrain", {}, [], CPU) == at_root
-    changed = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
-    (tmp_path / "other.py").write_text("# other code\n")
-    monkeypatch.setattr(resume, "code_files", lambda: changed)
-    assert fingerprint("pretrain", {}, [], CPU) != at_root

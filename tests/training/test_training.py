@@ -123,17 +123,13 @@ def test_pretraining_is_deterministic_for_a_seed():
 def _separable_split(n: int, seed: int) -> LabeledSplit:
     """Class 0 texts contain token 5, class 1 texts token 6, among filler tokens 7..23."""
     rng = np.random.default_rng(seed)
-    sequences, labels = [], []
+    sequences = []
     for index in range(n):
-        label = index % 2
         body = rng.integers(7, CLS_CONFIG.vocab_size, size=rng.integers(2, 10))
-        marks = rng.integers(0, len(body), size=2)
-        body[marks] = 5 + label
+        body[rng.integers(0, len(body), size=2)] = 5 + index % 2
         sequences.append(np.concatenate([[BOS_ID], body, [EOS_ID]]).astype(np.uint16))
-        labels.append(label)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in sequences], out=offsets[1:])
-    return LabeledSplit(np.concatenate(sequences), offsets, np.array(labels, dtype=np.int64))
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).astype(np.int64)
+    return LabeledSplit(np.concatenate(sequences), offsets, np.arange(n, dtype=np.int64) % 2)
 
 
 def _finetune_params(**overrides) -> FinetuneParams:
