@@ -155,21 +155,23 @@ def test_pooling_reads_only_the_non_padding_positions_of_each_row(pool, position
     assert torch.allclose(pooled, torch.tensor([[position(n), 100.0 * row, 1.0] for row, n in enumerate(lengths)]))
 
 
-@pytest.mark.parametrize("pooling", ["last", "mean"])
+@pytest.mark.parametrize("pooling, causal", [("last", True), ("mean", True), ("first", False), ("mean", False)])
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train-no-dropout"])
-def test_classifier_output_is_the_same_alone_or_right_padded_and_an_unknown_pooling_is_refused(pooling, training):
-    config = ModelConfig(**{**TINY.to_dict(), "dropout": 0.0}) if training else TINY
+def test_a_classifier_reads_the_same_alone_or_right_padded_and_refuses_an_unknown_pooling(pooling, causal, training):
+    config = ModelConfig(**{**TINY.to_dict(), "dropout": 0.0 if training else 0.1, "causal": causal})
     model = _tiny(Classifier, 3, pooling=pooling, config=config).train(training)
     short = torch.tensor([[2, 7, 8, 9, 3]])
     batch = torch.tensor([[2, 7, 8, 9, 3, 0, 0, 0], [2, 10, 11, 12, 13, 14, 15, 3]])
     with torch.no_grad():
         alone = model(short)
         padded = model(batch)
-        # what a naive pooling (last position, or mean over everything) would have read
+        # what a naive pooling (last position, mean over everything, padding not masked) would have read
         hidden = model.base(batch, padding_mask=batch.eq(0))
-        naive = model.head(hidden[:, -1] if pooling == "last" else hidden.mean(dim=1))
-    assert padded.shape == (2, 3) and torch.allclose(alone[0], padded[0], atol=1e-6)  # a row of logits per text
+        naive = model.head({"last": hidden[:, -1], "mean": hidden.mean(1), "first": model.base(batch)[:, 0]}[pooling])
+    assert padded.shape == (2, 3) and torch.allclose(alone[0], padded[0], atol=1e-6 if causal else 1e-5)
     assert not torch.allclose(alone[0], naive[0], atol=1e-3)  # the check above can tell the difference
+    if pooling == "first":  # BERT's [CLS]: position 0
+        assert torch.allclose(padded, model.head(hidden[:, 0]), atol=1e-6)
     with pytest.raises(ValueError, match="max"):
         Classifier(TINY, 2, pooling="max")
 

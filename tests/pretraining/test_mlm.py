@@ -13,7 +13,7 @@ from lmtransfer.classification.config import parse_classification_params
 from lmtransfer.core.config import ConfigError
 from lmtransfer.core.errors import CheckpointError
 from lmtransfer.modeling.checkpoint import classifier_from_pretrained, save_checkpoint
-from lmtransfer.modeling.model import IGNORE_INDEX, Classifier, MaskedLanguageModel, ModelConfig, TransformerBase
+from lmtransfer.modeling.model import IGNORE_INDEX, MaskedLanguageModel, ModelConfig, TransformerBase
 from lmtransfer.pretraining.checkpoint_import import check_compatible, read_checkpoint_weights
 from lmtransfer.pretraining.objectives import MaskedWindows, Objective, SentencePairs, TokenMasker, _positions
 from lmtransfer.pretraining.training import pretrain
@@ -76,7 +76,7 @@ def test_the_loss_is_scored_on_the_chosen_positions_only():
     assert torch.allclose(model.losses(inputs, targets)["loss"], expected, atol=1e-6)
 
 
-# --- attention and pooling ------------------------------------------------------------------
+# --- attention ------------------------------------------------------------------
 def test_bidirectional_attention_lets_an_earlier_position_see_a_later_token():
     """The exact opposite of the causal test: changing a future token changes an earlier position's output."""
     torch.manual_seed(0)
@@ -85,18 +85,6 @@ def test_bidirectional_attention_lets_an_earlier_position_see_a_later_token():
     changed = ids.clone()
     changed[0, 8] = (ids[0, 8] + 1 - 5) % (V - 5) + 5
     assert not torch.allclose(base(ids)[0, :8], base(changed)[0, :8], atol=1e-5)  # causal: test_model's own test
-
-
-@pytest.mark.parametrize("pooling", ["first", "mean"])
-def test_first_and_mean_pooling_ignore_right_padding_in_a_bidirectional_classifier(pooling):
-    torch.manual_seed(0)
-    model = Classifier(BIDIRECTIONAL, n_classes=3, pooling=pooling).eval()
-    text = torch.tensor([[BOS, 11, 12, 13]])
-    padded = torch.tensor([[BOS, 11, 12, 13, PAD, PAD, PAD], [BOS, 20, 21, PAD, PAD, PAD, PAD]])
-    assert torch.allclose(model(text)[0], model(padded)[0], atol=1e-5)
-    hidden = model.base(padded, padding_mask=padded.eq(PAD))
-    if pooling == "first":
-        assert torch.allclose(model(padded), model.head(hidden[:, 0]), atol=1e-6)
 
 
 # --- params that must agree -------------------------------------------------------------------

@@ -48,8 +48,7 @@ def _split(n: int, seed: int) -> LabeledSplit:
     sequences = [np.array([BOS, *rng.integers(5, V, size=int(rng.integers(2, 9))), EOS], dtype=np.uint16)
                  for _ in range(n)]
     labels = np.array([int(s[1] > V // 2) for s in sequences], dtype=np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in sequences], out=offsets[1:])
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).astype(np.int64)
     return LabeledSplit(np.concatenate(sequences), offsets, labels)
 
 
