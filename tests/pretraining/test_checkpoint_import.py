@@ -25,6 +25,7 @@ from lmtransfer.tokens.tokenizer import DictionaryTokenizer, check_trained_with
 
 V, D, N, F, A = 50, 16, 2, 24, 2
 CONFIG = ModelConfig(vocab_size=V, d_model=D, n_layers=N, n_heads=A, d_ff=F, dropout=0.1)
+IDS = torch.randint(0, V, (3, 11), generator=torch.Generator().manual_seed(5))
 
 
 # --- the original experiment, rebuilt here independently of our model ------------------
@@ -82,10 +83,6 @@ def _fresh(config: ModelConfig = CONFIG, seed: int = 1) -> LanguageModel:
     return LanguageModel(config).eval()
 
 
-def _ids() -> torch.Tensor:
-    return torch.randint(0, V, (3, 11), generator=torch.Generator().manual_seed(5))
-
-
 # --- the mapping ----------------------------------------------------------------------
 @pytest.mark.parametrize("wrap", [True, False], ids=["model_state_dict", "bare"])
 def test_original_checkpoint_gives_the_original_logits_and_says_it_records_no_head_count(tmp_path, wrap):
@@ -94,12 +91,11 @@ def test_original_checkpoint_gives_the_original_logits_and_says_it_records_no_he
     assert (weights.layout, weights.has_lm_head) == ("original", True)
     assert (weights.vocab_size, weights.d_model, weights.n_layers, weights.d_ff) == (V, D, N, F)
     ours = _fresh()
-    ids = _ids()
     with torch.no_grad():
-        untouched = ours(ids)
+        untouched = ours(IDS)
         load_into_language_model(weights, ours)
-        expected = original(ids.t()).transpose(0, 1)  # sequence-first -> batch-first
-        got = ours(ids)
+        expected = original(IDS.t()).transpose(0, 1)  # sequence-first -> batch-first
+        got = ours(IDS)
     assert not torch.allclose(untouched, expected, atol=1e-3)  # the check below is not vacuous
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     if wrap:
@@ -121,7 +117,7 @@ def test_own_language_model_checkpoint_or_bare_state_dict_round_trips(tmp_path, 
     target = _fresh(seed=8)
     load_into_language_model(weights, target)
     with torch.no_grad():
-        assert torch.equal(target(_ids()), source(_ids()))
+        assert torch.equal(target(IDS), source(IDS))
 
 
 @pytest.mark.parametrize("layout", ["lmtransfer", "original"])
@@ -144,7 +140,7 @@ def test_a_classifier_checkpoint_gives_only_the_base_and_leaves_the_lm_head_as_i
     load_into_language_model(weights, target)
     assert torch.equal(target.head.weight, head_before)
     with torch.no_grad():
-        torch.testing.assert_close(target.base(_ids()), hidden(_ids()), atol=atol, rtol=0)
+        torch.testing.assert_close(target.base(IDS), hidden(IDS), atol=atol, rtol=0)
 
 
 # --- mismatches with params.yaml -------------------------------------------------------
@@ -185,9 +181,9 @@ class Custom:
     pass
 
 
+@dataclasses.dataclass
 class RunsACommand:
-    def __init__(self, marker):
-        self.marker = marker
+    marker: os.PathLike
 
     def __reduce__(self):
         return os.system, (f"touch {self.marker}",)

@@ -90,9 +90,8 @@ def test_each_job_takes_its_share_of_the_cores_set_by_lmtransfer_jobs_unless_a_t
 
 def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeypatch):
     """Two processes that look like `dvc queue start -j 2`'s workers: a stage counts them (and any real ones)."""
-    monkeypatch.delenv("LMTRANSFER_JOBS", raising=False)
-    monkeypatch.delenv("DVC_ROOT", raising=False)
-    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    for name in ("LMTRANSFER_JOBS", "DVC_ROOT", "DVC_EXP_NAME"):
+        monkeypatch.delenv(name, raising=False)
     already = queue_workers()  # a queue another job runs on this machine counts too
     workers = [subprocess.Popen([sys.executable, "-c", "import time\ntime.sleep(60)", "exp", "queue-worker",
                                  f"dvc-exp-abc123-{n}@localhost"]) for n in (1, 2)]
@@ -189,10 +188,7 @@ def _train(**env_overrides: str) -> dict:
     return json.loads(out.stdout)
 
 
-@functools.cache
-def _as_is() -> dict:
-    """One training in the environment as it is, which each test below compares with (a process each: seconds)."""
-    return _train()
+_as_is = functools.cache(_train)  # one training in the environment as it is, which the tests below compare with
 
 
 @pytest.mark.slow

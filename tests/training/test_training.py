@@ -60,17 +60,14 @@ def test_an_epoch_covers_non_overlapping_windows_in_full_batches_but_the_last_an
         assert n_tokens - 1 - last_end < seq_len  # no room left for another window
 
 
-def test_epochs_visit_windows_in_a_new_order_and_sequential_batches_are_fixed_and_limited():
+def test_epochs_visit_windows_in_a_new_order_sequential_batches_are_fixed_and_too_short_a_stream_is_named():
     batches = PackedBatches(np.arange(1001), seq_len=10, batch_size=4, seed=0)
     first = torch.cat([x[:, 0] for x, _ in batches.epoch()])
     assert not torch.equal(first, torch.cat([x[:, 0] for x, _ in batches.epoch()]))
     fixed, again = list(batches.sequential(3)), list(batches.sequential(3))
     assert len(fixed) == 3 and all(torch.equal(a[0], b[0]) for a, b in zip(fixed, again))
     assert fixed[0][0][:, 0].tolist() == [0, 10, 20, 30]
-
-
-def test_too_short_a_stream_names_pretrain_seq_len_and_the_stream():
-    """The validation part is usually the short one: the message must not call it the corpus."""
+    # the validation part is usually the short one: the message must not call it the corpus
     with pytest.raises(ValueError, match=r"the corpus's validation part has 16 tokens, fewer than pretrain\.seq_len"):
         PackedBatches(np.arange(16), seq_len=16, batch_size=2, what="the corpus's validation part")
     PackedBatches(np.arange(17), seq_len=16, batch_size=2)  # exactly one window is enough
@@ -317,11 +314,13 @@ def test_classifier_checkpoint_round_trip_gives_identical_outputs(tmp_path):
         assert torch.equal(model(ids), restored(ids))
 
 
-def test_classifier_from_pretrained_copies_the_base_adds_a_fresh_head_and_checks_the_vocabulary(tmp_path):
+def test_a_language_model_checkpoint_is_stable_bytes_gives_a_classifier_its_base_and_bad_files_are_named(tmp_path):
+    path, garbage, foreign = tmp_path / "lm.pt", tmp_path / "garbage.pt", tmp_path / "foreign.pt"
     torch.manual_seed(0)
     lm = LanguageModel(LM_CONFIG)
-    path = tmp_path / "lm.pt"
     save_checkpoint(path, lm, "language_model", LM_CONFIG)
+    save_checkpoint(tmp_path / "sub" / "again.pt", lm, "language_model", LM_CONFIG)
+    assert path.read_bytes() == (tmp_path / "sub" / "again.pt").read_bytes()  # dvc.lock records checkpoint hashes
     torch.manual_seed(1)  # a different initialization than the language model's
     classifier = classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=20)
     lm_base = lm.base.state_dict()
@@ -330,14 +329,6 @@ def test_classifier_from_pretrained_copies_the_base_adds_a_fresh_head_and_checks
     assert classifier.head.out_features == 2 and classifier.pooling == "last"
     with pytest.raises(ValueError, match="vocabulary of 20.*tokenizer.vocab_size"):
         classifier_from_pretrained(load_checkpoint(path), n_classes=2, pooling="last", vocab_size=21)
-
-
-def test_load_checkpoint_names_the_wrong_kind_a_garbage_a_foreign_and_a_missing_file(tmp_path):
-    path, garbage, foreign = tmp_path / "lm.pt", tmp_path / "garbage.pt", tmp_path / "foreign.pt"
-    model = LanguageModel(LM_CONFIG)
-    save_checkpoint(path, model, "language_model", LM_CONFIG)
-    save_checkpoint(tmp_path / "sub" / "again.pt", model, "language_model", LM_CONFIG)
-    assert path.read_bytes() == (tmp_path / "sub" / "again.pt").read_bytes()  # dvc.lock records checkpoint hashes
     with pytest.raises(ValueError, match="language_model"):
         load_checkpoint(path, expected_kind="classifier")
     assert isinstance(build_language_model(load_checkpoint(path, expected_kind="language_model")), LanguageModel)
