@@ -87,31 +87,28 @@ def test_cpu_dropout_keeps_one_minus_p_of_the_elements_scaled_and_follows_torchs
 
 # --- positional encoding ----------------------------------------------------------------
 def _reference_position(pos: int, dim: int, d_model: int) -> float:
-    i = dim // 2
-    angle = pos / 10000 ** (2 * i / d_model)
+    angle = pos / 10000 ** (2 * (dim // 2) / d_model)
     return math.sin(angle) if dim % 2 == 0 else math.cos(angle)
 
 
 @pytest.mark.parametrize("d_model", [8, 16, 200])
-def test_sinusoidal_positions_follow_the_sin_cos_formula(d_model):
+def test_sinusoidal_positions_follow_the_sin_cos_formula_and_the_encoding_grows_beyond_its_table(d_model):
     table = sinusoidal_positions(64, d_model)
     assert table.shape == (64, d_model)
     for pos in (0, 1, 2, 5, 17, 63):
         for dim in (0, 1, 2, 3, d_model // 2, d_model // 2 + 1, d_model - 2, d_model - 1):
             expected = _reference_position(pos, dim, d_model)
             assert table[pos, dim].item() == pytest.approx(expected, abs=1e-5), (pos, dim)
-
-
-def test_positional_encoding_grows_beyond_its_initial_positions():
-    encoding = PositionalEncoding(16)
+    encoding = PositionalEncoding(d_model)
     assert encoding.pe.size(0) == 512
-    out = encoding(torch.zeros(2, 600, 16))
-    assert out.shape == (2, 600, 16) and encoding.pe.size(0) >= 600
+    out = encoding(torch.zeros(2, 600, d_model))
+    assert out.shape == (2, 600, d_model) and encoding.pe.size(0) >= 600
     for pos in (0, 511, 512, 599):
-        for dim in (0, 1, 6, 15):
-            assert out[1, pos, dim].item() == pytest.approx(_reference_position(pos, dim, 16), abs=1e-4), (pos, dim)
+        for dim in (0, 1, 6, d_model - 1):
+            expected = _reference_position(pos, dim, d_model)
+            assert out[1, pos, dim].item() == pytest.approx(expected, abs=1e-4), (pos, dim)
     # the grown table keeps giving the same answer for short inputs
-    assert torch.allclose(encoding(torch.zeros(1, 10, 16))[0], sinusoidal_positions(10, 16))
+    assert torch.allclose(encoding(torch.zeros(1, 10, d_model))[0], sinusoidal_positions(10, d_model))
 
 
 # --- embedding scale ----------------------------------------------------------------------

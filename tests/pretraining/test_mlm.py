@@ -112,10 +112,8 @@ def test_inconsistent_objective_attention_and_pooling_are_refused_naming_the_key
 
 def test_auto_attention_follows_the_objective():
     mlm = {"pretrain": {"objective": "mlm"}, "finetune": {"pooling": "mean"}}
-    assert parse_classification_params(shipped_raw()).causal_attention
-    assert not parse_classification_params(shipped_raw(mlm)).causal_attention
-    mlm_bidirectional = {**mlm, "model": {"attention": "bidirectional"}}
-    assert not parse_classification_params(shipped_raw(mlm_bidirectional)).causal_attention
+    raws = [{}, mlm, {**mlm, "model": {"attention": "bidirectional"}}]
+    assert [parse_classification_params(shipped_raw(raw)).causal_attention for raw in raws] == [True, False, False]
 
 
 @pytest.mark.parametrize("mask_id", [None, UNK])  # UNK: a sentencepiece model without <mask>

@@ -1,5 +1,4 @@
-"""On the CPU: the same numbers on any AVX2 machine (kernels pinned), faster paths (torch.compile, fused AdamW,
-device copies) that compute what the plain path does, and several jobs sharing one machine's cores."""
+"""CPU: the same numbers on any AVX2 machine, faster paths that compute the plain one's, jobs sharing the cores."""
 
 from __future__ import annotations
 
@@ -157,7 +156,6 @@ def test_a_process_started_beside_busy_cores_sleeps_at_once_and_alone_spins():
 # --- the same weights on any AVX2 machine: kernels chosen per CPU (AVX-512 here, AVX2 there) round apart --------
 # fresh processes train a small model; the weights are compared bit for bit
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 TRAIN_A_LITTLE = """
 import hashlib, json
 import lmtransfer  # pins the kernels before torch loads
@@ -176,14 +174,13 @@ for _ in range(5):
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weights": digest}))
 """
-AVX2 = lmtransfer._cpu_has_avx2()
 
 
 def _train(**env_overrides: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
                         lmtransfer.KERNELS_ENV)}
-    env.update(env_overrides, PYTHONPATH=str(SRC))
+    env.update(env_overrides, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     out = subprocess.run([sys.executable, "-c", TRAIN_A_LITTLE], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -192,7 +189,7 @@ _as_is = functools.cache(_train)  # one training in the environment as it is, wh
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
+@pytest.mark.skipif(not lmtransfer._cpu_has_avx2(), reason="kernel pinning applies to x86-64 CPUs with AVX2")
 def test_importing_lmtransfer_pins_the_kernels_to_avx2_so_a_cpu_without_avx512_gives_the_same_weights():
     """MKL_ENABLE_INSTRUCTIONS=AVX2 makes MKL behave as on a CPU that stops at AVX2 (like the other machines)."""
     assert _as_is()["capability"] == "AVX2"

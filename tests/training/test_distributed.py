@@ -1,5 +1,4 @@
-"""Several processes (train.nproc, DDP over gloo) train as one does, step for step, within float rounding: batches
-of 5 rows split 3 + 2, and an epoch's last batch (1 row) leaves the second rank without rows."""
+"""Several processes (train.nproc, DDP over gloo) train as one does, step for step, within float rounding."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def _split(n: int, seed: int) -> LabeledSplit:
 
 
 def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights, less the attention's key biases: they shift every score of a query alike, so their gradient
-    is zero but for rounding noise, which Adam scales up to full steps (in one process as in two)."""
+    """The weights less the key biases, whose gradient (zero but for rounding noise) Adam scales up to full steps."""
     state = {key: value.detach().clone() for key, value in model.state_dict().items()}
     for key in [key for key in state if key.endswith("self_attn.in_proj_bias")]:
         query, _, value = state.pop(key).chunk(3)
@@ -63,7 +61,7 @@ def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def train_all() -> dict:
-    """Every case, in this process: under a process group when one is running."""
+    """Every case, in this process (under a process group when one runs): batches of 5 rows split 3 + 2."""
     out = {}
     # next-token pretraining: 8k + 8 tokens make 36 windows of 8 at any offset -> batches 5 x 7 + 1, 10 steps
     torch.manual_seed(0)

@@ -205,8 +205,7 @@ def test_finetuning_resumed_after_an_interrupted_epoch_ends_bit_for_bit_like_an_
 
 
 def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says_so(capsys):
-    """`pretrain.adapt_epochs: 0.5` stops halfway through the pass, an integer runs whole passes (as the committed
-    results were made); `pretrain.adapt_max_steps` bounds the phase."""
+    """`pretrain.adapt_epochs: 0.5` stops halfway, an integer runs whole passes; `adapt_max_steps` bounds the phase."""
     assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
     assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it, not 5.0
 

@@ -134,9 +134,6 @@ def _finetune_params(**overrides) -> FinetuneParams:
     return shipped("finetune", **{**values, **overrides})
 
 
-HISTORY_KEYS = {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}  # no timings: results only
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 def test_finetuning_learns_a_separable_task(pooling, device):
@@ -148,7 +145,8 @@ def test_finetuning_learns_a_separable_task(pooling, device):
                       RunOptions(device, log_metrics=lambda metrics, step: logged.append({"epoch": step, **metrics})))
     assert result.best_val_accuracy > 0.9
     assert len(result.history) == 4 and logged == result.history  # MLflow's step metrics: the tsv's rows
-    assert all(set(row) == HISTORY_KEYS for row in result.history)
+    assert all(set(row) == {"epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy"}  # no timings
+               for row in result.history)
     assert [row["epoch"] for row in result.history] == [1, 2, 3, 4]
     accuracies = [row["val_accuracy"] for row in result.history]
     assert result.best_val_accuracy == max(accuracies)
