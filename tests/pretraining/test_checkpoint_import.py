@@ -189,12 +189,9 @@ def _swapped_positions(original):  # cos on even dims, sin on odd
     return torch.stack([pe[..., 1::2], pe[..., 0::2]], dim=-1).flatten(-2)
 
 
-def _without(original, key):
-    return {"model_state_dict": {k: v for k, v in original.state_dict().items() if k != key}}
-
-
 FINAL_NORM = {"base.transformer_encoder.norm.weight": torch.ones(D), "base.transformer_encoder.norm.bias":
               torch.zeros(D)}  # a final norm the course's encoder does not have
+DROPPED = "base.transformer_encoder.layers.1.norm2.bias"
 UNUSABLE = {  # file -> what its message says
     "garbage": (lambda tmp, o: b"this is not a checkpoint \x00\x01\x02", ["not a readable PyTorch checkpoint"]),
     "truncated": (lambda tmp, o: _save_original(tmp, o).read_bytes()[:500], ["not a readable PyTorch checkpoint"]),
@@ -210,8 +207,8 @@ UNUSABLE = {  # file -> what its message says
     "wide": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), "base.pos_encoder.pe": torch.zeros(40, 1, D + 2)}},
              [f"base.pos_encoder.pe has width {D + 2} but base.encoder.weight has width {D}"]),
     "normed": (lambda tmp, o: {"model_state_dict": {**o.state_dict(), **FINAL_NORM}}, list(FINAL_NORM)),
-    "incomplete": (lambda tmp, o: _without(o, "base.transformer_encoder.layers.1.norm2.bias"),
-                   ["base.transformer_encoder.layers.1.norm2.bias is missing"]),
+    "incomplete": (lambda tmp, o: {"model_state_dict": {k: v for k, v in o.state_dict().items() if k != DROPPED}},
+                   [f"{DROPPED} is missing"]),
     "raw": (lambda tmp, o: pickle.dumps({"weights": [1, 2]}, protocol=4), ["not a readable PyTorch checkpoint"]),
     "command": (lambda tmp, o: {"model": RunsACommand(tmp / "ran")},
                 ["holds code or objects this tool will not run (posix.system; module posix is blocked)"]),

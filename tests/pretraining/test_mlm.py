@@ -1,5 +1,4 @@
-"""Masked language modelling (pretrain.objective: mlm) and next-sentence prediction: masking, attention, pooling,
-the params that must agree, checkpoints and the pretraining loop."""
+"""Masked language modelling (pretrain.objective: mlm) and next-sentence prediction, from masking to pretraining."""
 
 from __future__ import annotations
 

@@ -153,9 +153,7 @@ def test_a_process_started_beside_busy_cores_sleeps_at_once_and_alone_spins():
     assert _wait_chosen_by_a_fresh_process() == {"GOMP_SPINCOUNT": lmtransfer.SPIN_COUNT}
 
 
-# --- the same weights on any AVX2 machine: kernels chosen per CPU (AVX-512 here, AVX2 there) round apart --------
-# fresh processes train a small model; the weights are compared bit for bit
-
+# --- fresh processes train to the same weights, bit for bit, on any AVX2 machine (AVX-512 kernels round apart) --
 TRAIN_A_LITTLE = """
 import hashlib, json
 import lmtransfer  # pins the kernels before torch loads
