@@ -61,7 +61,7 @@ def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def train_all() -> dict:
-    """Every case, in this process (under a process group when one runs): batches of 5 rows split 3 + 2."""
+    """Every case, in this process (in a process group if one runs): 5 rows split 3 + 2, a last 1 leaves rank 1 none."""
     out = {}
     # next-token pretraining: 8k + 8 tokens make 36 windows of 8 at any offset -> batches 5 x 7 + 1, 10 steps
     torch.manual_seed(0)

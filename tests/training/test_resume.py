@@ -162,9 +162,9 @@ def test_the_fingerprint_follows_params_the_stage_the_inputs_and_the_code_but_no
     assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
     monkeypatch.chdir(tmp_path)
     assert resume.code_files() == files and of() == base
-    changed = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
+    other_code = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
     (tmp_path / "other.py").write_text("# other code\n")
-    monkeypatch.setattr(resume, "code_files", lambda: changed)
+    monkeypatch.setattr(resume, "code_files", lambda: other_code)
     assert of() != base
 
 
