@@ -110,8 +110,8 @@ def test_a_language_model_checkpoint_gives_its_logits_and_says_if_it_records_no_
     torch.testing.assert_close(got, expected, atol=atol, rtol=0)
     assert (layout == "original" and wrap) == any("epoch" in n and "optimizer_state_dict" in n for n in weights.notes)
     assert weights.n_heads == (A if layout == "lmtransfer" and wrap else None)
+    assert (layout == "original") == any("model.n_heads" in note for note in weights.notes)  # the course's says so
     if weights.n_heads is None:  # not recorded: cannot be checked, no error
-        assert any("model.n_heads" in note for note in weights.notes)
         check_compatible(weights, dataclasses.replace(CONFIG, n_heads=4), "x")
 
 
