@@ -1,6 +1,4 @@
-"""On the CPU: the same numbers on any AVX2 machine (kernels pinned), faster paths that compute what the plain path
-does (torch.compile, fused AdamW, device copies) up to float rounding, and several jobs sharing one machine's cores.
-"""
+"""CPU: the same numbers on any AVX2 machine, faster paths that compute the plain one's, jobs sharing the cores."""
 
 from __future__ import annotations
 
@@ -32,46 +30,37 @@ CPU = torch.device("cpu")
 PATTERN = np.array([BOS_ID, 5, 6, 7, 8, 9, 10, 11, 12, EOS_ID], dtype=np.uint16)
 
 
-def _pretrain(compile_steps: bool, config: ModelConfig, max_steps: int):
-    torch.manual_seed(0)
-    params = shipped("pretrain", max_steps=max_steps, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
-                     eval_batches=2)
-    return pretrain(LanguageModel(config), np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
-                    RunOptions(CPU, log_every=1, compile_steps=compile_steps))
-
-
 @pytest.mark.slow  # inductor compiles C++ kernels: minutes on 2 cores
 def test_compiled_pretraining_follows_the_same_curve():
     """train.compile on a CPU: inductor's C++ kernels, the same losses to float rounding."""
-    small = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)  # compiles faster
-    eager, compiled = _pretrain(False, small, max_steps=4), _pretrain(True, small, max_steps=4)
-    np.testing.assert_allclose([r["train_loss"] for r in compiled.train_log], [r["train_loss"] for r in eager.train_log],
-                               rtol=1e-4)
+    params = shipped("pretrain", max_steps=4, batch_size=8, seq_len=16, lr=3e-3, warmup_steps=2, eval_every=6,
+                     eval_batches=2)
+    losses = []
+    for compile_steps in (False, True):
+        torch.manual_seed(0)
+        small = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0)  # compiles fast
+        result = pretrain(LanguageModel(small), np.tile(PATTERN, 100), np.tile(PATTERN, 30), params,
+                          RunOptions(CPU, log_every=1, compile_steps=compile_steps))
+        losses.append([row["train_loss"] for row in result.train_log])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
 
 
-def fused_and_default_adamw_after(steps: int) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
-    """The same start and gradients through make_optimizer's fused AdamW (twice) and torch's default loop."""
+def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
+    """The same bits run to run on any CPU; the default loop's bits on an Intel CPU (where the committed results were
+    made); within 1e-6 of them elsewhere (an AMD EPYC rounds one multiply-add apart: 3.7e-9 after 6 steps)."""
     torch.manual_seed(0)
     start = [torch.randn(40, 30), torch.randn(30)]
-    grads = [[torch.randn_like(p) for p in start] for _ in range(steps)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(6)]
     finals = []
-    for build in (lambda ps: make_optimizer(ps, 1e-3, 0.01), lambda ps: make_optimizer(ps, 1e-3, 0.01),
-                  lambda ps: torch.optim.AdamW(ps, 1e-3, weight_decay=0.01)):
+    for fused in (True, True, False):  # the same start and gradients through make_optimizer (twice) and torch's loop
         params = [p.clone().requires_grad_() for p in start]
-        optimizer = build(params)
+        optimizer = make_optimizer(params, 1e-3, 0.01) if fused else torch.optim.AdamW(params, 1e-3, weight_decay=0.01)
         for step in grads:
             for p, g in zip(params, step):
                 p.grad = g.clone()
             optimizer.step()
         finals.append(params)
-    return finals[:2], finals[2]
-
-
-def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
-    """The fused AdamW's guarantee: the same bits run to run on any CPU; the default loop's bits on an Intel CPU
-    (where the committed results were first made); within 1e-6 of them elsewhere (an AMD EPYC rounds one
-    multiply-add per element apart: 3.7e-9 after 6 steps)."""
-    (fused, fused_again), default = fused_and_default_adamw_after(6)
+    fused, fused_again, default = finals
     assert make_optimizer([torch.zeros(2, requires_grad=True)], 1e-3, 0.0).defaults["fused"]
     assert all(torch.equal(a, b) for a, b in zip(fused, fused_again))
     for a, b in zip(fused, default):
@@ -81,8 +70,6 @@ def test_fused_adamw_is_deterministic_and_matches_the_default_loop_per_vendor():
 
 
 # --- several jobs on one machine, and programs beside ---------------------------------------------------------
-
-
 def test_each_job_takes_its_share_of_the_cores_set_by_lmtransfer_jobs_unless_a_thread_count_is_given(monkeypatch):
     assert (thread_share(1, cores=8), thread_share(3, cores=8)) == (8, 2)
     assert thread_share(3, cores=2) == 1  # more jobs than cores: one thread each, never zero
@@ -102,11 +89,10 @@ def test_each_job_takes_its_share_of_the_cores_set_by_lmtransfer_jobs_unless_a_t
 
 def test_queue_workers_running_on_the_machine_are_counted_inside_a_stage(monkeypatch):
     """Two processes that look like `dvc queue start -j 2`'s workers: a stage counts them (and any real ones)."""
-    monkeypatch.delenv("LMTRANSFER_JOBS", raising=False)
-    monkeypatch.delenv("DVC_ROOT", raising=False)
-    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    for name in ("LMTRANSFER_JOBS", "DVC_ROOT", "DVC_EXP_NAME"):
+        monkeypatch.delenv(name, raising=False)
     already = queue_workers()  # a queue another job runs on this machine counts too
-    workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "exp", "queue-worker",
+    workers = [subprocess.Popen([sys.executable, "-c", "import time\ntime.sleep(60)", "exp", "queue-worker",
                                  f"dvc-exp-abc123-{n}@localhost"]) for n in (1, 2)]
     try:
         time.sleep(0.2)
@@ -127,25 +113,24 @@ OPENMP_WAIT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
     (0.1, {}, {"GOMP_SPINCOUNT": lmtransfer.SPIN_COUNT}),  # a quiet machine: spin a short while
     (1.2, {"GOMP_SPINCOUNT": "300000"}, {}),  # the user's choice stays
     (0.1, {"OMP_WAIT_POLICY": "ACTIVE"}, {}),
+    (None, {}, {}),  # torch loaded: OpenMP read its variables already, watching the machine would only cost time
 ])
 def test_a_process_starting_beside_busy_cores_lets_its_waiting_threads_sleep(monkeypatch, others_busy, user, chosen):
     environ = {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT}
     monkeypatch.setattr(os, "environ", {**environ, **user})
-    monkeypatch.delitem(sys.modules, "torch")  # as in a process that has not loaded OpenMP yet
-    assert lmtransfer.choose_openmp_wait(others_busy=lambda: others_busy) == chosen
+    if others_busy is None:
+        assert "torch" in sys.modules
+    else:
+        monkeypatch.delitem(sys.modules, "torch")  # as in a process that has not loaded OpenMP yet
+    watch = (lambda: pytest.fail("watched")) if others_busy is None else (lambda: others_busy)
+    assert lmtransfer.choose_openmp_wait(others_busy=watch) == chosen
     assert {k: os.environ[k] for k in OPENMP_WAIT if k in os.environ} == (chosen or user)
-
-
-def test_with_torch_loaded_it_is_too_late_to_choose(monkeypatch):
-    """OpenMP read its variables when torch loaded it: watching the machine then would only cost time."""
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT})
-    assert "torch" in sys.modules
-    assert lmtransfer.choose_openmp_wait(others_busy=lambda: pytest.fail("watched")) == {}
 
 
 def _wait_chosen_by_a_fresh_process() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in OPENMP_WAIT}
-    code = f"import json, os, lmtransfer; print(json.dumps({{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}}))"
+    chosen = f"{{k: os.environ[k] for k in {OPENMP_WAIT!r} if k in os.environ}}"
+    code = f"import json, os, lmtransfer\nprint(json.dumps({chosen}))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -168,10 +153,7 @@ def test_a_process_started_beside_busy_cores_sleeps_at_once_and_alone_spins():
     assert _wait_chosen_by_a_fresh_process() == {"GOMP_SPINCOUNT": lmtransfer.SPIN_COUNT}
 
 
-# --- the same weights on any AVX2 machine: kernels chosen per CPU (AVX-512 here, AVX2 there) round apart --------
-# fresh processes train a small model; the weights are compared bit for bit
-
-SRC = Path(__file__).resolve().parents[2] / "src"
+# --- fresh processes train to the same weights, bit for bit, on any AVX2 machine (AVX-512 kernels round apart) --
 TRAIN_A_LITTLE = """
 import hashlib, json
 import lmtransfer  # pins the kernels before torch loads
@@ -184,39 +166,32 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 ids = torch.randint(4, 300, (8, 33), generator=torch.Generator().manual_seed(1))
 for _ in range(5):
     loss = model.loss(ids[:, :-1], ids[:, 1:])
-    optimizer.zero_grad(); loss.backward(); optimizer.step()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weights": digest}))
 """
-AVX2 = lmtransfer._cpu_has_avx2()
 
 
 def _train(**env_overrides: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
                         lmtransfer.KERNELS_ENV)}
-    env.update(env_overrides, PYTHONPATH=str(SRC))
+    env.update(env_overrides, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     out = subprocess.run([sys.executable, "-c", TRAIN_A_LITTLE], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
-@functools.cache
-def _as_is() -> dict:
-    """One training in the environment as it is, which each test below compares with (a process each: seconds)."""
-    return _train()
+_as_is = functools.cache(_train)  # one training in the environment as it is, which the tests below compare with
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
-def test_importing_lmtransfer_pins_the_kernels_to_avx2():
+@pytest.mark.skipif(not lmtransfer._cpu_has_avx2(), reason="kernel pinning applies to x86-64 CPUs with AVX2")
+def test_importing_lmtransfer_pins_the_kernels_to_avx2_so_a_cpu_without_avx512_gives_the_same_weights():
+    """MKL_ENABLE_INSTRUCTIONS=AVX2 makes MKL behave as on a CPU that stops at AVX2 (like the other machines)."""
     assert _as_is()["capability"] == "AVX2"
     assert _train(**{lmtransfer.KERNELS_ENV: "native"})["capability"] in {"AVX2", "AVX512"}
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not AVX2, reason="kernel pinning applies to x86-64 CPUs with AVX2")
-def test_a_cpu_without_avx512_gives_the_same_weights_bit_for_bit():
-    """MKL_ENABLE_INSTRUCTIONS=AVX2 makes MKL behave as on a CPU that stops at AVX2 (like the other machines)."""
     assert _as_is()["weights"] == _train(MKL_ENABLE_INSTRUCTIONS="AVX2")["weights"]
 
 

@@ -1,9 +1,4 @@
-"""Several processes (train.nproc, DDP over gloo): the same training as one process, within float rounding.
-
-Two processes of one thread each train tiny models the way `stages/` do under torchrun; the per-step losses and
-the final weights must match a single process's. Batches of 5 rows split 3 + 2, and the last batch of an epoch
-(1 row) leaves the second rank without rows, so uneven shares are covered.
-"""
+"""Several processes (train.nproc, DDP over gloo) train as one does, step for step, within float rounding."""
 
 from __future__ import annotations
 
@@ -39,8 +34,7 @@ def _config(causal: bool = True) -> ModelConfig:
     return ModelConfig(V, d_model=16, n_layers=1, n_heads=2, d_ff=16, dropout=0.0, causal=causal)
 
 
-def _documents(n_tokens: int, seed: int) -> np.ndarray:
-    """BOS ... EOS documents, `n_tokens` ids in all."""
+def _documents(n_tokens: int, seed: int) -> np.ndarray:  # BOS ... EOS documents, `n_tokens` ids in all
     rng = np.random.default_rng(seed)
     stream: list[int] = []
     while len(stream) < n_tokens:
@@ -53,14 +47,12 @@ def _split(n: int, seed: int) -> LabeledSplit:
     sequences = [np.array([BOS, *rng.integers(5, V, size=int(rng.integers(2, 9))), EOS], dtype=np.uint16)
                  for _ in range(n)]
     labels = np.array([int(s[1] > V // 2) for s in sequences], dtype=np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in sequences], out=offsets[1:])
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).astype(np.int64)
     return LabeledSplit(np.concatenate(sequences), offsets, labels)
 
 
 def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights, less the attention's key biases: they shift every score of a query alike, so their gradient
-    is zero but for rounding noise, which Adam scales up to full steps (in one process as in two)."""
+    """The weights less the key biases, whose gradient (zero but for rounding noise) Adam scales up to full steps."""
     state = {key: value.detach().clone() for key, value in model.state_dict().items()}
     for key in [key for key in state if key.endswith("self_attn.in_proj_bias")]:
         query, _, value = state.pop(key).chunk(3)
@@ -69,19 +61,19 @@ def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def train_all() -> dict:
-    """Every case, in this process: under a process group when one is running."""
+    """Every case, in this process (in a process group if one runs): 5 rows split 3 + 2, a last 1 leaves rank 1 none."""
     out = {}
     # next-token pretraining: 8k + 8 tokens make 36 windows of 8 at any offset -> batches 5 x 7 + 1, 10 steps
     torch.manual_seed(0)
     lm = LanguageModel(_config())
     params = shipped("pretrain", max_steps=10, batch_size=5, seq_len=8, eval_every=5, eval_batches=2, warmup_steps=2,
-                            lr=3e-3)
+                     lr=3e-3)
     result = pretrain(lm, _documents(296, 0), _documents(200, 1), params, RunOptions(CPU, seed=0, log_every=1))
     out["clm"] = (result.train_log, result.valid_log, _state(lm))
     # masked tokens + next-sentence prediction, then the adaptation phase (masked tokens only: the NSP head idles)
     torch.manual_seed(1)
     params = shipped("pretrain", objective="mlm", nsp=True, max_steps=6, batch_size=5, seq_len=16, eval_every=3,
-                            eval_batches=2, warmup_steps=2, lr=3e-3, adapt_epochs=1)
+                     eval_batches=2, warmup_steps=2, lr=3e-3, adapt_epochs=1)
     objective = Objective.from_params(params, META)
     mlm = objective.build_model(_config(causal=False))
     options = RunOptions(CPU, seed=0, log_every=1)
@@ -130,11 +122,10 @@ def test_two_processes_train_like_one_step_for_step(one_and_two_processes, case)
             torch.testing.assert_close(other_weights[key], value, rtol=RTOL, atol=1e-5, msg=f"{case}: {key}")
 
 
-def test_rows_are_shared_contiguously_the_first_ranks_taking_the_extra_ones():
-    shares = [distributed.share(5, distributed.World(rank, 2)) for rank in (0, 1)]
-    assert shares == [slice(0, 3), slice(3, 5)]
-    assert [distributed.share(1, distributed.World(rank, 2)) for rank in (0, 1)] == [slice(0, 1), slice(1, 1)]
-    assert [distributed.share(7, distributed.World(r, 3)) for r in range(3)] == [slice(0, 3), slice(3, 5), slice(5, 7)]
+@pytest.mark.parametrize("rows, size, shares", [(5, 2, [(0, 3), (3, 5)]), (1, 2, [(0, 1), (1, 1)]),
+                                                 (7, 3, [(0, 3), (3, 5), (5, 7)])])
+def test_rows_are_shared_contiguously_the_first_ranks_taking_the_extra_ones(rows, size, shares):
+    assert [distributed.share(rows, distributed.World(r, size)) for r in range(size)] == [slice(*s) for s in shares]
 
 
 def test_one_process_changes_nothing():

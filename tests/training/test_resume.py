@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import replace
 
@@ -12,9 +13,10 @@ import torch
 from lmtransfer.classification.finetune import finetune
 from lmtransfer.modeling.model import Classifier, LanguageModel, ModelConfig
 from lmtransfer.pretraining.objectives import Objective
-from lmtransfer.pretraining.training import adapt_to_task, pretrain
+from lmtransfer.pretraining.training import adapt_to_task, adaptation_steps, pretrain
 from lmtransfer.tokens.id_files import LabeledSplit
 from lmtransfer.tokens.tokenizer import BOS_ID, EOS_ID
+from lmtransfer.training import resume
 from lmtransfer.training.loop import RunOptions
 from lmtransfer.training.resume import Snapshots, fingerprint
 
@@ -61,49 +63,36 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
-@pytest.fixture(scope="module")
-def uninterrupted():
-    """The reference run, shared by the module (tests only read it); one thread, as conftest's single_thread gives
-    the tests themselves (a module fixture is set up before it)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _pretrain_both_phases(None)
-    finally:
-        torch.set_num_threads(previous)
+def _objective(nsp: bool | None) -> Objective:
+    """None: next-token prediction; else masked tokens, with or without next-sentence prediction."""
+    update = {"objective": "mlm", "nsp": nsp}
+    return Objective() if nsp is None else Objective.from_params(PARAMS.model_copy(update=update), MASKED)
 
 
-@pytest.mark.parametrize("stop_at", [15, 27, 30, 43, 46])  # logged steps: both phases, before and after snapshots
-def test_pretraining_resumed_after_an_interruption_ends_bit_for_bit_like_an_uninterrupted_run(
-    tmp_path, uninterrupted, stop_at
-):
-    model, corpus, task, logged = uninterrupted
+@functools.cache
+def _uninterrupted(nsp: bool | None = None):
+    """The reference run of an objective, made once (in a test: one thread) and only read."""
+    return _pretrain_both_phases(None, objective=_objective(nsp))
+
+
+@pytest.mark.parametrize("nsp, stops", [(None, [15]), (None, [27]), (None, [30]), (None, [43]), (None, [46]),
+                                        (False, [15, 43]), (True, [15, 43])])
+def test_pretraining_resumed_after_interruptions_ends_bit_for_bit_like_an_uninterrupted_run(tmp_path, nsp, stops):
+    """Logged steps of both phases, before and after snapshots; masks come from torch's generator, which is saved."""
+    objective = _objective(nsp)
+    model, corpus, task, logged = _uninterrupted(nsp)
     snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
-    with pytest.raises(Interrupted):
-        _pretrain_both_phases(snapshots, stop_at=stop_at)
+    for stop_at in stops:
+        with pytest.raises(Interrupted):
+            _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
     # a different initialisation proves the weights come from the snapshot
-    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9)
-    assert _same_weights(resumed_model, model)
+    resumed, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, None, 9, objective)
+    assert _same_weights(resumed, model)
     assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
     # the new run (an MLflow run tagged with the killed one) logs the rows from the snapshot on, as they were
     assert relogged and set(map(repr, relogged)) <= set(map(repr, logged)) and relogged[-1] == logged[-1]
     assert len(resumed_corpus.throughput) == len(corpus.throughput)
-
-
-@pytest.mark.parametrize("nsp", [False, True])
-def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tmp_path, nsp):
-    """Masks are drawn from torch's global generator, which the snapshots save: the same tokens are masked."""
-    objective = Objective.from_params(PARAMS.model_copy(update={"objective": "mlm", "nsp": nsp}), MASKED)
-    model, corpus, task, logged = _pretrain_both_phases(None, objective=objective)
-    snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
-    for stop_at in (15, 43):  # during the corpus phase, then during the adaptation
-        with pytest.raises(Interrupted):
-            _pretrain_both_phases(snapshots, stop_at=stop_at, objective=objective)
-    resumed_model, resumed_corpus, resumed_task, relogged = _pretrain_both_phases(snapshots, model_seed=9,
-                                                                                  objective=objective)
-    assert _same_weights(resumed_model, model)
-    assert _results(resumed_corpus, resumed_task) == _results(corpus, task)
-    assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == nsp
+    assert ("val_nsp_accuracy" in corpus.valid_log[-1]) == bool(nsp)
 
 
 @pytest.mark.parametrize("fault, said", [
@@ -111,7 +100,7 @@ def test_masked_lm_pretraining_resumed_after_an_interruption_ends_bit_for_bit(tm
     ("truncated", "corpus.pt is unreadable (truncated or damaged); starting over"),  # a write cut short: disk full
 ])
 def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_training_starts_over(
-        tmp_path, uninterrupted, capsys, fault, said):
+        tmp_path, capsys, fault, said):
     with pytest.raises(Interrupted):
         _pretrain_both_phases(Snapshots("pretrain", "old params", every=4, root=tmp_path), stop_at=15)
     path = tmp_path / "pretrain" / "corpus.pt"
@@ -121,15 +110,15 @@ def test_a_snapshot_of_another_configuration_or_truncated_is_deleted_and_trainin
     model, corpus, task, _ = _pretrain_both_phases(Snapshots("pretrain", fingerprint, every=4, root=tmp_path))
     out = capsys.readouterr().out
     assert said in out and out.count("starting over") == 1
-    assert _same_weights(model, uninterrupted[0])  # trained from the start
-    assert _results(corpus, task) == _results(*uninterrupted[1:3])
+    assert _same_weights(model, _uninterrupted()[0])  # trained from the start
+    assert _results(corpus, task) == _results(*_uninterrupted()[1:3])
 
 
-def test_a_finished_run_s_snapshots_give_its_results_without_training_until_cleared(tmp_path, uninterrupted):
+def test_a_finished_run_s_snapshots_give_its_results_without_training_until_cleared(tmp_path):
     """A kill after training but before the outputs are written: the rerun goes straight to the outputs."""
     _pretrain_both_phases(Snapshots("pretrain", "same", every=0, root=tmp_path))
     assert not (tmp_path / "pretrain").exists()  # train.resume_every: 0 takes none
-    model, corpus, task, _ = uninterrupted
+    model, corpus, task, _ = _uninterrupted()
     snapshots = Snapshots("pretrain", "same", every=4, root=tmp_path)
     _pretrain_both_phases(snapshots)
     assert sorted(p.name for p in (tmp_path / "pretrain").iterdir()) == ["corpus.pt", "task.pt"]
@@ -152,21 +141,31 @@ def test_a_snapshot_puts_back_every_generator_torch_numpy_and_python(tmp_path):
     assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
 
 
-def test_the_fingerprint_follows_params_the_stage_and_every_input_file_but_not_resume_every(tmp_path):
-    """The tokenized folders hold .npy/.json, not code: every file of an input folder counts."""
+def test_the_fingerprint_follows_params_the_stage_the_inputs_and_the_code_but_not_resume_every(tmp_path, monkeypatch):
+    """Every file of an input folder counts (the tokenized folders hold .npy/.json); so does the code, from any
+    working directory (the translation and course stages run in their own): a snapshot of other code starts over."""
     data, folder = tmp_path / "data.bin", tmp_path / "tokenized_corpus"
     data.write_bytes(b"abc")
     folder.mkdir()
     (folder / "train.npy").write_bytes(b"ids")
-    base = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU)
-    assert fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 3}}, [data, folder], CPU) == base
-    assert fingerprint("pretrain", {"train": {"seed": 1, "resume_every": 10}}, [data, folder], CPU) != base
-    assert fingerprint("finetune_scratch@0", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU) != base
+
+    def of(stage="pretrain", seed=0, every=10):
+        return fingerprint(stage, {"train": {"seed": seed, "resume_every": every}}, [data, folder], CPU)
+
+    base = of()
+    assert of(every=3) == base and of(seed=1) != base and of("finetune_scratch@0") != base
     for changed in (data, folder / "train.npy"):
         changed.write_bytes(b"other bytes")
-        now = fingerprint("pretrain", {"train": {"seed": 0, "resume_every": 10}}, [data, folder], CPU)
-        assert now != base
-        base = now
+        assert of() != base
+        base = of()
+    files = resume.code_files()
+    assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
+    monkeypatch.chdir(tmp_path)
+    assert resume.code_files() == files and of() == base
+    other_code = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
+    (tmp_path / "other.py").write_text("# other code\n")
+    monkeypatch.setattr(resume, "code_files", lambda: other_code)
+    assert of() != base
 
 
 def _split(n: int, seed: int) -> LabeledSplit:
@@ -206,12 +205,9 @@ def test_finetuning_resumed_after_an_interrupted_epoch_ends_bit_for_bit_like_an_
 
 
 def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says_so(capsys):
-    """`pretrain.adapt_epochs: 0.5` (the scaling study's small budgets) stops halfway through the pass, an integer
-    count runs whole passes (as the committed results were made); `pretrain.adapt_max_steps` bounds the phase."""
-    from lmtransfer.pretraining.training import adaptation_steps
-
+    """`pretrain.adapt_epochs: 0.5` stops halfway, an integer runs whole passes; `adapt_max_steps` bounds the phase."""
     assert adaptation_steps(5, 118) == 590 and adaptation_steps(0.625, 118) == 74 and adaptation_steps(0.001, 9) == 1
-    assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it: stays 5, not 5.0
+    assert isinstance(shipped("pretrain", adapt_epochs=5).adapt_epochs, int)  # as params.yaml writes it, not 5.0
 
     def adapt(**change):
         torch.manual_seed(0)
@@ -223,19 +219,3 @@ def test_the_adaptation_runs_a_share_of_a_pass_or_stops_at_its_step_cap_and_says
     assert "capped" not in capsys.readouterr().out
     assert adapt(adapt_max_steps=3).steps == 3 < one_pass.steps
     assert f"would be {one_pass.steps:,} steps; capped at 3 (pretrain.adapt_max_steps)" in capsys.readouterr().out
-
-
-def test_the_fingerprint_covers_the_code_from_any_working_directory(tmp_path, monkeypatch):
-    """The translation and course stages run in their own folders: the code they run still counts, so a snapshot
-    written by other code (another format) is started over, not resumed."""
-    from lmtransfer.training import resume
-
-    files = resume.code_files()
-    assert "src/lmtransfer/training/loop.py" in files and "stages/pretrain.py" in files
-    at_root = fingerprint("pretrain", {}, [], CPU)
-    monkeypatch.chdir(tmp_path)
-    assert resume.code_files() == files and fingerprint("pretrain", {}, [], CPU) == at_root
-    changed = {**files, "src/lmtransfer/training/loop.py": tmp_path / "other.py"}
-    (tmp_path / "other.py").write_text("# other code\n")
-    monkeypatch.setattr(resume, "code_files", lambda: changed)
-    assert fingerprint("pretrain", {}, [], CPU) != at_root
