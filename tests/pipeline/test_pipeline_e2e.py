@@ -1,10 +1,5 @@
-"""The real pipeline, end to end: `dvc repro` in a temporary git copy on tiny generated data.
-
-On a copy of the session's tiny pipeline run (tests/pipeline/conftest.py): each
-stage's outputs, the MLflow runs and their lineage, that a parameter change reruns
-only the stages that read it, and that bad input or a broken store stops `dvc repro`
-before any output is lost.
-"""
+"""The real pipeline on a copy of the session's tiny run: outputs, MLflow runs and lineage, selective reruns, and
+bad input or a broken store stopping `dvc repro` before any output is lost."""
 
 from __future__ import annotations
 
@@ -87,17 +82,13 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
     assert json.loads((root / "timings/pretrain_seed0.json").read_text())["tokens_per_second"] > 0
 
 
-def test_pipeline_is_up_to_date_after_repro(pipeline_repo):
+def test_the_run_is_up_to_date_and_editing_an_input_file_reruns_the_stages_that_read_it(pipeline_repo):
     root, env = pipeline_repo
     assert changed_stages(root, env) == set()
     manifest = json.loads((root / "data/inputs/data.json").read_text())
     assert json.loads((root / "data/inputs/checkpoint.json").read_text()) == {"inputs": []}
     assert {(e["key"], e["path"]) for e in manifest["inputs"]} == {
         ("data.train", "raw/labeled.tsv"), ("data.corpus", "raw/corpus-a.txt"), ("data.corpus", "raw/corpus-b.txt")}
-
-
-def test_editing_an_input_file_reruns_the_stages_that_read_it(pipeline_repo):
-    root, env = pipeline_repo
     corpus = root / "raw/corpus-b.txt"
     original = corpus.read_bytes()
     try:
@@ -180,11 +171,8 @@ def test_each_stage_is_one_mlflow_run_grouped_under_a_pipeline_run(pipeline_repo
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
-
 def test_each_fine_tune_logs_an_mlflow_model_and_evaluate_registers_the_best_on_validation(pipeline_repo, first_run):
-    """One MLflow model per fine-tune (the UI's Models view), its run tagged with it, and the registry's first
-    version, which `champion` pointed at: the pretrained fine-tune with the best validation accuracy, tagged with
-    the gap and the checkpoint's sha256."""
+    """One MLflow model per fine-tune; `champion`: the pretrained one best on validation, tagged gap and sha256."""
     root, env = pipeline_repo
     from mlflow import MlflowClient
 
@@ -224,71 +212,55 @@ def _fingerprint(root: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for out in outputs for p in sorted((root / out).rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("broken", ["missing file", "empty text", "single class", "bad encoding", "bad column",
-                                    "vocab too large", "windows too long"])
-def test_a_broken_input_stops_dvc_repro_with_a_clear_message_and_leaves_outputs_intact(pipeline_repo, broken):
+BROKEN_INPUTS = {  # what raw/bad.csv holds (data.train names it), or a params.yaml change; what the error names
+    "missing file": (None, "raw/nowhere.csv"),
+    "empty text": ("text,label\na fine film,pos\n   ,neg\nbad film,neg\n", "line 3"),
+    "single class": ("text,label\n" + "".join(f"a fine film {i},pos\n" for i in range(40)), "single class"),
+    "bad encoding": (b"text,label\na fine film,pos\n" + b"caf\xe9 au lait,neg\n", "line 3"),
+    "bad column": ("review,label\na fine film,pos\n", "data.text_column"),
+    "vocab too large": (("vocab_size: 60", "vocab_size: 5000"),  # fails in tokenize unless checked
+                        "tokenizer.vocab_size=5000 is too large for this corpus"),
+    "windows too long": (("seq_len: 16", "seq_len: 5000"), "fewer than pretrain.seq_len + 1 = 5001"),  # in pretrain
+}
+# a store evaluate could not log to, with a param that reruns evaluate (its metrics files are not in DVC's cache);
+# the battery (benchmarks/fault_battery.py) tries the other faults
+STORE_CASES = ["store: random bytes", "store: cut to half", "store: read-only file", "store: read-only folder",
+               "store: a directory"]
+
+
+@pytest.mark.parametrize("case", [*BROKEN_INPUTS, *STORE_CASES])
+def test_a_broken_input_or_store_stops_dvc_repro_in_validate_with_a_clear_message_and_outputs_intact(pipeline_repo,
+                                                                                                     case):
     root, env = pipeline_repo
-    params_file, before = root / "params.yaml", _fingerprint(root)
+    params_file, before, bad = root / "params.yaml", _fingerprint(root), root / "raw/bad.csv"
     original = params_file.read_text()
-    bad = root / "raw/bad.csv"
-    contents = {
-        "empty text": "text,label\na fine film,pos\n   ,neg\nbad film,neg\n",
-        "single class": "text,label\n" + "".join(f"a fine film {i},pos\n" for i in range(40)),
-        "bad encoding": b"text,label\na fine film,pos\n" + b"caf\xe9 au lait,neg\n",
-        "bad column": "review,label\na fine film,pos\n",
-    }
-    bad_params = {"vocab too large": ("vocab_size: 60", "vocab_size: 5000"),  # fails in tokenize unless checked
-                  "windows too long": ("seq_len: 16", "seq_len: 5000")}  # fails in pretrain unless checked
-    expected = {"missing file": "raw/nowhere.csv", "empty text": "line 3", "single class": "single class",
-                "bad encoding": "line 3", "bad column": "data.text_column",
-                "vocab too large": "tokenizer.vocab_size=5000 is too large for this corpus",
-                "windows too long": "fewer than pretrain.seq_len + 1 = 5001"}
+    undo = lambda: None  # noqa: E731
+    if case in STORE_CASES:
+        try:
+            undo = break_store(root, case.removeprefix("store: "))
+        except ChattrMissing:
+            pytest.skip("chattr +i (an immutable file or folder) is not available here")
+        change = (re.search(r"bootstrap_samples: \d+", original).group(), "bootstrap_samples: 150")
+        expected = f"validate: error: {root / 'mlflow.db'}"
+    else:
+        change, expected = BROKEN_INPUTS[case]
     try:
-        if broken in contents:
-            content = contents[broken]
-            bad.write_bytes(content if isinstance(content, bytes) else content.encode())
-        if broken in bad_params:
-            assert original.count(bad_params[broken][0]) == 1
-            params_file.write_text(original.replace(*bad_params[broken]))
-        else:
-            target = "raw/nowhere.csv" if broken == "missing file" else "raw/bad.csv"
-            params_file.write_text(original.replace("raw/labeled.tsv", target))
+        if isinstance(change, str | bytes):
+            bad.write_bytes(change if isinstance(change, bytes) else change.encode())
+        if not isinstance(change, tuple):
+            change = ("raw/labeled.tsv", "raw/nowhere.csv" if case == "missing file" else "raw/bad.csv")
+        assert original.count(change[0]) == 1
+        params_file.write_text(original.replace(*change))
         result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
         output = result.stdout + result.stderr
         assert result.returncode != 0
-        assert "validate: error:" in output and expected[broken] in output, output[-2000:]
-        assert "Traceback" not in output
-        assert "Running stage 'prepare'" not in output
-        assert _fingerprint(root) == before
-    finally:
-        params_file.write_text(original)  # validate's outputs are as before (checked): nothing else to undo
-        bad.unlink(missing_ok=True)
-
-
-@pytest.mark.parametrize("fault", ["random bytes", "cut to half", "read-only file", "read-only folder",
-                                   "a directory"])  # the battery (benchmarks/fault_battery.py) tries the others
-def test_a_broken_store_stops_the_run_before_dvc_removes_any_output(pipeline_repo, fault):
-    """A parameter that reruns evaluate, with a store evaluate could not log to: validate stops the run, so DVC never
-    removes evaluate's outputs (`metrics/evaluate.json`, `headline.json` are not in its cache)."""
-    root, env = pipeline_repo
-    params_file, before = root / "params.yaml", _fingerprint(root)
-    original = params_file.read_text()
-    assert original.count("bootstrap_samples: ") == 1
-    try:
-        undo = break_store(root, fault)
-    except ChattrMissing:
-        pytest.skip("chattr +i (an immutable file or folder) is not available here")
-    try:
-        params_file.write_text(re.sub(r"bootstrap_samples: \d+", "bootstrap_samples: 150", original))
-        result = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True)
-        output = result.stdout + result.stderr
-        assert result.returncode != 0
-        assert f"validate: error: {root / 'mlflow.db'}" in output, output[-2000:]
-        assert "Traceback" not in output and "Running stage 'evaluate'" not in output
+        assert "validate: error:" in output and expected in output, output[-2000:]
+        assert "Traceback" not in output and re.findall(r"Running stage '([^']+)'", output) == ["validate"]
         assert _fingerprint(root) == before
     finally:
         undo()  # the store's own bytes back
-        params_file.write_text(original)
+        params_file.write_text(original)  # validate's outputs are as before (checked): nothing else to undo
+        bad.unlink(missing_ok=True)
 
 
 def test_a_bad_parameter_stops_the_stage_naming_the_key(pipeline_repo):
@@ -320,5 +292,3 @@ def test_the_cli_uses_the_pipeline_models(pipeline_repo):
     generated = run([*lmtransfer, "generate", "the film", "--tokens", "5", "--samples", "2"], root, env)
     assert len(generated.strip().splitlines()) == 2
     assert all(line.startswith("the film") for line in generated.strip().splitlines())
-
-

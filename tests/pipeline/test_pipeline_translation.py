@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_repo import copy_repo, kill_repro_when, make_repo, run
+from pipeline_repo import break_store, copy_repo, kill_repro_when, make_repo, run
 
 pytestmark = pytest.mark.slow
 
@@ -134,83 +135,51 @@ def test_a_decoding_parameter_reruns_only_evaluate_and_plot(translation_repo):
     assert ran == ["evaluate", "plot", "prepare"]
 
 
-def test_a_pair_file_without_its_target_column_stops_prepare_and_keeps_the_outputs(translation_repo):
-    root, env = translation_repo
-    before = (root / "translation/data/prepared/train.tsv").read_bytes()
-    pairs = root / "raw/pairs.tsv"
-    original = pairs.read_text()
-    pairs.write_text(original.replace("source\ttarget", "source\ttranslation", 1))
-    try:
-        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
-                                text=True)
-    finally:
-        pairs.write_text(original)  # the next test of this module's copy reads it
-    assert result.returncode != 0
-    assert "raw/pairs.tsv" in result.stderr and "data.target_column" in result.stderr
-    assert (root / "translation/data/prepared/train.tsv").read_bytes() == before
+def _outputs(root: Path) -> dict[Path, bytes]:
+    folders = [root / "translation" / name for name in ("metrics", "plots", "data", "models")]
+    return {p: p.read_bytes() for folder in folders for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_broken_store_stops_prepare_before_dvc_removes_any_output(translation_repo):
-    """prepare runs first on every repro and checks the store every later stage logs to: a damaged one stops the
-    run there, so a parameter that reruns evaluate loses none of its outputs."""
-    root, env = translation_repo
-    store, kept, params = root / "mlflow.db", root / "mlflow.db.kept", root / "translation/params.yaml"
-    outputs = sorted(p for folder in ("metrics", "plots", "data", "models") for p in (root / "translation" / folder).rglob("*")
-                     if p.is_file())
-    before = {p: p.read_bytes() for p in outputs}
-    original = params.read_text()
-    store.rename(kept)
-    (store / "inside").mkdir(parents=True)
-    try:
-        params.write_text(original.replace("bootstrap_samples: 100", "bootstrap_samples: 150"))
-        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
-                                text=True)
-        output = result.stdout + result.stderr
-        assert result.returncode != 0 and f"prepare: error: {store} is a directory" in output, output[-2000:]
-        assert "Traceback" not in output and "Running stage 'translation/dvc.yaml:evaluate'" not in output
-        assert {p: p.read_bytes() for p in outputs} == before
-    finally:
-        (store / "inside").rmdir()
-        store.rmdir()
-        kept.rename(store)
-        params.write_text(original)
-
-
-# What a later stage refused only after DVC had removed its outputs (issue 71); prepare now refuses each first.
-LATE_REFUSALS = {
-    "vocabulary too small": (("vocab_size: 45", "vocab_size: 16"),  # tokenize's sentencepiece
+PARAMS = "translation/params.yaml"
+# (the file, its text, what replaces it), the message. Each param a later stage refused only after DVC had removed
+# its outputs (issue 71); a store with a directory in its place (bootstrap_samples reruns evaluate, which logs to it).
+REFUSALS = {
+    "no target column": (("raw/pairs.tsv", "source\ttarget", "source\ttranslation"),
+                         "raw/pairs.tsv: no column 'target' (data.target_column)"),
+    "a broken store": ((PARAMS, "bootstrap_samples: 100", "bootstrap_samples: 150"), "mlflow.db is a directory"),
+    "vocabulary too small": ((PARAMS, "vocab_size: 45", "vocab_size: 16"),  # tokenize's sentencepiece
                              "tokenizer.vocab_size=16 is too small for this corpus"),
-    "lab sentences missing": (("lab_sentences: ../raw/lab.tsv", "lab_sentences: ../raw/nolab.tsv"),  # evaluate
-                              "../raw/nolab.tsv: file not found (set by evaluate.lab_sentences)"),
-    "no pair under max_len": (("max_len: 16", "max_len: 4"),  # the fine-tunes: 0 pairs, then a TypeError
+    "lab sentences missing": ((PARAMS, "lab_sentences: ../raw/lab.tsv", "lab_sentences: ../raw/nolab.tsv"),
+                              "../raw/nolab.tsv: file not found (set by evaluate.lab_sentences)"),  # evaluate's
+    "no pair under max_len": ((PARAMS, "max_len: 16", "max_len: 4"),  # the fine-tunes: 0 pairs, then a TypeError
                               "finetune.max_len=4: none of the"),
-    "an empty example": (("- the cat sleeps", "- ''"),  # translated every epoch
+    "an empty example": ((PARAMS, "- the cat sleeps", "- ''"),  # translated every epoch
                          "finetune.examples: example 1 of 1 is empty"),
-    "init_from a fine-tune": (("init_from: ''", "init_from: models/finetuned/pretrained/seed0-0.pt"),  # never settles
-                              "written by stage 'finetune_pretrained'"),
+    "init_from a fine-tune": ((PARAMS, "init_from: ''", "init_from: models/finetuned/pretrained/seed0-0.pt"),
+                              "written by stage 'finetune_pretrained'"),  # a pretraining that never settles
 }
 
 
-@pytest.mark.parametrize("case", sorted(LATE_REFUSALS))
-def test_what_a_later_stage_would_refuse_stops_prepare_and_every_output_stays_byte_identical(translation_repo, case):
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_bad_input_stops_prepare_before_any_other_stage_and_every_output_stays_byte_identical(translation_repo, case):
     root, env = translation_repo
-    params = root / "translation/params.yaml"
-    outputs = sorted(p for folder in ("metrics", "plots", "data", "models") for p in (root / "translation" / folder).rglob("*")
-                     if p.is_file())
-    before = {p: p.read_bytes() for p in outputs}
-    original = params.read_text()
-    (old, new), expected = LATE_REFUSALS[case]
+    (name, old, new), expected = REFUSALS[case]
+    changed, before = root / name, _outputs(root)
+    original = changed.read_text()
     assert original.count(old) == 1
+    undo = break_store(root, "a directory") if case == "a broken store" else (lambda: None)
     try:
-        params.write_text(original.replace(old, new))
+        changed.write_text(original.replace(old, new))
         result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
                                 text=True)
         output = result.stdout + result.stderr
         assert result.returncode != 0 and "prepare: error: " in output and expected in output, output[-2000:]
-        assert "Traceback" not in output and "Running stage 'translation/dvc.yaml:tokenize'" not in output
-        assert {p: p.read_bytes() for p in outputs} == before
+        assert "Traceback" not in output
+        assert re.findall(r"Running stage '([^']+)'", output) == ["translation/dvc.yaml:prepare"]
+        assert _outputs(root) == before
     finally:
-        params.write_text(original)
+        undo()
+        changed.write_text(original)
 
 
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
