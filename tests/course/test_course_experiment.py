@@ -25,7 +25,8 @@ def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
         8, 0.0003, "constant", 0, 0.0, 0.5, 1.0, "last", 512)
     assert len(params.pretrain.seeds) * len(finetune.seeds) >= 3  # at least 3 runs per variant
     data = params.data
-    assert {data.train, data.valid, data.test} == {f"data/course/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
+    spm = {f"data/course/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
+    assert {data.train, data.valid, data.test} == spm
     assert data.corpus == ["data/course/bible-fr.txt"]
 
 
@@ -92,8 +93,8 @@ def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_b
 
     page = (REPO / "docs" / "guide" / "course.md").read_text(encoding="utf-8")
     words = shlex.split(re.search(r"```bash\n(dvc exp run .*?)\n```", page, re.S).group(1))
-    schedule = {words[i + 1].split("=", 1)[0].removeprefix("finetune."): YAML(typ="safe").load(words[i + 1].split("=", 1)[1])
-                for i, word in enumerate(words) if word == "-S"}
+    pairs = [words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "-S"]
+    schedule = {key.removeprefix("finetune."): YAML(typ="safe").load(value) for key, value in pairs}
     recipe = overlaid_params(REPO, PROFILE).finetune.model_dump()
     differ = {key for key, value in schedule.items() if recipe[key] != value}
     assert differ == {"epochs", "batches"}

@@ -136,5 +136,5 @@ def test_a_manifest_file_names_its_problem(tmp_path):
     path.write_text("{", encoding="utf-8")
     with pytest.raises(DataSourceError, match="manifest.json: not a course manifest"):
         read_manifest(path)
-    path.write_text(json.dumps({"commit": "abc", "files": [{"path": "dict.txt", "sha256": "0" * 64}]}), encoding="utf-8")
+    path.write_text(json.dumps({"commit": "abc", "files": [{"path": "dict.txt", "sha256": "0" * 64}]}))
     assert read_manifest(path).files[0].sha256 == "0" * 64

@@ -47,8 +47,8 @@ def write_pairs(root: Path) -> None:
     (root / "raw").mkdir()
     rows = ["source\ttarget"] + [f"{s}\t{t}" for s, t in pairs]
     (root / "raw" / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    (root / "raw" / "lab.tsv").write_text("source\ttarget\nthe cat sleeps\tle chat dort\nthe dog eats\tle chien mange\n",
-                                          encoding="utf-8")
+    lab = "source\ttarget\nthe cat sleeps\tle chat dort\nthe dog eats\tle chien mange\n"
+    (root / "raw" / "lab.tsv").write_text(lab, encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +184,8 @@ def test_bad_input_stops_prepare_before_any_other_stage_and_every_output_stays_b
 
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
                                                                                               tmp_path):
-    """The fine-tune run again on a copy of the first run, kill -9 of `dvc repro` (dvc and its stage) once it saved a
-    snapshot: the next `dvc repro` resumes from it and ends with the uninterrupted run's bytes, no MLflow run
-    left RUNNING and no snapshot behind."""
+    """kill -9 of `dvc repro` once the fine-tune saved a snapshot: the next resumes and ends with the first run's
+    bytes, the killed MLflow run closed and no snapshot left."""
     stage = "finetune_pretrained@0-0"
     first = {key: value for key, value in FIRST_FINE_TUNES.items() if key == stage or "pretrained/seed0-0." in key}
     assert len(first) == 3  # the stage's outputs in dvc.lock, its curve and its summary

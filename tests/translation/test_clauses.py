@@ -15,8 +15,9 @@ def test_split_clauses_cuts_after_clause_punctuation_and_closing_quotes():
 def test_a_pair_is_cut_only_when_both_sides_split_alike():
     pieces = clause_pieces("God saw the light, and saw that it was good. God divided the light from the darkness.",
                            "Dieu vit que la lumière était bonne; et Dieu sépara la lumière d'avec les ténèbres.")
-    assert pieces == [("God saw the light, and saw that it was good.", "Dieu vit que la lumière était bonne;"),
-                      ("God divided the light from the darkness.", "et Dieu sépara la lumière d'avec les ténèbres.")]
+    assert pieces == [
+        ("God saw the light, and saw that it was good.", "Dieu vit que la lumière était bonne;"),
+        ("God divided the light from the darkness.", "et Dieu sépara la lumière d'avec les ténèbres.")]
     assert clause_pieces("One clause only.", "Une seule.") == []
     assert clause_pieces("Two. Clauses here.", "Une seule proposition ici.") == []
 

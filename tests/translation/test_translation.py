@@ -84,13 +84,11 @@ def test_parameter_counts_match_the_closed_form_block_by_block(options):
     model = TranslationModel(config)
     blocks = parameter_breakdown(config)
     assert count_parameters(model) == expected_translation_parameters(config)
-    assert count_parameters(model.token_embedding) == blocks["embedding"]
-    assert count_parameters(model.encoder.layers[0]) == blocks["encoder_layer"]
-    assert count_parameters(model.decoder.layers[0]) == blocks["decoder_layer"]
-    assert count_parameters(model.encoder) == blocks["encoder"]
-    assert count_parameters(model.decoder) == blocks["decoder"]
-    own_output = sum(p.numel() for n, p in model.named_parameters() if n.startswith("output."))
-    assert own_output == blocks["output"]
+    for block, module in (("embedding", model.token_embedding), ("encoder_layer", model.encoder.layers[0]),
+                          ("decoder_layer", model.decoder.layers[0]), ("encoder", model.encoder),
+                          ("decoder", model.decoder)):
+        assert count_parameters(module) == blocks[block], block
+    assert sum(p.numel() for n, p in model.named_parameters() if n.startswith("output.")) == blocks["output"]
     assert (model.output.weight is model.token_embedding.weight) == config.tie_output
 
 
@@ -141,23 +139,20 @@ def test_decoding_stops_at_eos_and_at_the_maximum_length():
     with torch.no_grad():  # make EOS overwhelmingly likely after one token: output bias
         model.output.bias.zero_()
         model.output.bias[EOS] = 50.0
-    source = _ids([5, 6, 7])
-    assert greedy_decode(model, source, BOS, EOS, 10) == [[]]
-    assert beam_search(model, source, BOS, EOS, 10, beam_size=3) == [[]]
+    source, beam = _ids([5, 6, 7]), lambda *args: beam_search(*args, beam_size=3)
+    assert greedy_decode(model, source, BOS, EOS, 10) == beam(model, source, BOS, EOS, 10) == [[]]
     with torch.no_grad():
         model.output.bias[EOS] = -50.0
-    assert len(greedy_decode(model, source, BOS, EOS, 7)[0]) == 7
-    assert len(beam_search(model, source, BOS, EOS, 7, beam_size=3)[0]) == 7
-    model.train()
-    greedy_decode(model, source, BOS, EOS, 3)
-    beam_search(model, source, BOS, EOS, 3, beam_size=2)
-    assert model.training  # decoding between epochs leaves the model as it found it
+    for decode in (greedy_decode, beam):
+        assert len(decode(model, source, BOS, EOS, 7)[0]) == 7
+        model.train()
+        decode(model, source, BOS, EOS, 3)
+        assert model.training  # decoding between epochs leaves the model as it found it
+        model.eval()
 
 
 class MarkovTranslator(torch.nn.Module):
-    """A stand-in for the decoders: next-token logits from the last two tokens and the source's first token.
-    Peaked, context-dependent distributions (a random network's are nearly constant), so greedy and beam search
-    differ, and a hypothesis scored with another's history scores wrong."""
+    """Next-token logits from the last two tokens and the source's first: peaked, so greedy and beam search differ."""
 
     def __init__(self, vocab_size: int, seed: int):
         super().__init__()
@@ -185,7 +180,7 @@ class MarkovTranslator(torch.nn.Module):
 
 
 class _TokenBefore:
-    """The fake model's decoding cache: the token before, reordered with the beams like the real one."""
+    """The fake model's decoding cache: the token before, reordered with the beams."""
 
     def __init__(self, token: torch.Tensor):
         self.token = token
@@ -215,8 +210,7 @@ def _exhaustive_best(model, source: torch.Tensor, max_len: int, alpha: float) ->
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
 def test_a_beam_wide_enough_to_keep_every_hypothesis_finds_the_exhaustive_best(alpha):
-    """Pins the beam bookkeeping (parents, reordered prefixes, finished hypotheses, the length penalty): with
-    room for every prefix, beam search must return the best of all outputs up to max_len, scored one by one."""
+    """Pins the beam bookkeeping: with room for every prefix, beam search returns the best of all outputs."""
     model, max_len = MarkovTranslator(vocab_size=6, seed=2), 4
     with torch.no_grad():
         model.transitions[:, EOS] -= 1.5  # longer outputs win too, so histories of 3 tokens must be kept right
@@ -243,9 +237,8 @@ def test_a_beam_of_2_already_beats_greedy_on_a_garden_path():
 
 
 def test_the_length_penalty_is_gnmt_s():
-    assert length_penalty(1, 0.0) == 1.0
-    assert length_penalty(1, 1.0) == 1.0
-    assert length_penalty(7, 0.6) == pytest.approx(2.0 ** 0.6)
+    assert (length_penalty(1, 0.0), length_penalty(1, 1.0), length_penalty(7, 0.6)) == (1.0, 1.0, pytest.approx(
+        2.0 ** 0.6))
 
 
 def _batch(rows: list[list[int]], prefix: list[int]) -> torch.Tensor:
@@ -293,8 +286,7 @@ def test_warm_start_copies_exactly_the_lm_tensors_it_reports_and_leaves_cross_at
 
 
 def test_the_warm_started_encoder_is_the_lm_base_run_bidirectionally():
-    """The encoder attends both ways, so it equals the LM's base with the causal mask lifted, not the causal LM
-    (whose first position sees only itself): the same weights read the source as a whole."""
+    """The encoder attends both ways: the LM's base with the causal mask lifted, not the causal LM."""
     torch.manual_seed(0)
     lm = LanguageModel(LM).eval()
     model = TranslationModel(TranslationConfig.from_language_model(LM)).eval()
@@ -353,7 +345,7 @@ def _database(path) -> None:
 
 
 def test_clean_verse_normalises_the_quirks_of_the_pinned_bibles():
-    assert clean_verse("God`s Spirit said, `You shall not eat of it.`") == "God's Spirit said, 'You shall not eat of it.'"
+    assert clean_verse("God`s Spirit said, `Do not eat of it.`") == "God's Spirit said, 'Do not eat of it.'"
     assert clean_verse("he shall offer [even] an offering") == "he shall offer even an offering"
     assert clean_verse("an offering of first -[fruits] to Yahweh") == "an offering of first-fruits to Yahweh"
     assert clean_verse("(9:1) Au chef des chantres. (9:2) Je louerai") == "Au chef des chantres. Je louerai"
@@ -378,8 +370,9 @@ def test_the_chapter_split_keeps_every_test_verse_out_of_training_and_pretrainin
     assert data.splits["train"]["source"].str.contains("God's word even").all()
     assert not data.splits["train"]["target"].str.contains(r"[\[\]`(]").any()
     # the corpus: both sides of the train pairs and the extra Bibles' train chapters, verse per line
-    assert sum(line.startswith("KJV") for line in data.corpus) == sum(line.startswith("Ostervald") for line in data.corpus)
-    assert len(data.corpus) == 2 * len(data.splits["train"]) + 2 * sum(line.startswith("KJV") for line in data.corpus)
+    kjv = sum(line.startswith("KJV") for line in data.corpus)
+    assert kjv == sum(line.startswith("Ostervald") for line in data.corpus)
+    assert len(data.corpus) == 2 * len(data.splits["train"]) + 2 * kjv
 
 
 def test_the_split_is_seeded_and_covers_every_chapter_once():
@@ -430,14 +423,12 @@ def test_summary_translation_prints_each_block_and_the_paper_base_total(capsys):
     main(["summary", "--translation", "--vocab-size", "100", "--d-model", "16", "--n-layers", "2", "--n-heads", "2",
           "--d-ff", "24"])
     out = capsys.readouterr().out
-    two_and_two = TranslationConfig(vocab_size=100, d_model=16, n_encoder_layers=2, n_decoder_layers=2, n_heads=2,
-                                    d_ff=24, dropout=0.1)
+    two_and_two = TranslationConfig(**{**config.to_dict(), "n_decoder_layers": 2})  # --n-layers sets both stacks
     assert f"formula {expected_translation_parameters(two_and_two):,}" in out and "cross-attention" in out
 
 
 def test_a_uniform_embedding_init_draws_in_the_tutorial_range_and_leaves_the_other_draws_alone():
-    """model.embedding_init: uniform keeps the shared embedding in ±0.1, so x sqrt(D) stays the size of the
-    positions; `normal` (N(0, 1)) is the default and every other tensor is drawn as before."""
+    """model.embedding_init: uniform keeps the shared embedding in ±0.1; `normal` (N(0, 1)) is the default."""
     uniform = _tiny(TranslationConfig(**{**TINY.to_dict(), "embedding_init": "uniform"}))
     normal = _tiny()
     weights = uniform.token_embedding.weight
