@@ -28,6 +28,8 @@ def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
     spm = {f"data/course/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
     assert {data.train, data.valid, data.test} == spm
     assert data.corpus == ["data/course/bible-fr.txt"]
+    with pytest.raises(ValueError, match="finetune.epochs"):  # a bad value, before any work (a bad key: tests/cli)
+        overlaid_params(REPO, PROFILE + ["finetune.epochs=-1"])
 
 
 def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_are_the_replicates():
@@ -100,11 +102,6 @@ def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_b
     assert differ == {"epochs", "batches"}
     assert (recipe["epochs"], recipe["batches"]) == (8, "bucketed")
     assert "8 epochs and bucketed batches" in " ".join(page.split())
-
-
-def test_a_bad_value_is_refused_naming_the_key_before_any_work():  # a bad key: tests/cli's course test
-    with pytest.raises(ValueError, match="finetune.epochs"):
-        overlaid_params(REPO, PROFILE + ["finetune.epochs=-1"])
 
 
 @pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / PROFILES).glob("*.yaml")))

