@@ -51,11 +51,8 @@ def original_checkpoint(vocab_size: int, seed: int = 0) -> dict:
     """What the course saved: our LanguageModel's tensors under the original, sequence-first names."""
     torch.manual_seed(seed)
     model = LanguageModel(ModelConfig(vocab_size, D_MODEL, N_LAYERS, 2, D_FF, 0.1, pad_id=1))
-    renamed = {
-        "base.token_embedding.": "base.encoder.",
-        "base.layers.layers.": "base.transformer_encoder.layers.",
-        "head.": "classifier.decoder.",
-    }
+    renamed = {"base.token_embedding.": "base.encoder.", "base.layers.layers.": "base.transformer_encoder.layers.",
+               "head.": "classifier.decoder."}
     state = {}
     for key, value in model.state_dict().items():
         for ours, theirs in renamed.items():

@@ -42,16 +42,12 @@ def _answers(url: str) -> bool:
 
 def _stop(process: subprocess.Popen) -> None:
     """SIGTERM to the server's process group (uvicorn is a child), SIGKILL if it lingers."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(10)
+            return
 
 
 def postgres_bin() -> Path | None:
@@ -69,33 +65,29 @@ def postgresql_database():
     refuses): yields its SQLAlchemy URI and a function that stops the server."""
     programs = postgres_bin()
     home = Path(tempfile.mkdtemp(prefix="lmtransfer-postgres-"))  # not under pytest's folder, which is root's alone
-    as_user: list[str] = []
-    if os.geteuid() == 0:
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
         shutil.chown(home, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
     data, port, env = home / "data", free_port(), {**os.environ, "LC_ALL": "C"}
 
     def pg(program: str, *args: str) -> None:
         run([*as_user, str(programs / program), *args], home, env)
 
+    def stop() -> None:
+        if (data / "postmaster.pid").exists():  # running (pg_ctl -w stop waits until the file is gone)
+            pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+
     try:
         pg("initdb", "-D", str(data), "-U", "mlflow", "--auth=trust", "-E", "UTF8")
         pg("pg_ctl", "-D", str(data), "-o", f"-h 127.0.0.1 -p {port} -k {home}", "-l", str(home / "server.log"),
            "-w", "start")
-        stopped = []
-
-        def stop() -> None:
-            if not stopped:
-                pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
-                stopped.append(True)
-
-        try:
-            pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow")
-            yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", stop  # the driver make venv installs
-        finally:
-            stop()
+        pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow")
+        yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", stop  # the driver make venv installs
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        try:
+            stop()
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

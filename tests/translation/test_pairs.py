@@ -46,7 +46,7 @@ def texts(table: pd.DataFrame) -> list[tuple[str, str]]:
     return list(zip(table["source"], table["target"]))
 
 
-def test_every_format_reads_the_same_pairs(tmp_path):
+def test_every_format_reads_the_same_pairs_and_newlines_inside_a_text(tmp_path):
     tsv = "source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in PAIRS)
     csv = 'source,target\n"Hello, world.","Bonjour, le monde."\n"He said ""yes"".","Il a dit ""oui""."\nÉté,Summer\n'
     frames = {
@@ -62,9 +62,7 @@ def test_every_format_reads_the_same_pairs(tmp_path):
     assert list(frames["csv"]["where"]) == ["line 2", "line 3", "line 4"] == list(frames["tsv"]["where"])
     assert list(frames["jsonl"]["where"]) == ["line 1", "line 2", "line 3"]
     assert list(frames["parquet"]["where"]) == ["row 1", "row 2", "row 3"]
-
-
-def test_a_quoted_csv_newline_reads_like_jsonl_and_later_lines_keep_their_numbers(tmp_path):
+    # a quoted CSV newline reads like JSONL's, and later lines keep their numbers
     csv = read(write(tmp_path, "a.csv", 'source,target\n"two\nlines, here","deux\nlignes"\nnext,suivant\n'))
     lines = read(write(tmp_path, "a.jsonl", jsonl([{"source": "two\nlines, here", "target": "deux\nlignes"},
                                                    {"source": "next", "target": "suivant"}])))

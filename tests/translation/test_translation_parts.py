@@ -126,12 +126,9 @@ def test_the_gap_interval_samples_pretraining_runs_as_well_as_sentences():
     assert one_run["gap"]["bleu_ci95_low"] > 0  # with one run the sentences alone decide
 
 
-def test_repeated_words_are_counted_per_translation():
+def test_the_lab_report_scores_each_sentence_and_each_variant_and_repeats_are_counted_per_translation():
     assert repeated_share(["Je suis suis suis.", "Je suis un étudiant.", "la la la la", "a b a b a b"]) == 0.5
     assert repeated_share(["suis suis"]) == 0.0 and repeated_share([]) == 0.0
-
-
-def test_the_lab_report_scores_each_sentence_and_each_variant():
     sources, references = ["I am a student.", "God is love."], ["Je suis étudiant.", "Dieu est amour."]
     models = {"pretrained": {"0-0": ["Je suis étudiant.", "Dieu est amour."], "1-0": ["Je suis.", "Dieu est bon."]},
               "scratch": {"0-0": ["suis suis suis", "Le roi."], "1-0": ["Je.", "Dieu."]}}
