@@ -88,8 +88,7 @@ def test_the_lab_table_has_each_epoch_the_test_gap_the_baseline_and_the_courses_
 
 
 def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_batches():
-    """docs/guide/course.md prints the course's fine-tuning schedule as `-S` changes; profiles/course.yaml holds the
-    same values but the two the guide names (8 epochs, length-bucketed batches)."""
+    """docs/guide/course.md's `-S` schedule is profiles/course.yaml's but for 8 epochs and bucketed batches."""
     import re
     import shlex
 

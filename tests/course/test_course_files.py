@@ -1,5 +1,4 @@
-"""The course's files: downloaded from a server laid out as the repository's raw files, or copied from a folder,
-each checked whole before anything is placed; a missing, cut or changed file is named and nothing changes."""
+"""The course's files, downloaded or copied, each checked whole first: a missing, cut or changed one is named."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def _repository_copy(folder: Path, skip: tuple[str, ...] = ()) -> Path:
 
 @pytest.fixture
 def served(tmp_path):
-    """A local HTTP server over a copy of the files under their repository paths, as the raw-file host serves
-    them at a commit; yields (its URL, the folder it serves)."""
+    """A local HTTP server over the files as the raw-file host serves them: (its URL, the folder it serves)."""
     folder = _repository_copy(tmp_path / "served")
     with serving(folder) as url:
         yield url, folder

@@ -1,5 +1,4 @@
-"""The tiny pipeline changed as a user changes it (a pretraining run more, a label-curve size, `--temp`, a queued
-sweep), each on its own copy of the session's first run: each reruns what it must and nothing more."""
+"""The tiny pipeline changed as a user changes it, each on its own copy: it reruns what it must and no more."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(own_pipeline_repo):
 
 
 def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_the_same_numbers(own_pipeline_repo):
-    """Two values queued (the larger first), run by two workers: `lmtransfer compare --by` lists them in order with
-    intervals; each MLflow pipeline run holds its `dvc exp show` headline (the param reruns evaluate and plot)."""
+    """Two queued values, two workers: `lmtransfer compare --by` in order with intervals; MLflow has each headline."""
     root, env = own_pipeline_repo
     env = {k: v for k, v in env.items() if k != "LMTRANSFER_JOBS"}  # the queue's workers are the jobs counted
     run(["git", "add", "-A"], root, env)

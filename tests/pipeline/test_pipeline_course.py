@@ -242,8 +242,7 @@ def _files(root: Path, *folders: str) -> dict[str, bytes]:
 
 
 def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from_the_run_cache(course_repo):
-    """Going back to params already run reran both fine-tunes (10 min 41 s) while a `cache: false` output kept them
-    out of DVC's run-cache."""
+    """Back to params already run: both fine-tunes restored (a `cache: false` output once kept them out)."""
     root, env = course_repo[:2]
 
     def results() -> dict[str, bytes]:  # the fine-tunes of the course command's run: 0-0 of each variant
@@ -283,8 +282,7 @@ def _edit_params(root: Path, **sections: dict) -> None:
 
 
 def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratch_one(course_repo):
-    """The scratch model never reads the corpus (it reran while data/tokenized held the corpus ids): a few steps of
-    pretraining here (`init_from: ''` in the same edit; the scratch fine-tune reads no pretrain param but objective)."""
+    """The scratch fine-tune never reads the corpus (here pretraining a few steps, `init_from: ''`)."""
     root, env = course_repo[:2]
     raw = root / "data/course"
     reviews = (raw / "cls-books/train.review.spm").read_text(encoding="utf-8").splitlines()

@@ -14,8 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path_factory, tmp_path):
-    """`-S pretrain.objective=mlm` (+ NSP, one pretraining run) on a causal run's copy: what it reaches reruns,
-    bidirectional on both sides, fill-in-the-blank samples, `lmtransfer fill`."""
+    """`-S pretrain.objective=mlm` (+ NSP): what it reaches reruns, bidirectional models, `lmtransfer fill`."""
     tmp_path = tmp_path / "repo"
     env = copy_repo(tiny_pipeline(tmp_path_factory), tmp_path)
     log = run(["dvc", "exp", "run", "-S", "pretrain.objective=mlm", "-S", "pretrain.nsp=true", "-S",

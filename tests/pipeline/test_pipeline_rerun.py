@@ -16,8 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_second_run_from_scratch_killed_twice_gives_byte_identical_results_and_opens_no_network_connection(
         tmp_path_factory, tmp_path):
-    """kill -9 at random moments (a pretraining run, then a fine-tune), finished by `dvc repro`: the first run's
-    results, no run left RUNNING, no snapshot; every Python process logs DNS lookups and connections: none."""
+    """kill -9 in a pretraining run, then a fine-tune, `dvc repro`: the first run's results, no DNS or connection."""
     first = results_of(tiny_pipeline(tmp_path_factory))
     resumable = {**TINY_PARAMS, "train": {**TINY_PARAMS["train"], "resume_every": 1}}  # not a DVC param
     root = tmp_path / "repo"

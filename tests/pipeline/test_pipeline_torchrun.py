@@ -20,8 +20,7 @@ def _curves(root: Path) -> dict[str, list[dict[str, str]]]:
 
 
 def test_two_processes_under_torchrun_train_the_pipeline_like_one(tmp_path_factory, tmp_path):
-    """`dvc exp run -S train.nproc=2`: pretraining and a fine-tune as two gloo processes; the same losses as one
-    process within float rounding (dropout 0), one MLflow run per stage."""
+    """`-S train.nproc=2`: two gloo processes, the losses of one within rounding (dropout 0), one MLflow run a stage."""
     tmp_path = tmp_path / "repo"
     env = copy_repo(tiny_pipeline(tmp_path_factory), tmp_path)
     target = "finetune_pretrained@0-0"

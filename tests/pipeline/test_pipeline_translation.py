@@ -1,5 +1,4 @@
-"""The translation pipeline end to end: `dvc repro translation/dvc.yaml` in a temporary git copy, on tiny
-sentence pairs of the user's own (TSV), then `lmtransfer translate`, a selective rerun and a bad input file."""
+"""`dvc repro translation/dvc.yaml` on tiny pairs of the user's own: outputs, `translate`, reruns, bad input, kill."""
 
 from __future__ import annotations
 
@@ -184,8 +183,7 @@ def test_bad_input_stops_prepare_before_any_other_stage_and_every_output_stays_b
 
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
                                                                                               tmp_path):
-    """kill -9 of `dvc repro` once the fine-tune saved a snapshot: the next resumes and ends with the first run's
-    bytes, the killed MLflow run closed and no snapshot left."""
+    """kill -9 once the fine-tune saved a snapshot: `dvc repro` resumes to the first run's bytes, the run closed."""
     stage = "finetune_pretrained@0-0"
     first = {key: value for key, value in FIRST_FINE_TUNES.items() if key == stage or "pretrained/seed0-0." in key}
     assert len(first) == 3  # the stage's outputs in dvc.lock, its curve and its summary

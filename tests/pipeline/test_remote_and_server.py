@@ -61,8 +61,7 @@ def postgres_bin() -> Path | None:
 
 @contextlib.contextmanager
 def postgresql_database():
-    """A PostgreSQL server of its own with a database `mlflow` (as Debian's `postgres` user when root, which it
-    refuses): yields its SQLAlchemy URI and a function that stops the server."""
+    """A PostgreSQL server of its own (as user postgres when root) with a database `mlflow`: (its URI, stop)."""
     programs = postgres_bin()
     home = Path(tempfile.mkdtemp(prefix="lmtransfer-postgres-"))  # not under pytest's folder, which is root's alone
     as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -235,8 +234,7 @@ def _contents(root: Path, outputs: list[str]) -> dict[str, bytes]:
 
 
 def _assert_pulled(origin: Path, clone: Path, env: dict[str, str]) -> dict[str, bytes]:
-    """Every output origin's dvc.lock records (cached or not) is in the clone, byte for byte, and it is up to date
-    (validate is always_changed by design); returns the outputs."""
+    """Every output of origin's dvc.lock is in the clone byte for byte, and it is up to date; returns them."""
     lock = YAML(typ="safe", pure=True).load((origin / "dvc.lock").read_text())
     outputs = sorted(out["path"] for stage in lock["stages"].values() for out in stage.get("outs", []))
     original, pulled = _contents(origin, outputs), _contents(clone, outputs)
@@ -251,8 +249,7 @@ def _objects(folder: Path) -> set[str]:
 
 
 def _cached_outputs(root: Path, env: dict[str, str]) -> set[str]:
-    """The cache objects of every output git does not hold (files, directory listings and their files): the local
-    cache holds more, the git-tracked metrics DVC copies for its run-cache, which `dvc push` leaves out."""
+    """The cache objects of every output git does not hold (what `dvc push` sends; not the run-cache's extras)."""
     tracked = set(run(["git", "ls-files"], root, env).splitlines())
     lock = YAML(typ="safe", pure=True).load((root / "dvc.lock").read_text())
     hashes = set()
@@ -286,8 +283,7 @@ def test_every_cached_output_round_trips_through_a_dvc_remote_into_a_fresh_clone
 
 
 def remote_md_s3_lines() -> tuple[list[str], list[str]]:
-    """The dvc and git lines of docs/guide/remote.md's S3 block: those run where the pipeline ran, and those run on
-    the other machine (after its `# on another machine` line)."""
+    """The dvc and git lines of docs/guide/remote.md's S3 block: (here, after `# on another machine`)."""
     text = (REPO / "docs/guide/remote.md").read_text(encoding="utf-8")
     block = text.split("test_remote_and_server.py runs the dvc and git lines of the next block", 1)[1]
     block = block.split("```bash\n", 1)[1].split("```", 1)[0]
@@ -302,8 +298,7 @@ def remote_md_s3_lines() -> tuple[list[str], list[str]]:
 
 
 def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_through_an_s3_server(pipeline, tmp_path):
-    """docs/guide/remote.md's S3 lines as written, against moto's S3 server: keys only in .dvc/config.local; a fresh
-    clone with its own keys pulls every output byte for byte and the pushed experiment."""
+    """docs/guide/remote.md's S3 lines against moto: keys only in .dvc/config.local; a clone pulls every byte."""
     import shlex
 
     import boto3

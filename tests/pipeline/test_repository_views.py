@@ -1,5 +1,4 @@
-"""With every pipeline present, bare `dvc metrics show` and `dvc exp show` show the built-in headline alone in 120
-columns (a second declared headline made them 121 wide and prefixed every column, pushing the gap off screen)."""
+"""With every pipeline present, bare `dvc metrics show` and `dvc exp show` show the built-in headline in 120 cols."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""English→French translation: the encoder–decoder's masks and positions, parameter counts, decoding, warm start
-from the language model, the bible-en-fr source and sacreBLEU scoring."""
+"""English→French: the encoder–decoder's masks, counts, decoding, warm start, the bible source, sacreBLEU."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def test_changing_a_future_target_token_never_changes_earlier_decoder_outputs(k)
 
 
 def test_a_batch_gives_each_sentence_what_it_gets_alone():
-    """Right-padded sources and targets of different lengths: the padding masks (encoder, cross-attention, decoder)
-    keep sentences apart, so extra padding changes nothing."""
+    """Right-padded sources and targets: the padding masks keep sentences apart, extra padding changes nothing."""
     model = _tiny()
     sources, targets = [[5, 6, 7, 8, 9], [10, 11]], [[BOS, 3, 4], [BOS, 12, 13, 14, 15]]
     batch_source = _ids([5, 6, 7, 8, 9], [10, 11, PAD, PAD, PAD])

@@ -1,5 +1,4 @@
-"""The translation pipeline's own parts: its params, pair ids and batches, the corpus-level intervals, the
-fine-tuning loop on a toy language pair."""
+"""The translation pipeline's own parts: params, pair batches, corpus-level intervals, the reports."""
 
 from __future__ import annotations
 
@@ -110,8 +109,7 @@ def test_the_short_sentence_report_sits_beside_the_verses_in_the_headline_and_th
 
 
 def test_the_gap_interval_samples_pretraining_runs_as_well_as_sentences():
-    """Two pretraining runs that disagree (one helps, one hurts): resampling sentences alone would call the mean
-    gap sure; resampling the runs too spans both signs, as the spread of the runs says it should."""
+    """Two pretraining runs that disagree: resampling the runs too spans both signs; sentences alone would not."""
     references = [f"le chat {i} dort bien ce soir" for i in range(60)]
     wrong = [r.replace("chat", "chien").replace("soir", "matin") for r in references]
     pretrained = {"0-0": list(references), "1-0": list(wrong)}
