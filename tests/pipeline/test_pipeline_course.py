@@ -272,15 +272,6 @@ def test_returning_to_fine_tune_params_already_run_restores_both_fine_tunes_from
     assert ignored.returncode == 0  # a DVC-cached summary (git ignores it): out of the metrics views
 
 
-def _edit_params(root: Path, **sections: dict) -> None:
-    yaml = YAML()
-    params = yaml.load((root / "params.yaml").read_text())
-    for section, values in sections.items():
-        params[section].update(values)
-    with open(root / "params.yaml", "w") as handle:
-        yaml.dump(params, handle)
-
-
 def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratch_one(course_repo):
     """The scratch fine-tune never reads the corpus (here pretraining a few steps, `init_from: ''`)."""
     root, env = course_repo[:2]
@@ -290,8 +281,12 @@ def test_a_corpus_change_reruns_pretraining_and_its_fine_tune_but_not_the_scratc
                                           encoding="utf-8")
     scratch = ("models/finetuned/scratch", "metrics/finetune/scratch", "data/tokenized", "data/prepared")
     before = _files(root, *scratch)
-    _edit_params(root, data={"corpus": ["data/course/unlabeled.spm"], "corpus_format": "pieces"},
-                 pretrain={"init_from": "", "max_steps": 30, "eval_every": 15})
+    yaml = YAML()
+    params = yaml.load((root / "params.yaml").read_text())
+    params["data"].update(corpus=["data/course/unlabeled.spm"], corpus_format="pieces")
+    params["pretrain"].update(init_from="", max_steps=30, eval_every=15)
+    with open(root / "params.yaml", "w") as handle:
+        yaml.dump(params, handle)
 
     output = _dvc(["repro"], root, env)
     for stage in ("prepare", "tokenize", "pretrain@0", "finetune_pretrained@0-0"):
