@@ -43,8 +43,8 @@ def test_every_stage_writes_its_outputs(pipeline_repo):
         assert report["accuracy_std"] >= 0 and "first_epoch_val_accuracy_mean" in report
         assert set(report["f1_per_class_mean"]) == {"neg", "neutral", "pos"}
         assert len(report["val_accuracy_mean_per_epoch"]) == tiny.TINY_PARAMS["finetune"]["epochs"]
-        firsts = [json.loads((root / f"metrics/finetune/{variant}/seed{r}.json").read_text())["first_epoch_val_accuracy"]
-                  for r in tiny.RUNS]
+        summaries = [json.loads((root / f"metrics/finetune/{variant}/seed{r}.json").read_text()) for r in tiny.RUNS]
+        firsts = [summary["first_epoch_val_accuracy"] for summary in summaries]
         assert report["first_epoch_val_accuracy_mean"] == pytest.approx(sum(firsts) / 2, abs=1e-5)  # 6 digits stored
     gap = evaluation["gap"]
     assert gap["accuracy_mean"] == pytest.approx(
