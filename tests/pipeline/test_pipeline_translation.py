@@ -74,8 +74,8 @@ def _fine_tune_results(root: Path) -> dict[str, object]:
     return results
 
 
-def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(translation_repo):
-    root, _ = translation_repo
+def test_every_stage_writes_its_outputs_the_scores_come_with_intervals_and_translate_uses_them(translation_repo):
+    root, env = translation_repo
     out = root / "translation"
     for name in ("0-0", "1-0"):
         for variant in ("pretrained", "scratch"):
@@ -114,14 +114,10 @@ def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(trans
     held_out = {line.split("\t")[0] for line in test_pairs}
     corpus = set((out / "data/prepared_corpus/corpus_train.txt").read_text().splitlines())
     assert not held_out & corpus  # no test sentence was pretrained on
-
-
-def test_lmtransfer_translate_prints_one_translation_per_sentence(translation_repo):
-    root, env = translation_repo
-    out = run([sys.executable, "-m", "lmtransfer.cli", "translate", "the cat sleeps", "the big dog eats",
-               "--beam-size", "2"], root, env)
+    translated = run([sys.executable, "-m", "lmtransfer.cli", "translate", "the cat sleeps", "the big dog eats",
+                      "--beam-size", "2"], root, env)
     # one line per sentence, in order; the tiny model may well translate one as nothing, so a line can be empty
-    assert out.endswith("\n") and len(out[:-1].split("\n")) == 2
+    assert translated.endswith("\n") and len(translated[:-1].split("\n")) == 2
 
 
 def test_a_decoding_parameter_reruns_only_evaluate_and_plot(translation_repo):
