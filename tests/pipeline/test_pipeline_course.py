@@ -139,6 +139,16 @@ def test_the_command_checks_the_files_loads_the_courses_model_and_prints_the_lab
     assert "1 runs per variant (1 pretraining run(s) x 1 fine-tuning seed(s))" in output
     assert (course / "plots/finetune_accuracy.png").stat().st_size > 0
     assert (course / "data/course/dict.txt").read_bytes() == (files / "dict.txt").read_bytes()
+    # pretrain loaded the course's checkpoint instead of training
+    original = torch.load(course / "data/course/pretrained_model_4layers.pt", weights_only=True)["model_state_dict"]
+    ours = torch.load(course / "models/pretrained/seed0.pt", weights_only=True)
+    assert torch.equal(ours["state_dict"]["base.token_embedding.weight"], original["base.encoder.weight"])
+    assert torch.equal(ours["state_dict"]["base.layers.layers.0.linear1.weight"],
+                       original["base.transformer_encoder.layers.0.linear1.weight"])
+    assert torch.equal(ours["state_dict"]["head.weight"], original["classifier.decoder.weight"])
+    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/course/pretrained_model_4layers.pt"
+    summary = json.loads((course / "metrics/pretrain/seed0.json").read_text())
+    assert summary["steps"] == 0 and summary["val_loss"] > 0
 
 
 def test_the_dictionary_is_the_id_space_and_predict_maps_raw_text_through_it(course_repo):
@@ -157,19 +167,6 @@ def test_the_dictionary_is_the_id_space_and_predict_maps_raw_text_through_it(cou
     out = run([sys.executable, "-m", "lmtransfer.cli", "predict", "Ce livre est magnifique et captivant."], course, env)
     label, probability, _ = out.strip().split("\t")  # cut with the course's sentencepiece model, then the dictionary
     assert label in {"0", "1"} and 0.5 <= float(probability) <= 1.0
-
-
-def test_pretrain_loads_the_course_checkpoint_instead_of_training(course_repo):
-    course = course_repo[0]
-    original = torch.load(course / "data/course/pretrained_model_4layers.pt", weights_only=True)["model_state_dict"]
-    ours = torch.load(course / "models/pretrained/seed0.pt", weights_only=True)
-    assert torch.equal(ours["state_dict"]["base.token_embedding.weight"], original["base.encoder.weight"])
-    assert torch.equal(ours["state_dict"]["base.layers.layers.0.linear1.weight"],
-                       original["base.transformer_encoder.layers.0.linear1.weight"])
-    assert torch.equal(ours["state_dict"]["head.weight"], original["classifier.decoder.weight"])
-    assert ours["model_config"]["pad_id"] == 1 and ours["init_from"] == "data/course/pretrained_model_4layers.pt"
-    summary = json.loads((course / "metrics/pretrain/seed0.json").read_text())
-    assert summary["steps"] == 0 and summary["val_loss"] > 0
 
 
 def test_a_file_with_one_byte_changed_is_refused_by_name_and_the_results_stay(course_repo, tmp_path):
