@@ -206,7 +206,7 @@ def test_a_beam_wide_enough_to_keep_every_hypothesis_finds_the_exhaustive_best(a
     assert any(len(tokens) == max_len for tokens in found)
 
 
-def test_a_beam_of_2_already_beats_greedy_on_a_garden_path():
+def test_a_beam_of_2_already_beats_greedy_on_a_garden_path_with_gnmt_s_length_penalty():
     """After BOS, 3 is likelier than 4, but everything after 3 is unlikely while 4 -> EOS is near certain."""
     model = MarkovTranslator(vocab_size=6, seed=0)
     with torch.no_grad():
@@ -218,9 +218,7 @@ def test_a_beam_of_2_already_beats_greedy_on_a_garden_path():
     source = _ids([3])
     assert greedy_decode(model, source, BOS, EOS, 5)[0][0] == 3
     assert beam_search(model, source, BOS, EOS, 5, beam_size=2, alpha=0.0) == [[4]]
-
-
-def test_the_length_penalty_is_gnmt_s():
+    # the length penalty is GNMT's: ((5 + length) / 6) ** alpha
     assert (length_penalty(1, 0.0), length_penalty(1, 1.0), length_penalty(7, 0.6)) == (1.0, 1.0, pytest.approx(
         2.0 ** 0.6))
 
