@@ -25,8 +25,11 @@ def test_the_course_recipe_is_the_courses_network_and_schedule_on_its_files():
         8, 0.0003, "constant", 0, 0.0, 0.5, 1.0, "last", 512)
     assert len(params.pretrain.seeds) * len(finetune.seeds) >= 3  # at least 3 runs per variant
     data = params.data
-    assert {data.train, data.valid, data.test} == {f"data/course/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
+    spm = {f"data/course/{f.path}" for f in PINNED if f.path.endswith(".review.spm")}
+    assert {data.train, data.valid, data.test} == spm
     assert data.corpus == ["data/course/bible-fr.txt"]
+    with pytest.raises(ValueError, match="finetune.epochs"):  # a bad value, before any work (a bad key: tests/cli)
+        overlaid_params(REPO, PROFILE + ["finetune.epochs=-1"])
 
 
 def test_the_courses_language_model_is_loaded_when_present_and_its_fine_tunes_are_the_replicates():
@@ -85,25 +88,19 @@ def test_the_lab_table_has_each_epoch_the_test_gap_the_baseline_and_the_courses_
 
 
 def test_the_guides_schedule_line_is_the_course_recipes_but_for_its_epochs_and_batches():
-    """docs/guide/course.md prints the course's fine-tuning schedule as `-S` changes; profiles/course.yaml holds the
-    same values but the two the guide names (8 epochs, length-bucketed batches)."""
+    """docs/guide/course.md's `-S` schedule is profiles/course.yaml's but for 8 epochs and bucketed batches."""
     import re
     import shlex
 
     page = (REPO / "docs" / "guide" / "course.md").read_text(encoding="utf-8")
     words = shlex.split(re.search(r"```bash\n(dvc exp run .*?)\n```", page, re.S).group(1))
-    schedule = {words[i + 1].split("=", 1)[0].removeprefix("finetune."): YAML(typ="safe").load(words[i + 1].split("=", 1)[1])
-                for i, word in enumerate(words) if word == "-S"}
+    pairs = [words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "-S"]
+    schedule = {key.removeprefix("finetune."): YAML(typ="safe").load(value) for key, value in pairs}
     recipe = overlaid_params(REPO, PROFILE).finetune.model_dump()
     differ = {key for key, value in schedule.items() if recipe[key] != value}
     assert differ == {"epochs", "batches"}
     assert (recipe["epochs"], recipe["batches"]) == (8, "bucketed")
     assert "8 epochs and bucketed batches" in " ".join(page.split())
-
-
-def test_a_bad_value_is_refused_naming_the_key_before_any_work():  # a bad key: tests/cli's course test
-    with pytest.raises(ValueError, match="finetune.epochs"):
-        overlaid_params(REPO, PROFILE + ["finetune.epochs=-1"])
 
 
 @pytest.mark.parametrize("profile", sorted(p.stem for p in (REPO / PROFILES).glob("*.yaml")))

@@ -1,5 +1,4 @@
-"""The course's files: downloaded from a server laid out as the repository's raw files, or copied from a folder,
-each checked whole before anything is placed; a missing, cut or changed file is named and nothing changes."""
+"""The course's files, downloaded or copied, each checked whole first: a missing, cut or changed one is named."""
 
 from __future__ import annotations
 
@@ -24,14 +23,12 @@ CONTENTS = {
 }
 
 
-def _manifest(required_only: bool = False) -> Manifest:
+def _manifest() -> Manifest:
     files = []
     for path, text in CONTENTS.items():
         data = text.encode()
         blob = hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
         large = path.endswith(".pt")
-        if required_only and large:
-            continue
         files.append(CourseFile(path, blob, None if large else len(data),
                                 None if large else hashlib.sha256(data).hexdigest(), required=not large))
     return Manifest(tuple(files), "0123456789abcdef", "someone/course")
@@ -47,8 +44,7 @@ def _repository_copy(folder: Path, skip: tuple[str, ...] = ()) -> Path:
 
 @pytest.fixture
 def served(tmp_path):
-    """A local HTTP server over a copy of the files under their repository paths, as the raw-file host serves
-    them at a commit; yields (its URL, the folder it serves)."""
+    """A local HTTP server over the files as the raw-file host serves them: (its URL, the folder it serves)."""
     folder = _repository_copy(tmp_path / "served")
     with serving(folder) as url:
         yield url, folder
@@ -95,7 +91,7 @@ def test_a_cut_file_says_so_and_the_files_already_in_place_stay(served, tmp_path
     assert (destination / "cls-books/train.label").read_bytes() == before["cls-books/train.label"]
 
 
-def test_a_missing_required_file_is_named_with_where_to_get_it_and_a_missing_optional_one_is_left_out(tmp_path):
+def test_a_missing_required_file_is_named_a_missing_optional_one_left_out_and_a_flat_folder_works(tmp_path):
     source = _repository_copy(tmp_path / "clone", skip=("dict.txt", "pretrained_model_4layers.pt"))
     with pytest.raises(DataSourceError, match=r"dict.txt: missing in .*clone; copy it from a clone of someone/course"):
         gather(tmp_path / "raw", _manifest(), source=source)
@@ -103,15 +99,12 @@ def test_a_missing_required_file_is_named_with_where_to_get_it_and_a_missing_opt
     (source / "pretrained_model_4layers.pt").unlink()
     present = gather(tmp_path / "raw", _manifest(), source=source)
     assert "pretrained_model_4layers.pt" not in present and "dict.txt" in present
-
-
-def test_a_flat_folder_works_as_well_as_a_clone(tmp_path):
-    flat = tmp_path / "flat"
+    flat = tmp_path / "flat"  # a flat folder works as well as a clone
     flat.mkdir()
     for path, text in CONTENTS.items():
         (flat / Path(path).name).write_text(text, encoding="utf-8")
-    present = gather(tmp_path / "raw", _manifest(), source=flat)
-    assert (tmp_path / "raw" / "cls-books" / "train.label").read_text() == CONTENTS["cls-books/train.label"]
+    present = gather(tmp_path / "flat-raw", _manifest(), source=flat)
+    assert (tmp_path / "flat-raw/cls-books/train.label").read_text() == CONTENTS["cls-books/train.label"]
     assert len(present) == len(CONTENTS)
 
 
@@ -136,5 +129,5 @@ def test_a_manifest_file_names_its_problem(tmp_path):
     path.write_text("{", encoding="utf-8")
     with pytest.raises(DataSourceError, match="manifest.json: not a course manifest"):
         read_manifest(path)
-    path.write_text(json.dumps({"commit": "abc", "files": [{"path": "dict.txt", "sha256": "0" * 64}]}), encoding="utf-8")
+    path.write_text(json.dumps({"commit": "abc", "files": [{"path": "dict.txt", "sha256": "0" * 64}]}))
     assert read_manifest(path).files[0].sha256 == "0" * 64

@@ -9,16 +9,14 @@ from pipeline_repo import copy_repo, results_of, tiny_pipeline
 
 @pytest.fixture(scope="module")
 def pipeline_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A copy of the session's tiny pipeline run (`pipeline_repo.tiny_pipeline`), which a module's tests change and
-    restore in turn: (its root, its environment)."""
+    """A copy of the session's tiny run (`pipeline_repo.tiny_pipeline`) a module's tests change and restore in turn."""
     root = tmp_path_factory.mktemp("pipeline") / "repo"
     return root, copy_repo(tiny_pipeline(tmp_path_factory), root)
 
 
 @pytest.fixture
 def own_pipeline_repo(tmp_path, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A copy of the session's tiny pipeline run for this test alone, left as the test leaves it (a copy is a
-    fraction of a second; putting a change back reruns evaluate and plot): (its root, its environment)."""
+    """A copy of the session's tiny run for this test alone (a copy is cheaper than putting a change back)."""
     root = tmp_path / "repo"
     return root, copy_repo(tiny_pipeline(tmp_path_factory), root)
 

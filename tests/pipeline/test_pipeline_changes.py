@@ -1,6 +1,4 @@
-"""The tiny pipeline changed as a user changes it: a pretraining run more, a label-curve size, an experiment run in a
-temporary folder, a sweep queued and run by two workers; each reruns what it must and nothing more, each on a copy
-of the session's first run of its own."""
+"""The tiny pipeline changed as a user changes it, each on its own copy: it reruns what it must and no more."""
 
 from __future__ import annotations
 
@@ -46,9 +44,7 @@ def test_adding_a_pretraining_seed_runs_only_its_pretraining_its_fine_tunes_and_
 
 
 def test_a_label_curve_size_runs_only_its_own_fine_tunes_then_evaluate_and_plot(own_pipeline_repo, first_run):
-    """finetune.label_sizes: both variants from every pretraining run on the same stratified subset, TF-IDF on it
-    too, a row of the curve per size with its interval; nothing that ran before reruns, and the full split's
-    results stay the first run's."""
+    """finetune.label_sizes: both variants on one subset, a curve row per size with its interval; nothing reruns."""
     root, env = own_pipeline_repo
     new = {f"finetune_{v}_labels@30-{r}" for v in VARIANTS for r in RUNS} | {"evaluate", "plot"}
     _set_params(root, "finetune", label_sizes=[30])
@@ -90,11 +86,7 @@ def test_temp_experiment_lands_in_the_main_mlflow_store(own_pipeline_repo):
 
 
 def test_a_queued_sweep_is_compared_with_intervals_and_its_pipeline_runs_carry_the_same_numbers(own_pipeline_repo):
-    """Two values of a parameter queued (the larger first) and run through DVC's queue by two workers at once:
-    `lmtransfer compare --by <it>` lists every experiment in the parameter's order with its interval and draws the
-    figure; each experiment's MLflow pipeline run holds the headline `dvc exp show` shows for it. The parameter is
-    evaluate's bootstrap sample count, which reruns evaluate and plot alone (a finetune.lr sweep reruns every
-    fine-tune: the same machinery, minutes more)."""
+    """Two queued values, two workers: `lmtransfer compare --by` in order with intervals; MLflow has each headline."""
     root, env = own_pipeline_repo
     env = {k: v for k, v in env.items() if k != "LMTRANSFER_JOBS"}  # the queue's workers are the jobs counted
     run(["git", "add", "-A"], root, env)

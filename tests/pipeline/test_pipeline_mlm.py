@@ -14,14 +14,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_masked_lm_pretraining_runs_end_to_end_with_one_experiment_flag(tmp_path_factory, tmp_path):
-    """`dvc exp run -S pretrain.objective=mlm` (+ next-sentence prediction) on a copy of a causal run: every stage
-    the objective reaches reruns (pretraining, both fine-tunes, evaluate, plot) and nothing else, a bidirectional
-    model on both sides of the comparison, fill-in-the-blank samples, `lmtransfer fill`. One pretraining run."""
+    """`-S pretrain.objective=mlm` (+ NSP): what it reaches reruns, bidirectional models, `lmtransfer fill`."""
     tmp_path = tmp_path / "repo"
     env = copy_repo(tiny_pipeline(tmp_path_factory), tmp_path)
-    # one pretraining run: the objective is the point here, not the interval over runs
-    log = run(["dvc", "exp", "run", "-S", "pretrain.objective=mlm", "-S", "pretrain.nsp=true", "-S", "pretrain.seeds=[0]"],
-              tmp_path, env)
+    log = run(["dvc", "exp", "run", "-S", "pretrain.objective=mlm", "-S", "pretrain.nsp=true", "-S",
+               "pretrain.seeds=[0]"], tmp_path, env)
     ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")} - {"validate"}
     assert ran == {"pretrain@0", "finetune_pretrained@0-0", "finetune_scratch@0-0", "evaluate", "plot"}
     summary = json.loads((tmp_path / "metrics/pretrain/seed0.json").read_text())

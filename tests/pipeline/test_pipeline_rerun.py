@@ -1,9 +1,7 @@
-"""A second run of the tiny pipeline from scratch, killed twice on the way, gives the session's first run's results
-byte for byte, and opens no network connection."""
+"""A second tiny run from scratch, killed twice, gives the first run's results byte for byte, with no network."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,29 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_repo import (
-    TINY_PARAMS,
-    kill_repro_when,
-    make_repo,
-    merge,
-    results_of,
-    run,
-    tiny_pipeline,
-    write_tiny_data,
-)
+from pipeline_repo import TINY_PARAMS, kill_repro_when, make_repo, results_of, run, tiny_pipeline, write_tiny_data
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_second_run_from_scratch_killed_twice_gives_byte_identical_results_and_opens_no_network_connection(
         tmp_path_factory, tmp_path):
-    """Same commit, params and data, a fresh copy, killed with -9 at random moments (in a pretraining run, then in a
-    fine-tune) and finished by `dvc repro`: every result file and every output hash is the first run's, no MLflow run
-    is left RUNNING and no resume snapshot is left behind. Every Python process of those runs (dvc and each stage)
-    records any DNS lookup or socket connection: with the data on disk (here: files) there is none: no MLflow
-    telemetry, no hub, no update check."""
+    """kill -9 in a pretraining run, then a fine-tune, `dvc repro`: the first run's results, no DNS or connection."""
     first = results_of(tiny_pipeline(tmp_path_factory))
-    resumable = merge(json.loads(json.dumps(TINY_PARAMS)), {"train": {"resume_every": 1}})  # not a DVC param
+    resumable = {**TINY_PARAMS, "train": {**TINY_PARAMS["train"], "resume_every": 1}}  # not a DVC param
     root = tmp_path / "repo"
     root.mkdir()
     env = with_network_recorder(make_repo(root, resumable, write_tiny_data), tmp_path)
@@ -64,29 +49,25 @@ def _record(what):
     with open(_log, "a") as handle:
         handle.write(f"{os.getpid()} {what}\\n")
 
-_connect, _connect_ex, _getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+def _recorded(name, original):
+    def call(self, address):
+        if self.family != socket.AF_UNIX:
+            _record(f"{name} {address!r}")
+        return original(self, address)
+    return call
 
-def connect(self, address):
-    if self.family != socket.AF_UNIX:
-        _record(f"connect {address!r}")
-    return _connect(self, address)
-
-def connect_ex(self, address):
-    if self.family != socket.AF_UNIX:
-        _record(f"connect_ex {address!r}")
-    return _connect_ex(self, address)
-
-def getaddrinfo(host, *args, **kwargs):
+def getaddrinfo(host, *args, _getaddrinfo=socket.getaddrinfo, **kwargs):
     _record(f"getaddrinfo {host!r}")
     return _getaddrinfo(host, *args, **kwargs)
 
-socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = connect, connect_ex, getaddrinfo
+socket.socket.connect = _recorded("connect", socket.socket.connect)
+socket.socket.connect_ex = _recorded("connect_ex", socket.socket.connect_ex)
+socket.getaddrinfo = getaddrinfo
 """
 
 
 def with_network_recorder(env: dict[str, str], folder: Path) -> dict[str, str]:
-    """`env` with a sitecustomize that logs every DNS lookup and non-local socket connection of each Python process
-    to folder/network.log (checked to work first)."""
+    """`env` with a sitecustomize logging each DNS lookup and non-local connection to folder/network.log (checked)."""
     recorder = folder / "recorder"
     recorder.mkdir()
     (recorder / "sitecustomize.py").write_text(NETWORK_RECORDER)

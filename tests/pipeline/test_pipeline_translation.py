@@ -1,11 +1,11 @@
-"""The translation pipeline end to end: `dvc repro translation/dvc.yaml` in a temporary git copy, on tiny
-sentence pairs of the user's own (TSV), then `lmtransfer translate`, a selective rerun and a bad input file."""
+"""`dvc repro translation/dvc.yaml` on tiny pairs of the user's own: outputs, `translate`, reruns, bad input, kill."""
 
 from __future__ import annotations
 
 import csv
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_repo import copy_repo, kill_repro_when, make_repo, run
+from pipeline_repo import break_store, copy_repo, kill_repro_when, make_repo, run
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +46,8 @@ def write_pairs(root: Path) -> None:
     (root / "raw").mkdir()
     rows = ["source\ttarget"] + [f"{s}\t{t}" for s, t in pairs]
     (root / "raw" / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    (root / "raw" / "lab.tsv").write_text("source\ttarget\nthe cat sleeps\tle chat dort\nthe dog eats\tle chien mange\n",
-                                          encoding="utf-8")
+    lab = "source\ttarget\nthe cat sleeps\tle chat dort\nthe dog eats\tle chien mange\n"
+    (root / "raw" / "lab.tsv").write_text(lab, encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +74,8 @@ def _fine_tune_results(root: Path) -> dict[str, object]:
     return results
 
 
-def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(translation_repo):
-    root, _ = translation_repo
+def test_every_stage_writes_its_outputs_the_scores_come_with_intervals_and_translate_uses_them(translation_repo):
+    root, env = translation_repo
     out = root / "translation"
     for name in ("0-0", "1-0"):
         for variant in ("pretrained", "scratch"):
@@ -114,14 +114,10 @@ def test_every_stage_writes_its_outputs_and_the_scores_come_with_intervals(trans
     held_out = {line.split("\t")[0] for line in test_pairs}
     corpus = set((out / "data/prepared_corpus/corpus_train.txt").read_text().splitlines())
     assert not held_out & corpus  # no test sentence was pretrained on
-
-
-def test_lmtransfer_translate_prints_one_translation_per_sentence(translation_repo):
-    root, env = translation_repo
-    out = run([sys.executable, "-m", "lmtransfer.cli", "translate", "the cat sleeps", "the big dog eats",
-               "--beam-size", "2"], root, env)
+    translated = run([sys.executable, "-m", "lmtransfer.cli", "translate", "the cat sleeps", "the big dog eats",
+                      "--beam-size", "2"], root, env)
     # one line per sentence, in order; the tiny model may well translate one as nothing, so a line can be empty
-    assert out.endswith("\n") and len(out[:-1].split("\n")) == 2
+    assert translated.endswith("\n") and len(translated[:-1].split("\n")) == 2
 
 
 def test_a_decoding_parameter_reruns_only_evaluate_and_plot(translation_repo):
@@ -134,90 +130,56 @@ def test_a_decoding_parameter_reruns_only_evaluate_and_plot(translation_repo):
     assert ran == ["evaluate", "plot", "prepare"]
 
 
-def test_a_pair_file_without_its_target_column_stops_prepare_and_keeps_the_outputs(translation_repo):
-    root, env = translation_repo
-    before = (root / "translation/data/prepared/train.tsv").read_bytes()
-    pairs = root / "raw/pairs.tsv"
-    original = pairs.read_text()
-    pairs.write_text(original.replace("source\ttarget", "source\ttranslation", 1))
-    try:
-        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
-                                text=True)
-    finally:
-        pairs.write_text(original)  # the next test of this module's copy reads it
-    assert result.returncode != 0
-    assert "raw/pairs.tsv" in result.stderr and "data.target_column" in result.stderr
-    assert (root / "translation/data/prepared/train.tsv").read_bytes() == before
+def _outputs(root: Path) -> dict[Path, bytes]:
+    folders = [root / "translation" / name for name in ("metrics", "plots", "data", "models")]
+    return {p: p.read_bytes() for folder in folders for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_broken_store_stops_prepare_before_dvc_removes_any_output(translation_repo):
-    """prepare runs first on every repro and checks the store every later stage logs to: a damaged one stops the
-    run there, so a parameter that reruns evaluate loses none of its outputs."""
-    root, env = translation_repo
-    store, kept, params = root / "mlflow.db", root / "mlflow.db.kept", root / "translation/params.yaml"
-    outputs = sorted(p for folder in ("metrics", "plots", "data", "models") for p in (root / "translation" / folder).rglob("*")
-                     if p.is_file())
-    before = {p: p.read_bytes() for p in outputs}
-    original = params.read_text()
-    store.rename(kept)
-    (store / "inside").mkdir(parents=True)
-    try:
-        params.write_text(original.replace("bootstrap_samples: 100", "bootstrap_samples: 150"))
-        result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
-                                text=True)
-        output = result.stdout + result.stderr
-        assert result.returncode != 0 and f"prepare: error: {store} is a directory" in output, output[-2000:]
-        assert "Traceback" not in output and "Running stage 'translation/dvc.yaml:evaluate'" not in output
-        assert {p: p.read_bytes() for p in outputs} == before
-    finally:
-        (store / "inside").rmdir()
-        store.rmdir()
-        kept.rename(store)
-        params.write_text(original)
-
-
-# What a later stage refused only after DVC had removed its outputs (issue 71); prepare now refuses each first.
-LATE_REFUSALS = {
-    "vocabulary too small": (("vocab_size: 45", "vocab_size: 16"),  # tokenize's sentencepiece
+PARAMS = "translation/params.yaml"
+# (the file, its text, what replaces it), the message. Each param a later stage refused only after DVC had removed
+# its outputs (issue 71); a store with a directory in its place (bootstrap_samples reruns evaluate, which logs to it).
+REFUSALS = {
+    "no target column": (("raw/pairs.tsv", "source\ttarget", "source\ttranslation"),
+                         "raw/pairs.tsv: no column 'target' (data.target_column)"),
+    "a broken store": ((PARAMS, "bootstrap_samples: 100", "bootstrap_samples: 150"), "mlflow.db is a directory"),
+    "vocabulary too small": ((PARAMS, "vocab_size: 45", "vocab_size: 16"),  # tokenize's sentencepiece
                              "tokenizer.vocab_size=16 is too small for this corpus"),
-    "lab sentences missing": (("lab_sentences: ../raw/lab.tsv", "lab_sentences: ../raw/nolab.tsv"),  # evaluate
-                              "../raw/nolab.tsv: file not found (set by evaluate.lab_sentences)"),
-    "no pair under max_len": (("max_len: 16", "max_len: 4"),  # the fine-tunes: 0 pairs, then a TypeError
+    "lab sentences missing": ((PARAMS, "lab_sentences: ../raw/lab.tsv", "lab_sentences: ../raw/nolab.tsv"),
+                              "../raw/nolab.tsv: file not found (set by evaluate.lab_sentences)"),  # evaluate's
+    "no pair under max_len": ((PARAMS, "max_len: 16", "max_len: 4"),  # the fine-tunes: 0 pairs, then a TypeError
                               "finetune.max_len=4: none of the"),
-    "an empty example": (("- the cat sleeps", "- ''"),  # translated every epoch
+    "an empty example": ((PARAMS, "- the cat sleeps", "- ''"),  # translated every epoch
                          "finetune.examples: example 1 of 1 is empty"),
-    "init_from a fine-tune": (("init_from: ''", "init_from: models/finetuned/pretrained/seed0-0.pt"),  # never settles
-                              "written by stage 'finetune_pretrained'"),
+    "init_from a fine-tune": ((PARAMS, "init_from: ''", "init_from: models/finetuned/pretrained/seed0-0.pt"),
+                              "written by stage 'finetune_pretrained'"),  # a pretraining that never settles
 }
 
 
-@pytest.mark.parametrize("case", sorted(LATE_REFUSALS))
-def test_what_a_later_stage_would_refuse_stops_prepare_and_every_output_stays_byte_identical(translation_repo, case):
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_bad_input_stops_prepare_before_any_other_stage_and_every_output_stays_byte_identical(translation_repo, case):
     root, env = translation_repo
-    params = root / "translation/params.yaml"
-    outputs = sorted(p for folder in ("metrics", "plots", "data", "models") for p in (root / "translation" / folder).rglob("*")
-                     if p.is_file())
-    before = {p: p.read_bytes() for p in outputs}
-    original = params.read_text()
-    (old, new), expected = LATE_REFUSALS[case]
+    (name, old, new), expected = REFUSALS[case]
+    changed, before = root / name, _outputs(root)
+    original = changed.read_text()
     assert original.count(old) == 1
+    undo = break_store(root, "a directory") if case == "a broken store" else (lambda: None)
     try:
-        params.write_text(original.replace(old, new))
+        changed.write_text(original.replace(old, new))
         result = subprocess.run(["dvc", "repro", "translation/dvc.yaml"], cwd=root, env=env, capture_output=True,
                                 text=True)
         output = result.stdout + result.stderr
         assert result.returncode != 0 and "prepare: error: " in output and expected in output, output[-2000:]
-        assert "Traceback" not in output and "Running stage 'translation/dvc.yaml:tokenize'" not in output
-        assert {p: p.read_bytes() for p in outputs} == before
+        assert "Traceback" not in output
+        assert re.findall(r"Running stage '([^']+)'", output) == ["translation/dvc.yaml:prepare"]
+        assert _outputs(root) == before
     finally:
-        params.write_text(original)
+        undo()
+        changed.write_text(original)
 
 
 def test_kill_9_during_translation_fine_tuning_then_dvc_repro_gives_the_uninterrupted_results(translation_repo,
                                                                                               tmp_path):
-    """The fine-tune run again on a copy of the first run, kill -9 of `dvc repro` (dvc and its stage) once it saved a
-    snapshot: the next `dvc repro` resumes from it and ends with the uninterrupted run's bytes, no MLflow run
-    left RUNNING and no snapshot behind."""
+    """kill -9 once the fine-tune saved a snapshot: `dvc repro` resumes to the first run's bytes, the run closed."""
     stage = "finetune_pretrained@0-0"
     first = {key: value for key, value in FIRST_FINE_TUNES.items() if key == stage or "pretrained/seed0-0." in key}
     assert len(first) == 3  # the stage's outputs in dvc.lock, its curve and its summary

@@ -1,9 +1,5 @@
-"""Beyond one machine: a tiny pipeline logs to a real `mlflow server` on loopback, and its DVC outputs
-round-trip through a DVC remote (a local path) into a fresh clone.
-
-One `dvc repro` serves every test here; the server has its own SQLite backend and serves the
-artifacts itself (`--serve-artifacts`), as a shared server for several machines would.
-"""
+"""Beyond one machine: one tiny `dvc repro` logs to a real `mlflow server` on loopback (serving the artifacts itself),
+and its DVC outputs round-trip through a DVC remote (a local path, then S3) into a fresh clone."""
 
 from __future__ import annotations
 
@@ -45,17 +41,13 @@ def _answers(url: str) -> bool:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (mlflow starts uvicorn as a child), SIGKILL if it lingers."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
+    """SIGTERM to the server's process group (uvicorn is a child), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(10)
+            return
 
 
 def postgres_bin() -> Path | None:
@@ -69,45 +61,37 @@ def postgres_bin() -> Path | None:
 
 @contextlib.contextmanager
 def postgresql_database():
-    """A PostgreSQL server of its own (initdb in a temporary folder, a free loopback port, trust for local users),
-    with a database `mlflow`: yields its SQLAlchemy URI and a function that stops the server. As root it runs as
-    Debian's `postgres` user: PostgreSQL refuses to run as root."""
+    """A PostgreSQL server of its own (as user postgres when root) with a database `mlflow`: (its URI, stop)."""
     programs = postgres_bin()
     home = Path(tempfile.mkdtemp(prefix="lmtransfer-postgres-"))  # not under pytest's folder, which is root's alone
-    as_user: list[str] = []
-    if os.geteuid() == 0:
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
         shutil.chown(home, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
     data, port, env = home / "data", free_port(), {**os.environ, "LC_ALL": "C"}
 
     def pg(program: str, *args: str) -> None:
         run([*as_user, str(programs / program), *args], home, env)
 
+    def stop() -> None:
+        if (data / "postmaster.pid").exists():  # running (pg_ctl -w stop waits until the file is gone)
+            pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+
     try:
         pg("initdb", "-D", str(data), "-U", "mlflow", "--auth=trust", "-E", "UTF8")
         pg("pg_ctl", "-D", str(data), "-o", f"-h 127.0.0.1 -p {port} -k {home}", "-l", str(home / "server.log"),
            "-w", "start")
-        stopped = []
-
-        def stop() -> None:
-            if not stopped:
-                pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
-                stopped.append(True)
-
-        try:
-            pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow")
-            yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", stop  # the driver make venv installs
-        finally:
-            stop()
+        pg("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow")
+        yield f"postgresql+psycopg2://mlflow@127.0.0.1:{port}/mlflow", stop  # the driver make venv installs
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        try:
+            stop()
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def backend() -> tuple[str, object]:
-    """The server's backend store: PostgreSQL, as a team's server would have (`.ci/run` installs Debian's), or
-    SQLite where PostgreSQL is not installed (test_the_server_s_store_is_postgresql then says so in one line).
-    Yields (a URI, or "sqlite" for a file of the server's own; a function that stops the database)."""
+    """PostgreSQL as a team's server has (`.ci/run` installs it), else SQLite: (a URI or "sqlite", a stop function)."""
     if postgres_bin() is None:
         yield "sqlite", None
         return
@@ -230,7 +214,7 @@ def test_a_killed_stage_run_on_the_server_is_marked_killed_when_the_stage_runs_a
 
 
 def test_a_stage_stops_in_one_line_when_the_tracking_server_is_down(pipeline):
-    """MLflow's client would retry for minutes, then print a traceback; the stage says what to do instead."""
+    """MLflow's client would retry for minutes, then print a traceback; the stage says what to do."""
     root, env = pipeline
     result = subprocess.run([sys.executable, "stages/prepare.py"], cwd=root, capture_output=True, text=True,
                             env={**env, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"}, timeout=120)
@@ -239,31 +223,24 @@ def test_a_stage_stops_in_one_line_when_the_tracking_server_is_down(pipeline):
         result.stderr)
 
 
-def _dvc_outputs(root: Path) -> list[str]:
-    """Every output path dvc.lock records (cached or not)."""
-    lock = YAML(typ="safe", pure=True).load((root / "dvc.lock").read_text())
-    return sorted(out["path"] for stage in lock["stages"].values() for out in stage.get("outs", []))
-
-
 def _contents(root: Path, outputs: list[str]) -> dict[str, bytes]:
-    files = {}
-    for output in outputs:
-        path = root / output
-        for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
-            if file.is_file():
-                files[str(file.relative_to(root))] = file.read_bytes()
-    return files
+    files = [f for out in outputs for f in (sorted((root / out).rglob("*")) if (root / out).is_dir() else [root / out])]
+    return {str(file.relative_to(root)): file.read_bytes() for file in files if file.is_file()}
 
 
-def _objects(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+def _assert_pulled(origin: Path, clone: Path, env: dict[str, str]) -> dict[str, bytes]:
+    """Every output of origin's dvc.lock is in the clone byte for byte, and it is up to date; returns them."""
+    lock = YAML(typ="safe", pure=True).load((origin / "dvc.lock").read_text())
+    outputs = sorted(out["path"] for stage in lock["stages"].values() for out in stage.get("outs", []))
+    original, pulled = _contents(origin, outputs), _contents(clone, outputs)
+    assert "models/pretrained/seed0.pt" in original and sorted(pulled) == sorted(original)
+    assert [name for name in original if pulled[name] != original[name]] == []
+    assert set(json.loads(run(["dvc", "status", "--json"], clone, env) or "{}")) <= {"validate"}
+    return original
 
 
 def _cached_outputs(root: Path, env: dict[str, str]) -> set[str]:
-    """The cache objects of every output git does not hold: each file's, each directory's listing and its files.
-
-    (The local cache holds more: DVC also copies the git-tracked metrics of the training stages there, for
-    its run-cache; `dvc push` leaves those out.)"""
+    """The cache objects of every output git does not hold (what `dvc push` sends; not the run-cache's extras)."""
     tracked = set(run(["git", "ls-files"], root, env).splitlines())
     lock = YAML(typ="safe", pure=True).load((root / "dvc.lock").read_text())
     hashes = set()
@@ -286,25 +263,19 @@ def test_every_cached_output_round_trips_through_a_dvc_remote_into_a_fresh_clone
     run(["dvc", "push"], root, env)
     assert json.loads(run(["dvc", "status", "--cloud", "--json"], root, env) or "{}") == {}
     cached = _cached_outputs(root, env)
-    assert len(cached) > 20 and _objects(remote / "files/md5") == cached  # every cached output, nothing else
+    objects = {str(p.relative_to(remote / "files/md5")) for p in (remote / "files/md5").rglob("*") if p.is_file()}
+    assert len(cached) > 20 and objects == cached  # every cached output, nothing else
 
     clone = tmp_path / "clone"
     run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
-    outputs = _dvc_outputs(root)
     assert not (clone / "models/pretrained/seed0.pt").exists()  # git holds only the small, uncached files
     run(["dvc", "pull"], clone, env)
-    original, pulled = _contents(root, outputs), _contents(clone, outputs)
-    assert {"models/pretrained/seed0.pt", "metrics/pretrain/seed0/samples.txt", "data/tokenized/spm.model"} <= set(
-        original)
-    assert sorted(pulled) == sorted(original)
-    assert [name for name in original if pulled[name] != original[name]] == []
-    status = json.loads(run(["dvc", "status", "--json"], clone, env) or "{}")
-    assert set(status) <= {"validate"}  # validate is always_changed by design; every other stage is up to date
+    original = _assert_pulled(root, clone, env)
+    assert {"metrics/pretrain/seed0/samples.txt", "data/tokenized/spm.model"} <= set(original)
 
 
 def remote_md_s3_lines() -> tuple[list[str], list[str]]:
-    """The dvc and git lines of docs/guide/remote.md's S3 block: those run where the pipeline ran, and those run on
-    the other machine (after its `# on another machine` line)."""
+    """The dvc and git lines of docs/guide/remote.md's S3 block: (here, after `# on another machine`)."""
     text = (REPO / "docs/guide/remote.md").read_text(encoding="utf-8")
     block = text.split("test_remote_and_server.py runs the dvc and git lines of the next block", 1)[1]
     block = block.split("```bash\n", 1)[1].split("```", 1)[0]
@@ -319,9 +290,7 @@ def remote_md_s3_lines() -> tuple[list[str], list[str]]:
 
 
 def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_through_an_s3_server(pipeline, tmp_path):
-    """docs/guide/remote.md's S3 lines, run as written (bucket, endpoint, keys and experiment put in) against
-    moto's S3 server on loopback: the keys only in .dvc/config.local; a fresh clone with its own keys pulls every
-    output byte for byte, `dvc status` clean, and the pushed experiment."""
+    """docs/guide/remote.md's S3 lines against moto: keys only in .dvc/config.local; a clone pulls every byte."""
     import shlex
 
     import boto3
@@ -373,11 +342,7 @@ def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_throu
         nothing = subprocess.run(["dvc", "pull"], cwd=clone, env=env, capture_output=True, text=True)
         assert nothing.returncode != 0  # no key yet: the bucket is not open to anyone
         commands(there, clone)
-        outputs = _dvc_outputs(repo)
-        original, pulled = _contents(repo, outputs), _contents(clone, outputs)
-        assert "models/pretrained/seed0.pt" in original and sorted(pulled) == sorted(original)
-        assert [name for name in original if pulled[name] != original[name]] == []
-        assert set(json.loads(run(["dvc", "status", "--json"], clone, env) or "{}")) <= {"validate"}
+        _assert_pulled(repo, clone, env)
         assert "tiny-s3" in run(["dvc", "exp", "list", "--name-only"], clone, env).split()
     finally:
         server.stop()
@@ -385,8 +350,7 @@ def test_the_s3_commands_of_remote_md_round_trip_outputs_and_an_experiment_throu
 
 def test_the_server_s_store_is_postgresql_and_holds_the_runs_the_models_and_the_registry(backend, server, pipeline,
                                                                                           tmp_path):
-    """A team's server: PostgreSQL holds the runs (read there with SQL, not through MLflow), the registry's champion
-    is served from the server's artifacts and answers as `lmtransfer predict` does in the repository."""
+    """PostgreSQL holds the runs (read with SQL); the registry's champion, served, answers as `lmtransfer predict`."""
     if backend[0] == "sqlite":
         pytest.skip(NO_POSTGRESQL)
     import mlflow
@@ -424,9 +388,7 @@ def test_the_server_s_store_is_postgresql_and_holds_the_runs_the_models_and_the_
 
 
 def test_a_stage_stops_in_one_line_when_the_server_s_database_is_down(backend, server, pipeline):
-    """The server answers but its PostgreSQL is gone (a crash, a restart): MLflow's client would retry each call for
-    minutes, then end in a traceback; the stage says what is wrong instead, and the outputs stay. Last in the
-    module: it stops the database."""
+    """The server answers, its PostgreSQL is gone: one line, not minutes of retries; outputs stay. Last: it stops it."""
     if backend[0] == "sqlite":
         pytest.skip(NO_POSTGRESQL)
     root, env = pipeline

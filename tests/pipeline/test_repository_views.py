@@ -1,12 +1,8 @@
-"""The repository-level views with every pipeline present: bare `dvc metrics show` and `dvc exp show` show the
-built-in run's headline alone, within 120 columns.
-
-A second declared headline (the course's, when it had a pipeline copy) made `dvc metrics show` 121 columns wide
-and prefixed every column of `dvc exp show` with `metrics/headline.json:`, pushing the gap off the first screen.
-"""
+"""With every pipeline present, bare `dvc metrics show` and `dvc exp show` show the built-in headline in 120 cols."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -48,8 +44,7 @@ def test_only_the_built_in_pipeline_declares_metrics_and_no_other_copy_exists():
 
 @pytest.fixture(scope="module")
 def every_pipeline(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A git copy holding every pipeline, its params and its committed headline (no data: the views read the metrics
-    files alone)."""
+    """A git copy of every pipeline, its params and committed headline (no data: the views read metrics alone)."""
     root = tmp_path_factory.mktemp("views")
     folders = [str(Path(pipeline).parent) for pipeline in PIPELINES]
     names = [".dvcignore", ".dvc/config", *PIPELINES, *(str(Path(f, "params.yaml")) for f in folders),
@@ -66,22 +61,17 @@ def every_pipeline(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 def _first_screen(command: list[str], root: Path, env: dict[str, str]) -> list[str]:
-    """`command` in a WIDTH x HEIGHT pseudo-terminal, DVC's pager replaced by cat: the lines a pager that cuts long
-    lines (`less -S`, DVC's) shows first."""
+    """`command` in a WIDTH x HEIGHT pseudo-terminal, pager cat: what a pager cutting long lines (DVC's) shows."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", HEIGHT, WIDTH, 0, 0))
     shown = subprocess.Popen(command, cwd=root, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
                              env={**env, "DVC_PAGER": "cat", "TERM": "xterm"})
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the other side closed
-            break
-        if not chunk:
-            break
-        out += chunk
+    chunks = []
+    with contextlib.suppress(OSError):  # the other side closed
+        while chunk := os.read(master, 65536):
+            chunks.append(chunk)
+    out = b"".join(chunks)
     os.close(master)
     assert shown.wait(timeout=120) == 0, out.decode(errors="replace")
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode(errors="replace")).replace("\r", "")

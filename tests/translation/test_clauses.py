@@ -12,16 +12,14 @@ def test_split_clauses_cuts_after_clause_punctuation_and_closing_quotes():
     assert split_clauses("No stop inside 3.5 or a,b") == ["No stop inside 3.5 or a,b"]
 
 
-def test_a_pair_is_cut_only_when_both_sides_split_alike():
+def test_a_pair_is_cut_only_when_both_sides_split_alike_with_like_lengths():
     pieces = clause_pieces("God saw the light, and saw that it was good. God divided the light from the darkness.",
                            "Dieu vit que la lumière était bonne; et Dieu sépara la lumière d'avec les ténèbres.")
-    assert pieces == [("God saw the light, and saw that it was good.", "Dieu vit que la lumière était bonne;"),
-                      ("God divided the light from the darkness.", "et Dieu sépara la lumière d'avec les ténèbres.")]
+    assert pieces == [
+        ("God saw the light, and saw that it was good.", "Dieu vit que la lumière était bonne;"),
+        ("God divided the light from the darkness.", "et Dieu sépara la lumière d'avec les ténèbres.")]
     assert clause_pieces("One clause only.", "Une seule.") == []
     assert clause_pieces("Two. Clauses here.", "Une seule proposition ici.") == []
-
-
-def test_a_piece_whose_length_ratio_is_off_stops_the_cut():
     # the same count of pieces, but the boundary fell elsewhere: the first French piece is three times longer
     assert clause_pieces("Go. Then come back to the house of your father and stay there.",
                          "Va, puis reviens à la maison de ton père. Et restes-y.") == []

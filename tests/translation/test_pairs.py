@@ -1,8 +1,5 @@
-"""The user's own sentence pairs (data/pairs.py): reading CSV/TSV/JSONL/Parquet, one message per problem naming the
-file, the line and the params key, and the split rules (repeats, seeded carving, no held-out text in training).
-
-Every test writes tiny files in tmp_path.
-"""
+"""The user's own sentence pairs (data/pairs.py), tiny files in tmp_path: CSV/TSV/JSONL/Parquet, one message per
+problem naming file, line and key, and the split rules (repeats, seeded carving, no held-out text in training)."""
 
 from __future__ import annotations
 
@@ -49,7 +46,7 @@ def texts(table: pd.DataFrame) -> list[tuple[str, str]]:
     return list(zip(table["source"], table["target"]))
 
 
-def test_every_format_reads_the_same_pairs(tmp_path):
+def test_every_format_reads_the_same_pairs_and_newlines_inside_a_text(tmp_path):
     tsv = "source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in PAIRS)
     csv = 'source,target\n"Hello, world.","Bonjour, le monde."\n"He said ""yes"".","Il a dit ""oui""."\nÉté,Summer\n'
     frames = {
@@ -65,9 +62,7 @@ def test_every_format_reads_the_same_pairs(tmp_path):
     assert list(frames["csv"]["where"]) == ["line 2", "line 3", "line 4"] == list(frames["tsv"]["where"])
     assert list(frames["jsonl"]["where"]) == ["line 1", "line 2", "line 3"]
     assert list(frames["parquet"]["where"]) == ["row 1", "row 2", "row 3"]
-
-
-def test_a_quoted_csv_newline_reads_like_jsonl_and_later_lines_keep_their_numbers(tmp_path):
+    # a quoted CSV newline reads like JSONL's, and later lines keep their numbers
     csv = read(write(tmp_path, "a.csv", 'source,target\n"two\nlines, here","deux\nlignes"\nnext,suivant\n'))
     lines = read(write(tmp_path, "a.jsonl", jsonl([{"source": "two\nlines, here", "target": "deux\nlignes"},
                                                    {"source": "next", "target": "suivant"}])))
@@ -75,18 +70,15 @@ def test_a_quoted_csv_newline_reads_like_jsonl_and_later_lines_keep_their_number
     assert list(csv["where"]) == ["line 2", "line 5"]  # the first record spans lines 2 to 4
 
 
-def test_column_names_are_configurable_and_other_columns_are_ignored(tmp_path):
+def test_column_names_and_the_encoding_are_configurable_and_other_columns_are_ignored(tmp_path):
     tsv = write(tmp_path, "en-fr.txt", "id\ten\tfr\n1\tcat\tchat\n2\tdog\tchien\n")
     table = read(tsv, fmt="tsv", source="en", target="fr")
     assert texts(table) == [("cat", "chat"), ("dog", "chien")]
     swapped = read(write(tmp_path, "fr-en.jsonl", jsonl([{"fr": "chat", "en": "cat", "n": 1}])),
                    source="fr", target="en")
     assert texts(swapped) == [("chat", "cat")]
-
-
-def test_an_encoding_other_than_utf8_is_read_when_named(tmp_path):
-    path = write(tmp_path, "latin.tsv", "source\ttarget\ncafé\tcoffee\n".encode("latin-1"))
-    assert texts(read(path, encoding="latin-1")) == [("café", "coffee")]
+    latin = write(tmp_path, "latin.tsv", "source\ttarget\ncafé\tcoffee\n".encode("latin-1"))  # data.encoding
+    assert texts(read(latin, encoding="latin-1")) == [("café", "coffee")]
 
 
 BROKEN = [
@@ -118,18 +110,6 @@ def test_each_problem_is_one_message_naming_the_file_the_line_and_the_key(tmp_pa
     with pytest.raises(DataSourceError) as caught:
         read(path)
     assert str(caught.value) == f"{tmp_path}/{message}"
-
-
-def test_the_message_names_the_key_of_the_file_read(tmp_path):
-    path = write(tmp_path, "dev.csv", 'source,target\n"a,b\n')
-    with pytest.raises(DataSourceError, match=r"dev\.csv, line 2: not valid CSV.*\(set by data\.valid\)$"):
-        read(path, key="data.valid")
-
-
-def test_one_column_for_both_sides_is_a_config_error(tmp_path):
-    path = write(tmp_path, "train.tsv", "source\ttarget\na\tb\n")
-    with pytest.raises(ConfigError, match=r"data\.source_column and data\.target_column are both 'source'"):
-        read(path, target="source")
 
 
 def numbered_pairs(count: int) -> list[tuple[str, str]]:
@@ -215,16 +195,27 @@ def test_the_corpus_files_join_the_train_pairs_without_held_out_lines(tmp_path):
     assert data.removed["corpus_lines_also_in_valid_or_test"] == 2
 
 
-def test_two_keys_naming_one_file_are_refused(tmp_path):
-    train = write(tmp_path, "train.tsv", tsv_of(numbered_pairs(10)))
-    with pytest.raises(DataSourceError, match=r"train\.tsv: data\.test and data\.train name the same file"):
-        load(train, test=train)
+def ten_pairs(folder: Path) -> Path:
+    return write(folder, "train.tsv", tsv_of(numbered_pairs(10)))
 
 
-def test_an_empty_file_names_its_key(tmp_path):
-    train = write(tmp_path, "train.tsv", tsv_of(numbered_pairs(10)))
-    with pytest.raises(InputFileError, match=r"valid\.tsv: the file is empty \(set by data\.valid\)"):
-        load(train, valid=write(tmp_path, "valid.tsv", ""))
+REFUSED = {  # what is read: the error, its message
+    "the key of the file read": (lambda d: read(write(d, "dev.csv", 'source,target\n"a,b\n'), key="data.valid"),
+                                 DataSourceError, r"dev\.csv, line 2: not valid CSV.*\(set by data\.valid\)$"),
+    "one column for both sides": (lambda d: read(write(d, "train.tsv", "source\ttarget\na\tb\n"), target="source"),
+                                  ConfigError, r"data\.source_column and data\.target_column are both 'source'"),
+    "two keys naming one file": (lambda d: load(ten_pairs(d), test=d / "train.tsv"), DataSourceError,
+                                 r"train\.tsv: data\.test and data\.train name the same file"),
+    "an empty file": (lambda d: load(ten_pairs(d), valid=write(d, "valid.tsv", "")), InputFileError,
+                      r"valid\.tsv: the file is empty \(set by data\.valid\)"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_refusal_names_the_file_and_its_key(tmp_path, case):
+    attempt, error, message = REFUSED[case]
+    with pytest.raises(error, match=message):
+        attempt(tmp_path)
 
 
 def test_fractions_that_carve_everything_are_refused_naming_the_keys(tmp_path):

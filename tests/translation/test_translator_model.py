@@ -1,5 +1,4 @@
-"""The translation fine-tune as an MLflow model: logged from the checkpoint, loaded with no repository, translating
-as `lmtransfer translate` does, the beam size an inference parameter."""
+"""The translation fine-tune as an MLflow model, translating as `lmtransfer translate` does, beam size a param."""
 
 from __future__ import annotations
 
