@@ -22,10 +22,10 @@ import lmtransfer  # first: it sets the OpenMP wait before torch loads OpenMP
 import torch
 from lmtransfer.modeling.model import LanguageModel, ModelConfig
 from lmtransfer.modeling.runtime import seed_everything, use_share_of_cores
-steps, batch, length, d_model, layers, vocab = map(int, sys.argv[1:])
+steps, batch, length, d_model, layers, vocab, heads, d_ff = map(int, sys.argv[1:])
 seed_everything(0)
 use_share_of_cores()
-model = LanguageModel(ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=2, d_ff=d_model,
+model = LanguageModel(ModelConfig(vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                                   dropout=0.1))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 ids = torch.randint(0, vocab, (steps + 1, batch, length + 1))
@@ -46,7 +46,8 @@ def train(args: argparse.Namespace, hogs: int = 0) -> dict:
     yes = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(hogs)]
     try:
         time.sleep(1.0 if hogs else 0.0)
-        shape = [args.steps, args.batch, args.length, args.d_model, args.layers, args.vocab]
+        shape = [args.steps, args.batch, args.length, args.d_model, args.layers, args.vocab,
+                 *(pipeline_shape()[key] for key in ("n_heads", "d_ff"))]
         done = subprocess.run([sys.executable, "-c", TRAIN, *map(str, shape)], capture_output=True, text=True,
                               check=True)
     finally:

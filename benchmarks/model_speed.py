@@ -27,7 +27,8 @@ class TorchEncoder(nn.Module):
         super().__init__()
         layer = nn.TransformerEncoderLayer(config.d_model, config.n_heads, config.d_ff, config.dropout,
                                            batch_first=True)
-        self.stack, self.causal = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False), config.causal
+        self.stack = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
+        self.causal = config.causal
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         mask = causal_mask(x.size(1), x.device) if self.causal else None
