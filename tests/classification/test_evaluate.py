@@ -86,3 +86,14 @@ def test_a_class_neither_in_the_labels_nor_predicted_does_not_pull_the_macro_f1_
     assert macro_f1(three) == macro_f1(two) == pytest.approx(per_class_f1(two).mean())
     predicted_three = confusion_matrix(actual, np.array([0, 2, 1, 1, 0]), 3)  # class 2 predicted: it counts
     assert macro_f1(predicted_three) == pytest.approx(per_class_f1(predicted_three).mean())
+
+
+def test_the_answer_line_the_mlflow_ui_shows_first_carries_both_variants_the_gap_and_the_baseline(report):
+    from lmtransfer.classification.evaluate import answer_line
+
+    line, gap = answer_line(report), report["gap"]
+    assert "\n" not in line  # the UI shows the description's first line above the runs table
+    for number in (report["pretrained"]["accuracy_mean"], report["scratch"]["accuracy_mean"],
+                   report["baseline"]["accuracy"]):
+        assert f"{number:.4f}" in line
+    assert f"gap {gap['accuracy_mean']:+.4f} [{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}]" in line

@@ -10,7 +10,15 @@ import pytest
 from torch import nn
 
 from lmtransfer.core.paths import PretrainOutputs
-from lmtransfer.harness.tracking import PREVIOUS_ATTEMPT_TAG, PROCESS_TAG, UI_WORKFLOW, process_tag, stage_run, ui_lines
+from lmtransfer.harness.tracking import (
+    PREVIOUS_ATTEMPT_TAG,
+    PROCESS_TAG,
+    UI_WORKFLOW,
+    process_tag,
+    show_answer,
+    stage_run,
+    ui_lines,
+)
 from lmtransfer.modeling.checkpoint import save_checkpoint
 from lmtransfer.modeling.model import ModelConfig
 from lmtransfer.training.finetune_start import language_model_start
@@ -31,7 +39,7 @@ def test_make_ui_opens_each_tasks_experiment_on_its_runs_table(tmp_path, monkeyp
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     classification = client.create_experiment("lmtransfer")
     assert ui_lines("http://h:1") == [
-        f"open http://h:1/#/experiments/{classification}?{UI_WORKFLOW}  (classification)",
+        f"open http://h:1/#/experiments/{classification}/runs?{UI_WORKFLOW}  (classification)",
         f"no translation runs in this store yet: `make run-translation` makes them (the UI still opens at "
         f"http://h:1/#/experiments?{UI_WORKFLOW})"]
 
@@ -79,6 +87,23 @@ def test_the_pipeline_run_lasts_until_its_last_stage_ends(store):
     assert (during.info.status, after.info.status) == ("RUNNING", "FINISHED")
     assert after.info.start_time <= first.info.start_time
     assert after.info.end_time >= second.info.end_time >= second.info.start_time >= first.info.end_time
+
+
+def test_the_answer_is_the_experiments_description_and_a_saved_view_that_make_ui_opens(store):
+    """After evaluate, the runs page shows the answer without a click: the experiment's and the pipeline run's
+    description, and the saved view (headline metrics as columns) that `make ui`'s link opens."""
+    import json
+
+    with stage_run("evaluate", {}) as run:
+        show_answer("pretrained 0.75, scratch 0.74", ["more"], ["pretrained", "scratch", "gap"])
+    experiment = store.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.note.content"].split("\n")[0] == "pretrained 0.75, scratch 0.74"
+    assert _pipeline_of(store, run).data.tags["mlflow.note.content"] == experiment.tags["mlflow.note.content"]
+    view = json.loads(experiment.tags["mlflow.sharedViewState.answer"])
+    assert json.loads(view["state"])["selectedColumns"] == ["metrics.`pretrained`", "metrics.`scratch`",
+                                                             "metrics.`gap`"]
+    assert (f"/#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=answer&{UI_WORKFLOW}"
+            in ui_lines("http://h:1")[0])
 
 
 def test_the_pipeline_run_ends_as_its_last_stage_did(store):

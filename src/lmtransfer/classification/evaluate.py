@@ -29,12 +29,14 @@ from lmtransfer.core.paths import (
 from lmtransfer.data.prepared import SPLITS, read_split
 from lmtransfer.harness.tracking import (
     log_file,
+    log_model_metrics,
     log_run,
     log_to_pipeline,
     params_hash,
     register_champion,
     run_that_wrote,
     runs_that_wrote,
+    show_answer,
     stage_run,
 )
 from lmtransfer.modeling.checkpoint import build_classifier, load_checkpoint
@@ -166,6 +168,20 @@ def spread_line(gap: dict, n_finetuning_seeds: int) -> str:
     return "the gap's spread comes from: " + ", ".join(parts)
 
 
+CURVES_HINT = ("Per-epoch curves of both variants side by side: expand the pipeline run, then the chart view (the "
+               "second button above the table): `val_accuracy` per epoch, one line per fine-tune, named "
+               "finetune_pretrained@... and finetune_scratch@....")
+
+
+def answer_line(report: dict) -> str:
+    """The answer in one line: the first line of the experiment's description, which the MLflow UI shows."""
+    gap = report["gap"]
+    return (f"**Test accuracy** over {runs_described(report)}: pretrained {report['pretrained']['accuracy_mean']:.4f}"
+            f", scratch {report['scratch']['accuracy_mean']:.4f}, gap {gap['accuracy_mean']:+.4f} "
+            f"[{gap['ci95_low']:+.4f}, {gap['ci95_high']:+.4f}] (95% CI), TF-IDF + logistic regression "
+            f"{report['baseline']['accuracy']:.4f}")
+
+
 def report_lines(report: dict) -> list[str]:
     """The answer in a few lines, as the evaluate stage prints it."""
     lines = [f"{variant:>10}: test accuracy {report[variant]['accuracy_mean']:.4f} "
@@ -222,6 +238,7 @@ def run_evaluate_stage(params: ClassificationParams) -> None:
                     step=int(row["labels"]))
         log_file(report, "evaluate.json")
         log_to_pipeline(headline)
+        show_answer(answer_line(report), report_lines(report) + [CURVES_HINT], list(headline))
         register_best_pretrained(params)
     print("\n".join(f"evaluate: {line}" for line in report_lines(report)))
     for row in curve[:-1]:
@@ -263,6 +280,7 @@ def _score(checkpoints: dict, cells: dict, test, params: ClassificationParams, d
         history = [{key: float(value) for key, value in row.items()} for row in epochs]
         results[variant].append(SeedResult(*cells[runs[step % len(runs)]], metrics, predicted == test.labels, history))
         prediction_rows[variant] += [f"{run},{names[a]},{names[p]}" for a, p in zip(test.labels, predicted)]
+        log_model_metrics(path, {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"]})
         if log_steps:
             log_run(metrics={f"{variant}_test_accuracy": metrics["accuracy"],
                              f"{variant}_test_macro_f1": metrics["macro_f1"]}, step=step % len(cells))

@@ -11,7 +11,6 @@ import pandas as pd
 
 from lmtransfer.harness.tracking import log_model
 
-MODEL_NAME = "classifier"  # the logged model's name in its run
 TEXT_COLUMN = "text"  # the one input column
 EXAMPLE_TEXTS = ["a wonderful film, moving and funny", "dull and far too long"]  # the model's input example
 
@@ -55,8 +54,10 @@ def prediction_frame(probabilities, label_names: list[str]) -> pd.DataFrame:
     return frame
 
 
-def log_classifier(checkpoint: str | Path, tokenizer_dir: str | Path, label_names: list[str]) -> str:
-    """Log the checkpoint a fine-tune wrote as an MLflow model on the active run; returns the model's id."""
+def log_classifier(checkpoint: str | Path, tokenizer_dir: str | Path, label_names: list[str], name: str,
+                   metrics: dict[str, float]) -> str:
+    """Log the checkpoint a fine-tune wrote as the MLflow model `name` (`pretrained-0-0`: variant and run, so the
+    Models page tells them apart) with its validation `metrics`, on the active run; returns the model's id."""
     example = pd.DataFrame({TEXT_COLUMN: EXAMPLE_TEXTS})
     output = prediction_frame(np.full((len(EXAMPLE_TEXTS), len(label_names)), 1.0 / len(label_names)), label_names)
-    return log_model(MODEL_NAME, TextClassifier(), checkpoint, tokenizer_dir, example, output)
+    return log_model(name, TextClassifier(), checkpoint, tokenizer_dir, example, output, metrics=metrics)

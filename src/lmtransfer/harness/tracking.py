@@ -418,9 +418,10 @@ def plot_stage_run(params: Any, draw: Callable[[], list[Path]]) -> None:
 
 
 def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_dir: str | Path, example: Any,
-              output: Any, params: dict | None = None) -> str:
+              output: Any, params: dict | None = None, metrics: dict[str, float] | None = None) -> str:
     """`python_model` (pyfunc) as the model `name`, with the checkpoint, the tokenizer and this package's code (no
-    repository or network needed to load it). Returns its id, also tagged MODEL_ID_TAG."""
+    repository or network needed to load it), and `metrics` on the model (the Models page's columns). Returns its
+    id, also tagged MODEL_ID_TAG."""
     import shutil
     from importlib.metadata import version
 
@@ -441,7 +442,45 @@ def log_model(name: str, python_model: Any, checkpoint: str | Path, tokenizer_di
             code_paths=[str(Path(__file__).resolve().parents[1])], signature=infer_signature(example, output, params),
             input_example=example, pip_requirements=requirements)
     mlflow.set_tag(MODEL_ID_TAG, info.model_id)
+    if metrics:
+        mlflow.log_metrics(metrics, model_id=info.model_id)
     return info.model_id
+
+
+def log_model_metrics(checkpoint: str | Path, metrics: dict[str, float]) -> None:
+    """`metrics` (evaluate's test scores) on the MLflow model logged with this checkpoint, in its fine-tune's run."""
+    if not is_main_process():
+        return
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    run_id = run_that_wrote(checkpoint)
+    model_id = run_id and client.get_run(run_id).data.tags.get(MODEL_ID_TAG)
+    for key, value in metrics.items() if model_id else ():
+        client.log_metric(run_id, key, float(value), model_id=model_id)
+
+
+ANSWER_VIEW = "answer"  # the saved view of the runs table that `make ui` opens: the headline metrics as columns
+
+
+def show_answer(first_line: str, details: list[str], columns: list[str]) -> None:
+    """The answer where the UI shows it first: the experiment's description (its first line is shown above the runs
+    table), the pipeline run's description, and a saved view with the headline `columns` of the pipeline runs."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    run = mlflow.active_run()
+    note = "\n\n".join([first_line, *details])
+    client.set_experiment_tag(run.info.experiment_id, "mlflow.note.content", note)
+    client.set_tag(run.data.tags[PARENT_TAG], "mlflow.note.content", note)
+    keys = [f"metrics.`{column}`" for column in columns]
+    state = {"selectedColumns": keys, "columnOrder": keys, "orderByKey": "attributes.start_time", "orderByAsc": False,
+             "searchFilter": "", "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
+             "modelVersionFilter": "All Runs"}
+    now = int(time.time() * 1000)
+    client.set_experiment_tag(run.info.experiment_id, f"mlflow.sharedViewState.{ANSWER_VIEW}", json.dumps(
+        {"name": ANSWER_VIEW, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}))
 
 
 def registered_name(task: str) -> str:
@@ -493,7 +532,9 @@ def ui_lines(base: str = "http://127.0.0.1:5000") -> list[str]:
         experiment = MlflowClient(tracking_uri=tracking_uri()).get_experiment_by_name(experiment_name(task)) \
             if store else None
         if experiment is not None:
-            lines.append(f"open {base}/#/experiments/{experiment.experiment_id}?{UI_WORKFLOW}  ({task})")
+            view = (f"viewStateShareKey={ANSWER_VIEW}&"
+                    if f"mlflow.sharedViewState.{ANSWER_VIEW}" in experiment.tags else "")
+            lines.append(f"open {base}/#/experiments/{experiment.experiment_id}/runs?{view}{UI_WORKFLOW}  ({task})")
         else:
             target = {"classification": "make run", "translation": "make run-translation"}.get(task, "dvc repro")
             lines.append(f"no {task} runs in this store yet: `{target}` makes them "
