@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +35,19 @@ sys.path.insert(0, str(REPO / "tests" / "pipeline"))  # and their tiny translati
 from pipeline_repo import STORE_FAULTS, TINY_PARAMS, ChattrMissing, break_store, make_repo, run, write_tiny_data  # noqa: E402
 from results_file import Column, write_result  # noqa: E402
 
-OUTPUTS = ["data/inputs", "data/prepared", "data/prepared_corpus", "data/tokenized", "data/tokenized_corpus",
-           "models", "metrics", "plots"]
-TRANSLATION_OUTPUTS = ["data", "models", "metrics", "plots"]
+OUTPUTS = {  # per tiny pipeline: the output folders a fault must not change
+    "classification": ["data/inputs", "data/prepared", "data/prepared_corpus", "data/tokenized",
+                       "data/tokenized_corpus", "models", "metrics", "plots"],
+    "translation": ["translation/data", "translation/models", "translation/metrics", "translation/plots"],
+}
 LMTRANSFER = [sys.executable, "-m", "lmtransfer.cli"]
+REPRO = ["dvc", "repro"]
+TRANSLATION_PARAMS = "translation/params.yaml"
+TRANSLATION_REPRO = ["dvc", "repro", "translation/dvc.yaml"]
+REPRO_OF = {"classification": REPRO, "translation": TRANSLATION_REPRO}
+AGAINST = "committed/headline.json"  # a committed run's headline, read by `lmtransfer results --against committed`
+PRETRAIN_SEEDS = r"seeds: +# one pretraining run[^\n]*\n\s*  - 0\n  - 1\n"
+FINETUNE_SEEDS = r"seeds: +# fine-tunes per[^\n]*\n  - 0\n"
 
 
 @dataclass
@@ -57,9 +67,8 @@ class Case:
 
 def fingerprint(root: Path, pipeline: str = "classification") -> dict[str, str]:
     """md5 of every output file: what a fault must not take away."""
-    outputs = OUTPUTS if pipeline == "classification" else [f"translation/{out}" for out in TRANSLATION_OUTPUTS]
     return {p.relative_to(root).as_posix(): hashlib.md5(p.read_bytes()).hexdigest()
-            for out in outputs for p in sorted((root / out).rglob("*")) if p.is_file()}
+            for out in OUTPUTS[pipeline] for p in sorted((root / out).rglob("*")) if p.is_file()}
 
 
 Apply = Callable[[Path], Callable[[], None]]  # makes the fault in the project at `root`; returns what undoes it
@@ -165,51 +174,6 @@ def copied_store(root: Path) -> Callable[[], None]:
     return lambda: store.write_bytes(kept)
 
 
-TRANSLATION_PARAMS = "translation/params.yaml"
-TRANSLATION_REPRO = ["dvc", "repro", "translation/dvc.yaml"]
-
-
-def issue_71_cases() -> list[Case]:
-    """Issue 71's surfaces: translation's late refusals, init_from, result files, params.yaml, course, artifacts."""
-    translation = [
-        ("vocabulary below the characters", r"vocab_size: 45", "vocab_size: 20", ("tokenizer.vocab_size=20",)),
-        ("lab sentences absent", r"lab_sentences: \.\./raw/lab\.tsv", "lab_sentences: ../raw/lab-gone.tsv",
-         ("../raw/lab-gone.tsv", "evaluate.lab_sentences")),
-        # the tiny pairs' shortest takes 5 tokens, and finetune.max_len is at least 4: 4 is the one value no pair fits
-        ("max_len no pair fits", r"max_len: 16", "max_len: 4", ("finetune.max_len=4",)),
-        ("an example of spaces", r"^  - the cat sleeps", "  - the cat sleeps\n  - '   '", ("finetune.examples",)),
-        ("init_from a pretraining run", r"init_from: ''", "init_from: models/pretrained/seed1.pt",
-         ("pretrain.init_from", "'pretrain'")),
-    ]
-    battery = [Case("translation", name, TRANSLATION_REPRO, expect, edit_params(old, new, TRANSLATION_PARAMS),
-                    pipeline="translation") for name, old, new, expect in translation]
-    battery += [
-        Case("params", "init_from a scratch fine-tune", REPRO, ("pretrain.init_from", "'finetune_scratch'"),
-             together(edit_params(PRETRAIN_SEEDS, "seeds: [0]\n"),
-                      edit_params(r"init_from: ''", "init_from: models/finetuned/scratch/seed0-0.pt"))),
-        Case("missing files", "params.yaml missing", REPRO, ("params.yaml is missing",), moved_away("params.yaml")),
-        Case("missing files", "params.yaml missing, checked first", [*LMTRANSFER, "params", "--check", "params.yaml"],
-             ("params.yaml: parameter file not found",), moved_away("params.yaml")),
-        Case("result files", "evaluate.json cut short", [*LMTRANSFER, "results"], ("metrics/evaluate.json",),
-             cut_file("metrics/evaluate.json", 217)),
-        Case("result files", "headline cut short", [*LMTRANSFER, "results"],
-             ("metrics/headline.json",), cut_file("metrics/headline.json", 40)),
-        Case("command line", "course with an unknown --set key", [*LMTRANSFER, "course", "--set", "model.depth=3",
-             "--url", "http://127.0.0.1:9/"], ("model.depth",), course_folder),
-        Case("artifacts", "a copied project's store", REPRO, ("kept its artifacts in", "copied"),
-             together(copied_store, rerun_evaluate(180)), runs=True),
-        Case("artifacts", "read-only artifact folder", REPRO, ("mlartifacts cannot be written",),
-             together(immutable("mlartifacts"), rerun_evaluate(190))),
-    ]
-    return battery
-
-
-REPRO = ["dvc", "repro"]
-AGAINST = "committed/headline.json"  # a committed run's headline, read by `lmtransfer results --against committed`
-PRETRAIN_SEEDS = r"seeds: +# one pretraining run[^\n]*\n\s*  - 0\n  - 1\n"
-FINETUNE_SEEDS = r"seeds: +# fine-tunes per[^\n]*\n  - 0\n"
-
-
 def cases() -> list[Case]:
     """The battery. Values differ from those the tests use, so that it checks the rules, not the examples."""
     params = [
@@ -281,7 +245,38 @@ def cases() -> list[Case]:
              ("translation",)),
         Case("runs", "an unchanged pipeline", REPRO, ()),
     ]
-    return battery + issue_71_cases()
+    # issue 71's surfaces: translation's late refusals, init_from, result files, params.yaml, course, artifacts
+    translation = [
+        ("vocabulary below the characters", r"vocab_size: 45", "vocab_size: 20", ("tokenizer.vocab_size=20",)),
+        ("lab sentences absent", r"lab_sentences: \.\./raw/lab\.tsv", "lab_sentences: ../raw/lab-gone.tsv",
+         ("../raw/lab-gone.tsv", "evaluate.lab_sentences")),
+        # the tiny pairs' shortest takes 5 tokens, and finetune.max_len is at least 4: 4 is the one value no pair fits
+        ("max_len no pair fits", r"max_len: 16", "max_len: 4", ("finetune.max_len=4",)),
+        ("an example of spaces", r"^  - the cat sleeps", "  - the cat sleeps\n  - '   '", ("finetune.examples",)),
+        ("init_from a pretraining run", r"init_from: ''", "init_from: models/pretrained/seed1.pt",
+         ("pretrain.init_from", "'pretrain'")),
+    ]
+    battery += [Case("translation", name, TRANSLATION_REPRO, expect, edit_params(old, new, TRANSLATION_PARAMS),
+                     pipeline="translation") for name, old, new, expect in translation]
+    battery += [
+        Case("params", "init_from a scratch fine-tune", REPRO, ("pretrain.init_from", "'finetune_scratch'"),
+             together(edit_params(PRETRAIN_SEEDS, "seeds: [0]\n"),
+                      edit_params(r"init_from: ''", "init_from: models/finetuned/scratch/seed0-0.pt"))),
+        Case("missing files", "params.yaml missing", REPRO, ("params.yaml is missing",), moved_away("params.yaml")),
+        Case("missing files", "params.yaml missing, checked first", [*LMTRANSFER, "params", "--check", "params.yaml"],
+             ("params.yaml: parameter file not found",), moved_away("params.yaml")),
+        Case("result files", "evaluate.json cut short", [*LMTRANSFER, "results"], ("metrics/evaluate.json",),
+             cut_file("metrics/evaluate.json", 217)),
+        Case("result files", "headline cut short", [*LMTRANSFER, "results"],
+             ("metrics/headline.json",), cut_file("metrics/headline.json", 40)),
+        Case("command line", "course with an unknown --set key", [*LMTRANSFER, "course", "--set", "model.depth=3",
+             "--url", "http://127.0.0.1:9/"], ("model.depth",), course_folder),
+        Case("artifacts", "a copied project's store", REPRO, ("kept its artifacts in", "copied"),
+             together(copied_store, rerun_evaluate(180)), runs=True),
+        Case("artifacts", "read-only artifact folder", REPRO, ("mlartifacts cannot be written",),
+             together(immutable("mlartifacts"), rerun_evaluate(190))),
+    ]
+    return battery
 
 
 def telling_line(output: str, root: Path) -> str:
@@ -322,7 +317,7 @@ def build(folder: Path, pipeline: str) -> tuple[Path, dict[str, str]]:
         from test_pipeline_translation import TINY_TRANSLATION, write_pairs
 
         env = make_repo(root, TINY_TRANSLATION, write_pairs, params_file=TRANSLATION_PARAMS)
-    run(TRANSLATION_REPRO if pipeline == "translation" else REPRO, root, env)
+    run(REPRO_OF[pipeline], root, env)
     print(f"  done in {time.time() - started:.0f} s", flush=True)
     return root, env
 
@@ -342,7 +337,7 @@ def main() -> None:
     started = time.time()
     pipelines = {name: build(folder, name) for name in ("classification", "translation")
                  if any(case.pipeline == name for case in chosen)}
-    rows, counts = [], {}
+    rows = []
     for case in chosen:
         root, env = pipelines[case.pipeline]
         before = fingerprint(root, case.pipeline)
@@ -359,16 +354,15 @@ def main() -> None:
         after = fingerprint(root, case.pipeline)
         lost = sorted(name for name, digest in before.items() if after.get(name) != digest)
         verdict = outcome(case, result, lost)
-        counts[verdict] = counts.get(verdict, 0) + 1
         last = telling_line(result.stdout + result.stderr, root)
         print(f"{verdict:10s} {case.group:16s} {case.name:44s} {last}", flush=True)
         shown = " ".join(["lmtransfer", *case.command[3:]] if case.command[0] == sys.executable else case.command)
         rows.append([case.group, case.name, " ".join([*(f"{k}={v}" for k, v in case.env.items()), shown]),
                      verdict, result.returncode, last])
         if lost or "dvc" in case.command[0]:
-            back = TRANSLATION_REPRO if case.pipeline == "translation" else REPRO
-            subprocess.run(back, cwd=root, env=env, capture_output=True, text=True)  # back to clean
-    tally = {name: counts.get(name, 0) for name in ("ok", "lost", "traceback", "silent", "misleading")}
+            subprocess.run(REPRO_OF[case.pipeline], cwd=root, env=env, capture_output=True, text=True)  # back to clean
+    counts = Counter(row[3] for row in rows)
+    tally = {name: counts[name] for name in ("ok", "lost", "traceback", "silent", "misleading")}
     summary = f"{len(rows)} cases: " + ", ".join(f"{count} {name}" for name, count in tally.items())
     print(f"\n{summary} ({time.time() - started:.0f} s)")
     if args.only:

