@@ -200,6 +200,6 @@ def run_finetune_stage(params: ClassificationParams, args: FinetuneArgs) -> None
         record_finetuned(start, checkpoint, result.history, summary,
                          {"seconds": round(result.seconds, 2), "epoch_seconds": result.epoch_seconds},
                          log_model=lambda path: log_classifier(path, TOKENIZED, label_names, f"{variant}-{start.run}",
-                                                                {"val_accuracy": result.best_val_accuracy}))
+                                                                {"best_val_accuracy": result.best_val_accuracy}))
     snapshots.clear()
     print(f"{stage}: best val accuracy {result.best_val_accuracy:.4f} at epoch {result.best_epoch} -> {checkpoint}")
