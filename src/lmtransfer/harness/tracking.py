@@ -456,11 +456,14 @@ def log_model_metrics(checkpoint: str | Path, metrics: dict[str, float]) -> None
     client = MlflowClient()
     run_id = run_that_wrote(checkpoint)
     model_id = run_id and client.get_run(run_id).data.tags.get(MODEL_ID_TAG)
-    for key, value in metrics.items() if model_id else ():
+    if not model_id:  # a checkpoint logged as a file, not as a model
+        return
+    for key, value in metrics.items():
         client.log_metric(run_id, key, float(value), model_id=model_id)
 
 
 ANSWER_VIEW = "answer"  # the saved view of the runs table that `make ui` opens: the headline metrics as columns
+ANSWER_VIEW_TAG = f"mlflow.sharedViewState.{ANSWER_VIEW}"  # where MLflow's UI keeps a saved view
 
 
 def show_answer(first_line: str, details: list[str], columns: list[str]) -> None:
@@ -479,7 +482,7 @@ def show_answer(first_line: str, details: list[str], columns: list[str]) -> None
              "searchFilter": "", "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
              "modelVersionFilter": "All Runs"}
     now = int(time.time() * 1000)
-    client.set_experiment_tag(run.info.experiment_id, f"mlflow.sharedViewState.{ANSWER_VIEW}", json.dumps(
+    client.set_experiment_tag(run.info.experiment_id, ANSWER_VIEW_TAG, json.dumps(
         {"name": ANSWER_VIEW, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}))
 
 
@@ -532,8 +535,7 @@ def ui_lines(base: str = "http://127.0.0.1:5000") -> list[str]:
         experiment = MlflowClient(tracking_uri=tracking_uri()).get_experiment_by_name(experiment_name(task)) \
             if store else None
         if experiment is not None:
-            view = (f"viewStateShareKey={ANSWER_VIEW}&"
-                    if f"mlflow.sharedViewState.{ANSWER_VIEW}" in experiment.tags else "")
+            view = f"viewStateShareKey={ANSWER_VIEW}&" if ANSWER_VIEW_TAG in experiment.tags else ""
             lines.append(f"open {base}/#/experiments/{experiment.experiment_id}/runs?{view}{UI_WORKFLOW}  ({task})")
         else:
             target = {"classification": "make run", "translation": "make run-translation"}.get(task, "dvc repro")
