@@ -14,6 +14,7 @@ from lmtransfer.harness.tracking import (
     PREVIOUS_ATTEMPT_TAG,
     PROCESS_TAG,
     UI_WORKFLOW,
+    _alive,
     process_tag,
     show_answer,
     stage_run,
@@ -170,6 +171,16 @@ def _store_after_a_killed_process(tmp_path, monkeypatch, code: str):
     monkeypatch.setenv("LMTRANSFER_PIPELINE_ID", "the-next-repro")
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     return client, client.get_experiment_by_name("lmtransfer")
+
+
+def test_a_clock_step_between_two_stages_changes_no_process_identity(monkeypatch):
+    """The stages of one `dvc repro` are grouped by the dvc process's start: an NTP step mid-run once split them."""
+    import psutil
+
+    tag = process_tag()
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: 86_400.0)  # create_time() now a day after 1970
+    assert process_tag() == tag and _alive(tag)
+    assert not _alive(tag.rsplit(":", 1)[0] + ":1")  # the same pid started at another time is another process
 
 
 @pytest.mark.slow

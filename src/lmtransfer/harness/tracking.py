@@ -221,14 +221,22 @@ def pipeline_id() -> str:
         for process in psutil.Process().parents():
             command = " ".join(process.cmdline()[:2])
             if "dvc" in Path(process.name()).name or "/dvc" in command or " dvc" in f" {command}":
-                return f"repro-{process.pid}-{int(process.create_time())}"
+                return f"repro-{process.pid}-{_started(process)}"
     return f"standalone-{uuid.uuid4().hex[:12]}"
+
+
+def _started(process: Any) -> str:
+    """When a process started, as Linux's clock ticks since boot: psutil's create_time adds the boot time, which moves
+    when the clock is stepped (NTP, a VM resumed), and split one `dvc repro` into two pipeline runs."""
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    return str(int(process.create_time()))
 
 
 def process_tag() -> str:
     import psutil
 
-    return f"{socket.gethostname()}:{os.getpid()}:{int(psutil.Process().create_time())}"
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(psutil.Process())}"
 
 
 def _alive(tag: str) -> bool:
@@ -237,7 +245,7 @@ def _alive(tag: str) -> bool:
 
     try:
         host, pid, started = tag.rsplit(":", 2)
-        return host != socket.gethostname() or int(psutil.Process(int(pid)).create_time()) == int(started)
+        return host != socket.gethostname() or _started(psutil.Process(int(pid))) == started
     except (ValueError, psutil.Error):
         return False
 
